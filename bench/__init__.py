@@ -1,0 +1,1 @@
+"""Benchmarks: each ``python -m bench.NAME`` prints JSON lines; figures are ratios measured in one run."""

@@ -1,0 +1,157 @@
+"""Codec benchmark: decode and re-encode a Fetch response with 1,000 partitions of 1 KiB record batches.
+
+``python -m bench.codec [--partitions N] [--versions 12,4,16] [--repeat R]``
+
+Compared in one run, on the same bytes: the construct reference codec (proxy.wire.compiler.Codec), the fast path
+(proxy.wire.fetch_fast), kafka-python 3's generated codec (kafka.protocol.consumer.fetch.FetchResponse) and kio
+(entity_reader / entity_writer) when it is importable. Each figure is the best of R timed runs (the best run is
+the one least disturbed by the machine; all runs do the same work). Prints JSON lines
+``{"name", "version", "op", "us_per_partition", "mb_per_s"}`` and, last, the summary for the first version:
+``{"summary": "codec", "fast_us_per_partition": ..., "speedup_vs_kafka_python": ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from proxy.wire.fetch_fast import FetchResponseView
+from proxy.wire.messages import response_codec
+from proxy.wire.model import Message
+from proxy.wire.records import Record, encode_batch, new_batch
+
+RECORD_SIZE = 1024
+
+
+def build_response(version: int, partitions: int, topics: int = 10) -> bytes:
+    """A realistic response body: ``topics`` topics, ``partitions`` partitions in all, each holding one real v2
+    record batch with a 1 KiB value (so ~1.1 KiB of record bytes per partition)."""
+    per_topic = max(1, partitions // topics)
+    responses = []
+    n = 0
+    for t in range(topics):
+        parts = []
+        for p in range(per_topic if t < topics - 1 else partitions - n):
+            value = bytes((p + i) % 251 for i in range(RECORD_SIZE))
+            batch = new_batch([Record(0, 0, b"key-%d" % p, value, [])], base_offset=1000 + p,
+                              base_timestamp=1_700_000_000_000)
+            parts.append(Message(
+                partition_index=p, error_code=0, high_watermark=2000 + p, last_stable_offset=2000 + p,
+                log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1,
+                records=encode_batch(batch),
+            ))
+            n += 1
+        topic: dict[str, Any] = {"topic_id": bytes([t + 1]) * 16} if version >= 13 else {"topic": f"topic-{t}"}
+        responses.append(Message(**topic, partitions=parts))
+    msg = Message(throttle_time_ms=0, error_code=0, session_id=12345, responses=responses)
+    return response_codec(1, version).encode(msg)
+
+
+def best_of(fn: Callable[[], Any], repeat: int, budget_s: float) -> float:
+    """The best wall time of ``repeat`` calls, stopping early when ``budget_s`` is spent."""
+    best = float("inf")
+    spent = 0.0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        best = min(best, dt)
+        spent += dt
+        if spent > budget_s:
+            break
+    return best
+
+
+def contenders(version: int, body: bytes) -> dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]]:
+    """name -> (decode(), encode(decoded)) closures over the same body."""
+    codec = response_codec(1, version)
+    view = memoryview(body)
+    out: dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]] = {
+        "construct": (lambda: codec.decode(body), codec.encode),
+        "fast": (lambda: FetchResponseView.decode(view, version), lambda v: v.encode()),
+    }
+    try:
+        from kafka.protocol.consumer.fetch import FetchResponse
+
+        out["kafka-python"] = (lambda: FetchResponse.decode(body, version=version),
+                               lambda r: r.encode())
+    except ImportError:  # pragma: no cover - a dependency of Sluice itself
+        pass
+    try:
+        import importlib
+
+        from kio.serial import entity_reader, entity_writer
+
+        kio_type = importlib.import_module(f"kio.schema.fetch.v{version}.response").FetchResponse
+        read = entity_reader(kio_type)
+        write = entity_writer(kio_type)
+
+        def kio_encode(obj: Any) -> bytes:
+            buf = io.BytesIO()
+            write(buf, obj)
+            return buf.getvalue()
+
+        out["kio"] = (lambda: read(body, 0)[0], kio_encode)
+    except ImportError:  # kio is a dev-only dependency
+        pass
+    return out
+
+
+def check_fast(version: int, body: bytes) -> None:
+    """The fast path must reproduce the body exactly (a benchmark of a wrong codec is worthless)."""
+    view = FetchResponseView.decode(memoryview(body), version)
+    if b"".join(view.encode()[0]) != body:
+        raise SystemExit(f"fast path re-encode differs from the input for v{version}")
+
+
+def run(versions: list[int], partitions: int, repeat: int) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+    for version in versions:
+        body = build_response(version, partitions)
+        check_fast(version, body)
+        mb = len(body) / 1e6
+        for name, (dec, enc) in contenders(version, body).items():
+            # Slow codecs get fewer runs: each has ~4 s per op at most.
+            decoded = dec()
+            t_dec = best_of(dec, repeat, 4.0)
+            t_enc = best_of(lambda enc=enc, decoded=decoded: enc(decoded), repeat, 4.0)
+            for op, t in (("decode", t_dec), ("encode", t_enc), ("decode+encode", t_dec + t_enc)):
+                line = {"name": name, "version": version, "op": op,
+                        "us_per_partition": round(t / partitions * 1e6, 3), "mb_per_s": round(mb / t, 1)}
+                lines.append(line)
+                print(json.dumps(line), flush=True)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--partitions", type=int, default=1000)
+    ap.add_argument("--versions", default="12,4,16", help="comma-separated Fetch versions; the first is summarised")
+    ap.add_argument("--repeat", type=int, default=30)
+    args = ap.parse_args(argv)
+    versions = [int(v) for v in args.versions.split(",")]
+    lines = run(versions, args.partitions, args.repeat)
+    first = versions[0]
+
+    def figure(name: str) -> float | None:
+        for line in lines:
+            if line["name"] == name and line["version"] == first and line["op"] == "decode+encode":
+                return float(line["us_per_partition"])
+        return None
+
+    fast = figure("fast")
+    kp = figure("kafka-python")
+    print(json.dumps({
+        "summary": "codec",
+        "version": first,
+        "fast_us_per_partition": fast,
+        "speedup_vs_kafka_python": round(kp / fast, 2) if fast and kp else None,
+    }))
+
+
+if __name__ == "__main__":
+    main()

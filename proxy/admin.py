@@ -1,0 +1,146 @@
+"""The admin HTTP server (aiohttp): /metrics, /healthz, /readyz, and later the mutating /throttles.
+
+============  ======  ==================================================================================
+route         method  answer
+============  ======  ==================================================================================
+/metrics      GET     prometheus_client text exposition of the default registry (``proxy.metrics``)
+/healthz      GET     200 ``ok`` while the process runs (liveness: only "is the loop alive")
+/readyz       GET     200 ``ready`` if ``await readiness()`` is true, else 503 ``not ready`` (also when
+                      readiness raises or takes longer than 5 s: a probe must answer, not hang)
+============  ======  ==================================================================================
+
+Extension point for mutating routes (``PUT /throttles`` later): before :meth:`AdminServer.start`, call
+``admin.add_route("PUT", "/throttles", handler, mutating=True)``; ``mutating=True`` wraps the handler in
+:func:`require_token`, so a configured ``[admin] token`` is enforced in one place. A handler that needs the
+check for only some requests (GET open, PUT guarded on one path) calls ``require_token(request)`` itself.
+
+It runs on the proxy's event loop: handlers must not block (generate_latest() of Sluice's few collectors
+takes well under a millisecond).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from proxy.accesslog import get_logger
+from proxy.config import AdminSettings
+
+__all__ = ["READINESS_TIMEOUT_S", "AdminServer", "Handler", "require_token"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Kubernetes' default probe timeout is 1 s and Docker's 30 s; 5 s bounds a hung readiness check either way.
+READINESS_TIMEOUT_S = 5.0
+
+_TOKEN_KEY = web.AppKey("sluice_admin_token", str)
+
+log = get_logger("sluice.admin")
+
+
+def require_token(request: web.Request) -> None:
+    """Raise 401 unless the request carries ``Authorization: Bearer <token>`` matching ``[admin] token``.
+
+    No-op when no token is configured (empty string). The comparison is constant-time, so response timing does
+    not reveal how much of a guessed token was right.
+    """
+    expected = request.app[_TOKEN_KEY]
+    if not expected:
+        return
+    scheme, _, supplied = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode(), expected.encode()):
+        raise web.HTTPUnauthorized(
+            text="missing or wrong bearer token\n",
+            headers={"WWW-Authenticate": 'Bearer realm="sluice-admin"'},
+        )
+
+
+def _guarded(handler: Handler) -> Handler:
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        require_token(request)
+        return await handler(request)
+
+    return guarded
+
+
+class AdminServer:
+    """The admin HTTP server. ``start()`` binds ``settings.host:settings.port`` (0 = a free port, see
+    :attr:`port`); ``stop()`` closes it. When ``settings.enabled`` is false, start/stop do nothing."""
+
+    def __init__(self, settings: AdminSettings, readiness: Callable[[], Awaitable[bool]]) -> None:
+        self._settings = settings
+        self._readiness = readiness
+        self._app = web.Application()
+        self._app[_TOKEN_KEY] = settings.token
+        self._app.router.add_get("/metrics", self._metrics)
+        self._app.router.add_get("/healthz", self._healthz)
+        self._app.router.add_get("/readyz", self._readyz)
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # ----------------------------------------------------------------------------------- extension point
+
+    def add_route(self, method: str, path: str, handler: Handler, *, mutating: bool = False) -> None:
+        """Add a route before :meth:`start` (aiohttp freezes the router then). ``mutating=True`` requires the
+        bearer token (:func:`require_token`) before ``handler`` runs."""
+        if self._runner is not None:
+            raise RuntimeError("add routes before AdminServer.start()")
+        self._app.router.add_route(method, path, _guarded(handler) if mutating else handler)
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if not self._settings.enabled or self._runner is not None:
+            return
+        # access_log=None: a 1 s Prometheus scrape would otherwise write a log line every second.
+        # shutdown_timeout: stop() waits this long for in-flight admin requests, not aiohttp's 60 s default.
+        runner = web.AppRunner(self._app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self._settings.host, self._settings.port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        self._port = None
+        if runner is not None:
+            await runner.cleanup()
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when ``settings.port`` is 0). RuntimeError if the server is not running."""
+        if self._port is None:
+            raise RuntimeError("admin server is not running")
+        return self._port
+
+    # -------------------------------------------------------------------------------------------- handlers
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        # CONTENT_TYPE_LATEST carries version and charset parameters, which aiohttp's content_type= argument
+        # rejects; set the header verbatim instead.
+        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        try:
+            ready = await asyncio.wait_for(self._readiness(), READINESS_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("readiness_timeout", timeout_s=READINESS_TIMEOUT_S)
+            ready = False
+        except Exception as exc:  # a failing check means "not ready", never a 500 with a traceback
+            log.warning("readiness_error", error=repr(exc))
+            ready = False
+        if ready:
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not ready\n")

@@ -1,0 +1,550 @@
+"""Sluice's settings: defaults <- TOML file <- environment, typed and validated by pydantic v2.
+
+Sources, later wins:
+
+1. defaults (the field defaults below; ``config/sluice.toml`` documents each one);
+2. a TOML file (``load_settings(path)``), read with :mod:`tomllib`;
+3. environment variables ``SLUICE_<SECTION>__<KEY>`` (double underscore between the levels), e.g.
+   ``SLUICE_UPSTREAM__BOOTSTRAP_SERVERS=127.0.0.1:9092,127.0.0.1:9093``, ``SLUICE_LISTEN__BOOTSTRAP_PORT=0``.
+   Lists are comma-separated; booleans accept true/false/1/0/yes/no/on/off. A ``SLUICE_`` variable *with* a
+   ``__`` must name a real key (a typo is an error, not silently ignored); variables without ``__``
+   (``SLUICE_CONFIG``, anything rig/ or the tests use) are not overrides and are left alone.
+
+Every problem becomes one :class:`ConfigError` whose ``str()`` is a single line naming the dotted key, the
+reason and where the value came from, e.g. ``listen.bootstrap_port: input should be less than or equal to
+65535, got 70000 (in sluice.toml)``; the CLI prints it and exits 2.
+
+Models are strict (a TOML string ``"19092"`` is not a port) and forbid unknown keys, so a misspelt key fails
+loudly instead of silently keeping its default. They are frozen: code that needs other settings makes a copy.
+
+Copies for tests::
+
+    s = load_settings(None, env={})
+    # validated, dotted keys:
+    s2 = s.with_overrides({"listen.bootstrap_port": 0, "upstream.bootstrap_servers": [broker]})
+    # NOT validated, one nested model_copy per section:
+    s3 = s.model_copy(update={"listen": s.listen.model_copy(update={"bootstrap_port": 0})})
+
+Adding a section (later: ``[[size_limit]]``, ``[sessions]``, ``[throttle]``) is one model class deriving
+from :class:`Section` plus one field on :class:`Settings`, e.g.
+``sessions: SessionsSettings = Field(default_factory=SessionsSettings)`` or, for an array of tables,
+``size_limit: list[SizeLimitRule] = []``. Env overrides, unknown-key errors and error messages then work
+for it without further code (env overrides reach scalar and list-of-scalar keys only).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+import typing
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+
+__all__ = [
+    "AdminSettings",
+    "ConfigError",
+    "LimitsSettings",
+    "ListenSettings",
+    "LoggingSettings",
+    "Section",
+    "Settings",
+    "ShutdownSettings",
+    "UpstreamSettings",
+    "load_settings",
+    "parse_host_port",
+]
+
+ENV_PREFIX = "SLUICE_"
+ENV_SEPARATOR = "__"
+
+
+class ConfigError(Exception):
+    """An invalid setting. ``str(e)`` is one line: ``<key>: <reason> (<source>)``.
+
+    ``key`` is the dotted key (``"listen.bootstrap_port"``, ``"upstream.bootstrap_servers[1]"``) or ``""``
+    when the problem is the file itself (missing, not TOML). ``source`` says where the value came from:
+    ``"in FILE"``, ``"from env SLUICE_..."``, ``"from override"`` or ``""``.
+    """
+
+    def __init__(self, key: str, reason: str, source: str = "") -> None:
+        # One line, always: the CLI prints str(e) as is and operators grep for it.
+        self.key = key
+        self.reason = " ".join(reason.split())
+        self.source = source
+        text = f"{key}: {self.reason}" if key else self.reason
+        if source:
+            text += f" ({source})"
+        super().__init__(text)
+
+
+class KeyedValueError(ValueError):
+    """Raised by cross-field validators to blame a specific key (relative to the model that raised it).
+
+    pydantic reports a model validator's error at the model's location (the whole section); carrying the key
+    in the exception lets :class:`ConfigError` still name the field the operator should change.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(reason)
+        self.key = key
+        self.reason = reason
+
+
+# ----------------------------------------------------------------------------------------- value types
+
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_IPV6_RE = re.compile(r"^[0-9A-Za-z:.%]+$")
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """Parse ``host:port`` (IPv6 as ``[addr]:port``) into ``(host, port)``; ValueError says what is wrong."""
+    s = text.strip()
+    if s.startswith("["):
+        end = s.find("]")
+        if end < 0 or s[end + 1 : end + 2] != ":":
+            raise ValueError(f"expected [ipv6]:port, got {text!r}")
+        host, port_s = s[1:end], s[end + 2 :]
+        host_ok = bool(_IPV6_RE.match(host))
+    else:
+        host, sep, port_s = s.rpartition(":")
+        if not sep:
+            raise ValueError(f"expected host:port, got {text!r}")
+        if ":" in host:
+            raise ValueError(f"IPv6 addresses need brackets ([addr]:port), got {text!r}")
+        host_ok = bool(_HOSTNAME_RE.match(host))
+    if not host_ok:
+        raise ValueError(f"invalid host in {text!r}")
+    if not port_s.isdigit() or not 1 <= int(port_s) <= 65535:
+        raise ValueError(f"port must be 1..65535 in {text!r}")
+    return host, int(port_s)
+
+
+def _check_host(value: str) -> str:
+    if not value or any(c.isspace() for c in value):
+        raise ValueError("must be a non-empty host name or address without spaces")
+    return value
+
+
+def _hosts_overlap(a: str, b: str) -> bool:
+    wildcards = ("0.0.0.0", "::", "")
+    return a == b or a in wildcards or b in wildcards
+
+
+def _check_finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _check_host_port(value: str) -> str:
+    parse_host_port(value)
+    return value.strip()  # stored normalised, so later code can rely on parse_host_port(s) round-tripping
+
+
+# An element type (not a list validator) so errors name the entry: upstream.bootstrap_servers[1].
+HostPort = Annotated[str, AfterValidator(_check_host_port)]
+# 0 means "let the OS pick a free port" (tests, and several proxies on one host).
+Port = Annotated[int, Field(ge=0, le=65535)]
+Seconds = Annotated[float, Field(gt=0)]
+# Kafka frames carry an int32 length, so nothing larger can ever be valid.
+FrameBytes = Annotated[int, Field(gt=0, le=2**31 - 1)]
+
+
+# -------------------------------------------------------------------------------------------- sections
+
+
+class Section(BaseModel):
+    """Base of every settings model: strict types, unknown keys rejected, immutable."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=True)
+
+
+class UpstreamSettings(Section):
+    """Where the real Kafka cluster is."""
+
+    bootstrap_servers: list[HostPort] = Field(
+        default_factory=lambda: ["127.0.0.1:9092"],
+        description="Upstream bootstrap brokers, host:port; the rest of the cluster is learnt from Metadata.",
+    )
+    connect_timeout_s: Seconds = Field(10.0, description="TCP connect timeout to an upstream broker.")
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _servers(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("needs at least one host:port")
+        return value
+
+    @field_validator("connect_timeout_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        return _check_finite(value)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """``bootstrap_servers`` parsed into ``(host, port)`` pairs."""
+        return [parse_host_port(s) for s in self.bootstrap_servers]
+
+
+class ListenSettings(Section):
+    """Where clients connect. Changing these needs a restart."""
+
+    host: str = Field("127.0.0.1", description="Address the bootstrap and broker listeners bind.")
+    bootstrap_port: Port = Field(19092, description="Port clients bootstrap from.")
+    broker_port_base: Port = Field(
+        19093, description="Upstream broker node N is served on broker_port_base + N; 0 = free port per node."
+    )
+    advertised_host: str = Field(
+        "127.0.0.1", description="Host clients are told in Metadata/FindCoordinator/DescribeCluster."
+    )
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return _check_host(value)
+
+    @field_validator("advertised_host")
+    @classmethod
+    def _advertised(cls, value: str) -> str:
+        _check_host(value)
+        # Clients would try to connect to the wildcard address itself; this is the classic
+        # advertised.listeners mistake, so refuse it here rather than let clients fail later.
+        if value in ("0.0.0.0", "::", "[::]"):
+            raise ValueError("must be an address clients can connect to, not a wildcard bind address")
+        return value
+
+    @field_validator("broker_port_base")
+    @classmethod
+    def _base(cls, value: int, info: Any) -> int:
+        bootstrap = info.data.get("bootstrap_port")
+        # base + node id must never land on the bootstrap port; node ids are only known at run time, so the
+        # one rule that is always safe is "bootstrap below the broker range".
+        if value and bootstrap and bootstrap >= value:
+            raise ValueError(
+                f"must be above listen.bootstrap_port ({bootstrap}): broker node N listens on base+N "
+                "and must not collide with the bootstrap port"
+            )
+        return value
+
+
+class LimitsSettings(Section):
+    """Memory and frame bounds (the proxy never buffers without bound)."""
+
+    max_frame_bytes: FrameBytes = Field(
+        104857600, description="Largest frame accepted from either side (broker: socket.request.max.bytes)."
+    )
+    write_high_water_bytes: Annotated[int, Field(gt=0)] = Field(
+        4194304, description="Pause reading the other side when a write buffer grows past this."
+    )
+    write_low_water_bytes: Annotated[int, Field(ge=0)] = Field(
+        1048576, description="Resume reading once the write buffer has drained below this."
+    )
+
+    @field_validator("write_low_water_bytes")
+    @classmethod
+    def _low_below_high(cls, value: int, info: Any) -> int:
+        high = info.data.get("write_high_water_bytes")
+        if high is not None and value >= high:
+            raise ValueError(f"must be below limits.write_high_water_bytes ({high})")
+        return value
+
+
+class ShutdownSettings(Section):
+    """Graceful shutdown."""
+
+    drain_timeout_s: Annotated[float, Field(ge=0)] = Field(
+        10.0, description="On SIGTERM, how long in-flight requests may take before connections are closed."
+    )
+
+    @field_validator("drain_timeout_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        return _check_finite(value)
+
+
+class AdminSettings(Section):
+    """The admin HTTP server (/metrics, /healthz, /readyz, later /throttles)."""
+
+    enabled: bool = Field(True, description="Serve the admin HTTP endpoints.")
+    host: str = Field("127.0.0.1", description="Admin bind address.")
+    port: Port = Field(9644, description="Admin port; 0 = a free port.")
+    # repr=False keeps the token out of reprs and ConfigError messages.
+    token: str = Field("", repr=False, description="Bearer token for mutating endpoints; empty = no check.")
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return _check_host(value)
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: str) -> str:
+        # A token with spaces could never be sent in an "Authorization: Bearer <token>" header.
+        if value != value.strip() or any(c.isspace() for c in value):
+            raise ValueError("must not contain whitespace")
+        return value
+
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class LoggingSettings(Section):
+    """Operational log (stderr) and access log."""
+
+    level: LogLevel = Field("info", description="Operational log level.")
+    access_log: str = Field("-", description='Access log destination: "-" stdout, "off", or a file path.')
+    format: Literal["json", "console"] = Field("json", description="Operational log format.")
+
+    @field_validator("level", "format", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("access_log")
+    @classmethod
+    def _access_log(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError('must be "-" (stdout), "off", or a file path')
+        return value
+
+
+# -------------------------------------------------------------------------------------------- settings
+
+
+class Settings(Section):
+    """All of Sluice's settings. One field per TOML section; add a section by adding a field."""
+
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    listen: ListenSettings = Field(default_factory=ListenSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+
+    @model_validator(mode="after")
+    def _cross_section(self) -> Self:
+        # A port shared by two listeners would fail at bind time with a less helpful message. (Broker node ids
+        # are only known at run time, so only node 0's port, broker_port_base itself, can be checked here.)
+        admin, listen = self.admin, self.listen
+        if admin.enabled and admin.port and _hosts_overlap(admin.host, listen.host):
+            for name, port in (
+                ("bootstrap_port", listen.bootstrap_port),
+                ("broker_port_base", listen.broker_port_base),
+            ):
+                if admin.port == port:
+                    raise KeyedValueError("admin.port", f"collides with listen.{name} ({port})")
+        return self
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Settings:
+        """A validated copy with dotted keys replaced, e.g. ``{"listen.bootstrap_port": 0}``.
+
+        Raises :class:`ConfigError` like :func:`load_settings`. (``model_copy(update=...)`` also works but
+        does not validate, and needs one nested ``model_copy`` per section.)
+        """
+        data = self.model_dump()
+        for dotted, value in overrides.items():
+            _set_path(data, dotted.split("."), value)
+        return _validate(data, {k: "from override" for k in overrides}, "from override")
+
+    def redacted(self) -> dict[str, Any]:
+        """``model_dump()`` with secrets replaced, for logging the effective configuration at start-up."""
+        data = self.model_dump()
+        if data["admin"]["token"]:
+            data["admin"]["token"] = "***"
+        return data
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None) -> Settings:
+    """Defaults <- TOML file at ``path`` (None = no file) <- ``env`` overrides (None = ``os.environ``).
+
+    Pass ``env={}`` for settings independent of the process environment (tests).
+    Raises :class:`ConfigError` for anything invalid.
+    """
+    data: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    default_source = ""
+    if path is not None:
+        name = os.fspath(path)
+        default_source = f"in {name}"
+        try:
+            with open(name, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError("", f"config file not found: {name}") from None
+        except OSError as exc:
+            raise ConfigError("", f"cannot read config file {name}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("", f"{name} is not valid TOML: {exc}") from None
+    for var, raw in sorted((os.environ if env is None else env).items()):
+        parsed = _parse_env(var, raw)
+        if parsed is not None:
+            parts, value = parsed
+            _set_path(data, parts, value)
+            sources[".".join(parts)] = f"from env {var}"
+    return _validate(data, sources, default_source)
+
+
+def _validate(data: dict[str, Any], sources: Mapping[str, str], default_source: str) -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise _to_config_error(exc, sources, default_source) from None
+
+
+def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(".".join(parts[: i + 1]), "is a value in the file, but a section is expected")
+        node = child
+    node[parts[-1]] = value
+
+
+# ------------------------------------------------------------------------------------------ env values
+
+
+def _parse_env(var: str, raw: str) -> tuple[list[str], Any] | None:
+    """``SLUICE_A__B=raw`` -> (["a", "b"], typed value); None if ``var`` is not an override variable."""
+    if not var.upper().startswith(ENV_PREFIX) or ENV_SEPARATOR not in var:
+        return None
+    parts = [p.lower() for p in var[len(ENV_PREFIX) :].split(ENV_SEPARATOR)]
+    source = f"from env {var}"
+    model: type[BaseModel] = Settings
+    for i, part in enumerate(parts):
+        dotted = ".".join(parts[: i + 1])
+        field = model.model_fields.get(part)
+        if field is None:
+            raise ConfigError(dotted, _unknown_key_reason(part, model), source)
+        ann = _unwrap(field.annotation)
+        if i < len(parts) - 1:
+            if not _is_model(ann):
+                raise ConfigError(dotted, "is a key, not a section", source)
+            model = typing.cast(type[BaseModel], ann)
+        elif _is_model(ann):
+            raise ConfigError(dotted, f"is a section; set its keys as {var}__<KEY>", source)
+        else:
+            return parts, _coerce_env(ann, raw, dotted, source)
+    return None  # pragma: no cover - the loop always returns or raises
+
+
+def _coerce_env(ann: Any, raw: str, key: str, source: str) -> Any:
+    """Turn an env string into the field's Python type; constraints are then checked by the model."""
+    origin = typing.get_origin(ann)
+    if origin is list:
+        (item,) = typing.get_args(ann)
+        return [_coerce_env(_unwrap(item), s.strip(), key, source) for s in raw.split(",") if s.strip()]
+    if ann is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(key, f"expected true/false, got {raw!r}", source)
+    if ann is int:
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise ConfigError(key, f"expected an integer, got {raw!r}", source) from None
+    if ann is float:
+        try:
+            return float(raw.strip())
+        except ValueError:
+            raise ConfigError(key, f"expected a number, got {raw!r}", source) from None
+    if ann is str or origin is Literal:
+        return raw
+    raise ConfigError(key, "cannot be set from the environment; set it in the config file", source)
+
+
+def _unwrap(ann: Any) -> Any:
+    while typing.get_origin(ann) is Annotated:
+        ann = typing.get_args(ann)[0]
+    return ann
+
+
+def _is_model(ann: Any) -> bool:
+    return isinstance(ann, type) and issubclass(ann, BaseModel)
+
+
+# ------------------------------------------------------------------------------------------ error text
+
+
+def _unknown_key_reason(key: str, model: type[BaseModel] | None) -> str:
+    if model is None:
+        return "unknown key"
+    known = list(model.model_fields)
+    what = "section" if model is Settings else "key"
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+    return f"unknown {what} ({hint})"
+
+
+def _walk(loc: tuple[int | str, ...]) -> tuple[type[BaseModel] | None, FieldInfo | None]:
+    """Follow ``loc`` from Settings: (the model at ``loc``, or None if it is not a model; the last field)."""
+    model: type[BaseModel] | None = Settings
+    field: FieldInfo | None = None
+    for part in loc:
+        if isinstance(part, int):
+            continue  # list index: the element type was already taken below
+        if model is None or (field := model.model_fields.get(part)) is None:
+            return None, None
+        ann = _unwrap(field.annotation)
+        if typing.get_origin(ann) is list:
+            ann = _unwrap(typing.get_args(ann)[0])
+        model = typing.cast(type[BaseModel], ann) if _is_model(ann) else None
+    return model, field
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _to_config_error(exc: ValidationError, sources: Mapping[str, str], default_source: str) -> ConfigError:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    loc = tuple(first["loc"])
+    err = first.get("ctx", {}).get("error")
+    if isinstance(err, KeyedValueError):
+        key = ".".join([_dotted(loc), err.key]) if loc else err.key
+        reason = err.reason
+    else:
+        key = _dotted(loc)
+        if first["type"] == "extra_forbidden":
+            model, _ = _walk(loc[:-1])
+            reason = _unknown_key_reason(str(loc[-1]), model)
+        else:
+            msg = first["msg"].removeprefix("Value error, ")
+            reason = msg[:1].lower() + msg[1:]
+            _, field = _walk(loc)
+            value = first.get("input")
+            # Echo the offending value unless it is a secret (repr=False) or a whole section/list.
+            secret = field is not None and field.repr is False
+            if not secret and not isinstance(value, dict | list) and first["type"] != "value_error":
+                text = repr(value)
+                reason += f", got {text if len(text) <= 80 else text[:77] + '...'}"
+    if len(errors) > 1:
+        reason += f" (+{len(errors) - 1} more)"
+    # Most specific source first: the key itself, then its section, then the file.
+    base_key = key.split("[", 1)[0]
+    source = sources.get(base_key) or sources.get(base_key.rsplit(".", 1)[0]) or default_source
+    return ConfigError(key, reason, source)

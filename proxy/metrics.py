@@ -1,0 +1,199 @@
+"""Every Prometheus metric Sluice exports, named in this one place.
+
+Conventions (https://prometheus.io/docs/practices/naming/): prefix ``sluice_``, base units (bytes, seconds),
+``_total`` on counters, and only low-cardinality labels (api, version, direction, side, reason) - never a
+topic, partition, client id or address, which would grow without bound.
+
+All collectors live in prometheus_client's default ``REGISTRY``, which ``proxy.admin`` serves on /metrics.
+Label children known up front are created at import so they are exported as 0 before the first event (a rate()
+over a series that appears late misses its first increment, and dashboards show "no data" instead of 0).
+
+Hot paths should use the pre-bound children (``BYTES_CLIENT_TO_PROXY.inc(n)``) or :func:`requests_for`,
+because ``.labels(...)`` takes a lock and builds a key on every call.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Final, Literal
+
+from prometheus_client import Counter, Gauge, Histogram, Info
+
+__all__ = [
+    "BUILD_INFO",
+    "BYTES",
+    "CONNECTIONS",
+    "CONNECTIONS_OPEN",
+    "DIRECTIONS",
+    "FRAMES_REJECTED",
+    "LISTENERS",
+    "REJECT_REASONS",
+    "REQUESTS",
+    "REQUEST_LATENCY",
+    "RESPONSES_REWRITTEN",
+    "SIDES",
+    "UPSTREAM_CONNECT_ERRORS",
+    "latency_for",
+    "observe_request",
+    "requests_for",
+    "sluice_version",
+]
+
+Direction = Literal["client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client"]
+Side = Literal["client", "upstream"]
+RejectReason = Literal["too_large", "malformed", "unknown_api", "unsupported_version", "upstream_closed"]
+
+DIRECTIONS: Final[tuple[Direction, ...]] = (
+    "client_to_proxy",
+    "proxy_to_upstream",
+    "upstream_to_proxy",
+    "proxy_to_client",
+)
+SIDES: Final[tuple[Side, ...]] = ("client", "upstream")
+REJECT_REASONS: Final[tuple[RejectReason, ...]] = (
+    "too_large",
+    "malformed",
+    "unknown_api",
+    "unsupported_version",
+    "upstream_closed",
+)
+
+# 50 us (a relayed ApiVersions on loopback) .. 10 s (beyond any sane fetch.max.wait.ms); roughly 1-2.5-5 steps
+# so a Fetch long poll (~0.5 s) and a sub-millisecond metadata call both land in a bucket of their own.
+LATENCY_BUCKETS: Final[tuple[float, ...]] = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+
+def sluice_version() -> str:
+    """The installed distribution's version, or pyproject.toml's when running from a source checkout."""
+    try:
+        return metadata.version("kafka-sluice")
+    except metadata.PackageNotFoundError:
+        pass
+    import tomllib  # only needed when running uninstalled, from the repository
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    try:
+        with pyproject.open("rb") as fh:
+            return str(tomllib.load(fh)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "0+unknown"
+
+
+# ---------------------------------------------------------------------------------------------- requests
+
+REQUESTS = Counter(
+    "sluice_requests_total",
+    "Requests relayed from clients, by Kafka API name and request version.",
+    ["api", "version"],
+)
+REQUEST_LATENCY = Histogram(
+    "sluice_request_latency_seconds",
+    "Time from a request's last byte read from the client to its response's first byte queued to the client.",
+    ["api"],
+    buckets=LATENCY_BUCKETS,
+)
+RESPONSES_REWRITTEN = Counter(
+    "sluice_responses_rewritten_total",
+    "Responses the proxy re-encoded (address rewriting, policies) instead of relaying the upstream bytes.",
+    ["api"],
+)
+FRAMES_REJECTED = Counter(
+    "sluice_frames_rejected_total",
+    "Frames the proxy refused or could not deliver, by reason.",
+    ["reason"],
+)
+
+# ------------------------------------------------------------------------------------------------- bytes
+
+BYTES = Counter(
+    "sluice_bytes_total",
+    "Bytes moved, including the 4-byte frame length, by direction.",
+    ["direction"],
+)
+
+# ------------------------------------------------------------------------------------------- connections
+
+CONNECTIONS_OPEN = Gauge(
+    "sluice_connections_open",
+    "Connections currently open: client = accepted from clients, upstream = to brokers.",
+    ["side"],
+)
+CONNECTIONS = Counter(
+    "sluice_connections_total",
+    "Connections opened since start: client = accepted from clients, upstream = to brokers.",
+    ["side"],
+)
+UPSTREAM_CONNECT_ERRORS = Counter(
+    "sluice_upstream_connect_errors_total",
+    "Failed attempts to connect to an upstream broker (refused, unreachable, timeout).",
+)
+LISTENERS = Gauge(
+    "sluice_listeners",
+    "Listening sockets for broker nodes (the bootstrap listener not included).",
+)
+
+# ------------------------------------------------------------------------------------------------- build
+
+BUILD_INFO = Info("sluice_build", "Sluice build information; the value is always 1.")
+BUILD_INFO.info({"version": sluice_version(), "python": platform.python_version()})
+
+# ------------------------------------------------------------------------- pre-created and pre-bound children
+
+for _direction in DIRECTIONS:
+    BYTES.labels(_direction)
+for _side in SIDES:
+    CONNECTIONS_OPEN.labels(_side)
+    CONNECTIONS.labels(_side)
+for _reason in REJECT_REASONS:
+    FRAMES_REJECTED.labels(_reason)
+del _direction, _side, _reason
+
+BYTES_CLIENT_TO_PROXY = BYTES.labels("client_to_proxy")
+BYTES_PROXY_TO_UPSTREAM = BYTES.labels("proxy_to_upstream")
+BYTES_UPSTREAM_TO_PROXY = BYTES.labels("upstream_to_proxy")
+BYTES_PROXY_TO_CLIENT = BYTES.labels("proxy_to_client")
+CLIENT_CONNECTIONS_OPEN = CONNECTIONS_OPEN.labels("client")
+UPSTREAM_CONNECTIONS_OPEN = CONNECTIONS_OPEN.labels("upstream")
+CLIENT_CONNECTIONS = CONNECTIONS.labels("client")
+UPSTREAM_CONNECTIONS = CONNECTIONS.labels("upstream")
+
+
+# Bounded by the number of (api, version) pairs Kafka defines (a few hundred), so an unbounded cache is safe:
+# callers must pass the API *name* from the protocol table, never a raw client-supplied string.
+@functools.cache
+def requests_for(api: str, version: int) -> Counter:
+    """The ``sluice_requests_total{api, version}`` child, cached (per request, ``.labels()`` is the cost)."""
+    return REQUESTS.labels(api, str(version))
+
+
+@functools.cache
+def latency_for(api: str) -> Histogram:
+    """The ``sluice_request_latency_seconds{api}`` child, cached like :func:`requests_for`."""
+    return REQUEST_LATENCY.labels(api)
+
+
+def observe_request(api: str, version: int, latency_s: float) -> None:
+    """Count one completed request and observe its latency (seconds): the per-request metrics in one call."""
+    requests_for(api, version).inc()
+    latency_for(api).observe(latency_s)

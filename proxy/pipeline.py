@@ -1,0 +1,169 @@
+"""Per-request decisions, sans-IO: relay as bytes, answer locally, or decode and rewrite the response.
+
+The server hands every complete request frame to :meth:`Pipeline.on_request` and every response frame to
+:meth:`Pipeline.on_response`; neither touches a socket or a clock. Only APIs some rule needs are decoded
+(Kroxylicious-style selective decoding): the ApiVersions ranges, and the responses that carry broker
+addresses. Everything else — Produce and Fetch bodies included, unless a rule needs them — is relayed as the
+original bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import versions
+from .routing import Router
+from .wire.compiler import read_uvarint
+from .wire.errors import CodecError
+from .wire.messages import (
+    API_VERSIONS_KEY,
+    RequestHeader,
+    api_name,
+    decode_response,
+    decoded_versions,
+    encode_response,
+    peek_request_header,
+)
+from .wire.model import Message
+
+PRODUCE, FETCH, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 0, 1, 3, 10, 60
+
+_I16 = struct.Struct(">h")
+
+
+@dataclass(slots=True)
+class Request:
+    """One request in flight on a connection, in arrival order."""
+
+    header: RequestHeader
+    api: str
+    size: int  # bytes received from the client, size prefix included
+    #: False for Produce with acks=0: Kafka sends no response, so nothing is awaited (ProduceRequest docs)
+    expects_response: bool = True
+    #: a response Sluice produces itself (full frame incl. size prefix); None -> forwarded upstream
+    local_response: bytes | None = None
+    #: decode + rewrite the upstream response with this rule; None -> relay the bytes untouched
+    rewrite: Callable[[Message], list[int]] | None = None
+    started: float = 0.0
+    error_codes: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Rewritten:
+    frame: bytes  # the response frame to send the client (without size prefix)
+    new_nodes: list[int]  # broker ids seen for the first time (the server opens their listeners)
+    error_codes: list[int]
+
+
+class Pipeline:
+    """Shared by all connections of one proxy (it holds no per-connection state)."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        #: api key -> the rewrite its responses need (all of them keep broker addresses away from clients)
+        self._rules: dict[int, Callable[[Message], list[int]]] = {
+            METADATA: router.rewrite_metadata,
+            FIND_COORDINATOR: router.rewrite_find_coordinator,
+            DESCRIBE_CLUSTER: router.rewrite_describe_cluster,
+            FETCH: router.rewrite_node_endpoints,
+            PRODUCE: router.rewrite_node_endpoints,
+        }
+
+    # ------------------------------------------------------------------ requests
+
+    def on_request(self, frame: bytes) -> Request:
+        """Classify a client request frame (without its size prefix). Raises CodecError if malformed."""
+        header = peek_request_header(frame)
+        key, version = header.api_key, header.api_version
+        req = Request(header=header, api=api_name(key), size=len(frame) + 4)
+        if key == API_VERSIONS_KEY:
+            ours = decoded_versions(key)
+            assert ours is not None
+            if version > ours.high:
+                req.local_response = self._local(header.correlation_id, key, 0,
+                                                 versions.unsupported_api_versions_body())
+            else:
+                req.rewrite = self._api_versions
+            return req
+        ours = decoded_versions(key)
+        rule = self._rules.get(key)
+        if rule is not None and ours is not None:
+            if version not in ours:
+                # A client that read our ApiVersions never sends this; decoding its response would fail.
+                raise CodecError(f"version outside the {ours.low}-{ours.high} Sluice decodes",
+                                 api=req.api, version=version)
+            if key == FETCH and version < 16 or key == PRODUCE and version < 10:
+                pass  # no NodeEndpoints before KIP-951: nothing to rewrite, relay as bytes
+            else:
+                req.rewrite = rule
+        if key == PRODUCE and header.body_offset is not None and _produce_acks(frame, header) == 0:
+            req.expects_response = False
+        return req
+
+    @staticmethod
+    def _local(correlation_id: int, api_key: int, version: int, body: Message) -> bytes:
+        frame = encode_response(api_key, version, Message(correlation_id=correlation_id), body)
+        return len(frame).to_bytes(4, "big") + frame
+
+    # ------------------------------------------------------------------ responses
+
+    def on_response(self, req: Request, frame: bytes | bytearray) -> Rewritten:
+        """Apply the request's rewrite rule to its response frame (without size prefix)."""
+        assert req.rewrite is not None
+        key, version = req.header.api_key, req.header.api_version
+        try:
+            header, body = decode_response(key, version, frame)
+        except CodecError:
+            if key != API_VERSIONS_KEY:
+                raise
+            # A broker that does not support the request's ApiVersions version answers in v0 (KIP-511).
+            header, body = decode_response(key, 0, frame)
+            version = 0
+        new_nodes = req.rewrite(body)
+        errors = _error_codes(body)
+        return Rewritten(encode_response(key, version, header, body), new_nodes, errors)
+
+    def _api_versions(self, body: Message) -> list[int]:
+        body.api_keys = versions.intersect(body).api_keys
+        return []
+
+
+def _produce_acks(frame: bytes, header: RequestHeader) -> int:
+    """ProduceRequest v3+: TransactionalId (nullable string, compact from v9) then Acks (int16)."""
+    assert header.body_offset is not None
+    stream = io.BytesIO(frame)
+    stream.seek(header.body_offset)
+    if header.api_version >= 9:
+        n = read_uvarint(stream) - 1
+    else:
+        raw = stream.read(2)
+        if len(raw) != 2:
+            raise CodecError("truncated ProduceRequest", api="Produce", version=header.api_version)
+        n = _I16.unpack(raw)[0]
+    if n > 0:
+        stream.seek(n, io.SEEK_CUR)
+    raw = stream.read(2)
+    if len(raw) != 2:
+        raise CodecError("truncated ProduceRequest", api="Produce", version=header.api_version)
+    return int(_I16.unpack(raw)[0])
+
+
+def _error_codes(msg: Message) -> list[int]:
+    """Every non-zero error code in a decoded response (for the access log)."""
+    out: list[int] = []
+
+    def walk(m: Message) -> None:
+        for k, v in m.fields().items():
+            if k == "error_code" and v:
+                out.append(v)
+            elif isinstance(v, Message):
+                walk(v)
+            elif isinstance(v, list) and v and isinstance(v[0], Message):
+                for x in v:
+                    walk(x)
+
+    walk(msg)
+    return out

@@ -1,0 +1,973 @@
+"""The Fetch response fast path: zero-copy decode, a small mutable model, scatter-write re-encode.
+
+Fetch responses are the only hot path of the proxy (they carry all the record bytes), so they get a
+hand-written codec next to the construct reference (:mod:`proxy.wire.compiler`):
+
+- decode: ``struct.unpack_from`` over a memoryview of the frame, one call per partition header; every
+  partition's record set stays a memoryview slice of the frame (never copied, never decoded — policies that need
+  batch boundaries use :func:`proxy.wire.records.iter_batches` on it);
+- a mutable model (:class:`FetchResponseView` -> :class:`FetchTopic` -> :class:`FetchPartition`) that policies
+  edit: drop or reorder partitions and topics, replace ``records`` (with ``b""`` for instance), change offsets;
+- encode: a list of buffers — small ``bytes`` for headers, the original memoryviews for records — and the total
+  length, for ``transport.writelines`` (scatter/gather), so record bytes are never copied by the proxy.
+
+Layout: Kafka's ``FetchResponse.json`` (versions 4-18; 0-3 were removed in Kafka 4.0, flexible from 12, TopicId
+instead of Topic from 13, NodeEndpoints from 16). Tagged fields are kept as raw bytes at every level (partition,
+aborted transaction, topic) and re-emitted as read, except the top-level NodeEndpoints (tag 0, v16+, KIP-951),
+which is decoded because the proxy must rewrite broker addresses in it (clients must never learn them).
+
+Equivalence with the construct codec is the contract, proven by tests/property/test_fetch_fast.py: for every
+version, ``decode(b).encode()`` equals ``response_codec(1, v).encode(m)`` for ``b = that encoding`` and
+``decode(b).to_message() == response_codec(1, v).decode(b)``. (Both re-encode canonically from decoded fields,
+except that the fast path re-emits partition/topic tagged fields byte for byte as received.)
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
+
+from .compiler import KafkaStruct, _default_value, struct_for, write_uvarint
+from .errors import CodecError
+from .model import Message
+from .messages import response_spec
+
+FETCH_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 18
+FIRST_FLEXIBLE = 12  # FetchResponse.json "flexibleVersions": "12+"
+FIRST_TOPIC_ID = 13  # Topic (name) "versions": "0-12", TopicId "13+"
+FIRST_NODE_ENDPOINTS = 16  # NodeEndpoints: tagged, tag 0, "16+"
+NODE_ENDPOINTS_TAG = 0
+_API = "FetchResponse"
+
+Buffer = bytes | bytearray | memoryview
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I32_2 = struct.Struct(">ii")
+_U16_LEN = struct.Struct(">h")
+_ABORTED = struct.Struct(">qq")  # ProducerId, FirstOffset
+_TOP_V4 = struct.Struct(">ii")  # ThrottleTimeMs, Responses count
+_TOP_V7 = struct.Struct(">ihii")  # ThrottleTimeMs, ErrorCode, SessionId, Responses count
+_TOP_FLEX = struct.Struct(">ihi")  # ThrottleTimeMs, ErrorCode, SessionId (count is a uvarint)
+# Partition header up to and including the AbortedTransactions count (non-flexible, int32 count, -1 = null)
+_PART_V4 = struct.Struct(">ihqqi")  # PartitionIndex, ErrorCode, HighWatermark, LastStableOffset, count
+_PART_V5 = struct.Struct(">ihqqqi")  # ... LogStartOffset (5+), count
+_PART_FLEX = struct.Struct(">ihqqq")  # flexible: the count that follows is a uvarint
+# Encode-side shortcuts for the common "no aborted transactions" partition header (one pack per partition)
+_PART_V4_NULL = struct.Struct(">ihqqii")  # ..., count -1, Records length
+_PART_V5_NULL = struct.Struct(">ihqqqii")  # ..., count -1, Records length
+_PART_V11_NULL = struct.Struct(">ihqqqiii")  # ..., count -1, PreferredReadReplica, Records length
+_PART_FLEX_PROBE = struct.Struct(">ihqqqBiBB")  # decode: ..., count byte, PreferredReadReplica, 2 length bytes
+_PART_FLEX_NULL_1 = struct.Struct(">ihqqqBiB")  # ..., Records compact length as a 1-byte uvarint
+_PART_FLEX_NULL_2 = struct.Struct(">ihqqqBiBB")  # ..., Records compact length as a 2-byte uvarint
+
+#: small uvarints, precomputed (compact lengths and counts are almost always < 128)
+_UV = [bytes([i]) for i in range(128)]
+_EMPTY_TAGS = b"\x00"
+
+
+def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    """Kafka ByteUtils.readUnsignedVarint at ``pos`` (at most 5 bytes): (value, next position)."""
+    value = 0
+    shift = 0
+    for i in range(pos, pos + 5):
+        b = buf[i]  # IndexError past the end -> CodecError in decode()
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i + 1
+        shift += 7
+    raise CodecError("varint longer than 5 bytes", where=pos)
+
+
+def _uv(value: int) -> bytes:
+    return _UV[value] if value < 128 else write_uvarint(value)
+
+
+def _skip_tags(buf: memoryview, pos: int, n: int) -> tuple[memoryview | None, int]:
+    """A tag section at ``pos``: (its raw bytes incl. the count, or None when it is empty, next position).
+
+    Checked like KafkaStruct._parse: ascending tags, sizes within the frame."""
+    count = buf[pos]
+    if count == 0:
+        return None, pos + 1
+    start = pos
+    if count < 0x80:
+        pos += 1
+    else:
+        count, pos = _uvarint(buf, pos)
+    if count > n - pos:
+        raise CodecError(f"{count} tagged fields in {n - pos} bytes", where=pos)
+    last = -1
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos)
+        if tag <= last:
+            raise CodecError(f"tagged field {tag} out of order", where=pos)
+        last = tag
+        size, pos = _uvarint(buf, pos)
+        if size > n - pos:
+            raise CodecError(f"tagged field {tag} size {size} exceeds the {n - pos} bytes remaining", where=pos)
+        pos += size
+    return buf[start:pos], pos
+
+
+def parse_tags(raw: Buffer | None) -> dict[int, memoryview]:
+    """A raw tag section (as kept in ``tags`` attributes) as {tag: raw value}."""
+    out: dict[int, memoryview] = {}
+    if raw is None:
+        return out
+    mv = memoryview(raw)
+    try:
+        count, pos = _uvarint(mv, 0)
+        for _ in range(count):
+            tag, pos = _uvarint(mv, pos)
+            size, pos = _uvarint(mv, pos)
+            if size > len(mv) - pos:
+                raise CodecError(f"tagged field {tag} size {size} exceeds the bytes remaining", where=pos)
+            out[tag] = mv[pos : pos + size]
+            pos += size
+    except IndexError:
+        raise CodecError("truncated tag section") from None
+    return out
+
+
+def build_tags(fields: dict[int, Buffer]) -> bytes | None:
+    """The raw tag section for {tag: raw value} (ascending tags), or None when there are none."""
+    if not fields:
+        return None
+    out = bytearray(write_uvarint(len(fields)))
+    for tag in sorted(fields):
+        raw = fields[tag]
+        out += write_uvarint(tag)
+        out += write_uvarint(len(raw))
+        out += raw
+    return bytes(out)
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+class AbortedTransaction:
+    __slots__ = ("first_offset", "producer_id", "tags")
+
+    def __init__(self, producer_id: int, first_offset: int, tags: Buffer | None = None) -> None:
+        self.producer_id = producer_id
+        self.first_offset = first_offset
+        self.tags = tags  # raw tag section (v12+), None when empty
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, AbortedTransaction) and self.producer_id == other.producer_id
+                and self.first_offset == other.first_offset and _raw(self.tags) == _raw(other.tags))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"AbortedTransaction({self.producer_id}, {self.first_offset})"
+
+
+class FetchPartition:
+    """One partition of a Fetch response. ``records`` is a memoryview into the received frame (or any bytes a
+    policy put there; None is a null record set). ``tags`` is the raw tag section (DivergingEpoch,
+    CurrentLeader, SnapshotId, unknown tags), None when empty or for versions < 12."""
+
+    __slots__ = ("aborted_transactions", "error_code", "high_watermark", "last_stable_offset", "log_start_offset",
+                 "partition_index", "preferred_read_replica", "records", "tags")
+
+    def __init__(
+        self,
+        partition_index: int,
+        error_code: int = 0,
+        high_watermark: int = 0,
+        last_stable_offset: int = -1,
+        log_start_offset: int = -1,
+        aborted_transactions: list[AbortedTransaction] | None = None,
+        preferred_read_replica: int = -1,
+        records: Buffer | None = b"",
+        tags: Buffer | None = None,
+    ) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.aborted_transactions = aborted_transactions
+        self.preferred_read_replica = preferred_read_replica
+        self.records = records
+        self.tags = tags
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FetchPartition):
+            return False
+        return all(
+            (_raw(getattr(self, k)) == _raw(getattr(other, k))) for k in FetchPartition.__slots__
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        size = None if self.records is None else len(self.records)
+        return (f"FetchPartition({self.partition_index}, error={self.error_code}, hw={self.high_watermark}, "
+                f"records={size} bytes)")
+
+    @property
+    def records_size(self) -> int:
+        return 0 if self.records is None else len(self.records)
+
+    def tagged_fields(self) -> dict[int, memoryview]:
+        return parse_tags(self.tags)
+
+
+class FetchTopic:
+    """One topic: ``topic`` (name, versions <= 12) or ``topic_id`` (16-byte UUID, versions >= 13)."""
+
+    __slots__ = ("partitions", "tags", "topic", "topic_id")
+
+    def __init__(self, topic: str = "", topic_id: bytes = bytes(16), partitions: list[FetchPartition] | None = None,
+                 tags: Buffer | None = None) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = partitions if partitions is not None else []
+        self.tags = tags
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, FetchTopic) and self.topic == other.topic and self.topic_id == other.topic_id
+                and self.partitions == other.partitions and _raw(self.tags) == _raw(other.tags))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        name = self.topic or self.topic_id.hex()
+        return f"FetchTopic({name!r}, {len(self.partitions)} partitions)"
+
+
+class NodeEndpoint:
+    """An entry of NodeEndpoints (KIP-951): where a client finds a partition's new leader."""
+
+    __slots__ = ("host", "node_id", "port", "rack", "tags")
+
+    def __init__(self, node_id: int, host: str, port: int, rack: str | None = None,
+                 tags: Buffer | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+        self.tags = tags
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, NodeEndpoint) and (self.node_id, self.host, self.port, self.rack)
+                == (other.node_id, other.host, other.port, other.rack) and _raw(self.tags) == _raw(other.tags))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"NodeEndpoint({self.node_id}, {self.host!r}, {self.port}, rack={self.rack!r})"
+
+
+def _raw(v: Any) -> Any:
+    return bytes(v) if isinstance(v, memoryview) else v
+
+
+class FetchResponseView:
+    """A decoded Fetch response body (the part after the response header), editable in place."""
+
+    __slots__ = ("error_code", "node_endpoints", "session_id", "throttle_time_ms", "topics", "unknown_tags",
+                 "version")
+
+    def __init__(
+        self,
+        version: int,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        session_id: int = 0,
+        topics: list[FetchTopic] | None = None,
+        node_endpoints: list[NodeEndpoint] | None = None,
+        unknown_tags: dict[int, Buffer] | None = None,
+    ) -> None:
+        if not MIN_VERSION <= version <= MAX_VERSION:
+            raise CodecError(f"Fetch response version {version} outside {MIN_VERSION}-{MAX_VERSION}",
+                             api=_API, version=version)
+        self.version = version
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.session_id = session_id
+        self.topics = topics if topics is not None else []
+        self.node_endpoints = node_endpoints if node_endpoints is not None else []
+        self.unknown_tags = unknown_tags if unknown_tags is not None else {}  # top-level tags except tag 0 (v16+)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, FetchResponseView) and self.version == other.version
+                and (self.throttle_time_ms, self.error_code, self.session_id)
+                == (other.throttle_time_ms, other.error_code, other.session_id)
+                and self.topics == other.topics and self.node_endpoints == other.node_endpoints
+                and {k: _raw(v) for k, v in self.unknown_tags.items()}
+                == {k: _raw(v) for k, v in other.unknown_tags.items()})
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        n = sum(len(t.partitions) for t in self.topics)
+        return f"FetchResponseView(v{self.version}, {len(self.topics)} topics, {n} partitions)"
+
+    def partitions(self) -> Iterable[tuple[FetchTopic, FetchPartition]]:
+        for t in self.topics:
+            for p in t.partitions:
+                yield t, p
+
+    @property
+    def records_size(self) -> int:
+        return sum(p.records_size for t in self.topics for p in t.partitions)
+
+    # ----------------------------------------------------------------------------------------- decode
+
+    @classmethod
+    def decode(cls, body: Buffer, version: int) -> FetchResponseView:
+        """Decode a Fetch response body (after the response header). Record bytes are not copied: the view
+        keeps slices of ``body`` (pass a memoryview of a buffer that is not modified while the view lives)."""
+        return decode(body, version)
+
+    # ----------------------------------------------------------------------------------------- encode
+
+    def encode(self) -> tuple[list[Buffer], int]:
+        """The body as scatter buffers (header bytes and the record memoryviews, uncopied) and its length."""
+        return encode(self)
+
+    def encode_frame(self, correlation_id: int, header_tags: Buffer | None = None) -> tuple[list[Buffer], int]:
+        """A whole response frame: 4-byte size, response header (v1 with its tag section for versions >= 12,
+        KIP-482), then the body; ready for ``transport.writelines``."""
+        buffers, size = encode(self)
+        if self.version >= FIRST_FLEXIBLE:
+            head = _I32.pack(correlation_id) + (bytes(header_tags) if header_tags else _EMPTY_TAGS)
+        else:
+            head = _I32.pack(correlation_id)
+        size += len(head)
+        return [_I32.pack(size) + head, *buffers], size + 4
+
+    def to_bytes(self) -> bytes:
+        """The body as one bytes object (copies the records: for tests and small responses)."""
+        return b"".join(encode(self)[0])
+
+    # ----------------------------------------------------------------------------------------- Message
+
+    def to_message(self) -> Message:
+        """The same :class:`Message` as ``response_codec(1, version).decode`` returns for the encoded body."""
+        return _to_message(self)
+
+    @classmethod
+    def from_message(cls, msg: Message, version: int) -> FetchResponseView:
+        """The view of a construct-model Fetch response (records are referenced, not copied)."""
+        return _from_message(msg, version)
+
+
+# --------------------------------------------------------------------------------------------- decode
+
+
+def decode_frame(frame: Buffer, version: int) -> tuple[int, memoryview | None, FetchResponseView]:
+    """Decode a whole response frame (after the 4-byte size): (correlation id, raw response-header tag section
+    or None, body view)."""
+    mv = memoryview(frame)
+    try:
+        (corr,) = _I32.unpack_from(mv, 0)
+        pos = 4
+        tags = None
+        if version >= FIRST_FLEXIBLE:
+            tags, pos = _skip_tags(mv, pos, len(mv))
+    except (struct.error, IndexError):
+        raise CodecError("truncated Fetch response header", api=_API, version=version) from None
+    except CodecError as e:
+        raise e.located(api=_API, version=version) from None
+    return corr, tags, decode(mv[pos:], version)
+
+
+def decode(body: Buffer, version: int) -> FetchResponseView:
+    """Decode a Fetch response body; see :meth:`FetchResponseView.decode`."""
+    if not MIN_VERSION <= version <= MAX_VERSION:
+        raise CodecError(f"Fetch response version {version} outside {MIN_VERSION}-{MAX_VERSION}",
+                         api=_API, version=version)
+    mv = body if isinstance(body, memoryview) else memoryview(body)
+    try:
+        if version >= FIRST_FLEXIBLE:
+            view, pos = _decode_flexible(mv, version)
+        else:
+            view, pos = _decode_classic(mv, version)
+    except CodecError as e:
+        raise e.located(api=_API, version=version) from None
+    except (struct.error, IndexError):
+        raise CodecError("truncated Fetch response", api=_API, version=version) from None
+    except UnicodeDecodeError:
+        raise CodecError("topic name is not valid UTF-8", api=_API, version=version) from None
+    except (ValueError, OverflowError, MemoryError) as e:
+        raise CodecError(f"{type(e).__name__}: {e}", api=_API, version=version) from None
+    if pos != len(mv):
+        raise CodecError(f"{len(mv) - pos} trailing bytes", where=pos, api=_API, version=version)
+    return view
+
+
+def _decode_classic(mv: memoryview, version: int) -> tuple[FetchResponseView, int]:
+    """Versions 4-11: int16-length strings, int32 counts and lengths, no tagged fields."""
+    n = len(mv)
+    if version >= 7:
+        throttle, error_code, session_id, ntopics = _TOP_V7.unpack_from(mv, 0)
+        pos = 14
+    else:
+        throttle, ntopics = _TOP_V4.unpack_from(mv, 0)
+        error_code = session_id = 0
+        pos = 8
+    if ntopics < 0 or ntopics > n - pos:
+        raise CodecError(f"Responses: array count {ntopics} invalid for the {n - pos} bytes remaining", where=pos)
+    head = _PART_V5 if version >= 5 else _PART_V4
+    head_size = head.size
+    unpack_head = head.unpack_from
+    has_lss = version >= 5
+    has_pref = version >= 11
+    unpack_i32 = _I32.unpack_from
+    unpack_i32_2 = _I32_2.unpack_from
+    unpack_aborted = _ABORTED.unpack_from
+    topics: list[FetchTopic] = []
+    for _ in range(ntopics):
+        (nlen,) = _U16_LEN.unpack_from(mv, pos)
+        pos += 2
+        if nlen < 0 or nlen > n - pos:
+            raise CodecError(f"Topic: string length {nlen} invalid for the {n - pos} bytes remaining", where=pos)
+        name = str(mv[pos : pos + nlen], "utf-8")
+        pos += nlen
+        (nparts,) = unpack_i32(mv, pos)
+        pos += 4
+        if nparts < 0 or nparts > n - pos:
+            raise CodecError(f"Partitions: array count {nparts} invalid for the {n - pos} bytes remaining",
+                             where=pos)
+        parts: list[FetchPartition] = []
+        append = parts.append
+        for _ in range(nparts):
+            if has_lss:
+                idx, err, hw, lso, lss, acount = unpack_head(mv, pos)
+            else:
+                idx, err, hw, lso, acount = unpack_head(mv, pos)
+                lss = -1
+            pos += head_size
+            aborted: list[AbortedTransaction] | None = None
+            if acount != -1:
+                if acount < 0 or acount * 16 > n - pos:
+                    raise CodecError(f"AbortedTransactions: array count {acount} invalid for the {n - pos} "
+                                     "bytes remaining", where=pos)
+                aborted = []
+                for _ in range(acount):
+                    pid, first = unpack_aborted(mv, pos)
+                    aborted.append(AbortedTransaction(pid, first))
+                    pos += 16
+            if has_pref:
+                pref, rlen = unpack_i32_2(mv, pos)
+                pos += 8
+            else:
+                pref = -1
+                (rlen,) = unpack_i32(mv, pos)
+                pos += 4
+            if rlen >= 0:
+                end = pos + rlen
+                if end > n:
+                    raise CodecError(f"Records: declared length {rlen} exceeds the {n - pos} bytes remaining",
+                                     where=pos)
+                records: memoryview | None = mv[pos:end]
+                pos = end
+            elif rlen == -1:
+                records = None
+            else:
+                raise CodecError(f"Records: length {rlen}", where=pos)
+            append(FetchPartition(idx, err, hw, lso, lss, aborted, pref, records, None))
+        topics.append(FetchTopic(name, bytes(16), parts, None))
+    return FetchResponseView(version, throttle, error_code, session_id, topics), pos
+
+
+def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, int]:
+    """Versions 12-18 (KIP-482): compact strings/arrays/bytes (uvarint length + 1, 0 = null), a tag section
+    after every struct."""
+    n = len(mv)
+    throttle, error_code, session_id = _TOP_FLEX.unpack_from(mv, 0)
+    pos = 10
+    ntopics = mv[pos]
+    if ntopics < 0x80:
+        pos += 1
+    else:
+        ntopics, pos = _uvarint(mv, pos)
+    ntopics -= 1
+    if ntopics < 0 or ntopics > n - pos:
+        raise CodecError(f"Responses: array count {ntopics} invalid for the {n - pos} bytes remaining", where=pos)
+    by_id = version >= FIRST_TOPIC_ID
+    unpack_head = _PART_FLEX_PROBE.unpack_from
+    unpack_i32 = _I32.unpack_from
+    new_partition = object.__new__
+    topics: list[FetchTopic] = []
+    for _ in range(ntopics):
+        if by_id:
+            topic_id = bytes(mv[pos : pos + 16])
+            if len(topic_id) != 16:
+                raise CodecError("truncated TopicId", where=pos)
+            name = ""
+            pos += 16
+        else:
+            topic_id = bytes(16)
+            nlen, pos = _uvarint(mv, pos)
+            nlen -= 1
+            if nlen < 0 or nlen > n - pos:
+                raise CodecError(f"Topic: string length {nlen} invalid for the {n - pos} bytes remaining",
+                                 where=pos)
+            name = str(mv[pos : pos + nlen], "utf-8")
+            pos += nlen
+        nparts = mv[pos]
+        if nparts < 0x80:
+            pos += 1
+        else:
+            nparts, pos = _uvarint(mv, pos)
+        nparts -= 1
+        if nparts < 0 or nparts > n - pos:
+            raise CodecError(f"Partitions: array count {nparts} invalid for the {n - pos} bytes remaining",
+                             where=pos)
+        parts: list[FetchPartition] = []
+        append = parts.append
+        for _ in range(nparts):
+            # One unpack for the common partition: AbortedTransactions null (compact count 0) and a record set
+            # of less than 16 KiB (a 1- or 2-byte compact length): PartitionIndex .. LogStartOffset, the count
+            # byte, PreferredReadReplica and two bytes that start the Records length. No valid partition is
+            # shorter than these 37 bytes (30 + count 1 + 4 + null records 1 + tags 1).
+            head = unpack_head(mv, pos)
+            b0 = head[7]
+            if head[5] == 0 and (b0 < 0x80 or head[8] < 0x80):
+                if b0 < 0x80:
+                    rlen = b0
+                    pos += 36
+                else:
+                    rlen = (b0 & 0x7F) | (head[8] << 7)
+                    pos += 37
+                aborted: list[AbortedTransaction] | None = None
+            else:
+                aborted, pos = _flexible_aborted(mv, pos + 30, n, head[5])
+                (pref,) = unpack_i32(mv, pos)
+                head = (*head[:6], pref, 0, 0)
+                rlen, pos = _uvarint(mv, pos + 4)
+            if rlen:
+                end = pos + rlen - 1
+                if end > n:
+                    raise CodecError(f"Records: declared length {rlen - 1} exceeds the {n - pos} bytes "
+                                     "remaining", where=pos)
+                records: memoryview | None = mv[pos:end]
+                pos = end
+            else:
+                records = None
+            if mv[pos]:
+                ptags, pos = _skip_tags(mv, pos, n)
+            else:
+                ptags = None
+                pos += 1
+            # Built without __init__ (a third cheaper: this runs once per partition on the hot path).
+            p = new_partition(FetchPartition)
+            (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset, _,
+             p.preferred_read_replica, _, _) = head
+            p.aborted_transactions = aborted
+            p.records = records
+            p.tags = ptags
+            append(p)
+        ttags, pos = _skip_tags(mv, pos, n)
+        topics.append(FetchTopic(name, topic_id, parts, ttags))
+    # Top-level tag section: NodeEndpoints (tag 0) is decoded from v16, everything else kept raw.
+    raw_tags, pos = _skip_tags(mv, pos, n)
+    unknown: dict[int, Buffer] = {}
+    endpoints: list[NodeEndpoint] = []
+    if raw_tags is not None:
+        for tag, raw in parse_tags(raw_tags).items():
+            if tag == NODE_ENDPOINTS_TAG and version >= FIRST_NODE_ENDPOINTS:
+                endpoints = _decode_endpoints(raw)
+            else:
+                unknown[tag] = raw
+    return FetchResponseView(version, throttle, error_code, session_id, topics, endpoints, unknown), pos
+
+
+def _flexible_aborted(mv: memoryview, pos: int, n: int, first: int) -> tuple[list[AbortedTransaction] | None, int]:
+    """A flexible AbortedTransactions array at ``pos`` (its first byte is ``first``): (list or None, next pos)."""
+    if first == 0:
+        return None, pos + 1
+    count, pos = _uvarint(mv, pos)
+    count -= 1
+    if count * 17 > n - pos:
+        raise CodecError(f"AbortedTransactions: array count {count} invalid for the {n - pos} bytes remaining",
+                         where=pos)
+    aborted = []
+    unpack_aborted = _ABORTED.unpack_from
+    for _ in range(count):
+        pid, first_offset = unpack_aborted(mv, pos)
+        if mv[pos + 16] == 0:
+            tags = None
+            pos += 17
+        else:
+            tags, pos = _skip_tags(mv, pos + 16, n)
+        aborted.append(AbortedTransaction(pid, first_offset, tags))
+    return aborted, pos
+
+
+def _compact_string(mv: memoryview, pos: int, nullable: bool, what: str) -> tuple[str | None, int]:
+    size, pos = _uvarint(mv, pos)
+    size -= 1
+    if size < 0:
+        if nullable:
+            return None, pos
+        raise CodecError(f"{what}: null not allowed here", where=pos)
+    if size > len(mv) - pos:
+        raise CodecError(f"{what}: declared length {size} exceeds the {len(mv) - pos} bytes remaining", where=pos)
+    return str(mv[pos : pos + size], "utf-8"), pos + size
+
+
+def _decode_endpoints(raw: memoryview) -> list[NodeEndpoint]:
+    n = len(raw)
+    count, pos = _uvarint(raw, 0)
+    count -= 1
+    if count < 0:
+        # NodeEndpoints is not nullable (FetchResponse.json has no nullableVersions for it)
+        raise CodecError("NodeEndpoints: null array not allowed")
+    if count > n - pos:
+        raise CodecError(f"NodeEndpoints: array count {count} exceeds the {n - pos} bytes remaining")
+    out: list[NodeEndpoint] = []
+    for _ in range(count):
+        (node_id,) = _I32.unpack_from(raw, pos)
+        host, pos = _compact_string(raw, pos + 4, False, "Host")
+        (port,) = _I32.unpack_from(raw, pos)
+        rack, pos = _compact_string(raw, pos + 4, True, "Rack")
+        tags, pos = _skip_tags(raw, pos, n)
+        out.append(NodeEndpoint(node_id, host or "", port, rack, tags))
+    if pos != n:
+        raise CodecError(f"NodeEndpoints: {n - pos} trailing bytes")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- encode
+
+
+def encode(view: FetchResponseView) -> tuple[list[Buffer], int]:
+    """Scatter-encode; see :meth:`FetchResponseView.encode`."""
+    try:
+        if view.version >= FIRST_FLEXIBLE:
+            return _encode_flexible(view)
+        return _encode_classic(view)
+    except struct.error as e:
+        raise CodecError(f"cannot encode: {e}", api=_API, version=view.version) from None
+    except (TypeError, AttributeError, UnicodeEncodeError) as e:
+        raise CodecError(f"cannot encode: {type(e).__name__}: {e}", api=_API, version=view.version) from None
+
+
+def _encode_classic(view: FetchResponseView) -> tuple[list[Buffer], int]:
+    version = view.version
+    out: list[Buffer] = []
+    emit = out.append
+    if version >= 7:
+        top = _TOP_V7.pack(view.throttle_time_ms, view.error_code, view.session_id, len(view.topics))
+    else:
+        top = _TOP_V4.pack(view.throttle_time_ms, len(view.topics))
+    pending: list[Buffer] = [top]
+    add = pending.append
+    total = 0
+    has_lss = version >= 5
+    has_pref = version >= 11
+    null_head = _PART_V11_NULL.pack if has_pref else (_PART_V5_NULL.pack if has_lss else _PART_V4_NULL.pack)
+    head = (_PART_V5 if has_lss else _PART_V4).pack
+    pack_i32 = _I32.pack
+    pack_aborted = _ABORTED.pack
+    for t in view.topics:
+        name = t.topic.encode("utf-8")
+        add(_U16_LEN.pack(len(name)))
+        add(name)
+        add(pack_i32(len(t.partitions)))
+        for p in t.partitions:
+            records = p.records
+            rlen = -1 if records is None else len(records)
+            aborted = p.aborted_transactions
+            if aborted is None:
+                if has_pref:
+                    add(null_head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                  p.log_start_offset, -1, p.preferred_read_replica, rlen))
+                elif has_lss:
+                    add(null_head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                  p.log_start_offset, -1, rlen))
+                else:
+                    add(null_head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                  -1, rlen))
+            else:
+                if has_lss:
+                    add(head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                             p.log_start_offset, len(aborted)))
+                else:
+                    add(head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                             len(aborted)))
+                for a in aborted:
+                    add(pack_aborted(a.producer_id, a.first_offset))
+                if has_pref:
+                    add(pack_i32(p.preferred_read_replica))
+                add(pack_i32(rlen))
+            if rlen > 0:
+                chunk = b"".join(pending)
+                emit(chunk)
+                emit(records)  # type: ignore[arg-type]
+                total += len(chunk) + rlen
+                pending.clear()
+    if pending:
+        chunk = b"".join(pending)
+        emit(chunk)
+        total += len(chunk)
+    return out, total
+
+
+def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
+    version = view.version
+    out: list[Buffer] = []
+    emit = out.append
+    # Header bytes accumulate in ``buf`` until a non-empty record set is reached; then ``buf`` and the record
+    # view are emitted as two buffers and a new ``buf`` starts (bytearray += is amortised O(1), so long runs of
+    # empty partitions stay linear).
+    buf = bytearray(_TOP_FLEX.pack(view.throttle_time_ms, view.error_code, view.session_id))
+    buf += _uv(len(view.topics) + 1)
+    by_id = version >= FIRST_TOPIC_ID
+    pack_null_1 = _PART_FLEX_NULL_1.pack
+    pack_null_2 = _PART_FLEX_NULL_2.pack
+    head = _PART_FLEX.pack
+    pack_i32 = _I32.pack
+    pack_aborted = _ABORTED.pack
+    for t in view.topics:
+        if by_id:
+            if len(t.topic_id) != 16:
+                raise CodecError(f"topic id of {len(t.topic_id)} bytes", api=_API, version=version)
+            buf += t.topic_id
+        else:
+            name = t.topic.encode("utf-8")
+            buf += _uv(len(name) + 1)
+            buf += name
+        buf += _uv(len(t.partitions) + 1)
+        for p in t.partitions:
+            records = p.records
+            size = 0 if records is None else len(records) + 1  # compact length; 0 = null
+            if p.aborted_transactions is None and size < 16384:
+                if size < 128:
+                    buf += pack_null_1(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                       p.log_start_offset, 0, p.preferred_read_replica, size)
+                else:
+                    buf += pack_null_2(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                       p.log_start_offset, 0, p.preferred_read_replica,
+                                       (size & 0x7F) | 0x80, size >> 7)
+            else:
+                aborted = p.aborted_transactions
+                buf += head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                            p.log_start_offset)
+                if aborted is None:
+                    buf.append(0)
+                else:
+                    buf += _uv(len(aborted) + 1)
+                    for a in aborted:
+                        buf += pack_aborted(a.producer_id, a.first_offset)
+                        buf += _EMPTY_TAGS if a.tags is None else a.tags
+                buf += pack_i32(p.preferred_read_replica)
+                buf += _uv(size)
+            if size > 1:
+                emit(buf)
+                emit(records)  # type: ignore[arg-type]
+                buf = bytearray()
+            tags = p.tags
+            if tags is None:
+                buf.append(0)
+            else:
+                buf += tags
+        buf += _EMPTY_TAGS if t.tags is None else t.tags
+    buf += _top_tags(view)
+    emit(buf)
+    return out, sum(map(len, out))
+
+
+def _encode_endpoints(endpoints: list[NodeEndpoint]) -> bytes:
+    out = bytearray(_uv(len(endpoints) + 1))
+    for e in endpoints:
+        host = e.host.encode("utf-8")
+        out += _I32.pack(e.node_id) + _uv(len(host) + 1) + host + _I32.pack(e.port)
+        if e.rack is None:
+            out += b"\x00"
+        else:
+            rack = e.rack.encode("utf-8")
+            out += _uv(len(rack) + 1) + rack
+        out += _EMPTY_TAGS if e.tags is None else e.tags
+    return bytes(out)
+
+
+def _top_tags(view: FetchResponseView) -> bytes:
+    fields: dict[int, Buffer] = dict(view.unknown_tags)
+    if view.version >= FIRST_NODE_ENDPOINTS:
+        # A tagged field is written only when it differs from its default, the empty list (KafkaStruct._build,
+        # Kafka's generated FetchResponseData.write).
+        fields.pop(NODE_ENDPOINTS_TAG, None)
+        if view.node_endpoints:
+            fields[NODE_ENDPOINTS_TAG] = _encode_endpoints(view.node_endpoints)
+    return build_tags(fields) or _EMPTY_TAGS
+
+
+# --------------------------------------------------------------------------------------------- Message
+
+
+class _Structs:
+    """The construct structs of one Fetch response version, for the tagged fields the fast path keeps raw."""
+
+    def __init__(self, version: int) -> None:
+        top = struct_for(response_spec(FETCH_KEY), version)
+        self.top = top
+        self.topic: KafkaStruct = _element(top, "responses")
+        self.partition: KafkaStruct = _element(self.topic, "partitions")
+        self.aborted: KafkaStruct = _element(self.partition, "aborted_transactions")
+        self.endpoint: KafkaStruct | None = (
+            top.tagged[NODE_ENDPOINTS_TAG][1].element if top.tagged and NODE_ENDPOINTS_TAG in top.tagged else None
+        )
+
+
+def _element(st: KafkaStruct, name: str) -> KafkaStruct:
+    for fname, sub, _ in st.plain:
+        if fname == name:
+            return sub.element  # type: ignore[no-any-return]
+    raise CodecError(f"FetchResponse spec has no field {name}")  # pragma: no cover - the spec defines them
+
+
+@cache
+def _structs(version: int) -> _Structs:
+    return _Structs(version)
+
+
+def _tags_to_fields(st: KafkaStruct, raw: Buffer | None, d: dict[str, Any]) -> None:
+    """Fill ``d`` with ``st``'s tagged fields from a raw tag section, like KafkaStruct._parse does."""
+    tagged = st.tagged or {}
+    for fname, sub, dflt in tagged.values():
+        d[fname] = _default_value(sub, dflt)
+    unknown: dict[int, bytes] = {}
+    for tag, value in parse_tags(raw).items():
+        known = tagged.get(tag)
+        if known is None:
+            unknown[tag] = bytes(value)
+            continue
+        stream = io.BytesIO(value)
+        try:
+            d[known[0]] = known[1]._parse(stream, None, "")
+        except CodecError:
+            raise
+        except Exception as e:  # construct primitives: struct.error, StreamError ...
+            raise CodecError(f"tagged field {tag}: {type(e).__name__}: {e}") from None
+        if stream.tell() != len(value):
+            raise CodecError(f"{st.struct_name}: tagged field {tag} has {len(value) - stream.tell()} trailing bytes")
+    if unknown:
+        d["unknown_tags"] = unknown
+
+
+def _fields_to_tags(st: KafkaStruct, d: dict[str, Any]) -> bytes | None:
+    """The raw tag section for a Message's tagged fields, like KafkaStruct._build writes it."""
+    fields: dict[int, Buffer] = {}
+    for tag, (fname, sub, dflt) in (st.tagged or {}).items():
+        if fname not in d or d[fname] == _default_value(sub, dflt):
+            continue
+        buf = io.BytesIO()
+        sub._build(d[fname], buf, None, "")
+        fields[tag] = buf.getvalue()
+    for tag, raw in (d.get("unknown_tags") or {}).items():
+        fields[tag] = raw
+    return build_tags(fields)
+
+
+def _to_message(view: FetchResponseView) -> Message:
+    v = view.version
+    flexible = v >= FIRST_FLEXIBLE
+    st = _structs(v) if flexible else None
+    responses = []
+    for t in view.topics:
+        parts = []
+        for p in t.partitions:
+            d: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "error_code": p.error_code,
+                "high_watermark": p.high_watermark,
+                "last_stable_offset": p.last_stable_offset,
+            }
+            if v >= 5:
+                d["log_start_offset"] = p.log_start_offset
+            if p.aborted_transactions is None:
+                d["aborted_transactions"] = None
+            else:
+                aborted = []
+                for a in p.aborted_transactions:
+                    ad: dict[str, Any] = {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    if st is not None:
+                        _tags_to_fields(st.aborted, a.tags, ad)
+                    aborted.append(Message(**ad))
+                d["aborted_transactions"] = aborted
+            if v >= 11:
+                d["preferred_read_replica"] = p.preferred_read_replica
+            d["records"] = p.records
+            if st is not None:
+                _tags_to_fields(st.partition, p.tags, d)
+            parts.append(Message(**d))
+        td: dict[str, Any] = {"topic_id": t.topic_id} if v >= FIRST_TOPIC_ID else {"topic": t.topic}
+        td["partitions"] = parts
+        if st is not None:
+            _tags_to_fields(st.topic, t.tags, td)
+        responses.append(Message(**td))
+    top: dict[str, Any] = {"throttle_time_ms": view.throttle_time_ms}
+    if v >= 7:
+        top["error_code"] = view.error_code
+        top["session_id"] = view.session_id
+    top["responses"] = responses
+    if flexible:
+        if v >= FIRST_NODE_ENDPOINTS:
+            eps = []
+            for e in view.node_endpoints:
+                ed: dict[str, Any] = {"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack}
+                assert st is not None and st.endpoint is not None
+                _tags_to_fields(st.endpoint, e.tags, ed)
+                eps.append(Message(**ed))
+            top["node_endpoints"] = eps
+        if view.unknown_tags:
+            top["unknown_tags"] = {k: bytes(raw) for k, raw in view.unknown_tags.items()}
+    return Message(**top)
+
+
+def _from_message(msg: Message, version: int) -> FetchResponseView:
+    flexible = version >= FIRST_FLEXIBLE
+    st = _structs(version) if flexible else None
+    top = msg.fields()
+    topics = []
+    for t in top.get("responses") or []:
+        td = t.fields()
+        parts = []
+        for p in td.get("partitions") or []:
+            pd = p.fields()
+            aborted = None
+            if pd.get("aborted_transactions") is not None:
+                aborted = [
+                    AbortedTransaction(a.producer_id, a.first_offset,
+                                       _fields_to_tags(st.aborted, a.fields()) if st is not None else None)
+                    for a in pd["aborted_transactions"]
+                ]
+            parts.append(FetchPartition(
+                pd.get("partition_index", 0),
+                pd.get("error_code", 0),
+                pd.get("high_watermark", 0),
+                pd.get("last_stable_offset", -1),
+                pd.get("log_start_offset", -1),
+                aborted,
+                pd.get("preferred_read_replica", -1),
+                pd.get("records"),
+                _fields_to_tags(st.partition, pd) if st is not None else None,
+            ))
+        topics.append(FetchTopic(
+            td.get("topic", ""),
+            td.get("topic_id", bytes(16)),
+            parts,
+            _fields_to_tags(st.topic, td) if st is not None else None,
+        ))
+    endpoints = []
+    if version >= FIRST_NODE_ENDPOINTS:
+        assert st is not None and st.endpoint is not None
+        for e in top.get("node_endpoints") or []:
+            endpoints.append(NodeEndpoint(e.node_id, e.host, e.port, e.get("rack"),
+                                          _fields_to_tags(st.endpoint, e.fields())))
+    unknown = dict(top.get("unknown_tags") or {}) if flexible else {}
+    return FetchResponseView(version, top.get("throttle_time_ms", 0), top.get("error_code", 0),
+                             top.get("session_id", 0), topics, endpoints, unknown)

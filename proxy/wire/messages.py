@@ -1,0 +1,200 @@
+"""Kafka request/response frames: the API registry, headers, and decode/encode of whole frames.
+
+A *frame* here is what follows the 4-byte size prefix on the wire: header + body. Header versions follow
+Kafka's ApiMessageType.requestHeaderVersion/responseHeaderVersion: request header v2 and response header v1
+for flexible API versions, v1/v0 otherwise — except ApiVersions responses, which always use header v0 so a
+client can read them before it knows what the broker supports (KIP-511).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from .compiler import Codec, compiled_for
+from .errors import CodecError
+from .model import Message
+from .schema import MessageSpec, Versions, kafka_spec, manifest
+
+API_VERSIONS_KEY = 18
+
+_HDR = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+_CORR = struct.Struct(">i")
+
+
+@cache
+def _api_names() -> dict[int, str]:
+    """api key -> API name ("Fetch"), from every *Request.json spec kafka-python ships."""
+    names: dict[int, str] = {}
+    pkg = resources.files("kafka.protocol.schemas.resources")
+    for entry in pkg.iterdir():
+        fname = entry.name
+        if fname.endswith("Request.json"):
+            spec = kafka_spec(fname[: -len(".json")])
+            if spec.api_key is not None:
+                names[spec.api_key] = fname[: -len("Request.json")]
+    return names
+
+
+def api_name(api_key: int) -> str:
+    """The API's name, or "Unknown(N)" for a key Kafka's specs (as shipped) do not describe."""
+    return _api_names().get(api_key, f"Unknown({api_key})")
+
+
+def known_api(api_key: int) -> bool:
+    return api_key in _api_names()
+
+
+@cache
+def request_spec(api_key: int) -> MessageSpec:
+    if api_key not in _api_names():
+        raise CodecError(f"unknown api key {api_key}", api=api_key)
+    return kafka_spec(_api_names()[api_key] + "Request")
+
+
+@cache
+def response_spec(api_key: int) -> MessageSpec:
+    if api_key not in _api_names():
+        raise CodecError(f"unknown api key {api_key}", api=api_key)
+    return kafka_spec(_api_names()[api_key] + "Response")
+
+
+def request_codec(api_key: int, version: int) -> Codec:
+    return compiled_for(request_spec(api_key), version)
+
+
+def response_codec(api_key: int, version: int) -> Codec:
+    return compiled_for(response_spec(api_key), version)
+
+
+@cache
+def decoded_versions(api_key: int) -> Versions | None:
+    """The versions of ``api_key`` Sluice decodes (codecs/manifest.json), or None if it never decodes it."""
+    for entry in manifest()["apis"].values():
+        if entry["key"] == api_key:
+            valid = request_spec(api_key).valid
+            if entry["versions"] == "all":
+                return valid
+            wanted = Versions.parse(entry["versions"])
+            return Versions(max(valid.low, wanted.low), min(valid.high, wanted.high))
+    return None
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    return 2 if api_version in request_spec(api_key).flexible else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    return 1 if api_version in response_spec(api_key).flexible else 0
+
+
+@cache
+def header_codec(kind: str, version: int) -> Codec:
+    return compiled_for(kafka_spec(kind), version)
+
+
+# --------------------------------------------------------------------------------------------- requests
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    """What the proxy reads from every request without decoding its body (cheap: one struct unpack)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    #: offset of the body in the frame, or None when the API is unknown (its header version is then unknown)
+    body_offset: int | None
+
+
+def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
+    """Read the request header's fixed part (identical in header v1 and v2) and locate the body."""
+    if len(frame) < _HDR.size:
+        raise CodecError(f"request frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, corr, n = _HDR.unpack_from(frame, 0)
+    pos = _HDR.size
+    client_id: str | None = None
+    if n >= 0:
+        if pos + n > len(frame):
+            raise CodecError(f"client id length {n} exceeds the frame", where=pos, api=api_key, version=api_version)
+        try:
+            client_id = bytes(frame[pos : pos + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CodecError("client id is not UTF-8", where=pos, api=api_key, version=api_version) from None
+        pos += n
+    elif n != -1:
+        raise CodecError(f"client id length {n}", where=pos - 2, api=api_key, version=api_version)
+    body: int | None = None
+    if known_api(api_key) and api_version in request_spec(api_key).valid:
+        if request_header_version(api_key, api_version) >= 2:
+            stream = io.BytesIO(frame)
+            header_codec("RequestHeader", 2).decode_from(stream)  # validates and skips the tag section
+            pos = stream.tell()
+        body = pos
+    return RequestHeader(api_key, api_version, corr, client_id, body)
+
+
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[Message, Message]:
+    """Decode a whole request frame into (header, body)."""
+    peek = peek_request_header(frame)
+    if not known_api(peek.api_key):
+        raise CodecError(f"unknown api key {peek.api_key}", api=peek.api_key, version=peek.api_version)
+    stream = io.BytesIO(frame)
+    header = header_codec("RequestHeader", request_header_version(peek.api_key, peek.api_version)).decode_from(
+        stream
+    )
+    codec = request_codec(peek.api_key, peek.api_version)
+    body = codec.decode_from(stream)
+    if stream.tell() != len(frame):
+        raise CodecError(f"{len(frame) - stream.tell()} trailing bytes", api=codec.spec.name, version=codec.version)
+    return header, body
+
+
+def encode_request(header: Message, body: Message) -> bytes:
+    """Encode (header, body); the API and version come from the header."""
+    api_key, version = header.request_api_key, header.request_api_version
+    stream = io.BytesIO()
+    header_codec("RequestHeader", request_header_version(api_key, version)).encode_into(header, stream)
+    request_codec(api_key, version).encode_into(body, stream)
+    return stream.getvalue()
+
+
+# --------------------------------------------------------------------------------------------- responses
+
+
+def response_correlation_id(frame: bytes | bytearray | memoryview) -> int:
+    if len(frame) < 4:
+        raise CodecError(f"response frame of {len(frame)} bytes has no correlation id")
+    return int(_CORR.unpack_from(frame, 0)[0])
+
+
+def response_body_offset(api_key: int, api_version: int, frame: bytes | bytearray | memoryview) -> int:
+    """Where the body starts: after the correlation id, and the tag section for header v1."""
+    if response_header_version(api_key, api_version) == 0:
+        return 4
+    stream = io.BytesIO(frame)
+    header_codec("ResponseHeader", 1).decode_from(stream)
+    return stream.tell()
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes | bytearray | memoryview) -> tuple[Message, Message]:
+    stream = io.BytesIO(frame)
+    header = header_codec("ResponseHeader", response_header_version(api_key, api_version)).decode_from(stream)
+    codec = response_codec(api_key, api_version)
+    body = codec.decode_from(stream)
+    if stream.tell() != len(frame):
+        raise CodecError(f"{len(frame) - stream.tell()} trailing bytes", api=codec.spec.name, version=codec.version)
+    return header, body
+
+
+def encode_response(api_key: int, api_version: int, header: Message, body: Message) -> bytes:
+    stream = io.BytesIO()
+    header_codec("ResponseHeader", response_header_version(api_key, api_version)).encode_into(header, stream)
+    response_codec(api_key, api_version).encode_into(body, stream)
+    return stream.getvalue()

@@ -1,0 +1,34 @@
+"""The test rig: a real Apache Kafka 4.x broker (KRaft, single node) and Kafka's Java client tools.
+
+Tests, benches and `make run` get Kafka from here, never from a mock. See ARCHITECTURE.md, "The real broker (rig)".
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rig.java_tools import JavaTools, PerfResult
+    from rig.kafka import KAFKA_VERSION, KafkaBroker, RigError, find_java, find_libs
+
+# Names are imported lazily (PEP 562) so that `python -m rig.kafka` does not import rig.kafka twice (once via
+# this package, once as __main__), which would give two atexit registries and a runpy warning.
+_EXPORTS = {
+    "KAFKA_VERSION": "rig.kafka",
+    "KafkaBroker": "rig.kafka",
+    "RigError": "rig.kafka",
+    "find_java": "rig.kafka",
+    "find_libs": "rig.kafka",
+    "JavaTools": "rig.java_tools",
+    "PerfResult": "rig.java_tools",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rig' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,921 @@
+"""A real Apache Kafka 4.x broker for tests, benches and `make run`.
+
+Kafka runs as one KRaft node in combined mode (broker + controller in one JVM), bound to 127.0.0.1 on free ports,
+with its own temporary directory for config, data and logs. Nothing here mocks Kafka: if Java or the jars are
+missing, that is an error, never a skip.
+
+Where the jars come from, in order (ARCHITECTURE.md, "The real broker (rig)"):
+  1. ``$KAFKA_HOME/libs`` when KAFKA_HOME is set (an unpacked official release);
+  2. the cache ``${SLUICE_CACHE:-~/.cache/sluice}/kafka-<version>/libs`` when a previous fetch completed;
+  3. Maven Central, via ``mvn dependency:copy-dependencies`` over ``rig/pom.xml``, into that cache;
+  4. the official release tarball (archive.apache.org / downloads.apache.org), into that cache.
+
+CLI: ``python -m rig.kafka fetch`` (make sure the jars are present, print the libs dir) and
+``python -m rig.kafka start`` (run a broker until Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+# The version the rig is tested with; SLUICE_KAFKA_VERSION tries another 4.x release (the pom takes it too).
+KAFKA_VERSION: str = os.environ.get("SLUICE_KAFKA_VERSION", "4.1.2")
+SCALA_VERSION = "2.13"
+
+POM_PATH = Path(__file__).resolve().parent / "pom.xml"
+_MARKER = ".complete"
+
+# Light JVM flags for a 2-core CI machine, measured (see rig/README numbers in the PR description):
+# - SerialGC: no GC worker threads competing with the proxy and clients for the two cores;
+# - TieredStopAtLevel=1 (C1 only): startup and short tests are dominated by JIT warm-up, and C2 compiler threads
+#   would steal a core from the proxy under test; peak broker throughput is not what the tests measure
+#   (benches report ratios measured against the same broker);
+# - -XX:-UsePerfData: no hsperfdata mmap file in /tmp, slightly faster start.
+DEFAULT_BROKER_JVM_OPTS: tuple[str, ...] = (
+    "-Xms64m",
+    "-Xmx512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData",
+    "-Djava.awt.headless=true",
+)
+
+
+class RigError(RuntimeError):
+    """The rig could not provide a working broker or tool (missing Java, jars, failed start...)."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Locating Java and the Kafka jars
+# --------------------------------------------------------------------------------------------------------------
+
+
+def find_java() -> str:
+    """Path of the `java` executable: $JAVA_HOME/bin/java, else the one on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("java")
+    if not found:
+        raise RigError("java not found (set JAVA_HOME or put a Java 17+ `java` on PATH); Kafka 4.x needs Java 17+")
+    return found
+
+
+def cache_root() -> Path:
+    """Where downloaded jars live: ${SLUICE_CACHE:-~/.cache/sluice}."""
+    return Path(os.environ.get("SLUICE_CACHE") or Path.home() / ".cache" / "sluice").expanduser()
+
+
+def _has_kafka_jars(libs: Path) -> bool:
+    # The broker jar (kafka_<scala>-<v>.jar) and the tools jar are the two the rig runs classes from.
+    return libs.is_dir() and any(libs.glob("kafka_*.jar")) and any(libs.glob("kafka-tools-*.jar"))
+
+
+def _pom_digest() -> str:
+    return hashlib.sha256(POM_PATH.read_bytes()).hexdigest() if POM_PATH.is_file() else ""
+
+
+def _read_marker(dest: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((dest / _MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _cache_state(dest: Path) -> str:
+    """'missing', 'stale' (fetched by Maven from a pom that has changed since) or 'ok'."""
+    marker = _read_marker(dest)
+    if marker is None or not _has_kafka_jars(dest / "libs"):
+        return "missing"
+    # A pom change (e.g. another log4j binding) must reach every machine's cache, so Maven-fetched caches
+    # remember which pom produced them. Tarball caches are the official layout and never go stale.
+    if marker.get("source") == "maven" and marker.get("pom_sha256") != _pom_digest():
+        return "stale"
+    return "ok"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Exclusive lock so two processes (parallel `make`, pytest workers) never fetch into the cache at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _fetch_with_maven(version: str, libs_out: Path) -> None:
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise RigError("mvn not found on PATH")
+    if not POM_PATH.is_file():
+        raise RigError(f"{POM_PATH} is missing")
+    cmd = [
+        mvn, "-q", "-B", "-f", str(POM_PATH),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={libs_out}",
+        "-DincludeScope=runtime",
+        f"-Dkafka.version={version}",
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise RigError(f"mvn timed out after {exc.timeout:.0f}s") from exc
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
+        raise RigError(f"mvn exited with {proc.returncode}:\n{tail}")
+    if not _has_kafka_jars(libs_out):
+        raise RigError(f"mvn succeeded but {libs_out} has no kafka_*.jar / kafka-tools-*.jar")
+
+
+def _fetch_release_tarball(version: str, libs_out: Path) -> None:
+    name = f"kafka_{SCALA_VERSION}-{version}"
+    urls = [
+        f"https://downloads.apache.org/kafka/{version}/{name}.tgz",
+        f"https://archive.apache.org/dist/kafka/{version}/{name}.tgz",
+    ]
+    errors: list[str] = []
+    for url in urls:
+        try:
+            with tempfile.TemporaryFile() as tmp:
+                with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - fixed https URLs
+                    shutil.copyfileobj(resp, tmp)
+                tmp.seek(0)
+                libs_out.mkdir(parents=True, exist_ok=True)
+                with tarfile.open(fileobj=tmp, mode="r:gz") as tar:
+                    # Only regular files directly under <name>/libs/, written by basename: no path traversal.
+                    for member in tar.getmembers():
+                        parts = member.name.split("/")
+                        if member.isfile() and len(parts) == 3 and parts[1] == "libs" and parts[2]:
+                            src = tar.extractfile(member)
+                            if src is not None:
+                                with src, open(libs_out / parts[2], "wb") as out:
+                                    shutil.copyfileobj(src, out)
+            if _has_kafka_jars(libs_out):
+                return
+            errors.append(f"{url}: archive has no libs/kafka_*.jar")
+        except Exception as exc:  # network errors come in many classes; all mean "try the next source"
+            errors.append(f"{url}: {exc}")
+    raise RigError("release tarball download failed:\n  " + "\n  ".join(errors))
+
+
+def fetch_kafka(version: str = KAFKA_VERSION, *, force: bool = False) -> Path:
+    """Download the Kafka jars into the cache (Maven first, then the release tarball); return the libs dir.
+
+    Atomic: jars land in a temp dir next to the cache entry, which is renamed into place with its marker only
+    once complete, so an interrupted fetch never leaves a half-filled cache that looks usable.
+    """
+    root = cache_root()
+    dest = root / f"kafka-{version}"
+    with _file_lock(root / f".kafka-{version}.lock"):
+        state = _cache_state(dest)
+        if state == "ok" and not force:
+            return dest / "libs"
+        errors: list[str] = []
+        for source, fetch in (("maven", _fetch_with_maven), ("tarball", _fetch_release_tarball)):
+            tmp = Path(tempfile.mkdtemp(prefix=f".kafka-{version}-", dir=root))
+            try:
+                print(f"rig: fetching Kafka {version} jars ({source}) into {dest} ...", file=sys.stderr)
+                fetch(version, tmp / "libs")
+                marker = {"version": version, "source": source, "pom_sha256": _pom_digest(), "time": time.time()}
+                (tmp / _MARKER).write_text(json.dumps(marker) + "\n")
+                tmp.chmod(0o755)  # mkdtemp makes it 0700; the cache may be shared by users
+                if dest.exists():
+                    shutil.rmtree(dest)
+                os.rename(tmp, dest)
+                return dest / "libs"
+            except RigError as exc:
+                errors.append(f"{source}: {exc}")
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        if state == "stale":
+            # Offline with a cache from an older pom: a working broker beats a clear error.
+            print(f"rig: WARNING: could not refresh {dest}, using the existing jars", file=sys.stderr)
+            return dest / "libs"
+        raise RigError(
+            f"could not get Kafka {version} jars. Set KAFKA_HOME to an unpacked Kafka release, or allow "
+            "access to Maven Central / apache.org.\n" + "\n".join(errors)
+        )
+
+
+def find_libs(version: str = KAFKA_VERSION, *, fetch: bool = True) -> Path:
+    """The directory of Kafka jars to run (see the module docstring for the search order)."""
+    kafka_home = os.environ.get("KAFKA_HOME")
+    if kafka_home:
+        libs = Path(kafka_home).expanduser() / "libs"
+        if not _has_kafka_jars(libs):
+            # The user chose this Kafka explicitly: silently using another one would hide the mistake.
+            raise RigError(f"KAFKA_HOME={kafka_home} but {libs} has no kafka_*.jar and kafka-tools-*.jar")
+        return libs.resolve()
+    dest = cache_root() / f"kafka-{version}"
+    if _cache_state(dest) == "ok":
+        return dest / "libs"
+    if not fetch:
+        raise RigError(f"Kafka {version} jars are not in {dest}; run `python -m rig.kafka fetch`")
+    return fetch_kafka(version)
+
+
+def classpath(libs_dir: Path) -> str:
+    # The JVM expands `dir/*` itself (all jars in dir), which keeps the command line short.
+    return f"{libs_dir}/*"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Faster JVM start: quiet unified logging + AppCDS archives
+# --------------------------------------------------------------------------------------------------------------
+
+# JVM unified-logging warnings go to stdout by default, where they would mix with a tool's output (console
+# consumer lines); send them to stderr, and silence CDS chatter (e.g. "Pre JDK 6 class not supported by CDS").
+JVM_LOG_OPTS: tuple[str, ...] = ("-Xlog:disable", "-Xlog:all=warning:stderr", "-Xlog:cds*=off:stderr")
+
+
+def _cds_enabled() -> bool:
+    return os.environ.get("SLUICE_RIG_CDS", "1") != "0"
+
+
+def _cds_archive_path(java: str, libs_dir: Path, main_class: str, jvm_opts: Sequence[str]) -> Path:
+    """Where the class-data sharing archive for this exact launch configuration lives.
+
+    The key covers everything the JVM checks when it maps the archive (the JDK build, the classpath jars,
+    the options), so a JDK upgrade or another set of jars gets a new archive instead of a silently unusable one.
+    """
+    real_java = Path(os.path.realpath(java))
+    ident: list[object] = [str(real_java), main_class, list(jvm_opts), str(libs_dir.resolve())]
+    for f in (real_java, real_java.parent.parent / "lib" / "server" / "libjvm.so"):
+        with contextlib.suppress(OSError):
+            st = f.stat()
+            ident.append([str(f), st.st_size, st.st_mtime_ns])
+    for jar in sorted(libs_dir.glob("*.jar")):
+        st = jar.stat()
+        ident.append([jar.name, st.st_size, st.st_mtime_ns])
+    key = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
+    short = main_class.rsplit(".", 1)[-1]
+    return cache_root() / "cds" / f"{short}-{key}.jsa"
+
+
+def cds_options(
+    java: str, libs_dir: Path, main_class: str, jvm_opts: Sequence[str], *, create: bool = True
+) -> tuple[list[str], Path | None]:
+    """JVM options to use (or create) an AppCDS archive for this launch, and the pending archive to commit.
+
+    Why: most of a Kafka JVM's start is loading and verifying ~5k classes from 90 jars. A dynamic CDS archive
+    (JDK 13+) maps them pre-parsed: measured on the 2-core machine, the broker goes from ~2.0 s to ~1.0 s to
+    ready, a console producer run from 1.1 s to 0.4 s. The first launch of each kind writes the archive at JVM
+    exit (a few seconds extra, once per machine); later launches map it. If the JVM cannot use an archive it
+    falls back to normal class loading (-Xshare:auto), so this only ever costs speed. SLUICE_RIG_CDS=0 disables.
+
+    Returns (options, pending): when `pending` is not None the JVM will dump to that temp file; pass it to
+    `cds_finish()` after the process exits, which renames it into place only after a clean exit. With
+    `create=False` an existing archive is used but none is written (for processes whose exit nobody awaits).
+    """
+    if not _cds_enabled():
+        return [*JVM_LOG_OPTS], None
+    try:
+        archive = _cds_archive_path(java, libs_dir, main_class, jvm_opts)
+        if archive.is_file() and archive.stat().st_size > 0:
+            return [*JVM_LOG_OPTS, f"-XX:SharedArchiveFile={archive}"], None
+        if not create:
+            return [*JVM_LOG_OPTS], None
+        archive.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return [*JVM_LOG_OPTS], None  # unwritable cache: run without CDS
+    pending = archive.with_name(f".{archive.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    return [*JVM_LOG_OPTS, f"-XX:ArchiveClassesAtExit={pending}"], pending
+
+
+def cds_finish(pending: Path | None, clean_exit: bool) -> None:
+    """Move a freshly dumped archive into place (atomic rename), or drop it if the JVM did not exit cleanly."""
+    if pending is None:
+        return
+    final = pending.with_name(pending.name[1:].split(".jsa.", 1)[0] + ".jsa")
+    try:
+        if clean_exit and pending.is_file() and pending.stat().st_size > 0:
+            os.replace(pending, final)
+        else:
+            pending.unlink(missing_ok=True)
+    except OSError:
+        with contextlib.suppress(OSError):
+            pending.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Small helpers
+# --------------------------------------------------------------------------------------------------------------
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct free TCP ports, picked by the kernel (all sockets held open until all are picked)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def random_cluster_id() -> str:
+    """A Kafka Uuid string (base64url, no padding), as `kafka-storage random-uuid` prints."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        # Kafka's Uuid.randomUuid() rejects ids starting with '-' (they look like CLI flags); so do we.
+        if not cid.startswith("-"):
+            return cid
+
+
+def _set_pdeathsig() -> None:
+    """In the child before exec: ask Linux to SIGTERM the JVM when its parent dies.
+
+    atexit does not run when the Python process is SIGKILLed (OOM killer, CI timeout); this still stops the
+    broker then, so no JVM outlives the test run. Linux-only (prctl PR_SET_PDEATHSIG = 1); harmless elsewhere.
+    """
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        buf += chunk
+    return bytes(buf)
+
+
+def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> list[tuple[int, str, int]]:
+    """One Metadata round trip over a raw socket; returns the (node_id, host, port) the broker advertises.
+
+    Metadata v4 on purpose: Kafka 4.0 removed Metadata v0-v3 (KIP-896), and v4 is the oldest version left,
+    non-flexible (no tagged fields), so it is a dozen lines of struct. A broker lists itself here only once it
+    has registered with the controller and been unfenced, i.e. when it can serve produce/fetch.
+    """
+    client_id = b"sluice-rig"
+    # request header v1: api_key=3 (Metadata), api_version=4, correlation_id, client_id (int16-length string)
+    header = struct.pack(">hhih", 3, 4, 1, len(client_id)) + client_id
+    # body v4: topics = empty array (no topics: cheapest), allow_auto_topic_creation = false
+    body = struct.pack(">i?", 0, False)
+    frame = header + body
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+        resp = _recv_exact(sock, size)
+    # response header v0: correlation_id; body v4: throttle_time_ms, brokers[node_id, host, port, rack?], ...
+    correlation_id, _throttle, count = struct.unpack_from(">iii", resp, 0)
+    if correlation_id != 1:
+        raise ValueError(f"unexpected correlation id {correlation_id}")
+    pos = 12
+    brokers: list[tuple[int, str, int]] = []
+    for _ in range(count):
+        (node_id, hlen) = struct.unpack_from(">ih", resp, pos)
+        pos += 6
+        bhost = resp[pos : pos + hlen].decode()
+        pos += hlen
+        (bport, rlen) = struct.unpack_from(">ih", resp, pos)
+        pos += 6 + max(rlen, 0)
+        brokers.append((node_id, bhost, bport))
+    return brokers
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The broker
+# --------------------------------------------------------------------------------------------------------------
+
+# Brokers started and not yet stopped; atexit stops them so an interrupted test run never leaks a JVM.
+_LIVE: set[KafkaBroker] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _stop_all_at_exit() -> None:
+    with _LIVE_LOCK:
+        brokers = list(_LIVE)
+    for broker in brokers:
+        with contextlib.suppress(Exception):
+            broker.close()
+
+
+atexit.register(_stop_all_at_exit)
+
+_LOG4J2_BROKER = """\
+# Written by rig/kafka.py: the broker logs to one file in its temp dir, nothing on the console.
+status = error
+name = sluice-rig-broker
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log_path}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+# Chatty below INFO-worthy: per-connection client logs, state-change traces, the request logger.
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = WARN
+"""
+
+
+class KafkaBroker:
+    """One real Kafka 4.x node (KRaft, combined broker + controller) on 127.0.0.1.
+
+    >>> with KafkaBroker() as broker:        # formats storage, starts, waits until it serves Metadata
+    ...     use(broker.bootstrap)            # "127.0.0.1:PORT"
+    ...     broker.restart()                 # same ports, same data
+
+    Ports are chosen at construction (or given) and kept across restarts, so clients and a proxy in front can
+    reconnect to the same address. The temp dir (config, data, logs) lives until `close()`.
+    """
+
+    def __init__(
+        self,
+        *,
+        libs_dir: Path | str | None = None,
+        node_id: int = 1,
+        port: int | None = None,
+        controller_port: int | None = None,
+        work_dir: Path | str | None = None,
+        overrides: Mapping[str, str | int | float | bool] | None = None,
+        jvm_opts: Sequence[str] | None = None,
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 30.0,
+        keep_work_dir: bool | None = None,
+    ) -> None:
+        self._libs_dir = Path(libs_dir).resolve() if libs_dir is not None else find_libs()
+        self._java = find_java()
+        self._node_id = node_id
+        # Auto-picked ports may be taken by someone else between picking and binding: only then is a retry with
+        # fresh ports allowed (see start()).
+        self._auto_ports = port is None and controller_port is None
+        if port is None or controller_port is None:
+            picked = free_ports(2)
+            port = port if port is not None else picked[0]
+            controller_port = controller_port if controller_port is not None else picked[1]
+        self._port = port
+        self._controller_port = controller_port
+        self._owns_work_dir = work_dir is None
+        self._work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="sluice-kafka-"))
+        self._work_dir.mkdir(parents=True, exist_ok=True)
+        self._overrides = dict(overrides or {})
+        env_opts = os.environ.get("SLUICE_KAFKA_JVM_OPTS")
+        if jvm_opts is not None:
+            self._jvm_opts = list(jvm_opts)
+        elif env_opts:
+            self._jvm_opts = env_opts.split()
+        else:
+            self._jvm_opts = list(DEFAULT_BROKER_JVM_OPTS)
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self._keep_work_dir = (
+            keep_work_dir if keep_work_dir is not None else os.environ.get("SLUICE_KEEP_KAFKA_DIR") == "1"
+        )
+        self._cluster_id = random_cluster_id()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stdout: IO[bytes] | None = None
+        # A CDS archive this JVM writes at exit; kept only if it exits by itself or on SIGTERM (see stop()).
+        self._cds_pending: Path | None = None
+        self._formatted = (self.data_dir / "meta.properties").exists()
+        self._closed = False
+        self._log_offset = 0
+        #: seconds the last start() took (storage format + JVM start + readiness), for benches and reports
+        self.last_start_seconds: float | None = None
+
+    # ---- properties --------------------------------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def controller_port(self) -> int:
+        return self._controller_port
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self._port}"
+
+    @property
+    def node_id(self) -> int:
+        return self._node_id
+
+    @property
+    def libs_dir(self) -> Path:
+        return self._libs_dir
+
+    @property
+    def work_dir(self) -> Path:
+        return self._work_dir
+
+    @property
+    def data_dir(self) -> Path:
+        return self._work_dir / "data"
+
+    @property
+    def config_path(self) -> Path:
+        return self._work_dir / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's log4j2 log (the JVM's own stdout/stderr go to `stdout_path`)."""
+        return self._work_dir / "broker.log"
+
+    @property
+    def stdout_path(self) -> Path:
+        return self._work_dir / "stdout.log"
+
+    @property
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # ---- configuration -----------------------------------------------------------------------------------
+
+    def server_properties(self) -> dict[str, str]:
+        """The broker config, overrides applied last."""
+        p, c = self._port, self._controller_port
+        props: dict[str, Any] = {
+            "process.roles": "broker,controller",
+            "node.id": self._node_id,
+            # A static voter set (KIP-595) rather than controller.quorum.bootstrap.servers + `format --standalone`
+            # (KIP-853): both work in 4.1, but with static voters the formatted data dir holds no controller
+            # endpoint, so nothing in it depends on the port.
+            "controller.quorum.voters": f"{self._node_id}@127.0.0.1:{c}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            # Single node: every internal topic must fit on one replica, or groups/transactions/share groups
+            # never get a coordinator (defaults are 3 replicas, min ISR 2).
+            "offsets.topic.replication.factor": 1,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "share.coordinator.state.topic.replication.factor": 1,
+            "share.coordinator.state.topic.min.isr": 1,
+            # Fewer internal partitions than the default 50: creating __consumer_offsets on the first group
+            # join is otherwise the slowest step of a fresh broker's first test.
+            "offsets.topic.num.partitions": 5,
+            "transaction.state.log.num.partitions": 5,
+            "share.coordinator.state.topic.num.partitions": 5,
+            # Tests join groups all the time; the default 3 s wait for more members would dominate them.
+            "group.initial.rebalance.delay.ms": 0,
+            "num.partitions": 1,
+            "default.replication.factor": 1,
+            "min.insync.replicas": 1,
+            "auto.create.topics.enable": "true",
+            "delete.topic.enable": "true",
+            # After a crash (kill()), the restarted node cannot register again until the controller has expired the
+            # dead incarnation's session: 9 s by default. 4 s (heartbeat 1 s) makes hard restarts ~2x faster and
+            # is still far above any stall an in-process heartbeat sees on a loaded 2-core machine.
+            "broker.heartbeat.interval.ms": 1000,
+            "broker.session.timeout.ms": 4000,
+            # Two cores: fewer threads than the defaults (3 network, 8 I/O, 1 recovery) keeps the JVM light.
+            "num.network.threads": 2,
+            "num.io.threads": 4,
+        }
+        for key, value in self._overrides.items():
+            props[key] = value
+        return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in props.items()}
+
+    def _write_config(self) -> None:
+        lines = ["# Written by rig/kafka.py"]
+        lines += [f"{k}={v}" for k, v in self.server_properties().items()]
+        self.config_path.write_text("\n".join(lines) + "\n")
+        log4j = self._work_dir / "log4j2.properties"
+        # log4j2 properties treat backslashes as escapes; temp paths never contain them on Linux.
+        log4j.write_text(_LOG4J2_BROKER.format(log_path=self.log_path))
+
+    def _format_storage(self) -> None:
+        main = "kafka.tools.StorageTool"
+        opts = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData"]
+        cds, pending = cds_options(self._java, self._libs_dir, main, opts)
+        cmd = [
+            self._java, *opts, *cds,
+            f"-Dlog4j2.configurationFile={self._work_dir / 'log4j2.properties'}",
+            "-cp", classpath(self._libs_dir),
+            main, "format",
+            "--cluster-id", self._cluster_id,
+            "--config", str(self.config_path),
+        ]  # fmt: skip
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            cds_finish(pending, clean_exit=False)
+            raise RigError(f"kafka storage format timed out after {exc.timeout:.0f}s") from exc
+        cds_finish(pending, clean_exit=proc.returncode == 0)
+        if proc.returncode != 0:
+            raise RigError(f"kafka storage format failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        self._formatted = True
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> KafkaBroker:
+        """Format storage (first start only), start the JVM, and return once the broker serves Metadata."""
+        if self._closed:
+            raise RigError("this KafkaBroker was closed")
+        if self.is_running:
+            return self
+        t0 = time.monotonic()
+        attempts = 3 if (self._auto_ports and not self._formatted) else 1
+        for attempt in range(1, attempts + 1):
+            self._write_config()
+            if not self._formatted:
+                self._format_storage()
+            try:
+                self._spawn()
+                self._wait_ready(time.monotonic() + self.startup_timeout)
+                break
+            except RigError:
+                self._kill_now()
+                port_taken = "failed to bind" in self._log_since_spawn()
+                if attempt < attempts and port_taken:
+                    # Someone took a port we picked: fresh ports, fresh (port-independent but maybe half-written)
+                    # storage, and try again.
+                    self._port, self._controller_port = free_ports(2)
+                    shutil.rmtree(self.data_dir, ignore_errors=True)
+                    self._formatted = False
+                    continue
+                raise
+        self.last_start_seconds = time.monotonic() - t0
+        return self
+
+    def _spawn(self) -> None:
+        cds, self._cds_pending = cds_options(self._java, self._libs_dir, "kafka.Kafka", self._jvm_opts)
+        cmd = [
+            self._java,
+            *self._jvm_opts,
+            *cds,
+            f"-Dlog4j2.configurationFile={self._work_dir / 'log4j2.properties'}",
+            "-cp", classpath(self._libs_dir),
+            "kafka.Kafka", str(self.config_path),
+        ]  # fmt: skip
+        # Where this run's log starts: the log is appended to across restarts, errors are reported per run.
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._stdout = open(self.stdout_path, "ab")  # noqa: SIM115 - closed in _reap()
+        # PR_SET_PDEATHSIG fires when the *thread* that forked exits, so only use it from the main thread.
+        preexec = _set_pdeathsig if threading.current_thread() is threading.main_thread() else None
+        self._proc = subprocess.Popen(
+            cmd,
+            cwd=self._work_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=self._stdout,
+            stderr=subprocess.STDOUT,
+            # Own process group: a Ctrl-C in the terminal reaches Python, which then stops the broker in
+            # order (and the proxy before it), instead of every JVM receiving SIGINT at once.
+            start_new_session=True,
+            preexec_fn=preexec,  # noqa: PLW1509 - see above
+        )
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    def _wait_ready(self, deadline: float) -> None:
+        last_error = "no answer yet"
+        while True:
+            assert self._proc is not None
+            code = self._proc.poll()
+            if code is not None:
+                raise RigError(f"Kafka broker exited with code {code} during startup\n{self.log_tail()}")
+            try:
+                brokers = metadata_brokers(self.host, self._port, timeout=2.0)
+                if any(b[0] == self._node_id and b[2] == self._port for b in brokers):
+                    return
+                last_error = f"Metadata lists brokers {brokers}, not node {self._node_id} yet"
+            except (OSError, ValueError, struct.error) as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                raise RigError(
+                    f"Kafka broker not ready after {self.startup_timeout:.0f}s ({last_error})\n{self.log_tail()}"
+                )
+            # Poll interval for the readiness condition above (not a synchronisation sleep).
+            time.sleep(0.05)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the broker: SIGTERM (controlled shutdown), wait, then SIGKILL. Keeps the data for restart()."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.stop_timeout if timeout is None else timeout)
+            except subprocess.TimeoutExpired:
+                self._kill_now()
+        # Exited on SIGTERM (143) or by itself after a normal start: the JVM's exit path wrote the archive.
+        self._reap(clean_exit=proc.returncode in (0, 143, -signal.SIGTERM))
+
+    def kill(self) -> None:
+        """Crash the broker (SIGKILL, no controlled shutdown); restart() then runs log recovery."""
+        self._kill_now()
+
+    def _kill_now(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=15)
+        self._reap()
+
+    def _reap(self, clean_exit: bool = False) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            cds_finish(self._cds_pending, clean_exit)
+            self._cds_pending = None
+        if self._stdout is not None:
+            self._stdout.close()
+            self._stdout = None
+        if self._proc is not None and self._proc.poll() is not None:
+            self._proc = None
+        if self._proc is None:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+
+    def restart(self, *, hard: bool = False) -> None:
+        """Stop (SIGTERM, or SIGKILL when `hard`) and start again on the same ports with the same data."""
+        if hard:
+            self.kill()
+        else:
+            self.stop()
+        self.start()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the broker process to exit; its exit code, or None if still running after `timeout`."""
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        """Stop the broker and delete its temp dir (unless it was given, or SLUICE_KEEP_KAFKA_DIR=1)."""
+        self.stop()
+        if not self._closed and self._owns_work_dir and not self._keep_work_dir:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+        self._closed = True
+
+    def _log_since_spawn(self) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._log_offset)
+                return fh.read(8 * 1024 * 1024).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_errors(self, limit: int = 10) -> str:
+        """ERROR/FATAL events of the current (or last) run, each with the two lines after it (the exception).
+
+        A failed start logs its cause once and then hundreds of shutdown lines; the tail alone misses it.
+        """
+        lines = self._log_since_spawn().splitlines()
+        picked: list[str] = []
+        events = 0
+        for i, line in enumerate(lines):
+            if "] ERROR " in line or "] FATAL " in line:
+                picked += lines[i : i + 3]
+                events += 1
+                if events >= limit:
+                    break
+        return "\n".join(picked)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """For error messages: this run's ERROR events, then the last lines of the broker log and JVM output."""
+        parts = []
+        errors = self.log_errors()
+        if errors:
+            parts.append(f"--- errors in {self.log_path} ---\n{errors}")
+        for path in (self.log_path, self.stdout_path):
+            text = _tail(path, lines)
+            if text.strip():
+                parts.append(f"--- {path} (last {lines} lines) ---\n{text}")
+        return "\n".join(parts) or f"(no broker output in {self._work_dir})"
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running else "stopped"
+        return f"<KafkaBroker node {self._node_id} {self.bootstrap} {state} dir={self._work_dir}>"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _raise_system_exit(signum: int, _frame: object) -> None:
+    # SIGTERM -> SystemExit so `finally` blocks and atexit stop the broker.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rig.kafka", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_fetch = sub.add_parser("fetch", help="make sure the Kafka jars are present; print the libs dir")
+    p_fetch.add_argument("--force", action="store_true", help="download again even if cached")
+    p_start = sub.add_parser("start", help="start a broker, print its bootstrap address, run until Ctrl-C")
+    p_start.add_argument("--port", type=int, default=None, help="broker listener port (default: a free one)")
+    p_start.add_argument("--keep", action="store_true", help="keep the broker's temp dir after exit")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "fetch":
+            libs = fetch_kafka(KAFKA_VERSION, force=True) if args.force else find_libs()
+            if not os.environ.get("KAFKA_HOME"):
+                # A cache fetched from Maven must still be usable by the JVM; check Java is there too.
+                find_java()
+            print(libs)
+            return 0
+        # Ctrl-C -> KeyboardInterrupt even if a non-interactive shell started us with SIGINT ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _raise_system_exit)
+        broker = KafkaBroker(port=args.port, keep_work_dir=args.keep or None)
+        try:
+            broker.start()
+            print(f"Kafka {KAFKA_VERSION} broker ready in {broker.last_start_seconds:.1f}s", flush=True)
+            print(f"  bootstrap: {broker.bootstrap}", flush=True)
+            print(f"  log:       {broker.log_path}", flush=True)
+            print("Ctrl-C to stop.", flush=True)
+            code = broker.wait()
+            print(f"broker exited with code {code}\n{broker.log_tail()}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            broker.close()
+    except RigError as exc:
+        print(f"rig: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Shared fixtures. The broker comes from rig/ (a real Kafka 4.x, KRaft, single node); see ARCHITECTURE.md.
+
+A missing Java or Kafka is an error, never a skip: these tests exist to run against the real thing.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from rig.java_tools import JavaTools
+from rig.kafka import KafkaBroker
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """One broker for the whole session (a start costs ~1.5 s); tests isolate themselves by topic name."""
+    with KafkaBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def java_tools() -> Iterator[JavaTools]:
+    """Kafka's Java console/perf tools from the same jars; pass them any bootstrap (broker or proxy)."""
+    tools = JavaTools()
+    yield tools
+    tools.close()
+
+
+@pytest.fixture
+def unique_topic(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test uses: readable (from the test name) and unique (random suffix).
+
+    Only [a-zA-Z0-9-]: Kafka treats '.' and '_' as colliding in metric names and warns about mixing them.
+    """
+    base = re.sub(r"[^a-zA-Z0-9-]+", "-", request.node.name).strip("-")[:60]
+    return f"{base}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,99 @@
+"""Bad input is confined to its own connection: the proxy and a concurrent well-behaved client carry on."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from prometheus_client import REGISTRY
+
+from tests.support.proxy import ProxyThread
+from tests.support.records import Rec, assert_same_records, make_records
+
+pytestmark = pytest.mark.broker
+
+
+def rejected(reason: str) -> float:
+    return REGISTRY.get_sample_value("sluice_frames_rejected_total", {"reason": reason}) or 0.0
+
+
+def request(api_key: int, version: int, body: bytes = b"", corr: int = 1) -> bytes:
+    payload = struct.pack(">hhih", api_key, version, corr, 4) + b"test" + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def assert_closed_by_proxy(sock: socket.socket) -> None:
+    """The proxy closes the connection: recv sees EOF (or a reset) within the timeout, no response bytes."""
+    sock.settimeout(15)
+    try:
+        data = sock.recv(65536)
+    except ConnectionResetError:
+        return
+    assert data == b"", f"expected the connection closed, got {data[:64]!r}"
+
+
+BAD_INPUTS = {
+    "garbage": (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "too_large"),
+    "two_gib_frame": (struct.pack(">i", 2**31 - 1) + b"\x00" * 16, "too_large"),
+    "negative_size": (struct.pack(">i", -5), "too_large"),
+    "tiny_frame": (struct.pack(">i", 3) + b"abc", "malformed"),
+    # Metadata v99: beyond the broker's (and Sluice's) range for an API Sluice decodes
+    "metadata_v99": (request(3, 99), "unsupported_version"),
+}
+
+
+@pytest.fixture(scope="module")
+def sluice(kafka_broker):  # type: ignore[no-untyped-def]
+    with ProxyThread(kafka_broker.bootstrap) as p:
+        yield p
+
+
+def test_bad_connections_do_not_disturb_a_consumer(sluice: ProxyThread, unique_topic: str) -> None:
+    records = make_records(200, 1)
+    producer = KafkaProducer(bootstrap_servers=sluice.bootstrap, acks="all")
+    consumer = KafkaConsumer(unique_topic, bootstrap_servers=sluice.bootstrap, group_id=f"g-{unique_topic}",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    got: list[Rec] = []
+
+    def send(rs: list[Rec]) -> None:
+        for r in rs:
+            producer.send(unique_topic, key=r.key, value=r.value, headers=list(r.headers), partition=0,
+                          timestamp_ms=r.timestamp_ms)
+        producer.flush(30)
+
+    def drain(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            for msgs in consumer.poll(timeout_ms=500).values():
+                got.extend(Rec(m.partition, m.key, m.value, tuple(m.headers), m.timestamp) for m in msgs)
+
+    try:
+        send(records[:100])
+        drain(100)
+        before = {reason: rejected(reason) for _, reason in BAD_INPUTS.values()}
+        for name, (data, reason) in BAD_INPUTS.items():
+            with socket.create_connection(("127.0.0.1", sluice.proxy.bootstrap_port)) as s:
+                s.sendall(data)
+                assert_closed_by_proxy(s)
+            assert rejected(reason) > before[reason], f"{name}: no sluice_frames_rejected_total{{{reason}}}"
+            before[reason] = rejected(reason)
+        # A truncated frame, then the client goes away: nothing to answer, nothing else affected.
+        with socket.create_connection(("127.0.0.1", sluice.proxy.bootstrap_port)) as s:
+            s.sendall(struct.pack(">i", 256) + b"\x00\x03" * 10)
+        # An unknown API key is relayed; the broker closes that connection, and Sluice closes the client's.
+        with socket.create_connection(("127.0.0.1", sluice.proxy.bootstrap_port)) as s:
+            s.sendall(request(999, 0))
+            assert_closed_by_proxy(s)
+        # A version beyond the broker's for an API Sluice relays as bytes (DescribeConfigs v99): same.
+        with socket.create_connection(("127.0.0.1", sluice.proxy.bootstrap_port)) as s:
+            s.sendall(request(32, 99, b"\x00\x00\x00\x00"))
+            assert_closed_by_proxy(s)
+        send(records[100:])
+        drain(200)
+    finally:
+        consumer.close()
+        producer.close()
+    assert_same_records(records, got)

@@ -1,0 +1,69 @@
+"""Sluice running in-process on its own event loop thread, for tests that drive real (blocking) clients.
+
+Synchronous clients (kafka-python, confluent-kafka, the Java tools as subprocesses) block the calling thread,
+so the proxy cannot share the test's event loop: it gets a uvloop loop in a daemon thread, and the test
+talks to it through thread-safe calls. Metrics live in this process's default registry, so tests can read
+them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import uvloop
+
+from proxy.config import Settings, load_settings
+from proxy.server import Proxy
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ProxyThread:
+    def __init__(self, upstream: str, **overrides: Any) -> None:
+        # Broker listener ports are base + node id; the rig's single broker is node 1.
+        node_port = free_port()
+        base = {
+            "upstream.bootstrap_servers": [upstream],
+            "listen.bootstrap_port": 0,
+            "listen.broker_port_base": node_port - 1,
+            "admin.enabled": False,
+            "logging.access_log": "off",
+        }
+        base.update(overrides)
+        self.settings: Settings = load_settings(None, env={}).with_overrides(base)
+        self.loop = uvloop.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="sluice-proxy", daemon=True)
+        self._thread.start()
+        self.proxy = Proxy(self.settings)
+        self.call(self.proxy.start())
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.proxy.bootstrap_port}"
+
+    def stop(self) -> None:
+        try:
+            self.call(self.proxy.stop(drain_timeout=2.0))
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
+
+    def __enter__(self) -> ProxyThread:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

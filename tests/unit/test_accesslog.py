@@ -1,0 +1,271 @@
+"""proxy.accesslog: one schema-v1 JSON line per record(), nothing when "off", the operational log setup."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from proxy import accesslog
+from proxy.accesslog import SCHEMA_VERSION, AccessLog, configure_logging, get_access_log, get_logger
+from proxy.config import LoggingSettings
+
+SCHEMA_FIELDS = [
+    "schema",
+    "event",
+    "ts",
+    "conn_id",
+    "client_id",
+    "api",
+    "api_key",
+    "version",
+    "correlation_id",
+    "listener",
+    "upstream",
+    "bytes_client_to_proxy",
+    "bytes_proxy_to_upstream",
+    "bytes_upstream_to_proxy",
+    "bytes_proxy_to_client",
+    "latency_ms",
+    "error_codes",
+    "decoded",
+]
+
+
+def fields(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "conn_id": 7,
+        "client_id": "consumer-1",
+        "api": "Fetch",
+        "api_key": 1,
+        "version": 17,
+        "correlation_id": 42,
+        "bytes_client_to_proxy": 120,
+        "bytes_proxy_to_upstream": 118,
+        "bytes_upstream_to_proxy": 65536,
+        "bytes_proxy_to_client": 65530,
+        "latency_ms": 1.2345678,
+        "error_codes": [],
+        "listener": "127.0.0.1:19093",
+        "upstream": "127.0.0.1:9092",
+        "decoded": True,
+    }
+    base.update(overrides)
+    return base
+
+
+def lines_of(text: str) -> list[dict[str, Any]]:
+    assert text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """configure_logging() changes global state (structlog, the root logger, the access log): undo it."""
+    yield
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, accesslog._SluiceHandler)]:
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    structlog.reset_defaults()
+    accesslog._access_log.close()
+    accesslog._access_log = AccessLog("off")
+
+
+# ------------------------------------------------------------------------------------------------ schema
+
+
+def test_one_line_per_record_with_schema_fields_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "access.jsonl"
+    log = AccessLog(str(path))
+    assert log.enabled
+    log.record(**fields())
+    log.record(**fields(correlation_id=43, error_codes=[1, 6], decoded=False, client_id=None))
+    log.close()
+    first, second = lines_of(path.read_text(encoding="utf-8"))
+    assert list(first) == SCHEMA_FIELDS
+    assert first["schema"] == SCHEMA_VERSION == 1
+    assert first["event"] == "request"
+    expected = fields()
+    expected["latency_ms"] = 1.235  # rounded to microseconds
+    assert {k: first[k] for k in expected} == expected
+    assert (second["correlation_id"], second["error_codes"], second["decoded"]) == (43, [1, 6], False)
+    assert second["client_id"] is None
+
+
+def test_ts_is_iso8601_utc_with_microseconds() -> None:
+    out = io.StringIO()
+    AccessLog(out, clock=lambda: 1700000000.123456).record(**fields())
+    assert lines_of(out.getvalue())[0]["ts"] == "2023-11-14T22:13:20.123456Z"
+
+    out = io.StringIO()
+    before = datetime.now(UTC)
+    AccessLog(out).record(**fields())
+    ts = datetime.fromisoformat(lines_of(out.getvalue())[0]["ts"])
+    assert ts.utcoffset() == timedelta(0)
+    assert before - timedelta(seconds=1) <= ts <= datetime.now(UTC) + timedelta(seconds=1)
+
+
+def test_timestamp_cache_follows_the_clock_across_seconds() -> None:
+    now = [1700000000.999999]
+    out = io.StringIO()
+    log = AccessLog(out, clock=lambda: now[0])
+    log.record(**fields())
+    now[0] = 1700000001.000001
+    log.record(**fields())
+    now[0] = 1700003600.5
+    log.record(**fields())
+    assert [e["ts"] for e in lines_of(out.getvalue())] == [
+        "2023-11-14T22:13:20.999999Z",
+        "2023-11-14T22:13:21.000001Z",
+        "2023-11-14T23:13:20.500000Z",
+    ]
+
+
+@pytest.mark.parametrize("client_id", ['quote"back\\slash', "new\nline", "tab\tnul\x00", "üñí€😀", ""])
+def test_hostile_strings_stay_valid_json(client_id: str) -> None:
+    out = io.StringIO()
+    log = AccessLog(out)
+    log.record(**fields(client_id=client_id, listener='l"1', upstream="u\n1"))
+    (event,) = lines_of(out.getvalue())
+    assert (event["client_id"], event["listener"], event["upstream"]) == (client_id, 'l"1', "u\n1")
+
+
+def test_non_finite_latency_is_null() -> None:
+    out = io.StringIO()
+    log = AccessLog(out)
+    log.record(**fields(latency_ms=float("nan")))
+    log.record(**fields(latency_ms=float("inf")))
+    assert [e["latency_ms"] for e in lines_of(out.getvalue())] == [None, None]
+
+
+def test_client_id_cache_is_bounded() -> None:
+    out = io.StringIO()
+    log = AccessLog(out)
+    for i in range(10_000):  # a client inventing a new client_id per request
+        log.record(**fields(client_id=f"c{i}"))
+    assert len(log._js._cache) <= 4096
+    assert lines_of(out.getvalue())[-1]["client_id"] == "c9999"
+
+
+# ------------------------------------------------------------------------------------- destinations
+
+
+def test_off_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = AccessLog("off")
+    assert not log.enabled
+    log.record(**fields())
+    log.flush()
+    log.close()
+    assert capsys.readouterr() == ("", "")
+    assert list(tmp_path.iterdir()) == []
+    # Through the settings too.
+    log = AccessLog(LoggingSettings(access_log="off"))
+    log.record(**fields())
+    assert capsys.readouterr() == ("", "")
+
+
+def test_dash_means_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    log = AccessLog("-")
+    log.record(**fields())
+    log.close()  # flushes, never closes stdout
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert lines_of(out)[0]["api"] == "Fetch"
+
+
+def test_file_is_appended_and_reopened_after_rotation(tmp_path: Path) -> None:
+    path = tmp_path / "access.jsonl"
+    path.write_text('{"earlier": true}\n', encoding="utf-8")
+    log = AccessLog(str(path))
+    log.record(**fields(correlation_id=1))
+    log.flush()
+    path.rename(tmp_path / "access.jsonl.1")
+    log.reopen()
+    log.record(**fields(correlation_id=2))
+    log.close()
+    rotated = lines_of((tmp_path / "access.jsonl.1").read_text(encoding="utf-8"))
+    assert rotated[0] == {"earlier": True} and rotated[1]["correlation_id"] == 1
+    assert [e["correlation_id"] for e in lines_of(path.read_text(encoding="utf-8"))] == [2]
+
+
+def test_first_line_is_flushed_without_close(tmp_path: Path) -> None:
+    # A quiet proxy must not sit on its only lines until shutdown.
+    path = tmp_path / "access.jsonl"
+    log = AccessLog(str(path))
+    log.record(**fields())
+    assert len(path.read_text(encoding="utf-8").splitlines()) == 1
+    log.close()
+
+
+def test_write_errors_never_reach_the_caller() -> None:
+    class Broken(io.StringIO):
+        def write(self, s: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    log = AccessLog(Broken())
+    log.record(**fields())
+    log.record(**fields())
+    assert log.dropped == 2
+
+
+def test_unopenable_file_fails_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        AccessLog(str(tmp_path / "no" / "such" / "dir" / "access.jsonl"))
+
+
+# ----------------------------------------------------------------------------------- configure_logging
+
+
+def test_configure_logging_sets_access_log_and_json_operational_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    path = tmp_path / "access.jsonl"
+    access = configure_logging(LoggingSettings(level="info", access_log=str(path), format="json"))
+    assert get_access_log() is access
+    access.record(**fields())
+    get_logger("sluice.test").info("listening", port=19092)
+    get_logger("sluice.test").debug("hidden")
+    logging.getLogger("aiohttp.server").warning("library %s", "message")
+    access.close()
+
+    out, err = capsys.readouterr()
+    assert out == ""  # the access log went to its file, the operational log to stderr
+    assert len(lines_of(path.read_text(encoding="utf-8"))) == 1
+    ops = lines_of(err)
+    assert len(ops) == 2
+    assert ops[0]["event"] == "listening" and ops[0]["port"] == 19092
+    assert ops[0]["level"] == "info" and ops[0]["logger"] == "sluice.test"
+    assert datetime.fromisoformat(ops[0]["ts"]).utcoffset() == timedelta(0)
+    assert ops[1]["event"] == "library message" and ops[1]["logger"] == "aiohttp.server"
+    assert ops[1]["level"] == "warning"
+
+
+def test_configure_logging_level_and_reconfigure(
+    capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    log = get_logger("sluice.test")  # created before configuration: must follow it (lazy)
+    configure_logging(LoggingSettings(level="debug", access_log="off"))
+    log.debug("one")
+    configure_logging(LoggingSettings(level="error", access_log="off"))
+    log.warning("two")
+    log.error("three")
+    events = [e["event"] for e in lines_of(capsys.readouterr().err)]
+    assert events == ["one", "three"]
+    assert not get_access_log().enabled
+
+
+def test_console_format_is_not_json(capsys: pytest.CaptureFixture[str], restore_logging: None) -> None:
+    configure_logging(LoggingSettings(access_log="off", format="console"))
+    get_logger("sluice.test").info("hello", who="world")
+    err = capsys.readouterr().err
+    assert "hello" in err and "who" in err
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(err.splitlines()[0])

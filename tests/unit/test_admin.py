@@ -1,0 +1,224 @@
+"""proxy.admin over a real aiohttp server on a free port: /metrics, /healthz, /readyz, the token guard."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy import admin as admin_module
+from proxy import metrics
+from proxy.admin import AdminServer, require_token
+from proxy.config import AdminSettings
+
+Readiness = Callable[[], Awaitable[bool]]
+
+
+class Ready:
+    """A readiness check the test flips; counts calls so the test knows /readyz really asked it."""
+
+    def __init__(self) -> None:
+        self.value = True
+        self.calls = 0
+
+    async def __call__(self) -> bool:
+        self.calls += 1
+        return self.value
+
+
+async def started(readiness: Readiness, **settings: object) -> AdminServer:
+    server = AdminServer(AdminSettings(port=0, **settings), readiness)  # type: ignore[arg-type]
+    await server.start()
+    return server
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        yield session
+
+
+def url(server: AdminServer, path: str) -> str:
+    return f"http://127.0.0.1:{server.port}{path}"
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Parsed exposition: (sample name, sorted labels) -> value. The parser raises on malformed text."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+async def test_metrics_parse_and_show_precreated_children(http: aiohttp.ClientSession) -> None:
+    server = await started(Ready())
+    try:
+        async with http.get(url(server, "/metrics")) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/plain")
+            text = await resp.text()
+    finally:
+        await server.stop()
+    got = samples(text)
+    for direction in metrics.DIRECTIONS:
+        assert ("sluice_bytes_total", (("direction", direction),)) in got
+    for side in metrics.SIDES:
+        assert ("sluice_connections_open", (("side", side),)) in got
+        assert ("sluice_connections_total", (("side", side),)) in got
+    for reason in metrics.REJECT_REASONS:
+        assert ("sluice_frames_rejected_total", (("reason", reason),)) in got
+    assert ("sluice_listeners", ()) in got
+    assert ("sluice_upstream_connect_errors_total", ()) in got
+    build = [labels for (name, labels) in got if name == "sluice_build_info"]
+    assert build and dict(build[0])["version"] == metrics.sluice_version()
+
+
+async def test_metrics_reflect_observations(http: aiohttp.ClientSession) -> None:
+    server = await started(Ready())
+    key_count = ("sluice_requests_total", (("api", "Fetch"), ("version", "17")))
+    key_hist = ("sluice_request_latency_seconds_count", (("api", "Fetch"),))
+    key_bucket = ("sluice_request_latency_seconds_bucket", (("api", "Fetch"), ("le", "0.0025")))
+    key_bytes = ("sluice_bytes_total", (("direction", "proxy_to_client"),))
+    try:
+        async with http.get(url(server, "/metrics")) as resp:
+            before = samples(await resp.text())
+        metrics.observe_request("Fetch", 17, 0.002)
+        metrics.BYTES_PROXY_TO_CLIENT.inc(1234)
+        async with http.get(url(server, "/metrics")) as resp:
+            after = samples(await resp.text())
+    finally:
+        await server.stop()
+    assert after[key_count] - before.get(key_count, 0.0) == 1
+    assert after[key_hist] - before.get(key_hist, 0.0) == 1
+    assert after[key_bucket] - before.get(key_bucket, 0.0) == 1  # 2 ms falls in the 2.5 ms bucket
+    assert after[key_bytes] - before[key_bytes] == 1234
+
+
+async def test_healthz(http: aiohttp.ClientSession) -> None:
+    ready = Ready()
+    ready.value = False  # liveness does not depend on readiness
+    server = await started(ready)
+    try:
+        async with http.get(url(server, "/healthz")) as resp:
+            assert (resp.status, await resp.text()) == (200, "ok\n")
+    finally:
+        await server.stop()
+    assert ready.calls == 0
+
+
+async def test_readyz_follows_readiness(http: aiohttp.ClientSession) -> None:
+    ready = Ready()
+    server = await started(ready)
+    try:
+        async with http.get(url(server, "/readyz")) as resp:
+            assert resp.status == 200
+        ready.value = False
+        async with http.get(url(server, "/readyz")) as resp:
+            assert resp.status == 503
+        ready.value = True
+        async with http.get(url(server, "/readyz")) as resp:
+            assert resp.status == 200
+    finally:
+        await server.stop()
+    assert ready.calls == 3
+
+
+async def test_readyz_is_503_when_check_raises_or_hangs(
+    http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken() -> bool:
+        raise ConnectionRefusedError("upstream down")
+
+    async def hangs() -> bool:
+        await asyncio.sleep(3600)
+        return True
+
+    monkeypatch.setattr(admin_module, "READINESS_TIMEOUT_S", 0.05)
+    for check in (broken, hangs):
+        server = await started(check)
+        try:
+            async with http.get(url(server, "/readyz")) as resp:
+                assert resp.status == 503
+        finally:
+            await server.stop()
+
+
+async def ok_handler(request: web.Request) -> web.Response:
+    return web.Response(text="changed\n")
+
+
+async def test_mutating_route_requires_configured_token(http: aiohttp.ClientSession) -> None:
+    server = AdminServer(AdminSettings(port=0, token="s3cret"), Ready())
+    server.add_route("PUT", "/throttles", ok_handler, mutating=True)
+    await server.start()
+    try:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}):
+            async with http.put(url(server, "/throttles"), headers=headers) as resp:
+                assert resp.status == 401, headers
+                assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+        async with http.put(url(server, "/throttles"), headers={"Authorization": "Bearer s3cret"}) as resp:
+            assert (resp.status, await resp.text()) == (200, "changed\n")
+        # Read-only endpoints stay open: Prometheus and probes carry no token.
+        async with http.get(url(server, "/metrics")) as resp:
+            assert resp.status == 200
+    finally:
+        await server.stop()
+
+
+async def test_no_token_configured_means_no_check(http: aiohttp.ClientSession) -> None:
+    server = AdminServer(AdminSettings(port=0), Ready())
+    server.add_route("PUT", "/throttles", ok_handler, mutating=True)
+    await server.start()
+    try:
+        async with http.put(url(server, "/throttles")) as resp:
+            assert resp.status == 200
+    finally:
+        await server.stop()
+
+
+async def test_require_token_helper_inside_a_handler(http: aiohttp.ClientSession) -> None:
+    async def mixed(request: web.Request) -> web.Response:
+        if request.query.get("write"):
+            require_token(request)
+        return web.Response(text="fine\n")
+
+    server = AdminServer(AdminSettings(port=0, token="t"), Ready())
+    server.add_route("GET", "/mixed", mixed)
+    await server.start()
+    try:
+        async with http.get(url(server, "/mixed")) as resp:
+            assert resp.status == 200
+        async with http.get(url(server, "/mixed?write=1")) as resp:
+            assert resp.status == 401
+        async with http.get(url(server, "/mixed?write=1"), headers={"Authorization": "Bearer t"}) as resp:
+            assert resp.status == 200
+    finally:
+        await server.stop()
+
+
+async def test_port_lifecycle_and_disabled() -> None:
+    server = AdminServer(AdminSettings(port=0), Ready())
+    with pytest.raises(RuntimeError):
+        _ = server.port
+    await server.start()
+    port = server.port
+    assert port > 0
+    with pytest.raises(RuntimeError):
+        server.add_route("GET", "/late", ok_handler)
+    await server.stop()
+    with pytest.raises(RuntimeError):
+        _ = server.port
+    await server.stop()  # idempotent
+    with pytest.raises(OSError):  # the port is really closed
+        await asyncio.open_connection("127.0.0.1", port)
+
+    disabled = AdminServer(AdminSettings(enabled=False, port=0), Ready())
+    await disabled.start()
+    with pytest.raises(RuntimeError):
+        _ = disabled.port
+    await disabled.stop()
