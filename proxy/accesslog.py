@@ -56,7 +56,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from math import isfinite as _isfinite
 from typing import Any, TextIO
 
@@ -261,7 +261,7 @@ class _NamedWriteLogger(structlog.WriteLogger):
         self.name = name
 
 
-def _add_logger_name(logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _add_logger_name(logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     name = getattr(logger, "name", None)
     if name is not None:
         event.setdefault("logger", name)

@@ -27,7 +27,7 @@ Copies for tests::
 
 Adding a section (later: ``[[size_limit]]``, ``[sessions]``, ``[throttle]``) is one model class deriving
 from :class:`Section` plus one field on :class:`Settings`, e.g.
-``sessions: SessionsSettings = Field(default_factory=SessionsSettings)`` or, for an array of tables,
+``sessions: SessionsSettings = SessionsSettings()`` or, for an array of tables,
 ``size_limit: list[SizeLimitRule] = []``. Env overrides, unknown-key errors and error messages then work
 for it without further code (env overrides reach scalar and list-of-scalar keys only).
 """
@@ -49,6 +49,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -180,7 +181,7 @@ class UpstreamSettings(Section):
         default_factory=lambda: ["127.0.0.1:9092"],
         description="Upstream bootstrap brokers, host:port; the rest of the cluster is learnt from Metadata.",
     )
-    connect_timeout_s: Seconds = Field(10.0, description="TCP connect timeout to an upstream broker.")
+    connect_timeout_s: Seconds = Field(default=10.0, description="TCP connect timeout to an upstream broker.")
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -203,13 +204,14 @@ class UpstreamSettings(Section):
 class ListenSettings(Section):
     """Where clients connect. Changing these needs a restart."""
 
-    host: str = Field("127.0.0.1", description="Address the bootstrap and broker listeners bind.")
-    bootstrap_port: Port = Field(19092, description="Port clients bootstrap from.")
+    host: str = Field(default="127.0.0.1", description="Address the bootstrap and broker listeners bind.")
+    bootstrap_port: Port = Field(default=19092, description="Port clients bootstrap from.")
     broker_port_base: Port = Field(
-        19093, description="Upstream broker node N is served on broker_port_base + N; 0 = free port per node."
+        default=19093,
+        description="Upstream broker node N is served on broker_port_base + N; 0 = free port per node.",
     )
     advertised_host: str = Field(
-        "127.0.0.1", description="Host clients are told in Metadata/FindCoordinator/DescribeCluster."
+        default="127.0.0.1", description="Host clients are told in Metadata/FindCoordinator/DescribeCluster."
     )
 
     @field_validator("host")
@@ -229,7 +231,7 @@ class ListenSettings(Section):
 
     @field_validator("broker_port_base")
     @classmethod
-    def _base(cls, value: int, info: Any) -> int:
+    def _base(cls, value: int, info: ValidationInfo) -> int:
         bootstrap = info.data.get("bootstrap_port")
         # base + node id must never land on the bootstrap port; node ids are only known at run time, so the
         # one rule that is always safe is "bootstrap below the broker range".
@@ -245,18 +247,19 @@ class LimitsSettings(Section):
     """Memory and frame bounds (the proxy never buffers without bound)."""
 
     max_frame_bytes: FrameBytes = Field(
-        104857600, description="Largest frame accepted from either side (broker: socket.request.max.bytes)."
+        default=104857600,
+        description="Largest frame accepted from either side (broker: socket.request.max.bytes).",
     )
     write_high_water_bytes: Annotated[int, Field(gt=0)] = Field(
-        4194304, description="Pause reading the other side when a write buffer grows past this."
+        default=4194304, description="Pause reading the other side when a write buffer grows past this."
     )
     write_low_water_bytes: Annotated[int, Field(ge=0)] = Field(
-        1048576, description="Resume reading once the write buffer has drained below this."
+        default=1048576, description="Resume reading once the write buffer has drained below this."
     )
 
     @field_validator("write_low_water_bytes")
     @classmethod
-    def _low_below_high(cls, value: int, info: Any) -> int:
+    def _low_below_high(cls, value: int, info: ValidationInfo) -> int:
         high = info.data.get("write_high_water_bytes")
         if high is not None and value >= high:
             raise ValueError(f"must be below limits.write_high_water_bytes ({high})")
@@ -267,7 +270,8 @@ class ShutdownSettings(Section):
     """Graceful shutdown."""
 
     drain_timeout_s: Annotated[float, Field(ge=0)] = Field(
-        10.0, description="On SIGTERM, how long in-flight requests may take before connections are closed."
+        default=10.0,
+        description="On SIGTERM, how long in-flight requests may take before connections are closed.",
     )
 
     @field_validator("drain_timeout_s")
@@ -279,11 +283,13 @@ class ShutdownSettings(Section):
 class AdminSettings(Section):
     """The admin HTTP server (/metrics, /healthz, /readyz, later /throttles)."""
 
-    enabled: bool = Field(True, description="Serve the admin HTTP endpoints.")
-    host: str = Field("127.0.0.1", description="Admin bind address.")
-    port: Port = Field(9644, description="Admin port; 0 = a free port.")
+    enabled: bool = Field(default=True, description="Serve the admin HTTP endpoints.")
+    host: str = Field(default="127.0.0.1", description="Admin bind address.")
+    port: Port = Field(default=9644, description="Admin port; 0 = a free port.")
     # repr=False keeps the token out of reprs and ConfigError messages.
-    token: str = Field("", repr=False, description="Bearer token for mutating endpoints; empty = no check.")
+    token: str = Field(
+        default="", repr=False, description="Bearer token for mutating endpoints; empty = no check."
+    )
 
     @field_validator("host")
     @classmethod
@@ -305,9 +311,11 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 class LoggingSettings(Section):
     """Operational log (stderr) and access log."""
 
-    level: LogLevel = Field("info", description="Operational log level.")
-    access_log: str = Field("-", description='Access log destination: "-" stdout, "off", or a file path.')
-    format: Literal["json", "console"] = Field("json", description="Operational log format.")
+    level: LogLevel = Field(default="info", description="Operational log level.")
+    access_log: str = Field(
+        default="-", description='Access log destination: "-" stdout, "off", or a file path.'
+    )
+    format: Literal["json", "console"] = Field(default="json", description="Operational log format.")
 
     @field_validator("level", "format", mode="before")
     @classmethod
@@ -326,14 +334,17 @@ class LoggingSettings(Section):
 
 
 class Settings(Section):
-    """All of Sluice's settings. One field per TOML section; add a section by adding a field."""
+    """All of Sluice's settings. One field per TOML section; add a section by adding a field.
 
-    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
-    listen: ListenSettings = Field(default_factory=ListenSettings)
-    limits: LimitsSettings = Field(default_factory=LimitsSettings)
-    shutdown: ShutdownSettings = Field(default_factory=ShutdownSettings)
-    admin: AdminSettings = Field(default_factory=AdminSettings)
-    logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    Sections are frozen, so one shared default instance per section is safe.
+    """
+
+    upstream: UpstreamSettings = UpstreamSettings()
+    listen: ListenSettings = ListenSettings()
+    limits: LimitsSettings = LimitsSettings()
+    shutdown: ShutdownSettings = ShutdownSettings()
+    admin: AdminSettings = AdminSettings()
+    logging: LoggingSettings = LoggingSettings()
 
     @model_validator(mode="after")
     def _cross_section(self) -> Self:

@@ -46,7 +46,7 @@ class Request:
     #: a response Sluice produces itself (full frame incl. size prefix); None -> forwarded upstream
     local_response: bytes | None = None
     #: decode + rewrite the upstream response with this rule; None -> relay the bytes untouched
-    rewrite: Callable[[Message], list[int]] | None = None
+    rewrite: Callable[[Message], None] | None = None
     started: float = 0.0
     error_codes: list[int] = field(default_factory=list)
 
@@ -54,7 +54,6 @@ class Request:
 @dataclass(slots=True)
 class Rewritten:
     frame: bytes  # the response frame to send the client (without size prefix)
-    new_nodes: list[int]  # broker ids seen for the first time (the server opens their listeners)
     error_codes: list[int]
 
 
@@ -64,7 +63,7 @@ class Pipeline:
     def __init__(self, router: Router) -> None:
         self.router = router
         #: api key -> the rewrite its responses need (all of them keep broker addresses away from clients)
-        self._rules: dict[int, Callable[[Message], list[int]]] = {
+        self._rules: dict[int, Callable[[Message], None]] = {
             METADATA: router.rewrite_metadata,
             FIND_COORDINATOR: router.rewrite_find_coordinator,
             DESCRIBE_CLUSTER: router.rewrite_describe_cluster,
@@ -95,7 +94,7 @@ class Pipeline:
                 # A client that read our ApiVersions never sends this; decoding its response would fail.
                 raise CodecError(f"version outside the {ours.low}-{ours.high} Sluice decodes",
                                  api=req.api, version=version)
-            if key == FETCH and version < 16 or key == PRODUCE and version < 10:
+            if (key == FETCH and version < 16) or (key == PRODUCE and version < 10):
                 pass  # no NodeEndpoints before KIP-951: nothing to rewrite, relay as bytes
             else:
                 req.rewrite = rule
@@ -122,13 +121,12 @@ class Pipeline:
             # A broker that does not support the request's ApiVersions version answers in v0 (KIP-511).
             header, body = decode_response(key, 0, frame)
             version = 0
-        new_nodes = req.rewrite(body)
-        errors = _error_codes(body)
-        return Rewritten(encode_response(key, version, header, body), new_nodes, errors)
+        req.rewrite(body)
+        return Rewritten(encode_response(key, version, header, body), _error_codes(body))
 
-    def _api_versions(self, body: Message) -> list[int]:
+    @staticmethod
+    def _api_versions(body: Message) -> None:
         body.api_keys = versions.intersect(body).api_keys
-        return []
 
 
 def _produce_acks(frame: bytes, header: RequestHeader) -> int:

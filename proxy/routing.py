@@ -10,6 +10,7 @@ to connect. Sans-IO: the server asks the router, the router never opens sockets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .wire.model import Message
@@ -21,58 +22,57 @@ Address = tuple[str, int]
 class Router:
     advertised_host: str
     broker_port_base: int
+    #: opens the local listener for a node and returns its port (base + node id, or any free port when the
+    #: base is 0); injected by the server, which owns sockets. Called before a response naming the port is
+    #: sent, so a client never races its listener.
+    open_listener: Callable[[int], int] | None = None
     #: node id -> the broker's real (host, port), learned from responses
     upstream: dict[int, Address] = field(default_factory=dict)
+    #: node id -> Sluice's listener port for it
+    ports: dict[int, int] = field(default_factory=dict)
 
     def port_for(self, node_id: int) -> int:
-        return self.broker_port_base + node_id
+        port = self.ports.get(node_id)
+        if port is None:
+            port = self.open_listener(node_id) if self.open_listener else self.broker_port_base + node_id
+            self.ports[node_id] = port
+        return port
 
-    def learn(self, node_id: int, host: str, port: int) -> bool:
-        """Record a broker's real address; True when the node is new (the server opens its listener)."""
-        new = node_id not in self.upstream
+    def learn(self, node_id: int, host: str, port: int) -> None:
+        """Record a broker's real address (brokers may move: the latest response wins)."""
         self.upstream[node_id] = (host, port)
-        return new
 
-    def _rewrite_node(self, node: Message, new_nodes: list[int], *, id_field: str = "node_id") -> None:
+    def _rewrite_node(self, node: Message, *, id_field: str = "node_id") -> None:
         node_id = getattr(node, id_field)
         if node_id < 0 or node.port < 0:
             return  # "no node" placeholders (e.g. FindCoordinator errors: -1, "", -1) stay as they are
-        if self.learn(node_id, node.host, node.port):
-            new_nodes.append(node_id)
+        self.learn(node_id, node.host, node.port)
         node.host = self.advertised_host
         node.port = self.port_for(node_id)
 
-    def rewrite_metadata(self, body: Message) -> list[int]:
-        """MetadataResponse.Brokers -> advertised addresses. Returns node ids seen for the first time."""
-        new: list[int] = []
+    def rewrite_metadata(self, body: Message) -> None:
+        """MetadataResponse.Brokers -> advertised addresses."""
         for broker in body.brokers:
-            self._rewrite_node(broker, new)
-        return new
+            self._rewrite_node(broker)
 
-    def rewrite_find_coordinator(self, body: Message) -> list[int]:
+    def rewrite_find_coordinator(self, body: Message) -> None:
         """FindCoordinator v0-3 carries one coordinator at the top level; v4+ a list (KIP-699 batching)."""
-        new: list[int] = []
         if "coordinators" in body.fields():
             for coordinator in body.coordinators:
-                self._rewrite_node(coordinator, new, id_field="node_id")
+                self._rewrite_node(coordinator, id_field="node_id")
         elif body.error_code == 0:
-            self._rewrite_node(body, new, id_field="node_id")
-        return new
+            self._rewrite_node(body, id_field="node_id")
 
-    def rewrite_describe_cluster(self, body: Message) -> list[int]:
+    def rewrite_describe_cluster(self, body: Message) -> None:
         """DescribeCluster brokers (endpoint type 1). Controller endpoints (type 2, KIP-919) are left alone:
         their ids are controller ids that may coincide with broker ids in combined mode, so they cannot
         share the broker port mapping; Sluice does not proxy the controller listener."""
-        new: list[int] = []
         if body.get("endpoint_type", 1) != 1:
-            return new
+            return
         for broker in body.brokers:
-            self._rewrite_node(broker, new, id_field="broker_id")
-        return new
+            self._rewrite_node(broker, id_field="broker_id")
 
-    def rewrite_node_endpoints(self, body: Message) -> list[int]:
+    def rewrite_node_endpoints(self, body: Message) -> None:
         """KIP-951 NodeEndpoints (Fetch v16+, Produce v10+): leaders a client should move to."""
-        new: list[int] = []
         for node in body.get("node_endpoints") or ():
-            self._rewrite_node(node, new)
-        return new
+            self._rewrite_node(node)

@@ -55,7 +55,8 @@ class Proxy:
 
     def __init__(self, settings: Settings, access_log: AccessLog | None = None) -> None:
         self.settings = settings
-        self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base)
+        self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base,
+                             open_listener=self.open_listener)
         self.pipeline = Pipeline(self.router)
         self.access_log = access_log if access_log is not None else get_access_log()
         self.bootstrap: list[Address] = [_parse_address(a) for a in settings.upstream.bootstrap_servers]
@@ -108,25 +109,27 @@ class Proxy:
 
     # ------------------------------------------------------------------ brokers and listeners
 
-    def open_listener(self, node_id: int) -> None:
-        """Open broker ``node_id``'s listener *now*: the socket listens before the rewritten response that
-        names its port reaches the client, so the client's next connect lands in the backlog, not a refusal."""
-        if node_id in self._servers or self._closing or self.loop is None:
-            return
-        host, port = self.settings.listen.host, self.router.port_for(node_id)
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    def open_listener(self, node_id: int) -> int:
+        """Open broker ``node_id``'s listener *now* and return its port: the socket listens before the
+        rewritten response naming the port reaches the client, so the client's connect lands in the backlog,
+        not a refusal. Port = broker_port_base + node id (stable across restarts), or a free one if base is 0."""
+        listen = self.settings.listen
+        port = listen.broker_port_base + node_id if listen.broker_port_base else 0
+        if self._closing or self.loop is None:
+            return port
+        sock = socket.socket(socket.AF_INET6 if ":" in listen.host else socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
+            sock.bind((listen.host, port))
             sock.listen(512)
             sock.setblocking(False)
         except OSError as e:
             sock.close()
-            log.error("listener_failed", node_id=node_id, host=host, port=port, error=str(e))
-            return
-        placeholder = _Pending(sock)
-        self._servers[node_id] = placeholder  # type: ignore[assignment]
+            log.error("listener_failed", node_id=node_id, host=listen.host, port=port, error=str(e))
+            return port
+        self._servers[node_id] = _Pending(sock)  # type: ignore[assignment]
         self.loop.create_task(self._serve_socket(node_id, sock))
+        return int(sock.getsockname()[1])
 
     async def _serve_socket(self, node_id: int, sock: socket.socket) -> None:
         assert self.loop is not None
@@ -134,7 +137,7 @@ class Proxy:
         self._servers[node_id] = server
         metrics.LISTENERS.set(len(self._servers))
         log.info("listening", role="broker", node_id=node_id, port=self.router.port_for(node_id),
-                 upstream="%s:%d" % self.router.upstream[node_id])
+                 upstream="{}:{}".format(*self.router.upstream[node_id]))
 
     async def upstream_address(self, node_id: int | None) -> list[Address]:
         if node_id is None:
@@ -153,14 +156,12 @@ class Proxy:
                 body = await _one_request(host, port, 3, 12, Message(topics=[], allow_auto_topic_creation=False,
                                                                         include_topic_authorized_operations=False),
                                           self.settings.upstream.connect_timeout_s)
-            except (OSError, asyncio.TimeoutError, CodecError) as e:
+            except (TimeoutError, OSError, CodecError) as e:
                 last = e
                 continue
             for broker in body.brokers:
-                if self.router.learn(broker.node_id, broker.host, broker.port):
-                    self.open_listener(broker.node_id)
-                elif broker.node_id not in self._servers:
-                    self.open_listener(broker.node_id)
+                self.router.learn(broker.node_id, broker.host, broker.port)
+                self.router.port_for(broker.node_id)  # opens the node's listener on first sight
             return
         if last is not None:
             raise last
@@ -170,7 +171,7 @@ class Proxy:
         for host, port in self.bootstrap:
             try:
                 _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
-            except (OSError, asyncio.TimeoutError):
+            except (TimeoutError, OSError):
                 continue
             writer.close()
             return True
@@ -327,7 +328,7 @@ class ClientConnection(asyncio.Protocol):
         timeout = self.proxy.settings.upstream.connect_timeout_s
         try:
             addresses = await self.proxy.upstream_address(self.node_id)
-        except (OSError, asyncio.TimeoutError, CodecError) as e:
+        except (TimeoutError, OSError, CodecError) as e:
             metrics.UPSTREAM_CONNECT_ERRORS.inc()
             log.warning("upstream_unknown", conn=self.conn_id, node_id=self.node_id, error=str(e))
             self.close()
@@ -338,7 +339,7 @@ class ClientConnection(asyncio.Protocol):
                 transport, _ = await asyncio.wait_for(
                     loop.create_connection(lambda: UpstreamConnection(self), host, port), timeout
                 )
-            except (OSError, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError) as e:
                 metrics.UPSTREAM_CONNECT_ERRORS.inc()
                 last = e
                 continue
@@ -520,8 +521,6 @@ class UpstreamConnection(asyncio.Protocol):
                           version=req.header.api_version, error=str(e))
                 self.client.write(len(frame).to_bytes(4, "big") + bytes(frame))
             else:
-                for node_id in out.new_nodes:
-                    self.client.proxy.open_listener(node_id)
                 req.error_codes = out.error_codes
                 client_bytes = len(out.frame) + 4
                 self.client.write(len(out.frame).to_bytes(4, "big") + out.frame)

@@ -426,14 +426,15 @@ def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> list[tuple[i
 # The broker
 # --------------------------------------------------------------------------------------------------------------
 
-# Brokers started and not yet stopped; atexit stops them so an interrupted test run never leaks a JVM.
-_LIVE: set[KafkaBroker] = set()
-_LIVE_LOCK = threading.Lock()
+# Brokers constructed and not yet closed; atexit closes them (stops the JVM, removes the temp dir) so an
+# interrupted test run, or a start that failed before any fixture owned the broker, leaks neither.
+_OPEN: set[KafkaBroker] = set()
+_OPEN_LOCK = threading.Lock()
 
 
 def _stop_all_at_exit() -> None:
-    with _LIVE_LOCK:
-        brokers = list(_LIVE)
+    with _OPEN_LOCK:
+        brokers = list(_OPEN)
     for broker in brokers:
         with contextlib.suppress(Exception):
             broker.close()
@@ -526,6 +527,8 @@ class KafkaBroker:
         self._formatted = (self.data_dir / "meta.properties").exists()
         self._closed = False
         self._log_offset = 0
+        with _OPEN_LOCK:
+            _OPEN.add(self)
         #: seconds the last start() took (storage format + JVM start + readiness), for benches and reports
         self.last_start_seconds: float | None = None
 
@@ -726,8 +729,6 @@ class KafkaBroker:
             start_new_session=True,
             preexec_fn=preexec,  # noqa: PLW1509 - see above
         )
-        with _LIVE_LOCK:
-            _LIVE.add(self)
 
     def _wait_ready(self, deadline: float) -> None:
         last_error = "no answer yet"
@@ -787,9 +788,6 @@ class KafkaBroker:
             self._stdout = None
         if self._proc is not None and self._proc.poll() is not None:
             self._proc = None
-        if self._proc is None:
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
 
     def restart(self, *, hard: bool = False) -> None:
         """Stop (SIGTERM, or SIGKILL when `hard`) and start again on the same ports with the same data."""
@@ -814,6 +812,8 @@ class KafkaBroker:
         if not self._closed and self._owns_work_dir and not self._keep_work_dir:
             shutil.rmtree(self._work_dir, ignore_errors=True)
         self._closed = True
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
 
     def _log_since_spawn(self) -> str:
         try:

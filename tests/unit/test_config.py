@@ -305,7 +305,7 @@ def test_with_overrides_validates_and_model_copy_does_not() -> None:
 def test_settings_are_frozen() -> None:
     s = Settings()
     with pytest.raises(ValidationError):
-        s.listen.bootstrap_port = 1  # type: ignore[misc]
+        s.listen.bootstrap_port = 1
 
 
 def test_parse_host_port() -> None:

@@ -1,0 +1,52 @@
+# Thin wrappers around the project's commands (see README / ARCHITECTURE.md).
+#   make install   venv + `pip install -e .[dev]` + Kafka jars + Prometheus (idempotent; fast when done)
+#   make test      the whole test suite against a real Kafka broker
+#   make run       a real Kafka broker with Sluice in front of it, until Ctrl-C
+#   make bench     every bench/*.py module, JSON lines on stdout
+#   make lint      ruff + mypy
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# The stamp lives inside the venv: deleting .venv re-runs install; editing the dependencies or the rig's pom too.
+STAMP  := $(VENV)/.sluice-installed
+# Run apt-get through sudo only when not already root.
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 && echo $$d; done)
+
+.PHONY: install test run bench lint
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml rig/pom.xml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# An old pip in a fresh venv cannot do editable installs of pyproject-only projects (PEP 660).
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	# The Kafka jars (KAFKA_HOME, else the cache, else Maven Central); prints where they are.
+	$(PY) -m rig.kafka fetch
+	# A test runs a real Prometheus against the proxy's /metrics; Debian's package provides both binaries.
+	if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
+	    $(SUDO) apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; \
+	fi
+	touch $@
+
+test: install
+	$(PY) -m pytest -q tests/
+
+run: install
+	$(PY) -m rig.run
+
+bench: install
+	@set -e; for f in bench/*.py; do \
+	    [ -e "$$f" ] || continue; \
+	    name=$$(basename "$$f" .py); \
+	    [ "$$name" = __init__ ] && continue; \
+	    echo "# bench.$$name" >&2; \
+	    $(PY) -m bench.$$name; \
+	done
+
+lint: install
+	$(VENV)/bin/ruff check $(LINT_DIRS)
+	$(VENV)/bin/mypy $(LINT_DIRS)
