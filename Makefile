@@ -18,14 +18,14 @@ LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 &&
 
 install: $(STAMP)
 
+# 1. the venv (Python 3.11's bundled pip does editable pyproject installs; checked in a fresh venv)
+# 2. the package with its dev extra
+# 3. the Kafka jars (KAFKA_HOME, else the cache, else Maven Central); prints where they are
+# 4. Prometheus + promtool (a test scrapes the proxy with a real Prometheus), from Debian, only if missing
 $(STAMP): pyproject.toml rig/pom.xml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	# An old pip in a fresh venv cannot do editable installs of pyproject-only projects (PEP 660).
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	# The Kafka jars (KAFKA_HOME, else the cache, else Maven Central); prints where they are.
 	$(PY) -m rig.kafka fetch
-	# A test runs a real Prometheus against the proxy's /metrics; Debian's package provides both binaries.
 	if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
 	    $(SUDO) apt-get update -q && \
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; \

@@ -40,7 +40,7 @@ class _Command:
 
 def _config_error(exc: ConfigError) -> int:
     print(f"config error: {exc}", file=sys.stderr)
-    return 1
+    return EXIT_CONFIG
 
 
 # ------------------------------------------------------------------------------------------------------- run

@@ -20,11 +20,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Final, Literal
 
-from prometheus_client import Counter, Gauge, Histogram, Info
+from prometheus_client import Counter, Gauge, Histogram, Info, disable_created_metrics
 
 __all__ = [
     "BUILD_INFO",
     "BYTES",
+    "BYTES_CLIENT_TO_PROXY",
+    "BYTES_PROXY_TO_CLIENT",
+    "BYTES_PROXY_TO_UPSTREAM",
+    "BYTES_UPSTREAM_TO_PROXY",
+    "CLIENT_CONNECTIONS",
+    "CLIENT_CONNECTIONS_OPEN",
     "CONNECTIONS",
     "CONNECTIONS_OPEN",
     "DIRECTIONS",
@@ -35,6 +41,8 @@ __all__ = [
     "REQUEST_LATENCY",
     "RESPONSES_REWRITTEN",
     "SIDES",
+    "UPSTREAM_CONNECTIONS",
+    "UPSTREAM_CONNECTIONS_OPEN",
     "UPSTREAM_CONNECT_ERRORS",
     "latency_for",
     "observe_request",
@@ -100,6 +108,10 @@ def sluice_version() -> str:
         return "0+unknown"
 
 
+# Without this, every counter and histogram also exports a `<name>_created` gauge per label set (in the
+# classic text format these are separate series): twice the series for a timestamp no dashboard here uses.
+disable_created_metrics()
+
 # ---------------------------------------------------------------------------------------------- requests
 
 REQUESTS = Counter(
@@ -150,7 +162,7 @@ UPSTREAM_CONNECT_ERRORS = Counter(
 )
 LISTENERS = Gauge(
     "sluice_listeners",
-    "Listening sockets for broker nodes (the bootstrap listener not included).",
+    "Client-facing listeners open: the bootstrap listener plus one per upstream broker node.",
 )
 
 # ------------------------------------------------------------------------------------------------- build

@@ -9,8 +9,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rig.java_tools import JavaTools, PerfResult
-    from rig.kafka import KAFKA_VERSION, KafkaBroker, RigError, find_java, find_libs
+    from rig.java_tools import JavaTools as JavaTools
+    from rig.java_tools import PerfResult as PerfResult
+    from rig.kafka import KAFKA_VERSION as KAFKA_VERSION
+    from rig.kafka import KafkaBroker as KafkaBroker
+    from rig.kafka import RigError as RigError
+    from rig.kafka import find_java as find_java
+    from rig.kafka import find_libs as find_libs
 
 # Names are imported lazily (PEP 562) so that `python -m rig.kafka` does not import rig.kafka twice (once via
 # this package, once as __main__), which would give two atexit registries and a runpy warning.

@@ -198,7 +198,7 @@ class JavaTools:
                 text=True,
                 timeout=timeout,
                 stdin=None if input is not None else subprocess.DEVNULL,
-                preexec_fn=self._preexec(),  # noqa: PLW1509 - only sets PDEATHSIG
+                preexec_fn=self._preexec(),  # only sets PDEATHSIG
             )
         except subprocess.TimeoutExpired as exc:
             cds_finish(pending, clean_exit=False)
@@ -228,7 +228,7 @@ class JavaTools:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=self._preexec(),  # noqa: PLW1509
+            preexec_fn=self._preexec(),
         )
 
     @staticmethod

@@ -167,7 +167,7 @@ def _fetch_release_tarball(version: str, libs_out: Path) -> None:
     for url in urls:
         try:
             with tempfile.TemporaryFile() as tmp:
-                with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - fixed https URLs
+                with urllib.request.urlopen(url, timeout=30) as resp:  # fixed https URLs
                     shutil.copyfileobj(resp, tmp)
                 tmp.seek(0)
                 libs_out.mkdir(parents=True, exist_ok=True)
@@ -715,7 +715,7 @@ class KafkaBroker:
         ]  # fmt: skip
         # Where this run's log starts: the log is appended to across restarts, errors are reported per run.
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self._stdout = open(self.stdout_path, "ab")  # noqa: SIM115 - closed in _reap()
+        self._stdout = open(self.stdout_path, "ab")  # closed in _reap()
         # PR_SET_PDEATHSIG fires when the *thread* that forked exits, so only use it from the main thread.
         preexec = _set_pdeathsig if threading.current_thread() is threading.main_thread() else None
         self._proc = subprocess.Popen(
@@ -727,7 +727,7 @@ class KafkaBroker:
             # Own process group: a Ctrl-C in the terminal reaches Python, which then stops the broker in
             # order (and the proxy before it), instead of every JVM receiving SIGINT at once.
             start_new_session=True,
-            preexec_fn=preexec,  # noqa: PLW1509 - see above
+            preexec_fn=preexec,
         )
 
     def _wait_ready(self, deadline: float) -> None:

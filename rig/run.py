@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Kafka ready at {broker.bootstrap} in {broker.last_start_seconds:.1f}s; starting Sluice ...", flush=True)
         env = dict(os.environ, SLUICE_UPSTREAM__BOOTSTRAP_SERVERS=broker.bootstrap)
         cmd = [find_sluice(), "run", "--config", args.config]
-        out = None if args.logs else open(proxy_log, "ab")  # noqa: SIM115 - closed in finally
+        out = None if args.logs else open(proxy_log, "ab")  # closed in finally
         proxy = subprocess.Popen(
             cmd,
             cwd=REPO,
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stderr=subprocess.STDOUT if out is not None else None,
             # Own process group: Ctrl-C reaches only us, and we stop the proxy before the broker.
             start_new_session=True,
-            preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - main thread; the proxy dies with us
+            preexec_fn=_set_pdeathsig,  # main thread: the proxy dies with us
         )
         _wait_proxy_ready(proxy, args.bootstrap, args.timeout, proxy_log)
         print(_banner(broker, args.bootstrap, args.metrics_url, proxy_log, args.logs), flush=True)

@@ -38,9 +38,7 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
         producer.close(timeout=10)
 
 
-def _consume_all(
-    consumer: KafkaConsumer, expected: int, deadline_s: float = 30.0
-) -> dict[int, list[tuple[int, int]]]:
+def _consume_all(consumer: KafkaConsumer, expected: int, deadline_s: float = 30.0) -> dict[int, list[tuple[int, int]]]:
     """Poll until `expected` records arrived (or the deadline); per partition, [(offset, int(value))]."""
     got: dict[int, list[tuple[int, int]]] = defaultdict(list)
     total = 0

@@ -1,0 +1,36 @@
+# Sluice: a Kafka wire-protocol proxy. Slim Python, runs as a non-root user, health-checked through /healthz.
+#
+#   docker build -t sluice .
+#   docker run --rm -p 19092-19100:19092-19100 -p 9644:9644 \
+#       -e SLUICE_UPSTREAM__BOOTSTRAP_SERVERS=kafka:9092 -e SLUICE_LISTEN__ADVERTISED_HOST=localhost sluice
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+# Dependencies first (a layer that changes only with pyproject.toml), then the code.
+COPY pyproject.toml README.md ./
+COPY proxy ./proxy
+COPY codecs ./codecs
+COPY config ./config
+RUN pip install . \
+ && useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin sluice
+
+USER sluice
+# In a container the listeners bind every interface; clients are told the advertised host (set it to the
+# name clients resolve, e.g. the compose service name "sluice").
+ENV SLUICE_LISTEN__HOST=0.0.0.0 \
+    SLUICE_ADMIN__HOST=0.0.0.0
+
+# 19092: bootstrap listener; 19093+N: broker node N; 9644: /metrics /healthz /readyz
+EXPOSE 19092 19093 19094 19095 9644
+
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9644/healthz', timeout=2).status == 200 else 1)"
+
+# Exec form: Sluice is PID 1 and receives SIGTERM directly (graceful drain, see [shutdown] in sluice.toml).
+ENTRYPOINT ["sluice"]
+CMD ["run", "--config", "/app/config/sluice.toml"]

@@ -1,0 +1,264 @@
+"""Sluice as a real subprocess (``python -m proxy run``), for tests and benches that need a separate process:
+signals (graceful shutdown), a Prometheus scraping its admin port, CPU time measured with psutil.
+
+It lives in ``rig/`` (not ``tests/support``) so ``bench/`` can use it without importing the test tree;
+``tests.support.subprocess_proxy`` re-exports it as ``SubprocessProxy``.
+
+Ports: the bootstrap, broker-base and admin ports are picked free on 127.0.0.1 before the start (broker node N
+listens on base + N; by default the base is chosen so node ``node_id``'s port is free). The start is complete
+when /readyz answers 200 *and* the bootstrap port accepts a TCP connection, polled with a deadline; if the
+process exits first, the error carries its stderr.
+
+The operational log (JSON lines, stderr) goes to a temp file, readable at any time with :meth:`stderr_text`;
+the access log is off unless ``access_log`` names a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rig.kafka import RigError, _set_pdeathsig, free_ports
+
+__all__ = ["SluiceProcess"]
+
+_POLL_S = 0.05
+
+
+def _pick_ports(node_id: int) -> tuple[int, int, int]:
+    """(bootstrap port, broker port base, admin port): all free, and base above bootstrap as the config
+    requires (broker node N listens on base + N, so base + node_id is the free port picked for it)."""
+    for _ in range(20):
+        a, b, admin = free_ports(3)
+        bootstrap, node_port = min(a, b), max(a, b)
+        if node_port - node_id > bootstrap:
+            return bootstrap, node_port - node_id, admin
+    raise RigError("could not pick free ports with broker_port_base above bootstrap_port")
+
+
+class SluiceProcess:
+    """``python -m proxy run`` in front of ``upstream`` (``host:port``), on free 127.0.0.1 ports.
+
+    >>> with SluiceProcess(broker.bootstrap) as sluice:
+    ...     use(sluice.bootstrap, sluice.admin_url)
+    ...     code = sluice.stop()        # SIGTERM, wait; the exit code
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        extra_env: Mapping[str, str] | None = None,
+        access_log: str | os.PathLike[str] | None = None,
+        *,
+        node_id: int = 1,
+        start_timeout: float = 30.0,
+        python: str | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.node_id = node_id
+        self.bootstrap_port, self.broker_port_base, self.admin_port = _pick_ports(node_id)
+        self._tmp = Path(tempfile.mkdtemp(prefix="sluice-proc-"))
+        self._stderr_path = self._tmp / "stderr.log"
+        self._stdout_path = self._tmp / "stdout.log"
+        env = {k: v for k, v in os.environ.items() if not (k.upper().startswith("SLUICE_") and "__" in k)}
+        env.update(
+            {
+                "SLUICE_UPSTREAM__BOOTSTRAP_SERVERS": upstream,
+                "SLUICE_LISTEN__HOST": "127.0.0.1",
+                "SLUICE_LISTEN__ADVERTISED_HOST": "127.0.0.1",
+                "SLUICE_LISTEN__BOOTSTRAP_PORT": str(self.bootstrap_port),
+                "SLUICE_LISTEN__BROKER_PORT_BASE": str(self.broker_port_base),
+                "SLUICE_ADMIN__ENABLED": "true",
+                "SLUICE_ADMIN__HOST": "127.0.0.1",
+                "SLUICE_ADMIN__PORT": str(self.admin_port),
+                "SLUICE_LOGGING__ACCESS_LOG": os.fspath(access_log) if access_log is not None else "off",
+                "SLUICE_LOGGING__FORMAT": "json",
+            }
+        )
+        env.pop("SLUICE_CONFIG", None)
+        env.update(extra_env or {})
+        self.command = [python or sys.executable, "-m", "proxy", "run"]
+        with open(self._stderr_path, "wb") as err, open(self._stdout_path, "wb") as out:
+            self._proc = subprocess.Popen(
+                self.command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=str(Path(__file__).resolve().parent.parent),
+                preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - only asks Linux to SIGTERM it if we die
+            )
+        self.returncode: int | None = None
+        try:
+            self._wait_ready(start_timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    # ---- addresses ---------------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.bootstrap_port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def broker_port(self, node_id: int | None = None) -> int:
+        """The port Sluice serves broker ``node_id`` on (default: the node given at construction)."""
+        return self.broker_port_base + (self.node_id if node_id is None else node_id)
+
+    @property
+    def listener_ports(self) -> set[int]:
+        """Every port Sluice listens on for Kafka clients, read from its own "listening" log events."""
+        ports = {self.bootstrap_port}
+        for event in self.log_events():
+            if event.get("event") == "listening" and isinstance(event.get("port"), int):
+                ports.add(event["port"])
+        return ports
+
+    # ---- output ------------------------------------------------------------------------------------------
+
+    def stderr_text(self) -> str:
+        """Everything the process wrote to stderr so far (its operational log)."""
+        try:
+            return self._stderr_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stdout_text(self) -> str:
+        try:
+            return self._stdout_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_events(self) -> list[dict[str, Any]]:
+        """The operational log's JSON events so far (lines that are not JSON objects are skipped)."""
+        events: list[dict[str, Any]] = []
+        for line in self.stderr_text().splitlines():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    events.append(event)
+        return events
+
+    def metrics_text(self, timeout: float = 5.0) -> str:
+        with urllib.request.urlopen(f"{self.admin_url}/metrics", timeout=timeout) as resp:  # noqa: S310
+            return str(resp.read().decode())
+
+    def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        """One sample's value from /metrics (0.0 when the series does not exist yet)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        want = dict(labels or {})
+        for family in text_string_to_metric_families(self.metrics_text()):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in want.items()):
+                    return float(sample.value)
+        return 0.0
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = "not polled yet"
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                self.returncode = self._proc.returncode
+                raise RigError(f"sluice exited with {self.returncode} while starting:\n{self._tail()}")
+            ready, last = self._ready_once()
+            if ready:
+                return
+            time.sleep(_POLL_S)  # bounded poll of a real condition (readiness), not a synchronising sleep
+        raise RigError(f"sluice not ready after {timeout:.0f}s ({last}):\n{self._tail()}")
+
+    def _ready_once(self) -> tuple[bool, str]:
+        try:
+            with urllib.request.urlopen(f"{self.admin_url}/readyz", timeout=2.0) as resp:  # noqa: S310
+                if resp.status != 200:
+                    return False, f"/readyz {resp.status}"
+        except urllib.error.HTTPError as exc:
+            return False, f"/readyz {exc.code}"
+        except (OSError, urllib.error.URLError) as exc:
+            return False, f"/readyz: {exc}"
+        try:
+            with socket.create_connection(("127.0.0.1", self.bootstrap_port), timeout=2.0):
+                pass
+        except OSError as exc:
+            return False, f"bootstrap port: {exc}"
+        return True, "ready"
+
+    def _tail(self, lines: int = 40) -> str:
+        return "\n".join(self.stderr_text().strip().splitlines()[-lines:])
+
+    @property
+    def is_running(self) -> bool:
+        return self._proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self._proc.poll() is None:
+            self._proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit; its exit code. subprocess.TimeoutExpired if it does not in time."""
+        self.returncode = self._proc.wait(timeout)
+        return self.returncode
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (graceful shutdown), wait up to ``timeout``; the exit code. Killed (and RigError) if it
+        does not exit in time."""
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise RigError(f"sluice did not exit within {timeout:.0f}s of SIGTERM:\n{self._tail()}") from None
+        self.returncode = self._proc.returncode
+        return self.returncode
+
+    def kill(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(10)
+        self.returncode = self._proc.returncode
+
+    def close(self) -> None:
+        """Stop (if running) and remove the temp dir."""
+        try:
+            if self._proc.poll() is None:
+                self.stop()
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> SluiceProcess:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running else f"exited {self._proc.returncode}"
+        return f"<SluiceProcess pid={self.pid} {self.bootstrap} admin={self.admin_url} {state}>"
