@@ -1,0 +1,131 @@
+"""Sans-IO routing and per-request decisions: address rewriting, ApiVersions, acks=0, bad frames."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.pipeline import Pipeline
+from proxy.routing import Router
+from proxy.versions import UNSUPPORTED_VERSION, WITHHELD_APIS
+from proxy.wire.errors import CodecError
+from proxy.wire.messages import (
+    decode_response,
+    encode_request,
+    encode_response,
+    request_codec,
+    response_codec,
+)
+from proxy.wire.model import Message
+
+
+def router() -> Router:
+    return Router("proxy.example", 20000)
+
+
+def req_frame(api_key: int, version: int, body: Message | None = None, corr: int = 7) -> bytes:
+    header = Message(request_api_key=api_key, request_api_version=version, correlation_id=corr, client_id="t")
+    return encode_request(header, body if body is not None else request_codec(api_key, version).default())
+
+
+def respond(pipeline: Pipeline, frame: bytes, body: Message) -> Message:
+    req = pipeline.on_request(frame)
+    key, version = req.header.api_key, req.header.api_version
+    raw = encode_response(key, version, Message(correlation_id=req.header.correlation_id), body)
+    out = pipeline.on_response(req, raw)
+    return decode_response(key, version, out.frame)[1]
+
+
+@pytest.mark.parametrize("version", [0, 1, 9, 12, 13])
+def test_metadata_brokers_get_advertised_addresses(version: int) -> None:
+    p = Pipeline(router())
+    body = response_codec(3, version).default()
+    body.brokers = [
+        Message(node_id=1, host="10.0.0.1", port=9092, **({"rack": None} if version >= 1 else {})),
+        Message(node_id=2, host="10.0.0.2", port=9093, **({"rack": None} if version >= 1 else {})),
+    ]
+    out = respond(p, req_frame(3, version), body)
+    assert [(b.node_id, b.host, b.port) for b in out.brokers] == [
+        (1, "proxy.example", 20001), (2, "proxy.example", 20002)]
+    assert p.router.upstream == {1: ("10.0.0.1", 9092), 2: ("10.0.0.2", 9093)}
+
+
+@pytest.mark.parametrize("version", [0, 3])
+def test_find_coordinator_single(version: int) -> None:
+    p = Pipeline(router())
+    body = response_codec(10, version).default().replace(node_id=5, host="broker5", port=9099)
+    out = respond(p, req_frame(10, version), body)
+    assert (out.node_id, out.host, out.port) == (5, "proxy.example", 20005)
+
+
+def test_find_coordinator_batched_keeps_error_placeholders() -> None:
+    p = Pipeline(router())
+    body = response_codec(10, 4).default()
+    body.coordinators = [
+        Message(key="g1", node_id=3, host="b3", port=9092, error_code=0, error_message=None),
+        Message(key="g2", node_id=-1, host="", port=-1, error_code=15, error_message="not available"),
+    ]
+    out = respond(p, req_frame(10, 4), body)
+    assert [(c.node_id, c.host, c.port) for c in out.coordinators] == [
+        (3, "proxy.example", 20003), (-1, "", -1)]
+
+
+def test_describe_cluster_brokers_rewritten_controllers_not() -> None:
+    p = Pipeline(router())
+    body = response_codec(60, 1).default()
+    body.brokers = [Message(broker_id=1, host="b1", port=9092, rack=None)]
+    assert respond(p, req_frame(60, 1), body).brokers[0].port == 20001
+    body.endpoint_type = 2
+    assert respond(p, req_frame(60, 1), body).brokers[0].port == 9092
+
+
+def test_fetch_node_endpoints_rewritten_from_v16() -> None:
+    p = Pipeline(router())
+    body = response_codec(1, 16).default()
+    body.node_endpoints = [Message(node_id=2, host="b2", port=9092, rack=None)]
+    out = respond(p, req_frame(1, 16), body)
+    assert (out.node_endpoints[0].host, out.node_endpoints[0].port) == ("proxy.example", 20002)
+    # Before KIP-951 there is nothing to rewrite: the response is relayed as bytes.
+    assert p.on_request(req_frame(1, 15)).rewrite is None
+
+
+def test_api_versions_intersected_and_withheld() -> None:
+    p = Pipeline(router())
+    body = response_codec(18, 3).default()
+    body.api_keys = [
+        Message(api_key=1, min_version=0, max_version=99),  # Fetch: Sluice decodes 4..18
+        Message(api_key=32, min_version=0, max_version=99),  # DescribeConfigs: not decoded, passes through
+        *[Message(api_key=k, min_version=0, max_version=1) for k in sorted(WITHHELD_APIS)],
+    ]
+    out = respond(p, req_frame(18, 3, Message(client_software_name="t", client_software_version="1")), body)
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in out.api_keys}
+    assert ranges == {1: (4, 18), 32: (0, 99)}
+
+
+def test_unknown_api_versions_version_answered_locally_like_kafka() -> None:
+    p = Pipeline(router())
+    frame = bytes.fromhex("0012 0063 00000009 0001 74".replace(" ", ""))  # ApiVersions v99, corr 9
+    req = p.on_request(frame)
+    assert req.local_response is not None and req.rewrite is None
+    resp = req.local_response[4:]
+    header, body = decode_response(18, 0, resp)
+    assert header.correlation_id == 9 and body.error_code == UNSUPPORTED_VERSION
+    assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [(18, 0, 4)]
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+def test_produce_acks_zero_expects_no_response(version: int, acks: int) -> None:
+    body = request_codec(0, version).default().replace(transactional_id="txn-1", acks=acks)
+    req = Pipeline(router()).on_request(req_frame(0, version, body))
+    assert req.expects_response is (acks != 0)
+
+
+def test_decoded_api_outside_sluice_range_is_rejected() -> None:
+    with pytest.raises(CodecError):
+        Pipeline(router()).on_request(bytes.fromhex("0003 0063 00000001 ffff".replace(" ", "")))
+
+
+@pytest.mark.parametrize("frame", [b"", b"\x00\x03", b"\x00\x03\x00\x0c\x00\x00\x00\x01\x00\x09ab"])
+def test_malformed_request_headers(frame: bytes) -> None:
+    with pytest.raises(CodecError):
+        Pipeline(router()).on_request(frame)
