@@ -18,12 +18,19 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rig.kafka import RigError, _set_pdeathsig, cds_finish, cds_options, classpath, find_java, find_libs
+from rig.kafka import (
+    RigError,
+    cds_finish,
+    cds_options,
+    classpath,
+    find_java,
+    find_libs,
+    main_thread_pdeathsig,
+)
 
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
@@ -198,7 +205,7 @@ class JavaTools:
                 text=True,
                 timeout=timeout,
                 stdin=None if input is not None else subprocess.DEVNULL,
-                preexec_fn=self._preexec(),  # only sets PDEATHSIG
+                preexec_fn=main_thread_pdeathsig(),  # only sets PDEATHSIG
             )
         except subprocess.TimeoutExpired as exc:
             cds_finish(pending, clean_exit=False)
@@ -228,13 +235,8 @@ class JavaTools:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=self._preexec(),
+            preexec_fn=main_thread_pdeathsig(),
         )
-
-    @staticmethod
-    def _preexec() -> Callable[[], None] | None:
-        # PR_SET_PDEATHSIG is tied to the forking thread; only safe to ask for from the main thread.
-        return _set_pdeathsig if threading.current_thread() is threading.main_thread() else None
 
     def _temp_properties(self, props: Mapping[str, object]) -> Path:
         self._counter += 1

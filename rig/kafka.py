@@ -25,6 +25,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -37,7 +38,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -49,17 +50,27 @@ SCALA_VERSION = "2.13"
 POM_PATH = Path(__file__).resolve().parent / "pom.xml"
 _MARKER = ".complete"
 
-# Light JVM flags for a 2-core CI machine, measured (see rig/README numbers in the PR description):
+# Light JVM flags for a 2-core CI machine. Measured there (median of 3 starts, format + ready, before CDS):
+# these 2.8 s, the same with C2 3.3 s, JVM defaults (G1 + C2) 3.5 s.
 # - SerialGC: no GC worker threads competing with the proxy and clients for the two cores;
 # - TieredStopAtLevel=1 (C1 only): startup and short tests are dominated by JIT warm-up, and C2 compiler threads
-#   would steal a core from the proxy under test; peak broker throughput is not what the tests measure
-#   (benches report ratios measured against the same broker);
+#   would steal a core from the proxy under test; peak broker throughput is not what the tests measure;
 # - -XX:-UsePerfData: no hsperfdata mmap file in /tmp, slightly faster start.
+# SLUICE_KAFKA_JVM_OPTS (space-separated) or KafkaBroker(jvm_opts=...) replace them.
 DEFAULT_BROKER_JVM_OPTS: tuple[str, ...] = (
     "-Xms64m",
     "-Xmx512m",
     "-XX:+UseSerialGC",
     "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData",
+    "-Djava.awt.headless=true",
+)
+# For benches that push the broker hard: full JIT (C2) so the broker is not the bottleneck of a throughput
+# ratio; ~0.5 s slower to start.
+THROUGHPUT_BROKER_JVM_OPTS: tuple[str, ...] = (
+    "-Xms256m",
+    "-Xmx1g",
+    "-XX:+UseSerialGC",
     "-XX:-UsePerfData",
     "-Djava.awt.headless=true",
 )
@@ -98,7 +109,11 @@ def _has_kafka_jars(libs: Path) -> bool:
 
 
 def _pom_digest() -> str:
-    return hashlib.sha256(POM_PATH.read_bytes()).hexdigest() if POM_PATH.is_file() else ""
+    """Hash of what the pom says, not how: XML comments and whitespace do not change the jars."""
+    if not POM_PATH.is_file():
+        return ""
+    text = re.sub(r"<!--.*?-->", "", POM_PATH.read_text(), flags=re.S)
+    return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
 
 
 def _read_marker(dest: Path) -> dict[str, Any] | None:
@@ -209,9 +224,12 @@ def fetch_kafka(version: str = KAFKA_VERSION, *, force: bool = False) -> Path:
                 marker = {"version": version, "source": source, "pom_sha256": _pom_digest(), "time": time.time()}
                 (tmp / _MARKER).write_text(json.dumps(marker) + "\n")
                 tmp.chmod(0o755)  # mkdtemp makes it 0700; the cache may be shared by users
+                # Swap by two renames: a JVM started from the old jars meanwhile finds a complete dir either way.
+                trash = root / f".kafka-{version}-old-{uuid.uuid4().hex[:8]}"
                 if dest.exists():
-                    shutil.rmtree(dest)
+                    os.rename(dest, trash)
                 os.rename(tmp, dest)
+                shutil.rmtree(trash, ignore_errors=True)
                 return dest / "libs"
             except RigError as exc:
                 errors.append(f"{source}: {exc}")
@@ -263,23 +281,27 @@ def _cds_enabled() -> bool:
 
 
 def _cds_archive_path(java: str, libs_dir: Path, main_class: str, jvm_opts: Sequence[str]) -> Path:
-    """Where the class-data sharing archive for this exact launch configuration lives.
+    """Where the class-data sharing archive for this exact launch configuration lives:
+    ``cds/<Main>-<launch key>-<environment key>.jsa``.
 
-    The key covers everything the JVM checks when it maps the archive (the JDK build, the classpath jars,
-    the options), so a JDK upgrade or another set of jars gets a new archive instead of a silently unusable one.
+    The keys cover everything the JVM checks when it maps the archive: the launch (main class, options) and
+    the environment (JDK build, classpath jars), so a JDK upgrade or re-fetched jars get a new archive instead
+    of a silently unusable one; `cds_finish` then prunes the launch's archives for older environments.
     """
     real_java = Path(os.path.realpath(java))
-    ident: list[object] = [str(real_java), main_class, list(jvm_opts), str(libs_dir.resolve())]
+    launch: list[object] = [main_class, list(jvm_opts)]
+    env: list[object] = [str(real_java), str(libs_dir.resolve())]
     for f in (real_java, real_java.parent.parent / "lib" / "server" / "libjvm.so"):
         with contextlib.suppress(OSError):
             st = f.stat()
-            ident.append([str(f), st.st_size, st.st_mtime_ns])
+            env.append([str(f), st.st_size, st.st_mtime_ns])
     for jar in sorted(libs_dir.glob("*.jar")):
         st = jar.stat()
-        ident.append([jar.name, st.st_size, st.st_mtime_ns])
-    key = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:20]
+        env.append([jar.name, st.st_size, st.st_mtime_ns])
+    launch_key = hashlib.sha256(json.dumps(launch).encode()).hexdigest()[:12]
+    env_key = hashlib.sha256(json.dumps(env).encode()).hexdigest()[:12]
     short = main_class.rsplit(".", 1)[-1]
-    return cache_root() / "cds" / f"{short}-{key}.jsa"
+    return cache_root() / "cds" / f"{short}-{launch_key}-{env_key}.jsa"
 
 
 def cds_options(
@@ -320,6 +342,11 @@ def cds_finish(pending: Path | None, clean_exit: bool) -> None:
     try:
         if clean_exit and pending.is_file() and pending.stat().st_size > 0:
             os.replace(pending, final)
+            # Archives of the same launch for an older JDK/jar set (~25-50 MB each) will never map again.
+            launch_prefix = final.name.rsplit("-", 1)[0] + "-"
+            for old in final.parent.glob(f"{launch_prefix}*.jsa"):
+                if old != final:
+                    old.unlink(missing_ok=True)
         else:
             pending.unlink(missing_ok=True)
     except OSError:
@@ -355,18 +382,37 @@ def random_cluster_id() -> str:
             return cid
 
 
-def _set_pdeathsig() -> None:
-    """In the child before exec: ask Linux to SIGTERM the JVM when its parent dies.
+# libc's prctl, looked up once in the parent: the child of fork() should do as little as possible before exec
+# (another thread may have held the dynamic loader's lock at fork time, so no dlopen() there).
+try:
+    _PRCTL: Any = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not glibc/Linux: no parent-death signal, atexit still applies
+    _PRCTL = None
+_PR_SET_PDEATHSIG = 1
+
+
+def set_pdeathsig() -> None:
+    """preexec_fn for subprocesses: ask Linux to SIGTERM the child when its parent dies.
 
     atexit does not run when the Python process is SIGKILLed (OOM killer, CI timeout); this still stops the
-    broker then, so no JVM outlives the test run. Linux-only (prctl PR_SET_PDEATHSIG = 1); harmless elsewhere.
+    JVM then, so none outlives the test run. Note it fires when the *thread* that forked exits, so callers only
+    use it from the main thread.
     """
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def _tail(path: Path, lines: int) -> str:
+# Older name, still imported by rig/sluice_process.py.
+_set_pdeathsig = set_pdeathsig
+
+
+def main_thread_pdeathsig() -> Callable[[], None] | None:
+    """`set_pdeathsig` when called from the main thread (see its caveat), else None."""
+    return set_pdeathsig if threading.current_thread() is threading.main_thread() else None
+
+
+def tail_file(path: Path, lines: int) -> str:
+    """The last `lines` lines of a text file (reads at most its last 256 KiB); '' if unreadable."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -716,8 +762,6 @@ class KafkaBroker:
         # Where this run's log starts: the log is appended to across restarts, errors are reported per run.
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._stdout = open(self.stdout_path, "ab")  # closed in _reap()
-        # PR_SET_PDEATHSIG fires when the *thread* that forked exits, so only use it from the main thread.
-        preexec = _set_pdeathsig if threading.current_thread() is threading.main_thread() else None
         self._proc = subprocess.Popen(
             cmd,
             cwd=self._work_dir,
@@ -727,7 +771,7 @@ class KafkaBroker:
             # Own process group: a Ctrl-C in the terminal reaches Python, which then stops the broker in
             # order (and the proxy before it), instead of every JVM receiving SIGINT at once.
             start_new_session=True,
-            preexec_fn=preexec,
+            preexec_fn=main_thread_pdeathsig(),
         )
 
     def _wait_ready(self, deadline: float) -> None:
@@ -846,7 +890,7 @@ class KafkaBroker:
         if errors:
             parts.append(f"--- errors in {self.log_path} ---\n{errors}")
         for path in (self.log_path, self.stdout_path):
-            text = _tail(path, lines)
+            text = tail_file(path, lines)
             if text.strip():
                 parts.append(f"--- {path} (last {lines} lines) ---\n{text}")
         return "\n".join(parts) or f"(no broker output in {self._work_dir})"

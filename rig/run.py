@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from rig.kafka import KafkaBroker, RigError, _set_pdeathsig, _tail, classpath, metadata_brokers
+from rig.kafka import KafkaBroker, RigError, classpath, metadata_brokers, set_pdeathsig, tail_file
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,7 +55,7 @@ def _wait_proxy_ready(proc: subprocess.Popen[bytes], address: str, timeout: floa
     while True:
         code = proc.poll()
         if code is not None:
-            raise RigError(f"sluice exited with code {code} during startup\n--- {log} ---\n{_tail(log, 40)}")
+            raise RigError(f"sluice exited with code {code} during startup\n--- {log} ---\n{tail_file(log, 40)}")
         try:
             if metadata_brokers(host, port, timeout=2.0):
                 return
@@ -64,7 +64,7 @@ def _wait_proxy_ready(proc: subprocess.Popen[bytes], address: str, timeout: floa
             last = f"{type(exc).__name__}: {exc}"
         if time.monotonic() >= deadline:
             raise RigError(
-                f"sluice not answering on {address} after {timeout:.0f}s ({last})\n--- {log} ---\n{_tail(log, 40)}"
+                f"sluice not answering on {address} after {timeout:.0f}s ({last})\n--- {log} ---\n{tail_file(log, 40)}"
             )
         time.sleep(0.1)  # poll interval of the readiness check above
 
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stderr=subprocess.STDOUT if out is not None else None,
             # Own process group: Ctrl-C reaches only us, and we stop the proxy before the broker.
             start_new_session=True,
-            preexec_fn=_set_pdeathsig,  # main thread: the proxy dies with us
+            preexec_fn=set_pdeathsig,  # main thread: the proxy dies with us
         )
         _wait_proxy_ready(proxy, args.bootstrap, args.timeout, proxy_log)
         print(_banner(broker, args.bootstrap, args.metrics_url, proxy_log, args.logs), flush=True)
@@ -148,7 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         while True:
             code = proxy.poll()
             if code is not None:
-                print(f"sluice exited with code {code}\n{'' if args.logs else _tail(proxy_log, 40)}", file=sys.stderr)
+                print(
+                    f"sluice exited with code {code}\n{'' if args.logs else tail_file(proxy_log, 40)}", file=sys.stderr
+                )
                 return 1
             if not broker.is_running:
                 print(f"Kafka exited unexpectedly\n{broker.log_tail()}", file=sys.stderr)

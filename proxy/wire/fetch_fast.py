@@ -539,7 +539,7 @@ def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, i
                     rlen = b0
                     pos += 36
                 else:
-                    rlen = (b0 & 0x7F) | (head[8] << 7) if version != 5 else 0
+                    rlen = (b0 & 0x7F) | (head[8] << 7)
                     pos += 37
                 aborted: list[AbortedTransaction] | None = None
             else:
@@ -769,7 +769,7 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
                 emit(buf)
                 emit(records)  # type: ignore[arg-type]
                 buf = bytearray()
-            tags = None
+            tags = p.tags
             if tags is None:
                 buf.append(0)
             else:

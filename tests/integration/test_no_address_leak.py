@@ -1,0 +1,284 @@
+"""Clients only ever connect to Sluice: the broker's real address never reaches them.
+
+Two independent proofs, with kafka-python, confluent-kafka (librdkafka) and the Java client, each producing,
+consuming in a group and asking for cluster metadata through Sluice:
+
+1. Every byte Sluice writes to a client is recorded (a tap on ``ClientConnection.write``), cut into response
+   frames and matched to the request that asked for it by correlation id. Responses that carry addresses
+   (Metadata, FindCoordinator, DescribeCluster; Fetch v16+/Produce v10+ node endpoints) are decoded and every
+   host/port in them must be Sluice's; the broker's port (and its controller's) must appear in no response
+   at all, neither as a big-endian int32 in an address-carrying frame nor as ASCII digits in any frame.
+2. The operating system's view: while the Java console consumer and a confluent-kafka consumer (each in its own
+   process) run through Sluice, psutil samples their TCP connections; every remote port is one of Sluice's
+   listeners.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+from confluent_kafka import Consumer as CKConsumer
+from confluent_kafka import Producer as CKProducer
+from confluent_kafka.admin import AdminClient as CKAdmin
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+
+from proxy import server
+from proxy.wire.messages import decode_response, peek_request_header
+from proxy.wire.model import Message
+from rig.java_tools import CONSOLE_CONSUMER, JavaTools
+from rig.kafka import KafkaBroker
+from tests.support.proxy import ProxyThread
+
+pytestmark = pytest.mark.broker
+
+PRODUCE, FETCH, METADATA, FIND_COORDINATOR, API_VERSIONS, DESCRIBE_CLUSTER = 0, 1, 3, 10, 18, 60
+ADDRESS_APIS = {METADATA: "Metadata", FIND_COORDINATOR: "FindCoordinator", DESCRIBE_CLUSTER: "DescribeCluster"}
+RECORDS_PER_CLIENT = 50
+
+
+class Tap:
+    """Records, per client connection, the request headers Sluice read and every byte it wrote back."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)  # conn -> corr -> (key, ver)
+        self.written: dict[int, bytearray] = defaultdict(bytearray)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        original_on_request = server.ClientConnection._on_request
+        original_write = server.ClientConnection.write
+        tap = self
+
+        def on_request(conn: server.ClientConnection, frame: bytes) -> None:
+            try:
+                h = peek_request_header(frame)
+            except Exception:  # malformed: Sluice rejects it itself; nothing is answered
+                pass
+            else:
+                with tap.lock:
+                    tap.requests[conn.conn_id][h.correlation_id] = (h.api_key, h.api_version)
+            original_on_request(conn, frame)
+
+        def write(conn: server.ClientConnection, data: Any) -> None:
+            if conn.transport is not None and not conn._closed:
+                with tap.lock:
+                    tap.written[conn.conn_id] += bytes(data)
+            original_write(conn, data)
+
+        monkeypatch.setattr(server.ClientConnection, "_on_request", on_request)
+        monkeypatch.setattr(server.ClientConnection, "write", write)
+
+    def frames(self) -> Iterator[tuple[int, int, bytes]]:
+        """(api_key, api_version, response frame without its size prefix) for every complete response."""
+        with self.lock:
+            written = {c: bytes(b) for c, b in self.written.items()}
+            requests = {c: dict(r) for c, r in self.requests.items()}
+        for conn, data in written.items():
+            pos = 0
+            while len(data) - pos >= 4:
+                (size,) = struct.unpack_from(">i", data, pos)
+                if len(data) - pos - 4 < size:
+                    break  # the connection closed mid-response
+                frame = data[pos + 4 : pos + 4 + size]
+                pos += 4 + size
+                (corr,) = struct.unpack_from(">i", frame, 0)
+                assert corr in requests[conn], f"connection {conn}: response to unknown correlation id {corr}"
+                key, version = requests[conn][corr]
+                yield key, version, frame
+
+
+def addresses(msg: Message) -> Iterator[tuple[str, int]]:
+    """Every (host, port) pair anywhere in a decoded message."""
+    fields = msg.fields()
+    if "port" in fields and "host" in fields:
+        yield fields["host"], fields["port"]
+    for value in fields.values():
+        if isinstance(value, Message):
+            yield from addresses(value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, Message):
+                    yield from addresses(item)
+
+
+def carries_addresses(key: int, version: int) -> bool:
+    return key in ADDRESS_APIS or (key == FETCH and version >= 16) or (key == PRODUCE and version >= 10)
+
+
+# ------------------------------------------------------------------------------------------------ clients
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+    finally:
+        admin.close()
+
+
+def run_kafka_python(bootstrap: str, topic: str) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        for i in range(RECORDS_PER_CLIENT):
+            producer.send(topic, key=b"kp-%d" % i, value=b"kafka-python %d" % i)
+        producer.flush(30)
+    finally:
+        producer.close(10)
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"kp-{topic}",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    got = 0
+    deadline = time.monotonic() + 60
+    try:
+        while got < RECORDS_PER_CLIENT and time.monotonic() < deadline:
+            got += sum(len(m) for m in consumer.poll(timeout_ms=500).values())
+        consumer.commit()
+    finally:
+        consumer.close()
+    assert got >= RECORDS_PER_CLIENT
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        cluster = admin.describe_cluster()
+    finally:
+        admin.close()
+    assert cluster["brokers"], cluster
+
+
+def run_confluent(bootstrap: str, topic: str) -> None:
+    producer = CKProducer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(RECORDS_PER_CLIENT):
+        producer.produce(topic, key=b"ck-%d" % i, value=b"confluent %d" % i)
+    assert producer.flush(30) == 0
+    consumer = CKConsumer({"bootstrap.servers": bootstrap, "group.id": f"ck-{topic}",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + 60
+    try:
+        while got < RECORDS_PER_CLIENT and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                got += 1
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    assert got >= RECORDS_PER_CLIENT
+    admin = CKAdmin({"bootstrap.servers": bootstrap})
+    cluster = admin.describe_cluster().result(30)
+    assert cluster.nodes
+    assert admin.list_topics(timeout=30).brokers
+
+
+def watch_connections(proc: subprocess.Popen[Any], deadline_s: float) -> tuple[set[int], float]:
+    """Sample a running process's TCP connections (remote ports) until it exits; (ports, seconds waited)."""
+    ps = psutil.Process(proc.pid)
+    remote: set[int] = set()
+    start = time.monotonic()
+    deadline = start + deadline_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            conns = ps.net_connections(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            break
+        remote.update(c.raddr.port for c in conns if c.raddr)
+        time.sleep(0.02)  # sampling interval while the client runs; the loop ends when it exits
+    return remote, time.monotonic() - start
+
+
+CONFLUENT_CONSUMER_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from confluent_kafka import Consumer
+    bootstrap, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "sub-" + topic, "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got, deadline = 0, time.monotonic() + 60
+    while got < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got += 1
+    c.close()
+    print(got)
+    """
+)
+
+
+# -------------------------------------------------------------------------------------------------- test
+
+
+@pytest.fixture
+def tapped_sluice(kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ProxyThread, Tap]]:
+    tap = Tap()
+    tap.install(monkeypatch)
+    with ProxyThread(kafka_broker.bootstrap) as proxy:
+        yield proxy, tap
+
+
+def test_broker_address_never_reaches_clients(tapped_sluice: tuple[ProxyThread, Tap], kafka_broker: KafkaBroker,
+                                              java_tools: JavaTools, unique_topic: str) -> None:
+    sluice, tap = tapped_sluice
+    bootstrap = sluice.bootstrap
+    create_topic(kafka_broker.bootstrap, unique_topic)
+
+    run_kafka_python(bootstrap, unique_topic)
+    run_confluent(bootstrap, unique_topic)
+    total = 2 * RECORDS_PER_CLIENT
+
+    # The Java console consumer (Fetch v17, fetch sessions, a group) in its own process, watched by psutil.
+    java = java_tools.spawn(CONSOLE_CONSUMER, [
+        "--bootstrap-server", bootstrap, "--topic", unique_topic, "--from-beginning", "--group", f"j-{unique_topic}",
+        "--max-messages", str(total), "--timeout-ms", "20000",
+    ])  # fmt: skip
+    java_ports, _ = watch_connections(java, 90)
+    out, err = java.communicate(timeout=30)
+    assert java.returncode == 0, f"java console consumer failed:\n{err[-3000:]}"
+    assert len(out.splitlines()) == total, err[-3000:]
+
+    # confluent-kafka in its own process, watched the same way.
+    ck = subprocess.Popen([sys.executable, "-c", CONFLUENT_CONSUMER_SCRIPT, bootstrap, unique_topic, str(total)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ck_ports, _ = watch_connections(ck, 90)
+    ck_out, ck_err = ck.communicate(timeout=30)
+    assert ck.returncode == 0 and ck_out.strip() == str(total), ck_err[-3000:]
+
+    listener_ports = set(sluice.proxy.listener_ports().values())
+    real_ports = {kafka_broker.port, kafka_broker.controller_port}
+
+    # --- 2. the OS view: the client processes only ever connected to Sluice's listeners
+    for name, ports in (("java", java_ports), ("confluent-kafka", ck_ports)):
+        assert ports, f"{name}: no TCP connection observed"
+        assert ports <= listener_ports, f"{name} connected to {ports - listener_ports}; Sluice: {listener_ports}"
+
+    # --- 1. the bytes: no response frame carries the broker's address
+    seen: Counter[str] = Counter()
+    advertised: set[tuple[str, int]] = set()
+    port_int32 = {struct.pack(">i", p) for p in real_ports}
+    port_ascii = {str(p).encode() for p in real_ports}
+    for key, version, frame in tap.frames():
+        seen[ADDRESS_APIS.get(key, str(key))] += 1
+        for digits in port_ascii:
+            assert digits not in frame, f"api {key} v{version}: broker port {digits!r} as text in a response"
+        if key == API_VERSIONS or carries_addresses(key, version):
+            for raw in port_int32:
+                assert raw not in frame, f"api {key} v{version}: broker port as int32 in a response"
+        if carries_addresses(key, version):
+            _, body = decode_response(key, version, frame)
+            for host, port in addresses(body):
+                if port < 0:
+                    continue  # "no node" placeholder (e.g. FindCoordinator before the coordinator is up)
+                advertised.add((host, port))
+                assert port not in real_ports, f"api {key} v{version} names the broker: {host}:{port}"
+                assert (host, port) in {("127.0.0.1", p) for p in listener_ports}, f"{host}:{port} is not Sluice"
+    for api in ADDRESS_APIS.values():
+        assert seen[api] > 0, f"no {api} response observed; the test would prove nothing about it ({seen})"
+    assert advertised == {("127.0.0.1", sluice.proxy.router.port_for(kafka_broker.node_id))}
