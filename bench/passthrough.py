@@ -7,7 +7,7 @@ off) in front of it. Measured against the same broker and the same data:
 
 - consume throughput, direct vs through Sluice: Kafka's Java ConsumerPerformance (Fetch v17, fetch sessions)
   and confluent-kafka (librdkafka, Python), over ``--mib`` MiB of 1 KiB records produced once, directly, by the
-  Java ProducerPerformance. Runs are ordered ABBA (direct, Sluice, Sluice, direct) so warm-up and drift cancel;
+  Java ProducerPerformance. Runs are ordered ABBA (direct, Sluice, Sluice, direct), twice, so drift cancels;
   the figure per path is the mean of its runs, after one unmeasured warm-up run per path;
 - produce latency, direct vs through Sluice: confluent-kafka sending small records one at a time (acks=1,
   linger 0, each awaited with flush()); direct and proxied sends alternate record by record; p50/p99;
@@ -41,6 +41,7 @@ from rig.sluice_process import SluiceProcess
 RECORD_SIZE = 1024
 PARTITIONS = 3
 GIB = float(1 << 30)
+ROUNDS = 2  # ABBA rounds per client: 2 x 2 measured runs per path
 BUDGET_S = 280.0  # the whole bench must stay below 5 minutes
 
 
@@ -128,15 +129,15 @@ def confluent_consume(bootstrap: str, topic: str, records: int, deadline_s: floa
 
 def abba(direct: Callable[[], dict[str, Any]], proxied: Callable[[], dict[str, Any]], meter: CpuMeter,
          client: str, budget: Budget) -> tuple[float, float]:
-    """One unmeasured warm-up run per path (JIT, page cache, connections), then direct, proxied, proxied,
-    direct; emit each; return the mean MB/s (direct, proxied)."""
+    """One unmeasured warm-up run per path (JIT, page cache, connections), then ROUNDS x (direct, proxied,
+    proxied, direct); emit each; return the mean MB/s (direct, proxied)."""
     figures: dict[str, list[float]] = {"direct": [], "sluice": []}
     for path, fn in (("direct", direct), ("sluice", proxied)):
         budget.check(f"{client} warm-up")
         result = fn()
         emit({"bench": "passthrough", "measure": "warmup", "client": client, "path": path,
               "mb_per_s": round(result["mb_per_s"], 3)})
-    for run, path in enumerate(("direct", "sluice", "sluice", "direct"), start=1):
+    for run, path in enumerate(("direct", "sluice", "sluice", "direct") * ROUNDS, start=1):
         budget.check(f"{client} consume run {run}")
         result = meter.measure(proxied) if path == "sluice" else direct()
         figures[path].append(result["mb_per_s"])
@@ -190,6 +191,23 @@ def produce_latency(direct_bootstrap: str, sluice_bootstrap: str, topic: str, re
 # ------------------------------------------------------------------------------------------------- main
 
 
+def sluice_api_counts(sluice: SluiceProcess) -> dict[str, Any]:
+    """Fetch/Produce request counts by version and rewritten-response counts, from Sluice's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    requests: dict[str, int] = {}
+    rewritten: dict[str, int] = {}
+    for family in text_string_to_metric_families(sluice.metrics_text()):
+        for sample in family.samples:
+            api = sample.labels.get("api")
+            if sample.name == "sluice_requests_total" and api in ("Fetch", "Produce"):
+                requests[f"{api} v{sample.labels['version']}"] = int(sample.value)
+            elif sample.name == "sluice_responses_rewritten_total" and api in ("Fetch", "Produce"):
+                rewritten[api] = int(sample.value)
+    return {"requests": requests, "rewritten": rewritten}
+
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.passthrough", description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=int, default=400, help="MiB of 1 KiB records to consume per run (default 400)")
@@ -238,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
             added_p99 = proxied["p99_ms"] - direct["p99_ms"]
             emit({"bench": "passthrough", "measure": "produce_latency", "added_p50_ms": round(added_p50, 4),
                   "added_p99_ms": round(added_p99, 4)})
+            emit({"bench": "passthrough", "measure": "sluice_requests", "note": "APIs/versions the clients used; "
+                  "rewritten = responses Sluice decoded and re-encoded instead of streaming",
+                  **sluice_api_counts(sluice)})
             code = sluice.stop()
             if code != 0:
                 raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")

@@ -100,7 +100,7 @@ class SluiceProcess:
                 stdout=out,
                 stderr=err,
                 cwd=str(Path(__file__).resolve().parent.parent),
-                preexec_fn=_set_pdeathsig,  # noqa: PLW1509 - only asks Linux to SIGTERM it if we die
+                preexec_fn=_set_pdeathsig,  # only asks Linux to SIGTERM it if we die
             )
         self.returncode: int | None = None
         try:
@@ -162,7 +162,7 @@ class SluiceProcess:
         return events
 
     def metrics_text(self, timeout: float = 5.0) -> str:
-        with urllib.request.urlopen(f"{self.admin_url}/metrics", timeout=timeout) as resp:  # noqa: S310
+        with urllib.request.urlopen(f"{self.admin_url}/metrics", timeout=timeout) as resp:
             return str(resp.read().decode())
 
     def metric(self, name: str, labels: Mapping[str, str] | None = None) -> float:
@@ -193,7 +193,7 @@ class SluiceProcess:
 
     def _ready_once(self) -> tuple[bool, str]:
         try:
-            with urllib.request.urlopen(f"{self.admin_url}/readyz", timeout=2.0) as resp:  # noqa: S310
+            with urllib.request.urlopen(f"{self.admin_url}/readyz", timeout=2.0) as resp:
                 if resp.status != 200:
                     return False, f"/readyz {resp.status}"
         except urllib.error.HTTPError as exc:

@@ -198,3 +198,28 @@ def encode_response(api_key: int, api_version: int, header: Message, body: Messa
     header_codec("ResponseHeader", response_header_version(api_key, api_version)).encode_into(header, stream)
     response_codec(api_key, api_version).encode_into(body, stream)
     return stream.getvalue()
+
+
+# --------------------------------------------------------------------------------------------- consumer protocol
+
+_CONSUMER_PROTOCOL = {"subscription": "ConsumerProtocolSubscription", "assignment": "ConsumerProtocolAssignment"}
+
+
+def decode_consumer_protocol(kind: str, data: bytes | bytearray | memoryview) -> tuple[int, Message]:
+    """The "consumer" protocol payload of JoinGroup metadata ("subscription") or SyncGroup assignments
+    ("assignment"): an int16 version, then the struct. Like Kafka's ConsumerProtocol, a version newer than the
+    spec knows is read with the newest known layout (newer versions only append fields), and bytes after the
+    known fields are tolerated for the same reason. Returns (version as written, struct)."""
+    spec = kafka_spec(_CONSUMER_PROTOCOL[kind])
+    if len(data) < 2:
+        raise CodecError(f"consumer protocol {kind} of {len(data)} bytes has no version", api=spec.name)
+    version = int.from_bytes(data[:2], "big", signed=True)
+    if version < spec.valid.low:
+        raise CodecError(f"consumer protocol {kind} version {version}", api=spec.name, version=version)
+    codec = compiled_for(spec, min(version, spec.valid.high))
+    return version, codec.decode(memoryview(data)[2:], exact=version <= spec.valid.high)
+
+
+def encode_consumer_protocol(kind: str, version: int, msg: Message) -> bytes:
+    spec = kafka_spec(_CONSUMER_PROTOCOL[kind])
+    return version.to_bytes(2, "big", signed=True) + compiled_for(spec, min(version, spec.valid.high)).encode(msg)
