@@ -4,22 +4,24 @@ Fetch responses are the only hot path of the proxy (they carry all the record by
 hand-written codec next to the construct reference (:mod:`proxy.wire.compiler`):
 
 - decode: ``struct.unpack_from`` over a memoryview of the frame, one call per partition header; every
-  partition's record set stays a memoryview slice of the frame (never copied, never decoded — policies that need
-  batch boundaries use :func:`proxy.wire.records.iter_batches` on it);
-- a mutable model (:class:`FetchResponseView` -> :class:`FetchTopic` -> :class:`FetchPartition`) that policies
-  edit: drop or reorder partitions and topics, replace ``records`` (with ``b""`` for instance), change offsets;
-- encode: a list of buffers — small ``bytes`` for headers, the original memoryviews for records — and the total
-  length, for ``transport.writelines`` (scatter/gather), so record bytes are never copied by the proxy.
+  partition's record set stays a memoryview slice of the frame (never copied, never decoded: policies that
+  need batch boundaries use :func:`proxy.wire.records.iter_batches` on it);
+- a mutable model (:class:`FetchResponseView` -> :class:`FetchTopic` -> :class:`FetchPartition`) that
+  policies edit: drop or reorder partitions and topics, replace ``records`` (with ``b""`` for instance),
+  change offsets;
+- encode: a list of buffers (small ``bytes`` for headers, the original memoryviews for records) and the
+  total length, for ``transport.writelines`` (scatter/gather), so record bytes are never copied by the proxy.
 
-Layout: Kafka's ``FetchResponse.json`` (versions 4-18; 0-3 were removed in Kafka 4.0, flexible from 12, TopicId
-instead of Topic from 13, NodeEndpoints from 16). Tagged fields are kept as raw bytes at every level (partition,
-aborted transaction, topic) and re-emitted as read, except the top-level NodeEndpoints (tag 0, v16+, KIP-951),
-which is decoded because the proxy must rewrite broker addresses in it (clients must never learn them).
+Layout: Kafka's ``FetchResponse.json`` (versions 4-18; 0-3 were removed in Kafka 4.0; flexible from 12,
+TopicId instead of Topic from 13, NodeEndpoints from 16). Tagged fields are kept as raw bytes at every level
+(partition, aborted transaction, topic) and re-emitted as read, except the top-level NodeEndpoints (tag 0,
+v16+, KIP-951), which is decoded because the proxy must rewrite broker addresses in it (clients must never
+learn them).
 
 Equivalence with the construct codec is the contract, proven by tests/property/test_fetch_fast.py: for every
 version, ``decode(b).encode()`` equals ``response_codec(1, v).encode(m)`` for ``b = that encoding`` and
-``decode(b).to_message() == response_codec(1, v).decode(b)``. (Both re-encode canonically from decoded fields,
-except that the fast path re-emits partition/topic tagged fields byte for byte as received.)
+``decode(b).to_message() == response_codec(1, v).decode(b)``. (Both re-encode canonically from decoded
+fields, except that the fast path re-emits partition/topic tagged fields byte for byte as received.)
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from typing import Any
 
 from .compiler import KafkaStruct, _default_value, struct_for, write_uvarint
 from .errors import CodecError
-from .model import Message
 from .messages import response_spec
+from .model import Message
 
 FETCH_KEY = 1
 MIN_VERSION = 4
@@ -46,7 +48,6 @@ _API = "FetchResponse"
 
 Buffer = bytes | bytearray | memoryview
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I32_2 = struct.Struct(">ii")
 _U16_LEN = struct.Struct(">h")
@@ -62,7 +63,7 @@ _PART_FLEX = struct.Struct(">ihqqq")  # flexible: the count that follows is a uv
 _PART_V4_NULL = struct.Struct(">ihqqii")  # ..., count -1, Records length
 _PART_V5_NULL = struct.Struct(">ihqqqii")  # ..., count -1, Records length
 _PART_V11_NULL = struct.Struct(">ihqqqiii")  # ..., count -1, PreferredReadReplica, Records length
-_PART_FLEX_PROBE = struct.Struct(">ihqqqBiBB")  # decode: ..., count byte, PreferredReadReplica, 2 length bytes
+_PART_FLEX_PROBE = struct.Struct(">ihqqqBiBB")  # decode: ..., count byte, PreferredReadReplica, 2 bytes
 _PART_FLEX_NULL_1 = struct.Struct(">ihqqqBiB")  # ..., Records compact length as a 1-byte uvarint
 _PART_FLEX_NULL_2 = struct.Struct(">ihqqqBiBB")  # ..., Records compact length as a 2-byte uvarint
 
@@ -82,6 +83,14 @@ def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
             return value, i + 1
         shift += 7
     raise CodecError("varint longer than 5 bytes", where=pos)
+
+
+def _bad(what: str, value: int, left: int, pos: int) -> CodecError:
+    """A declared length/count that cannot be right: negative, or more than the bytes left (checked before
+    anything is allocated, like Kafka's readers)."""
+    if value < 0:
+        return CodecError(f"{what} {value} is negative", where=pos)
+    return CodecError(f"{what} {value} exceeds the {left} bytes remaining", where=pos)
 
 
 def _uv(value: int) -> bytes:
@@ -110,7 +119,7 @@ def _skip_tags(buf: memoryview, pos: int, n: int) -> tuple[memoryview | None, in
         last = tag
         size, pos = _uvarint(buf, pos)
         if size > n - pos:
-            raise CodecError(f"tagged field {tag} size {size} exceeds the {n - pos} bytes remaining", where=pos)
+            raise _bad(f"tagged field {tag} size", size, n - pos, pos)
         pos += size
     return buf[start:pos], pos
 
@@ -174,8 +183,8 @@ class FetchPartition:
     policy put there; None is a null record set). ``tags`` is the raw tag section (DivergingEpoch,
     CurrentLeader, SnapshotId, unknown tags), None when empty or for versions < 12."""
 
-    __slots__ = ("aborted_transactions", "error_code", "high_watermark", "last_stable_offset", "log_start_offset",
-                 "partition_index", "preferred_read_replica", "records", "tags")
+    __slots__ = ("aborted_transactions", "error_code", "high_watermark", "last_stable_offset",
+                 "log_start_offset", "partition_index", "preferred_read_replica", "records", "tags")
 
     def __init__(
         self,
@@ -226,16 +235,17 @@ class FetchTopic:
 
     __slots__ = ("partitions", "tags", "topic", "topic_id")
 
-    def __init__(self, topic: str = "", topic_id: bytes = bytes(16), partitions: list[FetchPartition] | None = None,
-                 tags: Buffer | None = None) -> None:
+    def __init__(self, topic: str = "", topic_id: bytes = bytes(16),
+                 partitions: list[FetchPartition] | None = None, tags: Buffer | None = None) -> None:
         self.topic = topic
         self.topic_id = topic_id
         self.partitions = partitions if partitions is not None else []
         self.tags = tags
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, FetchTopic) and self.topic == other.topic and self.topic_id == other.topic_id
-                and self.partitions == other.partitions and _raw(self.tags) == _raw(other.tags))
+        return (isinstance(other, FetchTopic) and self.topic == other.topic
+                and self.topic_id == other.topic_id and self.partitions == other.partitions
+                and _raw(self.tags) == _raw(other.tags))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -258,8 +268,10 @@ class NodeEndpoint:
         self.tags = tags
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, NodeEndpoint) and (self.node_id, self.host, self.port, self.rack)
-                == (other.node_id, other.host, other.port, other.rack) and _raw(self.tags) == _raw(other.tags))
+        return (isinstance(other, NodeEndpoint)
+                and (self.node_id, self.host, self.port, self.rack)
+                == (other.node_id, other.host, other.port, other.rack)
+                and _raw(self.tags) == _raw(other.tags))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -296,7 +308,8 @@ class FetchResponseView:
         self.session_id = session_id
         self.topics = topics if topics is not None else []
         self.node_endpoints = node_endpoints if node_endpoints is not None else []
-        self.unknown_tags = unknown_tags if unknown_tags is not None else {}  # top-level tags except tag 0 (v16+)
+        # top-level tagged fields other than NodeEndpoints (tag 0 from v16), raw
+        self.unknown_tags = unknown_tags if unknown_tags is not None else {}
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, FetchResponseView) and self.version == other.version
@@ -335,7 +348,8 @@ class FetchResponseView:
         """The body as scatter buffers (header bytes and the record memoryviews, uncopied) and its length."""
         return encode(self)
 
-    def encode_frame(self, correlation_id: int, header_tags: Buffer | None = None) -> tuple[list[Buffer], int]:
+    def encode_frame(self, correlation_id: int,
+                     header_tags: Buffer | None = None) -> tuple[list[Buffer], int]:
         """A whole response frame: 4-byte size, response header (v1 with its tag section for versions >= 12,
         KIP-482), then the body; ready for ``transport.writelines``."""
         buffers, size = encode(self)
@@ -417,7 +431,7 @@ def _decode_classic(mv: memoryview, version: int) -> tuple[FetchResponseView, in
         error_code = session_id = 0
         pos = 8
     if ntopics < 0 or ntopics > n - pos:
-        raise CodecError(f"Responses: array count {ntopics} invalid for the {n - pos} bytes remaining", where=pos)
+        raise _bad("Responses: array count", ntopics, n - pos, pos)
     head = _PART_V5 if version >= 5 else _PART_V4
     head_size = head.size
     unpack_head = head.unpack_from
@@ -426,19 +440,21 @@ def _decode_classic(mv: memoryview, version: int) -> tuple[FetchResponseView, in
     unpack_i32 = _I32.unpack_from
     unpack_i32_2 = _I32_2.unpack_from
     unpack_aborted = _ABORTED.unpack_from
+    new_partition = object.__new__
     topics: list[FetchTopic] = []
     for _ in range(ntopics):
         (nlen,) = _U16_LEN.unpack_from(mv, pos)
         pos += 2
-        if nlen < 0 or nlen > n - pos:
-            raise CodecError(f"Topic: string length {nlen} invalid for the {n - pos} bytes remaining", where=pos)
+        if nlen < 0:
+            raise CodecError(f"Topic: length {nlen} (null not allowed here)", where=pos)
+        if nlen > n - pos:
+            raise _bad("Topic: declared length", nlen, n - pos, pos)
         name = str(mv[pos : pos + nlen], "utf-8")
         pos += nlen
         (nparts,) = unpack_i32(mv, pos)
         pos += 4
         if nparts < 0 or nparts > n - pos:
-            raise CodecError(f"Partitions: array count {nparts} invalid for the {n - pos} bytes remaining",
-                             where=pos)
+            raise _bad("Partitions: array count", nparts, n - pos, pos)
         parts: list[FetchPartition] = []
         append = parts.append
         for _ in range(nparts):
@@ -451,8 +467,7 @@ def _decode_classic(mv: memoryview, version: int) -> tuple[FetchResponseView, in
             aborted: list[AbortedTransaction] | None = None
             if acount != -1:
                 if acount < 0 or acount * 16 > n - pos:
-                    raise CodecError(f"AbortedTransactions: array count {acount} invalid for the {n - pos} "
-                                     "bytes remaining", where=pos)
+                    raise _bad("AbortedTransactions: array count", acount, n - pos, pos)
                 aborted = []
                 for _ in range(acount):
                     pid, first = unpack_aborted(mv, pos)
@@ -468,15 +483,24 @@ def _decode_classic(mv: memoryview, version: int) -> tuple[FetchResponseView, in
             if rlen >= 0:
                 end = pos + rlen
                 if end > n:
-                    raise CodecError(f"Records: declared length {rlen} exceeds the {n - pos} bytes remaining",
-                                     where=pos)
+                    raise _bad("Records: declared length", rlen, n - pos, pos)
                 records: memoryview | None = mv[pos:end]
                 pos = end
             elif rlen == -1:
                 records = None
             else:
                 raise CodecError(f"Records: length {rlen}", where=pos)
-            append(FetchPartition(idx, err, hw, lso, lss, aborted, pref, records, None))
+            p = new_partition(FetchPartition)  # without __init__, as in _decode_flexible
+            p.partition_index = idx
+            p.error_code = err
+            p.high_watermark = hw
+            p.last_stable_offset = lso
+            p.log_start_offset = lss
+            p.aborted_transactions = aborted
+            p.preferred_read_replica = pref
+            p.records = records
+            p.tags = None
+            append(p)
         topics.append(FetchTopic(name, bytes(16), parts, None))
     return FetchResponseView(version, throttle, error_code, session_id, topics), pos
 
@@ -494,7 +518,7 @@ def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, i
         ntopics, pos = _uvarint(mv, pos)
     ntopics -= 1
     if ntopics < 0 or ntopics > n - pos:
-        raise CodecError(f"Responses: array count {ntopics} invalid for the {n - pos} bytes remaining", where=pos)
+        raise _bad("Responses: array count", ntopics, n - pos, pos)
     by_id = version >= FIRST_TOPIC_ID
     unpack_head = _PART_FLEX_PROBE.unpack_from
     unpack_i32 = _I32.unpack_from
@@ -511,9 +535,10 @@ def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, i
             topic_id = bytes(16)
             nlen, pos = _uvarint(mv, pos)
             nlen -= 1
-            if nlen < 0 or nlen > n - pos:
-                raise CodecError(f"Topic: string length {nlen} invalid for the {n - pos} bytes remaining",
-                                 where=pos)
+            if nlen < 0:
+                raise CodecError(f"Topic: length {nlen} (null not allowed here)", where=pos)
+            if nlen > n - pos:
+                raise _bad("Topic: declared length", nlen, n - pos, pos)
             name = str(mv[pos : pos + nlen], "utf-8")
             pos += nlen
         nparts = mv[pos]
@@ -523,8 +548,7 @@ def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, i
             nparts, pos = _uvarint(mv, pos)
         nparts -= 1
         if nparts < 0 or nparts > n - pos:
-            raise CodecError(f"Partitions: array count {nparts} invalid for the {n - pos} bytes remaining",
-                             where=pos)
+            raise _bad("Partitions: array count", nparts, n - pos, pos)
         parts: list[FetchPartition] = []
         append = parts.append
         for _ in range(nparts):
@@ -550,8 +574,7 @@ def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, i
             if rlen:
                 end = pos + rlen - 1
                 if end > n:
-                    raise CodecError(f"Records: declared length {rlen - 1} exceeds the {n - pos} bytes "
-                                     "remaining", where=pos)
+                    raise _bad("Records: declared length", rlen - 1, n - pos, pos)
                 records: memoryview | None = mv[pos:end]
                 pos = end
             else:
@@ -584,15 +607,16 @@ def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, i
     return FetchResponseView(version, throttle, error_code, session_id, topics, endpoints, unknown), pos
 
 
-def _flexible_aborted(mv: memoryview, pos: int, n: int, first: int) -> tuple[list[AbortedTransaction] | None, int]:
-    """A flexible AbortedTransactions array at ``pos`` (its first byte is ``first``): (list or None, next pos)."""
+def _flexible_aborted(mv: memoryview, pos: int, n: int,
+                      first: int) -> tuple[list[AbortedTransaction] | None, int]:
+    """A flexible AbortedTransactions array at ``pos``, whose first byte is ``first``: (list or None, next
+    position)."""
     if first == 0:
         return None, pos + 1
     count, pos = _uvarint(mv, pos)
     count -= 1
     if count * 17 > n - pos:
-        raise CodecError(f"AbortedTransactions: array count {count} invalid for the {n - pos} bytes remaining",
-                         where=pos)
+        raise _bad("AbortedTransactions: array count", count, n - pos, pos)
     aborted = []
     unpack_aborted = _ABORTED.unpack_from
     for _ in range(count):
@@ -614,7 +638,7 @@ def _compact_string(mv: memoryview, pos: int, nullable: bool, what: str) -> tupl
             return None, pos
         raise CodecError(f"{what}: null not allowed here", where=pos)
     if size > len(mv) - pos:
-        raise CodecError(f"{what}: declared length {size} exceeds the {len(mv) - pos} bytes remaining", where=pos)
+        raise _bad(f"{what}: declared length", size, len(mv) - pos, pos)
     return str(mv[pos : pos + size], "utf-8"), pos + size
 
 
@@ -626,7 +650,7 @@ def _decode_endpoints(raw: memoryview) -> list[NodeEndpoint]:
         # NodeEndpoints is not nullable (FetchResponse.json has no nullableVersions for it)
         raise CodecError("NodeEndpoints: null array not allowed")
     if count > n - pos:
-        raise CodecError(f"NodeEndpoints: array count {count} exceeds the {n - pos} bytes remaining")
+        raise _bad("NodeEndpoints: array count", count, n - pos, pos)
     out: list[NodeEndpoint] = []
     for _ in range(count):
         (node_id,) = _I32.unpack_from(raw, pos)
@@ -721,8 +745,8 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
     out: list[Buffer] = []
     emit = out.append
     # Header bytes accumulate in ``buf`` until a non-empty record set is reached; then ``buf`` and the record
-    # view are emitted as two buffers and a new ``buf`` starts (bytearray += is amortised O(1), so long runs of
-    # empty partitions stay linear).
+    # view are emitted as two buffers and a new ``buf`` starts (bytearray += is amortised O(1), so long runs
+    # of empty partitions stay linear).
     buf = bytearray(_TOP_FLEX.pack(view.throttle_time_ms, view.error_code, view.session_id))
     buf += _uv(len(view.topics) + 1)
     by_id = version >= FIRST_TOPIC_ID
@@ -746,11 +770,12 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
             size = 0 if records is None else len(records) + 1  # compact length; 0 = null
             if p.aborted_transactions is None and size < 16384:
                 if size < 128:
-                    buf += pack_null_1(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                                       p.log_start_offset, 0, p.preferred_read_replica, size)
+                    buf += pack_null_1(p.partition_index, p.error_code, p.high_watermark,
+                                       p.last_stable_offset, p.log_start_offset, 0, p.preferred_read_replica,
+                                       size)
                 else:
-                    buf += pack_null_2(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                                       p.log_start_offset, 0, p.preferred_read_replica,
+                    buf += pack_null_2(p.partition_index, p.error_code, p.high_watermark,
+                                       p.last_stable_offset, p.log_start_offset, 0, p.preferred_read_replica,
                                        (size & 0x7F) | 0x80, size >> 7)
             else:
                 aborted = p.aborted_transactions
@@ -818,15 +843,17 @@ class _Structs:
         self.partition: KafkaStruct = _element(self.topic, "partitions")
         self.aborted: KafkaStruct = _element(self.partition, "aborted_transactions")
         self.endpoint: KafkaStruct | None = (
-            top.tagged[NODE_ENDPOINTS_TAG][1].element if top.tagged and NODE_ENDPOINTS_TAG in top.tagged else None
+            top.tagged[NODE_ENDPOINTS_TAG][1].element
+            if top.tagged and NODE_ENDPOINTS_TAG in top.tagged else None
         )
 
 
 def _element(st: KafkaStruct, name: str) -> KafkaStruct:
     for fname, sub, _ in st.plain:
         if fname == name:
-            return sub.element  # type: ignore[no-any-return]
-    raise CodecError(f"FetchResponse spec has no field {name}")  # pragma: no cover - the spec defines them
+            element: KafkaStruct = sub.element
+            return element
+    raise CodecError(f"FetchResponse spec has no field {name}")  # the spec defines them all
 
 
 @cache
@@ -853,7 +880,8 @@ def _tags_to_fields(st: KafkaStruct, raw: Buffer | None, d: dict[str, Any]) -> N
         except Exception as e:  # construct primitives: struct.error, StreamError ...
             raise CodecError(f"tagged field {tag}: {type(e).__name__}: {e}") from None
         if stream.tell() != len(value):
-            raise CodecError(f"{st.struct_name}: tagged field {tag} has {len(value) - stream.tell()} trailing bytes")
+            left = len(value) - stream.tell()
+            raise CodecError(f"{st.struct_name}: tagged field {tag} has {left} trailing bytes")
     if unknown:
         d["unknown_tags"] = unknown
 

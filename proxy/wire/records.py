@@ -2,9 +2,9 @@
 
 Two levels, because the proxy almost never needs the records themselves:
 
-- **walk** (:func:`iter_batches`, :func:`walk_batches`, :func:`complete_size`): read each batch's 61-byte header
-  with one ``struct.unpack_from`` over the caller's buffer. Nothing is copied or decompressed; this is what
-  size budgets and throttles use to find batch boundaries and offsets.
+- **walk** (:func:`iter_batches`, :func:`walk_batches`, :func:`complete_size`): read each batch's 61-byte
+  header with one ``struct.unpack_from`` over the caller's buffer. Nothing is copied or decompressed; this is
+  what size budgets and throttles use to find batch boundaries and offsets.
 - **full decode/encode** (:func:`decode_batch`, :func:`encode_batch`): the reference path, built on Sluice's
   own declarative specs ``codecs/RecordBatch.json`` and ``codecs/Record.json`` compiled by
   :mod:`proxy.wire.compiler`. Only policies that read keys (cooperative consumption) need it.
@@ -74,8 +74,8 @@ DELETE_HORIZON_MASK = 0x40  # KIP-534: BaseTimestamp holds the delete horizon
 #: batch expanding past 64 MiB is a bomb, not data.
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
 
-# BaseOffset, Length, PartitionLeaderEpoch, Magic, CRC, Attributes, LastOffsetDelta, BaseTimestamp, MaxTimestamp,
-# ProducerId, ProducerEpoch, BaseSequence, RecordsCount
+# BaseOffset, Length, PartitionLeaderEpoch, Magic, CRC, Attributes, LastOffsetDelta, BaseTimestamp,
+# MaxTimestamp, ProducerId, ProducerEpoch, BaseSequence, RecordsCount
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == HEADER_SIZE
 _OFFSET_LENGTH = struct.Struct(">qi")
@@ -94,8 +94,8 @@ class BatchHeader(NamedTuple):
 
     For legacy entries (magic 0/1) only ``start``, ``end``, ``base_offset`` (the entry's offset; for a
     compressed wrapper that is its last inner offset, as in Kafka's ``AbstractLegacyRecordBatch.lastOffset``),
-    ``batch_length``, ``magic``, ``crc``, ``attributes`` and (magic 1) the timestamps are meaningful; the other
-    fields are -1 and ``records_count`` is -1 (unknown without decompressing).
+    ``batch_length``, ``magic``, ``crc``, ``attributes`` and (magic 1) the timestamps are meaningful; the
+    other fields are -1 and ``records_count`` is -1 (unknown without decompressing).
     """
 
     start: int  # offset of the batch in the walked buffer
@@ -180,7 +180,7 @@ def _next_batch(buf: memoryview | bytes | bytearray, pos: int, n: int) -> BatchH
     if magic == 1:
         if length < RECORD_OVERHEAD_V0 + 8:
             raise CodecError(f"magic 1 record size {length} is less than its overhead", where=pos + 8)
-        ts = _LEGACY_TS.unpack_from(buf, pos + 22)[0]
+        ts = _LEGACY_TS.unpack_from(buf, pos + 18)[0]
     return BatchHeader(pos, end, base_offset, length, -1, magic, crc, attributes, 0, ts, ts, -1, -1, -1, -1)
 
 
@@ -202,7 +202,7 @@ def iter_batches(buf: memoryview | bytes | bytearray) -> Iterator[BatchHeader]:
 
 
 def walk_batches(buf: memoryview | bytes | bytearray) -> BatchWalk:
-    """Every complete batch, plus the size of the truncated tail (brokers send one when max_bytes cuts a batch)."""
+    """Every complete batch, plus the size of the truncated tail (sent when max_bytes cuts a batch)."""
     batches = list(iter_batches(buf))
     done = batches[-1].end if batches else 0
     return BatchWalk(batches, done, len(buf) - done)
@@ -217,27 +217,28 @@ def complete_size(buf: memoryview | bytes | bytearray) -> int:
 
 
 def batch_crc(view: memoryview | bytes | bytearray) -> int:
-    """CRC-32C of a complete v2 batch as Kafka computes it: Attributes .. end (DefaultRecordBatch.computeChecksum)."""
+    """CRC-32C of a complete v2 batch as Kafka computes it: Attributes .. end
+    (DefaultRecordBatch.computeChecksum)."""
     return crc32c(memoryview(view)[ATTRIBUTES_OFFSET:])
 
 
 # --------------------------------------------------------------------------------------------- compression
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
-#: xerial SnappyOutputStream header: magic, version 1, minimum compatible version 1 (SnappyCodec.currentHeader).
+#: xerial SnappyOutputStream header: magic, version 1, minimum compatible version 1 (currentHeader).
 _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 #: xerial's default block size (SnappyOutputStream.DEFAULT_BLOCK_SIZE), which Kafka's SnappyFactory uses.
 _XERIAL_BLOCK = 32 * 1024
 
 
 def _is_too_small(err: Exception) -> bool:
-    # cramjam's *_into functions fail with "failed to write whole buffer" (gzip/lz4/zstd) or "output buffer ...
-    # is smaller than required" (snappy) when the output does not fit; anything else is corrupt input.
+    # cramjam's *_into functions fail with "failed to write whole buffer" (gzip/lz4/zstd) or "output buffer
+    # ... is smaller than required" (snappy) when the output does not fit; anything else is corrupt input.
     return "buffer" in str(err)
 
 
 def _decompress_bounded(module: object, data: memoryview, max_size: int, what: str) -> bytes:
-    """Decompress into a buffer that grows (x4) up to ``max_size``: a bomb fails at the bound, never beyond."""
+    """Decompress into a buffer that grows (x4) up to ``max_size``: a bomb fails at the bound."""
     size = min(max_size, max(64 * 1024, 4 * len(data)))
     while True:
         out = bytearray(size)
@@ -264,7 +265,7 @@ def _snappy_decompress(data: memoryview, max_size: int) -> bytes:
                 raise CodecError("truncated xerial snappy header")
             pos, n = len(_XERIAL_HEADER), len(data)
             while pos < n:
-                # xerial's SnappyInputStream accepts concatenated streams: a header where a block length is due.
+                # xerial's SnappyInputStream reads concatenated streams: a header where a block length is due
                 if bytes(data[pos : pos + 8]) == _XERIAL_MAGIC:
                     pos += len(_XERIAL_HEADER)
                     continue
@@ -379,8 +380,8 @@ class RecordBatch:
     magic: int = MAGIC_V2
     crc: int = field(default=0, compare=False)  # as read; derived, recomputed by encode_batch
     # The compressed payload and what it decompressed to, as read: if the records still encode to the same
-    # bytes, encode_batch reuses the payload, so an unchanged compressed batch re-encodes byte-exact (cramjam's
-    # compressors do not reproduce the Java client's output bit for bit).
+    # bytes, encode_batch reuses the payload, so an unchanged compressed batch re-encodes byte-exact
+    # (cramjam's compressors do not reproduce the Java client's output bit for bit).
     _orig_payload: memoryview | bytes | None = field(default=None, repr=False, compare=False)
     _orig_records: bytes | None = field(default=None, repr=False, compare=False)
     _orig_compression: int = field(default=0, repr=False, compare=False)
@@ -441,7 +442,7 @@ def _decode_records(raw: memoryview | bytes, count: int) -> list[Record]:
     for _ in range(count):
         size, pos = _read_varint(raw, pos, n)
         if size < 0 or size > n - pos:
-            # DefaultRecord.readFrom: "Invalid record size: expected to read N bytes in record payload, but ..."
+            # DefaultRecord.readFrom: "Invalid record size: expected to read N bytes in record payload..."
             raise CodecError(f"record size {size} exceeds the {n - pos} bytes remaining", where=pos)
         m = codec.decode(raw[pos : pos + size])
         pos += size

@@ -1,4 +1,4 @@
-"""Hypothesis strategies generated from message specs (Kafka's and Sluice's own), shared by the property tests.
+"""Hypothesis strategies generated from message specs (Kafka's and Sluice's own), for the property tests.
 
 The strategy for (spec, version) walks the spec's FieldSpec tree exactly as proxy/wire/compiler.py does (which
 fields exist at the version, which are tagged, which structs are flexible) and yields the :class:`Message` the
@@ -12,9 +12,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from proxy.wire.messages import decoded_versions
 from proxy.wire.model import Message
 from proxy.wire.schema import FieldSpec, MessageSpec, kafka_spec, manifest, sluice_spec
-from proxy.wire.messages import decoded_versions
 
 _INTS: dict[str, tuple[int, int]] = {
     "int8": (-(2**7), 2**7 - 1),
@@ -69,7 +69,8 @@ def _primitive(t: str) -> st.SearchStrategy[Any]:
 Overrides = dict[str, st.SearchStrategy[Any]]
 
 
-def _field(f: FieldSpec, version: int, flexible: bool, unknown: bool, overrides: Overrides | None) -> st.SearchStrategy[Any]:
+def _field(f: FieldSpec, version: int, flexible: bool, unknown: bool,
+           overrides: Overrides | None) -> st.SearchStrategy[Any]:
     fflex = _flexible_field(f, version, flexible)
     if f.is_struct:
         element = struct_strategy(f.fields, version, fflex, unknown=unknown, overrides=overrides)
@@ -112,9 +113,10 @@ def struct_strategy(fields: tuple[FieldSpec, ...], version: int, flexible: bool,
 
 def message_strategy(spec: MessageSpec, version: int, *, unknown: bool = True,
                      overrides: Overrides | None = None) -> st.SearchStrategy[Message]:
-    """Messages of ``spec`` at ``version`` as the construct codec decodes them. ``unknown``: add random unknown
-    tagged fields; ``overrides``: strategies for primitive fields by snake_case name (e.g. valid error codes)."""
-    return struct_strategy(spec.fields, version, version in spec.flexible, unknown=unknown, overrides=overrides)
+    """Messages of ``spec`` at ``version`` as the construct codec decodes them. ``unknown``: add random
+    unknown tagged fields; ``overrides``: strategies for primitive fields by snake_case name."""
+    flexible = version in spec.flexible
+    return struct_strategy(spec.fields, version, flexible, unknown=unknown, overrides=overrides)
 
 
 def all_cases() -> list[tuple[str, MessageSpec, int]]:
