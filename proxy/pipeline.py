@@ -13,10 +13,13 @@ import io
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import versions
 from .routing import Router
-from .wire.compiler import read_uvarint
+from .versions import UNSUPPORTED_VERSION
+from .wire import fetch_fast
+from .wire.compiler import read_uvarint, top_level_tags_locator
 from .wire.errors import CodecError
 from .wire.messages import (
     API_VERSIONS_KEY,
@@ -26,6 +29,8 @@ from .wire.messages import (
     decoded_versions,
     encode_response,
     peek_request_header,
+    response_body_offset,
+    response_spec,
 )
 from .wire.model import Message
 
@@ -46,14 +51,17 @@ class Request:
     #: a response Sluice produces itself (full frame incl. size prefix); None -> forwarded upstream
     local_response: bytes | None = None
     #: decode + rewrite the upstream response with this rule; None -> relay the bytes untouched
-    rewrite: Callable[[Message], None] | None = None
+    rewrite: Callable[[Any], None] | None = None
     started: float = 0.0
     error_codes: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class Rewritten:
-    frame: bytes  # the response frame to send the client (without size prefix)
+    #: the response to send the client, size prefix included, as buffers for transport.writelines (record
+    #: bytes of a Fetch response stay memoryview slices of the upstream frame: never copied)
+    buffers: list[Any]
+    size: int
     error_codes: list[int]
 
 
@@ -63,7 +71,7 @@ class Pipeline:
     def __init__(self, router: Router) -> None:
         self.router = router
         #: api key -> the rewrite its responses need (all of them keep broker addresses away from clients)
-        self._rules: dict[int, Callable[[Message], None]] = {
+        self._rules: dict[int, Callable[[Any], None]] = {
             METADATA: router.rewrite_metadata,
             FIND_COORDINATOR: router.rewrite_find_coordinator,
             DESCRIBE_CLUSTER: router.rewrite_describe_cluster,
@@ -113,16 +121,37 @@ class Pipeline:
         """Apply the request's rewrite rule to its response frame (without size prefix)."""
         assert req.rewrite is not None
         key, version = req.header.api_key, req.header.api_version
-        try:
-            header, body = decode_response(key, version, frame)
-        except CodecError:
-            if key != API_VERSIONS_KEY:
-                raise
-            # A broker that does not support the request's ApiVersions version answers in v0 (KIP-511).
-            header, body = decode_response(key, 0, frame)
+        if key == FETCH:
+            return self._fetch_response(req, frame)
+        if key == PRODUCE:
+            # KIP-951 NodeEndpoints is a top-level tagged field, present only after a leadership change:
+            # skim to the tag section (a few microseconds) and relay the bytes untouched when it is empty.
+            view = memoryview(frame)
+            locate = top_level_tags_locator(response_spec(key), version)
+            if view[locate(view, response_body_offset(key, version, view))] == 0:
+                return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, [])
+        if key == API_VERSIONS_KEY and len(frame) >= 6 and _I16.unpack_from(frame, 4)[0] == UNSUPPORTED_VERSION:
+            # A server that does not support the request's ApiVersions version answers in v0; clients check
+            # the error code before choosing the layout (ApiVersionsResponse.parse, KIP-511).
             version = 0
+        header, body = decode_response(key, version, frame)
         req.rewrite(body)
-        return Rewritten(encode_response(key, version, header, body), _error_codes(body))
+        out = encode_response(key, version, header, body)
+        return Rewritten([len(out).to_bytes(4, "big"), out], len(out) + 4, _error_codes(body))
+
+    def _fetch_response(self, req: Request, frame: bytes | bytearray) -> Rewritten:
+        """Fetch v16+ (the hot path): the zero-copy fast path finds the KIP-951 NodeEndpoints; when there are
+        none (the usual case) the upstream bytes go out unchanged, else only the headers are re-encoded."""
+        assert req.rewrite is not None
+        corr, header_tags, view = fetch_fast.decode_frame(memoryview(frame), req.header.api_version)
+        errors = [p.error_code for _, p in view.partitions() if p.error_code]
+        if view.error_code:
+            errors.insert(0, view.error_code)
+        if not view.node_endpoints:
+            return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, errors)
+        req.rewrite(view)
+        buffers, size = view.encode_frame(corr, header_tags)
+        return Rewritten(buffers, size, errors)
 
     @staticmethod
     def _api_versions(body: Message) -> None:

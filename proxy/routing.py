@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .wire.model import Message
 
@@ -42,7 +43,7 @@ class Router:
         """Record a broker's real address (brokers may move: the latest response wins)."""
         self.upstream[node_id] = (host, port)
 
-    def _rewrite_node(self, node: Message, *, id_field: str = "node_id") -> None:
+    def _rewrite_node(self, node: Any, *, id_field: str = "node_id") -> None:
         node_id = getattr(node, id_field)
         if node_id < 0 or node.port < 0:
             return  # "no node" placeholders (e.g. FindCoordinator errors: -1, "", -1) stay as they are
@@ -72,7 +73,8 @@ class Router:
         for broker in body.brokers:
             self._rewrite_node(broker, id_field="broker_id")
 
-    def rewrite_node_endpoints(self, body: Message) -> None:
-        """KIP-951 NodeEndpoints (Fetch v16+, Produce v10+): leaders a client should move to."""
-        for node in body.get("node_endpoints") or ():
+    def rewrite_node_endpoints(self, body: Any) -> None:
+        """KIP-951 NodeEndpoints (Fetch v16+, Produce v10+): leaders a client should move to. ``body`` is a
+        decoded Message or a fetch_fast view; both expose ``node_endpoints`` entries with node_id/host/port."""
+        for node in getattr(body, "node_endpoints", None) or ():
             self._rewrite_node(node)

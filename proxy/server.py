@@ -363,6 +363,10 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is not None and not self._closed:
             self.transport.write(data)
 
+    def writelines(self, buffers: list[Any]) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.writelines(buffers)
+
     def _flush(self) -> None:
         """Write responses Sluice made itself once every earlier response has gone out."""
         while self.inflight and self.inflight[0].local_response is not None:
@@ -522,8 +526,8 @@ class UpstreamConnection(asyncio.Protocol):
                 self.client.write(len(frame).to_bytes(4, "big") + bytes(frame))
             else:
                 req.error_codes = out.error_codes
-                client_bytes = len(out.frame) + 4
-                self.client.write(len(out.frame).to_bytes(4, "big") + out.frame)
+                client_bytes = out.size
+                self.client.writelines(out.buffers)
                 metrics.RESPONSES_REWRITTEN.labels(req.api).inc()
         self.client.response_done(req, upstream_bytes, client_bytes)
 

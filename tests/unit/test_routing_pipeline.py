@@ -32,7 +32,9 @@ def respond(pipeline: Pipeline, frame: bytes, body: Message) -> Message:
     key, version = req.header.api_key, req.header.api_version
     raw = encode_response(key, version, Message(correlation_id=req.header.correlation_id), body)
     out = pipeline.on_response(req, raw)
-    return decode_response(key, version, out.frame)[1]
+    sent = b"".join(bytes(b) for b in out.buffers)
+    assert int.from_bytes(sent[:4], "big") == len(sent) - 4 == out.size - 4
+    return decode_response(key, version, sent[4:])[1]
 
 
 @pytest.mark.parametrize("version", [0, 1, 9, 12, 13])
@@ -129,3 +131,22 @@ def test_decoded_api_outside_sluice_range_is_rejected() -> None:
 def test_malformed_request_headers(frame: bytes) -> None:
     with pytest.raises(CodecError):
         Pipeline(router()).on_request(frame)
+
+
+@pytest.mark.parametrize("api_key, version", [(1, 16), (1, 18), (0, 10), (0, 13)])
+def test_fetch_and_produce_without_node_endpoints_relay_the_upstream_bytes(api_key: int, version: int) -> None:
+    p = Pipeline(router())
+    req = p.on_request(req_frame(api_key, version))
+    assert req.rewrite is not None  # KIP-951 versions are inspected...
+    body = response_codec(api_key, version).default()
+    raw = encode_response(api_key, version, Message(correlation_id=7), body)
+    out = p.on_response(req, raw)
+    assert out.buffers[1] is raw  # ...but relayed as the very same bytes when nothing needs rewriting
+
+
+def test_produce_node_endpoints_rewritten() -> None:
+    p = Pipeline(router())
+    body = response_codec(0, 12).default()
+    body.node_endpoints = [Message(node_id=4, host="b4", port=9092, rack="r1")]
+    out = respond(p, req_frame(0, 12, request_codec(0, 12).default().replace(acks=1)), body)
+    assert [(n.node_id, n.host, n.port, n.rack) for n in out.node_endpoints] == [(4, "proxy.example", 20004, "r1")]
