@@ -3,7 +3,7 @@
 Two independent proofs, with kafka-python, confluent-kafka (librdkafka) and the Java client, each producing,
 consuming in a group and asking for cluster metadata through Sluice:
 
-1. Every byte Sluice writes to a client is recorded (a tap on ``ClientConnection.write``), cut into response
+1. Every byte Sluice writes to a client is recorded (a tap on ``ClientConnection.write``/``writelines``), cut into response
    frames and matched to the request that asked for it by correlation id. Responses that carry addresses
    (Metadata, FindCoordinator, DescribeCluster; Fetch v16+/Produce v10+ node endpoints) are decoded and every
    host/port in them must be Sluice's; the broker's port (and its controller's) must appear in no response
@@ -58,6 +58,7 @@ class Tap:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         original_on_request = server.ClientConnection._on_request
         original_write = server.ClientConnection.write
+        original_writelines = server.ClientConnection.writelines
         tap = self
 
         def on_request(conn: server.ClientConnection, frame: bytes) -> None:
@@ -76,8 +77,16 @@ class Tap:
                     tap.written[conn.conn_id] += bytes(data)
             original_write(conn, data)
 
+        def writelines(conn: server.ClientConnection, buffers: list[Any]) -> None:
+            if conn.transport is not None and not conn._closed:
+                with tap.lock:
+                    for data in buffers:
+                        tap.written[conn.conn_id] += bytes(data)
+            original_writelines(conn, buffers)
+
         monkeypatch.setattr(server.ClientConnection, "_on_request", on_request)
         monkeypatch.setattr(server.ClientConnection, "write", write)
+        monkeypatch.setattr(server.ClientConnection, "writelines", writelines)
 
     def frames(self) -> Iterator[tuple[int, int, bytes]]:
         """(api_key, api_version, response frame without its size prefix) for every complete response."""
