@@ -18,9 +18,9 @@ from typing import Any
 from . import versions
 from .routing import Router
 from .versions import UNSUPPORTED_VERSION
-from .wire import fetch_fast
 from .wire.compiler import read_uvarint, top_level_tags_locator
 from .wire.errors import CodecError
+from .wire.fetch_stream import FetchStreamer
 from .wire.messages import (
     API_VERSIONS_KEY,
     RequestHeader,
@@ -63,6 +63,7 @@ class Rewritten:
     buffers: list[Any]
     size: int
     error_codes: list[int]
+    changed: bool = True  # False: the upstream bytes went out untouched
 
 
 class Pipeline:
@@ -121,15 +122,13 @@ class Pipeline:
         """Apply the request's rewrite rule to its response frame (without size prefix)."""
         assert req.rewrite is not None
         key, version = req.header.api_key, req.header.api_version
-        if key == FETCH:
-            return self._fetch_response(req, frame)
         if key == PRODUCE:
             # KIP-951 NodeEndpoints is a top-level tagged field, present only after a leadership change:
             # skim to the tag section (a few microseconds) and relay the bytes untouched when it is empty.
             view = memoryview(frame)
             locate = top_level_tags_locator(response_spec(key), version)
             if view[locate(view, response_body_offset(key, version, view))] == 0:
-                return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, [])
+                return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, [], changed=False)
         if key == API_VERSIONS_KEY and len(frame) >= 6 and _I16.unpack_from(frame, 4)[0] == UNSUPPORTED_VERSION:
             # A server that does not support the request's ApiVersions version answers in v0; clients check
             # the error code before choosing the layout (ApiVersionsResponse.parse, KIP-511).
@@ -139,23 +138,14 @@ class Pipeline:
         out = encode_response(key, version, header, body)
         return Rewritten([len(out).to_bytes(4, "big"), out], len(out) + 4, _error_codes(body))
 
-    def _fetch_response(self, req: Request, frame: bytes | bytearray) -> Rewritten:
-        """Fetch v16+ (the hot path): the zero-copy fast path finds the KIP-951 NodeEndpoints; when there are
-        none (the usual case) the upstream bytes go out unchanged, else only the headers are re-encoded."""
-        assert req.rewrite is not None
-        corr, header_tags, view = fetch_fast.decode_frame(memoryview(frame), req.header.api_version)
-        errors = [p.error_code for _, p in view.partitions() if p.error_code]
-        if view.error_code:
-            errors.insert(0, view.error_code)
-        if not view.node_endpoints:
-            return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, errors)
-        req.rewrite(view)
-        buffers, size = view.encode_frame(corr, header_tags)
-        return Rewritten(buffers, size, errors)
-
     @staticmethod
     def _api_versions(body: Message) -> None:
         body.api_keys = versions.intersect(body).api_keys
+
+    def fetch_streamer(self, req: Request, size: int) -> FetchStreamer:
+        """Fetch v16+ responses stream through (see proxy/wire/fetch_stream.py): only their final tag
+        section, where KIP-951 NodeEndpoints lives, is held back and rewritten. ``size``: the body's bytes."""
+        return FetchStreamer(req.header.api_version, size, self.router.rewrite_nodes)
 
 
 def _produce_acks(frame: bytes, header: RequestHeader) -> int:

@@ -10,7 +10,7 @@ to connect. Sans-IO: the server asks the router, the router never opens sockets.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,5 +76,9 @@ class Router:
     def rewrite_node_endpoints(self, body: Any) -> None:
         """KIP-951 NodeEndpoints (Fetch v16+, Produce v10+): leaders a client should move to. ``body`` is a
         decoded Message or a fetch_fast view; both expose ``node_endpoints`` entries with node_id/host/port."""
-        for node in getattr(body, "node_endpoints", None) or ():
+        self.rewrite_nodes(getattr(body, "node_endpoints", None) or ())
+
+    def rewrite_nodes(self, nodes: Iterable[Any]) -> None:
+        """Rewrite node entries (anything with node_id/host/port) in place."""
+        for node in nodes:
             self._rewrite_node(node)

@@ -33,9 +33,10 @@ from typing import Any
 from . import metrics
 from .accesslog import AccessLog, get_access_log, get_logger
 from .config import Settings
-from .pipeline import Pipeline, Request
+from .pipeline import FETCH, Pipeline, Request
 from .routing import Address, Router
 from .wire.errors import CodecError
+from .wire.fetch_stream import FetchStreamer
 from .wire.messages import decode_response, encode_request, request_header_version
 from .wire.model import Message
 
@@ -436,6 +437,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._left = 0  # bytes of that response still to arrive
         self._size = 0
         self._collect: bytearray | None = None  # the response body, when a rule must rewrite it
+        self._stream: FetchStreamer | None = None  # walks a Fetch v16+ response as it streams through
         self._max = client._limits.max_frame_bytes
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -476,7 +478,13 @@ class UpstreamConnection(asyncio.Protocol):
             chunk = view[pos : pos + take]
             pos += take
             self._left -= take
-            if self._collect is not None:
+            if self._stream is not None:
+                try:
+                    client.writelines(self._stream.feed(chunk))
+                except CodecError as e:
+                    self._fail(f"undecodable {self._req.api} response: {e}")  # type: ignore[union-attr]
+                    return
+            elif self._collect is not None:
                 self._collect += chunk
             else:
                 client.write(chunk)
@@ -497,12 +505,15 @@ class UpstreamConnection(asyncio.Protocol):
             self._fail(f"response correlation id {corr} does not match request {req.header.correlation_id}")
             return False
         self._req, self._size, self._left = req, size, size - 4
-        if req.rewrite is not None:
+        if req.rewrite is not None and req.header.api_key != FETCH:
             self._collect = bytearray(self._hdr[4:])
         else:
             # Kafka answers in order, so this response's request is at the head of the client's queue
-            # (no rule holds responses back yet): stream it straight through.
+            # (no rule holds responses back yet): stream it straight through. A Fetch v16+ response is
+            # walked on the way, to rewrite its NodeEndpoints tail (proxy/wire/fetch_stream.py).
             assert client.inflight and client.inflight[0] is req
+            if req.rewrite is not None:
+                self._stream = client.proxy.pipeline.fetch_streamer(req, size - 4)
             client.write(bytes(self._hdr))
         self._hdr.clear()
         if self._left == 0:
@@ -512,22 +523,23 @@ class UpstreamConnection(asyncio.Protocol):
     def _end_response(self) -> None:
         req, self._req = self._req, None
         assert req is not None
-        upstream_bytes = self._size + 4
-        client_bytes = upstream_bytes
-        if self._collect is not None:
+        upstream_bytes = client_bytes = self._size + 4
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            if stream.rewritten or stream.scrubbed:
+                metrics.RESPONSES_REWRITTEN.labels(req.api).inc()
+        elif self._collect is not None:
             frame, self._collect = self._collect, None
             try:
                 out = self.client.proxy.pipeline.on_response(req, frame)
             except CodecError as e:
-                # The broker sent something Sluice cannot read: relay it unchanged rather than drop it, but
-                # it may carry a real broker address, so say so loudly.
-                log.error("response_undecodable", conn=self.client.conn_id, api=req.api,
-                          version=req.header.api_version, error=str(e))
-                self.client.write(len(frame).to_bytes(4, "big") + bytes(frame))
-            else:
-                req.error_codes = out.error_codes
-                client_bytes = out.size
-                self.client.writelines(out.buffers)
+                # Relaying what Sluice cannot read could hand the client a real broker address: close instead.
+                self._fail(f"undecodable {req.api} v{req.header.api_version} response: {e}")
+                return
+            req.error_codes = out.error_codes
+            client_bytes = out.size
+            self.client.writelines(out.buffers)
+            if out.changed:
                 metrics.RESPONSES_REWRITTEN.labels(req.api).inc()
         self.client.response_done(req, upstream_bytes, client_bytes)
 

@@ -601,7 +601,7 @@ def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, i
     if raw_tags is not None:
         for tag, raw in parse_tags(raw_tags).items():
             if tag == NODE_ENDPOINTS_TAG and version >= FIRST_NODE_ENDPOINTS:
-                endpoints = _decode_endpoints(raw)
+                endpoints = decode_endpoints(raw)
             else:
                 unknown[tag] = raw
     return FetchResponseView(version, throttle, error_code, session_id, topics, endpoints, unknown), pos
@@ -642,7 +642,7 @@ def _compact_string(mv: memoryview, pos: int, nullable: bool, what: str) -> tupl
     return str(mv[pos : pos + size], "utf-8"), pos + size
 
 
-def _decode_endpoints(raw: memoryview) -> list[NodeEndpoint]:
+def decode_endpoints(raw: memoryview) -> list[NodeEndpoint]:
     n = len(raw)
     count, pos = _uvarint(raw, 0)
     count -= 1
@@ -805,7 +805,7 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
     return out, sum(map(len, out))
 
 
-def _encode_endpoints(endpoints: list[NodeEndpoint]) -> bytes:
+def encode_endpoints(endpoints: list[NodeEndpoint]) -> bytes:
     out = bytearray(_uv(len(endpoints) + 1))
     for e in endpoints:
         host = e.host.encode("utf-8")
@@ -826,7 +826,7 @@ def _top_tags(view: FetchResponseView) -> bytes:
         # Kafka's generated FetchResponseData.write).
         fields.pop(NODE_ENDPOINTS_TAG, None)
         if view.node_endpoints:
-            fields[NODE_ENDPOINTS_TAG] = _encode_endpoints(view.node_endpoints)
+            fields[NODE_ENDPOINTS_TAG] = encode_endpoints(view.node_endpoints)
     return build_tags(fields) or _EMPTY_TAGS
 
 

@@ -3,8 +3,8 @@
 Two independent proofs, with kafka-python, confluent-kafka (librdkafka) and the Java client, each producing,
 consuming in a group and asking for cluster metadata through Sluice:
 
-1. Every byte Sluice writes to a client is recorded (a tap on ``ClientConnection.write``/``writelines``), cut into response
-   frames and matched to the request that asked for it by correlation id. Responses that carry addresses
+1. Every byte Sluice writes to a client is recorded (a tap on ``ClientConnection.write``/``writelines``), cut
+   into response frames and matched to the request that asked for it by correlation id. Responses that carry addresses
    (Metadata, FindCoordinator, DescribeCluster; Fetch v16+/Produce v10+ node endpoints) are decoded and every
    host/port in them must be Sluice's; the broker's port (and its controller's) must appear in no response
    at all, neither as a big-endian int32 in an address-carrying frame nor as ASCII digits in any frame.
