@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from .compiler import Codec, compiled_for
+from .compiler import Codec, compiled_for, skip_tags
 from .errors import CodecError
 from .model import Message
 from .schema import MessageSpec, Versions, kafka_spec, manifest
@@ -133,9 +133,12 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
     body: int | None = None
     if known_api(api_key) and api_version in request_spec(api_key).valid:
         if request_header_version(api_key, api_version) >= 2:
-            stream = io.BytesIO(frame)
-            header_codec("RequestHeader", 2).decode_from(stream)  # validates and skips the tag section
-            pos = stream.tell()
+            try:
+                pos = skip_tags(memoryview(frame), pos)  # request header v2 ends with a tag section
+            except IndexError:
+                raise CodecError("truncated request header tags", api=api_key, version=api_version) from None
+            if pos > len(frame):
+                raise CodecError("request header tags exceed the frame", api=api_key, version=api_version)
         body = pos
     return RequestHeader(api_key, api_version, corr, client_id, body)
 
@@ -178,9 +181,13 @@ def response_body_offset(api_key: int, api_version: int, frame: bytes | bytearra
     """Where the body starts: after the correlation id, and the tag section for header v1."""
     if response_header_version(api_key, api_version) == 0:
         return 4
-    stream = io.BytesIO(frame)
-    header_codec("ResponseHeader", 1).decode_from(stream)
-    return stream.tell()
+    try:
+        pos = skip_tags(memoryview(frame), 4)
+    except IndexError:
+        raise CodecError("truncated response header", api=api_key, version=api_version) from None
+    if pos > len(frame):
+        raise CodecError("response header tags exceed the frame", api=api_key, version=api_version)
+    return pos
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes | bytearray | memoryview) -> tuple[Message, Message]:
