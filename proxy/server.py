@@ -61,7 +61,7 @@ class Proxy:
         self.pipeline = Pipeline(self.router)
         self.access_log = access_log if access_log is not None else get_access_log()
         self.bootstrap: list[Address] = [_parse_address(a) for a in settings.upstream.bootstrap_servers]
-        self._servers: dict[int | None, asyncio.AbstractServer] = {}
+        self._servers: dict[int | None, Any] = {}  # asyncio servers (or _Pending while one starts)
         self._clients: set[ClientConnection] = set()
         self._closing = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -128,7 +128,7 @@ class Proxy:
             sock.close()
             log.error("listener_failed", node_id=node_id, host=listen.host, port=port, error=str(e))
             return port
-        self._servers[node_id] = _Pending(sock)  # type: ignore[assignment]
+        self._servers[node_id] = _Pending(sock)
         self.loop.create_task(self._serve_socket(node_id, sock))
         return int(sock.getsockname()[1])
 
@@ -241,8 +241,8 @@ class ClientConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ asyncio callbacks
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is not an asyncio.Transport
+    def connection_made(self, transport: Any) -> None:  # uvloop's TCPTransport is not an asyncio.Transport
+        self.transport = transport
         transport.set_write_buffer_limits(self._limits.write_high_water_bytes, self._limits.write_low_water_bytes)
         with contextlib.suppress(OSError, AttributeError):
             transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -350,7 +350,7 @@ class ClientConnection(asyncio.Protocol):
             self.upstream_name = f"{host}:{port}"
             queued, self._queued, self._queued_bytes = self._queued, [], 0
             if queued:
-                transport.writelines(queued)  # type: ignore[attr-defined]
+                transport.writelines(queued)
             if self.transport is not None:
                 self.transport.resume_reading()
             return
@@ -440,8 +440,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._stream: FetchStreamer | None = None  # walks a Fetch v16+ response as it streams through
         self._max = client._limits.max_frame_bytes
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is not an asyncio.Transport
+    def connection_made(self, transport: Any) -> None:  # uvloop's TCPTransport is not an asyncio.Transport
+        self.transport = transport
         limits = self.client._limits
         transport.set_write_buffer_limits(limits.write_high_water_bytes, limits.write_low_water_bytes)
         with contextlib.suppress(OSError, AttributeError):
@@ -482,7 +482,7 @@ class UpstreamConnection(asyncio.Protocol):
                 try:
                     client.writelines(self._stream.feed(chunk))
                 except CodecError as e:
-                    self._fail(f"undecodable {self._req.api} response: {e}")  # type: ignore[union-attr]
+                    self._fail(f"undecodable Fetch response: {e}")
                     return
             elif self._collect is not None:
                 self._collect += chunk

@@ -82,7 +82,7 @@ def zigzag_encode(n: int, bits: int) -> int:
 # --------------------------------------------------------------------------------------------- constructs
 
 
-class UVarInt(cs.Construct):  # type: ignore[misc]
+class UVarInt(cs.Construct):
     """Unsigned varint (compact lengths, tag numbers and sizes)."""
 
     def _parse(self, stream: Any, context: Any, path: str) -> int:
@@ -93,7 +93,7 @@ class UVarInt(cs.Construct):  # type: ignore[misc]
         return obj
 
 
-class ZigZag(cs.Construct):  # type: ignore[misc]
+class ZigZag(cs.Construct):
     """Signed zigzag varint (32 bit, up to 5 bytes) or varlong (64 bit, up to 10 bytes)."""
 
     def __init__(self, bits: int) -> None:
@@ -112,7 +112,7 @@ class ZigZag(cs.Construct):  # type: ignore[misc]
         return obj
 
 
-class Fixed(cs.Construct):  # type: ignore[misc]
+class Fixed(cs.Construct):
     """A fixed-width big-endian number (struct format), with range checking on build."""
 
     def __init__(self, fmt: str, name: str) -> None:
@@ -131,7 +131,7 @@ class Fixed(cs.Construct):  # type: ignore[misc]
         return obj
 
 
-class Bool(cs.Construct):  # type: ignore[misc]
+class Bool(cs.Construct):
     """Kafka BOOLEAN: one byte, any non-zero value is true."""
 
     def _parse(self, stream: Any, context: Any, path: str) -> bool:
@@ -142,10 +142,15 @@ class Bool(cs.Construct):  # type: ignore[misc]
         return obj
 
 
-_LENGTHS = {"int16": Fixed("h", "int16"), "int32": Fixed("i", "int32"), "uvarint": UVarInt(), "varint": ZigZag(32)}
+_LENGTHS: dict[str, cs.Construct] = {
+    "int16": Fixed("h", "int16"),
+    "int32": Fixed("i", "int32"),
+    "uvarint": UVarInt(),
+    "varint": ZigZag(32),
+}
 
 
-class Sized(cs.Construct):  # type: ignore[misc]
+class Sized(cs.Construct):
     """A length-prefixed string or bytes value.
 
     ``length`` is how the length is written: "int16" / "int32" (-1 = null), "uvarint" (length+1, 0 = null,
@@ -194,7 +199,7 @@ class Sized(cs.Construct):  # type: ignore[misc]
         return obj
 
 
-class Array(cs.Construct):  # type: ignore[misc]
+class Array(cs.Construct):
     """An array: int32 count (-1 null), uvarint count+1 (compact, 0 null) or zigzag varint count."""
 
     def __init__(self, element: cs.Construct, count: str, *, nullable: bool, what: str) -> None:
@@ -236,7 +241,7 @@ class Array(cs.Construct):  # type: ignore[misc]
         return obj
 
 
-class KafkaStruct(cs.Construct):  # type: ignore[misc]
+class KafkaStruct(cs.Construct):
     """A Kafka struct at one version: its fields in order, then (flexible versions) the tagged fields."""
 
     def __init__(

@@ -27,6 +27,9 @@ class Message:
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
+
     def __getattr__(self, name: str) -> Any:
         # Only reached when the attribute is missing: say which fields exist.
         raise AttributeError(f"message has no field {name!r}; fields: {sorted(self.__dict__)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -47,7 +48,7 @@ class Versions:
     def __contains__(self, version: object) -> bool:
         return isinstance(version, int) and self.low <= version <= self.high
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[int]:
         return iter(range(self.low, self.high + 1))
 
     @property
