@@ -476,16 +476,44 @@ _I16S = struct.Struct(">h")
 _I32S = struct.Struct(">i")
 
 
-def _uvarint_at(buf: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    for _ in range(5):
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
+def uvarint_at(buf: memoryview, pos: int) -> tuple[int, int]:
+    """Kafka ByteUtils.readUnsignedVarint at ``pos`` (at most 5 bytes): (value, next position)."""
+    value = 0
+    shift = 0
+    for i in range(pos, pos + 5):
+        b = buf[i]  # IndexError past the end -> CodecError in decode()
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i + 1
         shift += 7
     raise CodecError("varint longer than 5 bytes", where=pos)
+
+
+def tag_section_at(buf: memoryview, pos: int, n: int) -> tuple[memoryview | None, int]:
+    """A tag section at ``pos``: (its raw bytes incl. the count, or None when it is empty, next position).
+
+    Checked like KafkaStruct._parse: ascending tags, sizes within the frame."""
+    count = buf[pos]
+    if count == 0:
+        return None, pos + 1
+    start = pos
+    if count < 0x80:
+        pos += 1
+    else:
+        count, pos = uvarint_at(buf, pos)
+    if count > n - pos:
+        raise CodecError(f"{count} tagged fields in {n - pos} bytes", where=pos)
+    last = -1
+    for _ in range(count):
+        tag, pos = uvarint_at(buf, pos)
+        if tag <= last:
+            raise CodecError(f"tagged field {tag} out of order", where=pos)
+        last = tag
+        size, pos = uvarint_at(buf, pos)
+        if size > n - pos:
+            raise CodecError(f"tagged field {tag} size {size} exceeds the {n - pos} bytes remaining", where=pos)
+        pos += size
+    return buf[start:pos], pos
 
 
 Skip = Callable[[memoryview, int], int]
@@ -517,13 +545,8 @@ def _skip_plan(fields: tuple[FieldSpec, ...], version: int, flexible: bool, *, o
 
 
 def skip_tags(buf: memoryview, pos: int) -> int:
-    """Past a KIP-482 tagged-field section: count, then (tag, size, bytes) per field."""
-    count, pos = _uvarint_at(buf, pos)
-    for _ in range(count):
-        _, pos = _uvarint_at(buf, pos)
-        size, pos = _uvarint_at(buf, pos)
-        pos += size
-    return pos
+    """Past a KIP-482 tagged-field section at ``pos`` (validated like KafkaStruct._parse)."""
+    return tag_section_at(buf, pos, len(buf))[1]
 
 
 def _skip_field(f: FieldSpec, version: int, flexible: bool) -> Skip | int:
@@ -536,7 +559,7 @@ def _skip_field(f: FieldSpec, version: int, flexible: bool) -> Skip | int:
     elif t in ("string", "bytes", "records"):
         if fflex:
             def element(buf: memoryview, pos: int) -> int:
-                n, pos = _uvarint_at(buf, pos)
+                n, pos = uvarint_at(buf, pos)
                 return pos + max(n - 1, 0)
         elif t == "string":
             def element(buf: memoryview, pos: int) -> int:
@@ -551,7 +574,7 @@ def _skip_field(f: FieldSpec, version: int, flexible: bool) -> Skip | int:
 
     def array(buf: memoryview, pos: int) -> int:
         if fflex:
-            n, pos = _uvarint_at(buf, pos)
+            n, pos = uvarint_at(buf, pos)
             n -= 1
         else:
             n = _I32S.unpack_from(buf, pos)[0]

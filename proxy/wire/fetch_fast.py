@@ -33,6 +33,8 @@ from functools import cache
 from typing import Any
 
 from .compiler import KafkaStruct, _default_value, struct_for, write_uvarint
+from .compiler import tag_section_at as _skip_tags
+from .compiler import uvarint_at as _uvarint
 from .errors import CodecError
 from .messages import response_spec
 from .model import Message
@@ -72,19 +74,6 @@ _UV = [bytes([i]) for i in range(128)]
 _EMPTY_TAGS = b"\x00"
 
 
-def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
-    """Kafka ByteUtils.readUnsignedVarint at ``pos`` (at most 5 bytes): (value, next position)."""
-    value = 0
-    shift = 0
-    for i in range(pos, pos + 5):
-        b = buf[i]  # IndexError past the end -> CodecError in decode()
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i + 1
-        shift += 7
-    raise CodecError("varint longer than 5 bytes", where=pos)
-
-
 def _bad(what: str, value: int, left: int, pos: int) -> CodecError:
     """A declared length/count that cannot be right: negative, or more than the bytes left (checked before
     anything is allocated, like Kafka's readers)."""
@@ -95,33 +84,6 @@ def _bad(what: str, value: int, left: int, pos: int) -> CodecError:
 
 def _uv(value: int) -> bytes:
     return _UV[value] if value < 128 else write_uvarint(value)
-
-
-def _skip_tags(buf: memoryview, pos: int, n: int) -> tuple[memoryview | None, int]:
-    """A tag section at ``pos``: (its raw bytes incl. the count, or None when it is empty, next position).
-
-    Checked like KafkaStruct._parse: ascending tags, sizes within the frame."""
-    count = buf[pos]
-    if count == 0:
-        return None, pos + 1
-    start = pos
-    if count < 0x80:
-        pos += 1
-    else:
-        count, pos = _uvarint(buf, pos)
-    if count > n - pos:
-        raise CodecError(f"{count} tagged fields in {n - pos} bytes", where=pos)
-    last = -1
-    for _ in range(count):
-        tag, pos = _uvarint(buf, pos)
-        if tag <= last:
-            raise CodecError(f"tagged field {tag} out of order", where=pos)
-        last = tag
-        size, pos = _uvarint(buf, pos)
-        if size > n - pos:
-            raise _bad(f"tagged field {tag} size", size, n - pos, pos)
-        pos += size
-    return buf[start:pos], pos
 
 
 def parse_tags(raw: Buffer | None) -> dict[int, memoryview]:
