@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.wire.fetch_fast import FetchResponseView
+from proxy.wire.fetch_stream import FetchStreamer
 from proxy.wire.messages import response_codec
 from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, iter_batches, new_batch
@@ -85,6 +86,17 @@ def contenders(version: int, body: bytes) -> dict[str, tuple[Callable[[], Any], 
         # what a byte-budget policy adds: walking every partition's record batches by header
         "fast+batch-walk": (lambda: walked(FetchResponseView.decode(view, version)), lambda v: v.encode()),
     }
+    if version >= 16:
+        # The transparent relay's Fetch v16+ path: walk the response in 64 KiB chunks as it streams through,
+        # forwarding slices (proxy/wire/fetch_stream.py). "decode" is the whole relay; nothing to encode.
+        framed = b"\x00" + body  # an empty response-header tag section precedes the body on the wire
+
+        def relay() -> list[Any]:
+            s = FetchStreamer(version, len(framed), lambda _nodes: None)
+            return [s.feed(view_f[i : i + 65536]) for i in range(0, len(framed), 65536)]
+
+        view_f = memoryview(framed)
+        out["stream-relay"] = (relay, lambda _out: None)
     try:
         from kafka.protocol.consumer.fetch import FetchResponse
 
