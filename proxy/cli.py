@@ -75,10 +75,10 @@ def _run(args: argparse.Namespace) -> int:
     get_logger("sluice.cli").info(
         "starting", version=sluice_version(), config=args.config, settings=settings.redacted()
     )
-    return _serve(settings)
+    return _serve(settings, args.config)
 
 
-def _serve(settings: Settings) -> int:
+def _serve(settings: Settings, config_path: str | None = None) -> int:
     from proxy.server import serve
 
     try:
@@ -87,9 +87,9 @@ def _serve(settings: Settings) -> int:
         except ImportError:  # uvloop does not exist on Windows; the proxy still works on asyncio's loop
             import asyncio
 
-            result = asyncio.run(serve(settings))
+            result = asyncio.run(serve(settings, config_path))
         else:
-            result = uvloop.run(serve(settings))
+            result = uvloop.run(serve(settings, config_path))
     except KeyboardInterrupt:  # Ctrl-C before serve() installed its own signal handlers
         return EXIT_INTERRUPTED
     return result if isinstance(result, int) else EXIT_OK

@@ -330,6 +330,43 @@ class LoggingSettings(Section):
         return value
 
 
+class BudgetSettings(Section):
+    """One ``[[size_limit.budgets]]`` entry (KIP-74). The first entry that matches a fetch applies."""
+
+    client_id: str | None = Field(
+        default=None, description='client.id glob ("*" = every consumer); exclusive with replicas.'
+    )
+    replicas: bool = Field(default=False, description="Applies to replica fetchers (replica_id >= 0).")
+    fetch_max_bytes: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = Field(
+        default=None,
+        description="Response budget in bytes; 0 = none. Default: 10 MiB for replicas "
+        "(replica.fetch.response.max.bytes), else 0.",
+    )
+    partition_max_bytes: Annotated[int, Field(ge=0, le=2**31 - 1)] = Field(
+        default=0, description="Per-partition cap in bytes; 0 = none."
+    )
+
+    @model_validator(mode="after")
+    def _selector(self) -> Self:
+        if (self.client_id is None) == (not self.replicas):
+            raise KeyedValueError(
+                "client_id", "set exactly one of client_id (a glob) or replicas = true"
+            )
+        return self
+
+
+class SizeLimitSettings(Section):
+    """Response-size limiting (KIP-74). Changeable at run time (admin API PUT /size-limits, SIGHUP)."""
+
+    budgets: list[BudgetSettings] = Field(default_factory=list, description="Budget rules, first match wins.")
+    fairness: Literal["round-robin", "off"] = Field(
+        default="round-robin", description="Rotate partitions that returned data to the back, per connection."
+    )
+    global_max_bytes: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Bound on response bytes held in Sluice at once; 0 = none."
+    )
+
+
 # -------------------------------------------------------------------------------------------- settings
 
 
@@ -345,6 +382,7 @@ class Settings(Section):
     shutdown: ShutdownSettings = ShutdownSettings()
     admin: AdminSettings = AdminSettings()
     logging: LoggingSettings = LoggingSettings()
+    size_limit: SizeLimitSettings = SizeLimitSettings()
 
     @model_validator(mode="after")
     def _cross_section(self) -> Self:

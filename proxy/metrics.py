@@ -170,6 +170,39 @@ LISTENERS = Gauge(
 BUILD_INFO = Info("sluice_build", "Sluice build information; the value is always 1.")
 BUILD_INFO.info({"version": sluice_version(), "python": platform.python_version()})
 
+# ----------------------------------------------------------------------------- response-size limiting (KIP-74)
+
+SIZE_LIMIT_TRIMMED = Counter(
+    "sluice_size_limit_trimmed_bytes_total",
+    "Record bytes left out of fetch responses to keep them within their budget (cut at batch boundaries).",
+)
+SIZE_LIMIT_DEFERRED = Counter(
+    "sluice_size_limit_deferred_partitions_total",
+    "Partitions whose records were all left out of a response (kept, error 0, real offsets, empty records).",
+)
+SIZE_LIMIT_LIMITED = Counter(
+    "sluice_size_limit_limited_responses_total",
+    "Fetch responses the budget changed.",
+)
+RESPONSE_BYTES_HELD = Gauge(
+    "sluice_response_bytes_held",
+    "Bytes of fetch responses reserved or held in Sluice, counted against size_limit.global_max_bytes.",
+)
+SIZE_LIMIT_WAITS = Counter(
+    "sluice_size_limit_waits_total",
+    "Fetches that waited for response memory (size_limit.global_max_bytes) before going upstream.",
+)
+
+
+def observe_size_limit(trimmed_bytes: int, deferred_partitions: int) -> None:
+    """Count what a budget did to one response."""
+    if trimmed_bytes:
+        SIZE_LIMIT_LIMITED.inc()
+        SIZE_LIMIT_TRIMMED.inc(trimmed_bytes)
+    if deferred_partitions:
+        SIZE_LIMIT_DEFERRED.inc(deferred_partitions)
+
+
 # ------------------------------------------------------------------------- pre-created and pre-bound children
 
 for _direction in DIRECTIONS:

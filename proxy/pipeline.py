@@ -15,9 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import versions
+from . import metrics, versions
+from .policies.size_limit import (
+    Budget,
+    Fairness,
+    SizeLimits,
+    clamp_request,
+    enforce,
+    reorder_request,
+    replica_id_of,
+)
 from .routing import Router
 from .versions import UNSUPPORTED_VERSION
+from .wire import fetch_fast
 from .wire.compiler import read_uvarint, top_level_tags_locator
 from .wire.errors import CodecError
 from .wire.fetch_stream import FetchStreamer
@@ -25,8 +35,10 @@ from .wire.messages import (
     API_VERSIONS_KEY,
     RequestHeader,
     api_name,
+    decode_request,
     decode_response,
     decoded_versions,
+    encode_request,
     encode_response,
     peek_request_header,
     response_body_offset,
@@ -52,6 +64,17 @@ class Request:
     local_response: bytes | None = None
     #: decode + rewrite the upstream response with this rule; None -> relay the bytes untouched
     rewrite: Callable[[Any], None] | None = None
+    #: the whole response must be collected and decoded (a rule, or a policy, needs all of it)
+    collect: bool = False
+    #: the frame to send upstream (the client's bytes, or re-encoded by a policy); size prefix excluded
+    frame: bytes = b""
+    #: KIP-74 budget for this fetch's response (None: no size limit) and the connection's rotation state
+    budget: Budget | None = None
+    fairness: Fairness | None = None
+    #: response bytes to reserve from the global bound before the request goes upstream, and what is
+    #: currently held for it (set once granted, corrected to the real size, zero once released)
+    reserve: int = 0
+    held: int = 0
     started: float = 0.0
     error_codes: list[int] = field(default_factory=list)
 
@@ -66,11 +89,22 @@ class Rewritten:
     changed: bool = True  # False: the upstream bytes went out untouched
 
 
-class Pipeline:
-    """Shared by all connections of one proxy (it holds no per-connection state)."""
+class ConnectionState:
+    """What policies remember per client connection."""
 
-    def __init__(self, router: Router) -> None:
+    __slots__ = ("fairness",)
+
+    def __init__(self) -> None:
+        self.fairness = Fairness()
+
+
+class Pipeline:
+    """Shared by all connections of one proxy; per-connection state lives in :class:`ConnectionState`."""
+
+    def __init__(self, router: Router, size_limits: SizeLimits | None = None) -> None:
         self.router = router
+        #: replaced whole on reconfiguration (admin API, SIGHUP): a request sees one consistent snapshot
+        self.size_limits = size_limits or SizeLimits()
         #: api key -> the rewrite its responses need (all of them keep broker addresses away from clients)
         self._rules: dict[int, Callable[[Any], None]] = {
             METADATA: router.rewrite_metadata,
@@ -82,11 +116,11 @@ class Pipeline:
 
     # ------------------------------------------------------------------ requests
 
-    def on_request(self, frame: bytes) -> Request:
+    def on_request(self, frame: bytes, conn: ConnectionState | None = None) -> Request:
         """Classify a client request frame (without its size prefix). Raises CodecError if malformed."""
         header = peek_request_header(frame)
         key, version = header.api_key, header.api_version
-        req = Request(header=header, api=api_name(key), size=len(frame) + 4)
+        req = Request(header=header, api=api_name(key), size=len(frame) + 4, frame=frame)
         if key == API_VERSIONS_KEY:
             ours = decoded_versions(key)
             assert ours is not None
@@ -95,6 +129,7 @@ class Pipeline:
                                                  versions.unsupported_api_versions_body())
             else:
                 req.rewrite = self._api_versions
+                req.collect = True
             return req
         ours = decoded_versions(key)
         rule = self._rules.get(key)
@@ -107,9 +142,32 @@ class Pipeline:
                 pass  # no NodeEndpoints before KIP-951: nothing to rewrite, relay as bytes
             else:
                 req.rewrite = rule
+            req.collect = req.rewrite is not None and key != FETCH  # Fetch v16+ streams (fetch_stream.py)
+        if key == FETCH and self.size_limits.active and self.size_limits.may_apply(header.client_id):
+            self._size_limit_request(req, conn or ConnectionState())
         if key == PRODUCE and header.body_offset is not None and _produce_acks(frame, header) == 0:
             req.expects_response = False
         return req
+
+    def _size_limit_request(self, req: Request, conn: ConnectionState) -> None:
+        """KIP-74 on the request side: clamp what the broker may return and, for clients that do not rotate,
+        ask for the longest-starved partitions first. The response is then collected and trimmed."""
+        limits = self.size_limits
+        header, body = decode_request(req.frame)
+        budget = limits.budget_for(req.header.client_id, replica_id_of(body))
+        if budget is None:
+            return
+        changed = clamp_request(body, budget)
+        if limits.fairness:
+            req.fairness = conn.fairness
+            changed = reorder_request(body, conn.fairness) or changed
+        if changed:
+            req.frame = encode_request(header, body)
+        req.budget = budget
+        req.collect = True
+        # What the broker may send: the clamped max_bytes (the first-batch rule can exceed it: the server adjusts
+        # the reservation when the real size is known).
+        req.reserve = body.max_bytes if limits.global_max_bytes else 0
 
     @staticmethod
     def _local(correlation_id: int, api_key: int, version: int, body: Message) -> bytes:
@@ -120,8 +178,10 @@ class Pipeline:
 
     def on_response(self, req: Request, frame: bytes | bytearray) -> Rewritten:
         """Apply the request's rewrite rule to its response frame (without size prefix)."""
-        assert req.rewrite is not None
         key, version = req.header.api_key, req.header.api_version
+        if key == FETCH:
+            return self._fetch_response(req, frame)
+        assert req.rewrite is not None
         if key == PRODUCE:
             # KIP-951 NodeEndpoints is a top-level tagged field, present only after a leadership change:
             # skim to the tag section (a few microseconds) and relay the bytes untouched when it is empty.
@@ -141,6 +201,24 @@ class Pipeline:
     @staticmethod
     def _api_versions(body: Message) -> None:
         body.api_keys = versions.intersect(body).api_keys
+
+    def _fetch_response(self, req: Request, frame: bytes | bytearray) -> Rewritten:
+        """A collected Fetch response (a budget applies): the zero-copy fast path, NodeEndpoints rewritten,
+        the budget enforced, re-encoded as scatter buffers (record bytes stay slices of ``frame``)."""
+        corr, header_tags, view = fetch_fast.decode_frame(memoryview(frame), req.header.api_version)
+        errors = [p.error_code for _, p in view.partitions() if p.error_code]
+        if view.error_code:
+            errors.insert(0, view.error_code)
+        changed = bool(view.node_endpoints)
+        self.router.rewrite_node_endpoints(view)
+        if req.budget is not None:
+            outcome = enforce(view, req.budget, req.fairness)
+            metrics.observe_size_limit(outcome.trimmed_bytes, outcome.deferred_partitions)
+            changed = changed or outcome.limited
+        if not changed:
+            return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, errors, changed=False)
+        buffers, size = view.encode_frame(corr, header_tags)
+        return Rewritten(buffers, size, errors)
 
     def fetch_streamer(self, req: Request, size: int) -> FetchStreamer:
         """Fetch v16+ responses stream through (see proxy/wire/fetch_stream.py): only their final tag

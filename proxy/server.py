@@ -33,7 +33,8 @@ from typing import Any
 from . import metrics
 from .accesslog import AccessLog, get_access_log, get_logger
 from .config import Settings
-from .pipeline import FETCH, Pipeline, Request
+from .pipeline import ConnectionState, Pipeline, Request
+from .policies.size_limit import HeldBytes, SizeLimits
 from .routing import Address, Router
 from .wire.errors import CodecError
 from .wire.fetch_stream import FetchStreamer
@@ -58,7 +59,9 @@ class Proxy:
         self.settings = settings
         self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base,
                              open_listener=self.open_listener)
-        self.pipeline = Pipeline(self.router)
+        self.pipeline = Pipeline(self.router, SizeLimits.from_settings(settings.size_limit))
+        #: the global bound on response bytes held (size_limit.global_max_bytes), shared by every connection
+        self.held = HeldBytes(settings.size_limit.global_max_bytes, on_change=metrics.RESPONSE_BYTES_HELD.set)
         self.access_log = access_log if access_log is not None else get_access_log()
         self.bootstrap: list[Address] = [_parse_address(a) for a in settings.upstream.bootstrap_servers]
         self._servers: dict[int | None, Any] = {}  # asyncio servers (or _Pending while one starts)
@@ -88,6 +91,14 @@ class Proxy:
 
     def listener_ports(self) -> dict[int | None, int]:
         return {n: int(s.sockets[0].getsockname()[1]) for n, s in self._servers.items()}
+
+    def apply_dynamic(self, settings: Settings) -> None:
+        """Apply the run-time changeable settings (size limits) without dropping a connection. Requests
+        already classified keep the snapshot they were classified with; the next ones see the new one."""
+        self.settings = self.settings.model_copy(update={"size_limit": settings.size_limit})
+        self.pipeline.size_limits = SizeLimits.from_settings(settings.size_limit)
+        self.held.set_limit(settings.size_limit.global_max_bytes)
+        log.info("reconfigured", size_limit=settings.size_limit.model_dump())
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Graceful shutdown: stop accepting, let in-flight requests finish (bounded), then close."""
@@ -234,6 +245,11 @@ class ClientConnection(asyncio.Protocol):
         self.client_id: str | None = None
         self.listener = "bootstrap" if node_id is None else f"broker-{node_id}"
         self.upstream_name = ""
+        self.state = ConnectionState()
+        #: requests held back, in order, behind one waiting for response memory (size_limit.global_max_bytes)
+        self._blocked: deque[Request] = deque()
+        self._writing_paused = False
+        self._release_on_drain = 0  # reserved bytes to release once the client has drained our writes
 
     @property
     def busy(self) -> bool:
@@ -281,18 +297,32 @@ class ClientConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         # The client reads slower than the broker sends: stop reading responses from upstream.
+        self._writing_paused = True
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._release_on_drain:
+            n, self._release_on_drain = self._release_on_drain, 0
+            self.proxy.held.release(n)
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.resume_reading()
+
+    def release_held(self, n: int) -> None:
+        """A response's reserved bytes are written: they stop counting once the transport buffer drains."""
+        if not n:
+            return
+        if self._writing_paused:
+            self._release_on_drain += n
+        else:
+            self.proxy.held.release(n)
 
     # ------------------------------------------------------------------ requests
 
     def _on_request(self, frame: bytes) -> None:
         try:
-            req = self.proxy.pipeline.on_request(frame)
+            req = self.proxy.pipeline.on_request(frame, self.state)
         except CodecError as e:
             reason = "unsupported_version" if "version" in e.what else "malformed"
             self._reject(reason, str(e))
@@ -300,16 +330,46 @@ class ClientConnection(asyncio.Protocol):
         self.client_id = req.header.client_id
         assert self.proxy.loop is not None
         req.started = self.proxy.loop.time()
+        if self._blocked:
+            self._blocked.append(req)  # keep the order behind a fetch waiting for response memory
+            return
+        self._dispatch(req)
+
+    def _dispatch(self, req: Request, granted: bool = False) -> bool:
+        """Answer locally or send upstream; False if the request must wait for response memory."""
         if req.local_response is not None:
             self.inflight.append(req)
             self._flush()
-            return
-        self._send_upstream(len(frame).to_bytes(4, "big"), frame)
+            return True
+        if req.reserve and not granted:
+            if not self.proxy.held.reserve(req.reserve, self._memory_granted):
+                # size_limit.global_max_bytes: wait (in arrival order, across connections) rather than
+                # allocate; stop reading from this client meanwhile.
+                metrics.SIZE_LIMIT_WAITS.inc()
+                self._blocked.appendleft(req)
+                if self.transport is not None:
+                    self.transport.pause_reading()
+                return False
+        req.held = req.reserve
+        self._send_upstream(len(req.frame).to_bytes(4, "big"), req.frame)
         if req.expects_response:
             self.inflight.append(req)
             self.awaiting.append(req)
         else:
             self._complete(req, 0, 0)
+        return True
+
+    def _memory_granted(self) -> None:
+        """HeldBytes granted the reservation of the request at the head of ``_blocked``."""
+        if self._closed:  # granted in the instant the connection went away: give it straight back
+            self.proxy.held.release(self._blocked[0].reserve if self._blocked else 0)
+            return
+        self._dispatch(self._blocked.popleft(), granted=True)
+        while self._blocked:
+            if not self._dispatch(self._blocked.popleft()):
+                return
+        if self.transport is not None:
+            self.transport.resume_reading()
 
     def _send_upstream(self, prefix: bytes, frame: bytes) -> None:
         n = len(prefix) + len(frame)
@@ -420,6 +480,12 @@ class ClientConnection(asyncio.Protocol):
         self._closed = True
         self.proxy._clients.discard(self)
         metrics.CLIENT_CONNECTIONS_OPEN.dec()
+        # Response memory this connection reserved, held or waits for goes back to the others.
+        if self._blocked:
+            self.proxy.held.cancel(self._memory_granted)
+        held = sum(r.held for r in self.inflight) + self._release_on_drain
+        if held:
+            self.proxy.held.release(held)
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         if self.upstream is not None and self.upstream.transport is not None:
@@ -505,7 +571,10 @@ class UpstreamConnection(asyncio.Protocol):
             self._fail(f"response correlation id {corr} does not match request {req.header.correlation_id}")
             return False
         self._req, self._size, self._left = req, size, size - 4
-        if req.rewrite is not None and req.header.api_key != FETCH:
+        if req.held and size != req.held:
+            client.proxy.held.adjust(size - req.held)  # the real size (KIP-74's first batch may exceed max_bytes)
+            req.held = size
+        if req.collect:
             self._collect = bytearray(self._hdr[4:])
         else:
             # Kafka answers in order, so this response's request is at the head of the client's queue
@@ -541,6 +610,9 @@ class UpstreamConnection(asyncio.Protocol):
             self.client.writelines(out.buffers)
             if out.changed:
                 metrics.RESPONSES_REWRITTEN.labels(req.api).inc()
+        if req.held:
+            held, req.held = req.held, 0
+            self.client.release_held(held)
         self.client.response_done(req, upstream_bytes, client_bytes)
 
     def _fail(self, detail: str) -> None:
@@ -564,8 +636,10 @@ class UpstreamConnection(asyncio.Protocol):
 # ---------------------------------------------------------------------------------------------- entry point
 
 
-async def serve(settings: Settings) -> None:
-    """`sluice run`: the proxy and its admin server until SIGTERM/SIGINT, then a graceful shutdown."""
+async def serve(settings: Settings, config_path: str | None = None) -> None:
+    """`sluice run`: the proxy and its admin server until SIGTERM/SIGINT, then a graceful shutdown.
+    SIGHUP re-reads ``config_path`` and applies the sections changeable at run time (proxy/reconfigure.py)."""
+    from . import reconfigure
     from .admin import AdminServer
 
     proxy = Proxy(settings)
@@ -573,12 +647,14 @@ async def serve(settings: Settings) -> None:
     admin: AdminServer | None = None
     if settings.admin.enabled:
         admin = AdminServer(settings.admin, proxy.ready)
+        reconfigure.add_routes(admin, proxy)
         await admin.start()
         log.info("admin_listening", host=settings.admin.host, port=admin.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reconfigure.reload_file, proxy, config_path)
     try:
         await stop.wait()
     finally:

@@ -1,0 +1,252 @@
+"""The aggregates, as Spark DataFrames over the valid access-log rows (one function per table).
+
+Tables marked "from the events" scan the cached rows; the others are derived from a smaller table already written,
+so a 10M-row log is scanned only a handful of times. Every table is written as Parquet under
+``OUT/parquet/<name>/``; ``TABLES`` describes each for the report. Sums are of longs (no overflow before 2^63
+bytes) and rates divide by the bucket or window length in seconds.
+
+Byte columns keep the access log's four directions. "Client bytes" where one figure is needed means
+``bytes_client_to_proxy + bytes_proxy_to_client``: the traffic a client caused on its side of Sluice.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+__all__ = [
+    "BYTE_COLUMNS",
+    "TABLES",
+    "by_api",
+    "by_client",
+    "by_connection",
+    "by_listener",
+    "by_upstream",
+    "error_codes",
+    "fairness_over_time",
+    "inbound_rate",
+    "latency_by_api",
+    "partition_bytes",
+    "partition_fairness",
+    "session_savings",
+    "throttle_over_time",
+    "traffic_over_time",
+    "with_bucket",
+]
+
+BYTE_COLUMNS = ("bytes_client_to_proxy", "bytes_proxy_to_upstream", "bytes_upstream_to_proxy", "bytes_proxy_to_client")
+PERCENTILES = (0.5, 0.95, 0.99)
+# percentile_approx's accuracy: relative rank error 1/10000, i.e. p99 of 10M requests is off by at most 1000 ranks.
+PERCENTILE_ACCURACY = 10_000
+
+TABLES: dict[str, str] = {
+    "traffic_over_time": "requests and bytes (4 directions) per time bucket, client_id and API (from the events)",
+    "by_client": "requests and bytes per client_id (from traffic_over_time)",
+    "by_api": "requests, bytes and requests with errors per API (from traffic_over_time)",
+    "latency_by_api": "latency p50/p95/p99/max/mean per API, milliseconds (from the events)",
+    "error_codes": "responses per API and Kafka error code (from the events)",
+    "by_connection": "requests and bytes per connection: log file + conn_id (from the events)",
+    "by_listener": "requests, bytes and connections per Sluice listener (from by_connection)",
+    "by_upstream": "requests, bytes and connections per upstream broker (from by_connection)",
+    "inbound_rate": "bytes_upstream_to_proxy per upstream broker per rate window, and its rate (from the events)",
+    "partition_bytes": "bytes, fetches and produces per topic-partition (from the events' `partitions`)",
+    "partition_fairness": "Jain's index of fetched bytes across the partitions of each topic (from partition_bytes)",
+    "fairness_over_time": "Jain's index of fetched bytes across partitions per time bucket (from the events)",
+    "throttle_over_time": "throttle target vs achieved throttled rate per time bucket (from the events)",
+    "session_savings": "client-facing vs upstream fetch-session bytes per time bucket (from the events)",
+}
+
+
+def _sums() -> list[Column]:
+    return [F.count(F.lit(1)).alias("requests"), *[F.sum(c).alias(c) for c in BYTE_COLUMNS]]
+
+
+def _resum() -> list[Column]:
+    return [F.sum("requests").alias("requests"), *[F.sum(c).alias(c) for c in BYTE_COLUMNS]]
+
+
+def with_bucket(events: DataFrame, bucket_s: int) -> DataFrame:
+    """Adds ``bucket`` (timestamp): the start of the ``bucket_s``-second bucket holding ``ts``, epoch-aligned."""
+    start_s = F.floor(F.unix_micros(F.col("ts")) / F.lit(bucket_s * 1_000_000)) * F.lit(bucket_s)
+    return events.withColumn("bucket", F.timestamp_seconds(start_s))
+
+
+def traffic_over_time(bucketed: DataFrame) -> DataFrame:
+    """From the events. ``requests_with_errors`` rides along so ``by_api`` needs no scan of its own."""
+    has_errors = F.coalesce(F.size(F.col("error_codes")), F.lit(0)) > 0
+    return bucketed.groupBy("bucket", "client_id", "api").agg(
+        *_sums(), F.count_if(has_errors).alias("requests_with_errors")
+    )
+
+
+def by_client(traffic: DataFrame) -> DataFrame:
+    return traffic.groupBy("client_id").agg(*_resum(), F.sum("requests_with_errors").alias("requests_with_errors"))
+
+
+def by_api(traffic: DataFrame) -> DataFrame:
+    return traffic.groupBy("api").agg(*_resum(), F.sum("requests_with_errors").alias("requests_with_errors"))
+
+
+def latency_by_api(events: DataFrame) -> DataFrame:
+    pct = F.percentile_approx(F.col("latency_ms"), list(PERCENTILES), PERCENTILE_ACCURACY)
+    return (
+        events.groupBy("api")
+        .agg(
+            F.count(F.col("latency_ms")).alias("measured"),  # null latencies (non-finite) are not measured
+            pct.alias("_p"),
+            F.max("latency_ms").alias("max_ms"),
+            F.avg("latency_ms").alias("mean_ms"),
+        )
+        .select(
+            "api",
+            "measured",
+            F.col("_p")[0].alias("p50_ms"),
+            F.col("_p")[1].alias("p95_ms"),
+            F.col("_p")[2].alias("p99_ms"),
+            "max_ms",
+            "mean_ms",
+        )
+    )
+
+
+def error_codes(events: DataFrame) -> DataFrame:
+    """One row per (api, error code): how many responses carried it (a response with two codes counts for each)."""
+    return (
+        events.select("api", F.explode(F.col("error_codes")).alias("error_code"))
+        .groupBy("api", "error_code")
+        .agg(F.count(F.lit(1)).alias("responses"))
+    )
+
+
+def by_connection(events: DataFrame) -> DataFrame:
+    """A connection is (source file, conn_id): conn_id is unique only within one proxy process, and each process
+    writes its own file. (A log rotated mid-connection splits it into one row per file.) Sluice pairs each client
+    connection with one listener and one upstream, so grouping by them does not split connections; client_id is
+    per request, so the smallest one seen is shown and ``client_ids`` says whether there were others."""
+    return events.groupBy("source", "conn_id", "listener", "upstream").agg(
+        F.min("client_id").alias("client_id"),
+        F.count_distinct(F.col("client_id")).alias("client_ids"),
+        *_sums(),
+        F.min("ts").alias("first_ts"),
+        F.max("ts").alias("last_ts"),
+    )
+
+
+def _by_endpoint(connections: DataFrame, column: str) -> DataFrame:
+    return connections.groupBy(column).agg(*_resum(), F.count(F.lit(1)).alias("connections"))
+
+
+def by_listener(connections: DataFrame) -> DataFrame:
+    return _by_endpoint(connections, "listener")
+
+
+def by_upstream(connections: DataFrame) -> DataFrame:
+    return _by_endpoint(connections, "upstream")
+
+
+def inbound_rate(events: DataFrame, window_s: int) -> DataFrame:
+    """Inbound = bytes_upstream_to_proxy (what brokers sent through Sluice), per upstream and ``window_s`` window.
+    Windows without traffic have no row (their rate is 0)."""
+    return (
+        with_bucket(events, window_s)
+        .groupBy("upstream", F.col("bucket").alias("window"))
+        .agg(F.sum("bytes_upstream_to_proxy").alias("bytes"))
+        .withColumn("bps", F.col("bytes") / F.lit(float(window_s)))
+    )
+
+
+def _jain(n: Column, total: Column, total_sq: Column) -> Column:
+    """(sum x)^2 / (n sum x^2) in doubles; null when undefined (no partitions or all zero)."""
+    t = total.cast("double")
+    return F.when(total_sq > 0, F.least(F.lit(1.0), (t * t) / (n.cast("double") * total_sq.cast("double"))))
+
+
+def _partition_rows(events: DataFrame, *extra: str) -> DataFrame:
+    return events.filter(F.col("partitions").isNotNull()).select(
+        "api", *extra, F.explode(F.col("partitions")).alias("p")
+    )
+
+
+def partition_bytes(events: DataFrame) -> DataFrame:
+    """From the events' optional ``partitions`` array. ``empty_fetches``: fetches that returned the partition no
+    bytes - many of them next to busy neighbours is what starvation looks like."""
+    is_fetch = F.col("api") == "Fetch"
+    is_produce = F.col("api") == "Produce"
+    b = F.coalesce(F.col("p.bytes"), F.lit(0))
+    return (
+        _partition_rows(events)
+        .groupBy(F.col("p.topic").alias("topic"), F.col("p.partition").alias("partition"))
+        .agg(
+            F.sum(F.when(is_fetch, b).otherwise(0)).alias("fetch_bytes"),
+            F.count_if(is_fetch).alias("fetches"),
+            F.count_if(is_fetch & (b == 0)).alias("empty_fetches"),
+            F.sum(F.when(is_produce, b).otherwise(0)).alias("produce_bytes"),
+            F.count_if(is_produce).alias("produces"),
+        )
+    )
+
+
+def partition_fairness(partitions: DataFrame) -> DataFrame:
+    """Per topic, over its partitions that were fetched at least once (a partition nobody fetched is idle, not
+    starved)."""
+    fetched = partitions.filter(F.col("fetches") > 0).withColumn("_x", F.col("fetch_bytes").cast("double"))
+    return (
+        fetched.groupBy("topic")
+        .agg(
+            F.count(F.lit(1)).alias("partitions"),
+            F.sum("fetch_bytes").alias("fetch_bytes"),
+            F.sum(F.col("_x") * F.col("_x")).alias("_sq"),
+            F.count_if(F.col("fetch_bytes") == 0).alias("partitions_without_bytes"),
+        )
+        .withColumn("jain_index", _jain(F.col("partitions"), F.col("fetch_bytes"), F.col("_sq")))
+        .drop("_sq")
+    )
+
+
+def fairness_over_time(bucketed: DataFrame) -> DataFrame:
+    """Jain's index across all fetched partitions, per bucket: a dip shows when some partitions fell behind."""
+    per_partition = (
+        _partition_rows(bucketed.filter(F.col("api") == "Fetch"), "bucket")
+        .groupBy("bucket", F.col("p.topic"), F.col("p.partition"))
+        .agg(F.sum(F.coalesce(F.col("p.bytes"), F.lit(0))).cast("double").alias("_x"))
+    )
+    return (
+        per_partition.groupBy("bucket")
+        .agg(
+            F.count(F.lit(1)).alias("partitions"),
+            F.sum("_x").alias("fetch_bytes"),
+            F.sum(F.col("_x") * F.col("_x")).alias("_sq"),
+        )
+        .withColumn("jain_index", _jain(F.col("partitions"), F.col("fetch_bytes"), F.col("_sq")))
+        .drop("_sq")
+    )
+
+
+def throttle_over_time(bucketed: DataFrame, bucket_s: int) -> DataFrame:
+    """Target (the largest throttle in force in the bucket, bytes/s) vs achieved (throttled bytes / bucket)."""
+    return (
+        bucketed.filter(F.col("throttle_target_bps").isNotNull())
+        .groupBy("bucket")
+        .agg(
+            F.max("throttle_target_bps").alias("target_bps"),
+            F.min("throttle_target_bps").alias("min_target_bps"),
+            F.sum(F.coalesce(F.col("throttled_bytes"), F.lit(0))).alias("throttled_bytes"),
+            F.count(F.lit(1)).alias("requests"),
+        )
+        .withColumn("achieved_bps", F.col("throttled_bytes") / F.lit(float(bucket_s)))
+    )
+
+
+def session_savings(bucketed: DataFrame) -> DataFrame:
+    """What clients received vs what the upstream fetch sessions carried for them; ``saved_bytes`` can be negative
+    (a session costs a little when every partition changes)."""
+    return (
+        bucketed.filter(F.col("session_upstream_bytes").isNotNull())
+        .groupBy("bucket")
+        .agg(
+            F.sum("bytes_proxy_to_client").alias("client_bytes"),
+            F.sum("session_upstream_bytes").alias("upstream_bytes"),
+            F.count(F.lit(1)).alias("requests"),
+        )
+        .withColumn("saved_bytes", F.col("client_bytes") - F.col("upstream_bytes"))
+    )

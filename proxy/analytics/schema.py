@@ -1,0 +1,101 @@
+"""The Spark schema of Sluice's access log (``proxy/accesslog.py``, schema version 1), given explicitly.
+
+Explicit, never inferred: inference reads the data twice, guesses per file (an all-null column becomes a string
+in one file and a long in another), and would turn a client_id that looks numeric into a number. With a fixed
+schema, fields the job does not know are ignored (the access log's contract: adding a field keeps version 1), and
+a line that is not JSON or has a value of the wrong type lands in ``CORRUPT_COLUMN`` (PERMISSIVE mode) instead of
+failing the job.
+
+``OPTIONAL_FIELDS`` are fields later issues add to the log (per-partition bytes, throttle and fetch-session
+figures). They are part of the schema now so the same job reads old and new logs alike: in logs without them the
+columns are null and the report says so.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+__all__ = [
+    "CORRUPT_COLUMN",
+    "OPTIONAL_FIELDS",
+    "REQUIRED_FIELDS",
+    "SCHEMA_VERSION",
+    "TIMESTAMP_FORMAT",
+    "V1_FIELDS",
+    "access_log_schema",
+]
+
+SCHEMA_VERSION = 1
+CORRUPT_COLUMN = "_corrupt_record"
+# The writer always emits 6 fraction digits and "Z"; the optional parts accept hand-made or other writers' lines.
+TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss[.SSSSSS][.SSS]XXX"
+
+# Longs for every integer: ids and byte counts of a long-running proxy overflow 32 bits.
+V1_FIELDS: dict[str, DataType] = {
+    "schema": LongType(),
+    "event": StringType(),
+    "ts": TimestampType(),
+    "conn_id": LongType(),
+    "client_id": StringType(),
+    "api": StringType(),
+    "api_key": LongType(),
+    "version": LongType(),
+    "correlation_id": LongType(),
+    "listener": StringType(),
+    "upstream": StringType(),
+    "bytes_client_to_proxy": LongType(),
+    "bytes_proxy_to_upstream": LongType(),
+    "bytes_upstream_to_proxy": LongType(),
+    "bytes_proxy_to_client": LongType(),
+    "latency_ms": DoubleType(),
+    "error_codes": ArrayType(LongType()),
+    "decoded": BooleanType(),
+}
+
+PARTITION_TYPE = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("bytes", LongType()),
+    ]
+)
+
+OPTIONAL_FIELDS: dict[str, DataType] = {
+    # per partition in the request/response: records bytes served (Fetch) or sent (Produce)
+    "partitions": ArrayType(PARTITION_TYPE),
+    # the KIP-73 throttle in force for this request's partitions, bytes/s (null: not throttled)
+    "throttle_target_bps": LongType(),
+    # bytes of this response that counted against that throttle
+    "throttled_bytes": LongType(),
+    # upstream fetch-session bytes attributable to this request (KIP-227), to compare with bytes_proxy_to_client
+    "session_upstream_bytes": LongType(),
+}
+
+# A row missing any of these cannot be placed in time or attributed, so it is counted as incomplete and left out.
+REQUIRED_FIELDS = (
+    "ts",
+    "conn_id",
+    "api",
+    "bytes_client_to_proxy",
+    "bytes_proxy_to_upstream",
+    "bytes_upstream_to_proxy",
+    "bytes_proxy_to_client",
+)
+
+
+def access_log_schema() -> StructType:
+    """Version 1 fields, the optional fields, and the corrupt-record column (always last)."""
+    fields = [StructField(name, dtype, nullable=True) for name, dtype in {**V1_FIELDS, **OPTIONAL_FIELDS}.items()]
+    fields.append(StructField(CORRUPT_COLUMN, StringType(), nullable=True))
+    return StructType(fields)

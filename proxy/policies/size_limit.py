@@ -1,0 +1,305 @@
+"""Response-size limiting (KIP-74): byte budgets on fetch responses, progress guaranteed, fair partitions.
+
+Sans-IO: the pipeline hands in decoded Fetch requests/responses and a per-connection :class:`Fairness`; this
+module returns decisions and edits, and never touches sockets or clocks.
+
+Rules (seed 000/002 and shipped Kafka, reference/kafka-semantics.md section A):
+
+- Request side: the request's top-level ``max_bytes`` (v3+) and every ``partition_max_bytes`` are clamped
+  to the client's budget, so the broker itself does the work (KafkaApis: fetchMaxBytes = min(request,
+  broker limit)).
+- Response side, on every response the client receives (including ones Sluice builds itself later):
+  partitions are filled in order; the first partition with data always keeps at least one whole record batch,
+  even one larger than the budget (KIP-74's progress guarantee, LogSegment.read's minOneMessage); a partition
+  that does not fit stays in the response with error 0, its real high watermark / LSO / log start offset and
+  empty records (ReplicaManager's "partitions that did not fit"); a cut is made only at a record-batch
+  boundary, and a truncated trailing batch the broker sent is dropped (clients discard it anyway).
+- Fairness: Kafka fills partitions in request order, so a client that never rotates its partition list starves
+  the partitions at its end behind a hot one. For such clients Sluice rotates per connection: a partition that
+  returned data moves to the back (what the Java consumer's SubscriptionState.movePartitionToEnd and the
+  broker's FetchSession do). Full (and session-less) requests are reordered accordingly, and the response
+  budget is filled in the same order.
+- Memory: :class:`HeldBytes` bounds the bytes of responses Sluice holds at once; a fetch that would exceed it
+  waits, in arrival order, instead of allocating.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import SizeLimitSettings
+from ..wire.fetch_fast import FetchPartition, FetchResponseView
+from ..wire.model import Message
+from ..wire.records import walk_batches
+
+#: replica.fetch.response.max.bytes' default: the budget of a replica-fetcher rule that names none
+REPLICA_DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Byte budgets; 0 = no limit."""
+
+    fetch_max_bytes: int = 0
+    partition_max_bytes: int = 0
+
+    @property
+    def unlimited(self) -> bool:
+        return not self.fetch_max_bytes and not self.partition_max_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRule:
+    """Who a budget applies to: client ids matching a glob, or replica fetchers (replica_id >= 0)."""
+
+    budget: Budget
+    client_id: str | None = None
+    replicas: bool = False
+
+    def matches(self, client_id: str | None, replica_id: int) -> bool:
+        if self.replicas:
+            return replica_id >= 0
+        return replica_id < 0 and self.client_id is not None and fnmatch.fnmatchcase(client_id or "", self.client_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SizeLimits:
+    """One immutable snapshot of the configuration; swapped whole on reload so a request sees one version."""
+
+    rules: tuple[BudgetRule, ...] = ()
+    fairness: bool = True
+    global_max_bytes: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: SizeLimitSettings) -> SizeLimits:
+        rules = []
+        for b in settings.budgets:
+            default = REPLICA_DEFAULT_MAX_BYTES if b.replicas else 0
+            budget = Budget(b.fetch_max_bytes if b.fetch_max_bytes is not None else default, b.partition_max_bytes)
+            rules.append(BudgetRule(budget, client_id=b.client_id, replicas=b.replicas))
+        return cls(tuple(rules), settings.fairness == "round-robin", settings.global_max_bytes)
+
+    @property
+    def active(self) -> bool:
+        return any(not r.budget.unlimited for r in self.rules)
+
+    @property
+    def needs_replica_id(self) -> bool:
+        return any(r.replicas for r in self.rules)
+
+    def budget_for(self, client_id: str | None, replica_id: int) -> Budget | None:
+        """The first matching rule's budget (rules are ordered, like firewall rules), or None."""
+        for rule in self.rules:
+            if rule.matches(client_id, replica_id):
+                return None if rule.budget.unlimited else rule.budget
+        return None
+
+    def may_apply(self, client_id: str | None) -> bool:
+        """Whether any rule could apply to this client before its request body is decoded."""
+        return any(r.replicas or r.matches(client_id, -1) for r in self.rules if not r.budget.unlimited)
+
+
+def replica_id_of(request: Message) -> int:
+    """FetchRequest ReplicaId (v0-14) or ReplicaState.ReplicaId (v15+, KIP-903); -1 for consumers."""
+    if "replica_id" in request.fields():
+        return int(request.replica_id)
+    state = request.get("replica_state")
+    return int(state.replica_id) if state is not None else -1
+
+
+def clamp_request(request: Message, budget: Budget) -> bool:
+    """Clamp max_bytes and partition_max_bytes to the budget in place; True if anything changed."""
+    changed = False
+    if budget.fetch_max_bytes and "max_bytes" in request.fields() and request.max_bytes > budget.fetch_max_bytes:
+        request.max_bytes = budget.fetch_max_bytes
+        changed = True
+    cap = budget.partition_max_bytes or budget.fetch_max_bytes
+    if cap:
+        for topic in request.topics:
+            for p in topic.partitions:
+                if p.partition_max_bytes > cap:
+                    p.partition_max_bytes = cap
+                    changed = True
+    return changed
+
+
+PartitionKey = tuple[Any, int]  # (topic name or topic id, partition index)
+
+
+def _topic_key(topic: Any) -> Any:
+    name = topic.get("topic") if isinstance(topic, Message) else getattr(topic, "topic", "")
+    if name:
+        return name
+    return bytes(topic.get("topic_id") if isinstance(topic, Message) else topic.topic_id)
+
+
+class Fairness:
+    """Per-connection rotation: partitions that returned data go to the back of the fill order."""
+
+    __slots__ = ("_order",)
+
+    def __init__(self) -> None:
+        self._order: OrderedDict[PartitionKey, None] = OrderedDict()
+
+    def rank(self, keys: Iterable[PartitionKey]) -> list[PartitionKey]:
+        """``keys`` in fill order: known ones by rotation position, new ones first-come at the back."""
+        keys = list(keys)
+        for k in keys:
+            if k not in self._order:
+                self._order[k] = None
+        position = {k: i for i, k in enumerate(self._order)}
+        return sorted(keys, key=position.__getitem__)
+
+    def served(self, keys: Iterable[PartitionKey]) -> None:
+        for k in keys:
+            self._order.move_to_end(k)
+
+    def forget(self, keys: Iterable[PartitionKey]) -> None:
+        for k in keys:
+            self._order.pop(k, None)
+
+
+def reorder_request(request: Message, fairness: Fairness) -> bool:
+    """Reorder a full (or session-less) Fetch request's topics/partitions into the rotation order, so the
+    broker fills the partitions starved longest first. Incremental session requests keep their order: the
+    broker fills by its session order and rotates that itself (FetchSession). True if the order changed."""
+    if request.get("session_epoch", -1) not in (-1, 0):
+        return False
+    entries = [(_topic_key(t), p.partition, t, p) for t in request.topics for p in t.partitions]
+    ranked = fairness.rank((k, i) for k, i, _, _ in entries)
+    by_key = {(k, i): (t, p) for k, i, t, p in entries}
+    topics: list[Message] = []
+    last: Any = object()
+    for key in ranked:
+        t, p = by_key[key]
+        if key[0] != last:
+            topics.append(t.replace(partitions=[]))
+            last = key[0]
+        topics[-1].partitions.append(p)
+    before = [(_topic_key(t), p.partition) for t in request.topics for p in t.partitions]
+    if ranked == before:
+        return False
+    request.topics = topics
+    return True
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What enforcing a budget did to one response (for metrics and the access log)."""
+
+    trimmed_bytes: int = 0
+    deferred_partitions: int = 0
+    served: list[PartitionKey] = field(default_factory=list)
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.trimmed_bytes)
+
+
+def _keep(records: memoryview, allowed: int, progress: bool) -> int:
+    """How many leading bytes of a record set to keep: whole batches within ``allowed``; with ``progress``
+    at least the first batch whatever its size. A truncated trailing batch (the broker's reads are byte
+    slices of the log) is always dropped: every client discards it anyway, and the Java consumer fails with
+    "Failed to make progress" on a partition holding nothing else."""
+    kept = 0
+    for batch in walk_batches(records).batches:
+        if kept + batch.size <= allowed or (progress and kept == 0):
+            kept += batch.size
+        else:
+            break
+    return kept
+
+
+def enforce(view: FetchResponseView, budget: Budget, fairness: Fairness | None) -> Outcome:
+    """Apply the budget to a decoded Fetch response in place (records trimmed, partitions kept)."""
+    out = Outcome()
+    parts: dict[PartitionKey, FetchPartition] = {}
+    for topic, p in view.partitions():
+        parts[(_topic_key(topic), p.partition_index)] = p
+    order: Sequence[PartitionKey] = fairness.rank(parts) if fairness is not None else list(parts)
+    remaining = budget.fetch_max_bytes or 1 << 62
+    cap = budget.partition_max_bytes or 1 << 62
+    progress = True  # the first partition with data keeps at least one whole batch
+    for key in order:
+        p = parts[key]
+        if not p.records:  # null (None) or empty
+            continue
+        records = memoryview(p.records)
+        size = len(records)
+        kept = _keep(records, min(remaining, cap), progress)
+        if kept < size:
+            out.trimmed_bytes += size - kept
+            p.records = records[:kept]
+            if not kept:
+                out.deferred_partitions += 1
+        if kept:
+            progress = False
+            remaining = max(0, remaining - kept)
+            out.served.append(key)
+    if fairness is not None:
+        fairness.served(out.served)
+    return out
+
+
+class HeldBytes:
+    """A global bound on response bytes held in Sluice: reservations granted in arrival order.
+
+    ``reserve(n, grant)`` calls ``grant()`` at once when ``n`` fits (a reservation larger than the bound
+    waits until nothing else is held, so it always makes progress), else queues it; ``release(n)`` grants
+    waiting reservations, oldest first. Unbounded when ``limit`` is 0.
+    """
+
+    def __init__(self, limit: int = 0, on_change: Callable[[int], None] | None = None) -> None:
+        self.limit = limit
+        self.held = 0
+        self._waiting: deque[tuple[int, Callable[[], None]]] = deque()
+        self._on_change = on_change
+
+    def _fits(self, n: int) -> bool:
+        return not self.limit or self.held == 0 or self.held + n <= self.limit
+
+    def reserve(self, n: int, grant: Callable[[], None]) -> bool:
+        """True if granted now (``grant`` is not called then); False if queued."""
+        if not self._waiting and self._fits(n):
+            self._add(n)
+            return True
+        self._waiting.append((n, grant))
+        return False
+
+    def adjust(self, delta: int) -> None:
+        """A response turned out larger (or smaller) than reserved."""
+        self._add(delta)
+        if delta < 0:
+            self._grant()
+
+    def release(self, n: int) -> None:
+        self._add(-n)
+        self._grant()
+
+    def cancel(self, grant: Callable[[], None]) -> None:
+        """Drop a queued reservation (its connection closed)."""
+        self._waiting = deque(w for w in self._waiting if w[1] != grant)  # bound methods compare by ==
+        self._grant()
+
+    def set_limit(self, limit: int) -> None:
+        self.limit = limit
+        self._grant()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def _add(self, delta: int) -> None:
+        self.held += delta
+        if self._on_change is not None:
+            self._on_change(self.held)
+
+    def _grant(self) -> None:
+        while self._waiting and self._fits(self._waiting[0][0]):
+            n, grant = self._waiting.popleft()
+            self._add(n)
+            grant()

@@ -1,0 +1,69 @@
+"""A raw Kafka client on one socket, built from Sluice's own codecs: for tests that must control exactly
+what is sent (a fetch loop that never rotates, a long poll, ...)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from proxy.wire.fetch_fast import FetchResponseView, decode_frame
+from proxy.wire.messages import decode_response, encode_request, request_codec
+from proxy.wire.model import Message
+
+
+class RawClient:
+    def __init__(self, host: str, port: int, client_id: str = "raw-test", timeout: float = 30.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.client_id = client_id
+        self._corr = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _recv_exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError(f"connection closed after {len(out)} of {n} bytes")
+            out += chunk
+        return bytes(out)
+
+    def send(self, api_key: int, version: int, body: Message) -> int:
+        self._corr += 1
+        header = Message(request_api_key=api_key, request_api_version=version, correlation_id=self._corr,
+                         client_id=self.client_id)
+        frame = encode_request(header, body)
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        return self._corr
+
+    def receive(self) -> bytes:
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        return self._recv_exact(size)
+
+    def request(self, api_key: int, version: int, body: Message) -> Message:
+        self.send(api_key, version, body)
+        return decode_response(api_key, version, self.receive())[1]
+
+    def fetch(self, version: int, topic: str, offsets: dict[int, int], *, max_bytes: int = 50 << 20,
+              partition_max_bytes: int = 1 << 20, max_wait_ms: int = 500) -> FetchResponseView:
+        """A session-less fetch (epoch -1) of ``topic``'s partitions, in the order given."""
+        body = request_codec(1, version).default()
+        fields: dict[str, Any] = {"replica_id": -1} if version < 15 else {}
+        body = body.replace(max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
+                            session_id=0, session_epoch=-1, **fields,
+                            topics=[Message(topic=topic, partitions=[
+                                Message(partition=p, current_leader_epoch=-1, fetch_offset=off,
+                                        last_fetched_epoch=-1, log_start_offset=-1,
+                                        partition_max_bytes=partition_max_bytes)
+                                for p, off in offsets.items()])],
+                            forgotten_topics_data=[], rack_id="")
+        self.send(1, version, body)
+        return decode_frame(self.receive(), version)[2]
