@@ -1,0 +1,181 @@
+"""Memory under load: peak RSS of Sluice while 50 concurrent consumers drain a backlog, with and without a
+1 MiB budget and the global response-memory bound (KIP-74 policy, proxy/policies/size_limit.py).
+
+``python -m bench.size_limit [--consumers 50] [--mib 32] [--bound-mib 16]``
+
+One rig broker, one topic (8 partitions, ``--mib`` MiB of 10 KiB records produced once, directly). For each
+configuration a fresh Sluice subprocess starts, its idle RSS is the base, then ``--consumers`` raw consumers
+(asyncio, one connection each, session-less Fetch v12 asking for up to 50 MiB per response and 10 MiB per
+partition — greedy on purpose) each drain the whole topic through it, while psutil samples Sluice's RSS every
+20 ms. Configurations:
+
+- ``nobudget``: no budget, Fetch responses stream through (what Sluice holds is bounded by the per-connection
+  write high-water mark);
+- ``budget``: every client has a 1 MiB budget (responses are collected, trimmed, re-encoded) and
+  ``global_max_bytes`` = ``--bound-mib`` MiB bounds the response bytes held at once.
+
+JSON lines per configuration; last line
+``{"summary": "size_limit", "base_rss_mb": ..., "global_bound_mb": ..., "peak_rss_budget_mb": ...,
+"peak_rss_nobudget_mb": ...}``. Goal: peak_rss_budget_mb <= base_rss_mb + 1.5 x global_bound_mb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import struct
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from proxy.wire.fetch_fast import decode_frame
+from proxy.wire.messages import encode_request, request_codec
+from proxy.wire.model import Message
+from proxy.wire.records import walk_batches
+from rig.kafka import KafkaBroker
+from rig.sluice_process import SluiceProcess
+
+PARTITIONS = 8
+RECORD = 10 * 1024
+MB = 1e6
+
+
+def emit(line: dict[str, Any]) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def produce(bootstrap: str, topic: str, mib: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 * 1024, acks=1)
+    payload = b"r" * RECORD
+    for i in range(mib * (1 << 20) // RECORD):
+        producer.send(topic, value=payload, partition=i % PARTITIONS)
+    producer.flush(120)
+    producer.close()
+
+
+def fetch_frame(topic: str, offsets: dict[int, int], corr: int, client_id: str) -> bytes:
+    body = request_codec(1, 12).default().replace(
+        replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=50 << 20, isolation_level=0, session_id=0,
+        session_epoch=-1, forgotten_topics_data=[], rack_id="",
+        topics=[Message(topic=topic, partitions=[
+            Message(partition=p, current_leader_epoch=-1, fetch_offset=o, last_fetched_epoch=-1,
+                    log_start_offset=-1, partition_max_bytes=10 << 20) for p, o in offsets.items()])])
+    header = Message(request_api_key=1, request_api_version=12, correlation_id=corr, client_id=client_id)
+    frame = encode_request(header, body)
+    return struct.pack(">i", len(frame)) + frame
+
+
+async def drain(port: int, topic: str, ends: dict[int, int], n: int) -> int:
+    """One consumer: fetch until every partition reaches its end offset; returns record bytes received."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    offsets = dict.fromkeys(ends, 0)
+    got = corr = 0
+    try:
+        while any(offsets[p] < ends[p] for p in ends):
+            corr += 1
+            writer.write(fetch_frame(topic, {p: o for p, o in offsets.items() if o < ends[p]}, corr, f"c{n}"))
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            view = decode_frame(await reader.readexactly(size), 12)[2]
+            for _, part in view.partitions():
+                batches = walk_batches(part.records or b"").batches
+                if batches:
+                    offsets[part.partition_index] = batches[-1].next_offset
+                    got += sum(b.size for b in batches)
+    finally:
+        writer.close()
+    return got
+
+
+class RssSampler:
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        return {tp.partition: off for tp, off in c.end_offsets(tps).items()}
+    finally:
+        c.close()
+
+
+def run_config(name: str, broker: KafkaBroker, topic: str, ends: dict[int, int], consumers: int,
+               config: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sluice.toml"
+        path.write_text(config)
+        with SluiceProcess(broker.bootstrap, extra_env={"SLUICE_CONFIG": str(path)}) as sluice:
+            base = psutil.Process(sluice.pid).memory_info().rss
+            t0 = time.monotonic()
+            with RssSampler(sluice.pid) as sampler:
+
+                async def all_consumers() -> list[int]:
+                    return await asyncio.gather(*(drain(sluice.bootstrap_port, topic, ends, n)
+                                                  for n in range(consumers)))
+
+                received = asyncio.run(all_consumers())
+            elapsed = time.monotonic() - t0
+            line = {"bench": "size_limit", "config": name, "consumers": consumers,
+                    "base_rss_mb": round(base / MB, 1), "peak_rss_mb": round(sampler.peak / MB, 1),
+                    "relayed_mb": round(sum(received) / MB, 1), "elapsed_s": round(elapsed, 2),
+                    "mb_per_s": round(sum(received) / MB / elapsed, 1),
+                    "waits": sluice.metric("sluice_size_limit_waits_total"),
+                    "trimmed_mb": round(sluice.metric("sluice_size_limit_trimmed_bytes_total") / MB, 1)}
+            emit(line)
+            return line
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--consumers", type=int, default=50)
+    ap.add_argument("--mib", type=int, default=32, help="backlog size")
+    ap.add_argument("--bound-mib", type=int, default=16, help="size_limit.global_max_bytes, MiB")
+    args = ap.parse_args(argv)
+    bound = args.bound_mib << 20
+    with KafkaBroker() as broker:
+        topic = f"bench-size-limit-{int(time.time())}"
+        produce(broker.bootstrap, topic, args.mib)
+        ends = end_offsets(broker.bootstrap, topic)
+        nobudget = run_config("nobudget", broker, topic, ends, args.consumers, "")
+        budget = run_config("budget", broker, topic, ends, args.consumers, (
+            f"[size_limit]\nglobal_max_bytes = {bound}\n"
+            '[[size_limit.budgets]]\nclient_id = "*"\nfetch_max_bytes = 1048576\n'))
+    base = min(nobudget["base_rss_mb"], budget["base_rss_mb"])
+    goal = base + 1.5 * bound / MB
+    emit({"bench": "size_limit", "goal_peak_rss_budget_mb": round(goal, 1),
+          "met": budget["peak_rss_mb"] <= goal})
+    emit({"summary": "size_limit", "base_rss_mb": base, "global_bound_mb": round(bound / MB, 1),
+          "peak_rss_budget_mb": budget["peak_rss_mb"], "peak_rss_nobudget_mb": nobudget["peak_rss_mb"]})
+
+
+if __name__ == "__main__":
+    main()

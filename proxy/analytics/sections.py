@@ -1,0 +1,560 @@
+"""The report's sections: small queries over the written Parquet tables, turned into charts, tables and text.
+
+Everything here reads the tables the job wrote (a few thousand rows at most), never the events, so building the
+report costs seconds however large the logs were, and the report shows exactly what the Parquet holds. Charts
+show the top ``top_n`` series and fold the rest into "other"; tables show ``table_rows`` rows - the Parquet has
+them all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kafka.errors import for_code
+from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import functions as F
+
+from proxy.analytics import charts
+from proxy.analytics.aggregates import BYTE_COLUMNS
+from proxy.analytics.fairness import jain_index_from_sums
+from proxy.analytics.html import Chart, Section, Table
+from proxy.analytics.kip73 import InboundRate, Recommendation
+from proxy.analytics.source import InputCounts
+from proxy.analytics.units import fmt_bytes, fmt_duration, fmt_rate
+
+__all__ = ["ReportContext", "build_sections", "inbound_rates"]
+
+OTHER = "(other)"
+NO_CLIENT_ID = "(none)"
+MAX_FILLED_BUCKETS = 5000  # beyond this many buckets, plot only the buckets present instead of zero-filling
+THROTTLE_TOLERANCE = 1.05  # achieved may exceed target by 5% in one bucket before it counts as not held
+SHORT_BYTES = ("c->p", "p->u", "u->p", "p->c")  # the four directions, abbreviated for table headers
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    counts: InputCounts
+    bucket_s: int
+    rate_window_s: int
+    top_n: int
+    table_rows: int
+    tables: dict[str, DataFrame]  # name -> the written table, read back
+    paths: dict[str, str]  # name -> where it was written
+    malformed_samples: list[str]
+    recommendation: Recommendation
+    inbound: list[InboundRate]
+
+
+def _client(value: str | None) -> str:
+    return NO_CLIENT_ID if value is None else value
+
+
+def _client_bytes() -> Column:
+    return F.col("bytes_client_to_proxy") + F.col("bytes_proxy_to_client")
+
+
+def _epoch(column: str) -> Column:
+    return F.unix_seconds(F.col(column))
+
+
+def _utc(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+class _Series:
+    """Values per (bucket, label) -> zero-filled aligned lists for a time-series chart, per second."""
+
+    def __init__(self, bucket_s: int) -> None:
+        self.bucket_s = bucket_s
+        self.values: dict[str, dict[int, float]] = defaultdict(dict)
+
+    def add(self, bucket: int, label: str, value: float) -> None:
+        self.values[label][bucket] = self.values[label].get(bucket, 0.0) + value
+
+    def times(self) -> list[int]:
+        present = sorted({b for v in self.values.values() for b in v})
+        if not present:
+            return []
+        filled = range(present[0], present[-1] + self.bucket_s, self.bucket_s)
+        return list(filled) if len(filled) <= MAX_FILLED_BUCKETS else present
+
+    def chart_data(self, order: Iterable[str] | None = None) -> tuple[list[datetime], dict[str, list[float]]]:
+        times = self.times()
+        labels = list(order) if order is not None else sorted(self.values)
+        series = {
+            label: [self.values[label].get(t, 0.0) / self.bucket_s for t in times]
+            for label in labels
+            if label in self.values
+        }
+        return [_utc(t) for t in times], series
+
+
+def _top(df: DataFrame, column: str, order: Column, n: int) -> list[Any]:
+    return [r[column] for r in df.orderBy(order.desc(), F.col(column).asc_nulls_first()).limit(n).collect()]
+
+
+def _labelled(df: DataFrame, column: str, keep: list[Any]) -> Column:
+    """``column`` when among ``keep`` (null included as the no-client-id label), else OTHER."""
+    keep_values = [k for k in keep if k is not None]
+    is_kept = F.col(column).isin(keep_values) if keep_values else F.lit(False)
+    if None in keep:
+        is_kept = is_kept | F.col(column).isNull()
+    return F.when(is_kept, F.coalesce(F.col(column), F.lit(NO_CLIENT_ID))).otherwise(F.lit(OTHER))
+
+
+def _traffic_series(ctx: ReportContext, by: str, keep: list[Any], value: Column) -> _Series:
+    traffic = ctx.tables["traffic_over_time"]
+    rows = (
+        traffic.groupBy(_epoch("bucket").alias("t"), _labelled(traffic, by, keep).alias("label"))
+        .agg(F.sum(value).alias("v"))
+        .collect()
+    )
+    s = _Series(ctx.bucket_s)
+    for r in rows:
+        s.add(int(r["t"]), str(r["label"]), float(r["v"] or 0))
+    return s
+
+
+def _order(keep: list[Any], has_other: bool) -> list[str]:
+    return [_client(k) for k in keep] + ([OTHER] if has_other else [])
+
+
+# ------------------------------------------------------------------------------------------------------ input
+
+
+def input_section(ctx: ReportContext) -> Section:
+    c = ctx.counts
+    s = Section("input", "Input")
+    span = f"from {c.first_ts:%Y-%m-%d %H:%M:%S} to {c.last_ts:%Y-%m-%d %H:%M:%S} UTC" if c.first_ts else "no time span"
+    s.paragraphs.append(
+        f"{c.lines:,} lines in {c.files:,} file(s), {span}. {c.valid:,} valid requests are analysed. "
+        f"{c.malformed:,} malformed lines (not JSON, or a value of the wrong type) were counted and skipped; "
+        f"malformed lines never stop the job."
+    )
+    s.tables.append(
+        Table(
+            "Lines by class",
+            ["class", "lines", "meaning"],
+            [
+                ("valid", c.valid, "schema 1 requests with every required field"),
+                ("malformed", c.malformed, "not JSON, or a value of the wrong type"),
+                ("incomplete", c.incomplete, "valid JSON missing ts, conn_id, api or a byte count"),
+                ("other schema", c.other_schema, "a schema version other than 1 (not interpreted)"),
+                ("other event", c.other_event, 'schema 1 but event is not "request"'),
+                ("total", c.lines, "non-blank lines read"),
+            ],
+            text_columns=1,
+        )
+    )
+    if ctx.malformed_samples:
+        s.paragraphs.append(f"First {len(ctx.malformed_samples)} malformed line(s), shortened:")
+        s.preformatted.extend(ctx.malformed_samples)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------- traffic
+
+
+def traffic_section(ctx: ReportContext) -> Section:
+    s = Section("traffic", "Traffic by client and API over time")
+    s.paragraphs.append(
+        f"Time buckets of {ctx.bucket_s} s; rates are per second within each bucket. Client bytes = bytes from the "
+        f"client to Sluice + bytes from Sluice to the client. The {ctx.top_n} largest series are drawn; the rest "
+        f"are summed as {OTHER}."
+    )
+    if ctx.counts.valid == 0:
+        s.no_data = "No valid requests in these logs."
+        return s
+    by_client = ctx.tables["by_client"]
+    by_api = ctx.tables["by_api"]
+    n = ctx.top_n
+    top_clients = _top(by_client, "client_id", _client_bytes(), n)
+    clients_other = by_client.count() > len(top_clients)
+    top_apis_req = _top(by_api, "api", F.col("requests"), n)
+    top_apis_bytes = _top(by_api, "api", _client_bytes(), n)
+    api_count = by_api.count()
+
+    for title, by, keep, other, value, ylabel, stacked in (
+        ("Requests per second by API", "api", top_apis_req, api_count > n, F.col("requests"), "requests/s", False),
+        ("Client bytes per second by API", "api", top_apis_bytes, api_count > n, _client_bytes(), "bytes/s", True),
+        ("Requests per second by client_id", "client_id", top_clients, clients_other, F.col("requests"),
+         "requests/s", False),
+        ("Client bytes per second by client_id", "client_id", top_clients, clients_other, _client_bytes(),
+         "bytes/s", True),
+    ):
+        times, series = _traffic_series(ctx, by, keep, value).chart_data(_order(keep, other))
+        s.charts.append(Chart(title, charts.time_series(title, times, series, ylabel=ylabel, stacked=stacked)))
+
+    rows = by_client.orderBy(_client_bytes().desc()).limit(ctx.table_rows).collect()
+    s.tables.append(
+        Table(
+            f"Top {ctx.table_rows} clients by client bytes (of {by_client.count():,})",
+            ["client_id", "requests", "with errors", *SHORT_BYTES],
+            [(_client(r["client_id"]), r["requests"], r["requests_with_errors"], *[r[c] for c in BYTE_COLUMNS])
+             for r in rows],
+        )
+    )
+    rows = by_api.orderBy(F.col("requests").desc()).collect()
+    s.tables.append(
+        Table(
+            "Per API",
+            ["api", "requests", "with errors", *SHORT_BYTES],
+            [(r["api"], r["requests"], r["requests_with_errors"], *[r[c] for c in BYTE_COLUMNS]) for r in rows],
+        )
+    )
+    s.paragraphs.append(
+        "Byte columns: c->p client to Sluice, p->u Sluice to upstream, u->p upstream to Sluice, p->c Sluice to client."
+    )
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------- latency
+
+
+def latency_section(ctx: ReportContext) -> Section:
+    s = Section("latency", "Latency per API")
+    s.paragraphs.append(
+        "Request read -> response written, as Sluice measured it (so it includes the broker's time, e.g. a Fetch "
+        "waiting for data). Percentiles are Spark's percentile_approx (relative rank error 1/10000)."
+    )
+    rows = ctx.tables["latency_by_api"].filter(F.col("measured") > 0).orderBy(F.col("measured").desc()).collect()
+    if not rows:
+        s.no_data = "No latencies in these logs."
+        return s
+    labels = [r["api"] for r in rows]
+    groups = {p: [float(r[f"{p}_ms"]) for r in rows] for p in ("p50", "p95", "p99")}
+    s.charts.append(
+        Chart("Latency percentiles per API", charts.grouped_bars("Latency percentiles per API (log scale)", labels,
+                                                                 groups, ylabel="milliseconds", log=True))
+    )
+    s.tables.append(
+        Table(
+            "Latency per API, milliseconds",
+            ["api", "requests", "p50", "p95", "p99", "max", "mean"],
+            [(r["api"], r["measured"], r["p50_ms"], r["p95_ms"], r["p99_ms"], r["max_ms"], r["mean_ms"]) for r in rows],
+        )
+    )
+    return s
+
+
+# ----------------------------------------------------------------------------------------------------- errors
+
+
+def error_name(code: int) -> str:
+    return str(getattr(for_code(code), "message", "UNKNOWN"))
+
+
+def errors_section(ctx: ReportContext) -> Section:
+    s = Section("errors", "Error codes")
+    s.paragraphs.append(
+        "Non-zero Kafka error codes in responses Sluice decoded (responses relayed as bytes are not inspected, so "
+        "this undercounts APIs Sluice does not decode)."
+    )
+    rows = ctx.tables["error_codes"].orderBy(F.col("responses").desc(), "api", "error_code").collect()
+    if not rows:
+        s.no_data = "No error codes in these logs."
+        return s
+    shown = rows[: ctx.table_rows]
+    labels = [f"{r['error_code']} {error_name(r['error_code'])} ({r['api']})" for r in shown]
+    s.charts.append(
+        Chart("Responses per error code", charts.bars("Responses per error code and API", labels,
+                                                      [r["responses"] for r in shown], xlabel="responses"))
+    )
+    s.tables.append(
+        Table(
+            "Responses per error code",
+            ["api", "code", "name", "responses"],
+            [(r["api"], str(r["error_code"]), error_name(r["error_code"]), r["responses"]) for r in shown],
+            text_columns=3,
+        )
+    )
+    return s
+
+
+# ------------------------------------------------------------------------------------------------ connections
+
+
+def _endpoint_table(df: DataFrame, column: str, caption: str, rows: int) -> tuple[Table, list[Row]]:
+    top = df.orderBy(_client_bytes().desc(), column).limit(rows).collect()
+    table = Table(
+        caption,
+        [column, "connections", "requests", *SHORT_BYTES],
+        [(r[column] or "(unknown)", r["connections"], r["requests"], *[r[c] for c in BYTE_COLUMNS]) for r in top],
+    )
+    return table, top
+
+
+def connections_section(ctx: ReportContext) -> Section:
+    s = Section("connections", "Connections, listeners and upstreams")
+    s.paragraphs.append(
+        "A connection is one client TCP connection to Sluice: (log file, conn_id). Sluice pairs it with one "
+        "upstream connection, to the broker of the listener the client connected to."
+    )
+    conns = ctx.tables["by_connection"]
+    if ctx.counts.valid == 0:
+        s.no_data = "No valid requests in these logs."
+        return s
+    total = conns.count()
+    top = conns.orderBy(_client_bytes().desc(), "source", "conn_id").limit(ctx.table_rows).collect()
+    labels = [f"#{r['conn_id']} {_client(r['client_id'])}" for r in top]
+    s.charts.append(
+        Chart("Client bytes per connection", charts.bars(
+            f"Top {len(top)} connections by client bytes (of {total:,})", labels,
+            [float(r["bytes_client_to_proxy"] + r["bytes_proxy_to_client"]) for r in top], xlabel="bytes"))
+    )
+    for name, column in (("by_listener", "listener"), ("by_upstream", "upstream")):
+        table, rows = _endpoint_table(ctx.tables[name], column, f"Per {column}", ctx.table_rows)
+        s.charts.append(
+            Chart(f"Bytes per {column}", charts.bars(
+                f"Client bytes per {column}", [r[column] or "(unknown)" for r in rows],
+                [float(r["bytes_client_to_proxy"] + r["bytes_proxy_to_client"]) for r in rows], xlabel="bytes"))
+        )
+        s.tables.append(table)
+    s.tables.append(
+        Table(
+            f"Top {len(top)} connections by client bytes (of {total:,})",
+            ["conn_id", "client_id", "listener", "upstream", "requests", *SHORT_BYTES, "log file"],
+            [(str(r["conn_id"]), _client(r["client_id"]), r["listener"], r["upstream"], r["requests"],
+              *[r[c] for c in BYTE_COLUMNS], r["source"].rsplit("/", 1)[-1]) for r in top],
+            text_columns=4,
+        )
+    )
+    return s
+
+
+# ------------------------------------------------------------------------------------------------- partitions
+
+
+def _no_field(field: str, what: str) -> str:
+    return (
+        f"No data in these logs: {what} needs the access-log field `{field}`, which these logs do not carry "
+        f"(it is added by a later Sluice version; schema 1 readers pick it up when present)."
+    )
+
+
+def partitions_section(ctx: ReportContext) -> Section:
+    s = Section("partitions", "Partitions and fairness")
+    if "partition_bytes" not in ctx.tables:
+        s.no_data = _no_field("partitions", "per-partition bytes and fairness")
+        return s
+    parts = ctx.tables["partition_bytes"]
+    fetched = parts.filter(F.col("fetches") > 0)
+    agg = fetched.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.col("fetch_bytes").cast("double")).alias("t"),
+        F.sum(F.col("fetch_bytes").cast("double") * F.col("fetch_bytes").cast("double")).alias("sq"),
+        F.count_if(F.col("fetch_bytes") == 0).alias("zero"),
+    ).collect()[0]
+    jain = jain_index_from_sums(int(agg["n"]), float(agg["t"] or 0), float(agg["sq"] or 0))
+    jain_text = "undefined (no bytes fetched)" if jain is None else f"{jain:.3f}"
+    s.paragraphs.append(
+        f"Fairness is Jain's index J = (sum x)^2 / (n * sum x^2) over the bytes fetched per partition: 1 when every "
+        f"fetched partition got the same bytes, 1/n when one got everything (k equally served of n gives k/n). "
+        f"Across all {agg['n']:,} fetched partitions J = {jain_text}; {agg['zero']:,} partition(s) were fetched but "
+        f"never returned bytes (starved, or simply idle)."
+    )
+    top = fetched.orderBy(F.col("fetch_bytes").desc(), "topic", "partition").limit(ctx.table_rows).collect()
+    s.charts.append(
+        Chart("Fetched bytes per partition", charts.bars(
+            f"Top {len(top)} partitions by fetched bytes", [f"{r['topic']}-{r['partition']}" for r in top],
+            [float(r["fetch_bytes"]) for r in top], xlabel="bytes"))
+    )
+    over_time = ctx.tables["fairness_over_time"].orderBy("bucket").select(_epoch("bucket").alias("t"), "jain_index")
+    rows = [r for r in over_time.collect() if r["jain_index"] is not None]
+    if rows:
+        s.charts.append(
+            Chart("Fairness over time", charts.time_series(
+                "Jain's index of fetched bytes across partitions, per bucket", [_utc(r["t"]) for r in rows],
+                {"J": [float(r["jain_index"]) for r in rows]}, ylabel="J (1 = fair)", hlines={"fair": 1.0}))
+        )
+    columns = ["topic", "partition", "fetched bytes", "fetches", "empty fetches", "produced bytes", "produces"]
+
+    def part_rows(rs: Sequence[Row]) -> list[tuple[object, ...]]:
+        return [(r["topic"], str(r["partition"]), r["fetch_bytes"], r["fetches"], r["empty_fetches"],
+                 r["produce_bytes"], r["produces"]) for r in rs]
+
+    s.tables.append(Table("Most fetched partitions", columns, part_rows(top), text_columns=2))
+    least = fetched.orderBy(F.col("fetch_bytes").asc(), "topic", "partition").limit(ctx.table_rows).collect()
+    s.tables.append(Table("Least fetched partitions (fetched at least once)", columns, part_rows(least),
+                          text_columns=2))
+    fair = ctx.tables["partition_fairness"].orderBy(F.col("fetch_bytes").desc()).limit(ctx.table_rows).collect()
+    s.tables.append(
+        Table(
+            "Fairness per topic",
+            ["topic", "partitions", "fetched bytes", "without bytes", "Jain's index"],
+            [(r["topic"], r["partitions"], r["fetch_bytes"], r["partitions_without_bytes"], r["jain_index"])
+             for r in fair],
+        )
+    )
+    return s
+
+
+# --------------------------------------------------------------------------------------------------- throttle
+
+
+def throttle_section(ctx: ReportContext) -> Section:
+    s = Section("throttle", "Throttle: target vs achieved")
+    if "throttle_over_time" not in ctx.tables:
+        s.no_data = _no_field("throttle_target_bps", "the throttle's target and achieved rate")
+        return s
+    rows = ctx.tables["throttle_over_time"].orderBy("bucket").select(
+        _epoch("bucket").alias("t"), "target_bps", "achieved_bps", "throttled_bytes").collect()
+    held = sum(1 for r in rows if r["achieved_bps"] <= r["target_bps"] * THROTTLE_TOLERANCE)
+    s.paragraphs.append(
+        f"Achieved = throttled bytes per bucket / {ctx.bucket_s} s; target = the throttle in force (the largest, if "
+        f"it changed within the bucket). The throttle held (achieved <= target + {THROTTLE_TOLERANCE - 1:.0%}) in "
+        f"{held} of {len(rows)} buckets."
+    )
+    times = [_utc(r["t"]) for r in rows]
+    s.charts.append(
+        Chart("Throttle target vs achieved", charts.time_series(
+            "Throttle target vs achieved rate", times,
+            {"target": [float(r["target_bps"]) for r in rows], "achieved": [float(r["achieved_bps"]) for r in rows]},
+            ylabel="bytes/s"))
+    )
+    worst = sorted(rows, key=lambda r: r["achieved_bps"] / r["target_bps"] if r["target_bps"] else 0.0,
+                   reverse=True)[: ctx.table_rows]
+    s.tables.append(
+        Table(
+            "Buckets with the highest achieved/target ratio",
+            ["bucket (UTC)", "target B/s", "achieved B/s", "throttled bytes"],
+            [(f"{_utc(r['t']):%Y-%m-%d %H:%M:%S}", r["target_bps"], r["achieved_bps"], r["throttled_bytes"])
+             for r in worst],
+        )
+    )
+    return s
+
+
+# --------------------------------------------------------------------------------------------------- sessions
+
+
+def sessions_section(ctx: ReportContext) -> Section:
+    s = Section("sessions", "Fetch sessions: upstream vs client-facing bytes")
+    if "session_savings" not in ctx.tables:
+        s.no_data = _no_field("session_upstream_bytes", "session savings")
+        return s
+    rows = ctx.tables["session_savings"].orderBy("bucket").select(
+        _epoch("bucket").alias("t"), "client_bytes", "upstream_bytes").collect()
+    client = sum(int(r["client_bytes"]) for r in rows)
+    upstream = sum(int(r["upstream_bytes"]) for r in rows)
+    saved = client - upstream
+    share = f"{saved / client:.1%}" if client else "n/a"
+    s.paragraphs.append(
+        f"Clients received {fmt_bytes(client)} while the upstream fetch sessions carried {fmt_bytes(upstream)} for "
+        f"them: {fmt_bytes(saved)} saved on the upstream link ({share})."
+    )
+    s.charts.append(
+        Chart("Session savings", charts.time_series(
+            "Client-facing vs upstream session bytes per second", [_utc(r["t"]) for r in rows],
+            {"to clients": [r["client_bytes"] / ctx.bucket_s for r in rows],
+             "from upstream sessions": [r["upstream_bytes"] / ctx.bucket_s for r in rows]},
+            ylabel="bytes/s"))
+    )
+    return s
+
+
+# ------------------------------------------------------------------------------------------- recommendation
+
+
+def inbound_rates(inbound: DataFrame, span_s: float, window_s: int) -> list[InboundRate]:
+    """Per upstream: peak and p95 over windows with traffic; mean over the whole span of the logs."""
+    rows = inbound.groupBy("upstream").agg(
+        F.max("bps").alias("peak"),
+        F.percentile_approx("bps", 0.95, 10_000).alias("p95"),
+        F.sum("bytes").alias("bytes"),
+        F.count(F.lit(1)).alias("windows"),
+    ).collect()
+    span = max(span_s, float(window_s))
+    return sorted(
+        (
+            InboundRate(
+                upstream=r["upstream"] or "(unknown)",
+                peak_bps=float(r["peak"]),
+                p95_bps=float(r["p95"]),
+                mean_bps=float(r["bytes"]) / span,
+                windows=int(r["windows"]),
+                window_s=window_s,
+            )
+            for r in rows
+        ),
+        key=lambda x: -x.peak_bps,
+    )
+
+
+def recommendation_section(ctx: ReportContext) -> Section:
+    rec = ctx.recommendation
+    s = Section("recommendation", "Throttle recommendation (KIP-73)")
+    s.paragraphs.extend(rec.text)
+    if ctx.inbound:
+        s.tables.append(
+            Table(
+                f"Inbound rate per upstream broker ({ctx.rate_window_s} s windows)",
+                ["upstream", "peak", "p95", "mean", "windows"],
+                [(r.upstream, fmt_rate(r.peak_bps), fmt_rate(r.p95_bps), fmt_rate(r.mean_bps), r.windows)
+                 for r in ctx.inbound[: ctx.table_rows]],
+            )
+        )
+        top = [r.upstream for r in ctx.inbound[: ctx.top_n]]
+        series = _Series(ctx.bucket_s)
+        rows = ctx.tables["inbound_rate"].groupBy(
+            "upstream", F.floor(_epoch("window") / ctx.bucket_s).alias("b")).agg(F.sum("bytes").alias("v")).collect()
+        for r in rows:
+            label = r["upstream"] or "(unknown)"
+            series.add(int(r["b"]) * ctx.bucket_s, label if label in top else OTHER, float(r["v"]))
+        times, data = series.chart_data([*top, OTHER])
+        refs = {f"IN (peak {ctx.rate_window_s} s window)": rec.inbound_bps}
+        if rec.throttle_bps is not None:
+            refs["recommended T"] = rec.throttle_bps
+        s.charts.append(
+            Chart("Inbound rate per upstream", charts.time_series(
+                f"Inbound rate per upstream broker (bytes_upstream_to_proxy, {ctx.bucket_s} s buckets)", times, data,
+                ylabel="bytes/s", hlines=refs))
+        )
+    if rec.examples:
+        s.tables.append(
+            Table(
+                "Move time at throttles across the safe range",
+                ["throttle T", "bytes to move", "move time"],
+                [(fmt_rate(t), fmt_bytes(b), fmt_duration(m)) for t, b, m in rec.examples],
+                text_columns=3,
+            )
+        )
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------- tables
+
+
+def tables_section(ctx: ReportContext, descriptions: dict[str, str]) -> Section:
+    s = Section("tables", "Parquet tables")
+    s.paragraphs.append("Every aggregate behind this report, in full, for further analysis (Spark, pandas, DuckDB).")
+    s.tables.append(
+        Table(
+            "Tables written",
+            ["table", "path", "contents", "rows"],
+            [(name, ctx.paths[name], descriptions.get(name, ""), ctx.tables[name].count()) for name in ctx.tables],
+            text_columns=3,
+        )
+    )
+    return s
+
+
+SECTIONS: tuple[Callable[[ReportContext], Section], ...] = (
+    input_section,
+    traffic_section,
+    latency_section,
+    errors_section,
+    connections_section,
+    partitions_section,
+    throttle_section,
+    sessions_section,
+    recommendation_section,
+)
+
+
+def build_sections(ctx: ReportContext, descriptions: dict[str, str]) -> list[Section]:
+    return [*(build(ctx) for build in SECTIONS), tables_section(ctx, descriptions)]
