@@ -23,7 +23,7 @@ field                       type          meaning
 ``api_key``                 int           Kafka API key, e.g. ``1``
 ``version``                 int           request API version
 ``correlation_id``          int           request header correlation id
-``listener``                string        local listener the client connected to, ``host:port``
+``listener``                string        the listener the client connected to: ``bootstrap`` or ``broker-N``
 ``upstream``                string        upstream broker that served it, ``host:port``
 ``bytes_client_to_proxy``   int           request bytes read from the client (frame incl. 4-byte length)
 ``bytes_proxy_to_upstream`` int           request bytes sent upstream (0 if the proxy answered itself)
