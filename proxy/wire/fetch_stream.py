@@ -42,10 +42,12 @@ _NEED, _SKIP, _TAIL = 0, 1, 2
 _Walk = Generator[tuple[int, int], Any, None]
 
 
-def _uvarint() -> Generator[tuple[int, int], Any, int]:
+def _uvarint(first: int | None = None) -> Generator[tuple[int, int], Any, int]:
+    """An unsigned varint, byte by byte; ``first`` is its first byte when the caller already read it."""
     value = shift = 0
     for _ in range(5):
-        byte = (yield _NEED, 1)[0]
+        byte = first if first is not None else (yield _NEED, 1)[0]
+        first = None
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return value
@@ -53,8 +55,8 @@ def _uvarint() -> Generator[tuple[int, int], Any, int]:
     raise CodecError("varint longer than 5 bytes")
 
 
-def _tags() -> Generator[tuple[int, int], Any, None]:
-    count = yield from _uvarint()
+def _tags(first: int | None = None) -> Generator[tuple[int, int], Any, None]:
+    count = yield from _uvarint(first)
     for _ in range(count):
         yield from _uvarint()
         size = yield from _uvarint()
@@ -64,21 +66,29 @@ def _tags() -> Generator[tuple[int, int], Any, None]:
 
 def _walk_body() -> _Walk:
     """FetchResponse v16+ (flexible, topic ids) from the response header's tag section to the top-level tags:
-    yields (_NEED, n) to read n bytes, (_SKIP, n) to pass n bytes by, (_TAIL, 0) at the top-level tags."""
+    yields (_NEED, n) to read n bytes, (_SKIP, n) to pass n bytes by, (_TAIL, 0) at the top-level tags.
+    Fixed-size runs are read together with the first byte of the varint that follows them (one step instead of
+    several: the walk runs once per partition of every streamed response)."""
     yield from _tags()  # response header v1 tags
-    yield _SKIP, 10  # ThrottleTimeMs, ErrorCode, SessionId
-    for _ in range((yield from _uvarint()) - 1):  # Responses
-        yield _SKIP, 16  # TopicId
-        for _ in range((yield from _uvarint()) - 1):  # Partitions
-            yield _SKIP, 30  # PartitionIndex, ErrorCode, HighWatermark, LastStableOffset, LogStartOffset
-            for _ in range((yield from _uvarint()) - 1):  # AbortedTransactions (nullable: 0 = null)
+    head = yield _NEED, 11  # ThrottleTimeMs, ErrorCode, SessionId + the Responses count's first byte
+    for _ in range((yield from _uvarint(head[10])) - 1):  # Responses
+        head = yield _NEED, 17  # TopicId + the Partitions count's first byte
+        for _ in range((yield from _uvarint(head[16])) - 1):  # Partitions
+            # PartitionIndex, ErrorCode, HighWatermark, LastStableOffset, LogStartOffset + AbortedTransactions'
+            # count's first byte (nullable: 0 = null)
+            head = yield _NEED, 31
+            b = head[30]
+            for _ in range((b if b < 0x80 else (yield from _uvarint(b))) - 1):
                 yield _SKIP, 16  # ProducerId, FirstOffset
                 yield from _tags()
-            yield _SKIP, 4  # PreferredReadReplica
-            records = (yield from _uvarint()) - 1
+            head = yield _NEED, 5  # PreferredReadReplica + the Records length's first byte
+            b = head[4]
+            records = (b if b < 0x80 else (yield from _uvarint(b))) - 1
             if records > 0:
                 yield _SKIP, records
-            yield from _tags()  # DivergingEpoch, CurrentLeader, SnapshotId
+            b = (yield _NEED, 1)[0]  # tagged fields: DivergingEpoch, CurrentLeader, SnapshotId
+            if b:
+                yield from _tags(b)
         yield from _tags()
     yield _TAIL, 0
 
