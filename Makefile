@@ -1,5 +1,5 @@
 # Thin wrappers around the project's commands (see README / ARCHITECTURE.md).
-#   make install   venv + `pip install -e .[dev]` + Kafka jars + Prometheus (idempotent; fast when done)
+#   make install   venv + `pip install -e .[dev,analytics]` + Kafka jars + Prometheus + Chromium (idempotent)
 #   make test      the whole test suite against a real Kafka broker
 #   make run       a real Kafka broker with Sluice in front of it, until Ctrl-C
 #   make bench     every bench/*.py module, JSON lines on stdout
@@ -19,16 +19,21 @@ LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 &&
 install: $(STAMP)
 
 # 1. the venv (Python 3.11's bundled pip does editable pyproject installs; checked in a fresh venv)
-# 2. the package with its dev extra
+# 2. the package with its dev and analytics extras (pyspark + matplotlib: the report tests run the real job)
 # 3. the Kafka jars (KAFKA_HOME, else the cache, else Maven Central); prints where they are
 # 4. Prometheus + promtool (a test scrapes the proxy with a real Prometheus), from Debian, only if missing
+# 5. Chromium (the analytics report is checked in a real headless browser), from Debian, only if missing
 $(STAMP): pyproject.toml rig/pom.xml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,analytics]'
 	$(PY) -m rig.kafka fetch
 	if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
 	    $(SUDO) apt-get update -q && \
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; \
+	fi
+	if [ ! -x /usr/bin/chromium ]; then \
+	    $(SUDO) apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; \
 	fi
 	touch $@
 

@@ -3,11 +3,15 @@
     sluice run [--config FILE]        run the proxy (FILE defaults to $SLUICE_CONFIG, else built-in defaults)
     sluice check-config FILE          validate FILE (+ SLUICE_* env overrides unless --no-env); "ok: FILE"
     sluice version                    print the version
+    sluice throttle status|set|clear|plan   replication throttles (proxy/cli_throttle.py)
+    sluice report --logs PATH... --out DIR [--master local[2]|spark://...]
+                                      Spark job over access logs: Parquet tables + DIR/report.html (proxy/analytics)
 
 Exit codes: 0 success, 2 invalid configuration or usage (argparse's own code for usage errors, so scripts can
-treat "you gave me something wrong" uniformly), 130 interrupted before the server took over signal handling.
+treat "you gave me something wrong" uniformly), 1 a report job that failed, 130 interrupted before the server
+took over signal handling.
 
-Adding a subcommand (``throttle``, ``report`` are planned) is one ``_Command`` entry in ``COMMANDS``: a
+Adding a subcommand is one ``_Command`` entry in ``COMMANDS``: a
 function adding its arguments to its sub-parser and a function running it and returning the exit code.
 Heavy imports (aiohttp, uvloop, the server) happen inside the command that needs them, so ``check-config``
 and ``version`` start fast.
@@ -16,6 +20,8 @@ and ``version`` start fast.
 from __future__ import annotations
 
 import argparse
+import glob
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -26,6 +32,7 @@ from proxy.config import ConfigError, Settings, load_settings
 __all__ = ["COMMANDS", "EXIT_CONFIG", "main"]
 
 EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
 
@@ -116,6 +123,100 @@ def _check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------------- report
+
+
+def _report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--logs", nargs="+", required=True, metavar="PATH",
+                   help="access-log files, directories (read recursively) or globs; .gz files are decompressed")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory: report.html, summary.json and parquet/<table>/")
+    p.add_argument("--master", default="local[2]",
+                   help="Spark master: local[N] (default local[2], bound to 127.0.0.1) or a cluster's, e.g. "
+                        "spark://host:7077")
+    p.add_argument("--bucket", metavar="DURATION",
+                   help="time bucket of the over-time charts, e.g. 10s, 5m (default: from the span of the logs)")
+    p.add_argument("--rate-window", default="10s", metavar="DURATION",
+                   help="window of the inbound-rate measurement behind the throttle recommendation (default 10s)")
+    p.add_argument("--move-bytes", metavar="SIZE",
+                   help="bytes of the planned replica move, e.g. 500GiB: the report recommends a throttle for it")
+    p.add_argument("--move-within", default="1h", metavar="DURATION",
+                   help="time the move should take (default 1h)")
+    p.add_argument("--network-bps", default="125M", metavar="RATE",
+                   help="network throughput per broker, bytes/s (default 125M: 1 Gbit/s)")
+    p.add_argument("--replication-factor", type=int, default=3, metavar="R", help="default 3")
+    p.add_argument("--parquet-out", metavar="URI",
+                   help="where the Parquet tables go (default DIR/parquet; on a cluster, a filesystem the "
+                        "executors share, e.g. hdfs://...)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
+
+
+def _missing_inputs(paths: list[str]) -> list[str]:
+    """Local paths (and globs) that match nothing: reported before paying for a Spark start. URIs (hdfs://, s3a://)
+    are left to Spark."""
+    missing = []
+    for path in paths:
+        if "://" in path:
+            continue
+        if glob.has_magic(path) and glob.glob(path):
+            continue
+        if not os.path.exists(path):
+            missing.append(path)
+    return missing
+
+
+def _report(args: argparse.Namespace) -> int:
+    from proxy.analytics.kip73 import ThrottleInputs
+    from proxy.analytics.units import parse_bytes, parse_duration
+
+    def usage(message: str) -> int:
+        print(f"report: {message}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    try:
+        bucket_s = round(parse_duration(args.bucket)) if args.bucket else None
+        rate_window_s = round(parse_duration(args.rate_window))
+        throttle = ThrottleInputs(
+            network_bps=float(parse_bytes(args.network_bps)),
+            replication_factor=args.replication_factor,
+            move_bytes=parse_bytes(args.move_bytes) if args.move_bytes else None,
+            move_within_s=parse_duration(args.move_within),
+        )
+    except ValueError as exc:
+        return usage(str(exc))
+    if (bucket_s is not None and bucket_s < 1) or rate_window_s < 1 or throttle.move_within_s <= 0:
+        return usage("--bucket, --rate-window and --move-within must be at least 1 second")
+    if args.replication_factor < 1:
+        return usage("--replication-factor must be at least 1")
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            return usage(f"--conf takes KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value
+    missing = _missing_inputs(args.logs)
+    if missing:
+        return usage(f"no such file or directory: {', '.join(missing)}")
+    try:
+        from proxy.analytics.job import JobOptions, run_job
+        from proxy.analytics.session import build_session
+    except ImportError as exc:
+        return usage(f"needs the analytics extra (pip install 'kafka-sluice[analytics]'): {exc}")
+
+    options = JobOptions(bucket_s=bucket_s, rate_window_s=rate_window_s, throttle=throttle,
+                         parquet_uri=args.parquet_out)
+    spark = build_session(args.master, conf=conf)
+    try:
+        result = run_job(spark, args.logs, args.out, options, progress=lambda m: print(m, file=sys.stderr))
+    except Exception as exc:  # Spark's errors arrive as Py4J/Analysis exceptions: one line, then exit 1
+        print(f"report failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        spark.stop()
+    print(json.dumps(result.summary()))
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------------------------------- version
 
 
@@ -126,11 +227,29 @@ def _version(_args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -------------------------------------------------------------------------------------------------- throttle
+
+
+def _throttle_arguments(p: argparse.ArgumentParser) -> None:
+    from proxy import cli_throttle
+
+    cli_throttle.add_arguments(p)
+
+
+def _throttle(args: argparse.Namespace) -> int:
+    from proxy import cli_throttle
+
+    return cli_throttle.run(args)
+
+
 COMMANDS: tuple[_Command, ...] = (
     _Command("run", "run the proxy", _run_arguments, _run),
     _Command("check-config", "validate a settings file and exit", _check_config_arguments, _check_config),
     _Command("version", "print the version", lambda _p: None, _version),
-    # planned: "throttle" (talks to the admin API's /throttles), "report" (summaries of the access log)
+    _Command("throttle", "replication throttles (KIP-73): status | set | clear | plan", _throttle_arguments,
+             _throttle),
+    _Command("report", "analyse access logs on Spark: Parquet aggregates and an HTML report", _report_arguments,
+             _report),
 )
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "Section",
     "Settings",
     "ShutdownSettings",
+    "ThrottleSettings",
     "UpstreamSettings",
     "load_settings",
     "parse_host_port",
@@ -367,6 +368,79 @@ class SizeLimitSettings(Section):
     )
 
 
+class ThrottleTopicSettings(Section):
+    """One ``[[throttle.topics]]`` entry: which of a topic's replicas are throttled (KIP-73's
+    ``leader/follower.replication.throttled.replicas`` syntax)."""
+
+    topic: str = Field(description="Topic name.")
+    replicas: str = Field(
+        default="*",
+        description='"*" (all partitions, every fetcher) or "partition:fetcher,..." (fetcher = broker id).',
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name a topic")
+        return value
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, value: str) -> str:
+        value = value.strip()
+        if value in ("*", ""):  # Kafka: "" = none, "*" = all
+            return value
+        for item in value.split(","):
+            if not _REPLICA_ITEM.fullmatch(item.strip()):
+                raise ValueError(
+                    f'{item.strip()!r} is not "partition:broker" (e.g. "0:101,1:102"); use "*" for all'
+                )
+        return value
+
+
+_REPLICA_ITEM = re.compile(r"[0-9]+:[0-9]+")
+
+
+class ThrottleConsumerSettings(Section):
+    """One ``[[throttle.consumers]]`` entry: consumers (replica_id < 0) whose fetches the throttle applies to."""
+
+    client_id: str = Field(description='client.id glob, e.g. "backfill-*".')
+
+    @field_validator("client_id")
+    @classmethod
+    def _glob(cls, value: str) -> str:
+        if not value:
+            raise ValueError('must be a glob, e.g. "backfill-*" ("*" = every consumer)')
+        return value
+
+
+class ThrottleSettings(Section):
+    """Replication throttles (KIP-73). Changeable at run time (admin API PUT /throttles, SIGHUP)."""
+
+    leader_rate_bytes: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Bytes/s bound on throttled partitions in responses to fetchers; 0 = none."
+    )
+    follower_rate_bytes: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Bytes/s bound on throttled partitions Sluice fetches upstream; 0 = none."
+    )
+    window_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=1.0, description="Sample window, seconds (replication.quota.window.size.seconds)."
+    )
+    samples: Annotated[int, Field(ge=1, le=1000)] = Field(
+        default=11, description="Samples kept (replication.quota.window.num)."
+    )
+    topics: list[ThrottleTopicSettings] = Field(default_factory=list, description="Throttled replicas per topic.")
+    consumers: list[ThrottleConsumerSettings] = Field(
+        default_factory=list, description="Consumers (by client.id glob) the topic lists also apply to."
+    )
+
+    @field_validator("window_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        return _check_finite(value)
+
+
 # -------------------------------------------------------------------------------------------- settings
 
 
@@ -383,6 +457,7 @@ class Settings(Section):
     admin: AdminSettings = AdminSettings()
     logging: LoggingSettings = LoggingSettings()
     size_limit: SizeLimitSettings = SizeLimitSettings()
+    throttle: ThrottleSettings = ThrottleSettings()
 
     @model_validator(mode="after")
     def _cross_section(self) -> Self:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import functools
 import platform
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from prometheus_client import Counter, Gauge, Histogram, Info, disable_created_metrics
 
@@ -203,6 +204,54 @@ def observe_size_limit(trimmed_bytes: int, deferred_partitions: int) -> None:
         SIZE_LIMIT_DEFERRED.inc(deferred_partitions)
 
 
+# ------------------------------------------------------------------------- replication throttles (KIP-73)
+
+THROTTLE_SIDES: Final[tuple[str, ...]] = ("leader", "follower")
+
+THROTTLE_BYTE_RATE = Gauge(
+    "sluice_throttle_byte_rate",
+    "Bytes/s of throttled partitions over the quota window (Kafka's LeaderReplication/FollowerReplication "
+    "byte-rate): leader = sent to fetchers, follower = fetched upstream.",
+    ["side"],
+)
+THROTTLE_RATE_LIMIT = Gauge(
+    "sluice_throttle_rate_limit_bytes",
+    "Configured throttle in bytes/s (throttle.leader_rate_bytes / follower_rate_bytes); 0 = none.",
+    ["side"],
+)
+THROTTLE_WINDOW = Gauge(
+    "sluice_throttle_window_seconds",
+    "Quota window: samples x window_s (Kafka: 11 x 1 s).",
+)
+THROTTLE_TOPICS = Gauge(
+    "sluice_throttle_topics",
+    "Topics with a throttled-replicas entry ([[throttle.topics]]).",
+)
+THROTTLE_LEFT_OUT = Counter(
+    "sluice_throttle_left_out_partitions_total",
+    "Throttled partitions left out: leader = records left out of a response (partition kept, empty records), "
+    "follower = partitions left out of a request sent upstream.",
+    ["side"],
+)
+THROTTLE_SUM_LAG = Gauge(
+    "sluice_throttle_sum_lag_offsets",
+    "Sum over throttled partitions and fetchers of high watermark - fetch offset (KIP-73's SumReplicaLag): "
+    "if it stops falling, the throttle is too low for the move to finish.",
+)
+
+
+def bind_throttle(state: Any, throttles: Any, clock: Callable[[], float]) -> None:
+    """Point the throttle gauges at a proxy's quotas (proxy.policies.throttle.ThrottleState) and configuration.
+    Called again on every reconfiguration (and by the last Proxy created in a process, e.g. in tests)."""
+    THROTTLE_BYTE_RATE.labels("leader").set_function(lambda: state.leader.rate(clock()))
+    THROTTLE_BYTE_RATE.labels("follower").set_function(lambda: state.follower.rate(clock()))
+    THROTTLE_SUM_LAG.set_function(lambda: state.sum_lag(clock()))
+    THROTTLE_RATE_LIMIT.labels("leader").set(throttles.leader_rate)
+    THROTTLE_RATE_LIMIT.labels("follower").set(throttles.follower_rate)
+    THROTTLE_WINDOW.set(throttles.samples * throttles.window_s)
+    THROTTLE_TOPICS.set(len(throttles.topics))
+
+
 # ------------------------------------------------------------------------- pre-created and pre-bound children
 
 for _direction in DIRECTIONS:
@@ -212,7 +261,9 @@ for _side in SIDES:
     CONNECTIONS.labels(_side)
 for _reason in REJECT_REASONS:
     FRAMES_REJECTED.labels(_reason)
-del _direction, _side, _reason
+for _tside in THROTTLE_SIDES:
+    THROTTLE_LEFT_OUT.labels(_tside)
+del _direction, _side, _reason, _tside
 
 BYTES_CLIENT_TO_PROXY = BYTES.labels("client_to_proxy")
 BYTES_PROXY_TO_UPSTREAM = BYTES.labels("proxy_to_upstream")
@@ -222,6 +273,8 @@ CLIENT_CONNECTIONS_OPEN = CONNECTIONS_OPEN.labels("client")
 UPSTREAM_CONNECTIONS_OPEN = CONNECTIONS_OPEN.labels("upstream")
 CLIENT_CONNECTIONS = CONNECTIONS.labels("client")
 UPSTREAM_CONNECTIONS = CONNECTIONS.labels("upstream")
+THROTTLE_LEFT_OUT_LEADER = THROTTLE_LEFT_OUT.labels("leader")
+THROTTLE_LEFT_OUT_FOLLOWER = THROTTLE_LEFT_OUT.labels("follower")
 
 
 # Bounded by the number of (api, version) pairs Kafka defines (a few hundred), so an unbounded cache is safe:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,9 @@ from .policies.size_limit import (
     reorder_request,
     replica_id_of,
 )
+from .policies.throttle import Throttles, ThrottleState, Ticket
+from .policies.throttle import enforce as throttle_enforce
+from .policies.throttle import plan_request as throttle_plan
 from .routing import Router
 from .versions import UNSUPPORTED_VERSION
 from .wire import fetch_fast
@@ -76,6 +80,8 @@ class Request:
     reserve: int = 0
     held: int = 0
     started: float = 0.0
+    #: KIP-73: the throttled partitions' fetch offsets, for the response side (None: no throttle applies)
+    throttle: Ticket | None = None
     error_codes: list[int] = field(default_factory=list)
 
 
@@ -87,6 +93,8 @@ class Rewritten:
     size: int
     error_codes: list[int]
     changed: bool = True  # False: the upstream bytes went out untouched
+    #: KIP-73 pacing: stop reading this client connection for so many seconds (see policies/throttle.py)
+    mute_s: float = 0.0
 
 
 class ConnectionState:
@@ -101,13 +109,21 @@ class ConnectionState:
 class Pipeline:
     """Shared by all connections of one proxy; per-connection state lives in :class:`ConnectionState`."""
 
-    def __init__(self, router: Router, size_limits: SizeLimits | None = None) -> None:
+    def __init__(self, router: Router, size_limits: SizeLimits | None = None, throttles: Throttles | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.router = router
         #: replaced whole on reconfiguration (admin API, SIGHUP): a request sees one consistent snapshot
         self.size_limits = size_limits or SizeLimits()
+        #: KIP-73: the throttle snapshot (swapped by :meth:`set_throttles`) and the quotas every connection shares
+        self.throttles = throttles or Throttles()
+        self.throttle_state = ThrottleState(self.throttles)
+        self.clock = clock
+        #: topic id -> name, learnt from Metadata responses (Fetch v13+ names topics by id only)
+        self.topic_names: dict[bytes, str] = {}
+        metrics.bind_throttle(self.throttle_state, self.throttles, clock)
         #: api key -> the rewrite its responses need (all of them keep broker addresses away from clients)
         self._rules: dict[int, Callable[[Any], None]] = {
-            METADATA: router.rewrite_metadata,
+            METADATA: self._metadata,
             FIND_COORDINATOR: router.rewrite_find_coordinator,
             DESCRIBE_CLUSTER: router.rewrite_describe_cluster,
             FETCH: router.rewrite_node_endpoints,
@@ -145,6 +161,8 @@ class Pipeline:
             req.collect = req.rewrite is not None and key != FETCH  # Fetch v16+ streams (fetch_stream.py)
         if key == FETCH and self.size_limits.active and self.size_limits.may_apply(header.client_id):
             self._size_limit_request(req, conn or ConnectionState())
+        if key == FETCH and self.throttles.active:
+            self._throttle_request(req)
         if key == PRODUCE and header.body_offset is not None and _produce_acks(frame, header) == 0:
             req.expects_response = False
         return req
@@ -168,6 +186,36 @@ class Pipeline:
         # What the broker may send: the clamped max_bytes (the first-batch rule can exceed it: the server adjusts
         # the reservation when the real size is known).
         req.reserve = body.max_bytes if limits.global_max_bytes else 0
+
+    def set_throttles(self, throttles: Throttles) -> None:
+        self.throttles = throttles
+        self.throttle_state.reconfigure(throttles)
+        metrics.bind_throttle(self.throttle_state, throttles, self.clock)
+
+    def _throttle_request(self, req: Request) -> None:
+        """KIP-73 on the request side (policies/throttle.py): note the throttled partitions' fetch offsets and,
+        while the follower quota is exceeded, leave them out of a session-less request. The response is then
+        collected so the leader side can leave records out."""
+        t = self.throttles
+        header, body = decode_request(req.frame)
+        fetcher = t.fetcher(req.header.client_id, replica_id_of(body))
+        if fetcher is None:
+            return
+        ticket = throttle_plan(body, fetcher, t, self.throttle_state, self.topic_names.get, self.clock())
+        if not ticket.offsets and not ticket.left_out:
+            return
+        if ticket.left_out:
+            metrics.THROTTLE_LEFT_OUT_FOLLOWER.inc(ticket.left_out)
+            req.frame = encode_request(header, body)
+        req.throttle = ticket
+        req.collect = True
+
+    def _metadata(self, body: Message) -> None:
+        self.router.rewrite_metadata(body)
+        for topic in body.topics:
+            tid, name = topic.get("topic_id"), topic.get("name")
+            if tid and name and any(tid):
+                self.topic_names[bytes(tid)] = name
 
     @staticmethod
     def _local(correlation_id: int, api_key: int, version: int, body: Message) -> bytes:
@@ -211,14 +259,23 @@ class Pipeline:
             errors.insert(0, view.error_code)
         changed = bool(view.node_endpoints)
         self.router.rewrite_node_endpoints(view)
+        mute = 0.0
+        if req.throttle is not None:  # before the budget, so the budget goes to partitions that may send
+            throttled = throttle_enforce(view, req.throttle, self.throttles, self.throttle_state,
+                                         self.topic_names.get, self.clock())
+            if throttled.left_out:
+                metrics.THROTTLE_LEFT_OUT_LEADER.inc(throttled.left_out)
+            changed = changed or throttled.changed
+            mute = throttled.mute_s
         if req.budget is not None:
             outcome = enforce(view, req.budget, req.fairness)
             metrics.observe_size_limit(outcome.trimmed_bytes, outcome.deferred_partitions)
             changed = changed or outcome.limited
         if not changed:
-            return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, errors, changed=False)
+            return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, errors, changed=False,
+                             mute_s=mute)
         buffers, size = view.encode_frame(corr, header_tags)
-        return Rewritten(buffers, size, errors)
+        return Rewritten(buffers, size, errors, mute_s=mute)
 
     def fetch_streamer(self, req: Request, size: int) -> FetchStreamer:
         """Fetch v16+ responses stream through (see proxy/wire/fetch_stream.py): only their final tag

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = get_logger("sluice.reconfigure")
 
 #: Settings sections that are changeable while running.
-DYNAMIC_SECTIONS = ("size_limit",)
+DYNAMIC_SECTIONS = ("size_limit", "throttle")
 
 
 def add_routes(admin: AdminServer, proxy: Proxy) -> None:
@@ -48,6 +48,45 @@ def add_routes(admin: AdminServer, proxy: Proxy) -> None:
 
     admin.add_route("GET", "/size-limits", get_size_limits)
     admin.add_route("PUT", "/size-limits", put_size_limits, mutating=True)
+    add_section_routes(admin, proxy, "/throttles", "throttle")
+
+
+def add_section_routes(admin: AdminServer, proxy: Proxy, path: str, section: str) -> None:
+    """GET/PUT ``path`` for one dynamic settings section (JSON). PUT replaces the whole section (keys left out
+    take their defaults), is validated as a whole, needs the bearer token when one is set, and answers with
+    the section now in force; GET also reports what the section's policy measures (``status``)."""
+
+    async def get(_request: web.Request) -> web.Response:
+        body = getattr(proxy.settings, section).model_dump()
+        if section == "throttle":
+            body["status"] = throttle_status(proxy)
+        return web.json_response(body)
+
+    async def put(request: web.Request) -> web.Response:
+        try:
+            body: Any = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return web.json_response({"error": f"body is not JSON: {e}"}, status=400)
+        if isinstance(body, dict):
+            body.pop("status", None)  # what GET answered may be PUT back as is
+        try:
+            updated = proxy.settings.with_overrides({section: body})
+        except ConfigError as e:
+            return web.json_response({"error": str(e), "key": e.key}, status=400)
+        proxy.apply_dynamic(updated)
+        return web.json_response(getattr(updated, section).model_dump())
+
+    admin.add_route("GET", path, get)
+    admin.add_route("PUT", path, put, mutating=True)
+
+
+def throttle_status(proxy: Proxy) -> dict[str, Any]:
+    """The throttle quotas as measured now (bytes/s over the window) and the sum of lag of throttled partitions."""
+    pipeline = proxy.pipeline
+    state, now = pipeline.throttle_state, pipeline.clock()
+    return {"leader_rate": state.leader.rate(now), "follower_rate": state.follower.rate(now),
+            "leader_exceeded": state.leader.exceeded(now), "follower_exceeded": state.follower.exceeded(now),
+            "sum_lag": state.sum_lag(now)}
 
 
 def reload_file(proxy: Proxy, path: str | None) -> bool:

@@ -35,6 +35,7 @@ from .accesslog import AccessLog, get_access_log, get_logger
 from .config import Settings
 from .pipeline import ConnectionState, Pipeline, Request
 from .policies.size_limit import HeldBytes, SizeLimits
+from .policies.throttle import Throttles
 from .routing import Address, Router
 from .wire.errors import CodecError
 from .wire.fetch_stream import FetchStreamer
@@ -59,7 +60,8 @@ class Proxy:
         self.settings = settings
         self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base,
                              open_listener=self.open_listener)
-        self.pipeline = Pipeline(self.router, SizeLimits.from_settings(settings.size_limit))
+        self.pipeline = Pipeline(self.router, SizeLimits.from_settings(settings.size_limit),
+                                 Throttles.from_settings(settings.throttle))
         #: the global bound on response bytes held (size_limit.global_max_bytes), shared by every connection
         self.held = HeldBytes(settings.size_limit.global_max_bytes, on_change=metrics.RESPONSE_BYTES_HELD.set)
         self.access_log = access_log if access_log is not None else get_access_log()
@@ -93,12 +95,14 @@ class Proxy:
         return {n: int(s.sockets[0].getsockname()[1]) for n, s in self._servers.items()}
 
     def apply_dynamic(self, settings: Settings) -> None:
-        """Apply the run-time changeable settings (size limits) without dropping a connection. Requests
-        already classified keep the snapshot they were classified with; the next ones see the new one."""
-        self.settings = self.settings.model_copy(update={"size_limit": settings.size_limit})
+        """Apply the run-time changeable settings (size limits, throttles) without dropping a connection.
+        Requests already classified keep the snapshot they were classified with; the next ones see the new one."""
+        self.settings = self.settings.model_copy(update={"size_limit": settings.size_limit,
+                                                         "throttle": settings.throttle})
         self.pipeline.size_limits = SizeLimits.from_settings(settings.size_limit)
         self.held.set_limit(settings.size_limit.global_max_bytes)
-        log.info("reconfigured", size_limit=settings.size_limit.model_dump())
+        self.pipeline.set_throttles(Throttles.from_settings(settings.throttle))
+        log.info("reconfigured", size_limit=settings.size_limit.model_dump(), throttle=settings.throttle.model_dump())
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Graceful shutdown: stop accepting, let in-flight requests finish (bounded), then close."""
@@ -250,6 +254,7 @@ class ClientConnection(asyncio.Protocol):
         self._blocked: deque[Request] = deque()
         self._writing_paused = False
         self._release_on_drain = 0  # reserved bytes to release once the client has drained our writes
+        self._muted_until = 0.0  # loop time until which a throttle mute (KIP-73 pacing) holds reading paused
 
     @property
     def busy(self) -> bool:
@@ -308,6 +313,26 @@ class ClientConnection(asyncio.Protocol):
             self.proxy.held.release(n)
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.resume_reading()
+
+    def mute(self, seconds: float) -> None:
+        """KIP-73 pacing (policies/throttle.py): a fetcher that got only throttled partitions back is not read
+        from for ``seconds`` (at most its max_wait_ms), like Kafka's channel muting for quotas (KIP-219),
+        instead of letting it re-fetch at once in a tight loop."""
+        if self.transport is None or self._closed or seconds <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        self._muted_until = max(self._muted_until, loop.time() + seconds)
+        self.transport.pause_reading()
+        loop.call_later(seconds, self._unmute)
+
+    def _unmute(self) -> None:
+        loop = self.proxy.loop
+        if loop is not None and self._muted_until - loop.time() > 0.002:
+            # a later mute is still running (timers may also fire a little early: libuv counts milliseconds)
+            loop.call_later(self._muted_until - loop.time(), self._unmute)
+            return
+        if self.transport is not None and not self._closed and not self._blocked:
+            self.transport.resume_reading()
 
     def release_held(self, n: int) -> None:
         """A response's reserved bytes are written: they stop counting once the transport buffer drains."""
@@ -608,6 +633,8 @@ class UpstreamConnection(asyncio.Protocol):
             req.error_codes = out.error_codes
             client_bytes = out.size
             self.client.writelines(out.buffers)
+            if out.mute_s:
+                self.client.mute(out.mute_s)
             if out.changed:
                 metrics.RESPONSES_REWRITTEN.labels(req.api).inc()
         if req.held:

@@ -10,13 +10,19 @@ shortened.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import matplotlib
 import matplotlib.dates as mdates
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator
+
+from proxy.analytics.units import fmt_bytes
 
 __all__ = ["bars", "grouped_bars", "time_series"]
 
@@ -24,11 +30,48 @@ WIDTH_IN = 10.0
 HEIGHT_IN = 3.6
 DPI = 100
 LABEL_CHARS = 40
-_RC = {"text.parse_math": False, "font.size": 9, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3}
+# dict[Any, Any]: matplotlib types rc keys as a Literal union; these are all valid keys.
+_RC: dict[Any, Any] = {
+    "text.parse_math": False,
+    "font.size": 9,
+    "axes.titlesize": 11,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+}
 
 
 def _label(text: str) -> str:
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "\u2026"
+
+
+class _BinaryLocator(Locator):
+    """Ticks at round numbers of the binary unit the axis reaches (0, 256 KiB, 512 KiB, ...), so byte labels read
+    "512 KiB" rather than "488 KiB" (what round decimal ticks print as in binary units)."""
+
+    def __init__(self) -> None:
+        self._inner = MaxNLocator(nbins=6, steps=[1, 2, 2.5, 4, 5, 8, 10])
+
+    def __call__(self) -> Any:
+        assert self.axis is not None
+        vmin, vmax = self.axis.get_view_interval()
+        return self.tick_values(vmin, vmax)
+
+    def tick_values(self, vmin: float, vmax: float) -> Any:
+        top = max(abs(vmin), abs(vmax), 1.0)
+        unit = 1024 ** min(4, int(math.log(top, 1024)))
+        return self._inner.tick_values(vmin / unit, vmax / unit) * unit
+
+
+def _format_axis(axis: Axis, unit: str, log: bool) -> None:
+    """Tick labels as plain text: "1.5 GiB/s" on byte axes, "100" rather than mathtext 10^2 on log axes (mathtext
+    is off, see above)."""
+    if unit.startswith("bytes"):
+        suffix = unit[len("bytes") :]
+        if not log:
+            axis.set_major_locator(_BinaryLocator())
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{fmt_bytes(v)}{suffix}" if v else "0"))
+    elif log:
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
 
 
 def _png(fig: Figure) -> bytes:
@@ -53,21 +96,25 @@ def time_series(
     stacked: bool = False,
     hlines: Mapping[str, float] | None = None,
 ) -> bytes:
-    """One line (or stacked area) per series over ``times`` (UTC); ``hlines``: labelled horizontal references."""
+    """One line (or stacked area) per series over ``times`` (UTC); ``hlines``: labelled horizontal references.
+    A ``ylabel`` starting with "bytes" gets byte-formatted ticks (and so does ``bars``' ``xlabel``)."""
     with matplotlib.rc_context(_RC):
         fig, ax = _new(title)
         labels = [_label(k) for k in series]
+        x = mdates.date2num(list(times))  # matplotlib's date numbers; the axis below formats them as UTC dates
         if stacked and series:
-            ax.stackplot(list(times), *[list(v) for v in series.values()], labels=labels, alpha=0.85)
+            ax.stackplot(x, *[list(v) for v in series.values()], labels=labels, alpha=0.85)
         else:
             for label, values in zip(labels, series.values(), strict=True):
-                ax.plot(list(times), list(values), label=label, linewidth=1.4, marker="." if len(times) < 30 else "")
+                ax.plot(x, list(values), label=label, linewidth=1.4, marker="." if len(times) < 30 else "")
         for label, y in (hlines or {}).items():
             ax.axhline(y, linestyle="--", linewidth=1.2, color="black", alpha=0.7, label=_label(label))
-        locator = mdates.AutoDateLocator()
+        ax.xaxis_date(tz="UTC")
+        locator = mdates.AutoDateLocator(tz="UTC")
         ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz="UTC"))
         ax.set_ylabel(ylabel)
+        _format_axis(ax.yaxis, ylabel, log=False)
         ax.set_xlabel("time (UTC)")
         ax.set_ylim(bottom=0)
         if series or hlines:
@@ -85,8 +132,10 @@ def bars(title: str, labels: Sequence[str], values: Sequence[float], *, xlabel: 
         ax.set_yticks(y, [_label(s) for s in labels])
         ax.invert_yaxis()
         ax.set_xlabel(xlabel)
-        if log and any(v > 0 for v in values):
+        log = log and any(v > 0 for v in values)
+        if log:
             ax.set_xscale("log")
+        _format_axis(ax.xaxis, xlabel, log)
         return _png(fig)
 
 
@@ -103,8 +152,10 @@ def grouped_bars(
             ax.bar(xs, list(values), width=width, label=name)
         ax.set_xticks(list(range(len(labels))), [_label(s) for s in labels], rotation=30, ha="right")
         ax.set_ylabel(ylabel)
-        if log and any(v > 0 for vs in groups.values() for v in vs):
+        log = log and any(v > 0 for vs in groups.values() for v in vs)
+        if log:
             ax.set_yscale("log")
+        _format_axis(ax.yaxis, ylabel, log)
         if groups:
             ax.legend(fontsize=8, frameon=False)
         return _png(fig)

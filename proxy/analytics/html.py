@@ -55,6 +55,7 @@ class Section:
     charts: list[Chart] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     no_data: str | None = None  # shown instead of charts/tables when the logs lack what the section needs
+    pre_caption: str | None = None  # introduces the preformatted blocks, which come last
     preformatted: list[str] = field(default_factory=list)
 
 
@@ -93,7 +94,9 @@ def render(title: str, meta: str, sections: Sequence[Section]) -> str:
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="meta">{html.escape(meta)}</p>',
-        "<nav>" + "".join(f'<a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a>' for s in sections) + "</nav>",
+        "<nav>"
+        + "".join(f'<a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a>' for s in sections)
+        + "</nav>",
     ]
     for s in sections:
         parts.append(f'<section id="{html.escape(s.anchor)}"><h2>{html.escape(s.title)}</h2>')
@@ -102,6 +105,8 @@ def render(title: str, meta: str, sections: Sequence[Section]) -> str:
             parts.append(f'<p class="nodata">{html.escape(s.no_data)}</p>')
         parts.extend(_chart(c) for c in s.charts)
         parts.extend(_table(t) for t in s.tables)
+        if s.pre_caption is not None:
+            parts.append(f"<p>{html.escape(s.pre_caption)}</p>")
         parts.extend(f"<pre>{html.escape(p)}</pre>" for p in s.preformatted)
         parts.append("</section>")
     parts.append("</body></html>\n")

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import reduce
 from typing import Any
 
 from kafka.errors import for_code
@@ -51,6 +52,14 @@ class ReportContext:
 
 def _client(value: str | None) -> str:
     return NO_CLIENT_ID if value is None else value
+
+
+def _file(source: str | None) -> str:
+    """The log file's name without directories or extensions: which sidecar, in a chart label's space."""
+    name = (source or "?").rsplit("/", 1)[-1]
+    for ext in (".gz", ".jsonl", ".json", ".log"):
+        name = name.removesuffix(ext)
+    return name
 
 
 def _client_bytes() -> Column:
@@ -93,12 +102,8 @@ class _Series:
         return [_utc(t) for t in times], series
 
 
-def _top(df: DataFrame, column: str, order: Column, n: int) -> list[Any]:
-    return [r[column] for r in df.orderBy(order.desc(), F.col(column).asc_nulls_first()).limit(n).collect()]
-
-
-def _labelled(df: DataFrame, column: str, keep: list[Any]) -> Column:
-    """``column`` when among ``keep`` (null included as the no-client-id label), else OTHER."""
+def _labelled(column: str, keep: list[Any]) -> Column:
+    """``column`` when among ``keep`` (null included, as the no-client-id label), else OTHER."""
     keep_values = [k for k in keep if k is not None]
     is_kept = F.col(column).isin(keep_values) if keep_values else F.lit(False)
     if None in keep:
@@ -106,17 +111,8 @@ def _labelled(df: DataFrame, column: str, keep: list[Any]) -> Column:
     return F.when(is_kept, F.coalesce(F.col(column), F.lit(NO_CLIENT_ID))).otherwise(F.lit(OTHER))
 
 
-def _traffic_series(ctx: ReportContext, by: str, keep: list[Any], value: Column) -> _Series:
-    traffic = ctx.tables["traffic_over_time"]
-    rows = (
-        traffic.groupBy(_epoch("bucket").alias("t"), _labelled(traffic, by, keep).alias("label"))
-        .agg(F.sum(value).alias("v"))
-        .collect()
-    )
-    s = _Series(ctx.bucket_s)
-    for r in rows:
-        s.add(int(r["t"]), str(r["label"]), float(r["v"] or 0))
-    return s
+def _label(value: Any, keep: set[Any]) -> str:
+    return _client(value) if value in keep else OTHER
 
 
 def _order(keep: list[Any], has_other: bool) -> list[str]:
@@ -138,20 +134,20 @@ def input_section(ctx: ReportContext) -> Section:
     s.tables.append(
         Table(
             "Lines by class",
-            ["class", "lines", "meaning"],
+            ["class", "meaning", "lines"],
             [
-                ("valid", c.valid, "schema 1 requests with every required field"),
-                ("malformed", c.malformed, "not JSON, or a value of the wrong type"),
-                ("incomplete", c.incomplete, "valid JSON missing ts, conn_id, api or a byte count"),
-                ("other schema", c.other_schema, "a schema version other than 1 (not interpreted)"),
-                ("other event", c.other_event, 'schema 1 but event is not "request"'),
-                ("total", c.lines, "non-blank lines read"),
+                ("valid", "schema 1 requests with every required field", c.valid),
+                ("malformed", "not JSON, or a value of the wrong type", c.malformed),
+                ("incomplete", "valid JSON missing a field schema 1 always writes", c.incomplete),
+                ("other schema", "a schema version other than 1 (not interpreted)", c.other_schema),
+                ("other event", 'schema 1 but event is not "request"', c.other_event),
+                ("total", "non-blank lines read", c.lines),
             ],
-            text_columns=1,
+            text_columns=2,
         )
     )
     if ctx.malformed_samples:
-        s.paragraphs.append(f"First {len(ctx.malformed_samples)} malformed line(s), shortened:")
+        s.pre_caption = f"First {len(ctx.malformed_samples)} malformed line(s), shortened:"
         s.preformatted.extend(ctx.malformed_samples)
     return s
 
@@ -169,41 +165,65 @@ def traffic_section(ctx: ReportContext) -> Section:
     if ctx.counts.valid == 0:
         s.no_data = "No valid requests in these logs."
         return s
-    by_client = ctx.tables["by_client"]
-    by_api = ctx.tables["by_api"]
     n = ctx.top_n
-    top_clients = _top(by_client, "client_id", _client_bytes(), n)
-    clients_other = by_client.count() > len(top_clients)
-    top_apis_req = _top(by_api, "api", F.col("requests"), n)
-    top_apis_bytes = _top(by_api, "api", _client_bytes(), n)
-    api_count = by_api.count()
+    apis = ctx.tables["by_api"].collect()  # one row per API: a few dozen at most
+    by_client = ctx.tables["by_client"]
+    clients = by_client.orderBy(_client_bytes().desc(), F.col("client_id").asc_nulls_first()).limit(
+        max(n, ctx.table_rows)).collect()
+    client_count = by_client.count()
 
-    for title, by, keep, other, value, ylabel, stacked in (
-        ("Requests per second by API", "api", top_apis_req, api_count > n, F.col("requests"), "requests/s", False),
-        ("Client bytes per second by API", "api", top_apis_bytes, api_count > n, _client_bytes(), "bytes/s", True),
-        ("Requests per second by client_id", "client_id", top_clients, clients_other, F.col("requests"),
-         "requests/s", False),
-        ("Client bytes per second by client_id", "client_id", top_clients, clients_other, _client_bytes(),
-         "bytes/s", True),
+    def client_bytes(r: Row) -> int:
+        return int(r["bytes_client_to_proxy"] + r["bytes_proxy_to_client"])
+
+    top_clients = [r["client_id"] for r in clients[:n]]
+    top_api_req = [r["api"] for r in sorted(apis, key=lambda r: (-r["requests"], r["api"]))[:n]]
+    top_api_bytes = [r["api"] for r in sorted(apis, key=lambda r: (-client_bytes(r), r["api"]))[:n]]
+
+    # One query for all four charts: traffic per bucket, client (top n or other) and API (kept by either ranking).
+    traffic = ctx.tables["traffic_over_time"]
+    keep_apis = sorted(set(top_api_req) | set(top_api_bytes))
+    rows = (
+        traffic.groupBy(
+            _epoch("bucket").alias("t"),
+            _labelled("client_id", top_clients).alias("client"),
+            F.when(F.col("api").isin(keep_apis), F.col("api")).otherwise(F.lit(OTHER)).alias("api"),
+        )
+        .agg(F.sum("requests").alias("requests"), F.sum(_client_bytes()).alias("bytes"))
+        .collect()
+    )
+    series = {key: _Series(ctx.bucket_s) for key in ("api_req", "api_bytes", "client_req", "client_bytes")}
+    req_keep, bytes_keep = set(top_api_req), set(top_api_bytes)
+    for r in rows:
+        t, req, nbytes = int(r["t"]), float(r["requests"]), float(r["bytes"])
+        series["api_req"].add(t, _label(r["api"], req_keep), req)
+        series["api_bytes"].add(t, _label(r["api"], bytes_keep), nbytes)
+        series["client_req"].add(t, r["client"], req)
+        series["client_bytes"].add(t, r["client"], nbytes)
+    many_apis = len(apis) > n
+    many_clients = client_count > len(top_clients)
+    for key, title, order, ylabel, stacked in (
+        ("api_req", "Requests per second by API", _order(top_api_req, many_apis), "requests/s", False),
+        ("api_bytes", "Client bytes per second by API", _order(top_api_bytes, many_apis), "bytes/s", True),
+        ("client_req", "Requests per second by client_id", _order(top_clients, many_clients), "requests/s", False),
+        ("client_bytes", "Client bytes per second by client_id", _order(top_clients, many_clients), "bytes/s", True),
     ):
-        times, series = _traffic_series(ctx, by, keep, value).chart_data(_order(keep, other))
-        s.charts.append(Chart(title, charts.time_series(title, times, series, ylabel=ylabel, stacked=stacked)))
+        times, data = series[key].chart_data(order)
+        s.charts.append(Chart(title, charts.time_series(title, times, data, ylabel=ylabel, stacked=stacked)))
 
-    rows = by_client.orderBy(_client_bytes().desc()).limit(ctx.table_rows).collect()
     s.tables.append(
         Table(
-            f"Top {ctx.table_rows} clients by client bytes (of {by_client.count():,})",
+            f"Top {min(ctx.table_rows, len(clients))} clients by client bytes (of {client_count:,})",
             ["client_id", "requests", "with errors", *SHORT_BYTES],
             [(_client(r["client_id"]), r["requests"], r["requests_with_errors"], *[r[c] for c in BYTE_COLUMNS])
-             for r in rows],
+             for r in clients[: ctx.table_rows]],
         )
     )
-    rows = by_api.orderBy(F.col("requests").desc()).collect()
     s.tables.append(
         Table(
             "Per API",
             ["api", "requests", "with errors", *SHORT_BYTES],
-            [(r["api"], r["requests"], r["requests_with_errors"], *[r[c] for c in BYTE_COLUMNS]) for r in rows],
+            [(r["api"], r["requests"], r["requests_with_errors"], *[r[c] for c in BYTE_COLUMNS])
+             for r in sorted(apis, key=lambda r: (-r["requests"], r["api"]))],
         )
     )
     s.paragraphs.append(
@@ -300,7 +320,7 @@ def connections_section(ctx: ReportContext) -> Section:
         return s
     total = conns.count()
     top = conns.orderBy(_client_bytes().desc(), "source", "conn_id").limit(ctx.table_rows).collect()
-    labels = [f"#{r['conn_id']} {_client(r['client_id'])}" for r in top]
+    labels = [f"{_client(r['client_id'])} #{r['conn_id']} {_file(r['source'])}" for r in top]
     s.charts.append(
         Chart("Client bytes per connection", charts.bars(
             f"Top {len(top)} connections by client bytes (of {total:,})", labels,
@@ -319,7 +339,7 @@ def connections_section(ctx: ReportContext) -> Section:
             f"Top {len(top)} connections by client bytes (of {total:,})",
             ["conn_id", "client_id", "listener", "upstream", "requests", *SHORT_BYTES, "log file"],
             [(str(r["conn_id"]), _client(r["client_id"]), r["listener"], r["upstream"], r["requests"],
-              *[r[c] for c in BYTE_COLUMNS], r["source"].rsplit("/", 1)[-1]) for r in top],
+              *[r[c] for c in BYTE_COLUMNS], _file(r["source"])) for r in top],
             text_columns=4,
         )
     )
@@ -378,9 +398,10 @@ def partitions_section(ctx: ReportContext) -> Section:
                  r["produce_bytes"], r["produces"]) for r in rs]
 
     s.tables.append(Table("Most fetched partitions", columns, part_rows(top), text_columns=2))
-    least = fetched.orderBy(F.col("fetch_bytes").asc(), "topic", "partition").limit(ctx.table_rows).collect()
-    s.tables.append(Table("Least fetched partitions (fetched at least once)", columns, part_rows(least),
-                          text_columns=2))
+    if agg["n"] > len(top):  # otherwise the most-fetched table already lists every partition
+        least = fetched.orderBy(F.col("fetch_bytes").asc(), "topic", "partition").limit(ctx.table_rows).collect()
+        s.tables.append(Table("Least fetched partitions (fetched at least once)", columns, part_rows(least),
+                              text_columns=2))
     fair = ctx.tables["partition_fairness"].orderBy(F.col("fetch_bytes").desc()).limit(ctx.table_rows).collect()
     s.tables.append(
         Table(
@@ -401,29 +422,37 @@ def throttle_section(ctx: ReportContext) -> Section:
     if "throttle_over_time" not in ctx.tables:
         s.no_data = _no_field("throttle_target_bps", "the throttle's target and achieved rate")
         return s
-    rows = ctx.tables["throttle_over_time"].orderBy("bucket").select(
-        _epoch("bucket").alias("t"), "target_bps", "achieved_bps", "throttled_bytes").collect()
-    held = sum(1 for r in rows if r["achieved_bps"] <= r["target_bps"] * THROTTLE_TOLERANCE)
+    table = ctx.tables["throttle_over_time"]
+    rows = table.select(_epoch("bucket").alias("t"), "source", "target_bps", "achieved_bps", "throttled_bytes")
+    pairs = rows.collect() if table.count() <= MAX_FILLED_BUCKETS * 4 else rows.limit(MAX_FILLED_BUCKETS).collect()
+    held = sum(1 for r in pairs if r["achieved_bps"] <= r["target_bps"] * THROTTLE_TOLERANCE)
     s.paragraphs.append(
-        f"Achieved = throttled bytes per bucket / {ctx.bucket_s} s; target = the throttle in force (the largest, if "
-        f"it changed within the bucket). The throttle held (achieved <= target + {THROTTLE_TOLERANCE - 1:.0%}) in "
-        f"{held} of {len(rows)} buckets."
+        f"Each Sluice process (log file) enforces its own throttle. Per process and bucket: achieved = throttled "
+        f"bytes / {ctx.bucket_s} s, target = the throttle in force (the largest, if it changed within the bucket). "
+        f"The throttle held (achieved <= target + {THROTTLE_TOLERANCE - 1:.0%}) in {held:,} of {len(pairs):,} "
+        f"process-buckets. The chart sums targets and achieved rates over all processes."
     )
-    times = [_utc(r["t"]) for r in rows]
+    target: dict[int, float] = defaultdict(float)
+    achieved: dict[int, float] = defaultdict(float)
+    for r in pairs:
+        target[int(r["t"])] += float(r["target_bps"])
+        achieved[int(r["t"])] += float(r["achieved_bps"])
+    buckets = sorted(target)
+    times = [_utc(t) for t in buckets]
+    data = {"target": [target[t] for t in buckets], "achieved": [achieved[t] for t in buckets]}
     s.charts.append(
         Chart("Throttle target vs achieved", charts.time_series(
-            "Throttle target vs achieved rate", times,
-            {"target": [float(r["target_bps"]) for r in rows], "achieved": [float(r["achieved_bps"]) for r in rows]},
-            ylabel="bytes/s"))
+            "Throttle target vs achieved rate (all processes)", times, data, ylabel="bytes/s"))
     )
-    worst = sorted(rows, key=lambda r: r["achieved_bps"] / r["target_bps"] if r["target_bps"] else 0.0,
+    worst = sorted(pairs, key=lambda r: r["achieved_bps"] / r["target_bps"] if r["target_bps"] else 0.0,
                    reverse=True)[: ctx.table_rows]
     s.tables.append(
         Table(
-            "Buckets with the highest achieved/target ratio",
-            ["bucket (UTC)", "target B/s", "achieved B/s", "throttled bytes"],
-            [(f"{_utc(r['t']):%Y-%m-%d %H:%M:%S}", r["target_bps"], r["achieved_bps"], r["throttled_bytes"])
-             for r in worst],
+            "Process-buckets with the highest achieved/target ratio",
+            ["bucket (UTC)", "log file", "target B/s", "achieved B/s", "throttled bytes"],
+            [(f"{_utc(r['t']):%Y-%m-%d %H:%M:%S}", _file(r["source"]), r["target_bps"], r["achieved_bps"],
+              r["throttled_bytes"]) for r in worst],
+            text_columns=2,
         )
     )
     return s
@@ -532,11 +561,14 @@ def recommendation_section(ctx: ReportContext) -> Section:
 def tables_section(ctx: ReportContext, descriptions: dict[str, str]) -> Section:
     s = Section("tables", "Parquet tables")
     s.paragraphs.append("Every aggregate behind this report, in full, for further analysis (Spark, pandas, DuckDB).")
+    # One query for all the row counts (a count per table would be one Spark job each).
+    counted = [df.groupBy().count().withColumn("name", F.lit(name)) for name, df in ctx.tables.items()]
+    counts = {r["name"]: r["count"] for r in reduce(DataFrame.unionByName, counted).collect()} if counted else {}
     s.tables.append(
         Table(
             "Tables written",
             ["table", "path", "contents", "rows"],
-            [(name, ctx.paths[name], descriptions.get(name, ""), ctx.tables[name].count()) for name in ctx.tables],
+            [(name, ctx.paths[name], descriptions.get(name, ""), counts.get(name, 0)) for name in ctx.tables],
             text_columns=3,
         )
     )

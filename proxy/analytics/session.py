@@ -37,6 +37,8 @@ _LOCAL_CONF = {
     "spark.driver.host": LOOPBACK,
     "spark.driver.bindAddress": LOOPBACK,
     "spark.ui.enabled": "false",
+    # The console progress bar is for interactive shells; in a batch job's output it is noise.
+    "spark.ui.showConsoleProgress": "false",
     # The parsed log is cached for the ~15 aggregations; 10M rows need more than Spark's 1 GiB default (only
     # effective when this process starts the JVM, which is the case for `sluice report`).
     "spark.driver.memory": "4g",

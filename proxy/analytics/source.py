@@ -1,17 +1,17 @@
 """Reading access logs: many JSON-lines files (gzip or not), one explicit schema, malformed lines counted.
 
 One scan of the input: the parsed rows are cached (memory, spilling to disk) and a single aggregation counts
-every kind of line. The ~15 aggregations that follow read the cache, not the JSON again - JSON parsing is most of
-the job's cost. Every schema field stays in the cached rows on purpose: Spark's JSON reader only converts the
-columns a query needs, so pruning fields would let a line with a bad value in an unused field pass as valid and
-make the malformed count depend on which report sections ran.
+every kind of line. The aggregations that follow read the cache, not the JSON again - JSON parsing is most of
+the job's cost. Only the columns the aggregates use are cached (narrower rows build faster), but every schema
+field is still parsed, because the classification below checks them all: Spark's JSON reader converts only the
+fields a query references, and a bad value in a field nobody referenced would otherwise pass as valid.
 
 Lines fall into exactly one class:
 
 - ``malformed``: not JSON, or a value of the wrong type (Spark's corrupt-record column is set);
 - ``other_schema``: a ``schema`` other than 1 (a future incompatible log; left out, not guessed at);
 - ``other_event``: schema 1 but ``event`` is not ``"request"``;
-- ``incomplete``: valid JSON of schema 1 lacking a field needed to place or attribute it (``REQUIRED_FIELDS``);
+- ``incomplete``: valid JSON of schema 1 lacking a field schema 1 always writes (``REQUIRED_FIELDS``);
 - ``valid``: everything else; the only rows the aggregates see.
 
 Blank lines are skipped by Spark's reader and are not counted at all.
@@ -37,6 +37,21 @@ from proxy.analytics.schema import (
 
 __all__ = ["InputCounts", "LogInput", "read_access_logs"]
 
+# What the aggregates read (besides the optional fields and the source file).
+CACHED_COLUMNS = (
+    "ts",
+    "conn_id",
+    "client_id",
+    "api",
+    "listener",
+    "upstream",
+    "bytes_client_to_proxy",
+    "bytes_proxy_to_upstream",
+    "bytes_upstream_to_proxy",
+    "bytes_proxy_to_client",
+    "latency_ms",
+    "error_codes",
+)
 SAMPLE_MALFORMED = 5  # example malformed lines shown in the report
 SAMPLE_CHARS = 300
 
@@ -105,7 +120,9 @@ def read_access_logs(spark: SparkSession, paths: list[str]) -> LogInput:
     # _metadata is the file source's hidden per-row column; the path identifies which proxy wrote a row, since
     # conn_id is only unique within one proxy process.
     parsed = raw.withColumn("source", F.col("_metadata.file_path")).withColumn("_class", _classify())
-    cached = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    cached = parsed.select(*CACHED_COLUMNS, *OPTIONAL_FIELDS, "source", "_class", CORRUPT_COLUMN).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
 
     valid = F.col("_class") == "valid"
     aggs = [

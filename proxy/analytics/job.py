@@ -1,0 +1,208 @@
+"""The analytics job: access logs -> Parquet aggregates + a self-contained HTML report (+ a JSON summary).
+
+    run_job(spark, ["logs/"], "out/")     # -> out/parquet/<table>/, out/report.html, out/summary.json
+
+Steps: read and classify every line once, caching the valid rows (``source``); pick the time-bucket size from the
+span of the logs (``buckets``); write each aggregate (``aggregates``) as Parquet and read it back, so the report
+(``sections``, ``charts``, ``html``) is built from exactly what was written, from small tables; size a replication
+throttle from the measured inbound rates (``kip73``).
+
+The same code runs on local[N] and on a cluster: the aggregates are plain DataFrame operations (no Python UDFs, so
+no Python workers and no serialisation per row). On a cluster the Parquet destination must be a filesystem the
+executors share (``parquet_uri``, e.g. hdfs:// or s3a://); the report and summary are written by the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pyspark.sql import DataFrame, SparkSession
+
+from proxy.analytics import aggregates as agg
+from proxy.analytics.buckets import choose_bucket_seconds
+from proxy.analytics.html import render
+from proxy.analytics.kip73 import Recommendation, ThrottleInputs, recommend
+from proxy.analytics.sections import ReportContext, build_sections, inbound_rates
+from proxy.analytics.source import InputCounts, read_access_logs
+
+__all__ = ["JobOptions", "JobResult", "run_job"]
+
+REPORT_NAME = "report.html"
+SUMMARY_NAME = "summary.json"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    bucket_s: int | None = None  # None: chosen from the span of the logs (at most ~120 buckets)
+    rate_window_s: int = 10  # inbound-rate windows; Kafka's quota window is 11 x 1 s samples, 10 s is close
+    top_n: int = 8
+    table_rows: int = 20
+    throttle: ThrottleInputs = field(default_factory=ThrottleInputs)
+    parquet_uri: str | None = None  # default: OUT/parquet
+
+
+@dataclass(frozen=True)
+class JobResult:
+    out: Path
+    report: Path
+    counts: InputCounts
+    bucket_s: int
+    tables: dict[str, str]  # name -> Parquet location
+    recommendation: Recommendation
+    seconds: float
+
+    def summary(self) -> dict[str, Any]:
+        c = self.counts
+        r = self.recommendation
+        return {
+            "report": str(self.report),
+            "seconds": round(self.seconds, 3),
+            "lines": c.lines,
+            "valid": c.valid,
+            "malformed": c.malformed,
+            "incomplete": c.incomplete,
+            "other_schema": c.other_schema,
+            "other_event": c.other_event,
+            "files": c.files,
+            "first_ts": c.first_ts.isoformat() if c.first_ts else None,
+            "last_ts": c.last_ts.isoformat() if c.last_ts else None,
+            "bucket_s": self.bucket_s,
+            "optional_fields": c.optional_rows,
+            "tables": self.tables,
+            "throttle": {
+                "inbound_bps": r.inbound_bps,
+                "busiest_upstream": r.busiest_upstream,
+                "safe_low_bps": r.low_bps,
+                "safe_high_bps": r.high_bps,
+                "feasible": r.feasible,
+                "recommended_bps": r.throttle_bps,
+                "move_time_s": r.move_time_s,
+            },
+        }
+
+
+def _is_local(uri: str) -> bool:
+    return urlparse(uri).scheme in ("", "file")
+
+
+def _local_path(uri: str) -> Path:
+    return Path(urlparse(uri).path) if uri.startswith("file:") else Path(uri)
+
+
+class _Writer:
+    """Writes a table as Parquet (overwriting) and returns it read back from the Parquet."""
+
+    def __init__(self, spark: SparkSession, root: str, say: Callable[[str], None]) -> None:
+        self.spark = spark
+        self.say = say
+        self.root = root.rstrip("/")
+        self.written: dict[str, DataFrame] = {}
+        self.paths: dict[str, str] = {}
+        if _is_local(root):
+            # Tables an earlier run wrote but this one will not (an optional section without data) must not
+            # linger next to fresh ones and be mistaken for this run's.
+            for name in agg.TABLES:
+                shutil.rmtree(_local_path(root) / name, ignore_errors=True)
+
+    def __call__(self, name: str, df: DataFrame) -> DataFrame:
+        path = f"{self.root}/{name}"
+        started = time.monotonic()
+        # One file per table: they are small, and one file is what a person opening the directory expects.
+        df.coalesce(1).write.mode("overwrite").parquet(path)
+        back = self.spark.read.parquet(path)
+        self.written[name] = back
+        self.paths[name] = path
+        self.say(f"table {name}: {time.monotonic() - started:.1f} s")
+        return back
+
+
+def run_job(
+    spark: SparkSession,
+    logs: Sequence[str],
+    out: str | Path,
+    options: JobOptions | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> JobResult:
+    """Run the whole job. Malformed input lines are counted, never fatal; an input path that matches nothing
+    raises Spark's AnalysisException (``sluice report`` checks local paths before starting Spark)."""
+    opts = options or JobOptions()
+    started = time.monotonic()
+    say = progress or (lambda _msg: None)
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parquet_root = opts.parquet_uri or str((out_dir / "parquet").resolve())
+
+    say(f"reading {len(logs)} path(s)")
+    inp = read_access_logs(spark, [str(p) for p in logs])
+    try:
+        counts = inp.counts
+        say(f"{counts.lines:,} lines: {counts.valid:,} valid, {counts.malformed:,} malformed")
+        bucket_s = opts.bucket_s or choose_bucket_seconds(counts.span_s)
+        events = inp.events
+        bucketed = agg.with_bucket(events, bucket_s)
+        write = _Writer(spark, parquet_root, say)
+
+        traffic = write("traffic_over_time", agg.traffic_over_time(bucketed))
+        write("by_client", agg.by_client(traffic))
+        write("by_api", agg.by_api(traffic))
+        write("latency_by_api", agg.latency_by_api(events))
+        write("error_codes", agg.error_codes(events))
+        connections = write("by_connection", agg.by_connection(events))
+        write("by_listener", agg.by_listener(connections))
+        write("by_upstream", agg.by_upstream(connections))
+        inbound = write("inbound_rate", agg.inbound_rate(events, opts.rate_window_s))
+        if counts.has("partitions"):
+            parts = write("partition_bytes", agg.partition_bytes(events))
+            write("partition_fairness", agg.partition_fairness(parts))
+            write("fairness_over_time", agg.fairness_over_time(bucketed))
+        if counts.has("throttle_target_bps"):
+            write("throttle_over_time", agg.throttle_over_time(bucketed, bucket_s))
+        if counts.has("session_upstream_bytes"):
+            write("session_savings", agg.session_savings(bucketed))
+        say(f"wrote {len(write.written)} tables under {parquet_root}")
+    finally:
+        inp.release()  # every later query reads the small Parquet tables, not the cached events
+
+    rates = inbound_rates(inbound, counts.span_s, opts.rate_window_s)
+    rec = recommend(rates, opts.throttle)
+    ctx = ReportContext(
+        counts=counts,
+        bucket_s=bucket_s,
+        rate_window_s=opts.rate_window_s,
+        top_n=opts.top_n,
+        table_rows=opts.table_rows,
+        tables=write.written,
+        paths=write.paths,
+        malformed_samples=inp.malformed_samples,
+        recommendation=rec,
+        inbound=rates,
+    )
+    sections = build_sections(ctx, agg.TABLES)
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    meta = (
+        f"Generated {generated} from {counts.files:,} log file(s), {counts.lines:,} lines "
+        f"({counts.valid:,} valid, {counts.malformed:,} malformed). Sluice access-log schema 1."
+    )
+    report = out_dir / REPORT_NAME
+    report.write_text(render("Sluice traffic report", meta, sections), encoding="utf-8")
+    result = JobResult(
+        out=out_dir,
+        report=report,
+        counts=counts,
+        bucket_s=bucket_s,
+        tables=dict(write.paths),
+        recommendation=rec,
+        seconds=time.monotonic() - started,
+    )
+    (out_dir / SUMMARY_NAME).write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
+    say(f"report: {report}")
+    return result

@@ -1,0 +1,47 @@
+"""Spark for the analytics tests: a real local[2] session (never mocked), one per test module, bound to
+127.0.0.1. pyspark and a Java runtime are required - missing either fails the tests, as a missing broker does."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from proxy.analytics.session import build_session
+
+LOOPBACK = "127.0.0.1"
+# Small and explicit: the test data is tiny, so fewer shuffle partitions means fewer empty tasks.
+TEST_CONF = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.host": LOOPBACK,
+    "spark.driver.bindAddress": LOOPBACK,
+    "spark.ui.enabled": "false",
+    "spark.driver.memory": "2g",
+}
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    before = os.environ.get("SPARK_LOCAL_IP")
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK  # forced, not defaulted: the machine's value must not leak in
+    session = build_session("local[2]", app_name="sluice-analytics-tests", conf=TEST_CONF)
+    try:
+        yield session
+    finally:
+        session.stop()
+        if before is None:
+            os.environ.pop("SPARK_LOCAL_IP", None)
+        else:
+            os.environ["SPARK_LOCAL_IP"] = before
+
+
+def table(spark: SparkSession, path: str) -> DataFrame:
+    return spark.read.parquet(path)
+
+
+def local_path(source: str) -> str:
+    """Spark's file URI (file:/tmp/x) as a plain path, to compare with the oracle's."""
+    return urlparse(source).path

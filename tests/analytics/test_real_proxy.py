@@ -1,0 +1,140 @@
+"""The job over the access log of a real Sluice run: kafka-python clients (an admin, a producer and a consumer
+group member, each with its own client_id) through an in-process Sluice in front of the rig's real Kafka broker.
+The aggregates must equal what plain Python computes from the same JSON lines."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from proxy.accesslog import AccessLog
+from proxy.analytics.job import JobResult, run_job
+from rig.kafka import KafkaBroker
+from tests.analytics.conftest import local_path, table
+from tests.analytics.oracle import BYTES, Oracle, rank_ok
+from tests.support.proxy import ProxyThread
+
+pytestmark = pytest.mark.broker
+
+ADMIN = "analytics-admin"
+PRODUCER = "analytics-producer"
+CONSUMER = "analytics-consumer"
+RECORDS = 300
+VALUE = b"v" * 1024
+
+
+@dataclass
+class Run:
+    result: JobResult
+    oracle: Oracle
+
+
+def traffic(bootstrap: str, topic: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=ADMIN)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=PRODUCER, acks="all", linger_ms=5)
+    try:
+        for i in range(RECORDS):
+            producer.send(topic, key=str(i).encode(), value=VALUE)
+        producer.flush(timeout=60)
+    finally:
+        producer.close(timeout=10)
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=CONSUMER, group_id=f"g-{topic}",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        got = 0
+        deadline = time.monotonic() + 60
+        while got < RECORDS and time.monotonic() < deadline:
+            got += sum(len(batch) for batch in consumer.poll(timeout_ms=500).values())
+        consumer.commit()
+    finally:
+        consumer.close()
+    assert got == RECORDS
+
+
+@pytest.fixture(scope="module")
+def run(spark: SparkSession, kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    base = tmp_path_factory.mktemp("real-proxy")
+    path = base / "access.jsonl"
+    with ProxyThread(kafka_broker.bootstrap, **{"logging.access_log": str(path)}) as proxy:
+        # ProxyThread's Proxy writes to the process-wide access log (configure_logging's, which tests never call),
+        # so the setting alone opens no file: this proxy gets its own log before any client connects.
+        log = AccessLog(proxy.settings.logging)
+        proxy.proxy.access_log = log
+        traffic(proxy.bootstrap, f"analytics-{uuid.uuid4().hex[:8]}")
+    log.close()  # the proxy's loop thread has stopped: every line is written and flushed
+    result = run_job(spark, [str(path)], base / "out")
+    yield Run(result, Oracle.read([path]))
+
+
+def sums(row: object) -> tuple[int, ...]:
+    return (row["requests"], *[row[b] for b in BYTES])  # type: ignore[index]
+
+
+def test_every_line_of_a_real_run_is_valid(run: Run) -> None:
+    c = run.result.counts
+    assert c.lines == c.valid == len(run.oracle.rows) > 0
+    assert (c.malformed, c.incomplete, c.other_schema, c.other_event) == (0, 0, 0, 0)
+    assert c.files == 1
+
+
+def test_bytes_and_requests_per_client_id(spark: SparkSession, run: Run) -> None:
+    got = {r["client_id"]: sums(r) for r in table(spark, run.result.tables["by_client"]).collect()}
+    assert got == run.oracle.by_client()
+    assert {ADMIN, PRODUCER, CONSUMER} <= set(got)
+    # The producer sent every record's value through Sluice; the consumer received every one back.
+    assert got[PRODUCER][1] > RECORDS * len(VALUE)
+    assert got[CONSUMER][4] > RECORDS * len(VALUE)
+
+
+def test_requests_per_api(spark: SparkSession, run: Run) -> None:
+    got = {r["api"]: sums(r) for r in table(spark, run.result.tables["by_api"]).collect()}
+    assert got == run.oracle.by_api()
+    assert {"ApiVersions", "Metadata", "CreateTopics", "Produce", "Fetch", "FindCoordinator", "JoinGroup",
+            "SyncGroup", "OffsetCommit"} <= set(got)
+
+
+def test_over_time_connections_errors_and_latency(spark: SparkSession, run: Run) -> None:
+    bucket_s = run.result.bucket_s
+    traffic_rows = table(spark, run.result.tables["traffic_over_time"]).withColumn("t", F.unix_seconds("bucket"))
+    assert {(r["t"], r["client_id"], r["api"]): sums(r) for r in traffic_rows.collect()} == run.oracle.traffic(
+        bucket_s)
+    conns = {(local_path(r["source"]), r["conn_id"]): sums(r)
+             for r in table(spark, run.result.tables["by_connection"]).collect()}
+    assert conns == run.oracle.by_connection()
+    assert len(conns) >= 3  # at least one connection per client
+    listeners = {r["listener"]: sums(r) for r in table(spark, run.result.tables["by_listener"]).collect()}
+    assert listeners == run.oracle.by_listener()
+    upstreams = {r["upstream"]: sums(r) for r in table(spark, run.result.tables["by_upstream"]).collect()}
+    assert upstreams == run.oracle.by_upstream()
+    errors = {(r["api"], r["error_code"]): r["responses"]
+              for r in table(spark, run.result.tables["error_codes"]).collect()}
+    assert errors == run.oracle.error_codes()
+    lat = run.oracle.latencies()
+    for r in table(spark, run.result.tables["latency_by_api"]).collect():
+        assert r["measured"] == len(lat[r["api"]])
+        assert rank_ok(lat[r["api"]], 0.5, r["p50_ms"]) and rank_ok(lat[r["api"]], 0.99, r["p99_ms"])
+
+
+def test_report_says_which_sections_have_no_data(run: Run) -> None:
+    page = run.result.report.read_text()
+    # schema 1 has no per-partition, throttle or session fields yet: those sections say so instead of charting
+    assert page.count("No data in these logs") == 3
+    for field in ("`partitions`", "`throttle_target_bps`", "`session_upstream_bytes`"):
+        assert field in page
+    assert page.count('src="data:image/png;base64,') >= 9
+    assert CONSUMER in page and PRODUCER in page
+    assert not any(name in run.result.tables for name in ("partition_bytes", "throttle_over_time", "session_savings"))
+    assert Path(run.result.tables["by_client"]).is_dir()

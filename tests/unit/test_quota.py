@@ -1,0 +1,81 @@
+"""proxy/quota.py: the window arithmetic of Kafka's SimpleRate over a SampledTotal (KIP-73's quota)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.quota import WindowedRate
+
+
+def test_partial_first_window_counts_as_one_whole_window() -> None:
+    q = WindowedRate(bound=100, samples=11, window_s=1.0)
+    q.record(50, now=10.0)
+    # SimpleRate.windowSize = max(elapsed, one window): 50 bytes 0.1 s after start is 50 B/s, not 500
+    assert q.rate(10.1) == pytest.approx(50.0)
+    assert not q.exceeded(10.1)
+    q.record(60, now=10.2)
+    assert q.rate(10.2) == pytest.approx(110.0)
+    assert q.exceeded(10.2)
+
+
+def test_rate_over_elapsed_time_once_past_one_window() -> None:
+    q = WindowedRate(bound=0, samples=11, window_s=1.0)
+    for i in range(5):
+        q.record(100, now=float(i))  # one sample per second
+    assert q.rate(5.0) == pytest.approx(500 / 5.0)
+    assert q.rate(4.0) == pytest.approx(500 / 4.0)
+    assert not q.exceeded(5.0)  # bound 0 = unbounded
+
+
+def test_sample_rollover_starts_the_new_sample_at_the_record_time() -> None:
+    q = WindowedRate(samples=3, window_s=1.0)
+    q.record(10, now=0.0)
+    q.record(10, now=0.99)  # same sample
+    q.record(10, now=1.5)  # sample 0 is complete (1.5 - 0 >= 1): sample 1 starts at 1.5, not at 1.0
+    q.record(10, now=2.2)  # sample 1 is not complete (2.2 - 1.5 < 1): same sample
+    assert q.total(2.2) == 40
+    assert q.window_size(2.2) == pytest.approx(2.2)
+    q.record(10, now=2.6)  # sample 2 starts at 2.6
+    assert q.total(2.6) == 50
+    # 3.0: sample 0 (started at 0.0) is 3 windows old: obsolete, reset
+    assert q.total(3.0) == 30
+    assert q.window_size(3.0) == pytest.approx(3.0 - 1.5)
+    q.record(10, now=3.7)  # sample 2 complete: slot 0 is reused, starting at 3.7
+    assert q.total(3.7) == 40
+    assert q.window_size(3.7) == pytest.approx(3.7 - 1.5)
+
+
+def test_idle_gap_forgets_old_samples() -> None:
+    q = WindowedRate(bound=100, samples=11, window_s=1.0)
+    q.record(5000, now=0.0)
+    assert q.exceeded(5.0)
+    # 11 s later every sample is obsolete (purgeObsoleteSamples): reset to empty, starting now
+    assert q.total(11.0) == 0
+    assert q.rate(11.0) == 0.0
+    assert not q.exceeded(11.0)
+    q.record(50, now=11.5)
+    assert q.rate(11.6) == pytest.approx(50.0)
+
+
+def test_throttle_time_is_time_until_rate_falls_to_bound() -> None:
+    q = WindowedRate(bound=100, samples=11, window_s=1.0)
+    q.record(300, now=0.0)
+    assert q.throttle_time(0.5) == pytest.approx(2.5)  # 300 bytes at 100 B/s: 3 s after the sample began
+    assert q.rate(3.0) == pytest.approx(100.0)
+    assert q.throttle_time(3.0) == 0.0
+
+
+def test_reconfigure_keeps_history_unless_the_shape_changes() -> None:
+    q = WindowedRate(bound=100)
+    q.record(1000, now=0.0)
+    q.reconfigure(2000, 11, 1.0)
+    assert q.total(0.5) == 1000 and not q.exceeded(0.5)
+    q.reconfigure(2000, 5, 2.0)
+    assert q.total(0.5) == 0
+
+
+def test_invalid_shape_rejected() -> None:
+    with pytest.raises(ValueError):
+        WindowedRate(samples=0)
+    with pytest.raises(ValueError):
+        WindowedRate(window_s=0)

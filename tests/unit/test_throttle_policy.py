@@ -1,0 +1,275 @@
+"""KIP-73 throttles, sans-IO: replica-list parsing, who is throttled, leader and follower decisions, the
+in-sync exemption (KAFKA-4313) and what leaving records out does to a client's fetch session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.config import ConfigError, load_settings
+from proxy.policies.throttle import (
+    CONSUMER,
+    ReplicaSet,
+    Throttles,
+    ThrottleState,
+    enforce,
+    parse_replicas,
+    plan_request,
+)
+from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
+from proxy.wire.messages import request_codec
+from proxy.wire.model import Message
+
+MB = 1_000_000
+NO_IDS: Any = {}.get  # topic id -> name, for the v12 requests below (named topics)
+
+
+# --------------------------------------------------------------------------------------------- parsing
+
+
+def test_wildcard_list_and_empty() -> None:
+    assert parse_replicas("*") == ReplicaSet(everything=True)
+    assert parse_replicas("") == ReplicaSet()
+    rs = parse_replicas(" 0:101, 1:102 ,0:103")
+    assert rs.pairs == {(0, 101), (1, 102), (0, 103)}
+    assert rs.throttled(0, 101) and rs.throttled(0, 103) and not rs.throttled(0, 102)
+    assert rs.throttled(1, CONSUMER) and not rs.throttled(2, CONSUMER)  # consumers: the listed partitions
+    assert ReplicaSet(everything=True).throttled(7, CONSUMER)
+
+
+@pytest.mark.parametrize("bad", ["0", "0:", ":1", "a:1", "0:1,", "0:1;1:2", "-1:2", "0:1:2", "**", "0 :1x"])
+def test_invalid_replica_strings_name_key_and_item(bad: str) -> None:
+    with pytest.raises(ValueError, match="replicas"):
+        parse_replicas(bad, "replicas")
+    with pytest.raises(ConfigError) as e:
+        load_settings(None, env={}).with_overrides(
+            {"throttle.topics": [{"topic": "t", "replicas": "*"}, {"topic": "u", "replicas": bad}]})
+    assert e.value.key == "throttle.topics[1].replicas"
+    assert "partition:broker" in str(e.value)
+
+
+def test_settings_to_snapshot() -> None:
+    s = load_settings(None, env={}).with_overrides({
+        "throttle.leader_rate_bytes": 5 * MB, "throttle.topics": [{"topic": "t", "replicas": "0:1"}],
+        "throttle.consumers": [{"client_id": "backfill-*"}]})
+    t = Throttles.from_settings(s.throttle)
+    assert t.active and t.leader_rate == 5 * MB and t.samples == 11 and t.window_s == 1.0
+    assert t.fetcher("backfill-7", -1) == CONSUMER
+    assert t.fetcher("live", -1) is None
+    assert t.fetcher("broker-1-fetcher-0", 1) == 1  # replica fetches are throttled by broker id
+    assert t.throttled("t", 0, 1) and not t.throttled("t", 0, 2) and t.throttled("t", 0, CONSUMER)
+    assert not t.throttled("u", 0, 1) and not t.throttled(None, 0, 1)
+    assert not Throttles.from_settings(load_settings(None, env={}).throttle).active
+    with pytest.raises(ConfigError) as e:
+        load_settings(None, env={}).with_overrides({"throttle.leader_rate_bytes": -1})
+    assert e.value.key == "throttle.leader_rate_bytes"
+
+
+# ------------------------------------------------------------------------------------- leader side
+
+
+def fetch_request(offsets: dict[tuple[str, int], int], epoch: int = -1, max_wait_ms: int = 500) -> Message:
+    topics: dict[str, list[Message]] = {}
+    for (t, p), off in offsets.items():
+        topics.setdefault(t, []).append(Message(partition=p, current_leader_epoch=-1, fetch_offset=off,
+                                                last_fetched_epoch=-1, log_start_offset=-1,
+                                                partition_max_bytes=1 << 20))
+    return request_codec(1, 12).default().replace(
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=50 << 20, session_id=0,
+        session_epoch=epoch, topics=[Message(topic=t, partitions=ps) for t, ps in topics.items()])
+
+
+def response(parts: dict[tuple[str, int], tuple[int, int]]) -> FetchResponseView:
+    """(topic, partition) -> (high watermark, record bytes)."""
+    topics: dict[str, list[FetchPartition]] = {}
+    for (t, p), (hw, size) in parts.items():
+        topics.setdefault(t, []).append(FetchPartition(p, high_watermark=hw, last_stable_offset=hw,
+                                                       log_start_offset=0, records=memoryview(b"x" * size)))
+    return FetchResponseView(12, topics=[FetchTopic(t, partitions=ps) for t, ps in topics.items()])
+
+
+def snapshot(leader: int = 1000, follower: int = 0, replicas: str = "*") -> Throttles:
+    return Throttles(leader_rate=leader, follower_rate=follower, topics={"t": parse_replicas(replicas)},
+                     consumers=("backfill-*",))
+
+
+def sizes(view: FetchResponseView) -> dict[tuple[str, int], int]:
+    return {(t.topic, p.partition_index): len(p.records or b"") for t, p in view.partitions()}
+
+
+def test_leader_under_quota_passes_and_records_all_throttled_bytes() -> None:
+    t = snapshot()
+    st = ThrottleState(t)
+    req = fetch_request({("t", 0): 0, ("t", 1): 0, ("u", 0): 0})
+    ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.0)
+    assert set(ticket.offsets) == {("t", 0), ("t", 1)}  # u is not throttled
+    view = response({("t", 0): (100, 600), ("t", 1): (100, 300), ("u", 0): (100, 5000)})
+    out = enforce(view, ticket, t, st, NO_IDS, 0.0)
+    assert out.left_out == 0 and out.leader_bytes == 900 and out.mute_s == 0
+    assert st.leader.total(0.0) == 900  # only throttled partitions count
+    assert st.sum_lag(0.0) == 200
+
+
+def test_leader_over_quota_leaves_records_out_keeps_partition_and_hw() -> None:
+    t = snapshot(leader=1000)
+    st = ThrottleState(t)
+    st.leader.record(5000, 0.0)
+    req = fetch_request({("t", 0): 0, ("t", 1): 0, ("u", 0): 0})
+    ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.1)
+    view = response({("t", 0): (100, 600), ("t", 1): (100, 300), ("u", 0): (100, 5000)})
+    out = enforce(view, ticket, t, st, NO_IDS, 0.1)
+    assert out.left_out == 2 and out.changed
+    assert sizes(view) == {("t", 0): 0, ("t", 1): 0, ("u", 0): 5000}  # unthrottled keeps flowing
+    assert [(p.error_code, p.high_watermark) for _, p in view.partitions()] == [(0, 100)] * 3
+    assert out.mute_s == 0  # data went back (u): no pacing
+
+
+def test_only_throttled_left_out_paces_the_fetcher_by_max_wait_or_recovery() -> None:
+    t = snapshot(leader=1000)
+    st = ThrottleState(t)
+    st.leader.record(1500, 0.0)  # rate 1500 B/s over the first window; back to 1000 B/s at 1.5 s
+    ticket = plan_request(fetch_request({("t", 0): 0}, max_wait_ms=500), CONSUMER, t, st, NO_IDS, 0.2)
+    out = enforce(response({("t", 0): (100, 700)}), ticket, t, st, NO_IDS, 0.2)
+    assert out.left_out == 1 and out.mute_s == pytest.approx(0.5)  # capped by max_wait_ms
+    ticket = plan_request(fetch_request({("t", 0): 0}, max_wait_ms=500), CONSUMER, t, st, NO_IDS, 1.3)
+    out = enforce(response({("t", 0): (100, 700)}), ticket, t, st, NO_IDS, 1.3)
+    assert out.mute_s == pytest.approx(0.2)
+
+
+def test_in_sync_partition_is_exempt_but_counted() -> None:
+    """KAFKA-4313: a fetcher at the high watermark is not throttled; its bytes still count."""
+    t = snapshot(leader=1000)
+    st = ThrottleState(t)
+    st.leader.record(5000, 0.0)
+    # a replica fetcher at HW 100 still gets the records above it (leaders send up to the log end)
+    ticket = plan_request(fetch_request({("t", 0): 100, ("t", 1): 40}), 7, t, st, NO_IDS, 0.5)
+    view = response({("t", 0): (100, 250), ("t", 1): (100, 400)})
+    out = enforce(view, ticket, t, st, NO_IDS, 0.5)
+    assert sizes(view) == {("t", 0): 250, ("t", 1): 0}
+    assert out.left_out == 1 and out.leader_bytes == 250
+    assert st.leader.total(0.5) == 5250
+    assert st.sum_lag(0.5) == 60
+
+
+def test_replica_list_selects_by_broker_id() -> None:
+    t = snapshot(leader=1, replicas="0:101")
+    st = ThrottleState(t)
+    st.leader.record(10, 0.0)
+    for fetcher, expect in ((101, 0), (102, 300)):
+        ticket = plan_request(fetch_request({("t", 0): 0}), fetcher, t, st, NO_IDS, 0.0)
+        view = response({("t", 0): (100, 300)})
+        enforce(view, ticket, t, st, NO_IDS, 0.0)
+        assert sizes(view)[("t", 0)] == expect
+
+
+def test_topic_ids_resolved_through_names() -> None:
+    tid = bytes(range(16))
+    t = snapshot(leader=1)
+    st = ThrottleState(t)
+    st.leader.record(10, 0.0)
+    req = request_codec(1, 16).default().replace(max_wait_ms=0, session_epoch=-1, topics=[Message(
+        topic_id=tid, partitions=[Message(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                          last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1)])])
+    names = {tid: "t"}.get
+    ticket = plan_request(req, CONSUMER, t, st, names, 0.0)
+    view = FetchResponseView(16, topics=[FetchTopic(topic_id=tid, partitions=[
+        FetchPartition(0, high_watermark=9, records=memoryview(b"y" * 50))])])
+    assert enforce(view, ticket, t, st, names, 0.0).left_out == 1
+    assert plan_request(req, CONSUMER, t, st, NO_IDS, 0.0).offsets == {}  # unknown id: not throttled
+
+
+# ------------------------------------------------------------------------------------- follower side
+
+
+def test_follower_over_quota_leaves_out_of_out_of_sync_partitions_of_sessionless_requests() -> None:
+    t = snapshot(leader=0, follower=1000)
+    st = ThrottleState(t)
+    st.high_watermarks[("t", 1)] = 50  # seen in an earlier response
+    st.follower.record(5000, 0.0)
+    req = fetch_request({("t", 0): 0, ("t", 1): 50, ("u", 0): 0})
+    ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.1)
+    assert ticket.left_out == 1 and not ticket.emptied
+    # t-0 (never seen, so not in sync) is left out; t-1 (at its HW) stays; u is not throttled
+    assert [(x.topic, [p.partition for p in x.partitions]) for x in req.topics] == [("t", [1]), ("u", [0])]
+    # the bytes received for throttled partitions are recorded on the follower side
+    enforce(response({("t", 1): (60, 100), ("u", 0): (9, 999)}), ticket, t, st, NO_IDS, 0.1)
+    assert st.follower.total(0.1) == 5100
+
+
+def test_follower_leaving_everything_out_paces_the_fetcher() -> None:
+    t = snapshot(leader=0, follower=1000)
+    st = ThrottleState(t)
+    st.follower.record(1200, 0.0)
+    req = fetch_request({("t", 0): 0})
+    ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.5)
+    assert ticket.emptied and req.topics == []
+    out = enforce(FetchResponseView(12), ticket, t, st, NO_IDS, 0.5)
+    assert out.mute_s == pytest.approx(0.5)  # min(max_wait 0.5, 1.2 - 0.5 s)
+
+
+@pytest.mark.parametrize("epoch", [0, 5])
+def test_follower_leaves_session_requests_alone(epoch: int) -> None:
+    t = snapshot(leader=0, follower=1000)
+    st = ThrottleState(t)
+    st.follower.record(5000, 0.0)
+    req = fetch_request({("t", 0): 0}, epoch=epoch)
+    ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.1)
+    assert ticket.left_out == 0 and [p.partition for p in req.topics[0].partitions] == [0]
+
+
+# ------------------------------------------------------------------------------------------- sessions
+
+
+class FakeSession:
+    """The checks of the Java client's FetchSessionHandler.handleResponse: a full response must hold exactly
+    the session's partitions (verifyFullFetchResponsePartitions); an incremental one only partitions of the
+    session (verifyIncrementalFetchResponsePartitions)."""
+
+    def __init__(self, partitions: set[tuple[str, int]]) -> None:
+        self.partitions = partitions
+
+    def full_ok(self, view: FetchResponseView) -> bool:
+        return {(t.topic, p.partition_index) for t, p in view.partitions()} == self.partitions
+
+    def incremental_ok(self, view: FetchResponseView) -> bool:
+        return {(t.topic, p.partition_index) for t, p in view.partitions()} <= self.partitions
+
+
+def test_leaving_records_out_keeps_full_and_incremental_sessions_valid() -> None:
+    t = snapshot(leader=1)
+    st = ThrottleState(t)
+    st.leader.record(100, 0.0)
+    session = FakeSession({("t", 0), ("t", 1), ("u", 0)})
+    for epoch in (0, 3):
+        req = fetch_request({("t", 0): 0, ("t", 1): 0, ("u", 0): 0}, epoch=epoch)
+        ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.0)
+        assert len(req.topics) == 2  # the request is not edited inside a session
+        view = response({("t", 0): (10, 100), ("t", 1): (10, 100), ("u", 0): (10, 100)})
+        assert enforce(view, ticket, t, st, NO_IDS, 0.0).left_out == 2
+        assert session.full_ok(view) if epoch == 0 else session.incremental_ok(view)
+
+
+def test_reconfigure_applies_new_bound_and_keeps_rate_history() -> None:
+    t = snapshot(leader=1000)
+    st = ThrottleState(t)
+    st.leader.record(3000, 0.0)
+    assert st.leader.exceeded(0.5)
+    st.reconfigure(snapshot(leader=10_000))
+    assert not st.leader.exceeded(0.5) and st.leader.total(0.5) == 3000
+
+
+def test_truncated_trailing_batch_of_throttled_partition_is_dropped_and_not_counted() -> None:
+    from proxy.wire.records import Record, encode_batch, new_batch
+
+    whole = encode_batch(new_batch([Record(offset_delta=0, value=b"v" * 100)], base_offset=0))
+    tail = encode_batch(new_batch([Record(offset_delta=0, value=b"w" * 100)], base_offset=1))[:40]
+    t = snapshot(leader=10_000)
+    st = ThrottleState(t)
+    ticket = plan_request(fetch_request({("t", 0): 0, ("u", 0): 0}), CONSUMER, t, st, NO_IDS, 0.0)
+    view = FetchResponseView(12, topics=[
+        FetchTopic("t", partitions=[FetchPartition(0, high_watermark=5, records=memoryview(whole + tail))]),
+        FetchTopic("u", partitions=[FetchPartition(0, high_watermark=5, records=memoryview(whole + tail))])])
+    out = enforce(view, ticket, t, st, NO_IDS, 0.0)
+    assert out.trimmed_bytes == 40 and out.changed and out.leader_bytes == len(whole)
+    assert sizes(view) == {("t", 0): len(whole), ("u", 0): len(whole) + 40}  # unthrottled: untouched
