@@ -2,6 +2,9 @@
 
 ``python -m bench.gen_logs --rows N --out DIR [--files K] [--gzip] [--malformed M] [--extensions] [--seed S]``
 
+Without ``--out`` it is a benchmark of itself (``make bench`` runs it so): 1M rows (or ``--rows``) into a
+temporary directory, deleted afterwards, and the rate printed.
+
 Writes K files ``DIR/sluice-access-NNN.jsonl`` (``.jsonl.gz`` with --gzip), as K sidecars would: each file has
 its own connections (conn_id restarts per process) and lines in time order, all files covering the same span.
 The traffic is shaped like a small deployment: consumers (mostly Fetch, then Heartbeat, OffsetCommit, Metadata,
@@ -29,6 +32,7 @@ import json
 import math
 import os
 import random
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -414,8 +418,8 @@ def generate(
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, required=True, help="valid request lines in all")
-    ap.add_argument("--out", required=True, help="directory for the files (created)")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="valid request lines in all (default 1M)")
+    ap.add_argument("--out", help="directory for the files (created); default: a temporary one, deleted after")
     ap.add_argument("--files", type=int, default=1, help="number of files (sidecars), default 1")
     ap.add_argument("--gzip", action="store_true", help="write .jsonl.gz")
     ap.add_argument("--malformed", type=int, default=0, help="malformed lines to mix in, in all")
@@ -424,8 +428,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--jobs", type=int, default=None, help="writer processes (default: one per core)")
     a = ap.parse_args(argv)
-    result = generate(a.out, a.rows, files=a.files, compress=a.gzip, malformed=a.malformed,
-                      extensions=a.extensions, seed=a.seed, span_s=a.span_s, jobs=a.jobs)
+    with tempfile.TemporaryDirectory(prefix="sluice-gen-logs-") as scratch:
+        result = generate(a.out or scratch, a.rows, files=a.files, compress=a.gzip, malformed=a.malformed,
+                          extensions=a.extensions, seed=a.seed, span_s=a.span_s, jobs=a.jobs)
     print(json.dumps(result.json()), flush=True)
 
 

@@ -1,15 +1,27 @@
 """The aggregates, as Spark DataFrames over the valid access-log rows (one function per table).
 
-Tables marked "from the events" scan the cached rows; the others are derived from a smaller table already written,
-so a 10M-row log is scanned only a handful of times. Every table is written as Parquet under
-``OUT/parquet/<name>/``; ``TABLES`` describes each for the report. Sums are of longs (no overflow before 2^63
-bytes) and rates divide by the bucket or window length in seconds.
+The events are scanned as few times as possible - each scan of 10M cached rows costs seconds:
+
+- ``rollup`` (one scan): requests, bytes, errors, throttle and session sums per fine time window, log file,
+  connection, client_id, API, listener and upstream. Its cardinality follows the deployment (windows x
+  connections x APIs), not the traffic, so 10M rows roll up to a few hundred thousand. ``traffic_over_time``,
+  ``by_connection``, ``inbound_rate``, ``throttle_over_time`` and ``session_savings`` are re-aggregations of it:
+  the window is a divisor of both the report's bucket and the rate window, so each coarser bucket is an exact
+  union of windows.
+- ``latency_by_api`` (percentiles need the values), ``error_codes`` (an array per row), and when the logs carry
+  them ``partition_bytes`` and ``fairness_over_time`` (an array per row) scan the events themselves.
+
+The remaining tables derive from written ones. Every table is written as Parquet under ``OUT/parquet/<name>/``;
+``TABLES`` describes each for the report. Sums are of longs (no overflow before 2^63 bytes) and rates divide by
+the bucket or window length in seconds.
 
 Byte columns keep the access log's four directions. "Client bytes" where one figure is needed means
 ``bytes_client_to_proxy + bytes_proxy_to_client``: the traffic a client caused on its side of Sluice.
 """
 
 from __future__ import annotations
+
+import math
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -28,6 +40,8 @@ __all__ = [
     "latency_by_api",
     "partition_bytes",
     "partition_fairness",
+    "rollup",
+    "rollup_window_s",
     "session_savings",
     "throttle_over_time",
     "traffic_over_time",
@@ -38,53 +52,89 @@ BYTE_COLUMNS = ("bytes_client_to_proxy", "bytes_proxy_to_upstream", "bytes_upstr
 PERCENTILES = (0.5, 0.95, 0.99)
 # percentile_approx's accuracy: relative rank error 1/10000, i.e. p99 of 10M requests is off by at most 1000 ranks.
 PERCENTILE_ACCURACY = 10_000
+ROLLUP_KEYS = ("window", "source", "conn_id", "client_id", "api", "listener", "upstream")
 
 TABLES: dict[str, str] = {
-    "traffic_over_time": "requests and bytes (4 directions) per time bucket, client_id and API (from the events)",
+    "traffic_over_time": "requests and bytes (4 directions) per time bucket, client_id and API",
     "by_client": "requests and bytes per client_id (from traffic_over_time)",
     "by_api": "requests, bytes and requests with errors per API (from traffic_over_time)",
-    "latency_by_api": "latency p50/p95/p99/max/mean per API, milliseconds (from the events)",
-    "error_codes": "responses per API and Kafka error code (from the events)",
-    "by_connection": "requests and bytes per connection: log file + conn_id (from the events)",
+    "latency_by_api": "latency p50/p95/p99/max/mean per API, milliseconds",
+    "error_codes": "responses per API and Kafka error code",
+    "by_connection": "requests and bytes per connection: log file + conn_id",
     "by_listener": "requests, bytes and connections per Sluice listener (from by_connection)",
     "by_upstream": "requests, bytes and connections per upstream broker (from by_connection)",
-    "inbound_rate": "bytes_upstream_to_proxy per upstream broker per rate window, and its rate (from the events)",
+    "inbound_rate": "bytes_upstream_to_proxy per upstream broker per rate window, and its rate",
     "partition_bytes": "bytes, fetches and produces per topic-partition (from the events' `partitions`)",
     "partition_fairness": "Jain's index of fetched bytes across the partitions of each topic (from partition_bytes)",
-    "fairness_over_time": "Jain's index of fetched bytes across partitions per time bucket (from the events)",
-    "throttle_over_time": "throttle target vs achieved rate per time bucket and log file (from the events)",
-    "session_savings": "client-facing vs upstream fetch-session bytes per time bucket (from the events)",
+    "fairness_over_time": "Jain's index of fetched bytes across partitions per time bucket",
+    "throttle_over_time": "throttle target vs achieved rate per time bucket and log file",
+    "session_savings": "client-facing vs upstream fetch-session bytes per time bucket",
 }
 
 
-def _sums() -> list[Column]:
-    return [F.count(F.lit(1)).alias("requests"), *[F.sum(c).alias(c) for c in BYTE_COLUMNS]]
+def _sum_all(*columns: str) -> list[Column]:
+    return [F.sum(c).alias(c) for c in columns]
 
 
 def _resum() -> list[Column]:
-    return [F.sum("requests").alias("requests"), *[F.sum(c).alias(c) for c in BYTE_COLUMNS]]
+    return _sum_all("requests", *BYTE_COLUMNS)
 
 
-def with_bucket(events: DataFrame, bucket_s: int) -> DataFrame:
-    """Adds ``bucket`` (timestamp): the start of the ``bucket_s``-second bucket holding ``ts``, epoch-aligned."""
+def with_bucket(events: DataFrame, bucket_s: int, name: str = "bucket") -> DataFrame:
+    """Adds ``name`` (timestamp): the start of the ``bucket_s``-second bucket holding ``ts``, epoch-aligned."""
     start_s = F.floor(F.unix_micros(F.col("ts")) / F.lit(bucket_s * 1_000_000)) * F.lit(bucket_s)
-    return events.withColumn("bucket", F.timestamp_seconds(start_s))
+    return events.withColumn(name, F.timestamp_seconds(start_s))
 
 
-def traffic_over_time(bucketed: DataFrame) -> DataFrame:
-    """From the events. ``requests_with_errors`` rides along so ``by_api`` needs no scan of its own."""
+def _rebucket(column: str, bucket_s: int) -> Column:
+    """An epoch-aligned window start, moved to the start of its ``bucket_s`` bucket."""
+    return F.timestamp_seconds(F.floor(F.unix_seconds(F.col(column)) / F.lit(bucket_s)) * F.lit(bucket_s))
+
+
+def rollup_window_s(bucket_s: int, rate_window_s: int) -> int:
+    """The rollup's window: the largest that divides both the report's bucket and the inbound-rate window."""
+    return math.gcd(bucket_s, rate_window_s)
+
+
+def rollup(events: DataFrame, window_s: int) -> DataFrame:
+    """From the events: one row per (window, source, conn_id, client_id, api, listener, upstream)."""
+    throttled = F.col("throttle_target_bps").isNotNull()
+    session = F.col("session_upstream_bytes").isNotNull()
     has_errors = F.coalesce(F.size(F.col("error_codes")), F.lit(0)) > 0
-    return bucketed.groupBy("bucket", "client_id", "api").agg(
-        *_sums(), F.count_if(has_errors).alias("requests_with_errors")
+    return (
+        with_bucket(events, window_s, "window")
+        .groupBy(*ROLLUP_KEYS)
+        .agg(
+            F.count(F.lit(1)).alias("requests"),
+            *_sum_all(*BYTE_COLUMNS),
+            F.count_if(has_errors).alias("requests_with_errors"),
+            F.min("ts").alias("first_ts"),
+            F.max("ts").alias("last_ts"),
+            # the optional fields (null sums and maxima where the logs lack them)
+            F.count_if(throttled).alias("throttle_requests"),
+            F.max("throttle_target_bps").alias("target_bps"),
+            F.min("throttle_target_bps").alias("min_target_bps"),
+            F.sum(F.when(throttled, F.coalesce(F.col("throttled_bytes"), F.lit(0)))).alias("throttled_bytes"),
+            F.count_if(session).alias("session_requests"),
+            F.sum(F.when(session, F.col("bytes_proxy_to_client"))).alias("session_client_bytes"),
+            F.sum("session_upstream_bytes").alias("session_upstream_bytes"),
+        )
+    )
+
+
+def traffic_over_time(rolled: DataFrame, bucket_s: int) -> DataFrame:
+    """``requests_with_errors`` rides along so ``by_api`` needs no scan of its own."""
+    return rolled.groupBy(_rebucket("window", bucket_s).alias("bucket"), "client_id", "api").agg(
+        *_sum_all("requests", *BYTE_COLUMNS, "requests_with_errors")
     )
 
 
 def by_client(traffic: DataFrame) -> DataFrame:
-    return traffic.groupBy("client_id").agg(*_resum(), F.sum("requests_with_errors").alias("requests_with_errors"))
+    return traffic.groupBy("client_id").agg(*_sum_all("requests", *BYTE_COLUMNS, "requests_with_errors"))
 
 
 def by_api(traffic: DataFrame) -> DataFrame:
-    return traffic.groupBy("api").agg(*_resum(), F.sum("requests_with_errors").alias("requests_with_errors"))
+    return traffic.groupBy("api").agg(*_sum_all("requests", *BYTE_COLUMNS, "requests_with_errors"))
 
 
 def latency_by_api(events: DataFrame) -> DataFrame:
@@ -112,24 +162,24 @@ def latency_by_api(events: DataFrame) -> DataFrame:
 def error_codes(events: DataFrame) -> DataFrame:
     """One row per (api, error code): how many responses carried it (a response with two codes counts for each)."""
     return (
-        events.select("api", F.explode(F.col("error_codes")).alias("error_code"))
+        events.filter(F.size(F.col("error_codes")) > 0)
+        .select("api", F.explode(F.col("error_codes")).alias("error_code"))
         .groupBy("api", "error_code")
         .agg(F.count(F.lit(1)).alias("responses"))
     )
 
 
-def by_connection(events: DataFrame) -> DataFrame:
+def by_connection(rolled: DataFrame) -> DataFrame:
     """A connection is (source file, conn_id): conn_id is unique only within one proxy process, and each process
     writes its own file. (A log rotated mid-connection splits it into one row per file.) Sluice pairs each client
     connection with one listener and one upstream, so grouping by them does not split connections; client_id is
-    per request, so the smallest one seen is shown and ``several_client_ids`` says whether there were others
-    (min != max: a distinct count would cost this scan a second aggregation phase)."""
-    return events.groupBy("source", "conn_id", "listener", "upstream").agg(
+    per request, so the smallest one seen is shown and ``several_client_ids`` says whether there were others."""
+    return rolled.groupBy("source", "conn_id", "listener", "upstream").agg(
         F.min("client_id").alias("client_id"),
         (F.min("client_id") != F.max("client_id")).alias("several_client_ids"),
-        *_sums(),
-        F.min("ts").alias("first_ts"),
-        F.max("ts").alias("last_ts"),
+        *_resum(),
+        F.min("first_ts").alias("first_ts"),
+        F.max("last_ts").alias("last_ts"),
     )
 
 
@@ -145,14 +195,44 @@ def by_upstream(connections: DataFrame) -> DataFrame:
     return _by_endpoint(connections, "upstream")
 
 
-def inbound_rate(events: DataFrame, window_s: int) -> DataFrame:
+def inbound_rate(rolled: DataFrame, window_s: int) -> DataFrame:
     """Inbound = bytes_upstream_to_proxy (what brokers sent through Sluice), per upstream and ``window_s`` window.
     Windows without traffic have no row (their rate is 0)."""
     return (
-        with_bucket(events, window_s)
-        .groupBy("upstream", F.col("bucket").alias("window"))
+        rolled.groupBy("upstream", _rebucket("window", window_s).alias("window"))
         .agg(F.sum("bytes_upstream_to_proxy").alias("bytes"))
         .withColumn("bps", F.col("bytes") / F.lit(float(window_s)))
+    )
+
+
+def throttle_over_time(rolled: DataFrame, bucket_s: int) -> DataFrame:
+    """Per bucket and Sluice process (log file), since each process enforces its own throttle: target (the
+    largest throttle in force in the bucket, bytes/s) vs achieved (throttled bytes / bucket)."""
+    return (
+        rolled.filter(F.col("throttle_requests") > 0)
+        .groupBy(_rebucket("window", bucket_s).alias("bucket"), "source")
+        .agg(
+            F.max("target_bps").alias("target_bps"),
+            F.min("min_target_bps").alias("min_target_bps"),
+            F.sum("throttled_bytes").alias("throttled_bytes"),
+            F.sum("throttle_requests").alias("requests"),
+        )
+        .withColumn("achieved_bps", F.col("throttled_bytes") / F.lit(float(bucket_s)))
+    )
+
+
+def session_savings(rolled: DataFrame, bucket_s: int) -> DataFrame:
+    """What clients received vs what the upstream fetch sessions carried for them; ``saved_bytes`` can be negative
+    (a session costs a little when every partition changes)."""
+    return (
+        rolled.filter(F.col("session_requests") > 0)
+        .groupBy(_rebucket("window", bucket_s).alias("bucket"))
+        .agg(
+            F.sum("session_client_bytes").alias("client_bytes"),
+            F.sum("session_upstream_bytes").alias("upstream_bytes"),
+            F.sum("session_requests").alias("requests"),
+        )
+        .withColumn("saved_bytes", F.col("client_bytes") - F.col("upstream_bytes"))
     )
 
 
@@ -220,35 +300,4 @@ def fairness_over_time(bucketed: DataFrame) -> DataFrame:
         )
         .withColumn("jain_index", _jain(F.col("partitions"), F.col("fetch_bytes"), F.col("_sq")))
         .drop("_sq")
-    )
-
-
-def throttle_over_time(bucketed: DataFrame, bucket_s: int) -> DataFrame:
-    """Per bucket and Sluice process (log file), since each process enforces its own throttle: target (the
-    largest throttle in force in the bucket, bytes/s) vs achieved (throttled bytes / bucket)."""
-    return (
-        bucketed.filter(F.col("throttle_target_bps").isNotNull())
-        .groupBy("bucket", "source")
-        .agg(
-            F.max("throttle_target_bps").alias("target_bps"),
-            F.min("throttle_target_bps").alias("min_target_bps"),
-            F.sum(F.coalesce(F.col("throttled_bytes"), F.lit(0))).alias("throttled_bytes"),
-            F.count(F.lit(1)).alias("requests"),
-        )
-        .withColumn("achieved_bps", F.col("throttled_bytes") / F.lit(float(bucket_s)))
-    )
-
-
-def session_savings(bucketed: DataFrame) -> DataFrame:
-    """What clients received vs what the upstream fetch sessions carried for them; ``saved_bytes`` can be negative
-    (a session costs a little when every partition changes)."""
-    return (
-        bucketed.filter(F.col("session_upstream_bytes").isNotNull())
-        .groupBy("bucket")
-        .agg(
-            F.sum("bytes_proxy_to_client").alias("client_bytes"),
-            F.sum("session_upstream_bytes").alias("upstream_bytes"),
-            F.count(F.lit(1)).alias("requests"),
-        )
-        .withColumn("saved_bytes", F.col("client_bytes") - F.col("upstream_bytes"))
     )

@@ -109,6 +109,8 @@ def time_series(
                 ax.plot(x, list(values), label=label, linewidth=1.4, marker="." if len(times) < 30 else "")
         for label, y in (hlines or {}).items():
             ax.axhline(y, linestyle="--", linewidth=1.2, color="black", alpha=0.7, label=_label(label))
+        if len(x) == 1:  # one point: matplotlib would pick a range of years around it
+            ax.set_xlim(x[0] - 1 / 1440, x[0] + 1 / 1440)  # date numbers are days: +-1 minute
         ax.xaxis_date(tz="UTC")
         locator = mdates.AutoDateLocator(tz="UTC")
         ax.xaxis.set_major_locator(locator)

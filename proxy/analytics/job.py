@@ -3,9 +3,9 @@
     run_job(spark, ["logs/"], "out/")     # -> out/parquet/<table>/, out/report.html, out/summary.json
 
 Steps: read and classify every line once, caching the valid rows (``source``); pick the time-bucket size from the
-span of the logs (``buckets``); write each aggregate (``aggregates``) as Parquet and read it back, so the report
-(``sections``, ``charts``, ``html``) is built from exactly what was written, from small tables; size a replication
-throttle from the measured inbound rates (``kip73``).
+span of the logs (``buckets``); roll the events up once and write each aggregate (``aggregates``) as Parquet,
+reading it back, so the report (``sections``, ``charts``, ``html``) is built from exactly what was written, from
+small tables; size a replication throttle from the measured inbound rates (``kip73``).
 
 The same code runs on local[N] and on a cluster: the aggregates are plain DataFrame operations (no Python UDFs, so
 no Python workers and no serialisation per row). On a cluster the Parquet destination must be a filesystem the
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from proxy.analytics import aggregates as agg
@@ -148,26 +149,31 @@ def run_job(
         say(f"{counts.lines:,} lines: {counts.valid:,} valid, {counts.malformed:,} malformed")
         bucket_s = opts.bucket_s or choose_bucket_seconds(counts.span_s)
         events = inp.events
-        bucketed = agg.with_bucket(events, bucket_s)
         write = _Writer(spark, parquet_root, say)
 
-        traffic = write("traffic_over_time", agg.traffic_over_time(bucketed))
+        # The rollup is read by five tables: kept in memory while they are written (it is small, see aggregates).
+        window_s = agg.rollup_window_s(bucket_s, opts.rate_window_s)
+        rolled = agg.rollup(events, window_s).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            traffic = write("traffic_over_time", agg.traffic_over_time(rolled, bucket_s))
+            connections = write("by_connection", agg.by_connection(rolled))
+            inbound = write("inbound_rate", agg.inbound_rate(rolled, opts.rate_window_s))
+            if counts.has("throttle_target_bps"):
+                write("throttle_over_time", agg.throttle_over_time(rolled, bucket_s))
+            if counts.has("session_upstream_bytes"):
+                write("session_savings", agg.session_savings(rolled, bucket_s))
+        finally:
+            rolled.unpersist()
         write("by_client", agg.by_client(traffic))
         write("by_api", agg.by_api(traffic))
-        write("latency_by_api", agg.latency_by_api(events))
-        write("error_codes", agg.error_codes(events))
-        connections = write("by_connection", agg.by_connection(events))
         write("by_listener", agg.by_listener(connections))
         write("by_upstream", agg.by_upstream(connections))
-        inbound = write("inbound_rate", agg.inbound_rate(events, opts.rate_window_s))
+        write("latency_by_api", agg.latency_by_api(events))
+        write("error_codes", agg.error_codes(events))
         if counts.has("partitions"):
             parts = write("partition_bytes", agg.partition_bytes(events))
             write("partition_fairness", agg.partition_fairness(parts))
-            write("fairness_over_time", agg.fairness_over_time(bucketed))
-        if counts.has("throttle_target_bps"):
-            write("throttle_over_time", agg.throttle_over_time(bucketed, bucket_s))
-        if counts.has("session_upstream_bytes"):
-            write("session_savings", agg.session_savings(bucketed))
+            write("fairness_over_time", agg.fairness_over_time(agg.with_bucket(events, bucket_s)))
         say(f"wrote {len(write.written)} tables under {parquet_root}")
     finally:
         inp.release()  # every later query reads the small Parquet tables, not the cached events

@@ -113,7 +113,7 @@ def recommend(rates: list[InboundRate], inputs: ThrottleInputs) -> Recommendatio
         text.append(
             f"Inbound rate IN: the busiest upstream broker, {busiest.upstream}, peaked at {fmt_rate(busiest.peak_bps)} "
             f"(p95 {fmt_rate(busiest.p95_bps)}, mean {fmt_rate(busiest.mean_bps)}) over {busiest.windows} "
-            f"windows of {busiest.window_s} s of bytes_upstream_to_proxy. The peak is used because the rule must "
+            f"{busiest.window_s}-second window(s) of bytes_upstream_to_proxy. The peak is used because the rule must "
             f"hold for every broker at its busiest."
         )
     n_text = f"N = {fmt_rate(inputs.network_bps)}, R = {inputs.replication_factor}"

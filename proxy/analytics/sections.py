@@ -528,19 +528,22 @@ def recommendation_section(ctx: ReportContext) -> Section:
             )
         )
         top = [r.upstream for r in ctx.inbound[: ctx.top_n]]
-        series = _Series(ctx.bucket_s)
+        # Drawn per report bucket when that is a whole number of rate windows, else per rate window: never finer
+        # than the windows IN was measured over, so the IN line and the curves are the same kind of rate.
+        step = ctx.bucket_s if ctx.bucket_s % ctx.rate_window_s == 0 else ctx.rate_window_s
+        series = _Series(step)
         rows = ctx.tables["inbound_rate"].groupBy(
-            "upstream", F.floor(_epoch("window") / ctx.bucket_s).alias("b")).agg(F.sum("bytes").alias("v")).collect()
+            "upstream", F.floor(_epoch("window") / step).alias("b")).agg(F.sum("bytes").alias("v")).collect()
         for r in rows:
             label = r["upstream"] or "(unknown)"
-            series.add(int(r["b"]) * ctx.bucket_s, label if label in top else OTHER, float(r["v"]))
+            series.add(int(r["b"]) * step, label if label in top else OTHER, float(r["v"]))
         times, data = series.chart_data([*top, OTHER])
         refs = {f"IN (peak {ctx.rate_window_s} s window)": rec.inbound_bps}
         if rec.throttle_bps is not None:
             refs["recommended T"] = rec.throttle_bps
         s.charts.append(
             Chart("Inbound rate per upstream", charts.time_series(
-                f"Inbound rate per upstream broker (bytes_upstream_to_proxy, {ctx.bucket_s} s buckets)", times, data,
+                f"Inbound rate per upstream broker (bytes_upstream_to_proxy, {step} s steps)", times, data,
                 ylabel="bytes/s", hlines=refs))
         )
     if rec.examples:

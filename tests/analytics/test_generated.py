@@ -227,3 +227,16 @@ def test_spark_listens_on_loopback_only(spark: SparkSession) -> None:
     ]
     assert listening, "no Spark JVM listening sockets found"
     assert {addr.ip for addr in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+
+
+def test_logs_without_a_single_valid_line_still_give_a_report(spark: SparkSession, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "bad.jsonl").write_text("not json\n{}\n" + "\n".join(HAND_MADE[-3:]) + "\n", encoding="utf-8")
+    (logs / "empty.jsonl").write_text("", encoding="utf-8")
+    result = run_job(spark, [str(logs)], tmp_path / "out")
+    c = result.counts
+    assert (c.lines, c.valid, c.malformed, c.incomplete) == (5, 0, 4, 1)
+    page = result.report.read_text()
+    assert "No valid requests in these logs." in page and "No inbound traffic in these logs" in page
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["valid"] == 0
