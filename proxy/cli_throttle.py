@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import urllib.error
 import urllib.request
 from typing import Any
+
+from proxy.policies.throttle_sizing import move_time_s, safe_range
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -70,14 +73,15 @@ def plan(move_bytes: int, inbound: int, throttle: int, network: int | None = Non
     """(move time in seconds or None when it never finishes, warnings). KIP-73 Q&A 1 and 4."""
     warnings: list[str] = []
     seconds: float | None = None
-    if throttle <= inbound:
+    time_s = move_time_s(move_bytes, throttle, inbound)
+    if math.isinf(time_s):
         warnings.append(
             f"the move never finishes: the throttle ({human(throttle)}/s) must exceed the inbound rate "
             f"({human(inbound)}/s), which it also has to carry to keep up; raise it above {human(inbound)}/s")
     else:
-        seconds = move_bytes / (throttle - inbound)
+        seconds = time_s
     if network is not None:
-        upper = network - inbound / replication_factor
+        _, upper = safe_range(inbound, network, replication_factor)
         if throttle >= upper:
             warnings.append(
                 f"the throttle is above the safe bound N - IN/R = {human(upper)}/s (N {human(network)}/s, "

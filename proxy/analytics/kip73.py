@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from proxy.analytics.units import fmt_bytes, fmt_duration, fmt_rate
+from proxy.policies.throttle_sizing import move_time_s, required_throttle_bps, safe_range
 
 __all__ = [
     "InboundRate",
@@ -71,26 +72,6 @@ class Recommendation:
     move_time_s: float | None  # of the planned move at throttle_bps (or at the top of the range if it misses)
     examples: list[tuple[float, int, float]] = field(default_factory=list)  # (T, bytes, move time s)
     text: list[str] = field(default_factory=list)  # paragraphs for the report, plain text
-
-
-def move_time_s(move_bytes: float, throttle_bps: float, inbound_bps: float) -> float:
-    """KIP-73 Q&A 1: bytes / (T - IN); infinite when T <= IN (the backlog never shrinks)."""
-    spare = throttle_bps - inbound_bps
-    return move_bytes / spare if spare > 0 else math.inf
-
-
-def safe_range(inbound_bps: float, network_bps: float, replication_factor: int) -> tuple[float, float]:
-    """KIP-73 Q&A 4: (IN, N - IN/R); empty (low >= high) when inbound traffic leaves no room."""
-    if replication_factor < 1:
-        raise ValueError("replication factor must be >= 1")
-    return inbound_bps, network_bps - inbound_bps / replication_factor
-
-
-def required_throttle_bps(move_bytes: float, within_s: float, inbound_bps: float) -> float:
-    """The T at which the move takes exactly ``within_s``: IN + bytes / time (Q&A 1 solved for T)."""
-    if within_s <= 0:
-        raise ValueError("the time budget must be positive")
-    return inbound_bps + move_bytes / within_s
 
 
 def _round_up_2sig(x: float) -> float:

@@ -16,7 +16,6 @@ from kafka.admin import NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from proxy.accesslog import AccessLog
 from proxy.analytics.job import JobResult, run_job
 from rig.kafka import KafkaBroker
 from tests.analytics.conftest import local_path, table
@@ -69,12 +68,8 @@ def run(spark: SparkSession, kafka_broker: KafkaBroker, tmp_path_factory: pytest
     base = tmp_path_factory.mktemp("real-proxy")
     path = base / "access.jsonl"
     with ProxyThread(kafka_broker.bootstrap, **{"logging.access_log": str(path)}) as proxy:
-        # ProxyThread's Proxy writes to the process-wide access log (configure_logging's, which tests never call),
-        # so the setting alone opens no file: this proxy gets its own log before any client connects.
-        log = AccessLog(proxy.settings.logging)
-        proxy.proxy.access_log = log
         traffic(proxy.bootstrap, f"analytics-{uuid.uuid4().hex[:8]}")
-    log.close()  # the proxy's loop thread has stopped: every line is written and flushed
+    # leaving the block stopped the proxy and closed its access log: every line is written and flushed
     result = run_job(spark, [str(path)], base / "out")
     yield Run(result, Oracle.read([path]))
 

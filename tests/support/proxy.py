@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import uvloop
 
+from proxy.accesslog import AccessLog
 from proxy.config import Settings, load_settings
 from proxy.server import Proxy
 
@@ -44,7 +45,9 @@ class ProxyThread:
         self.loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="sluice-proxy", daemon=True)
         self._thread.start()
-        self.proxy = Proxy(self.settings)
+        # The process-wide access log belongs to `sluice run` (configure_logging); an in-process proxy gets
+        # its own, written where its settings say.
+        self.proxy = Proxy(self.settings, access_log=AccessLog(self.settings.logging))
         self.call(self.proxy.start())
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
@@ -57,6 +60,7 @@ class ProxyThread:
     def stop(self) -> None:
         try:
             self.call(self.proxy.stop(drain_timeout=2.0))
+            self.proxy.access_log.close()
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)
