@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
 
 from proxy.wire.records import walk_batches
+from tests.support.kafka import create_topic, produce_values
 from tests.support.raw import RawClient
 from tests.support.subprocess_proxy import SubprocessProxy
 
@@ -49,14 +48,9 @@ def record_bytes(c: RawClient, topic: str) -> tuple[int, int]:
 
 def test_budget_changes_live_through_admin_api_and_sighup(kafka_broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     topic = f"reconf-{int(time.time() * 1000)}"
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    admin.close()
-    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, batch_size=1, linger_ms=0)
-    for i in range(RECORDS):
-        producer.send(topic, value=bytes([i % 256]) * VALUE, partition=0)
-    producer.flush(60)
-    producer.close()
+    create_topic(kafka_broker.bootstrap, topic)
+    produce_values(kafka_broker.bootstrap, topic, ((0, None, bytes([i % 256]) * VALUE) for i in range(RECORDS)),
+                   batch_size=1, linger_ms=0)
 
     config = tmp_path / "sluice.toml"
     config.write_text("")  # no budgets at start

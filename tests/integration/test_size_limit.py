@@ -12,12 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka import KafkaConsumer
 from prometheus_client import REGISTRY
 
 from proxy.wire.records import walk_batches
 from rig.java_tools import JavaTools
+from tests.support.kafka import create_topic, produce_values
 from tests.support.proxy import ProxyThread
 from tests.support.raw import RawClient
 
@@ -35,17 +35,10 @@ def value_for(key: str) -> bytes:
 @pytest.fixture(scope="module")
 def backlog(kafka_broker) -> Iterator[str]:  # type: ignore[no-untyped-def]
     topic = f"size-limit-{int(time.time() * 1000)}"
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
-    admin.close()
-    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, batch_size=1, linger_ms=0, acks=1,
-                             max_in_flight_requests_per_connection=1)
-    for i in range(PER_PARTITION):
-        for p in range(PARTITIONS):
-            key = f"p{p}-{i:04d}"
-            producer.send(topic, key=key.encode(), value=value_for(key), partition=p)
-    producer.flush(60)
-    producer.close()
+    create_topic(kafka_broker.bootstrap, topic, PARTITIONS)
+    keys = [(p, f"p{p}-{i:04d}") for i in range(PER_PARTITION) for p in range(PARTITIONS)]
+    produce_values(kafka_broker.bootstrap, topic, ((p, k.encode(), value_for(k)) for p, k in keys),
+                   batch_size=1, linger_ms=0, acks=1, max_in_flight_requests_per_connection=1)
     yield topic
 
 

@@ -17,13 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka import KafkaConsumer
 from prometheus_client import REGISTRY
 
 from proxy import reconfigure
 from proxy.admin import AdminServer
 from proxy.wire.records import walk_batches
+from tests.support.kafka import create_topic, produce_values
 from tests.support.proxy import ProxyThread
 from tests.support.raw import RawClient
 
@@ -36,17 +36,10 @@ PER_PARTITION = 107  # 3 x 107 x 64 KiB = 20.06 MiB of values (~20.1 MiB of batc
 
 
 def _produce(bootstrap: str, topic: str) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
-    admin.close()
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5, max_request_size=4 * MiB)
-    for i in range(PER_PARTITION):
-        for p in range(PARTITIONS):
-            key = f"p{p}-{i:04d}"
-            producer.send(topic, key=key.encode(), value=(key.encode() * (VALUE // len(key) + 1))[:VALUE],
-                          partition=p)
-    producer.flush(120)
-    producer.close()
+    create_topic(bootstrap, topic, PARTITIONS)
+    keys = [(p, f"p{p}-{i:04d}".encode()) for i in range(PER_PARTITION) for p in range(PARTITIONS)]
+    produce_values(bootstrap, topic, ((p, k, (k * (VALUE // len(k) + 1))[:VALUE]) for p, k in keys),
+                   acks=1, linger_ms=5, max_request_size=4 * MiB)
 
 
 @pytest.fixture(scope="module")

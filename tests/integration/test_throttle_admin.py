@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
 
 from tests.integration.test_reconfigure import http as _http
+from tests.support.kafka import create_topic, produce_values
 from tests.support.raw import RawClient
 from tests.support.subprocess_proxy import SubprocessProxy
 
@@ -46,14 +45,8 @@ def partition_bytes(c: RawClient, topic: str) -> tuple[int, int, int]:
 
 def test_cli_admin_api_and_sighup_change_throttles_live(kafka_broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     topic = f"throttle-admin-{int(time.time() * 1000)}"
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    admin.close()
-    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=0)
-    for i in range(RECORDS):
-        producer.send(topic, value=bytes([i]) * VALUE, partition=0)
-    producer.flush(60)
-    producer.close()
+    create_topic(kafka_broker.bootstrap, topic)
+    produce_values(kafka_broker.bootstrap, topic, ((0, None, bytes([i]) * VALUE) for i in range(RECORDS)), linger_ms=0)
 
     config = tmp_path / "sluice.toml"
     config.write_text("")  # no throttle at start
