@@ -62,6 +62,7 @@ __all__ = [
     "ListenSettings",
     "LoggingSettings",
     "Section",
+    "SessionsSettings",
     "Settings",
     "ShutdownSettings",
     "ThrottleSettings",
@@ -441,6 +442,27 @@ class ThrottleSettings(Section):
         return _check_finite(value)
 
 
+class SessionsSettings(Section):
+    """Incremental fetch sessions (KIP-227, proxy/policies/sessions.py). Needs a restart to change."""
+
+    mode: Literal["passthrough", "terminate"] = Field(
+        default="passthrough",
+        description="passthrough: relay Fetch sessions untouched. terminate: speak a fetch session upstream on "
+                    "behalf of session-less clients (session_epoch -1), one per upstream connection.",
+    )
+    cache_slots: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
+        default=1000, description="Downstream session cache slots (max.incremental.fetch.session.cache.slots)."
+    )
+    eviction_age_s: Seconds = Field(
+        default=120.0, description="A downstream session idle this long may be evicted by any newcomer."
+    )
+
+    @field_validator("eviction_age_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        return _check_finite(value)
+
+
 # -------------------------------------------------------------------------------------------- settings
 
 
@@ -458,6 +480,7 @@ class Settings(Section):
     logging: LoggingSettings = LoggingSettings()
     size_limit: SizeLimitSettings = SizeLimitSettings()
     throttle: ThrottleSettings = ThrottleSettings()
+    sessions: SessionsSettings = SessionsSettings()
 
     @model_validator(mode="after")
     def _cross_section(self) -> Self:

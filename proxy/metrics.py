@@ -252,6 +252,36 @@ def bind_throttle(state: Any, throttles: Any, clock: Callable[[], float]) -> Non
     THROTTLE_TOPICS.set(len(throttles.topics))
 
 
+# ------------------------------------------------------------------------- fetch sessions (KIP-227)
+
+FETCH_SESSIONS_OPEN = Gauge(
+    "sluice_fetch_sessions_open",
+    "Fetch sessions Sluice holds: upstream = its own sessions with brokers ([sessions] mode = terminate), "
+    "downstream = sessions it serves to clients.",
+    ["side"],
+)
+FETCH_SESSION_PARTITIONS_CACHED = Gauge(
+    "sluice_fetch_session_partitions_cached",
+    "Partitions whose last known state Sluice keeps for its upstream fetch sessions.",
+)
+UPSTREAM_FETCH_REQUESTS = Counter(
+    "sluice_upstream_fetch_requests_total",
+    "Fetch requests Sluice sent upstream in its own sessions, by kind: full (every partition) or incremental "
+    "(only added/changed partitions).",
+    ["kind"],
+)
+UPSTREAM_FETCH_BYTES_SAVED = Counter(
+    "sluice_upstream_fetch_bytes_saved_total",
+    "Request bytes saved on the upstream link by fetch sessions: the client's full request minus the "
+    "incremental request sent instead.",
+)
+FETCH_SESSION_RETRIES = Counter(
+    "sluice_fetch_session_retries_total",
+    "Upstream session responses that could not be used (session error 70/71/106, invalid or throttled empty "
+    "response): the client got an empty retriable answer and the session restarts with a full request.",
+)
+
+
 # ------------------------------------------------------------------------- pre-created and pre-bound children
 
 for _direction in DIRECTIONS:
@@ -263,7 +293,11 @@ for _reason in REJECT_REASONS:
     FRAMES_REJECTED.labels(_reason)
 for _tside in THROTTLE_SIDES:
     THROTTLE_LEFT_OUT.labels(_tside)
-del _direction, _side, _reason, _tside
+for _sside in ("downstream", "upstream"):
+    FETCH_SESSIONS_OPEN.labels(_sside)
+for _kind in ("full", "incremental"):
+    UPSTREAM_FETCH_REQUESTS.labels(_kind)
+del _direction, _side, _reason, _tside, _sside, _kind
 
 BYTES_CLIENT_TO_PROXY = BYTES.labels("client_to_proxy")
 BYTES_PROXY_TO_UPSTREAM = BYTES.labels("proxy_to_upstream")
@@ -275,6 +309,9 @@ CLIENT_CONNECTIONS = CONNECTIONS.labels("client")
 UPSTREAM_CONNECTIONS = CONNECTIONS.labels("upstream")
 THROTTLE_LEFT_OUT_LEADER = THROTTLE_LEFT_OUT.labels("leader")
 THROTTLE_LEFT_OUT_FOLLOWER = THROTTLE_LEFT_OUT.labels("follower")
+UPSTREAM_FETCH_SESSIONS_OPEN = FETCH_SESSIONS_OPEN.labels("upstream")
+UPSTREAM_FETCH_FULL = UPSTREAM_FETCH_REQUESTS.labels("full")
+UPSTREAM_FETCH_INCREMENTAL = UPSTREAM_FETCH_REQUESTS.labels("incremental")
 
 
 # Bounded by the number of (api, version) pairs Kafka defines (a few hundred), so an unbounded cache is safe:

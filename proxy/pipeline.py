@@ -29,6 +29,8 @@ from .policies.size_limit import (
 from .policies.throttle import Throttles, ThrottleState, Ticket
 from .policies.throttle import enforce as throttle_enforce
 from .policies.throttle import plan_request as throttle_plan
+from .policies.upstream_sessions import SessionTicket, UpstreamSessions, build_client_response, replan
+from .policies.upstream_sessions import plan_request as session_plan
 from .routing import Router
 from .versions import UNSUPPORTED_VERSION
 from .wire import fetch_fast
@@ -82,6 +84,8 @@ class Request:
     started: float = 0.0
     #: KIP-73: the throttled partitions' fetch offsets, for the response side (None: no throttle applies)
     throttle: Ticket | None = None
+    #: KIP-227 ([sessions] mode = terminate): this session-less fetch went upstream in Sluice's own session
+    session: SessionTicket | None = None
     error_codes: list[int] = field(default_factory=list)
 
 
@@ -95,23 +99,30 @@ class Rewritten:
     changed: bool = True  # False: the upstream bytes went out untouched
     #: KIP-73 pacing: stop reading this client connection for so many seconds (see policies/throttle.py)
     mute_s: float = 0.0
+    #: KIP-227 terminate: send this frame (no size prefix; also in ``req.frame``) upstream again and wait for
+    #: its response instead of answering now (Sluice's upstream session was refused; nothing is in ``buffers``)
+    reissue: bytes | None = None
 
 
 class ConnectionState:
     """What policies remember per client connection."""
 
-    __slots__ = ("fairness",)
+    __slots__ = ("fairness", "sessions")
 
     def __init__(self) -> None:
         self.fairness = Fairness()
+        #: the connection's upstream fetch session ([sessions] mode = terminate), created on first use
+        self.sessions: UpstreamSessions | None = None
 
 
 class Pipeline:
     """Shared by all connections of one proxy; per-connection state lives in :class:`ConnectionState`."""
 
     def __init__(self, router: Router, size_limits: SizeLimits | None = None, throttles: Throttles | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, sessions_mode: str = "passthrough") -> None:
         self.router = router
+        #: [sessions] mode: "terminate" runs upstream fetch sessions for session-less clients
+        self.sessions_terminate = sessions_mode == "terminate"
         #: replaced whole on reconfiguration (admin API, SIGHUP): a request sees one consistent snapshot
         self.size_limits = size_limits or SizeLimits()
         #: KIP-73: the throttle snapshot (swapped by :meth:`set_throttles`) and the quotas every connection shares
@@ -163,6 +174,8 @@ class Pipeline:
             self._size_limit_request(req, conn or ConnectionState())
         if key == FETCH and self.throttles.active:
             self._throttle_request(req)
+        if key == FETCH and self.sessions_terminate and conn is not None:
+            self._session_request(req, conn)
         if key == PRODUCE and header.body_offset is not None and _produce_acks(frame, header) == 0:
             req.expects_response = False
         return req
@@ -210,6 +223,35 @@ class Pipeline:
         req.throttle = ticket
         req.collect = True
 
+    def _session_request(self, req: Request, conn: ConnectionState) -> None:
+        """KIP-227 for a session-less client (policies/upstream_sessions.py): send the request upstream in the
+        connection's own fetch session (only added/changed partitions); the response is collected and the
+        client's full response built from Sluice's partition state. Other fetches are left as they are."""
+        header, body = decode_request(req.frame)
+        if conn.sessions is None:
+            conn.sessions = UpstreamSessions()
+        cached = len(conn.sessions.states)
+        planned = session_plan(body, req.header.api_version, conn.sessions)
+        if planned is None:
+            return
+        _session_gauges(conn.sessions, conn.sessions.session_open, cached)  # forgotten partitions leave the state
+        body, ticket = planned
+        ticket.header = header
+        frame = encode_request(header, body)
+        (metrics.UPSTREAM_FETCH_FULL if ticket.full else metrics.UPSTREAM_FETCH_INCREMENTAL).inc()
+        if len(frame) < len(req.frame):
+            metrics.UPSTREAM_FETCH_BYTES_SAVED.inc(len(req.frame) - len(frame))
+        req.frame = frame
+        req.session = ticket
+        req.collect = True
+
+    def on_close(self, conn: ConnectionState) -> None:
+        """A client connection closed: its upstream session (if any) goes with it."""
+        sessions, conn.sessions = conn.sessions, None
+        if sessions is not None:
+            _session_gauges(sessions, was_open=sessions.session_open, was_cached=len(sessions.states),
+                            closing=True)
+
     def _metadata(self, body: Message) -> None:
         self.router.rewrite_metadata(body)
         for topic in body.topics:
@@ -224,11 +266,13 @@ class Pipeline:
 
     # ------------------------------------------------------------------ responses
 
-    def on_response(self, req: Request, frame: bytes | bytearray) -> Rewritten:
-        """Apply the request's rewrite rule to its response frame (without size prefix)."""
+    def on_response(self, req: Request, frame: bytes | bytearray, reissue_ok: bool = False) -> Rewritten:
+        """Apply the request's rewrite rule to its response frame (without size prefix). ``reissue_ok``: no
+        other request of the connection is in flight, so the request may go upstream again
+        (:attr:`Rewritten.reissue`)."""
         key, version = req.header.api_key, req.header.api_version
         if key == FETCH:
-            return self._fetch_response(req, frame)
+            return self._fetch_response(req, frame, reissue_ok)
         assert req.rewrite is not None
         if key == PRODUCE:
             # KIP-951 NodeEndpoints is a top-level tagged field, present only after a leadership change:
@@ -250,14 +294,32 @@ class Pipeline:
     def _api_versions(body: Message) -> None:
         body.api_keys = versions.intersect(body).api_keys
 
-    def _fetch_response(self, req: Request, frame: bytes | bytearray) -> Rewritten:
+    def _fetch_response(self, req: Request, frame: bytes | bytearray, reissue_ok: bool = False) -> Rewritten:
         """A collected Fetch response (a budget applies): the zero-copy fast path, NodeEndpoints rewritten,
         the budget enforced, re-encoded as scatter buffers (record bytes stay slices of ``frame``)."""
         corr, header_tags, view = fetch_fast.decode_frame(memoryview(frame), req.header.api_version)
+        if req.session is not None:
+            # KIP-227 terminate: the upstream answered Sluice's session request; the client gets every
+            # partition it asked for (policies below then edit that response as usual).
+            sessions = req.session.sessions
+            was_open, was_cached = sessions.session_open, len(sessions.states)
+            built = build_client_response(view, req.session)
+            if not built.used:
+                metrics.FETCH_SESSION_RETRIES.inc()
+                again = replan(req.session) if reissue_ok else None
+                if again is not None and req.session.header is not None:
+                    body, ticket = again
+                    req.frame = encode_request(req.session.header, body)
+                    req.session = ticket
+                    metrics.UPSTREAM_FETCH_FULL.inc()
+                    _session_gauges(sessions, was_open, was_cached)
+                    return Rewritten([], 0, [], reissue=req.frame)
+            _session_gauges(sessions, was_open, was_cached)
+            view = built.view
         errors = [p.error_code for _, p in view.partitions() if p.error_code]
         if view.error_code:
             errors.insert(0, view.error_code)
-        changed = bool(view.node_endpoints)
+        changed = bool(view.node_endpoints) or req.session is not None
         self.router.rewrite_node_endpoints(view)
         mute = 0.0
         if req.throttle is not None:  # before the budget, so the budget goes to partitions that may send
@@ -281,6 +343,16 @@ class Pipeline:
         """Fetch v16+ responses stream through (see proxy/wire/fetch_stream.py): only their final tag
         section, where KIP-951 NodeEndpoints lives, is held back and rewritten. ``size``: the body's bytes."""
         return FetchStreamer(req.header.api_version, size, self.router.rewrite_nodes)
+
+
+def _session_gauges(sessions: UpstreamSessions, was_open: bool, was_cached: int, closing: bool = False) -> None:
+    """Move the upstream-session gauges by what one response (or a closing connection) changed."""
+    is_open = sessions.session_open and not closing
+    if is_open != was_open:
+        metrics.UPSTREAM_FETCH_SESSIONS_OPEN.inc(1 if is_open else -1)
+    cached = 0 if closing else len(sessions.states)
+    if cached != was_cached:
+        metrics.FETCH_SESSION_PARTITIONS_CACHED.inc(cached - was_cached)
 
 
 def _produce_acks(frame: bytes, header: RequestHeader) -> int:

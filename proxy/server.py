@@ -61,7 +61,7 @@ class Proxy:
         self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base,
                              open_listener=self.open_listener)
         self.pipeline = Pipeline(self.router, SizeLimits.from_settings(settings.size_limit),
-                                 Throttles.from_settings(settings.throttle))
+                                 Throttles.from_settings(settings.throttle), sessions_mode=settings.sessions.mode)
         #: the global bound on response bytes held (size_limit.global_max_bytes), shared by every connection
         self.held = HeldBytes(settings.size_limit.global_max_bytes, on_change=metrics.RESPONSE_BYTES_HELD.set)
         self.access_log = access_log if access_log is not None else get_access_log()
@@ -384,6 +384,11 @@ class ClientConnection(asyncio.Protocol):
             self._complete(req, 0, 0)
         return True
 
+    def resend(self, req: Request) -> None:
+        """Send ``req.frame`` upstream again; ``req`` stays at the head of ``inflight``."""
+        self._send_upstream(len(req.frame).to_bytes(4, "big"), req.frame)
+        self.awaiting.append(req)
+
     def _memory_granted(self) -> None:
         """HeldBytes granted the reservation of the request at the head of ``_blocked``."""
         if self._closed:  # granted in the instant the connection went away: give it straight back
@@ -477,7 +482,7 @@ class ClientConnection(asyncio.Protocol):
         self.proxy.access_log.record(
             conn_id=self.conn_id, client_id=h.client_id, api=req.api, api_key=h.api_key, version=h.api_version,
             correlation_id=h.correlation_id, bytes_client_to_proxy=req.size,
-            bytes_proxy_to_upstream=0 if req.local_response is not None else req.size,
+            bytes_proxy_to_upstream=0 if req.local_response is not None else len(req.frame) + 4,
             bytes_upstream_to_proxy=upstream_bytes, bytes_proxy_to_client=client_bytes,
             latency_ms=latency * 1000.0, error_codes=req.error_codes, listener=self.listener,
             upstream=self.upstream_name, decoded=req.rewrite is not None,
@@ -505,6 +510,7 @@ class ClientConnection(asyncio.Protocol):
         self._closed = True
         self.proxy._clients.discard(self)
         metrics.CLIENT_CONNECTIONS_OPEN.dec()
+        self.proxy.pipeline.on_close(self.state)
         # Response memory this connection reserved, held or waits for goes back to the others.
         if self._blocked:
             self.proxy.held.cancel(self._memory_granted)
@@ -625,10 +631,16 @@ class UpstreamConnection(asyncio.Protocol):
         elif self._collect is not None:
             frame, self._collect = self._collect, None
             try:
-                out = self.client.proxy.pipeline.on_response(req, frame)
+                out = self.client.proxy.pipeline.on_response(req, frame, reissue_ok=not self.client.awaiting)
             except CodecError as e:
                 # Relaying what Sluice cannot read could hand the client a real broker address: close instead.
                 self._fail(f"undecodable {req.api} v{req.header.api_version} response: {e}")
+                return
+            if out.reissue is not None:
+                # [sessions] terminate: the broker refused Sluice's own fetch session; the same fetch goes up
+                # again as a full session request and the client's response waits for its answer. Nothing
+                # was written to the client, and no other request is in flight behind this one.
+                self.client.resend(req)
                 return
             req.error_codes = out.error_codes
             client_bytes = out.size

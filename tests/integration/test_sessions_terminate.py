@@ -1,0 +1,362 @@
+"""``[sessions] mode = "terminate"`` against the real broker: Sluice runs a KIP-227 fetch session upstream on
+behalf of session-less clients (raw fetches, confluent-kafka, aiokafka).
+
+- a raw session-less fetch loop over 200 partitions (3 with traffic) gets every partition in every response,
+  with the right high watermarks and every record, while the upstream link carries a small fraction of the
+  client link's bytes;
+- confluent-kafka and aiokafka consume every record once, in order, from 3 partitions while a producer keeps
+  producing;
+- a broker restart in the middle of consumption: the client continues and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from confluent_kafka import Consumer, Producer
+from kafka.admin import KafkaAdminClient, NewTopic
+from prometheus_client import REGISTRY
+
+from proxy.policies.sessions import FetchMetadata
+from proxy.wire.records import walk_batches
+from rig.kafka import KafkaBroker
+from tests.support.proxy import ProxyThread
+from tests.support.raw import RawClient
+
+pytestmark = pytest.mark.broker
+
+TERMINATE = {"sessions.mode": "terminate"}
+
+
+def metric(name: str, **labels: str) -> float:
+    """The current value of a sample of the default registry (0 if absent)."""
+    for m in REGISTRY.collect():
+        for s in m.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return 0.0
+
+
+def link_bytes() -> dict[str, float]:
+    return {d: metric("sluice_bytes_total", direction=d)
+            for d in ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")}
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` and wait (bounded) until the broker serves fetches for every partition."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    finally:
+        admin.close()
+    host, _, port = bootstrap.rpartition(":")
+    deadline = time.monotonic() + 90
+    with RawClient(host, int(port)) as raw:
+        while time.monotonic() < deadline:
+            view = raw.fetch(12, topic, dict.fromkeys(range(partitions), 0), max_wait_ms=10)
+            if len(list(view.partitions())) == partitions and all(p.error_code == 0 for _, p in view.partitions()):
+                return
+            time.sleep(0.05)  # polling a real condition (leaders elected), bounded by the deadline
+    raise AssertionError(f"{topic}: partitions not ready")
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[int, str]]) -> None:
+    """(partition, key) records, value = key, acknowledged before returning."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
+    for partition, key in records:
+        p.produce(topic, key=key.encode(), value=key.encode(), partition=partition)
+    assert p.flush(60) == 0
+
+
+# ------------------------------------------------------------------------------------- raw fetch loop
+
+
+def test_raw_sessionless_loop_offloads_upstream(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    parts, busy = 200, (0, 7, 150)
+    create_topic(kafka_broker.bootstrap, unique_topic, parts)
+    produced = {p: 0 for p in range(parts)}
+
+    def add(round_: int) -> None:
+        produce(kafka_broker.bootstrap, unique_topic, [(p, f"r{round_}-p{p}-{i}") for p in busy for i in range(3)])
+        for p in busy:
+            produced[p] += 3
+
+    add(0)
+    full_before = metric("sluice_upstream_fetch_requests_total", kind="full")
+    incr_before = metric("sluice_upstream_fetch_requests_total", kind="incremental")
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as sluice, \
+            RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as client:
+        offsets = {p: 0 for p in range(parts)}
+        start: dict[str, float] = {}
+        for round_ in range(1, 41):
+            view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
+            got = {p.partition_index: p for _, p in view.partitions()}
+            assert view.error_code == 0 and view.session_id == 0
+            assert sorted(got) == list(range(parts)), "every requested partition is in the response"
+            for index, part in got.items():
+                assert part.error_code == 0
+                walk = walk_batches(part.records or b"")
+                assert walk.truncated == 0
+                if walk.batches:
+                    assert walk.batches[0].base_offset <= offsets[index] < walk.batches[0].base_offset + \
+                        walk.batches[0].last_offset_delta + 1
+                    offsets[index] = walk.batches[-1].base_offset + walk.batches[-1].last_offset_delta + 1
+                assert part.high_watermark >= offsets[index]
+            if round_ == 1:
+                start = link_bytes()  # the first (full) fetch is excluded from the ratio
+            if round_ % 10 == 0 and round_ < 40:
+                add(round_)
+        # every record arrived; the last responses carry the current high watermark of every partition
+        assert offsets == produced
+        assert {p.partition_index: p.high_watermark for _, p in view.partitions()} == produced
+        end = link_bytes()
+    sent_up = end["proxy_to_upstream"] - start["proxy_to_upstream"]
+    from_client = end["client_to_proxy"] - start["client_to_proxy"]
+    from_up = end["upstream_to_proxy"] - start["upstream_to_proxy"]
+    to_client = end["proxy_to_client"] - start["proxy_to_client"]
+    assert sent_up < 0.2 * from_client, f"upstream requests {sent_up} B vs client requests {from_client} B"
+    assert from_up < 0.5 * to_client, f"upstream responses {from_up} B vs client responses {to_client} B"
+    assert metric("sluice_upstream_fetch_requests_total", kind="full") - full_before == 1
+    assert metric("sluice_upstream_fetch_requests_total", kind="incremental") - incr_before == 39
+    assert metric("sluice_upstream_fetch_bytes_saved_total") > 0
+
+
+@pytest.mark.parametrize("error", ["unknown_session", "wrong_epoch"])
+def test_refused_session_is_reestablished_without_an_error(kafka_broker: KafkaBroker, unique_topic: str,
+                                                           error: str) -> None:
+    """The broker answers Sluice's session request with 70 (unknown id) or 71 (wrong epoch): Sluice sends the
+    same fetch again as a full session request, and the client gets a normal response."""
+    create_topic(kafka_broker.bootstrap, unique_topic, 5)
+    produce(kafka_broker.bootstrap, unique_topic, [(0, "a"), (0, "b")])
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as sluice, \
+            RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as client:
+        offsets = dict.fromkeys(range(5), 0)
+        view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
+        assert walk_batches(view.topics[0].partitions[0].records or b"").batches
+        offsets[0] = 2
+        client.fetch(12, unique_topic, offsets, max_wait_ms=20)  # incremental: the session is established
+
+        async def break_session() -> None:
+            (conn,) = [c for c in sluice.proxy._clients if c.state.sessions is not None]
+            assert conn.state.sessions is not None
+            session = conn.state.sessions.client
+            meta = session.next_metadata
+            assert meta.session_id != 0 and not meta.is_full
+            # an id next to the real one: the broker's session cache is sharded by id range, so a far-off id can
+            # hit a shard that does not exist (Kafka 4 answers -1 then, not 70)
+            session.next_metadata = (FetchMetadata(meta.session_id ^ 1, meta.epoch) if error == "unknown_session"
+                                     else FetchMetadata(meta.session_id, meta.epoch + 5))
+
+        sluice.call(break_session())
+        produce(kafka_broker.bootstrap, unique_topic, [(1, "c")])
+        retries, full = metric("sluice_fetch_session_retries_total"), \
+            metric("sluice_upstream_fetch_requests_total", kind="full")
+        view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
+        assert view.error_code == 0
+        parts = {p.partition_index: p for _, p in view.partitions()}
+        assert sorted(parts) == list(range(5)) and all(p.error_code == 0 for p in parts.values())
+        assert [b.base_offset for b in walk_batches(parts[1].records or b"").batches] == [0]
+        assert parts[0].high_watermark == 2 and parts[1].high_watermark == 1
+        assert metric("sluice_fetch_session_retries_total") == retries + 1
+        assert metric("sluice_upstream_fetch_requests_total", kind="full") == full + 1
+        # and the new session carries on incrementally
+        incr = metric("sluice_upstream_fetch_requests_total", kind="incremental")
+        offsets[1] = 1
+        view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
+        assert view.error_code == 0 and len(list(view.partitions())) == 5
+        assert metric("sluice_upstream_fetch_requests_total", kind="incremental") == incr + 1
+
+
+def test_session_refused_twice_recovers_with_a_fresh_session(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """A session id the broker cannot place (Kafka 4 answers -1 for ids beyond its cache shards, to the
+    incremental request and to the full request that names the session): the client gets error-free answers
+    and, within a few fetches, its records, because Sluice then starts a fresh session."""
+    create_topic(kafka_broker.bootstrap, unique_topic, 3)
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as sluice, \
+            RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as client:
+        offsets = dict.fromkeys(range(3), 0)
+        client.fetch(12, unique_topic, offsets, max_wait_ms=20)
+
+        async def break_session() -> None:
+            (conn,) = [c for c in sluice.proxy._clients if c.state.sessions is not None]
+            assert conn.state.sessions is not None
+            conn.state.sessions.client.next_metadata = FetchMetadata(2**31 - 7, 1)
+
+        sluice.call(break_session())
+        produce(kafka_broker.bootstrap, unique_topic, [(2, "x")])
+        got = 0
+        for _ in range(5):
+            view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
+            assert view.error_code == 0 and all(p.error_code == 0 for _, p in view.partitions())
+            got = len(walk_batches(view.topics[0].partitions[2].records or b"").batches) if view.topics else 0
+            if got:
+                break
+        assert got == 1
+
+
+def test_with_a_size_limit_budget(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """terminate + a KIP-74 budget: the budget is enforced on the response built for the client, every
+    partition is in every response, and every record arrives."""
+    create_topic(kafka_broker.bootstrap, unique_topic, 3)
+    per_partition, budget = 20, 25_000
+    prod = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 0, "batch.size": 1})
+    for _ in range(per_partition):
+        for part in range(3):
+            prod.produce(unique_topic, value=bytes([65 + part]) * 10_000, partition=part)
+            prod.poll(0)
+    assert prod.flush(60) == 0
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE,
+                     **{"size_limit.budgets": [{"client_id": "*", "fetch_max_bytes": budget}]}) as sluice, \
+            RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as client:
+        offsets = dict.fromkeys(range(3), 0)
+        for _ in range(200):
+            if all(o == per_partition for o in offsets.values()):
+                break
+            view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
+            assert sorted(p.partition_index for _, p in view.partitions()) == [0, 1, 2]
+            total, first = 0, 0
+            for _, part in view.partitions():
+                walk = walk_batches(part.records or b"")
+                assert part.error_code == 0 and walk.truncated == 0
+                if walk.batches:
+                    first = first or walk.batches[0].size
+                    assert walk.batches[0].base_offset == offsets[part.partition_index]
+                    offsets[part.partition_index] = walk.batches[-1].next_offset
+                total += walk.complete_size
+            assert total <= max(budget, first)
+        assert offsets == dict.fromkeys(range(3), per_partition)
+
+
+# ---------------------------------------------------------------------------- clients, continuous produce
+
+PARTITIONS = 3
+PER_PARTITION = 300
+
+
+def keys() -> list[tuple[int, str]]:
+    return [(p, f"p{p}-{i:05d}") for i in range(PER_PARTITION) for p in range(PARTITIONS)]
+
+
+def check_once_in_order(got: list[tuple[int, str]]) -> None:
+    by_partition: dict[int, list[str]] = {}
+    for p, key in got:
+        by_partition.setdefault(p, []).append(key)
+    for p in range(PARTITIONS):
+        assert by_partition.get(p) == [f"p{p}-{i:05d}" for i in range(PER_PARTITION)], \
+            f"partition {p}: {len(by_partition.get(p, []))} records"
+    assert len(got) == PARTITIONS * PER_PARTITION
+
+
+class Background:
+    """Produce ``records`` in chunks (each acknowledged) in a thread while the test consumes."""
+
+    def __init__(self, bootstrap: str, topic: str, records: list[tuple[int, str]], chunk: int = 30) -> None:
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(bootstrap, topic, records, chunk), daemon=True)
+        self._thread.start()
+
+    def _run(self, bootstrap: str, topic: str, records: list[tuple[int, str]], chunk: int) -> None:
+        try:
+            for i in range(0, len(records), chunk):
+                produce(bootstrap, topic, records[i : i + chunk])
+        except BaseException as e:  # reported by join()
+            self.error = e
+
+    def join(self) -> None:
+        self._thread.join(120)
+        assert not self._thread.is_alive()
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture(scope="module")
+def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as p:
+        yield p
+
+
+def consume_confluent(bootstrap: str, topic: str, total: int, timeout: float = 90.0) -> list[tuple[int, str]]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    c.subscribe([topic])
+    got: list[tuple[int, str]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < total and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append((m.partition(), m.key().decode()))
+    finally:
+        c.close()
+    return got
+
+
+def test_confluent_consumes_every_record_once_in_order(kafka_broker: KafkaBroker, sluice: ProxyThread,
+                                                       unique_topic: str) -> None:
+    create_topic(kafka_broker.bootstrap, unique_topic, PARTITIONS)
+    incr_before = metric("sluice_upstream_fetch_requests_total", kind="incremental")
+    producer = Background(kafka_broker.bootstrap, unique_topic, keys())
+    got = consume_confluent(sluice.bootstrap, unique_topic, PARTITIONS * PER_PARTITION)
+    producer.join()
+    check_once_in_order(got)
+    assert metric("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
+
+
+async def test_aiokafka_consumes_every_record_once_in_order(kafka_broker: KafkaBroker, sluice: ProxyThread,
+                                                            unique_topic: str) -> None:
+    create_topic(kafka_broker.bootstrap, unique_topic, PARTITIONS)
+    incr_before = metric("sluice_upstream_fetch_requests_total", kind="incremental")
+    producer = Background(kafka_broker.bootstrap, unique_topic, keys())
+    consumer = AIOKafkaConsumer(unique_topic, bootstrap_servers=sluice.bootstrap, group_id=f"g-{unique_topic}",
+                                auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100)
+    await consumer.start()
+    got: list[tuple[int, str]] = []
+    try:
+        async with asyncio.timeout(90):
+            while len(got) < PARTITIONS * PER_PARTITION:
+                for tp, msgs in (await consumer.getmany(timeout_ms=500)).items():
+                    got += [(tp.partition, m.key.decode()) for m in msgs]
+    finally:
+        await consumer.stop()
+    await asyncio.to_thread(producer.join)
+    check_once_in_order(got)
+    assert metric("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
+
+
+# ------------------------------------------------------------------------------------- broker restart
+
+
+def test_broker_restart_mid_consumption(unique_topic: str) -> None:
+    """Its own broker (the shared one must not restart under other tests). Half the records, a restart, the
+    other half: the consumer (through Sluice, terminate mode) continues and gets every record once, in order."""
+    with KafkaBroker() as broker, ProxyThread(broker.bootstrap, **TERMINATE) as sluice:
+        create_topic(broker.bootstrap, unique_topic, PARTITIONS)
+        records = keys()
+        half = len(records) // 2
+        produce(broker.bootstrap, unique_topic, records[:half])
+        c = Consumer({"bootstrap.servers": sluice.bootstrap, "group.id": f"g-{unique_topic}",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        c.subscribe([unique_topic])
+        got: list[tuple[int, str]] = []
+        try:
+            deadline = time.monotonic() + 60
+            while len(got) < half and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None and not m.error():
+                    got.append((m.partition(), m.key().decode()))
+            assert len(got) == half
+            broker.restart()
+            produce(broker.bootstrap, unique_topic, records[half:])
+            deadline = time.monotonic() + 120
+            while len(got) < len(records) and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None and not m.error():
+                    got.append((m.partition(), m.key().decode()))
+        finally:
+            c.close()
+        check_once_in_order(got)
