@@ -34,7 +34,7 @@ from .policies.upstream_sessions import plan_request as session_plan
 from .routing import Router
 from .versions import UNSUPPORTED_VERSION
 from .wire import fetch_fast
-from .wire.compiler import read_uvarint, top_level_tags_locator
+from .wire.compiler import head_codec, read_uvarint, top_level_tags_locator
 from .wire.errors import CodecError
 from .wire.fetch_stream import FetchStreamer
 from .wire.messages import (
@@ -281,6 +281,8 @@ class Pipeline:
             locate = top_level_tags_locator(response_spec(key), version)
             if view[locate(view, response_body_offset(key, version, view))] == 0:
                 return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, [], changed=False)
+        if key == METADATA and not self.throttles.active:
+            return self._metadata_head(version, frame)
         if key == API_VERSIONS_KEY and len(frame) >= 6 and _I16.unpack_from(frame, 4)[0] == UNSUPPORTED_VERSION:
             # A server that does not support the request's ApiVersions version answers in v0; clients check
             # the error code before choosing the layout (ApiVersionsResponse.parse, KIP-511).
@@ -289,6 +291,22 @@ class Pipeline:
         req.rewrite(body)
         out = encode_response(key, version, header, body)
         return Rewritten([len(out).to_bytes(4, "big"), out], len(out) + 4, _error_codes(body))
+
+    def _metadata_head(self, version: int, frame: bytes | bytearray) -> Rewritten:
+        """Metadata: the broker list (the only addresses) comes first in every version, before the topics,
+        which can be most of a large cluster's response (10,000 partitions: ~260 KB, ~190 ms to decode and
+        re-encode whole). Only the head up to Brokers is decoded and rewritten; the rest is relayed as bytes.
+        (When throttles are active the whole response is decoded instead: they learn topic ids from it.)"""
+        view = memoryview(frame)
+        start = response_body_offset(METADATA, version, view)
+        codec = head_codec(response_spec(METADATA), version, "brokers")
+        stream = io.BytesIO(view[start:])
+        head = codec.decode_from(stream)
+        self.router.rewrite_metadata(head)
+        new_head = codec.encode(head)
+        rest = view[start + stream.tell() :]
+        size = start + len(new_head) + len(rest)
+        return Rewritten([size.to_bytes(4, "big"), view[:start], new_head, rest], size + 4, [])
 
     @staticmethod
     def _api_versions(body: Message) -> None:

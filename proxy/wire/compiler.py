@@ -417,6 +417,22 @@ def compiled_for(spec: MessageSpec, version: int) -> Codec:
     return Codec(spec, version, struct_for(spec, version))
 
 
+@cache
+def head_codec(spec: MessageSpec, version: int, last_field: str) -> Codec:
+    """A codec for the leading fields of ``spec`` only, up to and including ``last_field``: what follows (and
+    the message's tag section) stays bytes. Lets the proxy rewrite the head of a large message — Metadata's
+    broker list comes before its topics — without decoding and re-encoding the rest."""
+    names = [f.name for f in spec.fields if version in f.versions]
+    if last_field not in names:
+        raise CodecError(f"{spec.name} v{version} has no field {last_field!r}", api=spec.name, version=version)
+    fields = tuple(f for f in spec.fields if version in f.versions)[: names.index(last_field) + 1]
+    head = _struct(spec.name, fields, version, version in spec.flexible)
+    if head.tagged:
+        raise CodecError(f"{spec.name} v{version}: tagged fields before {last_field!r}", api=spec.name)
+    head.tagged = None  # the message's tag section is at its end, in the bytes left alone
+    return Codec(spec, version, head)
+
+
 class Codec:
     """decode/encode for one (spec, version): bytes <-> Message, every failure a CodecError."""
 

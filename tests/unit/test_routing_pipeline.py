@@ -155,3 +155,26 @@ def test_produce_node_endpoints_rewritten() -> None:
     body.node_endpoints = [Message(node_id=4, host="b4", port=9092, rack="r1")]
     out = respond(p, req_frame(0, 12, request_codec(0, 12).default().replace(acks=1)), body)
     assert [(n.node_id, n.host, n.port, n.rack) for n in out.node_endpoints] == [(4, "proxy.example", 20004, "r1")]
+
+
+@pytest.mark.parametrize("version", [0, 4, 9, 12, 13])
+def test_metadata_topics_relayed_as_bytes_brokers_rewritten(version: int) -> None:
+    """Only Metadata's head (up to Brokers) is decoded; the topics after it go out exactly as received."""
+    p = Pipeline(router())
+    codec = response_codec(3, version)
+    body = codec.default()
+    rack = {"rack": "r1"} if version >= 1 else {}
+    body.brokers = [Message(node_id=2, host="10.1.1.2", port=9093, **rack)]
+    topic = Message(error_code=0, name="t", **({"is_internal": False} if version >= 1 else {}))
+    if version >= 10:
+        topic.topic_id = bytes(range(16))
+    topic.partitions = [Message(error_code=0, partition_index=0, leader_id=2, replica_nodes=[2], isr_nodes=[2],
+                                **({"leader_epoch": 5} if version >= 7 else {}),
+                                **({"offline_replicas": []} if version >= 5 else {}))]
+    if version >= 8:
+        topic.topic_authorized_operations = -2147483648
+    body.topics = [topic]
+    raw = encode_response(3, version, Message(correlation_id=7), body)
+    out = respond(p, req_frame(3, version), body)
+    assert [(b.node_id, b.host, b.port) for b in out.brokers] == [(2, "proxy.example", 20002)]
+    assert out.topics == decode_response(3, version, raw)[1].topics
