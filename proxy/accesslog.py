@@ -34,6 +34,10 @@ field                       type          meaning
 ``error_codes``             int[]         non-zero Kafka error codes seen in the response (empty: none, or
                                           the response was relayed without decoding)
 ``decoded``                 bool          the proxy decoded the request/response (false = relayed as bytes)
+``partitions``              object[]      optional, only for Fetch responses Sluice decoded (a policy applied):
+                                          ``{"topic", "partition", "bytes"}`` per partition, record bytes sent
+                                          to the client; the topic is its name, or its topic id (Kafka's base64
+                                          form) when Sluice has not seen the name
 ==========================  ============  ====================================================================
 
 Cost: ``record()`` formats the line itself, from its arguments, in one f-string: the timestamp's seconds are
@@ -183,6 +187,7 @@ class AccessLog:
         listener: str,
         upstream: str,
         decoded: bool,
+        partitions: list[tuple[str, int, int]] | None = None,
     ) -> None:
         """Write one access-log line (see the module docstring for the schema). Never raises on I/O errors."""
         if not self.enabled:
@@ -208,7 +213,8 @@ class AccessLog:
             f'"bytes_proxy_to_client":{bytes_proxy_to_client},'
             f'"latency_ms":{f"{latency_ms:.3f}" if _isfinite(latency_ms) else "null"},'
             f'"error_codes":[{",".join(map(str, error_codes)) if error_codes else ""}],'
-            f'"decoded":{"true" if decoded else "false"}}}\n'
+            f'"decoded":{"true" if decoded else "false"}'
+            f"{_partitions_json(partitions, js) if partitions is not None else ''}}}\n"
         )
 
     def flush(self) -> None:
@@ -231,6 +237,12 @@ class AccessLog:
         if self._path is not None and self.enabled:
             self._writer.out.close()
             self.enabled = False
+
+
+def _partitions_json(partitions: list[tuple[str, int, int]], js: Callable[[str | None], str]) -> str:
+    """The optional ``partitions`` field: record bytes sent to the client per partition of a decoded Fetch."""
+    items = ",".join(f'{{"topic":{js(t)},"partition":{p},"bytes":{n}}}' for t, p, n in partitions)
+    return f',"partitions":[{items}]'
 
 
 _access_log = AccessLog("off")

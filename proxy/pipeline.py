@@ -9,6 +9,7 @@ original bytes.
 
 from __future__ import annotations
 
+import base64
 import io
 import struct
 import time
@@ -87,6 +88,8 @@ class Request:
     #: KIP-227 ([sessions] mode = terminate): this session-less fetch went upstream in Sluice's own session
     session: SessionTicket | None = None
     error_codes: list[int] = field(default_factory=list)
+    #: record bytes sent per (topic, partition) when the Fetch response was decoded (for the access log)
+    partitions: list[tuple[str, int, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -351,11 +354,21 @@ class Pipeline:
             outcome = enforce(view, req.budget, req.fairness)
             metrics.observe_size_limit(outcome.trimmed_bytes, outcome.deferred_partitions)
             changed = changed or outcome.limited
+        req.partitions = [(self._topic_label(t), p.partition_index, len(p.records or b""))
+                          for t, p in view.partitions()]
         if not changed:
             return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, errors, changed=False,
                              mute_s=mute)
         buffers, size = view.encode_frame(corr, header_tags)
         return Rewritten(buffers, size, errors, mute_s=mute)
+
+    def _topic_label(self, topic: Any) -> str:
+        """A Fetch response topic's name; from v13 responses name topics by id only: the name learnt from
+        Metadata, else the id as Kafka prints it (base64url, no padding)."""
+        if topic.topic:
+            return str(topic.topic)
+        tid = bytes(topic.topic_id)
+        return self.topic_names.get(tid) or base64.urlsafe_b64encode(tid).rstrip(b"=").decode()
 
     def fetch_streamer(self, req: Request, size: int) -> FetchStreamer:
         """Fetch v16+ responses stream through (see proxy/wire/fetch_stream.py): only their final tag

@@ -485,7 +485,8 @@ class ClientConnection(asyncio.Protocol):
             bytes_proxy_to_upstream=0 if req.local_response is not None else len(req.frame) + 4,
             bytes_upstream_to_proxy=upstream_bytes, bytes_proxy_to_client=client_bytes,
             latency_ms=latency * 1000.0, error_codes=req.error_codes, listener=self.listener,
-            upstream=self.upstream_name, decoded=req.rewrite is not None,
+            upstream=self.upstream_name, decoded=req.rewrite is not None or req.collect,
+            partitions=req.partitions,
         )
 
     # ------------------------------------------------------------------ closing

@@ -67,7 +67,10 @@ def traffic(bootstrap: str, topic: str) -> None:
 def run(spark: SparkSession, kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     base = tmp_path_factory.mktemp("real-proxy")
     path = base / "access.jsonl"
-    with ProxyThread(kafka_broker.bootstrap, **{"logging.access_log": str(path)}) as proxy:
+    # A budget far above any response makes Sluice decode Fetch responses (without trimming anything), so the
+    # access log carries per-partition bytes.
+    with ProxyThread(kafka_broker.bootstrap, **{"logging.access_log": str(path), "size_limit.budgets": [
+            {"client_id": CONSUMER, "fetch_max_bytes": 64 << 20}]}) as proxy:
         traffic(proxy.bootstrap, f"analytics-{uuid.uuid4().hex[:8]}")
     # leaving the block stopped the proxy and closed its access log: every line is written and flushed
     result = run_job(spark, [str(path)], base / "out")
@@ -123,13 +126,25 @@ def test_over_time_connections_errors_and_latency(spark: SparkSession, run: Run)
         assert rank_ok(lat[r["api"]], 0.5, r["p50_ms"]) and rank_ok(lat[r["api"]], 0.99, r["p99_ms"])
 
 
+def test_bytes_per_partition(spark: SparkSession, run: Run) -> None:
+    parts = table(spark, run.result.tables["partition_bytes"]).collect()
+    got = {(r["topic"], r["partition"]): (r["fetch_bytes"], r["fetches"], r["empty_fetches"], r["produce_bytes"],
+                                          r["produces"]) for r in parts}
+    assert got == run.oracle.partitions()
+    # both partitions of the topic delivered records, and together at least every value consumed
+    topic_parts = {k: v for k, v in got.items() if k[0].startswith("analytics-")}
+    assert len(topic_parts) == 2 and all(v[0] > 0 for v in topic_parts.values())
+    assert sum(v[0] for v in topic_parts.values()) >= RECORDS * len(VALUE)
+
+
 def test_report_says_which_sections_have_no_data(run: Run) -> None:
     page = run.result.report.read_text()
-    # schema 1 has no per-partition, throttle or session fields yet: those sections say so instead of charting
-    assert page.count("No data in these logs") == 3
-    for field in ("`partitions`", "`throttle_target_bps`", "`session_upstream_bytes`"):
+    # the log has per-partition bytes (decoded fetches) but no throttle or session fields: those two say so
+    assert page.count("No data in these logs") == 2
+    for field in ("`throttle_target_bps`", "`session_upstream_bytes`"):
         assert field in page
     assert page.count('src="data:image/png;base64,') >= 9
     assert CONSUMER in page and PRODUCER in page
-    assert not any(name in run.result.tables for name in ("partition_bytes", "throttle_over_time", "session_savings"))
+    assert "partition_bytes" in run.result.tables
+    assert not any(name in run.result.tables for name in ("throttle_over_time", "session_savings"))
     assert Path(run.result.tables["by_client"]).is_dir()

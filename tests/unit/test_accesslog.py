@@ -138,6 +138,17 @@ def test_hostile_strings_stay_valid_json(client_id: str) -> None:
     assert (event["client_id"], event["listener"], event["upstream"]) == (client_id, 'l"1', "u\n1")
 
 
+def test_partitions_field_only_when_given() -> None:
+    out = io.StringIO()
+    log = AccessLog(out)
+    log.record(**fields())
+    log.record(**fields(partitions=[('t"1', 0, 1024), ("t2", 3, 0)]))
+    plain, decoded = lines_of(out.getvalue())
+    assert "partitions" not in plain
+    assert decoded["partitions"] == [{"topic": 't"1', "partition": 0, "bytes": 1024},
+                                     {"topic": "t2", "partition": 3, "bytes": 0}]
+
+
 def test_non_finite_latency_is_null() -> None:
     out = io.StringIO()
     log = AccessLog(out)
