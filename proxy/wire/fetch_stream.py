@@ -34,9 +34,11 @@ from .fetch_fast import (
     parse_tags,
 )
 
-#: The filler's tag number: far above any tag Kafka assigns (they count up from 0 per struct), so no client
-#: will ever mistake the filler for a field it knows.
-FILLER_TAG = 0x7FFFFF00
+#: The filler's tag numbers: far above any tag Kafka assigns (they count up from 0 per struct), so no client
+#: will ever mistake the filler for a field it knows. Two, with varints of different lengths (5 and 4 bytes): a
+#: filler's size varint grows from 1 to 2 bytes between 127 and 128, so some exact lengths can only be reached
+#: by shortening the tag instead.
+FILLER_TAGS = (0x7FFFFF00, 0x0FFFFF00)
 
 _NEED, _SKIP, _TAIL = 0, 1, 2
 _Walk = Generator[tuple[int, int], Any, None]
@@ -194,8 +196,9 @@ def _fit(fields: dict[int, Buffer], length: int) -> bytes | None:
     if len(plain) > length:
         return None
     gap = length - len(plain)
-    for size in range(max(0, gap - 12), gap + 1):
-        padded = build_tags({**fields, FILLER_TAG: bytes(size)}) or b""
-        if len(padded) == length:
-            return padded
+    for tag in FILLER_TAGS:
+        for size in range(max(0, gap - 12), gap + 1):
+            padded = build_tags({**fields, tag: bytes(size)}) or b""
+            if len(padded) == length:
+                return padded
     return None
