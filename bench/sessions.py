@@ -33,31 +33,21 @@ from typing import Any
 import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
-from prometheus_client import REGISTRY
 
+from proxy import metrics
 from rig.kafka import KafkaBroker
 from tests.support.proxy import ProxyThread
-
-DIRECTIONS = ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")
 
 
 def emit(line: dict[str, Any]) -> None:
     print(json.dumps(line), flush=True)
 
 
-def sample(name: str, **labels: str) -> float:
-    for m in REGISTRY.collect():
-        for s in m.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return float(s.value)
-    return 0.0
-
-
 def snapshot() -> dict[str, float]:
-    out = {d: sample("sluice_bytes_total", direction=d) for d in DIRECTIONS}
-    out["fetches"] = sample("sluice_requests_total", api="Fetch")
-    out["full"] = sample("sluice_upstream_fetch_requests_total", kind="full")
-    out["incremental"] = sample("sluice_upstream_fetch_requests_total", kind="incremental")
+    out: dict[str, float] = {d: metrics.total("sluice_bytes_total", direction=d) for d in metrics.DIRECTIONS}
+    out["fetches"] = metrics.total("sluice_requests_total", api="Fetch")
+    out["full"] = metrics.total("sluice_upstream_fetch_requests_total", kind="full")
+    out["incremental"] = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
     return out
 
 
@@ -112,10 +102,10 @@ def run_mode(mode: str, broker: KafkaBroker, topics: list[tuple[str, int]], part
         records = 0
         # warm-up: at least ``warmup`` seconds and until the consumer fetches steadily (with 10,000 partitions
         # librdkafka first spends a while on metadata and offset lookups), bounded
-        start, fetches0 = time.monotonic(), sample("sluice_requests_total", api="Fetch")
+        start, fetches0 = time.monotonic(), metrics.total("sluice_requests_total", api="Fetch")
         while time.monotonic() - start < MAX_WARMUP_S and (
                 time.monotonic() - start < warmup
-                or sample("sluice_requests_total", api="Fetch") - fetches0 < WARM_FETCHES):
+                or metrics.total("sluice_requests_total", api="Fetch") - fetches0 < WARM_FETCHES):
             if (m := consumer.poll(0.1)) is not None and not m.error():
                 records += 1
         before, cpu0, t0 = snapshot(), thread_cpu(sluice._thread.native_id), time.monotonic()

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from prometheus_client import Counter, Gauge, Histogram, Info, disable_created_metrics
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info, disable_created_metrics
 
 __all__ = [
     "BUILD_INFO",
@@ -332,3 +332,15 @@ def observe_request(api: str, version: int, latency_s: float) -> None:
     """Count one completed request and observe its latency (seconds): the per-request metrics in one call."""
     requests_for(api, version).inc()
     latency_for(api).observe(latency_s)
+
+
+def total(name: str, **labels: str) -> float:
+    """The sum of every sample named ``name`` whose labels include ``labels`` (0 if none), from this process's
+    default registry: e.g. ``total("sluice_requests_total", api="Fetch")`` adds up all Fetch versions. For
+    in-process tests and benches; Prometheus does this with ``sum(...)``."""
+    return sum(
+        float(s.value)
+        for m in REGISTRY.collect()
+        for s in m.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )

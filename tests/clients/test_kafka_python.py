@@ -8,18 +8,11 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from tests.support.kafka import create_topic
 from tests.support.proxy import ProxyThread
 from tests.support.records import Rec, assert_same_records, make_records
 
 pytestmark = pytest.mark.broker
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="sluice-test-admin")
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
 
 
 def produce(bootstrap: str, topic: str, records: list[Rec], **config: object) -> None:

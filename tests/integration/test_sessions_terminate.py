@@ -19,12 +19,12 @@ from collections.abc import Iterator
 import pytest
 from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Consumer, Producer
-from kafka.admin import KafkaAdminClient, NewTopic
-from prometheus_client import REGISTRY
 
+from proxy import metrics
 from proxy.policies.sessions import FetchMetadata
 from proxy.wire.records import walk_batches
 from rig.kafka import KafkaBroker
+from tests.support import kafka
 from tests.support.proxy import ProxyThread
 from tests.support.raw import RawClient
 
@@ -33,27 +33,13 @@ pytestmark = pytest.mark.broker
 TERMINATE = {"sessions.mode": "terminate"}
 
 
-def metric(name: str, **labels: str) -> float:
-    """The current value of a sample of the default registry (0 if absent)."""
-    for m in REGISTRY.collect():
-        for s in m.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return float(s.value)
-    return 0.0
-
-
 def link_bytes() -> dict[str, float]:
-    return {d: metric("sluice_bytes_total", direction=d)
-            for d in ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")}
+    return {d: metrics.total("sluice_bytes_total", direction=d) for d in metrics.DIRECTIONS}
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create ``topic`` and wait (bounded) until the broker serves fetches for every partition."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
+    kafka.create_topic(bootstrap, topic, partitions)
     host, _, port = bootstrap.rpartition(":")
     deadline = time.monotonic() + 90
     with RawClient(host, int(port)) as raw:
@@ -87,8 +73,8 @@ def test_raw_sessionless_loop_offloads_upstream(kafka_broker: KafkaBroker, uniqu
             produced[p] += 3
 
     add(0)
-    full_before = metric("sluice_upstream_fetch_requests_total", kind="full")
-    incr_before = metric("sluice_upstream_fetch_requests_total", kind="incremental")
+    full_before = metrics.total("sluice_upstream_fetch_requests_total", kind="full")
+    incr_before = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
     with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as sluice, \
             RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as client:
         offsets = {p: 0 for p in range(parts)}
@@ -121,9 +107,9 @@ def test_raw_sessionless_loop_offloads_upstream(kafka_broker: KafkaBroker, uniqu
     to_client = end["proxy_to_client"] - start["proxy_to_client"]
     assert sent_up < 0.2 * from_client, f"upstream requests {sent_up} B vs client requests {from_client} B"
     assert from_up < 0.5 * to_client, f"upstream responses {from_up} B vs client responses {to_client} B"
-    assert metric("sluice_upstream_fetch_requests_total", kind="full") - full_before == 1
-    assert metric("sluice_upstream_fetch_requests_total", kind="incremental") - incr_before == 39
-    assert metric("sluice_upstream_fetch_bytes_saved_total") > 0
+    assert metrics.total("sluice_upstream_fetch_requests_total", kind="full") - full_before == 1
+    assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") - incr_before == 39
+    assert metrics.total("sluice_upstream_fetch_bytes_saved_total") > 0
 
 
 @pytest.mark.parametrize("error", ["unknown_session", "wrong_epoch"])
@@ -154,22 +140,22 @@ def test_refused_session_is_reestablished_without_an_error(kafka_broker: KafkaBr
 
         sluice.call(break_session())
         produce(kafka_broker.bootstrap, unique_topic, [(1, "c")])
-        retries, full = metric("sluice_fetch_session_retries_total"), \
-            metric("sluice_upstream_fetch_requests_total", kind="full")
+        retries, full = metrics.total("sluice_fetch_session_retries_total"), \
+            metrics.total("sluice_upstream_fetch_requests_total", kind="full")
         view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
         assert view.error_code == 0
         parts = {p.partition_index: p for _, p in view.partitions()}
         assert sorted(parts) == list(range(5)) and all(p.error_code == 0 for p in parts.values())
         assert [b.base_offset for b in walk_batches(parts[1].records or b"").batches] == [0]
         assert parts[0].high_watermark == 2 and parts[1].high_watermark == 1
-        assert metric("sluice_fetch_session_retries_total") == retries + 1
-        assert metric("sluice_upstream_fetch_requests_total", kind="full") == full + 1
+        assert metrics.total("sluice_fetch_session_retries_total") == retries + 1
+        assert metrics.total("sluice_upstream_fetch_requests_total", kind="full") == full + 1
         # and the new session carries on incrementally
-        incr = metric("sluice_upstream_fetch_requests_total", kind="incremental")
+        incr = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
         offsets[1] = 1
         view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
         assert view.error_code == 0 and len(list(view.partitions())) == 5
-        assert metric("sluice_upstream_fetch_requests_total", kind="incremental") == incr + 1
+        assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") == incr + 1
 
 
 def test_session_refused_twice_recovers_with_a_fresh_session(kafka_broker: KafkaBroker, unique_topic: str) -> None:
@@ -299,18 +285,18 @@ def consume_confluent(bootstrap: str, topic: str, total: int, timeout: float = 9
 def test_confluent_consumes_every_record_once_in_order(kafka_broker: KafkaBroker, sluice: ProxyThread,
                                                        unique_topic: str) -> None:
     create_topic(kafka_broker.bootstrap, unique_topic, PARTITIONS)
-    incr_before = metric("sluice_upstream_fetch_requests_total", kind="incremental")
+    incr_before = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
     producer = Background(kafka_broker.bootstrap, unique_topic, keys())
     got = consume_confluent(sluice.bootstrap, unique_topic, PARTITIONS * PER_PARTITION)
     producer.join()
     check_once_in_order(got)
-    assert metric("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
+    assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
 
 
 async def test_aiokafka_consumes_every_record_once_in_order(kafka_broker: KafkaBroker, sluice: ProxyThread,
                                                             unique_topic: str) -> None:
     create_topic(kafka_broker.bootstrap, unique_topic, PARTITIONS)
-    incr_before = metric("sluice_upstream_fetch_requests_total", kind="incremental")
+    incr_before = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
     producer = Background(kafka_broker.bootstrap, unique_topic, keys())
     consumer = AIOKafkaConsumer(unique_topic, bootstrap_servers=sluice.bootstrap, group_id=f"g-{unique_topic}",
                                 auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100)
@@ -325,7 +311,7 @@ async def test_aiokafka_consumes_every_record_once_in_order(kafka_broker: KafkaB
         await consumer.stop()
     await asyncio.to_thread(producer.join)
     check_once_in_order(got)
-    assert metric("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
+    assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
 
 
 # ------------------------------------------------------------------------------------- broker restart

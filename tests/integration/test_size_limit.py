@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer
 from kafka import KafkaConsumer
-from prometheus_client import REGISTRY
 
+from proxy import metrics
 from proxy.wire.records import walk_batches
 from rig.java_tools import JavaTools
 from tests.support.kafka import create_topic, produce_values
@@ -126,5 +126,4 @@ def test_clients_receive_every_record_once_in_order(kafka_broker, backlog: str, 
 
 
 def fetches_so_far() -> float:
-    return sum(s.value for m in REGISTRY.collect() if m.name == "sluice_requests"
-               for s in m.samples if s.name == "sluice_requests_total" and s.labels.get("api") == "Fetch")
+    return metrics.total("sluice_requests_total", api="Fetch")
