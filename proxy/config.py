@@ -442,13 +442,33 @@ class ThrottleSettings(Section):
         return _check_finite(value)
 
 
+class SessionClientSettings(Section):
+    """One ``[[sessions.clients]]`` entry: the mode for clients whose client.id matches (first match wins)."""
+
+    client_id: str = Field(description='client.id glob, e.g. "rdkafka*" ("*" = every client).')
+    mode: Literal["passthrough", "terminate"] = Field(description="The mode for these clients.")
+
+    @field_validator("client_id")
+    @classmethod
+    def _glob(cls, value: str) -> str:
+        if not value:
+            raise ValueError('must be a glob, e.g. "rdkafka*" ("*" = every client)')
+        return value
+
+
 class SessionsSettings(Section):
-    """Incremental fetch sessions (KIP-227, proxy/policies/sessions.py). Needs a restart to change."""
+    """Incremental fetch sessions (KIP-227, proxy/policies/sessions.py, terminate.py). Needs a restart."""
 
     mode: Literal["passthrough", "terminate"] = Field(
         default="passthrough",
-        description="passthrough: relay Fetch sessions untouched. terminate: speak a fetch session upstream on "
-                    "behalf of session-less clients (session_epoch -1), one per upstream connection.",
+        description="passthrough: relay Fetch sessions untouched. terminate: Sluice owns the sessions on both "
+                    "sides: one upstream session per client connection (only changed partitions on the upstream "
+                    "link), and it serves the sessions of clients that use them (the Java client, "
+                    "kafka-python) itself; session-less clients (librdkafka, aiokafka) get full responses. "
+                    "The mode for clients no [[sessions.clients]] entry matches.",
+    )
+    clients: list[SessionClientSettings] = Field(
+        default_factory=list, description="Mode per client.id glob, first match wins."
     )
     cache_slots: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
         default=1000, description="Downstream session cache slots (max.incremental.fetch.session.cache.slots)."

@@ -262,7 +262,9 @@ FETCH_SESSIONS_OPEN = Gauge(
 )
 FETCH_SESSION_PARTITIONS_CACHED = Gauge(
     "sluice_fetch_session_partitions_cached",
-    "Partitions whose last known state Sluice keeps for its upstream fetch sessions.",
+    "Partitions in fetch sessions: upstream = partitions whose last known state Sluice keeps for its own "
+    "sessions, downstream = partitions of the sessions it serves (Kafka's NumIncrementalFetchPartitionsCached).",
+    ["side"],
 )
 UPSTREAM_FETCH_REQUESTS = Counter(
     "sluice_upstream_fetch_requests_total",
@@ -270,16 +272,52 @@ UPSTREAM_FETCH_REQUESTS = Counter(
     "(only added/changed partitions).",
     ["kind"],
 )
+UPSTREAM_FETCH_BYTES = Counter(
+    "sluice_upstream_fetch_bytes_total",
+    "Bytes of the Fetch requests Sluice sent upstream in [sessions] terminate mode and of their responses "
+    "(size prefix included), by direction: request or response.",
+    ["direction"],
+)
 UPSTREAM_FETCH_BYTES_SAVED = Counter(
     "sluice_upstream_fetch_bytes_saved_total",
-    "Request bytes saved on the upstream link by fetch sessions: the client's full request minus the "
-    "incremental request sent instead.",
+    "Bytes saved on the upstream link by Sluice's fetch sessions, by direction: the client's request minus the "
+    "request sent upstream instead, and the response sent to the client minus the upstream response (for a "
+    "session-less client: the saving against the full fetch it asked for).",
+    ["direction"],
 )
 FETCH_SESSION_RETRIES = Counter(
     "sluice_fetch_session_retries_total",
     "Upstream session responses that could not be used (session error 70/71/106, invalid or throttled empty "
-    "response): the client got an empty retriable answer and the session restarts with a full request.",
+    "response): the session restarts with a full request, sent at once when possible, else the client gets a "
+    "retriable answer.",
 )
+DOWNSTREAM_FETCH_REQUESTS = Counter(
+    "sluice_downstream_fetch_requests_total",
+    "Fetch requests of clients that use fetch sessions, answered by Sluice's own sessions ([sessions] mode = "
+    "terminate), by kind: full (creates a session), incremental, sessionless (epoch -1: closes a session or "
+    "none) or error (a session error sent to the client).",
+    ["kind"],
+)
+FETCH_SESSION_ERRORS = Counter(
+    "sluice_fetch_session_errors_total",
+    "Session errors Sluice sent to its clients, by Kafka error name (FETCH_SESSION_ID_NOT_FOUND, "
+    "INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR).",
+    ["error"],
+)
+FETCH_SESSION_EVICTIONS = Counter(
+    "sluice_fetch_session_evictions_total",
+    "Client fetch sessions evicted from Sluice's session cache to make room for a new one "
+    "(Kafka's IncrementalFetchSessionEvictionsPerSec).",
+)
+
+SESSION_ERROR_NAMES = {70: "FETCH_SESSION_ID_NOT_FOUND", 71: "INVALID_FETCH_SESSION_EPOCH",
+                       106: "FETCH_SESSION_TOPIC_ID_ERROR"}
+
+
+def bind_session_cache(sessions_open: Callable[[], float], partitions_cached: Callable[[], float]) -> None:
+    """Report the downstream session cache of the running proxy (the last one bound, as with throttles)."""
+    FETCH_SESSIONS_OPEN.labels("downstream").set_function(sessions_open)
+    FETCH_SESSION_PARTITIONS_CACHED.labels("downstream").set_function(partitions_cached)
 
 
 # ------------------------------------------------------------------------- pre-created and pre-bound children
@@ -295,9 +333,17 @@ for _tside in THROTTLE_SIDES:
     THROTTLE_LEFT_OUT.labels(_tside)
 for _sside in ("downstream", "upstream"):
     FETCH_SESSIONS_OPEN.labels(_sside)
+    FETCH_SESSION_PARTITIONS_CACHED.labels(_sside)
 for _kind in ("full", "incremental"):
     UPSTREAM_FETCH_REQUESTS.labels(_kind)
-del _direction, _side, _reason, _tside, _sside, _kind
+for _kind in ("full", "incremental", "sessionless", "error"):
+    DOWNSTREAM_FETCH_REQUESTS.labels(_kind)
+for _rr in ("request", "response"):
+    UPSTREAM_FETCH_BYTES.labels(_rr)
+    UPSTREAM_FETCH_BYTES_SAVED.labels(_rr)
+for _error in SESSION_ERROR_NAMES.values():
+    FETCH_SESSION_ERRORS.labels(_error)
+del _direction, _side, _reason, _tside, _sside, _kind, _rr, _error
 
 BYTES_CLIENT_TO_PROXY = BYTES.labels("client_to_proxy")
 BYTES_PROXY_TO_UPSTREAM = BYTES.labels("proxy_to_upstream")
@@ -312,6 +358,7 @@ THROTTLE_LEFT_OUT_FOLLOWER = THROTTLE_LEFT_OUT.labels("follower")
 UPSTREAM_FETCH_SESSIONS_OPEN = FETCH_SESSIONS_OPEN.labels("upstream")
 UPSTREAM_FETCH_FULL = UPSTREAM_FETCH_REQUESTS.labels("full")
 UPSTREAM_FETCH_INCREMENTAL = UPSTREAM_FETCH_REQUESTS.labels("incremental")
+UPSTREAM_FETCH_PARTITIONS_CACHED = FETCH_SESSION_PARTITIONS_CACHED.labels("upstream")
 
 
 # Bounded by the number of (api, version) pairs Kafka defines (a few hundred), so an unbounded cache is safe:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import metrics, versions
+from .policies.sessions import SessionServer, SessionStats
 from .policies.size_limit import (
     Budget,
     Fairness,
@@ -27,11 +28,19 @@ from .policies.size_limit import (
     reorder_request,
     replica_id_of,
 )
+from .policies.terminate import (
+    SessionModes,
+    SessionTicket,
+    UpstreamSessions,
+    build_client_response,
+    plan_session_request,
+    replan,
+    uses_session,
+)
+from .policies.terminate import plan_request as session_plan
 from .policies.throttle import Throttles, ThrottleState, Ticket
 from .policies.throttle import enforce as throttle_enforce
 from .policies.throttle import plan_request as throttle_plan
-from .policies.upstream_sessions import SessionTicket, UpstreamSessions, build_client_response, replan
-from .policies.upstream_sessions import plan_request as session_plan
 from .routing import Router
 from .versions import UNSUPPORTED_VERSION
 from .wire import fetch_fast
@@ -85,7 +94,7 @@ class Request:
     started: float = 0.0
     #: KIP-73: the throttled partitions' fetch offsets, for the response side (None: no throttle applies)
     throttle: Ticket | None = None
-    #: KIP-227 ([sessions] mode = terminate): this session-less fetch went upstream in Sluice's own session
+    #: KIP-227 ([sessions] mode = terminate): this fetch went upstream in Sluice's own session
     session: SessionTicket | None = None
     error_codes: list[int] = field(default_factory=list)
     #: record bytes sent per (topic, partition) when the Fetch response was decoded (for the access log)
@@ -122,10 +131,16 @@ class Pipeline:
     """Shared by all connections of one proxy; per-connection state lives in :class:`ConnectionState`."""
 
     def __init__(self, router: Router, size_limits: SizeLimits | None = None, throttles: Throttles | None = None,
-                 clock: Callable[[], float] = time.monotonic, sessions_mode: str = "passthrough") -> None:
+                 clock: Callable[[], float] = time.monotonic, session_modes: SessionModes | None = None,
+                 session_server: SessionServer | None = None) -> None:
         self.router = router
-        #: [sessions] mode: "terminate" runs upstream fetch sessions for session-less clients
-        self.sessions_terminate = sessions_mode == "terminate"
+        #: [sessions] mode per client: "terminate" makes Sluice own the fetch sessions on both sides
+        self.session_modes = session_modes or SessionModes()
+        #: the sessions Sluice serves to clients that use them (one cache for the proxy, like a broker's)
+        self.session_server = session_server or SessionServer()
+        self._session_stats_seen = SessionStats()
+        cache = self.session_server.cache
+        metrics.bind_session_cache(lambda: len(cache), lambda: cache.partitions_cached)
         #: replaced whole on reconfiguration (admin API, SIGHUP): a request sees one consistent snapshot
         self.size_limits = size_limits or SizeLimits()
         #: KIP-73: the throttle snapshot (swapped by :meth:`set_throttles`) and the quotas every connection shares
@@ -177,7 +192,8 @@ class Pipeline:
             self._size_limit_request(req, conn or ConnectionState())
         if key == FETCH and self.throttles.active:
             self._throttle_request(req)
-        if key == FETCH and self.sessions_terminate and conn is not None:
+        if key == FETCH and conn is not None and self.session_modes.active \
+                and self.session_modes.terminates(header.client_id):
             self._session_request(req, conn)
         if key == PRODUCE and header.body_offset is not None and _produce_acks(frame, header) == 0:
             req.expects_response = False
@@ -227,26 +243,56 @@ class Pipeline:
         req.collect = True
 
     def _session_request(self, req: Request, conn: ConnectionState) -> None:
-        """KIP-227 for a session-less client (policies/upstream_sessions.py): send the request upstream in the
-        connection's own fetch session (only added/changed partitions); the response is collected and the
-        client's full response built from Sluice's partition state. Other fetches are left as they are."""
+        """KIP-227 terminate mode (policies/terminate.py): the request goes upstream in the connection's own
+        fetch session (only added/changed partitions); the response is collected and the client's response
+        built from Sluice's partition state: in full for a session-less client, in the client's own session
+        (served by :attr:`session_server`) for one that uses sessions."""
         header, body = decode_request(req.frame)
+        version = req.header.api_version
         if conn.sessions is None:
             conn.sessions = UpstreamSessions()
-        cached = len(conn.sessions.states)
-        planned = session_plan(body, req.header.api_version, conn.sessions)
-        if planned is None:
-            return
-        _session_gauges(conn.sessions, conn.sessions.session_open, cached)  # forgotten partitions leave the state
-        body, ticket = planned
+        sessions = conn.sessions
+        was_open, cached = sessions.session_open, len(sessions.states)
+        if uses_session(body, version):
+            plan = plan_session_request(body, version, sessions, self.session_server, self.clock())
+            metrics.DOWNSTREAM_FETCH_REQUESTS.labels(plan.kind.value).inc()
+            self._count_session_stats()
+            if plan.answer is not None:  # a session error of Sluice's own: answered here, nothing goes upstream
+                buffers, _ = plan.answer.encode_frame(req.header.correlation_id)
+                req.local_response = b"".join(buffers)
+                return
+            if plan.ticket is None or plan.body is None:
+                if plan.body is not None:  # a closed session's last (empty) request, now session-less
+                    req.frame = encode_request(header, plan.body)
+                return
+            body, ticket = plan.body, plan.ticket
+        else:
+            planned = session_plan(body, version, sessions)
+            if planned is None:
+                return
+            body, ticket = planned
+        _session_gauges(sessions, was_open, cached)  # forgotten partitions leave the state
         ticket.header = header
         frame = encode_request(header, body)
-        (metrics.UPSTREAM_FETCH_FULL if ticket.full else metrics.UPSTREAM_FETCH_INCREMENTAL).inc()
+        if ticket.in_session:
+            (metrics.UPSTREAM_FETCH_FULL if ticket.full else metrics.UPSTREAM_FETCH_INCREMENTAL).inc()
+        metrics.UPSTREAM_FETCH_BYTES.labels("request").inc(len(frame) + 4)
         if len(frame) < len(req.frame):
-            metrics.UPSTREAM_FETCH_BYTES_SAVED.inc(len(req.frame) - len(frame))
+            metrics.UPSTREAM_FETCH_BYTES_SAVED.labels("request").inc(len(req.frame) - len(frame))
         req.frame = frame
         req.session = ticket
         req.collect = True
+
+    def _count_session_stats(self) -> None:
+        """Move the downstream session counters by what the session server counted since the last call."""
+        stats, seen = self.session_server.stats, self._session_stats_seen
+        if stats.evictions != seen.evictions:
+            metrics.FETCH_SESSION_EVICTIONS.inc(stats.evictions - seen.evictions)
+            seen.evictions = stats.evictions
+        for code, n in stats.errors.items():
+            if n != seen.errors[code]:
+                metrics.FETCH_SESSION_ERRORS.labels(metrics.SESSION_ERROR_NAMES[code]).inc(n - seen.errors[code])
+                seen.errors[code] = n
 
     def on_close(self, conn: ConnectionState) -> None:
         """A client connection closed: its upstream session (if any) goes with it."""
@@ -321,10 +367,14 @@ class Pipeline:
         corr, header_tags, view = fetch_fast.decode_frame(memoryview(frame), req.header.api_version)
         if req.session is not None:
             # KIP-227 terminate: the upstream answered Sluice's session request; the client gets every
-            # partition it asked for (policies below then edit that response as usual).
+            # partition it asked for, or those its own session must include (policies below then edit that
+            # response as usual).
             sessions = req.session.sessions
             was_open, was_cached = sessions.session_open, len(sessions.states)
+            metrics.UPSTREAM_FETCH_BYTES.labels("response").inc(len(frame) + 4)
             built = build_client_response(view, req.session)
+            if req.session.decision is not None:
+                self._count_session_stats()
             if not built.used:
                 metrics.FETCH_SESSION_RETRIES.inc()
                 again = replan(req.session) if reissue_ok else None
@@ -360,6 +410,8 @@ class Pipeline:
             return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, errors, changed=False,
                              mute_s=mute)
         buffers, size = view.encode_frame(corr, header_tags)
+        if req.session is not None and size > len(frame) + 4:
+            metrics.UPSTREAM_FETCH_BYTES_SAVED.labels("response").inc(size - len(frame) - 4)
         return Rewritten(buffers, size, errors, mute_s=mute)
 
     def _topic_label(self, topic: Any) -> str:
@@ -383,7 +435,7 @@ def _session_gauges(sessions: UpstreamSessions, was_open: bool, was_cached: int,
         metrics.UPSTREAM_FETCH_SESSIONS_OPEN.inc(1 if is_open else -1)
     cached = 0 if closing else len(sessions.states)
     if cached != was_cached:
-        metrics.FETCH_SESSION_PARTITIONS_CACHED.inc(cached - was_cached)
+        metrics.UPSTREAM_FETCH_PARTITIONS_CACHED.inc(cached - was_cached)
 
 
 def _produce_acks(frame: bytes, header: RequestHeader) -> int:

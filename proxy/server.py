@@ -34,7 +34,9 @@ from . import metrics
 from .accesslog import AccessLog, get_access_log, get_logger
 from .config import Settings
 from .pipeline import ConnectionState, Pipeline, Request
+from .policies.sessions import SessionCache, SessionServer
 from .policies.size_limit import HeldBytes, SizeLimits
+from .policies.terminate import SessionModes
 from .policies.throttle import Throttles
 from .routing import Address, Router
 from .wire.errors import CodecError
@@ -61,7 +63,10 @@ class Proxy:
         self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base,
                              open_listener=self.open_listener)
         self.pipeline = Pipeline(self.router, SizeLimits.from_settings(settings.size_limit),
-                                 Throttles.from_settings(settings.throttle), sessions_mode=settings.sessions.mode)
+                                 Throttles.from_settings(settings.throttle),
+                                 session_modes=SessionModes.from_settings(settings.sessions),
+                                 session_server=SessionServer(SessionCache(settings.sessions.cache_slots,
+                                                                           settings.sessions.eviction_age_s)))
         #: the global bound on response bytes held (size_limit.global_max_bytes), shared by every connection
         self.held = HeldBytes(settings.size_limit.global_max_bytes, on_change=metrics.RESPONSE_BYTES_HELD.set)
         self.access_log = access_log if access_log is not None else get_access_log()

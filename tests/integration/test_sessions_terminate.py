@@ -15,6 +15,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -22,7 +23,7 @@ from confluent_kafka import Consumer, Producer
 
 from proxy import metrics
 from proxy.policies.sessions import FetchMetadata
-from proxy.wire.records import walk_batches
+from proxy.wire.records import decode_batches, walk_batches
 from rig.kafka import KafkaBroker
 from tests.support import kafka
 from tests.support.proxy import ProxyThread
@@ -110,6 +111,85 @@ def test_raw_sessionless_loop_offloads_upstream(kafka_broker: KafkaBroker, uniqu
     assert metrics.total("sluice_upstream_fetch_requests_total", kind="full") - full_before == 1
     assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") - incr_before == 39
     assert metrics.total("sluice_upstream_fetch_bytes_saved_total") > 0
+
+
+def test_raw_session_client_is_served_by_sluice(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """A client with its own fetch session (raw KIP-227 requests, as the Java client sends them): Sluice
+    creates the session (its own id, not the broker's), answers incremental requests with exactly the
+    partitions that have news, answers session errors itself, and every record arrives once, in order."""
+    parts, busy = 60, (0, 7, 50)
+    create_topic(kafka_broker.bootstrap, unique_topic, parts)
+    produced = {p: 0 for p in range(parts)}
+
+    def add(round_: int) -> None:
+        produce(kafka_broker.bootstrap, unique_topic, [(p, f"r{round_}-p{p}-{i}") for p in busy for i in range(3)])
+        for p in busy:
+            produced[p] += 3
+
+    add(0)
+    down_before = {k: metrics.total("sluice_downstream_fetch_requests_total", kind=k) for k in ("full", "error")}
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as sluice, \
+            RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as client:
+        offsets = {p: 0 for p in range(parts)}
+        told_hw: dict[int, int] = {}
+        values: dict[int, list[bytes]] = {p: [] for p in busy}
+
+        def take(view_parts: dict[int, Any]) -> dict[int, int]:
+            """Record what arrived; return the partitions whose fetch offset moved (the next request's)."""
+            moved = {}
+            for index, part in view_parts.items():
+                assert part.error_code == 0
+                batches = decode_batches(part.records or b"")
+                for batch in batches:
+                    for record in batch.records:
+                        if batch.base_offset + record.offset_delta >= offsets[index]:
+                            values[index].append(bytes(record.value or b""))
+                if batches:
+                    offsets[index] = batches[-1].last_offset + 1
+                    moved[index] = offsets[index]
+                told_hw[index] = part.high_watermark
+            return moved
+
+        view = client.fetch(12, unique_topic, offsets, max_wait_ms=20, session_id=0, session_epoch=0)
+        sid = view.session_id
+        got = {p.partition_index: p for _, p in view.partitions()}
+        assert view.error_code == 0 and sid != 0 and sorted(got) == list(range(parts))
+        moved = take(got)
+        epoch = 1
+        for round_ in range(1, 31):
+            if round_ in (10, 20):
+                add(round_)
+            before_hw = dict(told_hw)
+            view = client.fetch(12, unique_topic, moved, max_wait_ms=20, session_id=sid, session_epoch=epoch)
+            epoch += 1
+            assert (view.error_code, view.session_id) == (0, sid)
+            got = {p.partition_index: p for _, p in view.partitions()}
+            for index, part in got.items():  # only partitions with news (KIP-227's inclusion rules)
+                assert part.records_size > 0 or part.high_watermark != before_hw[index], f"p{index}: no news"
+            moved = take(got)
+        assert offsets == produced and told_hw == produced
+        for p in busy:
+            expected = [f"r{r}-p{p}-{i}".encode() for r in (0, 10, 20) for i in range(3)]
+            assert values[p] == expected, f"p{p}: {values[p]}"
+
+        async def upstream_session_id() -> int:
+            (conn,) = [c for c in sluice.proxy._clients if c.state.sessions is not None]
+            assert conn.state.sessions is not None
+            return conn.state.sessions.client.next_metadata.session_id
+
+        assert sluice.call(upstream_session_id()) not in (0, sid)  # two independent sessions
+        # session errors are Sluice's own: answered without an upstream request
+        up_before = metrics.total("sluice_upstream_fetch_requests_total")
+        for session_id, session_epoch, code in ((sid, epoch + 3, 71), (sid ^ 0x5A5A, 1, 70)):
+            view = client.fetch(12, unique_topic, {}, session_id=session_id, session_epoch=session_epoch)
+            assert (view.error_code, view.session_id, list(view.partitions())) == (code, 0, [])
+        assert metrics.total("sluice_upstream_fetch_requests_total") == up_before
+        # the session survived its errors
+        view = client.fetch(12, unique_topic, {}, max_wait_ms=20, session_id=sid, session_epoch=epoch)
+        assert (view.error_code, view.session_id) == (0, sid)
+    assert metrics.total("sluice_downstream_fetch_requests_total", kind="full") == down_before["full"] + 1
+    assert metrics.total("sluice_downstream_fetch_requests_total", kind="error") == down_before["error"] + 2
+    assert metrics.total("sluice_fetch_session_errors_total", error="INVALID_FETCH_SESSION_EPOCH") >= 1
 
 
 @pytest.mark.parametrize("error", ["unknown_session", "wrong_epoch"])

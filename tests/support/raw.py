@@ -53,12 +53,14 @@ class RawClient:
         return decode_response(api_key, version, self.receive())[1]
 
     def fetch(self, version: int, topic: str, offsets: dict[int, int], *, max_bytes: int = 50 << 20,
-              partition_max_bytes: int = 1 << 20, max_wait_ms: int = 500) -> FetchResponseView:
-        """A session-less fetch (epoch -1) of ``topic``'s partitions, in the order given."""
+              partition_max_bytes: int = 1 << 20, max_wait_ms: int = 500, session_id: int = 0,
+              session_epoch: int = -1) -> FetchResponseView:
+        """A fetch of ``topic``'s partitions, in the order given: session-less (epoch -1) unless a KIP-227
+        session id / epoch is given (then ``offsets`` lists only the partitions to add or change)."""
         body = request_codec(1, version).default()
         fields: dict[str, Any] = {"replica_id": -1} if version < 15 else {}
         body = body.replace(max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
-                            session_id=0, session_epoch=-1, **fields,
+                            session_id=session_id, session_epoch=session_epoch, **fields,
                             topics=[Message(topic=topic, partitions=[
                                 Message(partition=p, current_leader_epoch=-1, fetch_offset=off,
                                         last_fetched_epoch=-1, log_start_offset=-1,

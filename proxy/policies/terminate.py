@@ -1,0 +1,289 @@
+"""``[sessions] mode = "terminate"``, sans-IO: Sluice owns the KIP-227 fetch sessions on both sides of a client
+connection, so the upstream link carries only changed partitions whatever the client does.
+
+Upstream, per client connection (which has exactly one upstream connection), an :class:`UpstreamSessions`: a
+:class:`~proxy.policies.sessions.SessionClient` (the Java consumer's FetchSessionHandler) and the latest
+:class:`~proxy.wire.fetch_fast.FetchPartition` of every partition of the session (an incremental response
+omits partitions with no news, so the last known state is kept).
+
+Downstream, two kinds of client:
+
+- session-less clients (librdkafka / confluent-kafka, aiokafka: every Fetch has session_epoch -1 and lists every
+  partition): :func:`plan_request` takes the request's partitions as the session's wanted set, and the client
+  gets a full response for every partition it asked for;
+- clients with their own sessions (the Java consumer, kafka-python): :func:`plan_session_request` hands the
+  request to Sluice's :class:`~proxy.policies.sessions.SessionServer` (one cache per proxy, Kafka's FetchManager
+  rules), whose decision names every partition of the client's session with its fetch parameters; that is the
+  wanted set. The client's session and Sluice's upstream session are independent (their own ids and epochs):
+  the client gets exactly the partitions Kafka would include in its incremental response, built from Sluice's
+  partition state, and session errors (70/71/106) are Sluice's own, answered at once without going upstream.
+
+For both, the request side is the same: ``SessionClient.build`` gives the upstream plan (full the first time,
+then only added and altered partitions plus forgotten ones) and ``apply_plan`` rewrites the request. A consumer
+advances its fetch offset after every response that carried records, so partitions with traffic are sent
+upstream again; idle partitions are not, which is where the savings come from. On the response side
+(:func:`build_client_response`) ``SessionClient.handle_response`` checks the upstream response (session errors
+70/71/106, or partitions that do not match the session, reset it to a full request), the state store is
+updated, and the client's response is built from the upstream entries (their records are for the client's
+fetch offsets, since the session's fetch parameters are exactly the client's) and the stored state.
+
+When the upstream response cannot be used (a session error, an invalid response, a throttled empty full
+response), the same client request goes upstream again at once as a full session request (:func:`replan`,
+once), and the client never sees the error. The server does this only when no other request of the connection
+is in flight behind it (responses must stay in order); otherwise, or if the second attempt fails too, the
+client gets a retriable answer (:func:`_retriable`): what Sluice knows without records, or, when a full
+response cannot list every partition, an empty full response with a throttle time — KIP-219's "try again"
+signal, which the Java FetchSessionHandler accepts without an error and answers with the same full request.
+
+One upstream session per connection means one session fetch in flight: a session-less Fetch pipelined behind
+a session fetch is relayed untouched (a request with session id 0 and epoch -1 does not disturb the session),
+and a session-using client's pipelined Fetch goes upstream session-less, listing its whole session (the
+clients named above never pipeline fetches to one broker, so this is the rare path).
+
+Followers' fetches (replica_id >= 0) are relayed untouched: Sluice terminates consumer sessions only.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+from ..config import SessionsSettings
+from ..wire.fetch_fast import FetchPartition, FetchResponseView
+from ..wire.model import Message
+from .sessions import (
+    FINAL_EPOCH,
+    FIRST_SESSION_VERSION,
+    FIRST_TOPIC_ID_VERSION,
+    INITIAL,
+    INVALID_SESSION_ID,
+    LEGACY,
+    NONE,
+    Decision,
+    FetchParams,
+    Kind,
+    PartitionKey,
+    SessionClient,
+    SessionServer,
+    UpstreamPlan,
+    apply_plan,
+    is_from_follower,
+    request_partitions,
+)
+
+TERMINATE, PASSTHROUGH = "terminate", "passthrough"
+
+#: builds session-less responses from partition states (Kind.SESSIONLESS never touches the cache)
+_BUILDER = SessionServer()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionModes:
+    """``[sessions]`` mode per client: the first ``(client_id glob, mode)`` rule that matches, else ``default``."""
+
+    default: str = PASSTHROUGH
+    rules: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: SessionsSettings) -> SessionModes:
+        return cls(settings.mode, tuple((c.client_id, c.mode) for c in settings.clients))
+
+    @property
+    def active(self) -> bool:
+        return self.default == TERMINATE or any(mode == TERMINATE for _, mode in self.rules)
+
+    def terminates(self, client_id: str | None) -> bool:
+        for glob, mode in self.rules:
+            if fnmatch.fnmatchcase(client_id or "", glob):
+                return mode == TERMINATE
+        return self.default == TERMINATE
+
+
+@dataclass(slots=True)
+class UpstreamSessions:
+    """One client connection's upstream session and the last known state of each of its partitions."""
+
+    client: SessionClient = field(default_factory=SessionClient)
+    #: latest partition data (records dropped) per key, from every upstream response
+    states: dict[PartitionKey, FetchPartition] = field(default_factory=dict)
+    #: a session fetch is in flight (its response must be handled before the next one is built)
+    busy: bool = False
+
+    @property
+    def session_open(self) -> bool:
+        return self.client.next_metadata.session_id != INVALID_SESSION_ID and not self.client.next_metadata.is_full
+
+
+@dataclass(slots=True)
+class SessionTicket:
+    """What the response side needs: the client's partitions (its order) and what was sent upstream."""
+
+    sessions: UpstreamSessions
+    version: int
+    wanted: dict[PartitionKey, FetchParams]
+    full: bool
+    #: the client's request body (after other policies), to send again if the session is refused
+    body: Message
+    #: the request header (set by the pipeline) and how many times this client request went upstream
+    header: Message | None = None
+    attempts: int = 1
+    #: the client's own session (FULL or INCREMENTAL decision of ``server``); None: a session-less response
+    decision: Decision | None = None
+    server: SessionServer = _BUILDER
+    #: False: sent upstream session-less (the connection's session fetch was busy), not in Sluice's session
+    in_session: bool = True
+
+
+@dataclass(slots=True)
+class ClientResponse:
+    view: FetchResponseView
+    used: bool  # False: the upstream response could not be used; ``view`` is the retriable answer
+
+
+@dataclass(slots=True)
+class SessionPlan:
+    """What to do with a session-using client's Fetch (:func:`plan_session_request`)."""
+
+    kind: Kind
+    #: a session error of Sluice's own: the response to send at once
+    answer: FetchResponseView | None = None
+    #: the request to send upstream and its ticket (both None, no answer: relay ``body`` as is)
+    body: Message | None = None
+    ticket: SessionTicket | None = None
+
+
+def uses_session(body: Message, version: int) -> bool:
+    """The client runs its own fetch session (or closes one): v7+ and not (session 0, epoch -1)."""
+    return (version >= FIRST_SESSION_VERSION
+            and (body.get("session_epoch", FINAL_EPOCH) != FINAL_EPOCH
+                 or body.get("session_id", INVALID_SESSION_ID) != INVALID_SESSION_ID))
+
+
+def eligible(body: Message, version: int) -> bool:
+    """A consumer's session-less Fetch (v7+, epoch -1, no session named) with at least one partition."""
+    return (version >= FIRST_SESSION_VERSION
+            and not uses_session(body, version)
+            and not is_from_follower(body, version)
+            and any(t.partitions for t in body.topics or ()))
+
+
+def plan_request(body: Message, version: int, sessions: UpstreamSessions) -> tuple[Message, SessionTicket] | None:
+    """A session-less client's Fetch: the request to send upstream instead of ``body``, and its ticket; None to
+    relay ``body`` untouched."""
+    if sessions.busy or not eligible(body, version):
+        return None
+    return _upstream(body, version, sessions, request_partitions(body, version), None, _BUILDER)
+
+
+def plan_session_request(body: Message, version: int, sessions: UpstreamSessions, server: SessionServer,
+                         now: float) -> SessionPlan:
+    """A Fetch of a client that uses sessions (:func:`uses_session`), answered by Sluice's ``server``."""
+    if is_from_follower(body, version):
+        return SessionPlan(Kind.SESSIONLESS)  # followers keep their own sessions with the broker
+    decision = server.handle_request(body, version, now)
+    if decision.is_error:
+        return SessionPlan(decision.kind, answer=server.build_view(decision, {}))
+    if decision.kind is Kind.SESSIONLESS:
+        # The client closed its session (epoch -1 naming it, or an incremental request that forgot every
+        # partition): from here it is a session-less request, which must not name Sluice's session upstream.
+        body = body.replace(session_id=INVALID_SESSION_ID, session_epoch=FINAL_EPOCH, forgotten_topics_data=[])
+        planned = plan_request(body, version, sessions)
+        if planned is None:
+            return SessionPlan(decision.kind, body=body)
+        return SessionPlan(decision.kind, body=planned[0], ticket=planned[1])
+    upstream, ticket = _upstream(body, version, sessions, decision.partitions, decision, server)
+    return SessionPlan(decision.kind, body=upstream, ticket=ticket)
+
+
+def _upstream(body: Message, version: int, sessions: UpstreamSessions, wanted: dict[PartitionKey, FetchParams],
+              decision: Decision | None, server: SessionServer) -> tuple[Message, SessionTicket]:
+    if sessions.busy:
+        # Only a session-using client gets here (plan_request checks busy first): its whole session goes
+        # upstream session-less, so the broker's answer is complete and the client's session stays served.
+        plan = UpstreamPlan(LEGACY, dict(wanted), [], dict(wanted))
+        in_session = False
+    else:
+        plan = sessions.client.build(wanted)
+        for key in plan.to_forget:  # no longer wanted: forget its state (it is refreshed if it comes back)
+            sessions.states.pop(key, None)
+        sessions.busy = in_session = True
+    ticket = SessionTicket(sessions, version, wanted, plan.is_full, body, decision=decision, server=server,
+                           in_session=in_session)
+    return apply_plan(body, version, plan), ticket
+
+
+def replan(ticket: SessionTicket) -> tuple[Message, SessionTicket] | None:
+    """After an unusable response (the session is reset): the same client request as a new full session
+    request, once; None when it was already sent again or the connection's session is busy."""
+    if ticket.attempts > 1 or ticket.sessions.busy:
+        return None
+    body, again = _upstream(ticket.body, ticket.version, ticket.sessions, ticket.wanted, ticket.decision,
+                            ticket.server)
+    again.header, again.attempts = ticket.header, ticket.attempts + 1
+    return body, again
+
+
+def _stored(p: FetchPartition) -> FetchPartition:
+    """The state kept for a partition: offsets and error, without records or per-response details."""
+    return FetchPartition(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                          p.log_start_offset, None, -1, b"", None)
+
+
+def _keys(upstream: FetchResponseView, by_id: bool) -> list[PartitionKey]:
+    return [(t.topic_id if by_id else t.topic, p.partition_index) for t, p in upstream.partitions()]
+
+
+def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) -> ClientResponse:
+    """The client's response (session-less, or in its own session), from the upstream response."""
+    sessions, version = ticket.sessions, ticket.version
+    by_id = version >= FIRST_TOPIC_ID_VERSION
+    if ticket.in_session:
+        sessions.busy = False
+        if not sessions.client.handle_response(upstream, version):
+            meta = sessions.client.next_metadata
+            if ticket.full and meta.session_id != INVALID_SESSION_ID:
+                # a full request naming the old session failed too (an error other than 70, e.g. -1): naming it
+                # again could fail forever, so start a fresh session instead (still a full request)
+                sessions.client.next_metadata = INITIAL
+            return ClientResponse(_retriable(upstream, ticket), False)
+    elif upstream.error_code != NONE or set(_keys(upstream, by_id)) != set(ticket.wanted):
+        return ClientResponse(_retriable(upstream, ticket), False)  # a session-less answer must be complete
+    states = sessions.states
+    fresh: dict[PartitionKey, FetchPartition] = {}
+    for t, p in upstream.partitions():
+        key = (t.topic_id if by_id else t.topic, p.partition_index)
+        fresh[key] = p
+        states[key] = _stored(p)
+    merged: dict[PartitionKey, FetchPartition] = {}
+    for key in ticket.wanted:
+        data = fresh.get(key)
+        if data is None:
+            data = states.get(key)
+        if data is None:
+            # the broker said nothing about a partition Sluice has never seen: not a valid session answer
+            if ticket.in_session:
+                sessions.client.handle_error()
+            return ClientResponse(_retriable(upstream, ticket), False)
+        merged[key] = data
+    decision = ticket.decision or Decision(Kind.SESSIONLESS, version, ticket.wanted)
+    view = ticket.server.build_view(decision, merged, upstream.throttle_time_ms)
+    view.node_endpoints = upstream.node_endpoints
+    view.unknown_tags = upstream.unknown_tags
+    return ClientResponse(view, True)
+
+
+def _retriable(upstream: FetchResponseView, ticket: SessionTicket) -> FetchResponseView:
+    """An answer that lets the client simply fetch again, without an error: every partition with its stored
+    state and no records (an incremental one: those whose state the client has not been told yet); when a full
+    response cannot list every partition, an empty one with a throttle time (KIP-219: "an empty full fetch
+    response to indicate that this client should be throttled", which the Java client does not count as
+    invalid, and librdkafka/aiokafka simply fetch again after)."""
+    states = ticket.sessions.states
+    known = {k: states[k] for k in ticket.wanted if k in states}
+    decision = ticket.decision or Decision(Kind.SESSIONLESS, ticket.version, ticket.wanted)
+    if decision.kind is Kind.INCREMENTAL or len(known) == len(ticket.wanted):
+        view = ticket.server.build_view(decision, known, upstream.throttle_time_ms)
+    else:
+        view = FetchResponseView(ticket.version, max(upstream.throttle_time_ms, 1), NONE, INVALID_SESSION_ID)
+    view.node_endpoints = upstream.node_endpoints
+    return view

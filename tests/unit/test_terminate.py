@@ -1,0 +1,286 @@
+"""[sessions] mode = terminate, sans-IO (proxy.policies.terminate.py): a session-less client's fetches
+become Sluice's own upstream session requests, and its responses are rebuilt in full from partition state."""
+
+from __future__ import annotations
+
+import random
+
+from proxy.policies.sessions import (
+    FINAL_EPOCH,
+    FetchMetadata,
+    FetchParams,
+    Kind,
+    PartitionKey,
+    SessionCache,
+    SessionServer,
+    UpstreamPlan,
+    apply_plan,
+)
+from proxy.policies.terminate import (
+    SessionModes,
+    UpstreamSessions,
+    build_client_response,
+    eligible,
+    plan_request,
+    plan_session_request,
+    replan,
+    uses_session,
+)
+from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
+from proxy.wire.messages import request_codec
+from proxy.wire.model import Message
+
+V = 12
+KEYS: list[PartitionKey] = [("t", 0), ("t", 1), ("t", 2)]
+
+
+def request(offsets: dict[PartitionKey, int], version: int = V, session_id: int = 0, epoch: int = FINAL_EPOCH,
+            replica_id: int = -1) -> Message:
+    body = request_codec(1, version).default()
+    body = body.replace(replica_state=body.replica_state.replace(replica_id=replica_id)) if version >= 15 \
+        else body.replace(replica_id=replica_id)
+    parts = {k: FetchParams(o) for k, o in offsets.items()}
+    body = apply_plan(body, version, UpstreamPlan(FetchMetadata(session_id, epoch), parts, [], parts))
+    # round trip through the codec, as the pipeline decodes what the client sent
+    codec = request_codec(1, version)
+    return codec.decode(codec.encode(body))
+
+
+def response(parts: dict[PartitionKey, tuple[int, bytes]], session_id: int = 0, error: int = 0) -> FetchResponseView:
+    """Partitions as {key: (high watermark, records)}."""
+    topics: list[FetchTopic] = []
+    for (topic, index), (hw, records) in parts.items():
+        if not topics or topics[-1].topic != topic:
+            topics.append(FetchTopic(topic=str(topic)))
+        topics[-1].partitions.append(FetchPartition(index, 0, hw, hw, 0, None, -1, records))
+    return FetchResponseView(V, 0, error, session_id, topics)
+
+
+def sent(body: Message) -> dict[PartitionKey, int]:
+    return {(t.topic, p.partition): p.fetch_offset for t in body.topics for p in t.partitions}
+
+
+def by_key(view: FetchResponseView) -> dict[PartitionKey, tuple[int, bytes]]:
+    return {(t.topic, p.partition_index): (p.high_watermark, bytes(p.records or b"")) for t, p in view.partitions()}
+
+
+def test_full_then_incremental_client_gets_every_partition() -> None:
+    s = UpstreamSessions()
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None
+    up, ticket = planned
+    assert (up.session_id, up.session_epoch) == (0, 0) and sent(up) == dict.fromkeys(KEYS, 0) and ticket.full
+    assert plan_request(request(dict.fromkeys(KEYS, 0)), V, s) is None  # one session fetch in flight
+    out = build_client_response(response({("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")},
+                                         session_id=42), ticket)
+    assert out.used and by_key(out.view) == {("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")}
+    assert out.view.session_id == 0 and s.session_open
+    # the client advanced partition 0 only: only it goes upstream, in session 42 epoch 1
+    planned = plan_request(request({("t", 0): 2, ("t", 1): 0, ("t", 2): 0}), V, s)
+    assert planned is not None
+    up, ticket = planned
+    assert (up.session_id, up.session_epoch) == (42, 1) and sent(up) == {("t", 0): 2} and not ticket.full
+    # the broker answers only partition 1 (new data); the client still gets all three, in its order
+    out = build_client_response(response({("t", 1): (1, b"C")}, session_id=42), ticket)
+    assert out.used
+    assert list(by_key(out.view)) == KEYS
+    assert by_key(out.view) == {("t", 0): (2, b""), ("t", 1): (1, b"C"), ("t", 2): (5, b"")}
+    # nothing changed: an empty incremental request
+    planned = plan_request(request({("t", 0): 2, ("t", 1): 0, ("t", 2): 0}), V, s)
+    assert planned is not None and sent(planned[0]) == {} and planned[0].session_epoch == 2
+
+
+def test_session_error_gives_a_retriable_answer_and_a_full_request_next() -> None:
+    s = UpstreamSessions()
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None
+    build_client_response(response({k: (3, b"") for k in KEYS}, session_id=9), planned[1])
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None
+    out = build_client_response(response({}, error=70), planned[1])
+    assert not out.used and out.view.error_code == 0
+    assert by_key(out.view) == {k: (3, b"") for k in KEYS}  # known state, no records
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None and planned[1].full and sent(planned[0]) == dict.fromkeys(KEYS, 0)
+
+
+def test_invalid_full_response_is_not_used() -> None:
+    s = UpstreamSessions()
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None
+    out = build_client_response(response({("t", 0): (1, b"X")}, session_id=5), planned[1])  # partitions missing
+    assert not out.used and all(p.records_size == 0 for _, p in out.view.partitions())
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None and planned[1].full
+
+
+def test_forgotten_partitions_leave_the_state() -> None:
+    s = UpstreamSessions()
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None
+    build_client_response(response({k: (1, b"") for k in KEYS}, session_id=3), planned[1])
+    planned = plan_request(request({("t", 0): 0}), V, s)
+    assert planned is not None
+    assert [(t.topic, list(t.partitions)) for t in planned[0].forgotten_topics_data] == [("t", [1, 2])]
+    assert set(s.states) == {("t", 0)}
+
+
+def test_only_sessionless_consumer_fetches_are_eligible() -> None:
+    offsets = dict.fromkeys(KEYS, 0)
+    assert eligible(request(offsets), V)
+    assert not eligible(request(offsets, epoch=0), V)  # the client's own session
+    assert not eligible(request(offsets, session_id=7, epoch=3), V)
+    assert not eligible(request(offsets, replica_id=1), V)  # a follower
+    assert not eligible(request({}), V)
+    v6 = request_codec(1, 6).default().replace(topics=[Message(topic="t", partitions=[
+        Message(partition=0, fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20)])])
+    assert not eligible(v6, 6)  # before KIP-227: no session fields
+
+
+def test_a_failed_full_request_naming_a_session_starts_a_fresh_one() -> None:
+    s = UpstreamSessions()
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None
+    build_client_response(response({k: (0, b"") for k in KEYS}, session_id=9), planned[1])
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None
+    build_client_response(response({}, error=-1, session_id=9), planned[1])
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None and (planned[0].session_id, planned[0].session_epoch) == (9, 0)  # close + new
+    build_client_response(response({}, error=-1, session_id=9), planned[1])
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None and (planned[0].session_id, planned[0].session_epoch) == (0, 0)  # fresh
+
+
+def test_replan_sends_the_same_client_request_again_once() -> None:
+    s = UpstreamSessions()
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    assert planned is not None
+    build_client_response(response({k: (0, b"") for k in KEYS}, session_id=4), planned[1])
+    planned = plan_request(request({("t", 0): 1, ("t", 1): 0, ("t", 2): 0}), V, s)
+    assert planned is not None
+    out = build_client_response(response({}, error=70), planned[1])
+    assert not out.used
+    again = replan(planned[1])
+    assert again is not None
+    body, ticket = again
+    assert ticket.full and ticket.attempts == 2 and (body.session_id, body.session_epoch) == (0, 0)
+    assert sent(body) == {("t", 0): 1, ("t", 1): 0, ("t", 2): 0}
+    build_client_response(response({}, error=70), ticket)
+    assert replan(ticket) is None
+
+
+# ------------------------------------------------------------------- clients with their own sessions
+
+
+def server() -> SessionServer:
+    return SessionServer(SessionCache(rng=random.Random(7)))
+
+
+def test_a_session_client_is_served_by_sluice_independently_of_the_upstream_session() -> None:
+    s, srv = UpstreamSessions(), server()
+    # the client creates a session (epoch 0): the upstream request is Sluice's own full session request
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    assert plan.kind is Kind.FULL and plan.answer is None and plan.body is not None and plan.ticket is not None
+    assert (plan.body.session_id, plan.body.session_epoch) == (0, 0) and sent(plan.body) == dict.fromkeys(KEYS, 0)
+    out = build_client_response(response({("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")},
+                                         session_id=42), plan.ticket)
+    client_session = out.view.session_id
+    assert out.used and client_session not in (0, 42) and client_session in srv.cache  # Sluice's id, not the broker's
+    assert by_key(out.view) == {("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")}
+    # the client's incremental request carries only partition 0 (advanced): so does the upstream one, in session 42
+    plan = plan_session_request(request({("t", 0): 2}, session_id=client_session, epoch=1), V, s, srv, now=1.0)
+    assert plan.kind is Kind.INCREMENTAL and plan.body is not None and plan.ticket is not None
+    assert (plan.body.session_id, plan.body.session_epoch) == (42, 1) and sent(plan.body) == {("t", 0): 2}
+    # the broker answers partition 1 (records); the client gets exactly that: partition 0's HW did not change
+    out = build_client_response(response({("t", 1): (1, b"C")}, session_id=42), plan.ticket)
+    assert out.used and out.view.session_id == client_session and by_key(out.view) == {("t", 1): (1, b"C")}
+    # nothing new upstream, but the client has not been told partition 2's HW moved (stored state): included
+    s.states[("t", 2)].high_watermark = 6
+    plan = plan_session_request(request({}, session_id=client_session, epoch=2), V, s, srv, now=2.0)
+    assert plan.body is not None and plan.ticket is not None and sent(plan.body) == {}
+    out = build_client_response(response({}, session_id=42), plan.ticket)
+    assert by_key(out.view) == {("t", 2): (6, b"")}
+
+
+def test_session_errors_are_answered_by_sluice_without_going_upstream() -> None:
+    s, srv = UpstreamSessions(), server()
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    assert plan.ticket is not None
+    sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
+    for session_id, epoch, code in ((sid, 5, 71), (sid + 1, 1, 70)):
+        plan = plan_session_request(request({}, session_id=session_id, epoch=epoch), V, s, srv, now=1.0)
+        assert plan.kind is Kind.ERROR and plan.body is None and plan.answer is not None
+        assert (plan.answer.error_code, plan.answer.session_id, list(plan.answer.partitions())) == (code, 0, [])
+        assert not s.busy
+    # topic ids (v13+) on a session created with names
+    plan = plan_session_request(request({}, version=13, session_id=sid, epoch=1), 13, s, srv, now=1.0)
+    assert plan.answer is not None and plan.answer.error_code == 106
+    assert sid in srv.cache  # errors do not delete the session (Kafka keeps it)
+
+
+def test_closing_a_session_makes_the_request_sessionless_upstream_too() -> None:
+    s, srv = UpstreamSessions(), server()
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    assert plan.ticket is not None
+    sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
+    # epoch -1 naming the session: closed; the request is served like a session-less client's
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), session_id=sid, epoch=FINAL_EPOCH), V, s, srv, 1.0)
+    assert plan.kind is Kind.SESSIONLESS and sid not in srv.cache
+    assert plan.body is not None and plan.ticket is not None
+    assert (plan.body.session_id, plan.body.session_epoch) == (42, 1)  # Sluice's upstream session carries on
+    out = build_client_response(response({}, session_id=42), plan.ticket)
+    assert out.view.session_id == 0 and list(by_key(out.view)) == KEYS
+
+
+def test_a_pipelined_session_fetch_goes_upstream_sessionless_with_the_whole_session() -> None:
+    s, srv = UpstreamSessions(), server()
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    assert plan.ticket is not None
+    sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
+    first = plan_session_request(request({("t", 0): 1}, session_id=sid, epoch=1), V, s, srv, now=1.0)
+    assert first.ticket is not None and first.ticket.in_session and s.busy
+    second = plan_session_request(request({}, session_id=sid, epoch=2), V, s, srv, now=1.5)
+    assert second.body is not None and second.ticket is not None and not second.ticket.in_session
+    assert (second.body.session_id, second.body.session_epoch) == (0, FINAL_EPOCH)
+    assert sent(second.body) == {("t", 0): 1, ("t", 1): 0, ("t", 2): 0}
+    build_client_response(response({("t", 0): (1, b"")}, session_id=42), first.ticket)
+    out = build_client_response(response({("t", 0): (3, b"Z"), ("t", 1): (0, b""), ("t", 2): (0, b"")}),
+                                second.ticket)
+    assert out.used and out.view.session_id == sid and by_key(out.view) == {("t", 0): (3, b"Z")}
+    assert s.client.next_metadata == FetchMetadata(42, 2)  # the upstream session was not disturbed
+
+
+def test_an_unusable_upstream_answer_keeps_the_client_session_without_an_error() -> None:
+    s, srv = UpstreamSessions(), server()
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    assert plan.ticket is not None
+    sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
+    plan = plan_session_request(request({("t", 0): 0}, session_id=sid, epoch=1), V, s, srv, now=1.0)
+    assert plan.ticket is not None
+    out = build_client_response(response({}, error=70), plan.ticket)
+    assert not out.used and (out.view.error_code, out.view.session_id) == (0, sid)
+    assert list(out.view.partitions()) == []  # an empty incremental answer: valid, the client fetches again
+    again = replan(plan.ticket)
+    assert again is not None and (again[0].session_id, again[0].session_epoch) == (0, 0)
+    assert sent(again[0]) == dict.fromkeys(KEYS, 0)  # the whole session, upstream, in a new full request
+
+
+def test_a_full_answer_that_cannot_list_every_partition_is_an_empty_throttled_one() -> None:
+    s, srv = UpstreamSessions(), server()
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    assert plan.ticket is not None
+    out = build_client_response(response({}, error=70), plan.ticket)
+    # KIP-219: an empty full response with a throttle time is "fetch again", not an invalid full response
+    assert not out.used and (out.view.error_code, out.view.session_id, out.view.throttle_time_ms) == (0, 0, 1)
+    assert list(out.view.partitions()) == [] and len(srv.cache) == 0
+
+
+def test_uses_session_and_modes_per_client() -> None:
+    offsets = dict.fromkeys(KEYS, 0)
+    assert not uses_session(request(offsets), V)
+    assert uses_session(request(offsets, epoch=0), V) and uses_session(request(offsets, session_id=3, epoch=-1), V)
+    modes = SessionModes("passthrough", (("rdkafka*", "terminate"), ("*-java", "passthrough")))
+    assert modes.active and modes.terminates("rdkafka-1") and not modes.terminates("app-java")
+    assert not modes.terminates(None) and not SessionModes().active
+    assert SessionModes("terminate", (("legacy", "passthrough"),)).terminates("other")
