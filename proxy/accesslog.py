@@ -35,9 +35,11 @@ field                       type          meaning
                                           the response was relayed without decoding)
 ``decoded``                 bool          the proxy decoded the request/response (false = relayed as bytes)
 ``partitions``              object[]      optional, only for Fetch responses Sluice decoded (a policy applied):
-                                          ``{"topic", "partition", "bytes"}`` per partition, record bytes sent
-                                          to the client; the topic is its name, or its topic id (Kafka's base64
-                                          form) when Sluice has not seen the name
+                                          ``{"topic", "partition", "bytes"}`` per partition that carried
+                                          records to the client (bytes > 0: an idle partition adds nothing, and
+                                          a 10,000-partition fetch would otherwise write 10,000 entries per
+                                          line); the topic is its name, or its topic id (Kafka's base64 form)
+                                          when Sluice has not seen the name
 ==========================  ============  ====================================================================
 
 Cost: ``record()`` formats the line itself, from its arguments, in one f-string: the timestamp's seconds are
