@@ -167,13 +167,17 @@ class JavaTools:
         *,
         jvm_opts: Sequence[str] = FAST_JVM_OPTS,
         extra_jvm_opts: Sequence[str] = (),
+        log4j_config: Path | None = None,
     ) -> list[str]:
-        """The full java command line for a tool (for logging, or to run it some other way)."""
+        """The full java command line for a tool (for logging, or to run it some other way).
+
+        `log4j_config`: a log4j2 configuration file to use instead of the rig's (warnings to stderr), e.g. to
+        capture a client class's DEBUG lines in a file."""
         return [
             self.java,
             *jvm_opts,
             *extra_jvm_opts,
-            f"-Dlog4j2.configurationFile={self._log4j}",
+            f"-Dlog4j2.configurationFile={log4j_config or self._log4j}",
             "-cp",
             classpath(self.libs_dir),
             main_class,
@@ -189,6 +193,7 @@ class JavaTools:
         timeout: float = 60.0,
         check: bool = True,
         jvm_opts: Sequence[str] = FAST_JVM_OPTS,
+        log4j_config: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run a tool to completion. With `check`, a non-zero exit is a RigError carrying the tool's output.
 
@@ -196,7 +201,7 @@ class JavaTools:
         """
         # Class-data sharing archive per tool: JVM start is most of a console tool's run (see rig.kafka).
         cds, pending = cds_options(self.java, self.libs_dir, main_class, jvm_opts)
-        cmd = self.command(main_class, args, jvm_opts=jvm_opts, extra_jvm_opts=cds)
+        cmd = self.command(main_class, args, jvm_opts=jvm_opts, extra_jvm_opts=cds, log4j_config=log4j_config)
         try:
             proc = subprocess.run(
                 cmd,
@@ -225,12 +230,13 @@ class JavaTools:
         *,
         jvm_opts: Sequence[str] = FAST_JVM_OPTS,
         stdin: int | None = subprocess.DEVNULL,
+        log4j_config: Path | None = None,
     ) -> subprocess.Popen[str]:
         """Start a tool in the background (e.g. a consumer across a broker restart). The caller must stop it
         (terminate()/wait()); it also dies with this Python process (PR_SET_PDEATHSIG)."""
         cds, _ = cds_options(self.java, self.libs_dir, main_class, jvm_opts, create=False)
         return subprocess.Popen(
-            self.command(main_class, args, jvm_opts=jvm_opts, extra_jvm_opts=cds),
+            self.command(main_class, args, jvm_opts=jvm_opts, extra_jvm_opts=cds, log4j_config=log4j_config),
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import random
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 from ..wire.compiler import KafkaStruct, struct_for
@@ -199,6 +200,9 @@ class Session:
     cached_size: int = -1
     evictable_by_all: bool = False
     evictable_by_privileged: bool = False
+    #: whoever last built this session's response from its own partition states (terminate.UpstreamSessions):
+    #: while it stays the same, the session's cache agrees with those states except where new data arrived
+    sync_token: object | None = None
 
     def evictable_key(self) -> tuple[bool, int, int]:
         """EvictableKey: (privileged, size, id), least valuable first."""
@@ -334,16 +338,41 @@ class Decision:
 
     kind: Kind
     version: int
-    partitions: dict[PartitionKey, FetchParams]
+    partitions: Mapping[PartitionKey, FetchParams]
     error_code: int = NONE
     session: Session | None = None  # INCREMENTAL: the session the response updates
     epoch: int = FINAL_EPOCH  # INCREMENTAL: the session's epoch after this request (duplicate check)
     privileged: bool = False
     now: float = 0.0
+    #: INCREMENTAL: what the request itself added or changed, and forgot (the delta from the last request)
+    sent: dict[PartitionKey, FetchParams] = field(default_factory=dict)
+    forgotten: list[PartitionKey] = field(default_factory=list)
 
     @property
     def is_error(self) -> bool:
         return self.kind is Kind.ERROR
+
+
+class SessionParams(Mapping[PartitionKey, FetchParams]):
+    """A session's partitions with their fetch parameters, in session order: a live read-only view (an
+    incremental decision must not copy a 10,000-partition session for every request)."""
+
+    __slots__ = ("_partitions",)
+
+    def __init__(self, partitions: dict[PartitionKey, CachedPartition]) -> None:
+        self._partitions = partitions
+
+    def __getitem__(self, key: PartitionKey) -> FetchParams:
+        return self._partitions[key].params
+
+    def __iter__(self) -> Iterator[PartitionKey]:
+        return iter(self._partitions)
+
+    def __len__(self) -> int:
+        return len(self._partitions)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._partitions
 
 
 def has_diverging_epoch(p: FetchPartition) -> bool:
@@ -420,7 +449,8 @@ class SessionServer:
                 session.partitions[key] = CachedPartition(params)
             else:
                 cached.params = params
-        for key in forgotten_partitions(request, version):
+        forgotten = forgotten_partitions(request, version)
+        for key in forgotten:
             session.partitions.pop(key, None)
         if not session.partitions:
             # the session is closed and the request answered as a sessionless one (with what it sent: nothing)
@@ -429,9 +459,8 @@ class SessionServer:
             return Decision(Kind.SESSIONLESS, version, sent, privileged=privileged, now=now)
         self.cache.touch(session, now)
         session.epoch = next_epoch(session.epoch)
-        wanted = {key: cp.params for key, cp in session.partitions.items()}
-        return Decision(Kind.INCREMENTAL, version, wanted, session=session, epoch=session.epoch,
-                        privileged=privileged, now=now)
+        return Decision(Kind.INCREMENTAL, version, SessionParams(session.partitions), session=session,
+                        epoch=session.epoch, privileged=privileged, now=now, sent=sent, forgotten=forgotten)
 
     def _error(self, code: int, version: int) -> Decision:
         self.stats.errors[code] += 1
@@ -452,7 +481,8 @@ class SessionServer:
         return self.build_view(decision, partition_states, throttle_time_ms, now).to_message()
 
     def build_view(self, decision: Decision, partition_states: Mapping[PartitionKey, FetchPartition],
-                   throttle_time_ms: int = 0, now: float | None = None) -> FetchResponseView:
+                   throttle_time_ms: int = 0, now: float | None = None,
+                   only: Iterable[PartitionKey] | None = None) -> FetchResponseView:
         """The response as a :class:`FetchResponseView` (the proxy's fast encoder; records are not copied).
 
         ``partition_states`` holds Sluice's latest data for each partition of ``decision.partitions``. Full
@@ -460,13 +490,16 @@ class SessionServer:
         session partition); for an incremental response a missing partition is "no news" and left out.
         ``now`` (default: the request's) is when a full request's new session is created, as Kafka creates it
         when the response is generated.
+
+        ``only`` (incremental): check just these partitions, because the caller knows no other partition of the
+        session has news (its cache already agrees with their states); O(changed) instead of O(session).
         """
         version = decision.version
         if decision.kind is Kind.ERROR:
             # SessionErrorContext: the error, session_id 0, no partitions
             return FetchResponseView(version, throttle_time_ms, decision.error_code, INVALID_SESSION_ID)
         if decision.kind is Kind.INCREMENTAL:
-            return self._incremental(decision, partition_states, throttle_time_ms)
+            return self._incremental(decision, partition_states, throttle_time_ms, only)
         missing = [k for k in decision.partitions if k not in partition_states]
         if missing:
             raise KeyError(f"no partition state for {missing[:5]} ({len(missing)} missing) in a full response")
@@ -491,7 +524,7 @@ class SessionServer:
         return _view(version, throttle_time_ms, NONE, session_id, keys, partition_states)
 
     def _incremental(self, decision: Decision, partition_states: Mapping[PartitionKey, FetchPartition],
-                     throttle_time_ms: int) -> FetchResponseView:
+                     throttle_time_ms: int, only: Iterable[PartitionKey] | None = None) -> FetchResponseView:
         session = decision.session
         assert session is not None
         if session.epoch != decision.epoch:
@@ -501,7 +534,9 @@ class SessionServer:
             return FetchResponseView(decision.version, throttle_time_ms, INVALID_FETCH_SESSION_EPOCH, session.id)
         included: list[PartitionKey] = []
         rotate: list[PartitionKey] = []
-        for key, cached in list(session.partitions.items()):
+        candidates = list(session.partitions.items()) if only is None else \
+            [(key, session.partitions[key]) for key in only if key in session.partitions]
+        for key, cached in candidates:
             data = partition_states.get(key)
             if data is None or not must_respond(cached, data):
                 continue
@@ -516,19 +551,26 @@ class SessionServer:
 def _view(version: int, throttle_time_ms: int, error_code: int, session_id: int, keys: Iterable[PartitionKey],
           states: Mapping[PartitionKey, FetchPartition]) -> FetchResponseView:
     """A response with ``keys`` in order, consecutive partitions of one topic under one topic entry (as
-    Kafka's FetchResponse.toMessage groups them)."""
+    Kafka's FetchResponse.toMessage groups them).
+
+    The view holds the ``states`` objects themselves, not copies (copying is most of the cost of a
+    10,000-partition response): policies that edit a built response only shorten ``records``, which the
+    stored states (records-free) and the upstream response's partitions (discarded after) can take."""
     by_id = version >= FIRST_TOPIC_ID_VERSION
     topics: list[FetchTopic] = []
+    parts: list[FetchPartition] = []
     last: TopicKey | None = None
     for key in keys:
-        topic, index = key
-        if not topics or topic != last:
+        topic = key[0]
+        if topic != last or not topics:
             topics.append(_response_topic(topic, by_id))
+            parts = topics[-1].partitions
             last = topic
         d = states[key]
-        topics[-1].partitions.append(FetchPartition(
-            index, d.error_code, d.high_watermark, d.last_stable_offset, d.log_start_offset,
-            d.aborted_transactions, d.preferred_read_replica, d.records, d.tags))
+        if d.partition_index != key[1]:  # a state filed under another index: the key is what the client asked
+            d = FetchPartition(key[1], d.error_code, d.high_watermark, d.last_stable_offset, d.log_start_offset,
+                               d.aborted_transactions, d.preferred_read_replica, d.records, d.tags)
+        parts.append(d)
     return FetchResponseView(version, throttle_time_ms, error_code, session_id, topics)
 
 
@@ -557,7 +599,8 @@ class UpstreamPlan:
     metadata: FetchMetadata
     to_send: dict[PartitionKey, FetchParams]  # full: every partition; incremental: added and altered ones
     to_forget: list[PartitionKey]  # incremental only: partitions no longer wanted
-    session_partitions: dict[PartitionKey, FetchParams]  # everything the request covers
+    #: everything the session covers after this request (the client's own map, read-only: not a copy)
+    session_partitions: Mapping[PartitionKey, FetchParams]
 
     @property
     def is_full(self) -> bool:
@@ -588,7 +631,7 @@ class SessionClient:
             self.session_partitions = dict(wanted)
             self.stats.full_requests += 1
             self.stats.partitions_sent += len(wanted)
-            return UpstreamPlan(meta, dict(wanted), [], dict(self.session_partitions))
+            return UpstreamPlan(meta, dict(wanted), [], MappingProxyType(self.session_partitions))
         to_send: dict[PartitionKey, FetchParams] = {}
         altered: dict[PartitionKey, FetchParams] = {}
         removed: list[PartitionKey] = []
@@ -607,7 +650,35 @@ class SessionClient:
         to_send.update(altered)  # Java sends added partitions first, then the altered ones
         self.stats.incremental_requests += 1
         self.stats.partitions_sent += len(to_send)
-        return UpstreamPlan(meta, to_send, removed, dict(self.session_partitions))
+        return UpstreamPlan(meta, to_send, removed, MappingProxyType(self.session_partitions))
+
+    def build_delta(self, changed: Mapping[PartitionKey, FetchParams],
+                    forgotten: Iterable[PartitionKey]) -> UpstreamPlan:
+        """:meth:`build` for a wanted set known to differ from the session's partitions only by ``changed``
+        (added or re-sent partitions) and ``forgotten``: the same plan in O(changed) instead of O(session).
+        Falls back to nothing: the caller must know the session mirrors the wanted set and is incremental."""
+        meta = self.next_metadata
+        assert not meta.is_full, "build_delta needs an established session"
+        to_send: dict[PartitionKey, FetchParams] = {}
+        altered: dict[PartitionKey, FetchParams] = {}
+        for key, params in changed.items():
+            old = self.session_partitions.get(key)
+            if old is None:
+                self.session_partitions[key] = to_send[key] = params
+            elif old != params:
+                self.session_partitions[key] = altered[key] = params
+        # forgotten after sent, as the server applies them (FetchSession.update)
+        removed: list[PartitionKey] = []
+        for key in forgotten:
+            if self.session_partitions.pop(key, None) is None:
+                continue
+            if to_send.pop(key, None) is None:  # added and forgotten in one request: never sent at all
+                altered.pop(key, None)
+                removed.append(key)
+        to_send.update(altered)
+        self.stats.incremental_requests += 1
+        self.stats.partitions_sent += len(to_send)
+        return UpstreamPlan(meta, to_send, removed, MappingProxyType(self.session_partitions))
 
     def handle_response(self, response: Message | FetchResponseView, version: int) -> bool:
         """FetchSessionHandler.handleResponse: advance or reset the session; False if the response's
@@ -631,7 +702,7 @@ class SessionClient:
             self.next_metadata = (INITIAL if session_id == INVALID_SESSION_ID
                                   else FetchMetadata.new_incremental(session_id))
             return True
-        if not keys <= set(self.session_partitions):
+        if not all(k in self.session_partitions for k in keys):
             self._reset(None)  # "invalid incremental fetch response": partitions outside the session
             return False
         if session_id == INVALID_SESSION_ID:

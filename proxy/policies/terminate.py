@@ -46,7 +46,9 @@ Followers' fetches (replica_id >= 0) are relayed untouched: Sluice terminates co
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ..config import SessionsSettings
 from ..wire.fetch_fast import FetchPartition, FetchResponseView
@@ -108,6 +110,12 @@ class UpstreamSessions:
     states: dict[PartitionKey, FetchPartition] = field(default_factory=dict)
     #: a session fetch is in flight (its response must be handled before the next one is built)
     busy: bool = False
+    #: O(changed) bookkeeping for a client with its own session (see :func:`_upstream`,
+    #: :func:`build_client_response`): the client session whose partitions the upstream session mirrors, and
+    #: the one whose cache agrees with ``states`` (0: none); ``token`` marks the sessions this one built
+    mirrors: int = 0
+    synced: int = 0
+    token: object = field(default_factory=object)
 
     @property
     def session_open(self) -> bool:
@@ -120,7 +128,7 @@ class SessionTicket:
 
     sessions: UpstreamSessions
     version: int
-    wanted: dict[PartitionKey, FetchParams]
+    wanted: Mapping[PartitionKey, FetchParams]
     full: bool
     #: the client's request body (after other policies), to send again if the session is refused
     body: Message
@@ -132,6 +140,8 @@ class SessionTicket:
     server: SessionServer = _BUILDER
     #: False: sent upstream session-less (the connection's session fetch was busy), not in Sluice's session
     in_session: bool = True
+    #: the upstream session's partitions are now exactly ``wanted`` (built from the client session's)
+    mirrored: bool = False
 
 
 @dataclass(slots=True)
@@ -195,20 +205,31 @@ def plan_session_request(body: Message, version: int, sessions: UpstreamSessions
     return SessionPlan(decision.kind, body=upstream, ticket=ticket)
 
 
-def _upstream(body: Message, version: int, sessions: UpstreamSessions, wanted: dict[PartitionKey, FetchParams],
+def _upstream(body: Message, version: int, sessions: UpstreamSessions, wanted: Mapping[PartitionKey, FetchParams],
               decision: Decision | None, server: SessionServer) -> tuple[Message, SessionTicket]:
+    client = sessions.client
     if sessions.busy:
         # Only a session-using client gets here (plan_request checks busy first): its whole session goes
         # upstream session-less, so the broker's answer is complete and the client's session stays served.
-        plan = UpstreamPlan(LEGACY, dict(wanted), [], dict(wanted))
-        in_session = False
+        plan = UpstreamPlan(LEGACY, dict(wanted), [], MappingProxyType(dict(wanted)))
+        in_session = mirrored = False
     else:
-        plan = sessions.client.build(wanted)
+        session = decision.session if decision is not None else None
+        if (session is not None and sessions.mirrors == session.id and session.sync_token is sessions.token
+                and not client.next_metadata.is_full):
+            # The upstream session holds exactly this client session's partitions as of its last request, so
+            # the client's own delta is the upstream delta: O(changed), not O(session).
+            assert decision is not None
+            plan = client.build_delta(decision.sent, decision.forgotten)
+        else:
+            plan = client.build(wanted)
+        mirrored = decision is not None
         for key in plan.to_forget:  # no longer wanted: forget its state (it is refreshed if it comes back)
             sessions.states.pop(key, None)
         sessions.busy = in_session = True
+        sessions.mirrors = 0  # until the response says which client session this now mirrors
     ticket = SessionTicket(sessions, version, wanted, plan.is_full, body, decision=decision, server=server,
-                           in_session=in_session)
+                           in_session=in_session, mirrored=mirrored)
     return apply_plan(body, version, plan), ticket
 
 
@@ -234,9 +255,18 @@ def _keys(upstream: FetchResponseView, by_id: bool) -> list[PartitionKey]:
 
 
 def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) -> ClientResponse:
-    """The client's response (session-less, or in its own session), from the upstream response."""
+    """The client's response (session-less, or in its own session), from the upstream response.
+
+    For a client session whose cache agreed with the partition states before this response (``synced``),
+    only the partitions in the upstream response can have news, so only they are checked: the response
+    costs O(changed partitions). Any other use of the states (another session, a session-less request, an
+    unusable response) clears ``synced`` and the next response checks the whole session once."""
     sessions, version = ticket.sessions, ticket.version
     by_id = version >= FIRST_TOPIC_ID_VERSION
+    decision = ticket.decision
+    session = decision.session if decision is not None else None
+    fast = session is not None and sessions.synced == session.id and session.sync_token is sessions.token
+    sessions.synced = 0
     if ticket.in_session:
         sessions.busy = False
         if not sessions.client.handle_response(upstream, version):
@@ -254,6 +284,9 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
         key = (t.topic_id if by_id else t.topic, p.partition_index)
         fresh[key] = p
         states[key] = _stored(p)
+    if fast and decision is not None and all(k in states for k in decision.sent):
+        view = ticket.server.build_view(decision, fresh, upstream.throttle_time_ms, only=list(fresh))
+        return _built(upstream, ticket, view)
     merged: dict[PartitionKey, FetchPartition] = {}
     for key in ticket.wanted:
         data = fresh.get(key)
@@ -265,8 +298,21 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
                 sessions.client.handle_error()
             return ClientResponse(_retriable(upstream, ticket), False)
         merged[key] = data
-    decision = ticket.decision or Decision(Kind.SESSIONLESS, version, ticket.wanted)
-    view = ticket.server.build_view(decision, merged, upstream.throttle_time_ms)
+    view = ticket.server.build_view(decision or Decision(Kind.SESSIONLESS, version, ticket.wanted), merged,
+                                    upstream.throttle_time_ms)
+    return _built(upstream, ticket, view)
+
+
+def _built(upstream: FetchResponseView, ticket: SessionTicket, view: FetchResponseView) -> ClientResponse:
+    """A usable response: note which client session now agrees with the states (and, if the upstream
+    session's partitions are that session's, that it mirrors them), and carry the upstream's top-level tags."""
+    sessions = ticket.sessions
+    session = ticket.server.cache.get(view.session_id) if ticket.decision is not None and view.session_id else None
+    if session is not None and not view.error_code:
+        session.sync_token = sessions.token
+        sessions.synced = session.id
+        if ticket.mirrored:
+            sessions.mirrors = session.id
     view.node_endpoints = upstream.node_endpoints
     view.unknown_tags = upstream.unknown_tags
     return ClientResponse(view, True)

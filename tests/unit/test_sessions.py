@@ -9,6 +9,8 @@ import random
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.policies.sessions import (
     FETCH_SESSION_ID_NOT_FOUND,
@@ -716,3 +718,31 @@ def test_client_drives_the_server_end_to_end() -> None:
             states[keys[1]] = part(hw=12)
         assert sent_sizes == [4, 0, 1, 0, 1, 0]
         assert c.next_metadata.epoch == 6 and srv.stats.sessions_created == 1
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.dictionaries(st.tuples(st.sampled_from("tu"), st.integers(0, 5)),
+                                          st.integers(0, 3), max_size=6),
+                          st.lists(st.tuples(st.sampled_from("tu"), st.integers(0, 5)), max_size=4)),
+                min_size=1, max_size=8))
+def test_build_delta_plans_what_build_plans(steps: list[tuple[dict[PartitionKey, int], list[PartitionKey]]]) -> None:
+    """SessionClient.build_delta (the client's own delta) == build (the whole wanted set), step by step, when
+    the wanted set changes by exactly that delta (sent partitions, then forgotten ones, as FetchSession.update)."""
+    a, b = SessionClient(), SessionClient()
+    wanted: dict[PartitionKey, FetchParams] = {("t", 0): P(0)}
+    for c in (a, b):
+        c.build(wanted)
+        assert c.handle_response(_resp(12, list(wanted), session_id=5), 12)
+    for changed_offsets, forgotten in steps:
+        changed = {k: P(o) for k, o in changed_offsets.items()}
+        for key, params in changed.items():
+            wanted[key] = params
+        for key in forgotten:
+            wanted.pop(key, None)
+        full = a.build(dict(wanted))
+        delta = b.build_delta(changed, forgotten)
+        assert full.metadata == delta.metadata
+        assert dict(full.to_send) == dict(delta.to_send) and set(full.to_forget) == set(delta.to_forget)
+        assert dict(a.session_partitions) == dict(b.session_partitions) == wanted
+        for c in (a, b):
+            assert c.handle_response(_resp(12, [], session_id=5), 12)

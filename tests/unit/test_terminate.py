@@ -195,8 +195,10 @@ def test_a_session_client_is_served_by_sluice_independently_of_the_upstream_sess
     # the broker answers partition 1 (records); the client gets exactly that: partition 0's HW did not change
     out = build_client_response(response({("t", 1): (1, b"C")}, session_id=42), plan.ticket)
     assert out.used and out.view.session_id == client_session and by_key(out.view) == {("t", 1): (1, b"C")}
-    # nothing new upstream, but the client has not been told partition 2's HW moved (stored state): included
+    # nothing new upstream, but the client has not been told partition 2's HW moved (the state was updated by
+    # another use of the connection's states, which clears ``synced``): the whole session is checked
     s.states[("t", 2)].high_watermark = 6
+    s.synced = 0
     plan = plan_session_request(request({}, session_id=client_session, epoch=2), V, s, srv, now=2.0)
     assert plan.body is not None and plan.ticket is not None and sent(plan.body) == {}
     out = build_client_response(response({}, session_id=42), plan.ticket)
@@ -284,3 +286,35 @@ def test_uses_session_and_modes_per_client() -> None:
     assert modes.active and modes.terminates("rdkafka-1") and not modes.terminates("app-java")
     assert not modes.terminates(None) and not SessionModes().active
     assert SessionModes("terminate", (("legacy", "passthrough"),)).terminates("other")
+
+
+def test_a_synced_session_checks_only_the_upstream_partitions() -> None:
+    """O(changed): once the client session's cache agrees with the states, a response checks only the
+    partitions the upstream response named, and the upstream request is the client's own delta."""
+    s, srv = UpstreamSessions(), server()
+    keys: list[PartitionKey] = [("t", i) for i in range(50)]
+    plan = plan_session_request(request(dict.fromkeys(keys, 0), epoch=0), V, s, srv, now=0.0)
+    assert plan.ticket is not None
+    sid = build_client_response(response({k: (0, b"") for k in keys}, session_id=42), plan.ticket).view.session_id
+    assert s.synced == s.mirrors == sid
+    calls: list[int] = []
+    original = srv.build_view
+
+    def spy(*args: object, **kwargs: object) -> FetchResponseView:
+        calls.append(len(list(kwargs["only"])) if kwargs.get("only") is not None else -1)  # type: ignore[arg-type]
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    srv.build_view = spy  # type: ignore[method-assign]
+    plan = plan_session_request(request({("t", 3): 1}, session_id=sid, epoch=1), V, s, srv, now=1.0)
+    assert plan.body is not None and plan.ticket is not None and sent(plan.body) == {("t", 3): 1}
+    out = build_client_response(response({("t", 3): (2, b"Q"), ("t", 9): (1, b"")}, session_id=42), plan.ticket)
+    assert calls == [2] and by_key(out.view) == {("t", 3): (2, b"Q"), ("t", 9): (1, b"")}
+    # a session-less use of the connection's states breaks the agreement: the next response checks everything
+    planned = plan_request(request(dict.fromkeys(keys, 0)), V, s)
+    assert planned is not None
+    build_client_response(response({}, session_id=42), planned[1])
+    assert s.synced == 0 and s.mirrors == 0
+    plan = plan_session_request(request({}, session_id=sid, epoch=2), V, s, srv, now=2.0)
+    assert plan.ticket is not None
+    build_client_response(response({}, session_id=42), plan.ticket)
+    assert calls[-1] == -1 and s.synced == sid
