@@ -40,6 +40,13 @@ field                       type          meaning
                                           a 10,000-partition fetch would otherwise write 10,000 entries per
                                           line); the topic is its name, or its topic id (Kafka's base64 form)
                                           when Sluice has not seen the name
+``throttle_target_bps``     int           optional, only for throttled fetches (KIP-73): the leader rate in
+                                          force, bytes/s
+``throttled_bytes``         int           optional, with ``throttle_target_bps``: record bytes of this response
+                                          that counted against it
+``session_upstream_bytes``  int           optional, only for fetches Sluice sent upstream in its own session
+                                          ([sessions] terminate): the upstream response bytes (every attempt),
+                                          to compare with ``bytes_proxy_to_client``
 ==========================  ============  ====================================================================
 
 Cost: ``record()`` formats the line itself, from its arguments, in one f-string: the timestamp's seconds are
@@ -190,6 +197,9 @@ class AccessLog:
         upstream: str,
         decoded: bool,
         partitions: list[tuple[str, int, int]] | None = None,
+        throttle_target_bps: int | None = None,
+        throttled_bytes: int | None = None,
+        session_upstream_bytes: int | None = None,
     ) -> None:
         """Write one access-log line (see the module docstring for the schema). Never raises on I/O errors."""
         if not self.enabled:
@@ -216,7 +226,8 @@ class AccessLog:
             f'"latency_ms":{f"{latency_ms:.3f}" if _isfinite(latency_ms) else "null"},'
             f'"error_codes":[{",".join(map(str, error_codes)) if error_codes else ""}],'
             f'"decoded":{"true" if decoded else "false"}'
-            f"{_partitions_json(partitions, js) if partitions is not None else ''}}}\n"
+            f"{_partitions_json(partitions, js) if partitions is not None else ''}"
+            f"{_optional_json(throttle_target_bps, throttled_bytes, session_upstream_bytes)}}}\n"
         )
 
     def flush(self) -> None:
@@ -239,6 +250,17 @@ class AccessLog:
         if self._path is not None and self.enabled:
             self._writer.out.close()
             self.enabled = False
+
+
+def _optional_json(throttle_target_bps: int | None, throttled_bytes: int | None,
+                   session_upstream_bytes: int | None) -> str:
+    """The optional throttle and session fields (only on the lines they apply to)."""
+    out = ""
+    if throttle_target_bps is not None:
+        out += f',"throttle_target_bps":{throttle_target_bps},"throttled_bytes":{throttled_bytes or 0}'
+    if session_upstream_bytes is not None:
+        out += f',"session_upstream_bytes":{session_upstream_bytes}'
+    return out
 
 
 def _partitions_json(partitions: list[tuple[str, int, int]], js: Callable[[str | None], str]) -> str:

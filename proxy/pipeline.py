@@ -99,6 +99,12 @@ class Request:
     error_codes: list[int] = field(default_factory=list)
     #: record bytes sent per (topic, partition) when the Fetch response was decoded (for the access log)
     partitions: list[tuple[str, int, int]] | None = None
+    #: for the access log: the KIP-73 leader rate in force and the bytes of this response that counted against
+    #: it (throttled fetches), and the upstream response bytes of Sluice's session fetches (terminate mode,
+    #: every attempt)
+    throttle_target_bps: int | None = None
+    throttled_bytes: int | None = None
+    session_upstream_bytes: int | None = None
 
 
 @dataclass(slots=True)
@@ -372,6 +378,7 @@ class Pipeline:
             sessions = req.session.sessions
             was_open, was_cached = sessions.session_open, len(sessions.states)
             metrics.UPSTREAM_FETCH_BYTES.labels("response").inc(len(frame) + 4)
+            req.session_upstream_bytes = (req.session_upstream_bytes or 0) + len(frame) + 4
             built = build_client_response(view, req.session)
             if req.session.decision is not None:
                 self._count_session_stats()
@@ -398,6 +405,8 @@ class Pipeline:
                                          self.topic_names.get, self.clock())
             if throttled.left_out:
                 metrics.THROTTLE_LEFT_OUT_LEADER.inc(throttled.left_out)
+            if self.throttles.leader_rate:
+                req.throttle_target_bps, req.throttled_bytes = self.throttles.leader_rate, throttled.leader_bytes
             changed = changed or throttled.changed
             mute = throttled.mute_s
         if req.budget is not None:

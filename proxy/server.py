@@ -491,7 +491,8 @@ class ClientConnection(asyncio.Protocol):
             bytes_upstream_to_proxy=upstream_bytes, bytes_proxy_to_client=client_bytes,
             latency_ms=latency * 1000.0, error_codes=req.error_codes, listener=self.listener,
             upstream=self.upstream_name, decoded=req.rewrite is not None or req.collect,
-            partitions=req.partitions,
+            partitions=req.partitions, throttle_target_bps=req.throttle_target_bps,
+            throttled_bytes=req.throttled_bytes, session_upstream_bytes=req.session_upstream_bytes,
         )
 
     # ------------------------------------------------------------------ closing

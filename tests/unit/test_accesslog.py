@@ -149,6 +149,19 @@ def test_partitions_field_only_when_given() -> None:
                                      {"topic": "t2", "partition": 3, "bytes": 0}]
 
 
+def test_throttle_and_session_fields_only_when_given() -> None:
+    out = io.StringIO()
+    log = AccessLog(out)
+    log.record(**fields())
+    log.record(**fields(throttle_target_bps=5_000_000, throttled_bytes=1234, session_upstream_bytes=77))
+    log.record(**fields(session_upstream_bytes=0))
+    plain, both, session = lines_of(out.getvalue())
+    assert not {"throttle_target_bps", "throttled_bytes", "session_upstream_bytes"} & set(plain)
+    assert (both["throttle_target_bps"], both["throttled_bytes"], both["session_upstream_bytes"]) == \
+        (5_000_000, 1234, 77)
+    assert session["session_upstream_bytes"] == 0 and "throttle_target_bps" not in session
+
+
 def test_non_finite_latency_is_null() -> None:
     out = io.StringIO()
     log = AccessLog(out)
