@@ -8,6 +8,12 @@ and kio (entity_reader / entity_writer) when it is importable. Each figure is th
 best run is the one least disturbed by the machine; all runs do the same work). Prints JSON lines
 ``{"name", "version", "op", "us_per_partition", "mb_per_s"}`` and, last, the summary for the first version:
 ``{"summary": "codec", "fast_us_per_partition": ..., "speedup_vs_kafka_python": ...}``.
+
+``python -m bench.codec --fetch-request [--partitions 10000] [--versions 16]`` measures the Fetch *request*
+fast path instead (proxy.wire.fetch_request_fast, used by the fetch-session policies) against the construct
+path it replaces: ``{"bench": "fetch_request", "partitions", "version", "decode_us_per_partition"
+(decode + partitions()), "encode_us_per_partition", "construct_us_per_partition" (decode_request +
+request_partitions), "construct_encode_us_per_partition" (apply_plan + encode_request, v7+)}``.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from proxy.policies import sessions
 from proxy.wire.fetch_fast import FetchResponseView
+from proxy.wire.fetch_request_fast import decode_fetch_request, encode_fetch_request
 from proxy.wire.fetch_stream import FetchStreamer
-from proxy.wire.messages import response_codec
+from proxy.wire.messages import decode_request, encode_request, request_codec, response_codec
 from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, iter_batches, new_batch
 
@@ -150,13 +158,62 @@ def run(versions: list[int], partitions: int, repeat: int) -> list[dict[str, Any
     return lines
 
 
+def build_request(version: int, partitions: int, topics: int = 10) -> tuple[Message, Message, bytes]:
+    """A consumer's full Fetch request: ``topics`` topics, ``partitions`` partitions in all; (header, body,
+    frame)."""
+    per_topic = max(1, partitions // topics)
+    entries = []
+    n = 0
+    for t in range(topics):
+        count = per_topic if t < topics - 1 else partitions - n
+        parts = [Message(partition=p, current_leader_epoch=5, fetch_offset=1000 + p, last_fetched_epoch=4,
+                         log_start_offset=-1, partition_max_bytes=1048576) for p in range(count)]
+        n += count
+        topic: dict[str, Any] = {"topic_id": bytes([t + 1]) * 16} if version >= 13 else {"topic": f"t-{t}"}
+        entries.append(Message(**topic, partitions=parts))
+    body = request_codec(1, version).default().replace(topics=entries)
+    header = Message(request_api_key=1, request_api_version=version, correlation_id=7, client_id="bench")
+    return header, body, encode_request(header, body)
+
+
+def run_request(version: int, partitions: int, repeat: int) -> dict[str, Any]:
+    header, body, frame = build_request(version, partitions)
+    view = decode_fetch_request(frame)
+    wanted, forgotten = view.partitions(), view.forgotten()
+    if encode_fetch_request(view, view.session_id, view.session_epoch, wanted, forgotten) != frame:
+        raise SystemExit(f"fetch request fast path re-encode differs from the input for v{version}")
+    t_dec = best_of(lambda: decode_fetch_request(frame).partitions(), repeat, 4.0)
+    t_enc = best_of(lambda: encode_fetch_request(view, 1, 1, wanted, forgotten), repeat, 4.0)
+    t_con = best_of(lambda: sessions.request_partitions(decode_request(frame)[1], version), repeat, 4.0)
+    t_con_enc = None
+    if version >= sessions.FIRST_SESSION_VERSION:
+        plan = sessions.UpstreamPlan(sessions.FetchMetadata(1, 1), sessions.request_partitions(body, version), [], {})
+        t_con_enc = best_of(lambda: encode_request(header, sessions.apply_plan(body, version, plan)), repeat, 4.0)
+
+    def us(t: float | None) -> float | None:
+        return None if t is None else round(t / partitions * 1e6, 3)
+
+    line = {"bench": "fetch_request", "partitions": partitions, "version": version,
+            "decode_us_per_partition": us(t_dec), "encode_us_per_partition": us(t_enc),
+            "construct_us_per_partition": us(t_con), "construct_encode_us_per_partition": us(t_con_enc)}
+    print(json.dumps(line), flush=True)
+    return line
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--versions", default="12,4,16",
                     help="comma-separated Fetch versions; the first is summarised")
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--fetch-request", action="store_true",
+                    help="benchmark the Fetch request fast path (default 10,000 partitions, v16)")
     args = ap.parse_args(argv)
+    if args.fetch_request:
+        versions = [int(v) for v in (args.versions if args.versions != "12,4,16" else "16").split(",")]
+        for version in versions:
+            run_request(version, args.partitions if args.partitions != 1000 else 10000, args.repeat)
+        return
     versions = [int(v) for v in args.versions.split(",")]
     lines = run(versions, args.partitions, args.repeat)
     first = versions[0]

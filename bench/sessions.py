@@ -1,13 +1,18 @@
-"""Upstream offload of ``[sessions] mode = "terminate"``: a session-less client (confluent-kafka / librdkafka)
-idly polling many partitions, bytes per second on the Sluice<->broker link, with and without Sluice's own
-fetch session.
+"""Upstream offload of ``[sessions] mode = "terminate"``: clients idly polling many partitions, bytes per second
+on the Sluice<->broker link and the proxy's CPU per client fetch, with and without Sluice's own fetch session.
 
-``python -m bench.sessions [--partitions 1000] [--busy 3] [--seconds 10]``
+``python -m bench.sessions [--partitions 1000] [--busy 3] [--seconds 10] [--clients confluent,kafka-python]``
 
 One rig broker, ``--partitions`` partitions (one topic, or topics of 5,000: KRaft refuses larger CreateTopics
-batches); a background producer writes a small record to each of ``--busy`` partitions every 50 ms. A
-confluent-kafka consumer is assigned every partition (from the end, no group) and polls for ``--seconds`` after a
-warm-up, twice in the same run, each time through a fresh in-process Sluice:
+batches); a background producer writes a small record to each of ``--busy`` partitions every 50 ms. Each client
+of ``--clients`` is assigned every partition (from the end, no group) and polls for ``--seconds`` after a
+warm-up, once per mode, each time through a fresh in-process Sluice:
+
+- ``confluent``: confluent-kafka (librdkafka), session-less: every fetch lists every partition;
+- ``kafka-python``: uses fetch sessions itself (KIP-227); in terminate mode Sluice serves its session and runs
+  its own, independent session upstream.
+
+Modes:
 
 - ``direct``: Sluice in passthrough mode. It relays Fetch requests and responses byte for byte (the stream
   path), so its upstream bytes (``sluice_bytes_total{direction="proxy_to_upstream"|"upstream_to_proxy"}``) are
@@ -16,10 +21,13 @@ warm-up, twice in the same run, each time through a fresh in-process Sluice:
 
 Bytes are counted over the measured window only: after the warm-up (at least ``--warmup`` seconds and 5 Fetch
 requests, so it includes the first, full fetch).
-The proxy's CPU is its event-loop thread's CPU time (psutil, by native thread id) per Fetch request.
+The proxy's CPU is its event-loop thread's CPU time (``time.thread_time()`` read on that thread: the clients
+run in this process too, so process CPU would count them) per client Fetch request.
 
-JSON lines per mode; last line ``{"summary": "sessions", "partitions": ..., "upstream_ratio": ...}`` where
-upstream_ratio = upstream bytes/s in terminate mode / upstream bytes/s in direct mode (requests + responses).
+JSON lines: one per (client, mode); per client ``{"bench": "sessions", "client": ..., "partitions": ...,
+"upstream_ratio": ..., "cpu_ms_per_fetch_direct": ..., "cpu_ms_per_fetch_terminate": ...}``; last line (when
+confluent is measured) ``{"summary": "sessions", "partitions": ..., "upstream_ratio": ...}`` where upstream_ratio
+= confluent-kafka's upstream bytes/s in terminate mode / in direct mode (requests + responses).
 """
 
 from __future__ import annotations
@@ -28,15 +36,17 @@ import argparse
 import json
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from proxy import metrics
 from rig.kafka import KafkaBroker
-from tests.support.proxy import ProxyThread
+from rig.proxy_thread import ProxyThread
 
 
 def emit(line: dict[str, Any]) -> None:
@@ -74,11 +84,59 @@ class Traffic:
         self._producer.flush(10)
 
 
-def thread_cpu(native_id: int | None) -> float:
-    for t in psutil.Process().threads():
-        if t.id == native_id:
-            return float(t.user_time + t.system_time)
-    return 0.0
+async def _loop_thread_cpu() -> float:
+    # A coroutine so that it runs on the proxy's loop thread: thread_time() is that thread's CPU (ns resolution,
+    # unlike the clock ticks /proc reports per thread).
+    return time.thread_time()
+
+
+def proxy_cpu(sluice: ProxyThread) -> float:
+    """CPU seconds the proxy's event-loop thread has used so far."""
+    return sluice.call(_loop_thread_cpu())
+
+
+class Client(Protocol):
+    def poll(self) -> int:
+        """Poll for up to ~0.1 s; the number of records received."""
+
+    def close(self) -> None: ...
+
+
+class ConfluentClient:
+    """confluent-kafka: session-less, every fetch lists every assigned partition."""
+
+    def __init__(self, bootstrap: str, topics: list[tuple[str, int]], mode: str) -> None:
+        # group.id only because confluent-kafka's Consumer insists; assign() uses no group
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{mode}",
+                                   "enable.auto.commit": False, "fetch.wait.max.ms": 500})
+        self._consumer.assign([TopicPartition(t, p, -1) for t, n in topics for p in range(n)])  # -1: from the end
+
+    def poll(self) -> int:
+        m = self._consumer.poll(0.1)
+        return 1 if m is not None and not m.error() else 0
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class KafkaPythonClient:
+    """kafka-python: opens a fetch session per broker and sends incremental fetches."""
+
+    def __init__(self, bootstrap: str, topics: list[tuple[str, int]], mode: str) -> None:
+        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"bench-kafka-python-{mode}",
+                                       group_id=None, enable_auto_commit=False, fetch_max_wait_ms=500)
+        self._consumer.assign([KafkaTopicPartition(t, p) for t, n in topics for p in range(n)])
+        self._consumer.seek_to_end()  # lazy: the offsets are looked up on the first polls (the warm-up)
+
+    def poll(self) -> int:
+        return sum(len(msgs) for msgs in self._consumer.poll(timeout_ms=100).values())
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+CLIENTS: dict[str, Callable[[str, list[tuple[str, int]], str], Client]] = {
+    "confluent": ConfluentClient, "kafka-python": KafkaPythonClient}
 
 
 PER_TOPIC = 5000
@@ -92,34 +150,32 @@ def layout(prefix: str, partitions: int) -> list[tuple[str, int]]:
             for i in range((partitions + PER_TOPIC - 1) // PER_TOPIC)]
 
 
-def run_mode(mode: str, broker: KafkaBroker, topics: list[tuple[str, int]], partitions: int, warmup: float,
-             seconds: float) -> dict[str, Any]:
+def run_mode(client_name: str, mode: str, broker: KafkaBroker, topics: list[tuple[str, int]], partitions: int,
+             warmup: float, seconds: float) -> dict[str, Any]:
     with ProxyThread(broker.bootstrap, **{"sessions.mode": "terminate" if mode == "terminate" else "passthrough"}
                      ) as sluice:
-        consumer = Consumer({"bootstrap.servers": sluice.bootstrap, "group.id": f"bench-{mode}",
-                             "enable.auto.commit": False, "fetch.wait.max.ms": 500})
-        consumer.assign([TopicPartition(t, p, -1) for t, n in topics for p in range(n)])  # -1: from the end
-        records = 0
-        # warm-up: at least ``warmup`` seconds and until the consumer fetches steadily (with 10,000 partitions
-        # librdkafka first spends a while on metadata and offset lookups), bounded
-        start, fetches0 = time.monotonic(), metrics.total("sluice_requests_total", api="Fetch")
-        while time.monotonic() - start < MAX_WARMUP_S and (
-                time.monotonic() - start < warmup
-                or metrics.total("sluice_requests_total", api="Fetch") - fetches0 < WARM_FETCHES):
-            if (m := consumer.poll(0.1)) is not None and not m.error():
-                records += 1
-        before, cpu0, t0 = snapshot(), thread_cpu(sluice._thread.native_id), time.monotonic()
-        end = t0 + seconds
-        while time.monotonic() < end:
-            if (m := consumer.poll(0.1)) is not None and not m.error():
-                records += 1
-        after, cpu1, t1 = snapshot(), thread_cpu(sluice._thread.native_id), time.monotonic()
-        consumer.close()
+        client: Client = CLIENTS[client_name](sluice.bootstrap, topics, mode)
+        try:
+            records = 0
+            # warm-up: at least ``warmup`` seconds and until the client fetches steadily (with 10,000 partitions
+            # the clients first spend a while on metadata and offset lookups), bounded
+            start, fetches0 = time.monotonic(), metrics.total("sluice_requests_total", api="Fetch")
+            while time.monotonic() - start < MAX_WARMUP_S and (
+                    time.monotonic() - start < warmup
+                    or metrics.total("sluice_requests_total", api="Fetch") - fetches0 < WARM_FETCHES):
+                records += client.poll()
+            before, cpu0, t0 = snapshot(), proxy_cpu(sluice), time.monotonic()
+            end = t0 + seconds
+            while time.monotonic() < end:
+                records += client.poll()
+            after, cpu1, t1 = snapshot(), proxy_cpu(sluice), time.monotonic()
+        finally:
+            client.close()
     d = {k: after[k] - before[k] for k in after}
     span = t1 - t0
     fetches = max(d["fetches"], 1.0)
-    line = {"mode": mode, "partitions": partitions, "seconds": round(span, 2), "fetches": int(d["fetches"]),
-            "records": records,
+    line = {"bench": "sessions", "client": client_name, "mode": mode, "partitions": partitions,
+            "seconds": round(span, 2), "fetches": int(d["fetches"]), "records": records,
             "upstream_bytes_per_s": round((d["proxy_to_upstream"] + d["upstream_to_proxy"]) / span),
             "upstream_request_bytes_per_s": round(d["proxy_to_upstream"] / span),
             "upstream_response_bytes_per_s": round(d["upstream_to_proxy"] / span),
@@ -136,7 +192,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--busy", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--clients", default="confluent,kafka-python",
+                    help=f"comma-separated, of: {', '.join(CLIENTS)}")
     args = ap.parse_args(argv)
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    if unknown := [c for c in clients if c not in CLIENTS]:
+        ap.error(f"unknown client(s) {', '.join(unknown)}; known: {', '.join(CLIENTS)}")
     with KafkaBroker() as broker:
         topics = layout(f"sessions-bench-{args.partitions}", args.partitions)
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=300_000)
@@ -146,13 +207,21 @@ def main(argv: list[str] | None = None) -> None:
         first, first_n = topics[0]
         busy = [p * (first_n // max(args.busy, 1)) for p in range(args.busy)]
         traffic = Traffic(broker.bootstrap, first, busy)
+        ratios: dict[str, float] = {}
         try:
-            direct = run_mode("direct", broker, topics, args.partitions, args.warmup, args.seconds)
-            term = run_mode("terminate", broker, topics, args.partitions, args.warmup, args.seconds)
+            for name in clients:
+                direct = run_mode(name, "direct", broker, topics, args.partitions, args.warmup, args.seconds)
+                term = run_mode(name, "terminate", broker, topics, args.partitions, args.warmup, args.seconds)
+                ratios[name] = term["upstream_bytes_per_s"] / max(direct["upstream_bytes_per_s"], 1)
+                emit({"bench": "sessions", "client": name, "partitions": args.partitions,
+                      "upstream_ratio": round(ratios[name], 4),
+                      "cpu_ms_per_fetch_direct": direct["proxy_cpu_ms_per_fetch"],
+                      "cpu_ms_per_fetch_terminate": term["proxy_cpu_ms_per_fetch"]})
         finally:
             traffic.stop()
-    ratio = term["upstream_bytes_per_s"] / max(direct["upstream_bytes_per_s"], 1)
-    emit({"summary": "sessions", "partitions": args.partitions, "upstream_ratio": round(ratio, 4)})
+    # The summary keeps its historical meaning (confluent-kafka, session-less) and stays the last line.
+    if "confluent" in ratios:
+        emit({"summary": "sessions", "partitions": args.partitions, "upstream_ratio": round(ratios["confluent"], 4)})
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from typing import Any
 
 from ..wire.compiler import KafkaStruct, struct_for
 from ..wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
+from ..wire.fetch_request_fast import FetchParams, FetchRequestView
 from ..wire.messages import request_codec, request_spec
 from ..wire.model import Message
 
@@ -70,6 +71,8 @@ MIN_EVICTION_AGE_S = 120.0
 #: Partition key: (topic name (v7-12) or 16-byte topic id (v13+), partition index)
 TopicKey = str | bytes
 PartitionKey = tuple[TopicKey, int]
+#: a Fetch request as the proxy reads it (the fast view) or as the construct codec decodes it (tests, tools)
+FetchRequest = Message | FetchRequestView
 
 _I32 = struct.Struct(">i")
 _DIVERGING_EPOCH_TAG = 0  # FetchResponse.json PartitionData.DivergingEpoch: tag 0, "12+"
@@ -121,20 +124,9 @@ INITIAL = FetchMetadata(INVALID_SESSION_ID, INITIAL_EPOCH)  # FetchMetadata.INIT
 LEGACY = FetchMetadata(INVALID_SESSION_ID, FINAL_EPOCH)  # FetchMetadata.LEGACY: sessionless
 
 
-@dataclass(frozen=True, slots=True)
-class FetchParams:
-    """What a client asks of one partition (FetchRequest.PartitionData). Equality is Java's
-    PartitionData.equals: a change in any field makes the partition "altered" for an incremental request."""
-
-    fetch_offset: int
-    log_start_offset: int = -1  # the fetcher's own log start (followers); -1 for consumers
-    partition_max_bytes: int = 1048576
-    current_leader_epoch: int = -1  # v9+
-    last_fetched_epoch: int = -1  # v12+
-
-
 def params_of(p: Message) -> FetchParams:
-    """FetchParams of a FetchRequest partition (absent fields of older versions take the spec defaults)."""
+    """FetchParams of a construct-decoded FetchRequest partition (absent fields of older versions take the spec
+    defaults; its tag section is not kept: the proxy reads requests with the fast path, which keeps it)."""
     return FetchParams(p.fetch_offset, p.get("log_start_offset", -1), p.partition_max_bytes,
                        p.get("current_leader_epoch", -1), p.get("last_fetched_epoch", -1))
 
@@ -143,8 +135,10 @@ def _topic_field(version: int) -> str:
     return "topic_id" if version >= FIRST_TOPIC_ID_VERSION else "topic"
 
 
-def request_partitions(request: Message, version: int) -> dict[PartitionKey, FetchParams]:
+def request_partitions(request: FetchRequest, version: int) -> dict[PartitionKey, FetchParams]:
     """The request's partitions in request order (a repeated partition: the last one wins, as in Kafka's map)."""
+    if isinstance(request, FetchRequestView):
+        return request.partitions()
     tf = _topic_field(version)
     out: dict[PartitionKey, FetchParams] = {}
     for t in request.topics or ():
@@ -154,18 +148,29 @@ def request_partitions(request: Message, version: int) -> dict[PartitionKey, Fet
     return out
 
 
-def forgotten_partitions(request: Message, version: int) -> list[PartitionKey]:
+def forgotten_partitions(request: FetchRequest, version: int) -> list[PartitionKey]:
+    if isinstance(request, FetchRequestView):
+        return request.forgotten()
     tf = _topic_field(version)
     return [(t.get(tf), p) for t in request.get("forgotten_topics_data") or () for p in t.partitions or ()]
 
 
-def is_from_follower(request: Message, version: int) -> bool:
+def is_from_follower(request: FetchRequest, version: int) -> bool:
     """FetchRequest.isFromFollower: replica_id >= 0 (in ReplicaState from v15). Follower sessions are
     privileged in the cache."""
+    if isinstance(request, FetchRequestView):
+        return request.replica_id >= 0
     if version >= FIRST_REPLICA_STATE_VERSION:
         state = request.get("replica_state")
         return state is not None and state.replica_id >= 0
     return bool(request.get("replica_id", -1) >= 0)
+
+
+def session_fields(request: FetchRequest) -> tuple[int, int]:
+    """(SessionId, SessionEpoch); v<7 has neither: no session, session-less."""
+    if isinstance(request, FetchRequestView):
+        return request.session_id, request.session_epoch
+    return request.get("session_id", INVALID_SESSION_ID), request.get("session_epoch", FINAL_EPOCH)
 
 
 # ------------------------------------------------------------------------------------------- server side
@@ -421,10 +426,9 @@ class SessionServer:
     def stats(self) -> SessionStats:
         return self.cache.stats
 
-    def handle_request(self, request: Message, version: int, now: float) -> Decision:
-        """FetchManager.newContext for a decoded FetchRequest body of ``version``."""
-        session_id = request.get("session_id", INVALID_SESSION_ID)
-        epoch = request.get("session_epoch", FINAL_EPOCH)  # v<7 has no session fields: sessionless
+    def handle_request(self, request: FetchRequest, version: int, now: float) -> Decision:
+        """FetchManager.newContext for a decoded FetchRequest of ``version`` (fast view or construct body)."""
+        session_id, epoch = session_fields(request)
         privileged = is_from_follower(request, version)
         if is_full(epoch):
             # "Any session specified in a FULL fetch request will be closed."

@@ -52,7 +52,7 @@ from types import MappingProxyType
 
 from ..config import SessionsSettings
 from ..wire.fetch_fast import FetchPartition, FetchResponseView
-from ..wire.model import Message
+from ..wire.fetch_request_fast import FetchParams, FetchRequestView, encode_fetch_request
 from .sessions import (
     FINAL_EPOCH,
     FIRST_SESSION_VERSION,
@@ -62,15 +62,11 @@ from .sessions import (
     LEGACY,
     NONE,
     Decision,
-    FetchParams,
     Kind,
     PartitionKey,
     SessionClient,
     SessionServer,
     UpstreamPlan,
-    apply_plan,
-    is_from_follower,
-    request_partitions,
 )
 
 TERMINATE, PASSTHROUGH = "terminate", "passthrough"
@@ -130,10 +126,9 @@ class SessionTicket:
     version: int
     wanted: Mapping[PartitionKey, FetchParams]
     full: bool
-    #: the client's request body (after other policies), to send again if the session is refused
-    body: Message
-    #: the request header (set by the pipeline) and how many times this client request went upstream
-    header: Message | None = None
+    #: the client's request (after other policies), to send again if the session is refused
+    request: FetchRequestView
+    #: how many times this client request went upstream
     attempts: int = 1
     #: the client's own session (FULL or INCREMENTAL decision of ``server``); None: a session-less response
     decision: Decision | None = None
@@ -157,56 +152,54 @@ class SessionPlan:
     kind: Kind
     #: a session error of Sluice's own: the response to send at once
     answer: FetchResponseView | None = None
-    #: the request to send upstream and its ticket (both None, no answer: relay ``body`` as is)
-    body: Message | None = None
+    #: the request frame to send upstream instead of the client's, and its ticket (no ticket: nothing to
+    #: build, relay the upstream answer; no frame and no answer: relay the client's request untouched)
+    frame: bytes | None = None
     ticket: SessionTicket | None = None
 
 
-def uses_session(body: Message, version: int) -> bool:
+def uses_session(request: FetchRequestView) -> bool:
     """The client runs its own fetch session (or closes one): v7+ and not (session 0, epoch -1)."""
-    return (version >= FIRST_SESSION_VERSION
-            and (body.get("session_epoch", FINAL_EPOCH) != FINAL_EPOCH
-                 or body.get("session_id", INVALID_SESSION_ID) != INVALID_SESSION_ID))
+    return request.session_epoch != FINAL_EPOCH or request.session_id != INVALID_SESSION_ID
 
 
-def eligible(body: Message, version: int) -> bool:
+def eligible(request: FetchRequestView) -> bool:
     """A consumer's session-less Fetch (v7+, epoch -1, no session named) with at least one partition."""
-    return (version >= FIRST_SESSION_VERSION
-            and not uses_session(body, version)
-            and not is_from_follower(body, version)
-            and any(t.partitions for t in body.topics or ()))
+    return (request.version >= FIRST_SESSION_VERSION and not uses_session(request)
+            and request.replica_id < 0 and request.has_partitions)
 
 
-def plan_request(body: Message, version: int, sessions: UpstreamSessions) -> tuple[Message, SessionTicket] | None:
-    """A session-less client's Fetch: the request to send upstream instead of ``body``, and its ticket; None to
-    relay ``body`` untouched."""
-    if sessions.busy or not eligible(body, version):
+def plan_request(request: FetchRequestView, sessions: UpstreamSessions) -> tuple[bytes, SessionTicket] | None:
+    """A session-less client's Fetch: the request frame to send upstream instead, and its ticket; None to relay
+    the client's untouched."""
+    if sessions.busy or not eligible(request):
         return None
-    return _upstream(body, version, sessions, request_partitions(body, version), None, _BUILDER)
+    return _upstream(request, sessions, request.partitions(), None, _BUILDER)
 
 
-def plan_session_request(body: Message, version: int, sessions: UpstreamSessions, server: SessionServer,
+def plan_session_request(request: FetchRequestView, sessions: UpstreamSessions, server: SessionServer,
                          now: float) -> SessionPlan:
     """A Fetch of a client that uses sessions (:func:`uses_session`), answered by Sluice's ``server``."""
-    if is_from_follower(body, version):
+    version = request.version
+    if request.replica_id >= 0:
         return SessionPlan(Kind.SESSIONLESS)  # followers keep their own sessions with the broker
-    decision = server.handle_request(body, version, now)
+    decision = server.handle_request(request, version, now)
     if decision.is_error:
         return SessionPlan(decision.kind, answer=server.build_view(decision, {}))
     if decision.kind is Kind.SESSIONLESS:
         # The client closed its session (epoch -1 naming it, or an incremental request that forgot every
         # partition): from here it is a session-less request, which must not name Sluice's session upstream.
-        body = body.replace(session_id=INVALID_SESSION_ID, session_epoch=FINAL_EPOCH, forgotten_topics_data=[])
-        planned = plan_request(body, version, sessions)
-        if planned is None:
-            return SessionPlan(decision.kind, body=body)
-        return SessionPlan(decision.kind, body=planned[0], ticket=planned[1])
-    upstream, ticket = _upstream(body, version, sessions, decision.partitions, decision, server)
-    return SessionPlan(decision.kind, body=upstream, ticket=ticket)
+        if not decision.partitions or sessions.busy:
+            return SessionPlan(decision.kind, frame=encode_fetch_request(
+                request, INVALID_SESSION_ID, FINAL_EPOCH, decision.partitions, []))
+        frame, ticket = _upstream(request, sessions, decision.partitions, None, _BUILDER)
+        return SessionPlan(decision.kind, frame=frame, ticket=ticket)
+    frame, ticket = _upstream(request, sessions, decision.partitions, decision, server)
+    return SessionPlan(decision.kind, frame=frame, ticket=ticket)
 
 
-def _upstream(body: Message, version: int, sessions: UpstreamSessions, wanted: Mapping[PartitionKey, FetchParams],
-              decision: Decision | None, server: SessionServer) -> tuple[Message, SessionTicket]:
+def _upstream(request: FetchRequestView, sessions: UpstreamSessions, wanted: Mapping[PartitionKey, FetchParams],
+              decision: Decision | None, server: SessionServer) -> tuple[bytes, SessionTicket]:
     client = sessions.client
     if sessions.busy:
         # Only a session-using client gets here (plan_request checks busy first): its whole session goes
@@ -228,20 +221,20 @@ def _upstream(body: Message, version: int, sessions: UpstreamSessions, wanted: M
             sessions.states.pop(key, None)
         sessions.busy = in_session = True
         sessions.mirrors = 0  # until the response says which client session this now mirrors
-    ticket = SessionTicket(sessions, version, wanted, plan.is_full, body, decision=decision, server=server,
-                           in_session=in_session, mirrored=mirrored)
-    return apply_plan(body, version, plan), ticket
+    ticket = SessionTicket(sessions, request.version, wanted, plan.is_full, request, decision=decision,
+                           server=server, in_session=in_session, mirrored=mirrored)
+    meta = plan.metadata
+    return encode_fetch_request(request, meta.session_id, meta.epoch, plan.to_send, plan.to_forget), ticket
 
 
-def replan(ticket: SessionTicket) -> tuple[Message, SessionTicket] | None:
+def replan(ticket: SessionTicket) -> tuple[bytes, SessionTicket] | None:
     """After an unusable response (the session is reset): the same client request as a new full session
     request, once; None when it was already sent again or the connection's session is busy."""
     if ticket.attempts > 1 or ticket.sessions.busy:
         return None
-    body, again = _upstream(ticket.body, ticket.version, ticket.sessions, ticket.wanted, ticket.decision,
-                            ticket.server)
-    again.header, again.attempts = ticket.header, ticket.attempts + 1
-    return body, again
+    frame, again = _upstream(ticket.request, ticket.sessions, ticket.wanted, ticket.decision, ticket.server)
+    again.attempts = ticket.attempts + 1
+    return frame, again
 
 
 def _stored(p: FetchPartition) -> FetchPartition:

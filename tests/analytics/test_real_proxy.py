@@ -1,6 +1,8 @@
 """The job over the access log of a real Sluice run: kafka-python clients (an admin, a producer and a consumer
-group member, each with its own client_id) through an in-process Sluice in front of the rig's real Kafka broker.
-The aggregates must equal what plain Python computes from the same JSON lines."""
+group member, each with its own client_id) through an in-process Sluice in front of the rig's real Kafka broker,
+with every policy applying to the consumer's fetches (a size budget, a throttle, fetch sessions in terminate
+mode), so the log carries every optional field. The aggregates must equal what plain Python computes from the
+same JSON lines."""
 
 from __future__ import annotations
 
@@ -18,9 +20,9 @@ from pyspark.sql import functions as F
 
 from proxy.analytics.job import JobResult, run_job
 from rig.kafka import KafkaBroker
+from rig.proxy_thread import ProxyThread
 from tests.analytics.conftest import local_path, table
 from tests.analytics.oracle import BYTES, Oracle, rank_ok
-from tests.support.proxy import ProxyThread
 
 pytestmark = pytest.mark.broker
 
@@ -29,6 +31,7 @@ PRODUCER = "analytics-producer"
 CONSUMER = "analytics-consumer"
 RECORDS = 300
 VALUE = b"v" * 1024
+THROTTLE_BPS = 500_000_000
 
 
 @dataclass
@@ -67,11 +70,19 @@ def traffic(bootstrap: str, topic: str) -> None:
 def run(spark: SparkSession, kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     base = tmp_path_factory.mktemp("real-proxy")
     path = base / "access.jsonl"
+    topic = f"analytics-{uuid.uuid4().hex[:8]}"
     # A budget far above any response makes Sluice decode Fetch responses (without trimming anything), so the
-    # access log carries per-partition bytes.
-    with ProxyThread(kafka_broker.bootstrap, **{"logging.access_log": str(path), "size_limit.budgets": [
-            {"client_id": CONSUMER, "fetch_max_bytes": 64 << 20}]}) as proxy:
-        traffic(proxy.bootstrap, f"analytics-{uuid.uuid4().hex[:8]}")
+    # access log carries per-partition bytes; a throttle far above the traffic writes the throttle fields
+    # without delaying anything; terminate mode writes the session fields (kafka-python's own session is served
+    # by Sluice, which runs its own upstream).
+    with ProxyThread(kafka_broker.bootstrap, **{
+            "logging.access_log": str(path),
+            "size_limit.budgets": [{"client_id": CONSUMER, "fetch_max_bytes": 64 << 20}],
+            "throttle.leader_rate_bytes": THROTTLE_BPS,
+            "throttle.topics": [{"topic": topic, "replicas": "*"}],
+            "throttle.consumers": [{"client_id": CONSUMER}],
+            "sessions.mode": "terminate"}) as proxy:
+        traffic(proxy.bootstrap, topic)
     # leaving the block stopped the proxy and closed its access log: every line is written and flushed
     result = run_job(spark, [str(path)], base / "out")
     yield Run(result, Oracle.read([path]))
@@ -137,14 +148,27 @@ def test_bytes_per_partition(spark: SparkSession, run: Run) -> None:
     assert sum(v[0] for v in topic_parts.values()) >= RECORDS * len(VALUE)
 
 
-def test_report_says_which_sections_have_no_data(run: Run) -> None:
+def test_throttle_and_session_fields_of_a_real_run(spark: SparkSession, run: Run) -> None:
+    bucket_s = run.result.bucket_s
+    throttle = {(r["t"], local_path(r["source"])): (r["target_bps"], r["throttled_bytes"])
+                for r in table(spark, run.result.tables["throttle_over_time"])
+                .withColumn("t", F.unix_seconds("bucket")).collect()}
+    assert throttle == run.oracle.throttle(bucket_s)
+    assert {v[0] for v in throttle.values()} == {THROTTLE_BPS}
+    assert sum(v[1] for v in throttle.values()) >= RECORDS * len(VALUE)  # every value counted against it
+    client, upstream = run.oracle.sessions()
+    saved = table(spark, run.result.tables["session_savings"]).agg(
+        F.sum("client_bytes").alias("c"), F.sum("upstream_bytes").alias("u")).collect()
+    assert (saved[0]["c"], saved[0]["u"]) == (client, upstream) and client >= RECORDS * len(VALUE)
+    assert upstream > 0
+
+
+def test_report_has_every_section(run: Run) -> None:
     page = run.result.report.read_text()
-    # the log has per-partition bytes (decoded fetches) but no throttle or session fields: those two say so
-    assert page.count("No data in these logs") == 2
-    for field in ("`throttle_target_bps`", "`session_upstream_bytes`"):
-        assert field in page
-    assert page.count('src="data:image/png;base64,') >= 9
+    # the log carries every optional field: no section lacks data
+    assert "No data in these logs" not in page
+    assert "saved on the upstream link" in page
+    assert page.count('src="data:image/png;base64,') >= 11
     assert CONSUMER in page and PRODUCER in page
-    assert "partition_bytes" in run.result.tables
-    assert not any(name in run.result.tables for name in ("throttle_over_time", "session_savings"))
+    assert all(name in run.result.tables for name in ("partition_bytes", "throttle_over_time", "session_savings"))
     assert Path(run.result.tables["by_client"]).is_dir()

@@ -8,7 +8,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tests.support.proxy import ProxyThread
+from rig.proxy_thread import ProxyThread
 from tests.support.records import Rec, assert_same_records, make_records
 
 pytestmark = pytest.mark.broker

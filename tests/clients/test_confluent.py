@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.proxy import ProxyThread
+from rig.proxy_thread import ProxyThread
 from tests.support.records import Rec, assert_same_records, make_records
 
 pytestmark = pytest.mark.broker

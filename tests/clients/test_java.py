@@ -16,7 +16,7 @@ import pytest
 
 from rig.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, JavaTools
 from rig.kafka import KafkaBroker
-from tests.support.proxy import ProxyThread
+from rig.proxy_thread import ProxyThread
 
 pytestmark = pytest.mark.broker
 

@@ -8,8 +8,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from rig.proxy_thread import ProxyThread
 from tests.support.kafka import create_topic
-from tests.support.proxy import ProxyThread
 from tests.support.records import Rec, assert_same_records, make_records
 
 pytestmark = pytest.mark.broker

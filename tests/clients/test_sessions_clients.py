@@ -36,8 +36,8 @@ from kafka import KafkaConsumer
 from proxy import metrics
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from rig.kafka import KafkaBroker
+from rig.proxy_thread import ProxyThread
 from tests.integration.test_sessions_terminate import TERMINATE, create_topic
-from tests.support.proxy import ProxyThread
 
 pytestmark = pytest.mark.broker
 

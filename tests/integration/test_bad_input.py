@@ -10,7 +10,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import REGISTRY
 
-from tests.support.proxy import ProxyThread
+from rig.proxy_thread import ProxyThread
 from tests.support.records import Rec, assert_same_records, make_records
 
 pytestmark = pytest.mark.broker

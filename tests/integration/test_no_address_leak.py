@@ -38,7 +38,7 @@ from proxy.wire.messages import decode_response, peek_request_header
 from proxy.wire.model import Message
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from rig.kafka import KafkaBroker
-from tests.support.proxy import ProxyThread
+from rig.proxy_thread import ProxyThread
 
 pytestmark = pytest.mark.broker
 

@@ -25,8 +25,8 @@ from proxy import metrics
 from proxy.policies.sessions import FetchMetadata
 from proxy.wire.records import decode_batches, walk_batches
 from rig.kafka import KafkaBroker
+from rig.proxy_thread import ProxyThread
 from tests.support import kafka
-from tests.support.proxy import ProxyThread
 from tests.support.raw import RawClient
 
 pytestmark = pytest.mark.broker

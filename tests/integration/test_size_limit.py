@@ -17,8 +17,8 @@ from kafka import KafkaConsumer
 from proxy import metrics
 from proxy.wire.records import walk_batches
 from rig.java_tools import JavaTools
+from rig.proxy_thread import ProxyThread
 from tests.support.kafka import create_topic, produce_values
-from tests.support.proxy import ProxyThread
 from tests.support.raw import RawClient
 
 pytestmark = pytest.mark.broker

@@ -14,8 +14,8 @@ from confluent_kafka import Consumer
 
 from proxy import pipeline
 from proxy.wire.records import walk_batches
+from rig.proxy_thread import ProxyThread
 from tests.support.kafka import create_topic, produce_values
-from tests.support.proxy import ProxyThread
 from tests.support.raw import RawClient
 
 pytestmark = pytest.mark.broker

@@ -23,8 +23,8 @@ from prometheus_client import REGISTRY
 from proxy import reconfigure
 from proxy.admin import AdminServer
 from proxy.wire.records import walk_batches
+from rig.proxy_thread import ProxyThread
 from tests.support.kafka import create_topic, produce_values
-from tests.support.proxy import ProxyThread
 from tests.support.raw import RawClient
 
 pytestmark = pytest.mark.broker

@@ -21,7 +21,7 @@ from proxy import server
 from proxy.wire.messages import api_name, peek_request_header, response_correlation_id
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
-from tests.support.proxy import ProxyThread
+from rig.proxy_thread import ProxyThread
 from tests.support.records import make_records
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "golden"

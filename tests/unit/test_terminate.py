@@ -27,7 +27,8 @@ from proxy.policies.terminate import (
     uses_session,
 )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
-from proxy.wire.messages import request_codec
+from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
+from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 
 V = 12
@@ -35,15 +36,18 @@ KEYS: list[PartitionKey] = [("t", 0), ("t", 1), ("t", 2)]
 
 
 def request(offsets: dict[PartitionKey, int], version: int = V, session_id: int = 0, epoch: int = FINAL_EPOCH,
-            replica_id: int = -1) -> Message:
+            replica_id: int = -1, forget: list[PartitionKey] | None = None) -> FetchRequestView:
+    """A client's Fetch request as the proxy reads it (the fast view of the encoded frame)."""
     body = request_codec(1, version).default()
     body = body.replace(replica_state=body.replica_state.replace(replica_id=replica_id)) if version >= 15 \
         else body.replace(replica_id=replica_id)
     parts = {k: FetchParams(o) for k, o in offsets.items()}
-    body = apply_plan(body, version, UpstreamPlan(FetchMetadata(session_id, epoch), parts, [], parts))
-    # round trip through the codec, as the pipeline decodes what the client sent
-    codec = request_codec(1, version)
-    return codec.decode(codec.encode(body))
+    plan = UpstreamPlan(FetchMetadata(session_id, epoch), parts, list(forget or []), parts)
+    body = apply_plan(body, version, plan) if version >= 7 else body.replace(topics=[Message(
+        topic=t, partitions=[Message(partition=i, fetch_offset=o, log_start_offset=-1, partition_max_bytes=1 << 20)])
+        for (t, i), o in offsets.items()])
+    header = Message(request_api_key=1, request_api_version=version, correlation_id=1, client_id="c")
+    return decode_fetch_request(encode_request(header, body))
 
 
 def response(parts: dict[PartitionKey, tuple[int, bytes]], session_id: int = 0, error: int = 0) -> FetchResponseView:
@@ -56,8 +60,19 @@ def response(parts: dict[PartitionKey, tuple[int, bytes]], session_id: int = 0, 
     return FetchResponseView(V, 0, error, session_id, topics)
 
 
-def sent(body: Message) -> dict[PartitionKey, int]:
-    return {(t.topic, p.partition): p.fetch_offset for t in body.topics for p in t.partitions}
+def upstream_request(frame: bytes | None) -> FetchRequestView:
+    """The request Sluice sends upstream."""
+    assert frame is not None
+    return decode_fetch_request(frame)
+
+
+def sent(frame: bytes | None) -> dict[PartitionKey, int]:
+    return {k: p.fetch_offset for k, p in upstream_request(frame).partitions().items()}
+
+
+def session_of(frame: bytes | None) -> tuple[int, int]:
+    r = upstream_request(frame)
+    return r.session_id, r.session_epoch
 
 
 def by_key(view: FetchResponseView) -> dict[PartitionKey, tuple[int, bytes]]:
@@ -66,105 +81,103 @@ def by_key(view: FetchResponseView) -> dict[PartitionKey, tuple[int, bytes]]:
 
 def test_full_then_incremental_client_gets_every_partition() -> None:
     s = UpstreamSessions()
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
     up, ticket = planned
-    assert (up.session_id, up.session_epoch) == (0, 0) and sent(up) == dict.fromkeys(KEYS, 0) and ticket.full
-    assert plan_request(request(dict.fromkeys(KEYS, 0)), V, s) is None  # one session fetch in flight
+    assert session_of(up) == (0, 0) and sent(up) == dict.fromkeys(KEYS, 0) and ticket.full
+    assert plan_request(request(dict.fromkeys(KEYS, 0)), s) is None  # one session fetch in flight
     out = build_client_response(response({("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")},
                                          session_id=42), ticket)
     assert out.used and by_key(out.view) == {("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")}
     assert out.view.session_id == 0 and s.session_open
     # the client advanced partition 0 only: only it goes upstream, in session 42 epoch 1
-    planned = plan_request(request({("t", 0): 2, ("t", 1): 0, ("t", 2): 0}), V, s)
+    planned = plan_request(request({("t", 0): 2, ("t", 1): 0, ("t", 2): 0}), s)
     assert planned is not None
     up, ticket = planned
-    assert (up.session_id, up.session_epoch) == (42, 1) and sent(up) == {("t", 0): 2} and not ticket.full
+    assert session_of(up) == (42, 1) and sent(up) == {("t", 0): 2} and not ticket.full
     # the broker answers only partition 1 (new data); the client still gets all three, in its order
     out = build_client_response(response({("t", 1): (1, b"C")}, session_id=42), ticket)
     assert out.used
     assert list(by_key(out.view)) == KEYS
     assert by_key(out.view) == {("t", 0): (2, b""), ("t", 1): (1, b"C"), ("t", 2): (5, b"")}
     # nothing changed: an empty incremental request
-    planned = plan_request(request({("t", 0): 2, ("t", 1): 0, ("t", 2): 0}), V, s)
-    assert planned is not None and sent(planned[0]) == {} and planned[0].session_epoch == 2
+    planned = plan_request(request({("t", 0): 2, ("t", 1): 0, ("t", 2): 0}), s)
+    assert planned is not None and sent(planned[0]) == {} and session_of(planned[0])[1] == 2
 
 
 def test_session_error_gives_a_retriable_answer_and_a_full_request_next() -> None:
     s = UpstreamSessions()
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
     build_client_response(response({k: (3, b"") for k in KEYS}, session_id=9), planned[1])
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
     out = build_client_response(response({}, error=70), planned[1])
     assert not out.used and out.view.error_code == 0
     assert by_key(out.view) == {k: (3, b"") for k in KEYS}  # known state, no records
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None and planned[1].full and sent(planned[0]) == dict.fromkeys(KEYS, 0)
 
 
 def test_invalid_full_response_is_not_used() -> None:
     s = UpstreamSessions()
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
     out = build_client_response(response({("t", 0): (1, b"X")}, session_id=5), planned[1])  # partitions missing
     assert not out.used and all(p.records_size == 0 for _, p in out.view.partitions())
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None and planned[1].full
 
 
 def test_forgotten_partitions_leave_the_state() -> None:
     s = UpstreamSessions()
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
     build_client_response(response({k: (1, b"") for k in KEYS}, session_id=3), planned[1])
-    planned = plan_request(request({("t", 0): 0}), V, s)
+    planned = plan_request(request({("t", 0): 0}), s)
     assert planned is not None
-    assert [(t.topic, list(t.partitions)) for t in planned[0].forgotten_topics_data] == [("t", [1, 2])]
+    assert upstream_request(planned[0]).forgotten() == [("t", 1), ("t", 2)]
     assert set(s.states) == {("t", 0)}
 
 
 def test_only_sessionless_consumer_fetches_are_eligible() -> None:
     offsets = dict.fromkeys(KEYS, 0)
-    assert eligible(request(offsets), V)
-    assert not eligible(request(offsets, epoch=0), V)  # the client's own session
-    assert not eligible(request(offsets, session_id=7, epoch=3), V)
-    assert not eligible(request(offsets, replica_id=1), V)  # a follower
-    assert not eligible(request({}), V)
-    v6 = request_codec(1, 6).default().replace(topics=[Message(topic="t", partitions=[
-        Message(partition=0, fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20)])])
-    assert not eligible(v6, 6)  # before KIP-227: no session fields
+    assert eligible(request(offsets))
+    assert not eligible(request(offsets, epoch=0))  # the client's own session
+    assert not eligible(request(offsets, session_id=7, epoch=3))
+    assert not eligible(request(offsets, replica_id=1))  # a follower
+    assert not eligible(request({}))
+    assert not eligible(request(offsets, version=6))  # before KIP-227: no session fields
 
 
 def test_a_failed_full_request_naming_a_session_starts_a_fresh_one() -> None:
     s = UpstreamSessions()
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
     build_client_response(response({k: (0, b"") for k in KEYS}, session_id=9), planned[1])
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
     build_client_response(response({}, error=-1, session_id=9), planned[1])
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
-    assert planned is not None and (planned[0].session_id, planned[0].session_epoch) == (9, 0)  # close + new
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
+    assert planned is not None and session_of(planned[0]) == (9, 0)  # close + new
     build_client_response(response({}, error=-1, session_id=9), planned[1])
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
-    assert planned is not None and (planned[0].session_id, planned[0].session_epoch) == (0, 0)  # fresh
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
+    assert planned is not None and session_of(planned[0]) == (0, 0)  # fresh
 
 
 def test_replan_sends_the_same_client_request_again_once() -> None:
     s = UpstreamSessions()
-    planned = plan_request(request(dict.fromkeys(KEYS, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
     build_client_response(response({k: (0, b"") for k in KEYS}, session_id=4), planned[1])
-    planned = plan_request(request({("t", 0): 1, ("t", 1): 0, ("t", 2): 0}), V, s)
+    planned = plan_request(request({("t", 0): 1, ("t", 1): 0, ("t", 2): 0}), s)
     assert planned is not None
     out = build_client_response(response({}, error=70), planned[1])
     assert not out.used
     again = replan(planned[1])
     assert again is not None
     body, ticket = again
-    assert ticket.full and ticket.attempts == 2 and (body.session_id, body.session_epoch) == (0, 0)
+    assert ticket.full and ticket.attempts == 2 and session_of(body) == (0, 0)
     assert sent(body) == {("t", 0): 1, ("t", 1): 0, ("t", 2): 0}
     build_client_response(response({}, error=70), ticket)
     assert replan(ticket) is None
@@ -180,18 +193,18 @@ def server() -> SessionServer:
 def test_a_session_client_is_served_by_sluice_independently_of_the_upstream_session() -> None:
     s, srv = UpstreamSessions(), server()
     # the client creates a session (epoch 0): the upstream request is Sluice's own full session request
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
-    assert plan.kind is Kind.FULL and plan.answer is None and plan.body is not None and plan.ticket is not None
-    assert (plan.body.session_id, plan.body.session_epoch) == (0, 0) and sent(plan.body) == dict.fromkeys(KEYS, 0)
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
+    assert plan.kind is Kind.FULL and plan.answer is None and plan.frame is not None and plan.ticket is not None
+    assert session_of(plan.frame) == (0, 0) and sent(plan.frame) == dict.fromkeys(KEYS, 0)
     out = build_client_response(response({("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")},
                                          session_id=42), plan.ticket)
     client_session = out.view.session_id
     assert out.used and client_session not in (0, 42) and client_session in srv.cache  # Sluice's id, not the broker's
     assert by_key(out.view) == {("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")}
     # the client's incremental request carries only partition 0 (advanced): so does the upstream one, in session 42
-    plan = plan_session_request(request({("t", 0): 2}, session_id=client_session, epoch=1), V, s, srv, now=1.0)
-    assert plan.kind is Kind.INCREMENTAL and plan.body is not None and plan.ticket is not None
-    assert (plan.body.session_id, plan.body.session_epoch) == (42, 1) and sent(plan.body) == {("t", 0): 2}
+    plan = plan_session_request(request({("t", 0): 2}, session_id=client_session, epoch=1), s, srv, now=1.0)
+    assert plan.kind is Kind.INCREMENTAL and plan.frame is not None and plan.ticket is not None
+    assert session_of(plan.frame) == (42, 1) and sent(plan.frame) == {("t", 0): 2}
     # the broker answers partition 1 (records); the client gets exactly that: partition 0's HW did not change
     out = build_client_response(response({("t", 1): (1, b"C")}, session_id=42), plan.ticket)
     assert out.used and out.view.session_id == client_session and by_key(out.view) == {("t", 1): (1, b"C")}
@@ -199,53 +212,53 @@ def test_a_session_client_is_served_by_sluice_independently_of_the_upstream_sess
     # another use of the connection's states, which clears ``synced``): the whole session is checked
     s.states[("t", 2)].high_watermark = 6
     s.synced = 0
-    plan = plan_session_request(request({}, session_id=client_session, epoch=2), V, s, srv, now=2.0)
-    assert plan.body is not None and plan.ticket is not None and sent(plan.body) == {}
+    plan = plan_session_request(request({}, session_id=client_session, epoch=2), s, srv, now=2.0)
+    assert plan.frame is not None and plan.ticket is not None and sent(plan.frame) == {}
     out = build_client_response(response({}, session_id=42), plan.ticket)
     assert by_key(out.view) == {("t", 2): (6, b"")}
 
 
 def test_session_errors_are_answered_by_sluice_without_going_upstream() -> None:
     s, srv = UpstreamSessions(), server()
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
     assert plan.ticket is not None
     sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
     for session_id, epoch, code in ((sid, 5, 71), (sid + 1, 1, 70)):
-        plan = plan_session_request(request({}, session_id=session_id, epoch=epoch), V, s, srv, now=1.0)
-        assert plan.kind is Kind.ERROR and plan.body is None and plan.answer is not None
+        plan = plan_session_request(request({}, session_id=session_id, epoch=epoch), s, srv, now=1.0)
+        assert plan.kind is Kind.ERROR and plan.frame is None and plan.answer is not None
         assert (plan.answer.error_code, plan.answer.session_id, list(plan.answer.partitions())) == (code, 0, [])
         assert not s.busy
     # topic ids (v13+) on a session created with names
-    plan = plan_session_request(request({}, version=13, session_id=sid, epoch=1), 13, s, srv, now=1.0)
+    plan = plan_session_request(request({}, version=13, session_id=sid, epoch=1), s, srv, now=1.0)
     assert plan.answer is not None and plan.answer.error_code == 106
     assert sid in srv.cache  # errors do not delete the session (Kafka keeps it)
 
 
 def test_closing_a_session_makes_the_request_sessionless_upstream_too() -> None:
     s, srv = UpstreamSessions(), server()
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
     assert plan.ticket is not None
     sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
     # epoch -1 naming the session: closed; the request is served like a session-less client's
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), session_id=sid, epoch=FINAL_EPOCH), V, s, srv, 1.0)
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), session_id=sid, epoch=FINAL_EPOCH), s, srv, 1.0)
     assert plan.kind is Kind.SESSIONLESS and sid not in srv.cache
-    assert plan.body is not None and plan.ticket is not None
-    assert (plan.body.session_id, plan.body.session_epoch) == (42, 1)  # Sluice's upstream session carries on
+    assert plan.frame is not None and plan.ticket is not None
+    assert session_of(plan.frame) == (42, 1)  # Sluice's upstream session carries on
     out = build_client_response(response({}, session_id=42), plan.ticket)
     assert out.view.session_id == 0 and list(by_key(out.view)) == KEYS
 
 
 def test_a_pipelined_session_fetch_goes_upstream_sessionless_with_the_whole_session() -> None:
     s, srv = UpstreamSessions(), server()
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
     assert plan.ticket is not None
     sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
-    first = plan_session_request(request({("t", 0): 1}, session_id=sid, epoch=1), V, s, srv, now=1.0)
+    first = plan_session_request(request({("t", 0): 1}, session_id=sid, epoch=1), s, srv, now=1.0)
     assert first.ticket is not None and first.ticket.in_session and s.busy
-    second = plan_session_request(request({}, session_id=sid, epoch=2), V, s, srv, now=1.5)
-    assert second.body is not None and second.ticket is not None and not second.ticket.in_session
-    assert (second.body.session_id, second.body.session_epoch) == (0, FINAL_EPOCH)
-    assert sent(second.body) == {("t", 0): 1, ("t", 1): 0, ("t", 2): 0}
+    second = plan_session_request(request({}, session_id=sid, epoch=2), s, srv, now=1.5)
+    assert second.frame is not None and second.ticket is not None and not second.ticket.in_session
+    assert session_of(second.frame) == (0, FINAL_EPOCH)
+    assert sent(second.frame) == {("t", 0): 1, ("t", 1): 0, ("t", 2): 0}
     build_client_response(response({("t", 0): (1, b"")}, session_id=42), first.ticket)
     out = build_client_response(response({("t", 0): (3, b"Z"), ("t", 1): (0, b""), ("t", 2): (0, b"")}),
                                 second.ticket)
@@ -255,22 +268,22 @@ def test_a_pipelined_session_fetch_goes_upstream_sessionless_with_the_whole_sess
 
 def test_an_unusable_upstream_answer_keeps_the_client_session_without_an_error() -> None:
     s, srv = UpstreamSessions(), server()
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
     assert plan.ticket is not None
     sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
-    plan = plan_session_request(request({("t", 0): 0}, session_id=sid, epoch=1), V, s, srv, now=1.0)
+    plan = plan_session_request(request({("t", 0): 0}, session_id=sid, epoch=1), s, srv, now=1.0)
     assert plan.ticket is not None
     out = build_client_response(response({}, error=70), plan.ticket)
     assert not out.used and (out.view.error_code, out.view.session_id) == (0, sid)
     assert list(out.view.partitions()) == []  # an empty incremental answer: valid, the client fetches again
     again = replan(plan.ticket)
-    assert again is not None and (again[0].session_id, again[0].session_epoch) == (0, 0)
+    assert again is not None and session_of(again[0]) == (0, 0)
     assert sent(again[0]) == dict.fromkeys(KEYS, 0)  # the whole session, upstream, in a new full request
 
 
 def test_a_full_answer_that_cannot_list_every_partition_is_an_empty_throttled_one() -> None:
     s, srv = UpstreamSessions(), server()
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), V, s, srv, now=0.0)
+    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
     assert plan.ticket is not None
     out = build_client_response(response({}, error=70), plan.ticket)
     # KIP-219: an empty full response with a throttle time is "fetch again", not an invalid full response
@@ -280,8 +293,8 @@ def test_a_full_answer_that_cannot_list_every_partition_is_an_empty_throttled_on
 
 def test_uses_session_and_modes_per_client() -> None:
     offsets = dict.fromkeys(KEYS, 0)
-    assert not uses_session(request(offsets), V)
-    assert uses_session(request(offsets, epoch=0), V) and uses_session(request(offsets, session_id=3, epoch=-1), V)
+    assert not uses_session(request(offsets))
+    assert uses_session(request(offsets, epoch=0)) and uses_session(request(offsets, session_id=3, epoch=-1))
     modes = SessionModes("passthrough", (("rdkafka*", "terminate"), ("*-java", "passthrough")))
     assert modes.active and modes.terminates("rdkafka-1") and not modes.terminates("app-java")
     assert not modes.terminates(None) and not SessionModes().active
@@ -293,7 +306,7 @@ def test_a_synced_session_checks_only_the_upstream_partitions() -> None:
     partitions the upstream response named, and the upstream request is the client's own delta."""
     s, srv = UpstreamSessions(), server()
     keys: list[PartitionKey] = [("t", i) for i in range(50)]
-    plan = plan_session_request(request(dict.fromkeys(keys, 0), epoch=0), V, s, srv, now=0.0)
+    plan = plan_session_request(request(dict.fromkeys(keys, 0), epoch=0), s, srv, now=0.0)
     assert plan.ticket is not None
     sid = build_client_response(response({k: (0, b"") for k in keys}, session_id=42), plan.ticket).view.session_id
     assert s.synced == s.mirrors == sid
@@ -305,16 +318,16 @@ def test_a_synced_session_checks_only_the_upstream_partitions() -> None:
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
     srv.build_view = spy  # type: ignore[method-assign]
-    plan = plan_session_request(request({("t", 3): 1}, session_id=sid, epoch=1), V, s, srv, now=1.0)
-    assert plan.body is not None and plan.ticket is not None and sent(plan.body) == {("t", 3): 1}
+    plan = plan_session_request(request({("t", 3): 1}, session_id=sid, epoch=1), s, srv, now=1.0)
+    assert plan.frame is not None and plan.ticket is not None and sent(plan.frame) == {("t", 3): 1}
     out = build_client_response(response({("t", 3): (2, b"Q"), ("t", 9): (1, b"")}, session_id=42), plan.ticket)
     assert calls == [2] and by_key(out.view) == {("t", 3): (2, b"Q"), ("t", 9): (1, b"")}
     # a session-less use of the connection's states breaks the agreement: the next response checks everything
-    planned = plan_request(request(dict.fromkeys(keys, 0)), V, s)
+    planned = plan_request(request(dict.fromkeys(keys, 0)), s)
     assert planned is not None
     build_client_response(response({}, session_id=42), planned[1])
     assert s.synced == 0 and s.mirrors == 0
-    plan = plan_session_request(request({}, session_id=sid, epoch=2), V, s, srv, now=2.0)
+    plan = plan_session_request(request({}, session_id=sid, epoch=2), s, srv, now=2.0)
     assert plan.ticket is not None
     build_client_response(response({}, session_id=42), plan.ticket)
     assert calls[-1] == -1 and s.synced == sid

@@ -1,15 +1,17 @@
-"""Sluice running in-process on its own event loop thread, for tests that drive real (blocking) clients.
+"""Sluice running in-process on its own event loop thread, for tests and benches that drive real (blocking)
+clients.
 
 Synchronous clients (kafka-python, confluent-kafka, the Java tools as subprocesses) block the calling thread,
-so the proxy cannot share the test's event loop: it gets a uvloop loop in a daemon thread, and the test
-talks to it through thread-safe calls. Metrics live in this process's default registry, so tests can read
+so the proxy cannot share the caller's event loop: it gets a uvloop loop in a daemon thread, and the caller
+talks to it through thread-safe calls. Metrics live in this process's default registry, so callers can read
 them directly.
+
+It lives in ``rig/`` (not ``tests/support``) so ``bench/`` can use it without importing the test tree.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -19,20 +21,15 @@ import uvloop
 from proxy.accesslog import AccessLog
 from proxy.config import Settings, load_settings
 from proxy.server import Proxy
+from rig.kafka import free_ports
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ProxyThread:
     def __init__(self, upstream: str, **overrides: Any) -> None:
         # Broker listener ports are base + node id; the rig's single broker is node 1.
-        node_port = free_port()
+        (node_port,) = free_ports(1)
         base = {
             "upstream.bootstrap_servers": [upstream],
             "listen.bootstrap_port": 0,
