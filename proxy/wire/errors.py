@@ -7,6 +7,10 @@ to its connection with one ``except CodecError`` instead of guessing at IndexErr
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class CodecError(ValueError):
     """Malformed or unsupported wire data.
@@ -42,3 +46,20 @@ class CodecError(ValueError):
             api=self.api if self.api is not None else api,
             version=self.version if self.version is not None else version,
         )
+
+
+@contextmanager
+def codec_errors(what: str, *, api: str | int, version: int) -> Iterator[None]:
+    """Around a hand-written decoder (the fast paths): what malformed input makes Python raise there
+    (struct.error / IndexError past the end, bad UTF-8, a size Python cannot allocate) becomes one CodecError
+    naming ``what`` was being decoded; a CodecError raised inside is annotated with the message."""
+    try:
+        yield
+    except CodecError as e:
+        raise e.located(api=api, version=version) from None
+    except (struct.error, IndexError):
+        raise CodecError(f"truncated {what}", api=api, version=version) from None
+    except UnicodeDecodeError:
+        raise CodecError(f"{what}: string is not valid UTF-8", api=api, version=version) from None
+    except (ValueError, OverflowError, MemoryError) as e:
+        raise CodecError(f"{type(e).__name__}: {e}", api=api, version=version) from None

@@ -35,7 +35,7 @@ from typing import Any
 from .compiler import KafkaStruct, _default_value, struct_for, write_uvarint
 from .compiler import tag_section_at as _skip_tags
 from .compiler import uvarint_at as _uvarint
-from .errors import CodecError
+from .errors import CodecError, codec_errors
 from .messages import response_spec
 from .model import Message
 
@@ -345,16 +345,12 @@ def decode_frame(frame: Buffer, version: int) -> tuple[int, memoryview | None, F
     """Decode a whole response frame (after the 4-byte size): (correlation id, raw response-header tag section
     or None, body view)."""
     mv = memoryview(frame)
-    try:
+    with codec_errors("Fetch response header", api=_API, version=version):
         (corr,) = _I32.unpack_from(mv, 0)
         pos = 4
         tags = None
         if version >= FIRST_FLEXIBLE:
             tags, pos = _skip_tags(mv, pos, len(mv))
-    except (struct.error, IndexError):
-        raise CodecError("truncated Fetch response header", api=_API, version=version) from None
-    except CodecError as e:
-        raise e.located(api=_API, version=version) from None
     return corr, tags, decode(mv[pos:], version)
 
 
@@ -364,19 +360,11 @@ def decode(body: Buffer, version: int) -> FetchResponseView:
         raise CodecError(f"Fetch response version {version} outside {MIN_VERSION}-{MAX_VERSION}",
                          api=_API, version=version)
     mv = body if isinstance(body, memoryview) else memoryview(body)
-    try:
+    with codec_errors("Fetch response", api=_API, version=version):
         if version >= FIRST_FLEXIBLE:
             view, pos = _decode_flexible(mv, version)
         else:
             view, pos = _decode_classic(mv, version)
-    except CodecError as e:
-        raise e.located(api=_API, version=version) from None
-    except (struct.error, IndexError):
-        raise CodecError("truncated Fetch response", api=_API, version=version) from None
-    except UnicodeDecodeError:
-        raise CodecError("topic name is not valid UTF-8", api=_API, version=version) from None
-    except (ValueError, OverflowError, MemoryError) as e:
-        raise CodecError(f"{type(e).__name__}: {e}", api=_API, version=version) from None
     if pos != len(mv):
         raise CodecError(f"{len(mv) - pos} trailing bytes", where=pos, api=_API, version=version)
     return view

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from .compiler import tag_section_at, uvarint_at
-from .errors import CodecError
+from .errors import CodecError, codec_errors
 from .fetch_fast import _EMPTY_TAGS, _bad, _compact_string, _uv, parse_tags
 from .messages import peek_request_header
 
@@ -173,19 +173,11 @@ def decode_fetch_request(frame: Buffer) -> FetchRequestView:
     view.version = version
     view.correlation_id = head.correlation_id
     view.header = bytes(mv[: head.body_offset])
-    try:
+    with codec_errors("Fetch request", api=_API, version=version):
         if version >= FIRST_FLEXIBLE:
             pos = _decode_flexible(view, mv, head.body_offset)
         else:
             pos = _decode_classic(view, mv, head.body_offset)
-    except CodecError as e:
-        raise e.located(api=_API, version=version) from None
-    except (struct.error, IndexError):
-        raise CodecError("truncated Fetch request", api=_API, version=version) from None
-    except UnicodeDecodeError:
-        raise CodecError("string is not valid UTF-8", api=_API, version=version) from None
-    except (ValueError, OverflowError, MemoryError) as e:
-        raise CodecError(f"{type(e).__name__}: {e}", api=_API, version=version) from None
     if pos != len(mv):
         raise CodecError(f"{len(mv) - pos} trailing bytes", where=pos, api=_API, version=version)
     return view
