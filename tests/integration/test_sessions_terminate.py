@@ -60,19 +60,27 @@ def produce(bootstrap: str, topic: str, records: list[tuple[int, str]]) -> None:
     assert p.flush(60) == 0
 
 
+class BusyPartitions:
+    """Three records with known values ("r<round>-p<partition>-<i>") to each busy partition per round."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, busy: tuple[int, ...]) -> None:
+        self.bootstrap, self.topic, self.busy = bootstrap, topic, busy
+        self.produced = {p: 0 for p in range(partitions)}  # the high watermark of every partition
+
+    def add(self, round_: int) -> None:
+        produce(self.bootstrap, self.topic, [(p, f"r{round_}-p{p}-{i}") for p in self.busy for i in range(3)])
+        for p in self.busy:
+            self.produced[p] += 3
+
+
 # ------------------------------------------------------------------------------------- raw fetch loop
 
 
 def test_raw_sessionless_loop_offloads_upstream(kafka_broker: KafkaBroker, unique_topic: str) -> None:
     parts, busy = 200, (0, 7, 150)
     create_topic(kafka_broker.bootstrap, unique_topic, parts)
-    produced = {p: 0 for p in range(parts)}
-
-    def add(round_: int) -> None:
-        produce(kafka_broker.bootstrap, unique_topic, [(p, f"r{round_}-p{p}-{i}") for p in busy for i in range(3)])
-        for p in busy:
-            produced[p] += 3
-
+    traffic = BusyPartitions(kafka_broker.bootstrap, unique_topic, parts, busy)
+    produced, add = traffic.produced, traffic.add
     add(0)
     full_before = metrics.total("sluice_upstream_fetch_requests_total", kind="full")
     incr_before = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
@@ -119,13 +127,8 @@ def test_raw_session_client_is_served_by_sluice(kafka_broker: KafkaBroker, uniqu
     partitions that have news, answers session errors itself, and every record arrives once, in order."""
     parts, busy = 60, (0, 7, 50)
     create_topic(kafka_broker.bootstrap, unique_topic, parts)
-    produced = {p: 0 for p in range(parts)}
-
-    def add(round_: int) -> None:
-        produce(kafka_broker.bootstrap, unique_topic, [(p, f"r{round_}-p{p}-{i}") for p in busy for i in range(3)])
-        for p in busy:
-            produced[p] += 3
-
+    traffic = BusyPartitions(kafka_broker.bootstrap, unique_topic, parts, busy)
+    produced, add = traffic.produced, traffic.add
     add(0)
     down_before = {k: metrics.total("sluice_downstream_fetch_requests_total", kind=k) for k in ("full", "error")}
     with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as sluice, \

@@ -190,6 +190,15 @@ def server() -> SessionServer:
     return SessionServer(SessionCache(rng=random.Random(7)))
 
 
+def established(keys: list[PartitionKey] = KEYS) -> tuple[UpstreamSessions, SessionServer, int]:
+    """A client session created through Sluice (upstream session 42): (upstream side, server, its id)."""
+    s, srv = UpstreamSessions(), server()
+    plan = plan_session_request(request(dict.fromkeys(keys, 0), epoch=0), s, srv, now=0.0)
+    assert plan.ticket is not None
+    out = build_client_response(response({k: (0, b"") for k in keys}, session_id=42), plan.ticket)
+    return s, srv, out.view.session_id
+
+
 def test_a_session_client_is_served_by_sluice_independently_of_the_upstream_session() -> None:
     s, srv = UpstreamSessions(), server()
     # the client creates a session (epoch 0): the upstream request is Sluice's own full session request
@@ -219,10 +228,7 @@ def test_a_session_client_is_served_by_sluice_independently_of_the_upstream_sess
 
 
 def test_session_errors_are_answered_by_sluice_without_going_upstream() -> None:
-    s, srv = UpstreamSessions(), server()
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
-    assert plan.ticket is not None
-    sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
+    s, srv, sid = established()
     for session_id, epoch, code in ((sid, 5, 71), (sid + 1, 1, 70)):
         plan = plan_session_request(request({}, session_id=session_id, epoch=epoch), s, srv, now=1.0)
         assert plan.kind is Kind.ERROR and plan.frame is None and plan.answer is not None
@@ -235,10 +241,7 @@ def test_session_errors_are_answered_by_sluice_without_going_upstream() -> None:
 
 
 def test_closing_a_session_makes_the_request_sessionless_upstream_too() -> None:
-    s, srv = UpstreamSessions(), server()
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
-    assert plan.ticket is not None
-    sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
+    s, srv, sid = established()
     # epoch -1 naming the session: closed; the request is served like a session-less client's
     plan = plan_session_request(request(dict.fromkeys(KEYS, 0), session_id=sid, epoch=FINAL_EPOCH), s, srv, 1.0)
     assert plan.kind is Kind.SESSIONLESS and sid not in srv.cache
@@ -249,10 +252,7 @@ def test_closing_a_session_makes_the_request_sessionless_upstream_too() -> None:
 
 
 def test_a_pipelined_session_fetch_goes_upstream_sessionless_with_the_whole_session() -> None:
-    s, srv = UpstreamSessions(), server()
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
-    assert plan.ticket is not None
-    sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
+    s, srv, sid = established()
     first = plan_session_request(request({("t", 0): 1}, session_id=sid, epoch=1), s, srv, now=1.0)
     assert first.ticket is not None and first.ticket.in_session and s.busy
     second = plan_session_request(request({}, session_id=sid, epoch=2), s, srv, now=1.5)
@@ -267,10 +267,7 @@ def test_a_pipelined_session_fetch_goes_upstream_sessionless_with_the_whole_sess
 
 
 def test_an_unusable_upstream_answer_keeps_the_client_session_without_an_error() -> None:
-    s, srv = UpstreamSessions(), server()
-    plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
-    assert plan.ticket is not None
-    sid = build_client_response(response({k: (0, b"") for k in KEYS}, session_id=42), plan.ticket).view.session_id
+    s, srv, sid = established()
     plan = plan_session_request(request({("t", 0): 0}, session_id=sid, epoch=1), s, srv, now=1.0)
     assert plan.ticket is not None
     out = build_client_response(response({}, error=70), plan.ticket)
@@ -304,11 +301,8 @@ def test_uses_session_and_modes_per_client() -> None:
 def test_a_synced_session_checks_only_the_upstream_partitions() -> None:
     """O(changed): once the client session's cache agrees with the states, a response checks only the
     partitions the upstream response named, and the upstream request is the client's own delta."""
-    s, srv = UpstreamSessions(), server()
     keys: list[PartitionKey] = [("t", i) for i in range(50)]
-    plan = plan_session_request(request(dict.fromkeys(keys, 0), epoch=0), s, srv, now=0.0)
-    assert plan.ticket is not None
-    sid = build_client_response(response({k: (0, b"") for k in keys}, session_id=42), plan.ticket).view.session_id
+    s, srv, sid = established(keys)
     assert s.synced == s.mirrors == sid
     calls: list[int] = []
     original = srv.build_view
