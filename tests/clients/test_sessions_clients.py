@@ -453,3 +453,35 @@ def test_java_consumer_broker_restart_loses_nothing(java_tools: JavaTools, uniqu
     check_once_in_order(parse_console(out.lines), rounds)
     assert proc.returncode == 0, f"console consumer exited with {proc.returncode}:\n{stderr[-3000:]}"
     assert counts["downstream_incremental"] >= 5, f"Sluice served too few downstream incremental fetches: {counts}"
+
+
+def test_java_consumer_session_while_policies_edit_its_responses(kafka_broker: KafkaBroker, java_tools: JavaTools,
+                                                                unique_topic: str, tmp_path: Path) -> None:
+    """Owning the session is what lets policies edit responses without breaking it: a KIP-73 throttle of 4 KB/s
+    leaves the topic's records out of many responses (partitions kept, records empty) and a 1 KiB KIP-74 budget
+    clamps every request, while the producer keeps going; the Java consumer's session handler never finds a
+    response invalid, and every record arrives once, in order."""
+    rounds = 150
+    config, log = log4j2_config(tmp_path)
+    create_topic(kafka_broker.bootstrap, unique_topic, PARTITIONS)
+    policies = {"size_limit.budgets": [{"client_id": JAVA_CLIENT_ID, "fetch_max_bytes": 1024}],
+                "throttle.leader_rate_bytes": 4000, "throttle.topics": [{"topic": unique_topic, "replicas": "*"}],
+                "throttle.consumers": [{"client_id": JAVA_CLIENT_ID}]}
+    left_out = metrics.total("sluice_throttle_left_out_partitions_total", side="leader")
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE, **policies) as sluice:
+        before = fetch_counts()
+        producer = ContinuousProducer(kafka_broker.bootstrap, unique_topic, rounds=rounds, interval=0.02)
+        try:
+            proc = java_tools.run(CONSOLE_CONSUMER,
+                                  java_consumer_args(sluice.bootstrap, unique_topic, PARTITIONS * rounds, 30_000),
+                                  timeout=120, check=False, log4j_config=config)
+        finally:
+            producer.join()
+        producer.check_acked()
+        counts = deltas(before)
+    assert proc.returncode == 0, f"console consumer exited with {proc.returncode}:\n{proc.stderr[-3000:]}"
+    check_java_sessions(log.read_text().splitlines() if log.exists() else [], proc.stderr, min_incremental=20)
+    check_once_in_order(parse_console(proc.stdout.splitlines()), rounds)
+    assert metrics.total("sluice_throttle_left_out_partitions_total", side="leader") > left_out, \
+        "the throttle never left records out"
+    assert counts["downstream_incremental"] >= 20, f"Sluice served too few downstream incremental fetches: {counts}"
