@@ -45,6 +45,8 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from proxy import metrics
+from proxy.accesslog import configure_logging
+from proxy.config import LoggingSettings
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 
@@ -198,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     if unknown := [c for c in clients if c not in CLIENTS]:
         ap.error(f"unknown client(s) {', '.join(unknown)}; known: {', '.join(CLIENTS)}")
+    # stdout carries only the JSON lines: the in-process Sluice's operational log goes to stderr
+    configure_logging(LoggingSettings(level="warning", access_log="off"))
     with KafkaBroker() as broker:
         topics = layout(f"sessions-bench-{args.partitions}", args.partitions)
         admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=300_000)
