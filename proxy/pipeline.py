@@ -19,15 +19,7 @@ from typing import Any
 
 from . import metrics, versions
 from .policies.sessions import FIRST_SESSION_VERSION, SessionServer, SessionStats
-from .policies.size_limit import (
-    Budget,
-    Fairness,
-    SizeLimits,
-    clamp_request,
-    enforce,
-    reorder_request,
-    replica_id_of,
-)
+from .policies.size_limit import Budget, Fairness, SizeLimits, clamp_request, enforce, reorder_request
 from .policies.terminate import (
     SessionModes,
     SessionTicket,
@@ -46,16 +38,14 @@ from .versions import UNSUPPORTED_VERSION
 from .wire import fetch_fast
 from .wire.compiler import head_codec, read_uvarint, top_level_tags_locator
 from .wire.errors import CodecError
-from .wire.fetch_request_fast import decode_fetch_request
+from .wire.fetch_request_fast import FetchEdit, decode_fetch_request
 from .wire.fetch_stream import FetchStreamer
 from .wire.messages import (
     API_VERSIONS_KEY,
     RequestHeader,
     api_name,
-    decode_request,
     decode_response,
     decoded_versions,
-    encode_request,
     encode_response,
     peek_request_header,
     response_body_offset,
@@ -195,69 +185,79 @@ class Pipeline:
             else:
                 req.rewrite = rule
             req.collect = req.rewrite is not None and key != FETCH  # Fetch v16+ streams (fetch_stream.py)
-        if key == FETCH and self.size_limits.active and self.size_limits.may_apply(header.client_id):
-            self._size_limit_request(req, conn or ConnectionState())
-        if key == FETCH and self.throttles.active:
-            self._throttle_request(req)
-        if key == FETCH and conn is not None and self.session_modes.active \
-                and self.session_modes.terminates(header.client_id):
-            self._session_request(req, conn)
+        if key == FETCH:
+            # The request-side Fetch policies, in this order: KIP-74 size limits, KIP-73 throttles, KIP-227
+            # terminate mode, each seeing the request as the previous ones left it. The request is decoded once
+            # (the fast path: ~0.45 us per partition) and encoded at most once, at the end.
+            size_limited = self.size_limits.active and self.size_limits.may_apply(header.client_id)
+            terminate = conn is not None and self.session_modes.active \
+                and self.session_modes.terminates(header.client_id)
+            if size_limited or self.throttles.active or terminate:
+                edit = FetchEdit(decode_fetch_request(frame))
+                if size_limited:
+                    self._size_limit_request(req, edit, conn or ConnectionState())
+                if self.throttles.active:
+                    self._throttle_request(req, edit)
+                # terminate mode builds its upstream frame (or a local answer) from the edited request itself
+                built = terminate and conn is not None and self._session_request(req, edit, conn)
+                if edit.changed and not built:
+                    req.frame = edit.encode()
         if key == PRODUCE and header.body_offset is not None and _produce_acks(frame, header) == 0:
             req.expects_response = False
         return req
 
-    def _size_limit_request(self, req: Request, conn: ConnectionState) -> None:
+    def _size_limit_request(self, req: Request, edit: FetchEdit, conn: ConnectionState) -> None:
         """KIP-74 on the request side: clamp what the broker may return and, for clients that do not rotate,
-        ask for the longest-starved partitions first. The response is then collected and trimmed."""
+        ask for the longest-starved partitions first (edits ``edit``). The response is then collected and
+        trimmed."""
         limits = self.size_limits
-        header, body = decode_request(req.frame)
-        budget = limits.budget_for(req.header.client_id, replica_id_of(body))
+        budget = limits.budget_for(req.header.client_id, edit.view.replica_id)
         if budget is None:
             return
-        changed = clamp_request(body, budget)
+        clamp_request(edit, budget)
         if limits.fairness:
             req.fairness = conn.fairness
-            changed = reorder_request(body, conn.fairness) or changed
-        if changed:
-            req.frame = encode_request(header, body)
+            reorder_request(edit, conn.fairness)
         req.budget = budget
         req.collect = True
         # What the broker may send: the clamped max_bytes (the first-batch rule can exceed it: the server adjusts
         # the reservation when the real size is known).
-        req.reserve = body.max_bytes if limits.global_max_bytes else 0
+        req.reserve = edit.max_bytes if limits.global_max_bytes else 0
 
     def set_throttles(self, throttles: Throttles) -> None:
         self.throttles = throttles
         self.throttle_state.reconfigure(throttles)
         metrics.bind_throttle(self.throttle_state, throttles, self.clock)
 
-    def _throttle_request(self, req: Request) -> None:
+    def _throttle_request(self, req: Request, edit: FetchEdit) -> None:
         """KIP-73 on the request side (policies/throttle.py): note the throttled partitions' fetch offsets and,
-        while the follower quota is exceeded, leave them out of a session-less request. The response is then
-        collected so the leader side can leave records out."""
+        while the follower quota is exceeded, leave them out of a session-less request (edits ``edit``). The
+        response is then collected so the leader side can leave records out."""
         t = self.throttles
-        header, body = decode_request(req.frame)
-        fetcher = t.fetcher(req.header.client_id, replica_id_of(body))
+        fetcher = t.fetcher(req.header.client_id, edit.view.replica_id)
         if fetcher is None:
             return
-        ticket = throttle_plan(body, fetcher, t, self.throttle_state, self.topic_names.get, self.clock())
+        ticket = throttle_plan(edit, fetcher, t, self.throttle_state, self.topic_names.get, self.clock())
         if not ticket.offsets and not ticket.left_out:
             return
         if ticket.left_out:
             metrics.THROTTLE_LEFT_OUT_FOLLOWER.inc(ticket.left_out)
-            req.frame = encode_request(header, body)
         req.throttle = ticket
         req.collect = True
 
-    def _session_request(self, req: Request, conn: ConnectionState) -> None:
+    def _session_request(self, req: Request, edit: FetchEdit, conn: ConnectionState) -> bool:
         """KIP-227 terminate mode (policies/terminate.py): the request goes upstream in the connection's own
         fetch session (only added/changed partitions); the response is collected and the client's response
         built from Sluice's partition state: in full for a session-less client, in the client's own session
-        (served by :attr:`session_server`) for one that uses sessions. The request is read with the fast path
-        (wire/fetch_request_fast.py): a 10,000-partition request costs ~4 ms instead of ~85 ms."""
-        request = decode_fetch_request(req.frame)
+        (served by :attr:`session_server`) for one that uses sessions. The request is the one the size-limit
+        and throttle steps left (``edit.request()``: their partitions, order and MaxBytes), read with the fast
+        path (wire/fetch_request_fast.py): a 10,000-partition request costs ~4 ms instead of ~85 ms.
+
+        True when this step set the frame to send upstream (or a local response); False: send the edited
+        request as it is."""
+        request = edit.request()
         if request.version < FIRST_SESSION_VERSION:
-            return
+            return False
         if conn.sessions is None:
             conn.sessions = UpstreamSessions()
         sessions = conn.sessions
@@ -270,26 +270,30 @@ class Pipeline:
             if plan.answer is not None:  # a session error of Sluice's own: answered here, nothing goes upstream
                 buffers, _ = plan.answer.encode_frame(req.header.correlation_id)
                 req.local_response = b"".join(buffers)
-                return
+                return True
             if plan.ticket is None or plan.frame is None:
                 if plan.frame is not None:  # a closed session's request, now session-less: the broker answers
                     req.frame = plan.frame
-                return
+                    return True
+                return False
             frame, ticket = plan.frame, plan.ticket
         else:
             planned = session_plan(request, sessions)
             if planned is None:
-                return
+                return False
             frame, ticket = planned
         _session_gauges(sessions, was_open, cached)  # forgotten partitions leave the state
         if ticket.in_session:
             (metrics.UPSTREAM_FETCH_FULL if ticket.full else metrics.UPSTREAM_FETCH_INCREMENTAL).inc()
         metrics.UPSTREAM_FETCH_BYTES.labels("request").inc(len(frame) + 4)
-        if len(frame) < len(req.frame):
-            metrics.UPSTREAM_FETCH_BYTES_SAVED.labels("request").inc(len(req.frame) - len(frame))
+        # saved against what would have gone upstream without terminate mode: the request the other steps left
+        edited = edit.encoded_size() if edit.changed else len(req.frame)
+        if len(frame) < edited:
+            metrics.UPSTREAM_FETCH_BYTES_SAVED.labels("request").inc(edited - len(frame))
         req.frame = frame
         req.session = ticket
         req.collect = True
+        return True
 
     def _count_session_stats(self) -> None:
         """Move the downstream session counters by what the session server counted since the last call."""

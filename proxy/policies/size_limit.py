@@ -1,7 +1,8 @@
 """Response-size limiting (KIP-74): byte budgets on fetch responses, progress guaranteed, fair partitions.
 
-Sans-IO: the pipeline hands in decoded Fetch requests/responses and a per-connection :class:`Fairness`; this
-module returns decisions and edits, and never touches sockets or clocks.
+Sans-IO: the pipeline hands in decoded Fetch requests (a :class:`~proxy.wire.fetch_request_fast.FetchEdit`) and
+responses and a per-connection :class:`Fairness`; this module returns decisions and edits, and never touches
+sockets or clocks.
 
 Rules (seed 000/002 and shipped Kafka, reference/kafka-semantics.md section A):
 
@@ -33,6 +34,7 @@ from typing import Any
 
 from ..config import SizeLimitSettings
 from ..wire.fetch_fast import FetchPartition, FetchResponseView
+from ..wire.fetch_request_fast import FetchEdit, FetchParams
 from ..wire.model import Message
 from ..wire.records import walk_batches
 
@@ -103,27 +105,23 @@ class SizeLimits:
         return any(r.replicas or r.matches(client_id, -1) for r in self.rules if not r.budget.unlimited)
 
 
-def replica_id_of(request: Message) -> int:
-    """FetchRequest ReplicaId (v0-14) or ReplicaState.ReplicaId (v15+, KIP-903); -1 for consumers."""
-    if "replica_id" in request.fields():
-        return int(request.replica_id)
-    state = request.get("replica_state")
-    return int(state.replica_id) if state is not None else -1
-
-
-def clamp_request(request: Message, budget: Budget) -> bool:
-    """Clamp max_bytes and partition_max_bytes to the budget in place; True if anything changed."""
+def clamp_request(edit: FetchEdit, budget: Budget) -> bool:
+    """Clamp MaxBytes (v3+) and every PartitionMaxBytes to the budget (a partition cap defaults to the whole
+    budget); True if anything changed (``edit.changed`` is set then)."""
     changed = False
-    if budget.fetch_max_bytes and "max_bytes" in request.fields() and request.max_bytes > budget.fetch_max_bytes:
-        request.max_bytes = budget.fetch_max_bytes
+    if budget.fetch_max_bytes and edit.max_bytes > budget.fetch_max_bytes:
+        edit.max_bytes = budget.fetch_max_bytes
         changed = True
     cap = budget.partition_max_bytes or budget.fetch_max_bytes
     if cap:
-        for topic in request.topics:
-            for p in topic.partitions:
-                if p.partition_max_bytes > cap:
-                    p.partition_max_bytes = cap
-                    changed = True
+        parts = edit.partitions
+        new = tuple.__new__  # FetchParams is built once per clamped partition: skip NamedTuple.__new__'s call
+        for key, (fo, lso, pmb, cle, lfe, tags) in parts.items():
+            if pmb > cap:
+                parts[key] = new(FetchParams, (fo, lso, cap, cle, lfe, tags))  # a value, not a key: safe in the loop
+                changed = True
+    if changed:
+        edit.changed = True
     return changed
 
 
@@ -163,27 +161,21 @@ class Fairness:
             self._order.pop(k, None)
 
 
-def reorder_request(request: Message, fairness: Fairness) -> bool:
-    """Reorder a full (or session-less) Fetch request's topics/partitions into the rotation order, so the
-    broker fills the partitions starved longest first. Incremental session requests keep their order: the
-    broker fills by its session order and rotates that itself (FetchSession). True if the order changed."""
-    if request.get("session_epoch", -1) not in (-1, 0):
+def reorder_request(edit: FetchEdit, fairness: Fairness) -> bool:
+    """Reorder a full (or session-less) Fetch request's partitions into the rotation order, so the broker fills
+    the partitions starved longest first (it reads them in request order under MaxBytes; the encoder groups
+    consecutive partitions of a topic under one topic entry). Incremental session requests keep their order:
+    the broker fills by its session order and rotates that itself (FetchSession). True if the order changed
+    (``edit.changed`` is set then)."""
+    if edit.view.session_epoch not in (-1, 0):
         return False
-    entries = [(_topic_key(t), p.partition, t, p) for t in request.topics for p in t.partitions]
-    ranked = fairness.rank((k, i) for k, i, _, _ in entries)
-    by_key = {(k, i): (t, p) for k, i, t, p in entries}
-    topics: list[Message] = []
-    last: Any = object()
-    for key in ranked:
-        t, p = by_key[key]
-        if key[0] != last:
-            topics.append(t.replace(partitions=[]))
-            last = key[0]
-        topics[-1].partitions.append(p)
-    before = [(_topic_key(t), p.partition) for t in request.topics for p in t.partitions]
+    parts = edit.partitions
+    before = list(parts)
+    ranked = fairness.rank(before)
     if ranked == before:
         return False
-    request.topics = topics
+    edit.partitions = {key: parts[key] for key in ranked}
+    edit.changed = True
     return True
 
 

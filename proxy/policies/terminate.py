@@ -19,7 +19,9 @@ Downstream, two kinds of client:
   partition state, and session errors (70/71/106) are Sluice's own, answered at once without going upstream.
 
 For both, the request side is the same: ``SessionClient.build`` gives the upstream plan (full the first time,
-then only added and altered partitions plus forgotten ones) and ``apply_plan`` rewrites the request. A consumer
+then only added and altered partitions plus forgotten ones) and ``encode_fetch_request`` (the request fast path,
+proxy/wire/fetch_request_fast.py) writes it over the client's request, as the earlier request-side policies
+left it. A consumer
 advances its fetch offset after every response that carried records, so partitions with traffic are sent
 upstream again; idle partitions are not, which is where the savings come from. On the response side
 (:func:`build_client_response`) ``SessionClient.handle_response`` checks the upstream response (session errors

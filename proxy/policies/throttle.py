@@ -1,9 +1,10 @@
 """Replication throttles (KIP-73): byte-rate quotas applied by leaving throttled partitions out of fetches.
 
-Sans-IO: the pipeline hands in decoded Fetch requests/responses and ``now``; this module returns decisions and
-edits in place. The quotas (:class:`~proxy.quota.WindowedRate`) and the lag table live in one
-:class:`ThrottleState` shared by every connection (Kafka has one LeaderReplication and one FollowerReplication
-quota per broker); the configuration is an immutable :class:`Throttles` snapshot, swapped whole on reload.
+Sans-IO: the pipeline hands in decoded Fetch requests (a :class:`~proxy.wire.fetch_request_fast.FetchEdit`) and
+responses and ``now``; this module returns decisions and edits in place. The quotas
+(:class:`~proxy.quota.WindowedRate`) and the lag table live in one :class:`ThrottleState` shared by every
+connection (Kafka has one LeaderReplication and one FollowerReplication quota per broker); the configuration
+is an immutable :class:`Throttles` snapshot, swapped whole on reload.
 
 Who is throttled (reference/kafka-semantics.md section C):
 
@@ -48,6 +49,7 @@ from ..config import ThrottleSettings
 from ..quota import WindowedRate
 from ..wire.errors import CodecError
 from ..wire.fetch_fast import FetchResponseView
+from ..wire.fetch_request_fast import FIRST_TOPIC_ID, FetchEdit, PartitionKey
 from ..wire.model import Message
 from ..wire.records import complete_size
 
@@ -201,38 +203,40 @@ def _name(topic: Any, names: TopicName) -> str | None:
     return names(bytes(tid)) if tid is not None else None
 
 
-def plan_request(request: Message, fetcher: int, t: Throttles, state: ThrottleState, names: TopicName,
+def plan_request(edit: FetchEdit, fetcher: int, t: Throttles, state: ThrottleState, names: TopicName,
                  now: float) -> Ticket:
     """Request side. Records the fetch offsets of throttled partitions and, on the follower side, leaves
     throttled partitions that are not in sync out of a session-less request while the follower quota is
-    exceeded (edits ``request`` in place; ``ticket.left_out`` says how many)."""
-    ticket = Ticket(fetcher, {}, max(0, int(request.get("max_wait_ms", 0))) / 1000.0)
-    drop = (t.follower_rate and request.get("session_epoch", -1) == -1 and state.follower.exceeded(now))
-    kept_topics: list[Message] = []
-    total = 0
-    for topic in request.topics:
-        name = _name(topic, names)
-        kept: list[Message] = []
-        for p in topic.partitions:
-            total += 1
-            if not t.throttled(name, p.partition, fetcher):
-                kept.append(p)
-                continue
-            assert name is not None
-            key = (name, p.partition)
-            hw = state.high_watermarks.get(key)
-            in_sync = hw is not None and p.fetch_offset >= hw
-            if drop and not in_sync:
-                ticket.left_out += 1
-                continue
-            ticket.offsets[key] = p.fetch_offset
-            kept.append(p)
-        if kept:
-            topic.partitions = kept
-            kept_topics.append(topic)
-    if ticket.left_out:
-        request.topics = kept_topics
-        ticket.emptied = ticket.left_out == total
+    exceeded (removed from ``edit.partitions``, ``edit.changed`` set; ``ticket.left_out`` says how many).
+    Topics are named (v4-12) or, from v13, ids resolved through ``names``; an unknown id is not throttled."""
+    view = edit.view
+    ticket = Ticket(fetcher, {}, max(0, view.max_wait_ms) / 1000.0)
+    drop = bool(t.follower_rate) and view.session_epoch == -1 and state.follower.exceeded(now)
+    by_id = view.version >= FIRST_TOPIC_ID
+    parts = edit.partitions
+    left_out: list[PartitionKey] = []
+    last: object = None
+    name: str | None = None
+    for key, p in parts.items():
+        topic, partition = key
+        if topic != last:  # partitions come grouped by topic: resolve each topic once
+            last = topic
+            name = names(topic) if by_id else (topic or None)  # type: ignore[assignment]  # str before v13
+        if not t.throttled(name, partition, fetcher):
+            continue
+        assert name is not None
+        hw = state.high_watermarks.get((name, partition))
+        in_sync = hw is not None and p.fetch_offset >= hw
+        if drop and not in_sync:
+            left_out.append(key)
+            continue
+        ticket.offsets[(name, partition)] = p.fetch_offset
+    if left_out:
+        ticket.emptied = len(left_out) == len(parts)
+        for key in left_out:
+            del parts[key]
+        ticket.left_out = len(left_out)
+        edit.changed = True
     return ticket
 
 

@@ -13,10 +13,11 @@ from proxy.policies.size_limit import (
     clamp_request,
     enforce,
     reorder_request,
-    replica_id_of,
 )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
-from proxy.wire.messages import request_codec
+from proxy.wire.fetch_request_fast import FetchEdit, decode_fetch_request
+from proxy.wire.messages import encode_request, request_codec
+from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, new_batch, walk_batches
 
 
@@ -110,23 +111,39 @@ def test_fairness_rotates_served_partitions_to_the_back() -> None:
     assert served == [[0], [1], [2], [3]]  # a client that never rotates still reaches every partition
 
 
-def test_request_clamped_and_reordered() -> None:
-    req = request_codec(1, 12).default()
-    from proxy.wire.model import Message
-
-    req.max_bytes = 50 << 20
-    req.topics = [Message(topic="a", partitions=[
+def fetch_frame(version: int = 12, epoch: int = -1, **fields: object) -> bytes:
+    """A Fetch request frame (construct codec) with three partitions of topic "a" asking for 1 MiB each."""
+    body = request_codec(1, version).default().replace(max_bytes=50 << 20, session_epoch=epoch, **fields)
+    body.topics = [Message(topic="a", partitions=[
         Message(partition=i, current_leader_epoch=0, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
                 partition_max_bytes=1 << 20) for i in range(3)])]
-    assert clamp_request(req, Budget(fetch_max_bytes=100_000, partition_max_bytes=10_000))
-    assert req.max_bytes == 100_000 and {p.partition_max_bytes for p in req.topics[0].partitions} == {10_000}
+    header = Message(request_api_key=1, request_api_version=version, correlation_id=1, client_id="c")
+    return encode_request(header, body)
+
+
+def test_request_clamped_and_reordered() -> None:
+    req = FetchEdit(decode_fetch_request(fetch_frame()))
+    assert clamp_request(req, Budget(fetch_max_bytes=100_000, partition_max_bytes=10_000)) and req.changed
+    assert req.max_bytes == 100_000 and {p.partition_max_bytes for p in req.partitions.values()} == {10_000}
+    assert decode_fetch_request(req.encode()).max_bytes == 100_000  # MaxBytes is written back
+    assert not clamp_request(req, Budget(fetch_max_bytes=100_000, partition_max_bytes=10_000))  # already within
     fair = Fairness()
     fair.rank([("a", 0), ("a", 1), ("a", 2)])
     fair.served([("a", 0)])
     assert reorder_request(req, fair)
-    assert [p.partition for p in req.topics[0].partitions] == [1, 2, 0]
-    req.session_epoch = 5  # incremental: the broker's session order rules
-    assert not reorder_request(req, fair)
+    assert list(req.partitions) == [("a", 1), ("a", 2), ("a", 0)]
+    assert list(decode_fetch_request(req.encode()).partitions()) == [("a", 1), ("a", 2), ("a", 0)]
+    incremental = FetchEdit(decode_fetch_request(fetch_frame(epoch=5)))  # the broker's session order rules
+    assert not reorder_request(incremental, fair) and not incremental.changed
+
+
+def test_clamp_without_a_partition_cap_uses_the_budget_and_keeps_smaller_values() -> None:
+    req = FetchEdit(decode_fetch_request(fetch_frame()))
+    req.partitions[("a", 1)] = req.partitions[("a", 1)]._replace(partition_max_bytes=500)
+    assert clamp_request(req, Budget(fetch_max_bytes=2000))
+    assert [p.partition_max_bytes for p in req.partitions.values()] == [2000, 500, 2000]
+    unchanged = FetchEdit(decode_fetch_request(fetch_frame()))
+    assert not clamp_request(unchanged, Budget(fetch_max_bytes=100 << 20)) and not unchanged.changed
 
 
 def test_rules_first_match_and_replicas() -> None:
@@ -138,9 +155,10 @@ def test_rules_first_match_and_replicas() -> None:
     assert limits.budget_for("batch-7", -1) == Budget(1000)
     assert limits.budget_for("web", -1) == Budget(5000)
     assert limits.budget_for("batch-7", 3) == Budget(10 << 20)
-    req = request_codec(1, 15).default()
-    req.replica_state = req.replica_state.replace(replica_id=2)
-    assert replica_id_of(req) == 2 and replica_id_of(request_codec(1, 12).default()) == -1
+    follower = request_codec(1, 15).default().replica_state.replace(replica_id=2)
+    assert decode_fetch_request(fetch_frame(15, replica_state=follower)).replica_id == 2  # KIP-903: tagged
+    assert decode_fetch_request(fetch_frame(12, replica_id=3)).replica_id == 3
+    assert decode_fetch_request(fetch_frame(12)).replica_id == -1
 
 
 def test_held_bytes_waits_in_order_and_always_progresses() -> None:

@@ -18,7 +18,8 @@ from proxy.policies.throttle import (
     plan_request,
 )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
-from proxy.wire.messages import request_codec
+from proxy.wire.fetch_request_fast import FetchEdit, decode_fetch_request
+from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 
 MB = 1_000_000
@@ -69,15 +70,21 @@ def test_settings_to_snapshot() -> None:
 # ------------------------------------------------------------------------------------- leader side
 
 
-def fetch_request(offsets: dict[tuple[str, int], int], epoch: int = -1, max_wait_ms: int = 500) -> Message:
+def edit(version: int, body: Message) -> FetchEdit:
+    """The request as the pipeline hands it to the policy: a frame decoded by the fast path."""
+    header = Message(request_api_key=1, request_api_version=version, correlation_id=1, client_id="backfill-1")
+    return FetchEdit(decode_fetch_request(encode_request(header, body)))
+
+
+def fetch_request(offsets: dict[tuple[str, int], int], epoch: int = -1, max_wait_ms: int = 500) -> FetchEdit:
     topics: dict[str, list[Message]] = {}
     for (t, p), off in offsets.items():
         topics.setdefault(t, []).append(Message(partition=p, current_leader_epoch=-1, fetch_offset=off,
                                                 last_fetched_epoch=-1, log_start_offset=-1,
                                                 partition_max_bytes=1 << 20))
-    return request_codec(1, 12).default().replace(
+    return edit(12, request_codec(1, 12).default().replace(
         replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=50 << 20, session_id=0,
-        session_epoch=epoch, topics=[Message(topic=t, partitions=ps) for t, ps in topics.items()])
+        session_epoch=epoch, topics=[Message(topic=t, partitions=ps) for t, ps in topics.items()]))
 
 
 def response(parts: dict[tuple[str, int], tuple[int, int]]) -> FetchResponseView:
@@ -168,9 +175,9 @@ def test_topic_ids_resolved_through_names() -> None:
     t = snapshot(leader=1)
     st = ThrottleState(t)
     st.leader.record(10, 0.0)
-    req = request_codec(1, 16).default().replace(max_wait_ms=0, session_epoch=-1, topics=[Message(
+    req = edit(16, request_codec(1, 16).default().replace(max_wait_ms=0, session_epoch=-1, topics=[Message(
         topic_id=tid, partitions=[Message(partition=0, current_leader_epoch=-1, fetch_offset=0,
-                                          last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1)])])
+                                          last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1)])]))
     names = {tid: "t"}.get
     ticket = plan_request(req, CONSUMER, t, st, names, 0.0)
     view = FetchResponseView(16, topics=[FetchTopic(topic_id=tid, partitions=[
@@ -191,7 +198,8 @@ def test_follower_over_quota_leaves_out_of_out_of_sync_partitions_of_sessionless
     ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.1)
     assert ticket.left_out == 1 and not ticket.emptied
     # t-0 (never seen, so not in sync) is left out; t-1 (at its HW) stays; u is not throttled
-    assert [(x.topic, [p.partition for p in x.partitions]) for x in req.topics] == [("t", [1]), ("u", [0])]
+    assert list(req.partitions) == [("t", 1), ("u", 0)] and req.changed
+    assert list(decode_fetch_request(req.encode()).partitions()) == [("t", 1), ("u", 0)]
     # the bytes received for throttled partitions are recorded on the follower side
     enforce(response({("t", 1): (60, 100), ("u", 0): (9, 999)}), ticket, t, st, NO_IDS, 0.1)
     assert st.follower.total(0.1) == 5100
@@ -203,7 +211,8 @@ def test_follower_leaving_everything_out_paces_the_fetcher() -> None:
     st.follower.record(1200, 0.0)
     req = fetch_request({("t", 0): 0})
     ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.5)
-    assert ticket.emptied and req.topics == []
+    assert ticket.emptied and req.partitions == {}
+    assert not decode_fetch_request(req.encode()).has_partitions
     out = enforce(FetchResponseView(12), ticket, t, st, NO_IDS, 0.5)
     assert out.mute_s == pytest.approx(0.5)  # min(max_wait 0.5, 1.2 - 0.5 s)
 
@@ -215,7 +224,7 @@ def test_follower_leaves_session_requests_alone(epoch: int) -> None:
     st.follower.record(5000, 0.0)
     req = fetch_request({("t", 0): 0}, epoch=epoch)
     ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.1)
-    assert ticket.left_out == 0 and [p.partition for p in req.topics[0].partitions] == [0]
+    assert ticket.left_out == 0 and list(req.partitions) == [("t", 0)] and not req.changed
 
 
 # ------------------------------------------------------------------------------------------- sessions
@@ -244,7 +253,7 @@ def test_leaving_records_out_keeps_full_and_incremental_sessions_valid() -> None
     for epoch in (0, 3):
         req = fetch_request({("t", 0): 0, ("t", 1): 0, ("u", 0): 0}, epoch=epoch)
         ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.0)
-        assert len(req.topics) == 2  # the request is not edited inside a session
+        assert len(req.partitions) == 3 and not req.changed  # the request is not edited inside a session
         view = response({("t", 0): (10, 100), ("t", 1): (10, 100), ("u", 0): (10, 100)})
         assert enforce(view, ticket, t, st, NO_IDS, 0.0).left_out == 2
         assert session.full_ok(view) if epoch == 0 else session.incremental_ok(view)

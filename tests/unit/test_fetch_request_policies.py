@@ -1,0 +1,158 @@
+"""The request-side Fetch policies together (pipeline.on_request): KIP-74 clamp and fairness order, KIP-73
+follower-side leave-out and KIP-227 terminate mode edit one decoded request (FetchEdit), which is encoded at
+most once, to the bytes the construct codec writes for the same edits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.pipeline import ConnectionState, Pipeline, Request
+from proxy.policies.size_limit import Budget, BudgetRule, SizeLimits
+from proxy.policies.terminate import SessionModes
+from proxy.policies.throttle import Throttles, parse_replicas
+from proxy.routing import Router
+from proxy.wire import fetch_request_fast
+from proxy.wire.fetch_request_fast import (
+    FetchEdit,
+    FetchParams,
+    PartitionKey,
+    decode_fetch_request,
+    encode_fetch_request,
+)
+from proxy.wire.messages import encode_request, request_codec
+from proxy.wire.model import Message
+
+BUDGET = Budget(100_000, 10_000)
+IDS = {"a": bytes([0xA]) * 16, "b": bytes([0xB]) * 16}
+ORDER = [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("a", 2)]  # "a" twice: two topic entries on the wire
+
+
+def header(version: int, corr: int = 9) -> Message:
+    return Message(request_api_key=1, request_api_version=version, correlation_id=corr, client_id="app")
+
+
+def construct_frame(version: int, order: list[tuple[str, int]], max_bytes: int, pmb: int, epoch: int = -1) -> bytes:
+    """A Fetch request frame written by the construct codec: ``order``'s partitions, consecutive partitions of
+    one topic under one topic entry (Java's FetchRequest.Builder)."""
+    topics: list[tuple[str, list[Message]]] = []
+    for t, p in order:
+        if not topics or topics[-1][0] != t:
+            topics.append((t, []))
+        topics[-1][1].append(Message(partition=p, current_leader_epoch=3, fetch_offset=10 + p, last_fetched_epoch=-1,
+                                     log_start_offset=-1, partition_max_bytes=pmb))
+    body = request_codec(1, version).default().replace(max_wait_ms=500, min_bytes=1, max_bytes=max_bytes)
+    body.topics = [Message(**({"topic_id": IDS[t]} if version >= 13 else {"topic": t}), partitions=ps)
+                   for t, ps in topics]
+    if version >= 7:
+        body = body.replace(session_id=0, session_epoch=epoch)
+    return encode_request(header(version), body)
+
+
+def pipeline(terminate: bool, budget: Budget = BUDGET) -> Pipeline:
+    pl = Pipeline(Router("127.0.0.1", 0, open_listener=lambda n: 0),
+                  size_limits=SizeLimits(rules=(BudgetRule(budget, client_id="a*"),), global_max_bytes=1 << 30),
+                  throttles=Throttles(leader_rate=1000, follower_rate=1000, topics={"b": parse_replicas("*")},
+                                      consumers=("app",)),
+                  clock=lambda: 0.1, session_modes=SessionModes("terminate" if terminate else "passthrough"))
+    pl.topic_names.update({tid: name for name, tid in IDS.items()})
+    pl.throttle_state.follower.record(5000, 0.0)  # the follower quota is exceeded
+    pl.throttle_state.high_watermarks[("b", 1)] = 11  # b-1 is in sync (fetch offset 11): never left out
+    return pl
+
+
+@pytest.mark.parametrize("terminate", [False, True])
+@pytest.mark.parametrize("version", [5, 7, 11, 12, 13, 15, 16, 18])
+def test_clamp_reorder_throttle_terminate_encode_like_the_construct_codec(version: int, terminate: bool) -> None:
+    """The representative case: a 100 kB / 10 kB budget (clamped from 50 MiB / 1 MiB), a connection whose
+    rotation served a-0 last (so it goes to the back), b throttled for this consumer with the follower quota
+    exceeded (b-0 left out, b-1 in sync stays), then terminate mode (the first session request: a full one,
+    session 0 epoch 0). The upstream frame is what the construct codec writes for those edits (the same bytes
+    the construct-based policies produced before the fast path, checked when they were replaced)."""
+    pl = pipeline(terminate)
+    conn = ConnectionState()
+    key = (lambda t, p: (IDS[t], p)) if version >= 13 else (lambda t, p: (t, p))
+    conn.fairness.rank([key(t, p) for t, p in ORDER])
+    conn.fairness.served([key("a", 0)])
+    req = pl.on_request(construct_frame(version, ORDER, 50 << 20, 1 << 20), conn)
+    expected_order = [("a", 1), ("b", 1), ("a", 2), ("a", 0)]
+    session = terminate and version >= 7
+    assert req.frame == construct_frame(version, expected_order, 100_000, 10_000, epoch=0 if session else -1)
+    assert req.budget == Budget(100_000, 10_000) and req.reserve == 100_000 and req.collect
+    assert req.throttle is not None and req.throttle.left_out == 1 and req.throttle.offsets == {("b", 1): 11}
+    if session:
+        assert req.session is not None and req.session.full
+        assert list(req.session.wanted) == [key(t, p) for t, p in expected_order]
+        assert req.session.request.max_bytes == 100_000  # a re-sent request (replan) keeps the edits
+    else:
+        assert req.session is None
+
+
+class Calls:
+    """Counts calls of a wrapped function."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn, self.n = fn, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.n += 1
+        return self.fn(*args, **kwargs)
+
+
+def large_frame(version: int, n: int) -> bytes:
+    """A session-less consumer Fetch of ``n`` partitions asking for 1 MiB each (two topics)."""
+    small = decode_fetch_request(encode_request(header(version), request_codec(1, version).default().replace(
+        max_wait_ms=500, min_bytes=1, max_bytes=50 << 20)))
+    half = n // 2
+    send: dict[PartitionKey, FetchParams] = {("a" if i < half else "b", i % half): FetchParams(5) for i in range(n)}
+    return encode_fetch_request(small, 0, -1, send, [])
+
+
+@pytest.mark.parametrize("terminate", [False, True])
+def test_a_10000_partition_size_limited_request_is_decoded_once_and_encoded_once(
+        monkeypatch: pytest.MonkeyPatch, terminate: bool) -> None:
+    decodes = Calls(decode_fetch_request)
+    encodes = Calls(encode_fetch_request)
+    monkeypatch.setattr("proxy.pipeline.decode_fetch_request", decodes)
+    monkeypatch.setattr(fetch_request_fast, "encode_fetch_request", encodes)  # FetchEdit.encode
+    monkeypatch.setattr("proxy.policies.terminate.encode_fetch_request", encodes)
+    pl = pipeline(terminate)
+    frame = large_frame(12, 10_000)
+    req: Request = pl.on_request(frame, ConnectionState())
+    assert (decodes.n, encodes.n) == (1, 1)
+    sent = decode_fetch_request(req.frame)
+    assert sent.max_bytes == 100_000 and sent.partition_count == 5_000  # b-*: left out by the throttle
+    assert {p.partition_max_bytes for p in sent.partitions().values()} == {10_000}
+    assert (req.session is not None) == terminate
+
+
+def test_a_request_no_policy_changes_is_relayed_as_received(monkeypatch: pytest.MonkeyPatch) -> None:
+    encodes = Calls(encode_fetch_request)
+    monkeypatch.setattr(fetch_request_fast, "encode_fetch_request", encodes)
+    pl = pipeline(False, budget=Budget(100 << 20, 2 << 20))  # larger than the request asks for
+    pl.throttle_state.follower = type(pl.throttle_state.follower)(1000, 11, 1.0)  # quota not exceeded
+    frame = large_frame(12, 1_000)
+    req = pl.on_request(frame, ConnectionState())  # the first rotation order is the request's own
+    assert req.frame is frame and encodes.n == 0
+    assert req.budget is not None and req.throttle is not None and req.throttle.left_out == 0
+
+
+@pytest.mark.parametrize("version", [4, 5, 7, 9, 11, 12, 13, 15, 17, 18])
+def test_encoded_size_is_the_size_of_the_encoded_edit(version: int) -> None:
+    """FetchEdit.encoded_size (terminate mode's bytes-saved baseline) without encoding: multi-byte names, a
+    name and a partition count past one varint byte, partition tag sections, forgotten topics."""
+    by_id = version >= 13
+    names = ["a", "tö", "x" * 200]
+    keys: list[Any] = [bytes([i + 1]) * 16 for i in range(3)] if by_id else names
+    small = decode_fetch_request(encode_request(header(version), request_codec(1, version).default()))
+    send = {(keys[i % 3], p): FetchParams(5, tags=b"\x01\x05\x02\xab\xcd" if p == 3 else None)
+            for i in range(3) for p in range(150 if i == 2 else 4)}
+    send[(keys[0], 99)] = FetchParams(7)  # topic "a" again: a second entry
+    forget = [(keys[1], 7), (keys[2], 8), (keys[1], 9)]
+    edit = FetchEdit(decode_fetch_request(encode_fetch_request(small, 1, 2, send, forget)))
+    assert edit.encoded_size() == len(edit.encode())
+    del edit.partitions[(keys[0], 1)]
+    edit.max_bytes, edit.changed = 1000, True
+    assert edit.encoded_size() == len(edit.encode())
+    assert edit.request().max_bytes == 1000 and (keys[0], 1) not in edit.request().partitions()
