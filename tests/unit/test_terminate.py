@@ -325,3 +325,30 @@ def test_a_synced_session_checks_only_the_upstream_partitions() -> None:
     assert plan.ticket is not None
     build_client_response(response({}, session_id=42), plan.ticket)
     assert calls[-1] == -1 and s.synced == sid
+
+
+def test_a_session_used_from_another_connection_is_checked_whole_there_and_back() -> None:
+    """A client may continue its session on a new connection (a reconnect): that connection's states never
+    agreed with the session's cache, so its first response checks the whole session; so does the old
+    connection's next one, since the session's cache now agrees with the other connection's states."""
+    s1, srv, sid = established()
+    s2 = UpstreamSessions()
+    calls: list[bool] = []
+    original = srv.build_view
+
+    def spy(*args: object, **kwargs: object) -> FetchResponseView:
+        calls.append(kwargs.get("only") is not None)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    srv.build_view = spy  # type: ignore[method-assign]
+    plan = plan_session_request(request({("t", 0): 1}, session_id=sid, epoch=1), s2, srv, now=1.0)
+    assert plan.ticket is not None and upstream_request(plan.frame).session_epoch == 0  # s2's own new session
+    out = build_client_response(response({("t", 0): (4, b"A"), ("t", 1): (0, b""), ("t", 2): (7, b"")},
+                                         session_id=43), plan.ticket)
+    # partition 1 is unchanged for the client (HW 0 as before): left out; 0 has records, 2's HW moved
+    assert calls == [False] and by_key(out.view) == {("t", 0): (4, b"A"), ("t", 2): (7, b"")}
+    plan = plan_session_request(request({("t", 0): 5}, session_id=sid, epoch=2), s1, srv, now=2.0)
+    assert plan.ticket is not None
+    # the broker includes partition 2 in s1's session too: its HW moved since that session last said 0
+    out = build_client_response(response({("t", 0): (5, b""), ("t", 2): (7, b"")}, session_id=42), plan.ticket)
+    assert calls == [False, False] and by_key(out.view) == {("t", 0): (5, b"")}  # 2: the client knows HW 7
