@@ -470,15 +470,6 @@ class SessionServer:
         self.stats.errors[code] += 1
         return Decision(Kind.ERROR, version, {}, error_code=code)
 
-    def metrics(self) -> dict[str, int]:
-        """Gauges and counters for /metrics (side="downstream")."""
-        st = self.stats
-        return {"sessions_open": len(self.cache), "partitions_cached": self.cache.partitions_cached,
-                "sessions_created": st.sessions_created, "sessions_closed": st.sessions_closed,
-                "evictions": st.evictions, "refused": st.refused, "epoch_errors": st.epoch_errors,
-                "session_not_found_errors": st.errors[FETCH_SESSION_ID_NOT_FOUND],
-                "topic_id_errors": st.errors[FETCH_SESSION_TOPIC_ID_ERROR]}
-
     def build_response(self, decision: Decision, partition_states: Mapping[PartitionKey, FetchPartition],
                        throttle_time_ms: int = 0, now: float | None = None) -> Message:
         """The FetchResponse body (a construct-model Message of ``decision.version``); see :meth:`build_view`."""

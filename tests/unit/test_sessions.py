@@ -658,12 +658,12 @@ def test_client_against_a_broker_without_sessions() -> None:
     assert c.build({("t", 0): P(1)}).is_full
 
 
-def test_server_metrics() -> None:
+def test_server_counts_what_the_metrics_report() -> None:
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
     srv.handle_request(fetch_request(12, {}, sid, 5), 12, 1)
-    m = srv.metrics()
-    assert (m["sessions_open"], m["partitions_cached"], m["epoch_errors"], m["evictions"]) == (1, 2, 1, 0)
+    st = srv.stats
+    assert (len(srv.cache), srv.cache.partitions_cached, st.epoch_errors, st.evictions) == (1, 2, 1, 0)
 
 
 def test_client_epoch_wraps() -> None:
