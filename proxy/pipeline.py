@@ -27,6 +27,7 @@ from .policies.terminate import (
     build_client_response,
     plan_session_request,
     replan,
+    retriable_answer,
     uses_session,
 )
 from .policies.terminate import plan_request as session_plan
@@ -386,9 +387,7 @@ class Pipeline:
             metrics.UPSTREAM_FETCH_BYTES.labels("response").inc(len(frame) + 4)
             req.session_upstream_bytes = (req.session_upstream_bytes or 0) + len(frame) + 4
             built = build_client_response(view, req.session)
-            if req.session.decision is not None:
-                self._count_session_stats()
-            if not built.used:
+            if built is None:
                 metrics.FETCH_SESSION_RETRIES.inc()
                 again = replan(req.session) if reissue_ok else None
                 if again is not None:
@@ -396,8 +395,11 @@ class Pipeline:
                     metrics.UPSTREAM_FETCH_FULL.inc()
                     _session_gauges(sessions, was_open, was_cached)
                     return Rewritten([], 0, [], reissue=req.frame)
+                built = retriable_answer(view, req.session)
+            if req.session.decision is not None:
+                self._count_session_stats()
             _session_gauges(sessions, was_open, was_cached)
-            view = built.view
+            view = built
         errors = [p.error_code for _, p in view.partitions() if p.error_code]
         if view.error_code:
             errors.insert(0, view.error_code)

@@ -33,7 +33,8 @@ When the upstream response cannot be used (a session error, an invalid response,
 response), the same client request goes upstream again at once as a full session request (:func:`replan`,
 once), and the client never sees the error. The server does this only when no other request of the connection
 is in flight behind it (responses must stay in order); otherwise, or if the second attempt fails too, the
-client gets a retriable answer (:func:`_retriable`): what Sluice knows without records, or, when a full
+client gets a retriable answer (:func:`retriable_answer`, built only then: building an answer moves the
+client session's cache, so one that is not sent must not be built): what Sluice knows without records, or, when a full
 response cannot list every partition, an empty full response with a throttle time — KIP-219's "try again"
 signal, which the Java FetchSessionHandler accepts without an error and answers with the same full request.
 
@@ -142,12 +143,6 @@ class SessionTicket:
 
 
 @dataclass(slots=True)
-class ClientResponse:
-    view: FetchResponseView
-    used: bool  # False: the upstream response could not be used; ``view`` is the retriable answer
-
-
-@dataclass(slots=True)
 class SessionPlan:
     """What to do with a session-using client's Fetch (:func:`plan_session_request`)."""
 
@@ -249,8 +244,10 @@ def _keys(upstream: FetchResponseView, by_id: bool) -> list[PartitionKey]:
     return [(t.topic_id if by_id else t.topic, p.partition_index) for t, p in upstream.partitions()]
 
 
-def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) -> ClientResponse:
-    """The client's response (session-less, or in its own session), from the upstream response.
+def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) -> FetchResponseView | None:
+    """The client's response (session-less, or in its own session), from the upstream response; None when the
+    upstream response cannot be used (the upstream session is reset: send the request again with
+    :func:`replan`, or answer :func:`retriable_answer`).
 
     For a client session whose cache agreed with the partition states before this response (``synced``),
     only the partitions in the upstream response can have news, so only they are checked: the response
@@ -270,9 +267,9 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
                 # a full request naming the old session failed too (an error other than 70, e.g. -1): naming it
                 # again could fail forever, so start a fresh session instead (still a full request)
                 sessions.client.next_metadata = INITIAL
-            return ClientResponse(_retriable(upstream, ticket), False)
+            return None
     elif upstream.error_code != NONE or set(_keys(upstream, by_id)) != set(ticket.wanted):
-        return ClientResponse(_retriable(upstream, ticket), False)  # a session-less answer must be complete
+        return None  # a session-less answer must be complete
     states = sessions.states
     fresh: dict[PartitionKey, FetchPartition] = {}
     for t, p in upstream.partitions():
@@ -291,14 +288,14 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
             # the broker said nothing about a partition Sluice has never seen: not a valid session answer
             if ticket.in_session:
                 sessions.client.handle_error()
-            return ClientResponse(_retriable(upstream, ticket), False)
+            return None
         merged[key] = data
     view = ticket.server.build_view(decision or Decision(Kind.SESSIONLESS, version, ticket.wanted), merged,
                                     upstream.throttle_time_ms)
     return _built(upstream, ticket, view)
 
 
-def _built(upstream: FetchResponseView, ticket: SessionTicket, view: FetchResponseView) -> ClientResponse:
+def _built(upstream: FetchResponseView, ticket: SessionTicket, view: FetchResponseView) -> FetchResponseView:
     """A usable response: note which client session now agrees with the states (and, if the upstream
     session's partitions are that session's, that it mirrors them), and carry the upstream's top-level tags."""
     sessions = ticket.sessions
@@ -310,10 +307,10 @@ def _built(upstream: FetchResponseView, ticket: SessionTicket, view: FetchRespon
             sessions.mirrors = session.id
     view.node_endpoints = upstream.node_endpoints
     view.unknown_tags = upstream.unknown_tags
-    return ClientResponse(view, True)
+    return view
 
 
-def _retriable(upstream: FetchResponseView, ticket: SessionTicket) -> FetchResponseView:
+def retriable_answer(upstream: FetchResponseView, ticket: SessionTicket) -> FetchResponseView:
     """An answer that lets the client simply fetch again, without an error: every partition with its stored
     state and no records (an incremental one: those whose state the client has not been told yet); when a full
     response cannot list every partition, an empty one with a throttle time (KIP-219: "an empty full fetch

@@ -4,6 +4,7 @@ become Sluice's own upstream session requests, and its responses are rebuilt in 
 from __future__ import annotations
 
 import random
+from typing import NamedTuple
 
 from proxy.policies.sessions import (
     FINAL_EPOCH,
@@ -18,12 +19,14 @@ from proxy.policies.sessions import (
 )
 from proxy.policies.terminate import (
     SessionModes,
+    SessionTicket,
     UpstreamSessions,
     build_client_response,
     eligible,
     plan_request,
     plan_session_request,
     replan,
+    retriable_answer,
     uses_session,
 )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
@@ -70,6 +73,18 @@ def sent(frame: bytes | None) -> dict[PartitionKey, int]:
     return {k: p.fetch_offset for k, p in upstream_request(frame).partitions().items()}
 
 
+class Answer(NamedTuple):
+    view: FetchResponseView
+    used: bool  # False: the upstream response was unusable and the client got the retriable answer
+
+
+def answer(upstream: FetchResponseView, ticket: SessionTicket) -> Answer:
+    """What the client gets when the server cannot send the request again: the built response, else the
+    retriable answer (built only then)."""
+    built = build_client_response(upstream, ticket)
+    return Answer(built, True) if built is not None else Answer(retriable_answer(upstream, ticket), False)
+
+
 def session_of(frame: bytes | None) -> tuple[int, int]:
     r = upstream_request(frame)
     return r.session_id, r.session_epoch
@@ -86,7 +101,7 @@ def test_full_then_incremental_client_gets_every_partition() -> None:
     up, ticket = planned
     assert session_of(up) == (0, 0) and sent(up) == dict.fromkeys(KEYS, 0) and ticket.full
     assert plan_request(request(dict.fromkeys(KEYS, 0)), s) is None  # one session fetch in flight
-    out = build_client_response(response({("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")},
+    out = answer(response({("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")},
                                          session_id=42), ticket)
     assert out.used and by_key(out.view) == {("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")}
     assert out.view.session_id == 0 and s.session_open
@@ -96,7 +111,7 @@ def test_full_then_incremental_client_gets_every_partition() -> None:
     up, ticket = planned
     assert session_of(up) == (42, 1) and sent(up) == {("t", 0): 2} and not ticket.full
     # the broker answers only partition 1 (new data); the client still gets all three, in its order
-    out = build_client_response(response({("t", 1): (1, b"C")}, session_id=42), ticket)
+    out = answer(response({("t", 1): (1, b"C")}, session_id=42), ticket)
     assert out.used
     assert list(by_key(out.view)) == KEYS
     assert by_key(out.view) == {("t", 0): (2, b""), ("t", 1): (1, b"C"), ("t", 2): (5, b"")}
@@ -112,7 +127,7 @@ def test_session_error_gives_a_retriable_answer_and_a_full_request_next() -> Non
     build_client_response(response({k: (3, b"") for k in KEYS}, session_id=9), planned[1])
     planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
-    out = build_client_response(response({}, error=70), planned[1])
+    out = answer(response({}, error=70), planned[1])
     assert not out.used and out.view.error_code == 0
     assert by_key(out.view) == {k: (3, b"") for k in KEYS}  # known state, no records
     planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
@@ -123,7 +138,7 @@ def test_invalid_full_response_is_not_used() -> None:
     s = UpstreamSessions()
     planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None
-    out = build_client_response(response({("t", 0): (1, b"X")}, session_id=5), planned[1])  # partitions missing
+    out = answer(response({("t", 0): (1, b"X")}, session_id=5), planned[1])  # partitions missing
     assert not out.used and all(p.records_size == 0 for _, p in out.view.partitions())
     planned = plan_request(request(dict.fromkeys(KEYS, 0)), s)
     assert planned is not None and planned[1].full
@@ -172,7 +187,7 @@ def test_replan_sends_the_same_client_request_again_once() -> None:
     build_client_response(response({k: (0, b"") for k in KEYS}, session_id=4), planned[1])
     planned = plan_request(request({("t", 0): 1, ("t", 1): 0, ("t", 2): 0}), s)
     assert planned is not None
-    out = build_client_response(response({}, error=70), planned[1])
+    out = answer(response({}, error=70), planned[1])
     assert not out.used
     again = replan(planned[1])
     assert again is not None
@@ -195,7 +210,7 @@ def established(keys: list[PartitionKey] = KEYS) -> tuple[UpstreamSessions, Sess
     s, srv = UpstreamSessions(), server()
     plan = plan_session_request(request(dict.fromkeys(keys, 0), epoch=0), s, srv, now=0.0)
     assert plan.ticket is not None
-    out = build_client_response(response({k: (0, b"") for k in keys}, session_id=42), plan.ticket)
+    out = answer(response({k: (0, b"") for k in keys}, session_id=42), plan.ticket)
     return s, srv, out.view.session_id
 
 
@@ -205,7 +220,7 @@ def test_a_session_client_is_served_by_sluice_independently_of_the_upstream_sess
     plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
     assert plan.kind is Kind.FULL and plan.answer is None and plan.frame is not None and plan.ticket is not None
     assert session_of(plan.frame) == (0, 0) and sent(plan.frame) == dict.fromkeys(KEYS, 0)
-    out = build_client_response(response({("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")},
+    out = answer(response({("t", 0): (2, b"AB"), ("t", 1): (0, b""), ("t", 2): (5, b"")},
                                          session_id=42), plan.ticket)
     client_session = out.view.session_id
     assert out.used and client_session not in (0, 42) and client_session in srv.cache  # Sluice's id, not the broker's
@@ -215,7 +230,7 @@ def test_a_session_client_is_served_by_sluice_independently_of_the_upstream_sess
     assert plan.kind is Kind.INCREMENTAL and plan.frame is not None and plan.ticket is not None
     assert session_of(plan.frame) == (42, 1) and sent(plan.frame) == {("t", 0): 2}
     # the broker answers partition 1 (records); the client gets exactly that: partition 0's HW did not change
-    out = build_client_response(response({("t", 1): (1, b"C")}, session_id=42), plan.ticket)
+    out = answer(response({("t", 1): (1, b"C")}, session_id=42), plan.ticket)
     assert out.used and out.view.session_id == client_session and by_key(out.view) == {("t", 1): (1, b"C")}
     # nothing new upstream, but the client has not been told partition 2's HW moved (the state was updated by
     # another use of the connection's states, which clears ``synced``): the whole session is checked
@@ -223,7 +238,7 @@ def test_a_session_client_is_served_by_sluice_independently_of_the_upstream_sess
     s.synced = 0
     plan = plan_session_request(request({}, session_id=client_session, epoch=2), s, srv, now=2.0)
     assert plan.frame is not None and plan.ticket is not None and sent(plan.frame) == {}
-    out = build_client_response(response({}, session_id=42), plan.ticket)
+    out = answer(response({}, session_id=42), plan.ticket)
     assert by_key(out.view) == {("t", 2): (6, b"")}
 
 
@@ -247,7 +262,7 @@ def test_closing_a_session_makes_the_request_sessionless_upstream_too() -> None:
     assert plan.kind is Kind.SESSIONLESS and sid not in srv.cache
     assert plan.frame is not None and plan.ticket is not None
     assert session_of(plan.frame) == (42, 1)  # Sluice's upstream session carries on
-    out = build_client_response(response({}, session_id=42), plan.ticket)
+    out = answer(response({}, session_id=42), plan.ticket)
     assert out.view.session_id == 0 and list(by_key(out.view)) == KEYS
 
 
@@ -260,7 +275,7 @@ def test_a_pipelined_session_fetch_goes_upstream_sessionless_with_the_whole_sess
     assert session_of(second.frame) == (0, FINAL_EPOCH)
     assert sent(second.frame) == {("t", 0): 1, ("t", 1): 0, ("t", 2): 0}
     build_client_response(response({("t", 0): (1, b"")}, session_id=42), first.ticket)
-    out = build_client_response(response({("t", 0): (3, b"Z"), ("t", 1): (0, b""), ("t", 2): (0, b"")}),
+    out = answer(response({("t", 0): (3, b"Z"), ("t", 1): (0, b""), ("t", 2): (0, b"")}),
                                 second.ticket)
     assert out.used and out.view.session_id == sid and by_key(out.view) == {("t", 0): (3, b"Z")}
     assert s.client.next_metadata == FetchMetadata(42, 2)  # the upstream session was not disturbed
@@ -270,7 +285,7 @@ def test_an_unusable_upstream_answer_keeps_the_client_session_without_an_error()
     s, srv, sid = established()
     plan = plan_session_request(request({("t", 0): 0}, session_id=sid, epoch=1), s, srv, now=1.0)
     assert plan.ticket is not None
-    out = build_client_response(response({}, error=70), plan.ticket)
+    out = answer(response({}, error=70), plan.ticket)
     assert not out.used and (out.view.error_code, out.view.session_id) == (0, sid)
     assert list(out.view.partitions()) == []  # an empty incremental answer: valid, the client fetches again
     again = replan(plan.ticket)
@@ -282,7 +297,7 @@ def test_a_full_answer_that_cannot_list_every_partition_is_an_empty_throttled_on
     s, srv = UpstreamSessions(), server()
     plan = plan_session_request(request(dict.fromkeys(KEYS, 0), epoch=0), s, srv, now=0.0)
     assert plan.ticket is not None
-    out = build_client_response(response({}, error=70), plan.ticket)
+    out = answer(response({}, error=70), plan.ticket)
     # KIP-219: an empty full response with a throttle time is "fetch again", not an invalid full response
     assert not out.used and (out.view.error_code, out.view.session_id, out.view.throttle_time_ms) == (0, 0, 1)
     assert list(out.view.partitions()) == [] and len(srv.cache) == 0
@@ -314,7 +329,7 @@ def test_a_synced_session_checks_only_the_upstream_partitions() -> None:
     srv.build_view = spy  # type: ignore[method-assign]
     plan = plan_session_request(request({("t", 3): 1}, session_id=sid, epoch=1), s, srv, now=1.0)
     assert plan.frame is not None and plan.ticket is not None and sent(plan.frame) == {("t", 3): 1}
-    out = build_client_response(response({("t", 3): (2, b"Q"), ("t", 9): (1, b"")}, session_id=42), plan.ticket)
+    out = answer(response({("t", 3): (2, b"Q"), ("t", 9): (1, b"")}, session_id=42), plan.ticket)
     assert calls == [2] and by_key(out.view) == {("t", 3): (2, b"Q"), ("t", 9): (1, b"")}
     # a session-less use of the connection's states breaks the agreement: the next response checks everything
     planned = plan_request(request(dict.fromkeys(keys, 0)), s)
@@ -343,12 +358,30 @@ def test_a_session_used_from_another_connection_is_checked_whole_there_and_back(
     srv.build_view = spy  # type: ignore[method-assign]
     plan = plan_session_request(request({("t", 0): 1}, session_id=sid, epoch=1), s2, srv, now=1.0)
     assert plan.ticket is not None and upstream_request(plan.frame).session_epoch == 0  # s2's own new session
-    out = build_client_response(response({("t", 0): (4, b"A"), ("t", 1): (0, b""), ("t", 2): (7, b"")},
+    out = answer(response({("t", 0): (4, b"A"), ("t", 1): (0, b""), ("t", 2): (7, b"")},
                                          session_id=43), plan.ticket)
     # partition 1 is unchanged for the client (HW 0 as before): left out; 0 has records, 2's HW moved
     assert calls == [False] and by_key(out.view) == {("t", 0): (4, b"A"), ("t", 2): (7, b"")}
     plan = plan_session_request(request({("t", 0): 5}, session_id=sid, epoch=2), s1, srv, now=2.0)
     assert plan.ticket is not None
     # the broker includes partition 2 in s1's session too: its HW moved since that session last said 0
-    out = build_client_response(response({("t", 0): (5, b""), ("t", 2): (7, b"")}, session_id=42), plan.ticket)
+    out = answer(response({("t", 0): (5, b""), ("t", 2): (7, b"")}, session_id=42), plan.ticket)
     assert calls == [False, False] and by_key(out.view) == {("t", 0): (5, b"")}  # 2: the client knows HW 7
+
+
+def test_a_request_sent_again_answers_what_the_first_attempt_would_have() -> None:
+    """An unusable upstream answer must not move the client session's cache: the retriable answer is built only
+    when it is sent. (Found by tests/property/test_terminate_model.py: the discarded answer had marked a newly
+    added partition as told, so the client never heard of it.)"""
+    s, srv, sid = established()
+    planned = plan_request(request({**dict.fromkeys(KEYS, 0), ("t", 9): 0}), s)  # a session-less fetch learns t-9
+    assert planned is not None
+    build_client_response(response({**{k: (0, b"") for k in KEYS}, ("t", 9): (4, b"")}, session_id=42), planned[1])
+    plan = plan_session_request(request({("t", 9): 4}, session_id=sid, epoch=1), s, srv, now=1.0)
+    assert plan.ticket is not None
+    assert build_client_response(response({}, error=70), plan.ticket) is None
+    again = replan(plan.ticket)
+    assert again is not None and session_of(again[0]) == (0, 0)
+    out = build_client_response(response({**{k: (0, b"") for k in KEYS}, ("t", 9): (4, b"")}, session_id=44),
+                                again[1])
+    assert out is not None and by_key(out) == {("t", 9): (4, b"")}  # new to the client: it must be told

@@ -1,0 +1,190 @@
+"""Terminate mode against a model (sans-IO, hypothesis state machine): a client with its own fetch session talks
+to Sluice (SessionServer downstream, SessionClient + partition states upstream, the O(changed) shortcuts) and
+Sluice to a broker, played by a second SessionServer over the true partition states (its rules are Kafka's,
+checked against FetchSession.scala in tests/unit/test_sessions.py).
+
+Whatever happens in between (produce on any partition, partitions added and forgotten, a session-less fetch on
+the same connection, the broker losing Sluice's session, the client starting a new session), after every fetch
+the client knows the true high watermark of every partition of its session and has received every record it
+asked for: nothing missed, nothing invented. Records are modelled by their offsets: a partition's record set
+in a response is the offsets [fetch offset, high watermark) encoded as text, so a stale or wrong answer shows.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from proxy.policies.sessions import (
+    FINAL_EPOCH,
+    FetchMetadata,
+    FetchParams,
+    Kind,
+    PartitionKey,
+    SessionCache,
+    SessionServer,
+    UpstreamPlan,
+    apply_plan,
+)
+from proxy.policies.terminate import (
+    UpstreamSessions,
+    build_client_response,
+    plan_request,
+    plan_session_request,
+    replan,
+)
+from proxy.wire.fetch_fast import FetchPartition, FetchResponseView
+from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
+from proxy.wire.messages import encode_request, request_codec
+from proxy.wire.model import Message
+
+V = 12
+KEYS: list[PartitionKey] = [("t", i) for i in range(4)] + [("u", i) for i in range(2)]
+key_st = st.sampled_from(KEYS)
+
+
+def request(offsets: dict[PartitionKey, int], session_id: int, epoch: int,
+            forget: list[PartitionKey] | None = None) -> FetchRequestView:
+    body = request_codec(1, V).default().replace(replica_id=-1)
+    parts = {k: FetchParams(o) for k, o in offsets.items()}
+    body = apply_plan(body, V, UpstreamPlan(FetchMetadata(session_id, epoch), parts, list(forget or []), parts))
+    header = Message(request_api_key=1, request_api_version=V, correlation_id=1, client_id="model")
+    return decode_fetch_request(encode_request(header, body))
+
+
+def records(start: int, end: int) -> bytes:
+    return ",".join(map(str, range(start, end))).encode() if end > start else b""
+
+
+class Broker:
+    """The upstream: true high watermarks, and Kafka's session rules (a SessionServer)."""
+
+    def __init__(self) -> None:
+        self.hw = dict.fromkeys(KEYS, 0)
+        self.server = SessionServer(SessionCache(rng=random.Random(1)))
+
+    def fetch(self, frame: bytes) -> FetchResponseView:
+        req = decode_fetch_request(frame)
+        decision = self.server.handle_request(req, V, now=0.0)
+        states = {k: FetchPartition(k[1], 0, self.hw[k], self.hw[k], 0, None, -1,
+                                    records(p.fetch_offset, self.hw[k]))
+                  for k, p in decision.partitions.items()}
+        return self.server.build_view(decision, states)
+
+
+class TerminateModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.broker = Broker()
+        self.sluice = SessionServer(SessionCache(rng=random.Random(2)))
+        self.conn = UpstreamSessions()
+        self.session = (0, 0)  # the client's (session id, next epoch); (0, 0): create one next
+        self.wanted: dict[PartitionKey, int] = {KEYS[0]: 0, KEYS[4]: 0}  # fetch offsets of its partitions
+        self.known_hw: dict[PartitionKey, int] = {}
+        self.received: dict[PartitionKey, list[int]] = {k: [] for k in KEYS}
+        self.pending_add: dict[PartitionKey, int] = {}
+        self.pending_forget: list[PartitionKey] = []
+        self.sent: dict[PartitionKey, int] = {}  # what the client's session holds (Java's sessionPartitions)
+
+    # ---------------------------------------------------------------------------------------- the world
+
+    @rule(key=key_st, n=st.integers(1, 3))
+    def produce(self, key: PartitionKey, n: int) -> None:
+        self.broker.hw[key] += n
+
+    @rule(key=key_st)
+    def add_partition(self, key: PartitionKey) -> None:
+        if key not in self.wanted:
+            self.wanted[key] = len(self.received[key])  # resume where it stopped reading
+
+    @precondition(lambda self: len(self.wanted) > 1)
+    @rule(data=st.data())
+    def forget_partition(self, data: st.DataObject) -> None:
+        del self.wanted[data.draw(st.sampled_from(sorted(self.wanted)))]  # told to Sluice with the next fetch
+
+    @rule()
+    def broker_loses_sluices_session(self) -> None:
+        self.broker.server.cache.sessions.clear()
+
+    @rule()
+    def client_starts_a_new_session(self) -> None:
+        self.session = (self.session[0], 0)
+
+    @rule()
+    def sessionless_fetch_on_the_same_connection(self) -> None:
+        """Another (session-less) use of the connection's states: breaks the O(changed) agreement."""
+        planned = plan_request(request(dict.fromkeys(KEYS, 0), 0, FINAL_EPOCH), self.conn)
+        if planned is not None:
+            frame, ticket = planned
+            build_client_response(self.broker.fetch(frame), ticket)
+
+    # ---------------------------------------------------------------------------------------- the client
+
+    @rule()
+    def fetch(self) -> None:
+        sid, epoch = self.session
+        full = epoch == 0
+        if full:
+            offsets, forget = dict(self.wanted), []
+        else:  # Java's FetchSessionHandler: added and altered partitions, forgotten ones
+            offsets = {k: o for k, o in self.wanted.items() if self.sent.get(k) != o}
+            forget = [k for k in self.sent if k not in self.wanted]
+        plan = plan_session_request(request(offsets, sid, epoch, forget), self.conn, self.sluice, now=0.0)
+        assert plan.answer is None, f"Sluice refused its own session: {plan.answer.error_code}"
+        assert plan.kind in (Kind.FULL, Kind.INCREMENTAL) and plan.frame is not None and plan.ticket is not None
+        view = build_client_response(self.broker.fetch(plan.frame), plan.ticket)
+        if view is None:
+            # what the server does when nothing else is in flight: the same request again, as a full session
+            again = replan(plan.ticket)
+            assert again is not None
+            view = build_client_response(self.broker.fetch(again[0]), again[1])
+            assert view is not None, "a fresh full upstream session request must succeed"
+        assert view.error_code == 0
+        got = {(t.topic, p.partition_index): p for t, p in view.partitions()}
+        assert set(got) <= set(self.wanted), "a partition outside the client's session"
+        if full:
+            assert set(got) == set(self.wanted), "a full response must list every partition"
+            self.session = (view.session_id, 1)
+            self.known_hw = {}
+        else:
+            assert view.session_id == sid
+            self.session = (sid, epoch + 1)
+        self.sent = dict(self.wanted)
+        for key in forget:
+            self.known_hw.pop(key, None)
+        for key, p in got.items():
+            self.known_hw[key] = p.high_watermark
+            data = bytes(p.records or b"")
+            if data:
+                offsets_got = [int(x) for x in data.decode().split(",")]
+                assert offsets_got[0] == self.wanted[key], f"{key}: records from {offsets_got[0]}"
+                self.received[key] += offsets_got
+                self.wanted[key] = offsets_got[-1] + 1
+
+    # ---------------------------------------------------------------------------------------- the checks
+
+    @invariant()
+    def records_arrive_once_in_order(self) -> None:
+        """Every record the client received, per partition: offsets 0, 1, 2, ... (nothing repeated or skipped),
+        and never a high watermark the broker has not reached."""
+        for key, offsets in self.received.items():
+            assert offsets == list(range(len(offsets))), f"{key}: {offsets[:20]}"
+        for key, hw in self.known_hw.items():
+            assert hw <= self.broker.hw[key]
+
+    @rule()
+    def quiet_fetch_tells_everything(self) -> None:
+        """With nothing produced in between, one more fetch brings every partition of the session up to date:
+        known HW == true HW and every record received."""
+        self.fetch()
+        for key in self.wanted:
+            assert self.known_hw.get(key) == self.broker.hw[key], \
+                f"{key}: client knows {self.known_hw.get(key)}, truth {self.broker.hw[key]}"
+            assert self.wanted[key] == self.broker.hw[key], f"{key}: records up to {self.wanted[key]} missing"
+
+
+TestTerminateModel = TerminateModel.TestCase
+TestTerminateModel.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
