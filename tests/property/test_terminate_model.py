@@ -1,5 +1,5 @@
-"""Terminate mode against a model (sans-IO, hypothesis state machine): a client with its own fetch session talks
-to Sluice (SessionServer downstream, SessionClient + partition states upstream, the O(changed) shortcuts) and
+"""Terminate mode against a model (sans-IO, hypothesis state machines): a client with its own fetch session (and,
+in the second machine, a session-less client) talks to Sluice (SessionServer downstream, SessionClient + partition states upstream, the O(changed) shortcuts) and
 Sluice to a broker, played by a second SessionServer over the true partition states (its rules are Kafka's,
 checked against FetchSession.scala in tests/unit/test_sessions.py).
 
@@ -188,3 +188,64 @@ class TerminateModel(RuleBasedStateMachine):
 
 TestTerminateModel = TerminateModel.TestCase
 TestTerminateModel.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+class SessionlessModel(RuleBasedStateMachine):
+    """The same for a session-less client (librdkafka, aiokafka): every fetch lists every partition it wants,
+    and every response must list them all, with the true high watermark and every record from the fetch offset,
+    while Sluice's upstream session carries only changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broker = Broker()
+        self.conn = UpstreamSessions()
+        self.wanted: dict[PartitionKey, int] = {KEYS[0]: 0, KEYS[4]: 0}
+        self.received: dict[PartitionKey, list[int]] = {k: [] for k in KEYS}
+
+    @rule(key=key_st, n=st.integers(1, 3))
+    def produce(self, key: PartitionKey, n: int) -> None:
+        self.broker.hw[key] += n
+
+    @rule(key=key_st)
+    def add_partition(self, key: PartitionKey) -> None:
+        if key not in self.wanted:
+            self.wanted[key] = len(self.received[key])
+
+    @precondition(lambda self: len(self.wanted) > 1)
+    @rule(data=st.data())
+    def forget_partition(self, data: st.DataObject) -> None:
+        del self.wanted[data.draw(st.sampled_from(sorted(self.wanted)))]
+
+    @rule()
+    def broker_loses_sluices_session(self) -> None:
+        self.broker.server.cache.sessions.clear()
+
+    @rule()
+    def fetch(self) -> None:
+        planned = plan_request(request(dict(self.wanted), 0, FINAL_EPOCH), self.conn)
+        assert planned is not None
+        view = build_client_response(self.broker.fetch(planned[0]), planned[1])
+        if view is None:
+            again = replan(planned[1])
+            assert again is not None
+            view = build_client_response(self.broker.fetch(again[0]), again[1])
+            assert view is not None, "a fresh full upstream session request must succeed"
+        assert (view.error_code, view.session_id) == (0, 0)
+        got = {(t.topic, p.partition_index): p for t, p in view.partitions()}
+        assert list(got) == list(self.wanted), "every partition asked for, in the client's order"
+        for key, p in got.items():
+            assert p.high_watermark == self.broker.hw[key], f"{key}: HW {p.high_watermark}, truth {self.broker.hw[key]}"
+            data = bytes(p.records or b"")
+            expected = list(range(self.wanted[key], self.broker.hw[key]))
+            assert ([int(x) for x in data.decode().split(",")] if data else []) == expected, f"{key}: {data!r}"
+            self.received[key] += expected
+            self.wanted[key] = self.broker.hw[key]
+
+    @invariant()
+    def records_arrive_once_in_order(self) -> None:
+        for key, offsets in self.received.items():
+            assert offsets == list(range(len(offsets))), f"{key}: {offsets[:20]}"
+
+
+TestSessionlessModel = SessionlessModel.TestCase
+TestSessionlessModel.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
