@@ -1,7 +1,8 @@
 """Terminate mode against a model (sans-IO, hypothesis state machines): a client with its own fetch session (and,
-in the second machine, a session-less client) talks to Sluice (SessionServer downstream, SessionClient + partition states upstream, the O(changed) shortcuts) and
-Sluice to a broker, played by a second SessionServer over the true partition states (its rules are Kafka's,
-checked against FetchSession.scala in tests/unit/test_sessions.py).
+in the second machine, a session-less client) talks to Sluice (SessionServer downstream, SessionClient and
+partition states upstream, the O(changed) shortcuts) and Sluice to a broker, played by a second SessionServer
+over the true partition states (its rules are Kafka's, checked against FetchSession.scala in
+tests/unit/test_sessions.py).
 
 Whatever happens in between (produce on any partition, partitions added and forgotten, a session-less fetch on
 the same connection, the broker losing Sluice's session, the client starting a new session), after every fetch
