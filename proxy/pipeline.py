@@ -287,10 +287,10 @@ class Pipeline:
         if ticket.in_session:
             (metrics.UPSTREAM_FETCH_FULL if ticket.full else metrics.UPSTREAM_FETCH_INCREMENTAL).inc()
         metrics.UPSTREAM_FETCH_BYTES.labels("request").inc(len(frame) + 4)
-        # saved against what would have gone upstream without terminate mode: the request the other steps left
-        edited = edit.encoded_size() if edit.changed else len(req.frame)
-        if len(frame) < edited:
-            metrics.UPSTREAM_FETCH_BYTES_SAVED.labels("request").inc(edited - len(frame))
+        # saved against what would have gone upstream without terminate mode: the client's own request (the
+        # other request-side steps clamp and reorder it, which keeps its size, up to topic entry regrouping)
+        if len(frame) < len(req.frame):
+            metrics.UPSTREAM_FETCH_BYTES_SAVED.labels("request").inc(len(req.frame) - len(frame))
         req.frame = frame
         req.session = ticket
         req.collect = True

@@ -36,8 +36,7 @@ Equivalence with the construct codec is proven by tests/property/test_fetch_requ
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import groupby
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from .compiler import tag_section_at, uvarint_at
@@ -198,46 +197,6 @@ class FetchEdit:
         v = self.view
         return encode_fetch_request(v, v.session_id, v.session_epoch, self.partitions, v._forgotten,
                                     max_bytes=self.max_bytes)
-
-    def encoded_size(self) -> int:
-        """``len(self.encode())``, computed without encoding (for the bytes-saved metric of terminate mode,
-        which compares the upstream session request with the request the other policies left)."""
-        v = self.view
-        version = v.version
-        flexible = version >= FIRST_FLEXIBLE
-        by_id = version >= FIRST_TOPIC_ID
-        if flexible:
-            item = _PART_FLEX_T.size
-        else:
-            item = (_PART_V9 if version >= FIRST_LEADER_EPOCH else
-                    (_PART_V5 if version >= FIRST_LOG_START else _PART_V4)).size
-        send = [(topic, len(list(group))) for topic, group in groupby(topic for topic, _ in self.partitions)]
-        size = len(v.header) + len(v._head) + len(v._tail) + _entries_size(send, item, flexible, by_id)
-        if flexible:  # a non-empty partition tag section replaces the 1-byte empty one
-            size += sum(len(p.tags) - 1 for p in self.partitions.values() if p.tags is not None)
-        if version >= FIRST_SESSION:
-            forget = [(topic, len(parts)) for topic, parts in _forgotten_groups(v._forgotten).items()]
-            size += _entries_size(forget, 4, flexible, by_id)
-        return size
-
-
-def _entries_size(groups: Iterable[tuple[TopicKey, int]], item: int, flexible: bool, by_id: bool) -> int:
-    """The encoded size of a Topics or ForgottenTopicsData array: (topic, item count) entries of ``item``-byte
-    items, as :func:`_encode_classic` / :func:`_encode_flexible` write them."""
-    size = 0
-    n = 0
-    for topic, count in groups:
-        n += 1
-        if not flexible:
-            size += 2 + len(str(topic).encode("utf-8")) + 4 + item * count
-            continue
-        if by_id:
-            key = 16
-        else:
-            name = len(str(topic).encode("utf-8"))
-            key = len(_uv(name + 1)) + name
-        size += key + len(_uv(count + 1)) + item * count + 1  # + the entry's empty tag section
-    return size + (len(_uv(n + 1)) if flexible else 4)
 
 
 def _head_with_max_bytes(view: FetchRequestView, max_bytes: int | None) -> bytes:

@@ -15,7 +15,6 @@ from proxy.policies.throttle import Throttles, parse_replicas
 from proxy.routing import Router
 from proxy.wire import fetch_request_fast
 from proxy.wire.fetch_request_fast import (
-    FetchEdit,
     FetchParams,
     PartitionKey,
     decode_fetch_request,
@@ -136,23 +135,3 @@ def test_a_request_no_policy_changes_is_relayed_as_received(monkeypatch: pytest.
     req = pl.on_request(frame, ConnectionState())  # the first rotation order is the request's own
     assert req.frame is frame and encodes.n == 0
     assert req.budget is not None and req.throttle is not None and req.throttle.left_out == 0
-
-
-@pytest.mark.parametrize("version", [4, 5, 7, 9, 11, 12, 13, 15, 17, 18])
-def test_encoded_size_is_the_size_of_the_encoded_edit(version: int) -> None:
-    """FetchEdit.encoded_size (terminate mode's bytes-saved baseline) without encoding: multi-byte names, a
-    name and a partition count past one varint byte, partition tag sections, forgotten topics."""
-    by_id = version >= 13
-    names = ["a", "tö", "x" * 200]
-    keys: list[Any] = [bytes([i + 1]) * 16 for i in range(3)] if by_id else names
-    small = decode_fetch_request(encode_request(header(version), request_codec(1, version).default()))
-    send = {(keys[i % 3], p): FetchParams(5, tags=b"\x01\x05\x02\xab\xcd" if p == 3 else None)
-            for i in range(3) for p in range(150 if i == 2 else 4)}
-    send[(keys[0], 99)] = FetchParams(7)  # topic "a" again: a second entry
-    forget = [(keys[1], 7), (keys[2], 8), (keys[1], 9)]
-    edit = FetchEdit(decode_fetch_request(encode_fetch_request(small, 1, 2, send, forget)))
-    assert edit.encoded_size() == len(edit.encode())
-    del edit.partitions[(keys[0], 1)]
-    edit.max_bytes, edit.changed = 1000, True
-    assert edit.encoded_size() == len(edit.encode())
-    assert edit.request().max_bytes == 1000 and (keys[0], 1) not in edit.request().partitions()
