@@ -1,0 +1,128 @@
+"""Proxy CPU per Fetch in the sans-IO pipeline, by policy, for one client with many partitions (no sockets, no
+broker: the request and response frames are built once and replayed), so the figures are the pipeline's alone.
+
+``python -m bench.pipeline_cpu [--partitions 10000] [--version 12] [--fetches 20]``
+
+One JSON line per case, all in one run: ``{"bench": "pipeline_cpu", "case", "partitions", "version",
+"ms_per_fetch"}`` (``on_request`` + ``on_response``, the median of ``--fetches`` fetches), then
+``{"summary": "pipeline_cpu", ...}`` with every case's figure. Cases:
+
+- ``relay``: no policy applies (the request is classified and relayed; Fetch responses below v16 are not opened);
+- ``size_limit``: a KIP-74 budget for the client (request clamped and reordered, response collected and enforced);
+- ``terminate_sessionless``: ``[sessions] mode = "terminate"``, a session-less client (librdkafka): every fetch
+  lists every partition and gets a full response, the upstream session carries three changed partitions;
+- ``terminate_session``: the same for a client with its own session (Java, kafka-python): incremental requests
+  and responses with the three changed partitions (O(changed) on both sides).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from proxy.config import load_settings
+from proxy.pipeline import ConnectionState, Pipeline
+from proxy.policies.sessions import LEGACY, FetchMetadata, FetchParams, PartitionKey, UpstreamPlan, apply_plan
+from proxy.policies.size_limit import SizeLimits
+from proxy.policies.terminate import SessionModes
+from proxy.routing import Router
+from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
+from proxy.wire.messages import encode_request, request_codec
+from proxy.wire.model import Message
+
+CLIENT_ID = "bench-client"
+BUSY = 3  # partitions with news in every fetch
+
+
+def request_frame(version: int, corr: int, offsets: dict[PartitionKey, int], meta: FetchMetadata) -> bytes:
+    body = request_codec(1, version).default().replace(max_wait_ms=500, min_bytes=1, max_bytes=50 << 20)
+    body = body.replace(replica_id=-1) if version < 15 else body
+    parts = {k: FetchParams(o) for k, o in offsets.items()}
+    body = apply_plan(body, version, UpstreamPlan(meta, parts, [], parts))
+    header = Message(request_api_key=1, request_api_version=version, correlation_id=corr, client_id=CLIENT_ID)
+    return encode_request(header, body)
+
+
+def response_frame(version: int, corr: int, keys: list[PartitionKey], hw: int, session_id: int) -> bytes:
+    """A Fetch response frame (no size prefix) listing ``keys`` at high watermark ``hw``, without records: the
+    cost measured is the per-partition work, which does not depend on record bytes (they are never copied)."""
+    topics: list[FetchTopic] = []
+    for topic, index in keys:
+        if not topics or (topics[-1].topic or topics[-1].topic_id) != topic:
+            topics.append(FetchTopic(topic_id=topic) if isinstance(topic, bytes) else FetchTopic(topic=topic))
+        topics[-1].partitions.append(FetchPartition(index, 0, hw, hw, 0, None, -1, b"", None))
+    buffers, _ = FetchResponseView(version, 0, 0, session_id, topics).encode_frame(corr)
+    return b"".join(bytes(b) for b in buffers)[4:]
+
+
+def pipeline(case: str) -> Pipeline:
+    router = Router("127.0.0.1", 0, open_listener=lambda node: 0)
+    if case == "size_limit":
+        settings = load_settings(None, env={}).with_overrides(
+            {"size_limit.budgets": [{"client_id": CLIENT_ID, "fetch_max_bytes": 1 << 20}]})
+        return Pipeline(router, SizeLimits.from_settings(settings.size_limit))
+    if case.startswith("terminate"):
+        return Pipeline(router, session_modes=SessionModes("terminate"))
+    return Pipeline(router)
+
+
+def run_case(case: str, partitions: int, version: int, fetches: int) -> float:
+    """Median ms per fetch (request + response through the pipeline) after one warm-up (session creation)."""
+    topic: str | bytes = bytes(range(16)) if version >= 13 else "bench"
+    keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
+    busy = keys[:BUSY]
+    pl, conn = pipeline(case), ConnectionState()
+    session_client = case == "terminate_session"
+    # warm-up: the first (full) fetch creates the sessions
+    first = request_frame(version, 1, dict.fromkeys(keys, 0), FetchMetadata(0, 0) if session_client else LEGACY)
+    req = pl.on_request(first, conn)
+    if req.collect:
+        out = pl.on_response(req, response_frame(version, 1, keys, 0, 77))
+        sid = decode_frame(b"".join(bytes(b) for b in out.buffers)[4:], version)[2].session_id
+    else:
+        sid = 0
+    times: list[float] = []
+    for i in range(fetches):
+        hw = i + 1
+        if session_client:  # only the busy partitions advance: the client sends just those
+            frame = request_frame(version, i + 2, dict.fromkeys(busy, hw - 1), FetchMetadata(sid, i + 1))
+            upstream = response_frame(version, i + 2, busy, hw, 77)
+        else:
+            offsets = dict.fromkeys(keys, 0) | dict.fromkeys(busy, hw - 1)
+            frame = request_frame(version, i + 2, offsets, LEGACY)
+            upstream = response_frame(version, i + 2, busy if case.startswith("terminate") else keys, hw,
+                                      77 if case.startswith("terminate") else 0)
+        t0 = time.perf_counter()
+        _fetch(pl, conn, frame, upstream)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+def _fetch(pl: Pipeline, conn: ConnectionState, frame: bytes, upstream: bytes) -> None:
+    req = pl.on_request(frame, conn)
+    if req.collect:
+        pl.on_response(req, upstream)
+
+
+CASES = ("relay", "size_limit", "terminate_sessionless", "terminate_session")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--version", type=int, default=12)
+    ap.add_argument("--fetches", type=int, default=20)
+    args = ap.parse_args(argv)
+    summary: dict[str, object] = {"summary": "pipeline_cpu", "partitions": args.partitions}
+    for case in CASES:
+        ms = run_case(case, args.partitions, args.version, args.fetches)
+        print(json.dumps({"bench": "pipeline_cpu", "case": case, "partitions": args.partitions,
+                          "version": args.version, "ms_per_fetch": round(ms, 3)}), flush=True)
+        summary[case] = round(ms, 3)
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()
