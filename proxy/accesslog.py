@@ -35,11 +35,9 @@ field                       type          meaning
                                           the response was relayed without decoding)
 ``decoded``                 bool          the proxy decoded the request/response (false = relayed as bytes)
 ``partitions``              object[]      optional, only for Fetch responses Sluice decoded (a policy applied):
-                                          ``{"topic", "partition", "bytes"}`` per partition that carried
-                                          records to the client (bytes > 0: an idle partition adds nothing, and
-                                          a 10,000-partition fetch would otherwise write 10,000 entries per
-                                          line); the topic is its name, or its topic id (Kafka's base64 form)
-                                          when Sluice has not seen the name
+                                          ``{"topic", "partition", "bytes"}`` per partition, record bytes sent
+                                          to the client; the topic is its name, or its topic id (Kafka's base64
+                                          form) when Sluice has not seen the name
 ``throttle_target_bps``     int           optional, only for throttled fetches (KIP-73): the leader rate in
                                           force, bytes/s
 ``throttled_bytes``         int           optional, with ``throttle_target_bps``: record bytes of this response

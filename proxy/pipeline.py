@@ -419,10 +419,9 @@ class Pipeline:
             outcome = enforce(view, req.budget, req.fairness)
             metrics.observe_size_limit(outcome.trimmed_bytes, outcome.deferred_partitions)
             changed = changed or outcome.limited
-        # record bytes per partition, for the access log: only partitions that carried records (cheap for a
-        # 10,000-partition response that is mostly idle)
-        req.partitions = [(self._topic_label(t), p.partition_index, p.records_size)
-                          for t, p in view.partitions() if p.records]
+        # record bytes per partition, for the access log; partitions with none count too: the analytics'
+        # empty fetches and partitions without bytes are how starvation shows (analytics/aggregates.py)
+        req.partitions = [(self._topic_label(t), p.partition_index, p.records_size) for t, p in view.partitions()]
         if not changed:
             return Rewritten([len(frame).to_bytes(4, "big"), frame], len(frame) + 4, errors, changed=False,
                              mute_s=mute)

@@ -178,3 +178,18 @@ def test_metadata_topics_relayed_as_bytes_brokers_rewritten(version: int) -> Non
     out = respond(p, req_frame(3, version), body)
     assert [(b.node_id, b.host, b.port) for b in out.brokers] == [(2, "proxy.example", 20002)]
     assert out.topics == decode_response(3, version, raw)[1].topics
+
+
+def test_access_log_partitions_include_those_without_bytes() -> None:
+    """The access log's per-partition bytes list every partition of a decoded Fetch response, idle ones with 0:
+    the analytics count empty fetches and partitions without bytes from them (that is how starvation shows)."""
+    from bench.pipeline_cpu import request_frame, response_frame
+    from proxy.pipeline import ConnectionState, Pipeline
+    from proxy.policies.sessions import LEGACY
+    from proxy.policies.terminate import SessionModes
+
+    keys = [("t", i) for i in range(5)]
+    pl, conn = Pipeline(Router("127.0.0.1", 0), session_modes=SessionModes("terminate")), ConnectionState()
+    req = pl.on_request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY), conn)
+    pl.on_response(req, response_frame(12, 1, keys, 0, 77))
+    assert req.partitions == [("t", i, 0) for i in range(5)]
