@@ -201,7 +201,8 @@ def _upstream(request: FetchRequestView, sessions: UpstreamSessions, wanted: Map
     if sessions.busy:
         # Only a session-using client gets here (plan_request checks busy first): its whole session goes
         # upstream session-less, so the broker's answer is complete and the client's session stays served.
-        plan = UpstreamPlan(LEGACY, dict(wanted), [], MappingProxyType(dict(wanted)))
+        everything = dict(wanted)
+        plan = UpstreamPlan(LEGACY, everything, [], MappingProxyType(everything))
         in_session = mirrored = False
     else:
         session = decision.session if decision is not None else None
