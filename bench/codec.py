@@ -28,11 +28,13 @@ from typing import Any
 
 from proxy.policies import sessions
 from proxy.wire.fetch_fast import FetchResponseView
+from proxy.wire.fetch_layout import FIRST_SESSION
 from proxy.wire.fetch_request_fast import decode_fetch_request, encode_fetch_request
 from proxy.wire.fetch_stream import FetchStreamer
 from proxy.wire.messages import decode_request, encode_request, request_codec, response_codec
 from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, iter_batches, new_batch
+from rig.fetch_oracle import apply_plan
 
 RECORD_SIZE = 1024
 
@@ -186,9 +188,9 @@ def run_request(version: int, partitions: int, repeat: int) -> dict[str, Any]:
     t_enc = best_of(lambda: encode_fetch_request(view, 1, 1, wanted, forgotten), repeat, 4.0)
     t_con = best_of(lambda: sessions.request_partitions(decode_request(frame)[1], version), repeat, 4.0)
     t_con_enc = None
-    if version >= sessions.FIRST_SESSION_VERSION:
+    if version >= FIRST_SESSION:
         plan = sessions.UpstreamPlan(sessions.FetchMetadata(1, 1), sessions.request_partitions(body, version), [], {})
-        t_con_enc = best_of(lambda: encode_request(header, sessions.apply_plan(body, version, plan)), repeat, 4.0)
+        t_con_enc = best_of(lambda: encode_request(header, apply_plan(body, version, plan)), repeat, 4.0)
 
     def us(t: float | None) -> float | None:
         return None if t is None else round(t / partitions * 1e6, 3)

@@ -1,11 +1,14 @@
-"""Proxy CPU per Fetch in the sans-IO pipeline, by policy, for one client with many partitions (no sockets, no
-broker: the request and response frames are built once and replayed), so the figures are the pipeline's alone.
+"""Proxy CPU per Fetch in the sans-IO policy chain, by policy, for one client with many partitions (no sockets,
+no broker: the request and response frames are built once and replayed), so the figures are the chain's alone.
 
-``python -m bench.pipeline_cpu [--partitions 10000] [--version 12] [--fetches 20]``
+``python -m bench.pipeline_cpu [--partitions 10000] [--version 12] [--fetches 20] [--compare REV]``
 
 One JSON line per case, all in one run: ``{"bench": "pipeline_cpu", "case", "partitions", "version",
-"ms_per_fetch"}`` (``on_request`` + ``on_response``, the median of ``--fetches`` fetches), then
-``{"summary": "pipeline_cpu", ...}`` with every case's figure. Cases:
+"ms_per_fetch"}`` (request + response side, the median of ``--fetches`` fetches), then
+``{"summary": "pipeline_cpu", ...}`` with every case's figure. ``--compare REV`` first runs REV's own
+``bench.pipeline_cpu`` (its code, from a temporary ``git worktree``) with the same arguments, then this one, and
+ends with ``{"summary": "pipeline_cpu_compare", "before": {...}, "after": {...}, "ratio": {...}}`` (after /
+before per case): before and after in one run, on the same machine state. Cases:
 
 - ``relay``: no policy applies (the request is classified and relayed; Fetch responses below v16 are not opened);
 - ``size_limit``: a KIP-74 budget for the client (request clamped and reordered, response collected and enforced);
@@ -19,18 +22,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
+from proxy.accesslog import AccessLog
 from proxy.config import load_settings
-from proxy.pipeline import ConnectionState, Pipeline
-from proxy.policies.sessions import LEGACY, FetchMetadata, FetchParams, PartitionKey, UpstreamPlan, apply_plan
-from proxy.policies.size_limit import SizeLimits
-from proxy.policies.terminate import SessionModes
-from proxy.routing import Router
+from proxy.core.chain import Chain, ChainConnection
+from proxy.core.exchange import ConnectionInfo
+from proxy.core.policy import Services
+from proxy.core.routing import Router
+from proxy.core.topic_names import TopicNames
+from proxy.metrics import Metrics
+from proxy.policies import build
+from proxy.policies.sessions import LEGACY, FetchMetadata, FetchParams, PartitionKey, UpstreamPlan
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
+from rig.fetch_oracle import apply_plan
 
 CLIENT_ID = "bench-client"
 BUSY = 3  # partitions with news in every fetch
@@ -57,32 +70,32 @@ def response_frame(version: int, corr: int, keys: list[PartitionKey], hw: int, s
     return b"".join(bytes(b) for b in buffers)[4:]
 
 
-def pipeline(case: str) -> Pipeline:
-    router = Router("127.0.0.1", 0, open_listener=lambda node: 0)
+def chain(case: str) -> tuple[Chain, ChainConnection, Metrics]:
+    """The chain a proxy configured for ``case`` builds (proxy/policies/__init__.py), and one connection."""
+    overrides: dict[str, object] = {}
     if case == "size_limit":
-        settings = load_settings(None, env={}).with_overrides(
-            {"size_limit.budgets": [{"client_id": CLIENT_ID, "fetch_max_bytes": 1 << 20}]})
-        return Pipeline(router, SizeLimits.from_settings(settings.size_limit))
-    if case.startswith("terminate"):
-        return Pipeline(router, session_modes=SessionModes("terminate"))
-    return Pipeline(router)
+        overrides = {"size_limit.budgets": [{"client_id": CLIENT_ID, "fetch_max_bytes": 1 << 20}]}
+    elif case.startswith("terminate"):
+        overrides = {"sessions.mode": "terminate"}
+    settings = load_settings(None, env={}).with_overrides(overrides)
+    metrics = Metrics()
+    names = TopicNames(time.monotonic)
+    services = Services(metrics, time.monotonic, Router("127.0.0.1", 0, open_listener=lambda node: 0), names)
+    pipeline = Chain(build(settings, services), metrics, names, AccessLog("off"))
+    return pipeline, pipeline.connect(ConnectionInfo(1, "bootstrap")), metrics
 
 
 def run_case(case: str, partitions: int, version: int, fetches: int) -> float:
-    """Median ms per fetch (request + response through the pipeline) after one warm-up (session creation)."""
+    """Median ms per fetch (request + response through the chain) after one warm-up (session creation)."""
     topic: str | bytes = bytes(range(16)) if version >= 13 else "bench"
     keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
     busy = keys[:BUSY]
-    pl, conn = pipeline(case), ConnectionState()
+    pl, conn, _ = chain(case)
     session_client = case == "terminate_session"
     # warm-up: the first (full) fetch creates the sessions
     first = request_frame(version, 1, dict.fromkeys(keys, 0), FetchMetadata(0, 0) if session_client else LEGACY)
-    req = pl.on_request(first, conn)
-    if req.collect:
-        out = pl.on_response(req, response_frame(version, 1, keys, 0, 77))
-        sid = decode_frame(b"".join(bytes(b) for b in out.buffers)[4:], version)[2].session_id
-    else:
-        sid = 0
+    reply = _fetch(pl, conn, first, response_frame(version, 1, keys, 0, 77))
+    sid = decode_frame(reply[4:], version)[2].session_id if reply else 0
     times: list[float] = []
     for i in range(fetches):
         hw = i + 1
@@ -100,13 +113,37 @@ def run_case(case: str, partitions: int, version: int, fetches: int) -> float:
     return statistics.median(times) * 1000
 
 
-def _fetch(pl: Pipeline, conn: ConnectionState, frame: bytes, upstream: bytes) -> None:
-    req = pl.on_request(frame, conn)
-    if req.collect:
-        pl.on_response(req, upstream)
+def _fetch(pl: Chain, conn: ChainConnection, frame: bytes, upstream: bytes) -> bytes:
+    """One fetch through the chain as the connection core drives it; the reply when the response was opened."""
+    ex = pl.classify(frame, 0.0)
+    pl.on_request(conn, ex)
+    if not ex.collect:
+        return b""
+    pl.on_response(conn, ex, upstream)
+    assert ex.reply is not None
+    return b"".join(bytes(b) for b in ex.reply)
 
 
 CASES = ("relay", "size_limit", "terminate_sessionless", "terminate_session")
+
+
+def before(rev: str, argv: list[str]) -> dict[str, float]:
+    """Run ``rev``'s own bench.pipeline_cpu (its code, in a temporary worktree) with ``argv``; its summary."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="pipeline-cpu-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+        try:
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            out = subprocess.run([sys.executable, "-m", "bench.pipeline_cpu", *argv], cwd=tree, env=env,
+                                 check=True, capture_output=True, text=True).stdout
+        finally:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=True)
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    for line in lines:
+        print(json.dumps({**line, "rev": rev}), flush=True)
+    summary = lines[-1]
+    return {case: summary[case] for case in CASES}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -114,14 +151,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--version", type=int, default=12)
     ap.add_argument("--fetches", type=int, default=20)
+    ap.add_argument("--compare", metavar="REV", help="also run REV's code first (git revision), then compare")
     args = ap.parse_args(argv)
+    common = ["--partitions", str(args.partitions), "--version", str(args.version), "--fetches", str(args.fetches)]
+    old = before(args.compare, common) if args.compare else None
     summary: dict[str, object] = {"summary": "pipeline_cpu", "partitions": args.partitions}
+    after: dict[str, float] = {}
     for case in CASES:
         ms = run_case(case, args.partitions, args.version, args.fetches)
         print(json.dumps({"bench": "pipeline_cpu", "case": case, "partitions": args.partitions,
                           "version": args.version, "ms_per_fetch": round(ms, 3)}), flush=True)
-        summary[case] = round(ms, 3)
+        summary[case] = after[case] = round(ms, 3)
     print(json.dumps(summary), flush=True)
+    if old is not None:
+        ratio = {case: round(after[case] / old[case], 3) if old[case] else None for case in CASES}
+        print(json.dumps({"summary": "pipeline_cpu_compare", "rev": args.compare, "version": args.version,
+                          "before": old, "after": after, "ratio": ratio}), flush=True)
 
 
 if __name__ == "__main__":

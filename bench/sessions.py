@@ -55,11 +55,11 @@ def emit(line: dict[str, Any]) -> None:
     print(json.dumps(line), flush=True)
 
 
-def snapshot() -> dict[str, float]:
-    out: dict[str, float] = {d: metrics.total("sluice_bytes_total", direction=d) for d in metrics.DIRECTIONS}
-    out["fetches"] = metrics.total("sluice_requests_total", api="Fetch")
-    out["full"] = metrics.total("sluice_upstream_fetch_requests_total", kind="full")
-    out["incremental"] = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
+def snapshot(sluice: ProxyThread) -> dict[str, float]:
+    out: dict[str, float] = {d: sluice.total("sluice_bytes_total", direction=d) for d in metrics.DIRECTIONS}
+    out["fetches"] = sluice.total("sluice_requests_total", api="Fetch")
+    out["full"] = sluice.total("sluice_upstream_fetch_requests_total", kind="full")
+    out["incremental"] = sluice.total("sluice_upstream_fetch_requests_total", kind="incremental")
     return out
 
 
@@ -161,16 +161,16 @@ def run_mode(client_name: str, mode: str, broker: KafkaBroker, topics: list[tupl
             records = 0
             # warm-up: at least ``warmup`` seconds and until the client fetches steadily (with 10,000 partitions
             # the clients first spend a while on metadata and offset lookups), bounded
-            start, fetches0 = time.monotonic(), metrics.total("sluice_requests_total", api="Fetch")
+            start, fetches0 = time.monotonic(), sluice.total("sluice_requests_total", api="Fetch")
             while time.monotonic() - start < MAX_WARMUP_S and (
                     time.monotonic() - start < warmup
-                    or metrics.total("sluice_requests_total", api="Fetch") - fetches0 < WARM_FETCHES):
+                    or sluice.total("sluice_requests_total", api="Fetch") - fetches0 < WARM_FETCHES):
                 records += client.poll()
-            before, cpu0, t0 = snapshot(), proxy_cpu(sluice), time.monotonic()
+            before, cpu0, t0 = snapshot(sluice), proxy_cpu(sluice), time.monotonic()
             end = t0 + seconds
             while time.monotonic() < end:
                 records += client.poll()
-            after, cpu1, t1 = snapshot(), proxy_cpu(sluice), time.monotonic()
+            after, cpu1, t1 = snapshot(sluice), proxy_cpu(sluice), time.monotonic()
         finally:
             client.close()
     d = {k: after[k] - before[k] for k in after}

@@ -75,7 +75,7 @@ import structlog
 
 from proxy.config import LoggingSettings
 
-__all__ = ["SCHEMA_VERSION", "AccessLog", "configure_logging", "get_access_log", "get_logger"]
+__all__ = ["SCHEMA_VERSION", "AccessLog", "LogLimiter", "configure_logging", "get_access_log", "get_logger"]
 
 SCHEMA_VERSION = 1
 
@@ -274,6 +274,29 @@ _atexit_registered = False
 def get_access_log() -> AccessLog:
     """The access log set up by the last :func:`configure_logging` (a disabled one before that)."""
     return _access_log
+
+
+class LogLimiter:
+    """At most one log event per key per ``interval_s``: what to log while something fails in a loop (a broker
+    that is down, retried by every client connection) without flooding the log. Sans-IO: the clock is
+    injected."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float]) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last: dict[Any, float] = {}
+        self._suppressed: dict[Any, int] = {}
+
+    def allow(self, key: Any) -> int | None:
+        """None: do not log this one (it is counted). Otherwise log it, with the returned count of events
+        for ``key`` not logged since the last one."""
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return None
+        self._last[key] = now
+        return self._suppressed.pop(key, 0)
 
 
 def get_logger(name: str) -> Any:

@@ -3,7 +3,7 @@
 ============  ======  ==================================================================================
 route         method  answer
 ============  ======  ==================================================================================
-/metrics      GET     prometheus_client text exposition of the default registry (``proxy.metrics``)
+/metrics      GET     prometheus_client text exposition of the proxy's registry (``proxy.metrics.Metrics``)
 /healthz      GET     200 ``ok`` while the process runs (liveness: only "is the loop alive")
 /readyz       GET     200 ``ready`` if ``await readiness()`` is true, else 503 ``not ready`` (also when
                       readiness raises or takes longer than 5 s: a probe must answer, not hang)
@@ -25,10 +25,11 @@ import hmac
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy.accesslog import get_logger
 from proxy.config import AdminSettings
+from proxy.metrics import Metrics
 
 __all__ = ["READINESS_TIMEOUT_S", "AdminServer", "Handler", "require_token"]
 
@@ -71,9 +72,11 @@ class AdminServer:
     """The admin HTTP server. ``start()`` binds ``settings.host:settings.port`` (0 = a free port, see
     :attr:`port`); ``stop()`` closes it. When ``settings.enabled`` is false, start/stop do nothing."""
 
-    def __init__(self, settings: AdminSettings, readiness: Callable[[], Awaitable[bool]]) -> None:
+    def __init__(self, settings: AdminSettings, readiness: Callable[[], Awaitable[bool]],
+                 metrics: Metrics) -> None:
         self._settings = settings
         self._readiness = readiness
+        self._metrics_source = metrics
         self._app = web.Application()
         self._app[_TOKEN_KEY] = settings.token
         self._app.router.add_get("/metrics", self._metrics)
@@ -127,7 +130,7 @@ class AdminServer:
     async def _metrics(self, _request: web.Request) -> web.Response:
         # CONTENT_TYPE_LATEST carries version and charset parameters, which aiohttp's content_type= argument
         # rejects; set the header verbatim instead.
-        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=self._metrics_source.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -258,6 +258,11 @@ class LimitsSettings(Section):
     write_low_water_bytes: Annotated[int, Field(ge=0)] = Field(
         default=1048576, description="Resume reading once the write buffer has drained below this."
     )
+    request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=30.0,
+        description="Close a client connection whose request frame stays incomplete this long after its first "
+        "byte (Kafka clients' request.timeout.ms default: 30 s).",
+    )
 
     @field_validator("write_low_water_bytes")
     @classmethod

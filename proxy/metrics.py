@@ -1,59 +1,35 @@
-"""Every Prometheus metric Sluice exports, named in this one place.
+"""Every Prometheus metric Sluice exports, named in this one place, in a registry of one proxy's own.
 
 Conventions (https://prometheus.io/docs/practices/naming/): prefix ``sluice_``, base units (bytes, seconds),
 ``_total`` on counters, and only low-cardinality labels (api, version, direction, side, reason) - never a
 topic, partition, client id or address, which would grow without bound.
 
-All collectors live in prometheus_client's default ``REGISTRY``, which ``proxy.admin`` serves on /metrics.
-Label children known up front are created at import so they are exported as 0 before the first event (a rate()
-over a series that appears late misses its first increment, and dashboards show "no data" instead of 0).
+A :class:`Metrics` object holds its own ``CollectorRegistry``; the proxy makes one and hands it to the connection
+core, the chain and every policy, and the admin server serves that registry on /metrics. Two proxies in one
+process (tests, benches) therefore keep separate counts; nothing here is process-global.
 
-Hot paths should use the pre-bound children (``BYTES_CLIENT_TO_PROXY.inc(n)``) or :func:`requests_for`,
+Label children known up front are created with the collectors, so they are exported as 0 before the first event
+(a rate() over a series that appears late misses its first increment, and dashboards show "no data" instead of
+0). Hot paths use the pre-bound children (``metrics.bytes_client_to_proxy.inc(n)``) or :meth:`requests_for`,
 because ``.labels(...)`` takes a lock and builds a key on every call.
 """
 
 from __future__ import annotations
 
-import functools
 import platform
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info, disable_created_metrics
-
-__all__ = [
-    "BUILD_INFO",
-    "BYTES",
-    "BYTES_CLIENT_TO_PROXY",
-    "BYTES_PROXY_TO_CLIENT",
-    "BYTES_PROXY_TO_UPSTREAM",
-    "BYTES_UPSTREAM_TO_PROXY",
-    "CLIENT_CONNECTIONS",
-    "CLIENT_CONNECTIONS_OPEN",
-    "CONNECTIONS",
-    "CONNECTIONS_OPEN",
-    "DIRECTIONS",
-    "FRAMES_REJECTED",
-    "LISTENERS",
-    "REJECT_REASONS",
-    "REQUESTS",
-    "REQUEST_LATENCY",
-    "RESPONSES_REWRITTEN",
-    "SIDES",
-    "UPSTREAM_CONNECTIONS",
-    "UPSTREAM_CONNECTIONS_OPEN",
-    "UPSTREAM_CONNECT_ERRORS",
-    "latency_for",
-    "observe_request",
-    "requests_for",
-    "sluice_version",
-]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
+from prometheus_client.exposition import generate_latest
 
 Direction = Literal["client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client"]
 Side = Literal["client", "upstream"]
-RejectReason = Literal["too_large", "malformed", "unknown_api", "unsupported_version", "upstream_closed"]
+#: why a frame or connection was refused; a value handed along by whoever refused it, never parsed from text
+RejectReason = Literal["too_large", "malformed", "unknown_api", "unsupported_version", "upstream_closed",
+                       "request_timeout"]
 
 DIRECTIONS: Final[tuple[Direction, ...]] = (
     "client_to_proxy",
@@ -68,29 +44,23 @@ REJECT_REASONS: Final[tuple[RejectReason, ...]] = (
     "unknown_api",
     "unsupported_version",
     "upstream_closed",
+    "request_timeout",
 )
+THROTTLE_SIDES: Final[tuple[str, ...]] = ("leader", "follower")
+SESSION_ERROR_NAMES: Final[dict[int, str]] = {70: "FETCH_SESSION_ID_NOT_FOUND", 71: "INVALID_FETCH_SESSION_EPOCH",
+                                              106: "FETCH_SESSION_TOPIC_ID_ERROR"}
+TOPIC_LOOKUP_OUTCOMES: Final[tuple[str, ...]] = ("resolved", "unknown", "failed")
 
 # 50 us (a relayed ApiVersions on loopback) .. 10 s (beyond any sane fetch.max.wait.ms); roughly 1-2.5-5 steps
 # so a Fetch long poll (~0.5 s) and a sub-millisecond metadata call both land in a bucket of their own.
 LATENCY_BUCKETS: Final[tuple[float, ...]] = (
-    0.00005,
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
     10.0,
 )
+
+# Without this, every counter and histogram also exports a `<name>_created` gauge per label set (in the
+# classic text format these are separate series): twice the series for a timestamp no dashboard here uses.
+disable_created_metrics()
 
 
 def sluice_version() -> str:
@@ -109,285 +79,247 @@ def sluice_version() -> str:
         return "0+unknown"
 
 
-# Without this, every counter and histogram also exports a `<name>_created` gauge per label set (in the
-# classic text format these are separate series): twice the series for a timestamp no dashboard here uses.
-disable_created_metrics()
+class Metrics:
+    """One proxy's collectors, in ``self.registry``."""
 
-# ---------------------------------------------------------------------------------------------- requests
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry if registry is not None else CollectorRegistry(auto_describe=True)
 
-REQUESTS = Counter(
-    "sluice_requests_total",
-    "Requests relayed from clients, by Kafka API name and request version.",
-    ["api", "version"],
-)
-REQUEST_LATENCY = Histogram(
-    "sluice_request_latency_seconds",
-    "Time from a request's last byte read from the client to its response's first byte queued to the client.",
-    ["api"],
-    buckets=LATENCY_BUCKETS,
-)
-RESPONSES_REWRITTEN = Counter(
-    "sluice_responses_rewritten_total",
-    "Responses the proxy re-encoded (address rewriting, policies) instead of relaying the upstream bytes.",
-    ["api"],
-)
-FRAMES_REJECTED = Counter(
-    "sluice_frames_rejected_total",
-    "Frames the proxy refused or could not deliver, by reason.",
-    ["reason"],
-)
+        # ------------------------------------------------------------------------------------- requests
+        self.requests = Counter("sluice_requests_total",
+                                "Requests relayed from clients, by Kafka API name and request version.",
+                                ["api", "version"], registry=r)
+        self.request_latency = Histogram(
+            "sluice_request_latency_seconds",
+            "Time from a request's last byte read from the client to its response handed to the client.",
+            ["api"], buckets=LATENCY_BUCKETS, registry=r)
+        self.responses_rewritten = Counter(
+            "sluice_responses_rewritten_total",
+            "Responses the proxy re-encoded (address rewriting, policies) instead of relaying the upstream bytes.",
+            ["api"], registry=r)
+        self.frames_rejected = Counter("sluice_frames_rejected_total",
+                                       "Frames the proxy refused or could not deliver, by reason.",
+                                       ["reason"], registry=r)
 
-# ------------------------------------------------------------------------------------------------- bytes
+        # ---------------------------------------------------------------------------------------- bytes
+        self.bytes = Counter("sluice_bytes_total",
+                             "Bytes moved, including the 4-byte frame length, by direction.",
+                             ["direction"], registry=r)
 
-BYTES = Counter(
-    "sluice_bytes_total",
-    "Bytes moved, including the 4-byte frame length, by direction.",
-    ["direction"],
-)
+        # ---------------------------------------------------------------------------------- connections
+        self.connections_open = Gauge(
+            "sluice_connections_open",
+            "Connections currently open: client = accepted from clients, upstream = to brokers.",
+            ["side"], registry=r)
+        self.connections = Counter(
+            "sluice_connections_total",
+            "Connections opened since start: client = accepted from clients, upstream = to brokers.",
+            ["side"], registry=r)
+        self.upstream_connect_errors = Counter(
+            "sluice_upstream_connect_errors_total",
+            "Failed attempts to connect to an upstream broker (refused, unreachable, timeout).", registry=r)
+        self.listeners = Gauge(
+            "sluice_listeners",
+            "Client-facing listeners open: the bootstrap listener plus one per upstream broker node.", registry=r)
+        self.topic_lookups = Counter(
+            "sluice_topic_name_lookups_total",
+            "Topic ids Sluice looked up itself (a Metadata request of its own, for connections that never send "
+            "one, e.g. replica fetchers), by outcome: resolved, unknown (no such topic), failed (no answer).",
+            ["outcome"], registry=r)
 
-# ------------------------------------------------------------------------------------------- connections
+        # ---------------------------------------------------------------------------------------- build
+        self.build_info = Info("sluice_build", "Sluice build information; the value is always 1.", registry=r)
+        self.build_info.info({"version": sluice_version(), "python": platform.python_version()})
 
-CONNECTIONS_OPEN = Gauge(
-    "sluice_connections_open",
-    "Connections currently open: client = accepted from clients, upstream = to brokers.",
-    ["side"],
-)
-CONNECTIONS = Counter(
-    "sluice_connections_total",
-    "Connections opened since start: client = accepted from clients, upstream = to brokers.",
-    ["side"],
-)
-UPSTREAM_CONNECT_ERRORS = Counter(
-    "sluice_upstream_connect_errors_total",
-    "Failed attempts to connect to an upstream broker (refused, unreachable, timeout).",
-)
-LISTENERS = Gauge(
-    "sluice_listeners",
-    "Client-facing listeners open: the bootstrap listener plus one per upstream broker node.",
-)
+        # ---------------------------------------------------------------------- size limiting (KIP-74)
+        self.size_limit_trimmed = Counter(
+            "sluice_size_limit_trimmed_bytes_total",
+            "Record bytes left out of fetch responses to keep them within their budget (cut at batch boundaries).",
+            registry=r)
+        self.size_limit_deferred = Counter(
+            "sluice_size_limit_deferred_partitions_total",
+            "Partitions whose records were all left out of a response (kept, error 0, real offsets, empty "
+            "records).", registry=r)
+        self.size_limit_limited = Counter("sluice_size_limit_limited_responses_total",
+                                          "Fetch responses the budget changed.", registry=r)
+        self.response_bytes_held = Gauge(
+            "sluice_response_bytes_held",
+            "Bytes of fetch responses reserved or held in Sluice, counted against size_limit.global_max_bytes.",
+            registry=r)
+        self.size_limit_waits = Counter(
+            "sluice_size_limit_waits_total",
+            "Fetches that waited for response memory (size_limit.global_max_bytes) before going upstream.",
+            registry=r)
 
-# ------------------------------------------------------------------------------------------------- build
+        # ------------------------------------------------------------------------- throttles (KIP-73)
+        self.throttle_byte_rate = Gauge(
+            "sluice_throttle_byte_rate",
+            "Bytes/s of throttled partitions over the quota window (Kafka's LeaderReplication/FollowerReplication "
+            "byte-rate): leader = sent to fetchers, follower = fetched upstream.", ["side"], registry=r)
+        self.throttle_bytes = Counter(
+            "sluice_throttle_bytes_total",
+            "Record bytes of throttled partitions counted against the quota: leader = sent to fetchers, "
+            "follower = fetched upstream (every partition a response carries, listed in the request or not).",
+            ["side"], registry=r)
+        self.throttle_rate_limit = Gauge(
+            "sluice_throttle_rate_limit_bytes",
+            "Configured throttle in bytes/s (throttle.leader_rate_bytes / follower_rate_bytes); 0 = none.",
+            ["side"], registry=r)
+        self.throttle_window = Gauge("sluice_throttle_window_seconds",
+                                     "Quota window: samples x window_s (Kafka: 11 x 1 s).", registry=r)
+        self.throttle_topics = Gauge("sluice_throttle_topics",
+                                     "Topic entries with throttled replicas ([[throttle.topics]]).", registry=r)
+        self.throttle_left_out = Counter(
+            "sluice_throttle_left_out_partitions_total",
+            "Throttled partitions held back: leader = records left out of a response (partition kept, empty "
+            "records), follower = left out of a request sent upstream, or their records out of the response "
+            "when the request could not leave them out (a fetch session's partitions).", ["side"], registry=r)
+        self.throttle_sum_lag = Gauge(
+            "sluice_throttle_sum_lag_offsets",
+            "Sum over throttled partitions and fetchers of high watermark - fetch offset (KIP-73's SumReplicaLag): "
+            "if it stops falling, the throttle is too low for the move to finish.", registry=r)
 
-BUILD_INFO = Info("sluice_build", "Sluice build information; the value is always 1.")
-BUILD_INFO.info({"version": sluice_version(), "python": platform.python_version()})
+        # ------------------------------------------------------------------- fetch sessions (KIP-227)
+        self.fetch_sessions_open = Gauge(
+            "sluice_fetch_sessions_open",
+            "Fetch sessions Sluice holds: upstream = its own sessions with brokers ([sessions] mode = terminate), "
+            "downstream = sessions it serves to clients.", ["side"], registry=r)
+        self.fetch_session_partitions_cached = Gauge(
+            "sluice_fetch_session_partitions_cached",
+            "Partitions in fetch sessions: upstream = partitions whose last known state Sluice keeps for its own "
+            "sessions, downstream = partitions of the sessions it serves (Kafka's "
+            "NumIncrementalFetchPartitionsCached).", ["side"], registry=r)
+        self.upstream_fetch_requests = Counter(
+            "sluice_upstream_fetch_requests_total",
+            "Fetch requests Sluice sent upstream in its own sessions, by kind: full (every partition) or "
+            "incremental (only added/changed partitions).", ["kind"], registry=r)
+        self.upstream_fetch_bytes = Counter(
+            "sluice_upstream_fetch_bytes_total",
+            "Bytes of the Fetch requests Sluice sent upstream in [sessions] terminate mode and of their responses "
+            "(size prefix included), by direction: request or response.", ["direction"], registry=r)
+        self.upstream_fetch_bytes_saved = Counter(
+            "sluice_upstream_fetch_bytes_saved_total",
+            "Bytes saved on the upstream link by Sluice's fetch sessions, by direction: the client's request minus "
+            "the request sent upstream instead, and the response sent to the client minus the upstream response "
+            "(for a session-less client: the saving against the full fetch it asked for).", ["direction"],
+            registry=r)
+        self.fetch_session_retries = Counter(
+            "sluice_fetch_session_retries_total",
+            "Upstream session responses that could not be used (session error 70/71/106, invalid or throttled "
+            "empty response): the session restarts with a full request, sent at once when possible, else the "
+            "client gets a retriable answer.", registry=r)
+        self.downstream_fetch_requests = Counter(
+            "sluice_downstream_fetch_requests_total",
+            "Fetch requests of clients that use fetch sessions, answered by Sluice's own sessions ([sessions] "
+            "mode = terminate), by kind: full (creates a session), incremental, sessionless (epoch -1: closes a "
+            "session or none) or error (a session error sent to the client).", ["kind"], registry=r)
+        self.fetch_session_errors = Counter(
+            "sluice_fetch_session_errors_total",
+            "Session errors Sluice sent to its clients, by Kafka error name (FETCH_SESSION_ID_NOT_FOUND, "
+            "INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR).", ["error"], registry=r)
+        self.fetch_session_evictions = Counter(
+            "sluice_fetch_session_evictions_total",
+            "Client fetch sessions evicted from Sluice's session cache to make room for a new one "
+            "(Kafka's IncrementalFetchSessionEvictionsPerSec).", registry=r)
 
-# ----------------------------------------------------------------------------- response-size limiting (KIP-74)
+        # ------------------------------------------------------------ children known up front, pre-bound
+        for direction in DIRECTIONS:
+            self.bytes.labels(direction)
+        for side in SIDES:
+            self.connections_open.labels(side)
+            self.connections.labels(side)
+        for reason in REJECT_REASONS:
+            self.frames_rejected.labels(reason)
+        for outcome in TOPIC_LOOKUP_OUTCOMES:
+            self.topic_lookups.labels(outcome)
+        for tside in THROTTLE_SIDES:
+            self.throttle_left_out.labels(tside)
+            self.throttle_bytes.labels(tside)
+            self.throttle_byte_rate.labels(tside)
+            self.throttle_rate_limit.labels(tside)
+        for sside in ("downstream", "upstream"):
+            self.fetch_sessions_open.labels(sside)
+            self.fetch_session_partitions_cached.labels(sside)
+        for kind in ("full", "incremental"):
+            self.upstream_fetch_requests.labels(kind)
+        for kind in ("full", "incremental", "sessionless", "error"):
+            self.downstream_fetch_requests.labels(kind)
+        for rr in ("request", "response"):
+            self.upstream_fetch_bytes.labels(rr)
+            self.upstream_fetch_bytes_saved.labels(rr)
+        for error in SESSION_ERROR_NAMES.values():
+            self.fetch_session_errors.labels(error)
 
-SIZE_LIMIT_TRIMMED = Counter(
-    "sluice_size_limit_trimmed_bytes_total",
-    "Record bytes left out of fetch responses to keep them within their budget (cut at batch boundaries).",
-)
-SIZE_LIMIT_DEFERRED = Counter(
-    "sluice_size_limit_deferred_partitions_total",
-    "Partitions whose records were all left out of a response (kept, error 0, real offsets, empty records).",
-)
-SIZE_LIMIT_LIMITED = Counter(
-    "sluice_size_limit_limited_responses_total",
-    "Fetch responses the budget changed.",
-)
-RESPONSE_BYTES_HELD = Gauge(
-    "sluice_response_bytes_held",
-    "Bytes of fetch responses reserved or held in Sluice, counted against size_limit.global_max_bytes.",
-)
-SIZE_LIMIT_WAITS = Counter(
-    "sluice_size_limit_waits_total",
-    "Fetches that waited for response memory (size_limit.global_max_bytes) before going upstream.",
-)
+        self.bytes_client_to_proxy = self.bytes.labels("client_to_proxy")
+        self.bytes_proxy_to_upstream = self.bytes.labels("proxy_to_upstream")
+        self.bytes_upstream_to_proxy = self.bytes.labels("upstream_to_proxy")
+        self.bytes_proxy_to_client = self.bytes.labels("proxy_to_client")
+        self.client_connections_open = self.connections_open.labels("client")
+        self.upstream_connections_open = self.connections_open.labels("upstream")
+        self.client_connections = self.connections.labels("client")
+        self.upstream_connections = self.connections.labels("upstream")
+        self.throttle_left_out_leader = self.throttle_left_out.labels("leader")
+        self.throttle_left_out_follower = self.throttle_left_out.labels("follower")
+        self.throttle_bytes_leader = self.throttle_bytes.labels("leader")
+        self.throttle_bytes_follower = self.throttle_bytes.labels("follower")
+        self.upstream_fetch_sessions_open = self.fetch_sessions_open.labels("upstream")
+        self.upstream_fetch_full = self.upstream_fetch_requests.labels("full")
+        self.upstream_fetch_incremental = self.upstream_fetch_requests.labels("incremental")
+        self.upstream_fetch_partitions_cached = self.fetch_session_partitions_cached.labels("upstream")
+        # Bounded by the number of (api, version) pairs Kafka defines (a few hundred): callers pass the API
+        # *name* from the protocol table, never a raw client-supplied string.
+        self._requests_for: dict[tuple[str, int], Any] = {}
+        self._latency_for: dict[str, Any] = {}
 
+    # ------------------------------------------------------------------------------------- helpers
 
-def observe_size_limit(trimmed_bytes: int, deferred_partitions: int) -> None:
-    """Count what a budget did to one response."""
-    if trimmed_bytes:
-        SIZE_LIMIT_LIMITED.inc()
-        SIZE_LIMIT_TRIMMED.inc(trimmed_bytes)
-    if deferred_partitions:
-        SIZE_LIMIT_DEFERRED.inc(deferred_partitions)
+    def observe_request(self, api: str, version: int, latency_s: float) -> None:
+        """Count one completed request and observe its latency (seconds): the per-request metrics in one call
+        (children cached: ``.labels()`` is the cost per request)."""
+        counter = self._requests_for.get((api, version))
+        if counter is None:
+            counter = self._requests_for[(api, version)] = self.requests.labels(api, str(version))
+        counter.inc()
+        histogram = self._latency_for.get(api)
+        if histogram is None:
+            histogram = self._latency_for[api] = self.request_latency.labels(api)
+        histogram.observe(latency_s)
 
+    def observe_size_limit(self, trimmed_bytes: int, deferred_partitions: int) -> None:
+        """Count what a budget did to one response."""
+        if trimmed_bytes:
+            self.size_limit_limited.inc()
+            self.size_limit_trimmed.inc(trimmed_bytes)
+        if deferred_partitions:
+            self.size_limit_deferred.inc(deferred_partitions)
 
-# ------------------------------------------------------------------------- replication throttles (KIP-73)
+    def bind_throttle(self, state: Any, throttles: Any, clock: Callable[[], float]) -> None:
+        """Point the throttle gauges at the proxy's quotas (proxy.policies.throttle.ThrottleState) and the
+        configuration in force; called again on every reconfiguration."""
+        self.throttle_byte_rate.labels("leader").set_function(lambda: state.leader.rate(clock()))
+        self.throttle_byte_rate.labels("follower").set_function(lambda: state.follower.rate(clock()))
+        self.throttle_sum_lag.set_function(lambda: state.sum_lag(clock()))
+        self.throttle_rate_limit.labels("leader").set(throttles.leader_rate)
+        self.throttle_rate_limit.labels("follower").set(throttles.follower_rate)
+        self.throttle_window.set(throttles.samples * throttles.window_s)
+        self.throttle_topics.set(len(throttles.topics))
 
-THROTTLE_SIDES: Final[tuple[str, ...]] = ("leader", "follower")
+    def bind_session_cache(self, sessions_open: Callable[[], float], partitions_cached: Callable[[], float]) -> None:
+        """Report the downstream session cache (Kafka's NumIncrementalFetchSessions / ...PartitionsCached)."""
+        self.fetch_sessions_open.labels("downstream").set_function(sessions_open)
+        self.fetch_session_partitions_cached.labels("downstream").set_function(partitions_cached)
 
-THROTTLE_BYTE_RATE = Gauge(
-    "sluice_throttle_byte_rate",
-    "Bytes/s of throttled partitions over the quota window (Kafka's LeaderReplication/FollowerReplication "
-    "byte-rate): leader = sent to fetchers, follower = fetched upstream.",
-    ["side"],
-)
-THROTTLE_RATE_LIMIT = Gauge(
-    "sluice_throttle_rate_limit_bytes",
-    "Configured throttle in bytes/s (throttle.leader_rate_bytes / follower_rate_bytes); 0 = none.",
-    ["side"],
-)
-THROTTLE_WINDOW = Gauge(
-    "sluice_throttle_window_seconds",
-    "Quota window: samples x window_s (Kafka: 11 x 1 s).",
-)
-THROTTLE_TOPICS = Gauge(
-    "sluice_throttle_topics",
-    "Topics with a throttled-replicas entry ([[throttle.topics]]).",
-)
-THROTTLE_LEFT_OUT = Counter(
-    "sluice_throttle_left_out_partitions_total",
-    "Throttled partitions left out: leader = records left out of a response (partition kept, empty records), "
-    "follower = partitions left out of a request sent upstream.",
-    ["side"],
-)
-THROTTLE_SUM_LAG = Gauge(
-    "sluice_throttle_sum_lag_offsets",
-    "Sum over throttled partitions and fetchers of high watermark - fetch offset (KIP-73's SumReplicaLag): "
-    "if it stops falling, the throttle is too low for the move to finish.",
-)
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format (what /metrics serves)."""
+        return generate_latest(self.registry)
 
-
-def bind_throttle(state: Any, throttles: Any, clock: Callable[[], float]) -> None:
-    """Point the throttle gauges at a proxy's quotas (proxy.policies.throttle.ThrottleState) and configuration.
-    Called again on every reconfiguration (and by the last Proxy created in a process, e.g. in tests)."""
-    THROTTLE_BYTE_RATE.labels("leader").set_function(lambda: state.leader.rate(clock()))
-    THROTTLE_BYTE_RATE.labels("follower").set_function(lambda: state.follower.rate(clock()))
-    THROTTLE_SUM_LAG.set_function(lambda: state.sum_lag(clock()))
-    THROTTLE_RATE_LIMIT.labels("leader").set(throttles.leader_rate)
-    THROTTLE_RATE_LIMIT.labels("follower").set(throttles.follower_rate)
-    THROTTLE_WINDOW.set(throttles.samples * throttles.window_s)
-    THROTTLE_TOPICS.set(len(throttles.topics))
-
-
-# ------------------------------------------------------------------------- fetch sessions (KIP-227)
-
-FETCH_SESSIONS_OPEN = Gauge(
-    "sluice_fetch_sessions_open",
-    "Fetch sessions Sluice holds: upstream = its own sessions with brokers ([sessions] mode = terminate), "
-    "downstream = sessions it serves to clients.",
-    ["side"],
-)
-FETCH_SESSION_PARTITIONS_CACHED = Gauge(
-    "sluice_fetch_session_partitions_cached",
-    "Partitions in fetch sessions: upstream = partitions whose last known state Sluice keeps for its own "
-    "sessions, downstream = partitions of the sessions it serves (Kafka's NumIncrementalFetchPartitionsCached).",
-    ["side"],
-)
-UPSTREAM_FETCH_REQUESTS = Counter(
-    "sluice_upstream_fetch_requests_total",
-    "Fetch requests Sluice sent upstream in its own sessions, by kind: full (every partition) or incremental "
-    "(only added/changed partitions).",
-    ["kind"],
-)
-UPSTREAM_FETCH_BYTES = Counter(
-    "sluice_upstream_fetch_bytes_total",
-    "Bytes of the Fetch requests Sluice sent upstream in [sessions] terminate mode and of their responses "
-    "(size prefix included), by direction: request or response.",
-    ["direction"],
-)
-UPSTREAM_FETCH_BYTES_SAVED = Counter(
-    "sluice_upstream_fetch_bytes_saved_total",
-    "Bytes saved on the upstream link by Sluice's fetch sessions, by direction: the client's request minus the "
-    "request sent upstream instead, and the response sent to the client minus the upstream response (for a "
-    "session-less client: the saving against the full fetch it asked for).",
-    ["direction"],
-)
-FETCH_SESSION_RETRIES = Counter(
-    "sluice_fetch_session_retries_total",
-    "Upstream session responses that could not be used (session error 70/71/106, invalid or throttled empty "
-    "response): the session restarts with a full request, sent at once when possible, else the client gets a "
-    "retriable answer.",
-)
-DOWNSTREAM_FETCH_REQUESTS = Counter(
-    "sluice_downstream_fetch_requests_total",
-    "Fetch requests of clients that use fetch sessions, answered by Sluice's own sessions ([sessions] mode = "
-    "terminate), by kind: full (creates a session), incremental, sessionless (epoch -1: closes a session or "
-    "none) or error (a session error sent to the client).",
-    ["kind"],
-)
-FETCH_SESSION_ERRORS = Counter(
-    "sluice_fetch_session_errors_total",
-    "Session errors Sluice sent to its clients, by Kafka error name (FETCH_SESSION_ID_NOT_FOUND, "
-    "INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR).",
-    ["error"],
-)
-FETCH_SESSION_EVICTIONS = Counter(
-    "sluice_fetch_session_evictions_total",
-    "Client fetch sessions evicted from Sluice's session cache to make room for a new one "
-    "(Kafka's IncrementalFetchSessionEvictionsPerSec).",
-)
-
-SESSION_ERROR_NAMES = {70: "FETCH_SESSION_ID_NOT_FOUND", 71: "INVALID_FETCH_SESSION_EPOCH",
-                       106: "FETCH_SESSION_TOPIC_ID_ERROR"}
-
-
-def bind_session_cache(sessions_open: Callable[[], float], partitions_cached: Callable[[], float]) -> None:
-    """Report the downstream session cache of the running proxy (the last one bound, as with throttles)."""
-    FETCH_SESSIONS_OPEN.labels("downstream").set_function(sessions_open)
-    FETCH_SESSION_PARTITIONS_CACHED.labels("downstream").set_function(partitions_cached)
-
-
-# ------------------------------------------------------------------------- pre-created and pre-bound children
-
-for _direction in DIRECTIONS:
-    BYTES.labels(_direction)
-for _side in SIDES:
-    CONNECTIONS_OPEN.labels(_side)
-    CONNECTIONS.labels(_side)
-for _reason in REJECT_REASONS:
-    FRAMES_REJECTED.labels(_reason)
-for _tside in THROTTLE_SIDES:
-    THROTTLE_LEFT_OUT.labels(_tside)
-for _sside in ("downstream", "upstream"):
-    FETCH_SESSIONS_OPEN.labels(_sside)
-    FETCH_SESSION_PARTITIONS_CACHED.labels(_sside)
-for _kind in ("full", "incremental"):
-    UPSTREAM_FETCH_REQUESTS.labels(_kind)
-for _kind in ("full", "incremental", "sessionless", "error"):
-    DOWNSTREAM_FETCH_REQUESTS.labels(_kind)
-for _rr in ("request", "response"):
-    UPSTREAM_FETCH_BYTES.labels(_rr)
-    UPSTREAM_FETCH_BYTES_SAVED.labels(_rr)
-for _error in SESSION_ERROR_NAMES.values():
-    FETCH_SESSION_ERRORS.labels(_error)
-del _direction, _side, _reason, _tside, _sside, _kind, _rr, _error
-
-BYTES_CLIENT_TO_PROXY = BYTES.labels("client_to_proxy")
-BYTES_PROXY_TO_UPSTREAM = BYTES.labels("proxy_to_upstream")
-BYTES_UPSTREAM_TO_PROXY = BYTES.labels("upstream_to_proxy")
-BYTES_PROXY_TO_CLIENT = BYTES.labels("proxy_to_client")
-CLIENT_CONNECTIONS_OPEN = CONNECTIONS_OPEN.labels("client")
-UPSTREAM_CONNECTIONS_OPEN = CONNECTIONS_OPEN.labels("upstream")
-CLIENT_CONNECTIONS = CONNECTIONS.labels("client")
-UPSTREAM_CONNECTIONS = CONNECTIONS.labels("upstream")
-THROTTLE_LEFT_OUT_LEADER = THROTTLE_LEFT_OUT.labels("leader")
-THROTTLE_LEFT_OUT_FOLLOWER = THROTTLE_LEFT_OUT.labels("follower")
-UPSTREAM_FETCH_SESSIONS_OPEN = FETCH_SESSIONS_OPEN.labels("upstream")
-UPSTREAM_FETCH_FULL = UPSTREAM_FETCH_REQUESTS.labels("full")
-UPSTREAM_FETCH_INCREMENTAL = UPSTREAM_FETCH_REQUESTS.labels("incremental")
-UPSTREAM_FETCH_PARTITIONS_CACHED = FETCH_SESSION_PARTITIONS_CACHED.labels("upstream")
-
-
-# Bounded by the number of (api, version) pairs Kafka defines (a few hundred), so an unbounded cache is safe:
-# callers must pass the API *name* from the protocol table, never a raw client-supplied string.
-@functools.cache
-def requests_for(api: str, version: int) -> Counter:
-    """The ``sluice_requests_total{api, version}`` child, cached (per request, ``.labels()`` is the cost)."""
-    return REQUESTS.labels(api, str(version))
-
-
-@functools.cache
-def latency_for(api: str) -> Histogram:
-    """The ``sluice_request_latency_seconds{api}`` child, cached like :func:`requests_for`."""
-    return REQUEST_LATENCY.labels(api)
-
-
-def observe_request(api: str, version: int, latency_s: float) -> None:
-    """Count one completed request and observe its latency (seconds): the per-request metrics in one call."""
-    requests_for(api, version).inc()
-    latency_for(api).observe(latency_s)
-
-
-def total(name: str, **labels: str) -> float:
-    """The sum of every sample named ``name`` whose labels include ``labels`` (0 if none), from this process's
-    default registry: e.g. ``total("sluice_requests_total", api="Fetch")`` adds up all Fetch versions. For
-    in-process tests and benches; Prometheus does this with ``sum(...)``."""
-    return sum(
-        float(s.value)
-        for m in REGISTRY.collect()
-        for s in m.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
+    def total(self, name: str, **labels: str) -> float:
+        """The sum of every sample named ``name`` whose labels include ``labels`` (0 if none): e.g.
+        ``total("sluice_requests_total", api="Fetch")`` adds up all Fetch versions. For tests and benches;
+        Prometheus does this with ``sum(...)``."""
+        return sum(
+            float(s.value)
+            for m in self.registry.collect()
+            for s in m.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )

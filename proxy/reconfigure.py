@@ -17,6 +17,7 @@ from aiohttp import web
 
 from .accesslog import get_logger
 from .config import ConfigError, load_settings
+from .policies.throttle import Throttle
 
 if TYPE_CHECKING:
     from .admin import AdminServer
@@ -82,8 +83,9 @@ def add_section_routes(admin: AdminServer, proxy: Proxy, path: str, section: str
 
 def throttle_status(proxy: Proxy) -> dict[str, Any]:
     """The throttle quotas as measured now (bytes/s over the window) and the sum of lag of throttled partitions."""
-    pipeline = proxy.pipeline
-    state, now = pipeline.throttle_state, pipeline.clock()
+    throttle = proxy.policy("throttle")
+    assert isinstance(throttle, Throttle)
+    state, now = throttle.state, throttle.clock()
     return {"leader_rate": state.leader.rate(now), "follower_rate": state.follower.rate(now),
             "leader_exceeded": state.leader.exceeded(now), "follower_exceeded": state.follower.exceeded(now),
             "sum_lag": state.sum_lag(now)}

@@ -1,21 +1,18 @@
-"""The only module that touches sockets: listeners, client/upstream connection pairs, backpressure, shutdown.
+"""The only module that touches sockets: listeners, the pair of transports behind each client connection, the
+connects, Sluice's own lookups (brokers, topic names), shutdown.
 
-Design (see ARCHITECTURE.md, "How a request flows"):
+Everything a connection decides (framing, order, waits, policies, backpressure rules, effects) is in the sans-IO
+core (:mod:`proxy.core.connection`); here each client connection is a :class:`_ClientProtocol` that feeds the
+core with what its two transports deliver and carries out what the core asks (:class:`~proxy.core.connection
+.Port`).
 
 - asyncio Protocols, not streams: a relay spends its time moving bytes, and Protocol callbacks avoid the
   per-read task wakeups and buffer copies of StreamReader (measured here: about 3x less CPU for relaying).
-- One upstream connection per client connection, to the broker whose listener the client connected to
-  (the bootstrap listener goes to any bootstrap server). Kafka matches responses to requests by order on a
+- One upstream connection per client connection, to the broker whose listener the client connected to (the
+  bootstrap listener goes to any bootstrap server). Kafka matches responses to requests by order on a
   connection, so a 1:1 pairing keeps pipelining intact without rewriting correlation ids.
-- Requests are framed from a ``bytearray``; responses are *streamed*: a response Sluice does not need to
-  read is written to the client chunk by chunk as it arrives (no full-frame buffering, no copy of record
-  bytes), while a response a rule must rewrite is collected, rewritten and written whole. Responses go to
-  the client strictly in request order; responses Sluice makes itself (e.g. an unsupported ApiVersions
-  version) wait for their turn.
-- Backpressure both ways: when one side's transport write buffer passes its high-water mark, reading from
-  the other side pauses until it drains (Protocol.pause_writing/resume_writing).
-- Frame size limit (like the broker's socket.request.max.bytes) checked on the 4-byte prefix, before any
-  allocation; a violation closes only that connection, with a log event and a metric.
+- While a broker is down, connect failures are logged once per broker per ``_CONNECT_LOG_INTERVAL_S`` with the
+  count of those not logged (a client retrying in a loop must not flood the log).
 """
 
 from __future__ import annotations
@@ -25,29 +22,31 @@ import contextlib
 import itertools
 import signal
 import socket
-import struct
 import time
-from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import metrics
-from .accesslog import AccessLog, get_access_log, get_logger
+from .accesslog import AccessLog, LogLimiter, get_access_log, get_logger
 from .config import Settings
-from .pipeline import ConnectionState, Pipeline, Request
-from .policies.sessions import SessionCache, SessionServer
-from .policies.size_limit import HeldBytes, SizeLimits
-from .policies.terminate import SessionModes
-from .policies.throttle import Throttles
-from .routing import Address, Router
+from .core.chain import Chain
+from .core.connection import Connection, Limits, Timer
+from .core.exchange import Buffer, ConnectionInfo
+from .core.memory import HeldBytes
+from .core.policy import Policy, Services
+from .core.routing import Address, Router
+from .core.topic_names import TopicNames
+from .metrics import Metrics
+from .policies import build as build_policies
 from .wire.errors import CodecError
-from .wire.fetch_stream import FetchStreamer
 from .wire.messages import decode_response, encode_request, request_header_version
 from .wire.model import Message
 
 log = get_logger("sluice.server")
 
-_SIZE_CORR = struct.Struct(">ii")
-_conn_ids = itertools.count(1)
+METADATA_KEY = 3
+#: Metadata v12: the first version whose request may name topics by id (MetadataRequest.json)
+METADATA_BY_ID_VERSION = 12
+_CONNECT_LOG_INTERVAL_S = 10.0
 
 
 def _parse_address(text: str) -> Address:
@@ -56,25 +55,39 @@ def _parse_address(text: str) -> Address:
 
 
 class Proxy:
-    """A running Sluice instance: listeners, the router, and every connection pair."""
+    """A running Sluice instance: listeners, the chain, the shared state of its connections."""
 
-    def __init__(self, settings: Settings, access_log: AccessLog | None = None) -> None:
+    def __init__(self, settings: Settings, access_log: AccessLog | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.settings = settings
+        #: monotonic, high resolution: request latencies are sub-millisecond (uvloop's loop.time() counts ms)
+        self.clock = clock
+        self.metrics = Metrics()
+        self.access_log = access_log if access_log is not None else get_access_log()
         self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base,
                              open_listener=self.open_listener)
-        self.pipeline = Pipeline(self.router, SizeLimits.from_settings(settings.size_limit),
-                                 Throttles.from_settings(settings.throttle),
-                                 session_modes=SessionModes.from_settings(settings.sessions),
-                                 session_server=SessionServer(SessionCache(settings.sessions.cache_slots,
-                                                                           settings.sessions.eviction_age_s)))
+        self.names = TopicNames(clock, on_lookup=self._lookup_wanted)
         #: the global bound on response bytes held (size_limit.global_max_bytes), shared by every connection
-        self.held = HeldBytes(settings.size_limit.global_max_bytes, on_change=metrics.RESPONSE_BYTES_HELD.set)
-        self.access_log = access_log if access_log is not None else get_access_log()
+        self.memory = HeldBytes(settings.size_limit.global_max_bytes, on_change=self.metrics.response_bytes_held.set)
+        services = Services(self.metrics, clock, self.router, self.names)
+        self.chain = Chain(build_policies(settings, services), self.metrics, self.names, self.access_log)
+        limits = settings.limits
+        self.limits = Limits(limits.max_frame_bytes, limits.write_high_water_bytes, limits.request_timeout_s)
         self.bootstrap: list[Address] = [_parse_address(a) for a in settings.upstream.bootstrap_servers]
         self._servers: dict[int | None, Any] = {}  # asyncio servers (or _Pending while one starts)
-        self._clients: set[ClientConnection] = set()
+        self._clients: set[_ClientProtocol] = set()
+        self._conn_ids = itertools.count(1)
         self._closing = False
+        self._lookup_task: asyncio.Task[None] | None = None
+        self._connect_log = LogLimiter(_CONNECT_LOG_INTERVAL_S, time.monotonic)
         self.loop: asyncio.AbstractEventLoop | None = None
+
+    def policy(self, name: str) -> Policy:
+        """The chain's policy called ``name`` (admin endpoints report its state)."""
+        for p in self.chain.policies:
+            if p.name == name:
+                return p
+        raise KeyError(name)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -82,9 +95,9 @@ class Proxy:
         self.loop = asyncio.get_running_loop()
         listen = self.settings.listen
         self._servers[None] = await self.loop.create_server(
-            lambda: ClientConnection(self, None), listen.host, listen.bootstrap_port, reuse_address=True
+            lambda: _ClientProtocol(self, None), listen.host, listen.bootstrap_port, reuse_address=True
         )
-        metrics.LISTENERS.set(len(self._servers))
+        self.metrics.listeners.set(len(self._servers))
         log.info("listening", role="bootstrap", host=listen.host, port=self.bootstrap_port,
                  upstream=[f"{h}:{p}" for h, p in self.bootstrap])
         # Learn the brokers now, so a client holding cached metadata (e.g. after a Sluice restart) finds
@@ -101,12 +114,11 @@ class Proxy:
 
     def apply_dynamic(self, settings: Settings) -> None:
         """Apply the run-time changeable settings (size limits, throttles) without dropping a connection.
-        Requests already classified keep the snapshot they were classified with; the next ones see the new one."""
+        Requests already in flight keep the snapshot they started with; the next ones see the new one."""
         self.settings = self.settings.model_copy(update={"size_limit": settings.size_limit,
                                                          "throttle": settings.throttle})
-        self.pipeline.size_limits = SizeLimits.from_settings(settings.size_limit)
-        self.held.set_limit(settings.size_limit.global_max_bytes)
-        self.pipeline.set_throttles(Throttles.from_settings(settings.throttle))
+        self.chain.reconfigure(self.settings)
+        self.memory.set_limit(settings.size_limit.global_max_bytes)
         log.info("reconfigured", size_limit=settings.size_limit.model_dump(), throttle=settings.throttle.model_dump())
 
     async def stop(self, drain_timeout: float | None = None) -> None:
@@ -118,14 +130,16 @@ class Proxy:
         for server in self._servers.values():
             server.close()
         deadline = time.monotonic() + timeout
-        while any(c.busy for c in self._clients) and time.monotonic() < deadline:
+        while any(c.conn.busy for c in self._clients) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # polling a real condition (requests in flight), bounded by the deadline
-        pending = sum(len(c.inflight) for c in self._clients)
+        pending = sum(len(c.conn.inflight) for c in self._clients)
         for client in list(self._clients):
-            client.close()
+            client.conn.close()
         for server in self._servers.values():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 1.0)
+        if self._lookup_task is not None:
+            self._lookup_task.cancel()
         log.info("stopped", abandoned_requests=pending)
 
     # ------------------------------------------------------------------ brokers and listeners
@@ -154,9 +168,9 @@ class Proxy:
 
     async def _serve_socket(self, node_id: int, sock: socket.socket) -> None:
         assert self.loop is not None
-        server = await self.loop.create_server(lambda: ClientConnection(self, node_id), sock=sock)
+        server = await self.loop.create_server(lambda: _ClientProtocol(self, node_id), sock=sock)
         self._servers[node_id] = server
-        metrics.LISTENERS.set(len(self._servers))
+        self.metrics.listeners.set(len(self._servers))
         log.info("listening", role="broker", node_id=node_id, port=self.router.port_for(node_id),
                  upstream="{}:{}".format(*self.router.upstream[node_id]))
 
@@ -169,23 +183,57 @@ class Proxy:
             raise OSError(f"broker node {node_id} is unknown to the cluster")
         return [self.router.upstream[node_id]]
 
-    async def refresh_brokers(self) -> None:
-        """Ask a bootstrap server for the broker list (MetadataRequest v12, no topics) and open listeners."""
+    async def _metadata(self, body: Message) -> Message:
+        """A Metadata request of Sluice's own (v12), to the first bootstrap server (then known broker) that
+        answers."""
         last: Exception | None = None
-        for host, port in self.bootstrap:
+        for host, port in [*self.bootstrap, *self.router.upstream.values()]:
             try:
-                body = await _one_request(host, port, 3, 12, Message(topics=[], allow_auto_topic_creation=False,
-                                                                        include_topic_authorized_operations=False),
+                return await _one_request(host, port, METADATA_KEY, METADATA_BY_ID_VERSION, body,
                                           self.settings.upstream.connect_timeout_s)
             except (TimeoutError, OSError, CodecError) as e:
                 last = e
-                continue
-            for broker in body.brokers:
-                self.router.learn(broker.node_id, broker.host, broker.port)
-                self.router.port_for(broker.node_id)  # opens the node's listener on first sight
-            return
-        if last is not None:
-            raise last
+        raise last if last is not None else OSError("no upstream address")
+
+    async def refresh_brokers(self) -> None:
+        """Ask the cluster for its broker list (Metadata, no topics) and open their listeners."""
+        body = await self._metadata(Message(topics=[], allow_auto_topic_creation=False,
+                                            include_topic_authorized_operations=False))
+        for broker in body.brokers:
+            self.router.learn(broker.node_id, broker.host, broker.port)
+            self.router.port_for(broker.node_id)  # opens the node's listener on first sight
+
+    def _lookup_wanted(self) -> None:
+        if self.loop is not None and (self._lookup_task is None or self._lookup_task.done()):
+            self._lookup_task = self.loop.create_task(self._lookup_topic_names())
+
+    async def _lookup_topic_names(self) -> None:
+        """Resolve the topic ids the connections wait for (proxy/core/topic_names.py): Metadata v12 naming
+        topics by id; an id the cluster does not know comes back with UNKNOWN_TOPIC_ID."""
+        while ids := self.names.take():
+            found: dict[bytes, str] = {}
+            try:
+                body = await self._metadata(Message(
+                    topics=[Message(topic_id=i, name=None) for i in sorted(ids)],
+                    allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+            except (TimeoutError, OSError, CodecError) as e:
+                self.metrics.topic_lookups.labels("failed").inc(len(ids))
+                log.warning("topic_lookup_failed", topics=len(ids), error=str(e))
+            else:
+                for topic in body.topics:
+                    tid = bytes(topic.topic_id)
+                    if topic.error_code == 0 and topic.name and tid in ids:
+                        found[tid] = topic.name
+                self.metrics.topic_lookups.labels("resolved").inc(len(found))
+                self.metrics.topic_lookups.labels("unknown").inc(len(ids) - len(found))
+            self.names.settle(found, ids - found.keys())
+
+    def connect_failed(self, node_id: int | None, error: str, upstream: Sequence[Address] = ()) -> None:
+        """Log an upstream connect failure, at most once per broker per interval, with the count not logged."""
+        suppressed = self._connect_log.allow(node_id)
+        if suppressed is not None:
+            log.warning("upstream_connect_failed", node_id=node_id, upstream=[f"{h}:{p}" for h, p in upstream],
+                        error=error, not_logged=suppressed, interval_s=_CONNECT_LOG_INTERVAL_S)
 
     async def ready(self) -> bool:
         """/readyz: the upstream cluster answers a TCP connect."""
@@ -232,451 +280,157 @@ async def _one_request(host: str, port: int, api_key: int, version: int, body: M
 # ---------------------------------------------------------------------------------------------- connections
 
 
-class ClientConnection(asyncio.Protocol):
-    """A client's connection to one of Sluice's listeners, paired with one upstream connection."""
+def _configure(transport: Any, limits: Any) -> None:
+    transport.set_write_buffer_limits(limits.write_high_water_bytes, limits.write_low_water_bytes)
+    with contextlib.suppress(OSError, AttributeError):
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _ClientProtocol(asyncio.Protocol):
+    """A client's connection to one of Sluice's listeners, the upstream connection made for it, and the
+    :class:`~proxy.core.connection.Port` through which the core acts on both."""
 
     def __init__(self, proxy: Proxy, node_id: int | None) -> None:
         self.proxy = proxy
         self.node_id = node_id
-        self.conn_id = next(_conn_ids)
-        self.transport: asyncio.Transport | None = None
-        self.upstream: UpstreamConnection | None = None
-        self._buf = bytearray()
-        self._queued: list[bytes] = []  # frames received before the upstream connection is up
-        self._queued_bytes = 0
-        #: requests in client order still owed a response
-        self.inflight: deque[Request] = deque()
-        #: requests sent upstream whose response has not started arriving, in send order
-        self.awaiting: deque[Request] = deque()
+        self.transport: Any = None  # uvloop's TCPTransport is not an asyncio.Transport
+        self.upstream: Any = None
         self._connect_task: asyncio.Task[None] | None = None
-        self._closed = False
-        self._limits = proxy.settings.limits
-        self.client_id: str | None = None
-        self.listener = "bootstrap" if node_id is None else f"broker-{node_id}"
-        self.upstream_name = ""
-        self.state = ConnectionState()
-        #: requests held back, in order, behind one waiting for response memory (size_limit.global_max_bytes)
-        self._blocked: deque[Request] = deque()
-        self._writing_paused = False
-        self._release_on_drain = 0  # reserved bytes to release once the client has drained our writes
-        self._muted_until = 0.0  # loop time until which a throttle mute (KIP-73 pacing) holds reading paused
+        self._torn_down = False
+        info = ConnectionInfo(next(proxy._conn_ids), "bootstrap" if node_id is None else f"broker-{node_id}",
+                              node_id)
+        self.conn = Connection(info, proxy.chain, self, memory=proxy.memory, names=proxy.names,
+                               metrics=proxy.metrics, access_log=proxy.access_log, clock=proxy.clock,
+                               limits=proxy.limits)
 
-    @property
-    def busy(self) -> bool:
-        return bool(self.inflight) and not self._closed
+    # ------------------------------------------------------------------ the client's transport
 
-    # ------------------------------------------------------------------ asyncio callbacks
-
-    def connection_made(self, transport: Any) -> None:  # uvloop's TCPTransport is not an asyncio.Transport
+    def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        transport.set_write_buffer_limits(self._limits.write_high_water_bytes, self._limits.write_low_water_bytes)
-        with contextlib.suppress(OSError, AttributeError):
-            transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _configure(transport, self.proxy.settings.limits)
         self.proxy._clients.add(self)
-        metrics.CLIENT_CONNECTIONS.inc()
-        metrics.CLIENT_CONNECTIONS_OPEN.inc()
+        m = self.proxy.metrics
+        m.client_connections.inc()
+        m.client_connections_open.inc()
         self._connect_task = asyncio.get_running_loop().create_task(self._connect())
 
     def data_received(self, data: bytes) -> None:
-        metrics.BYTES_CLIENT_TO_PROXY.inc(len(data))
-        buf = self._buf
-        buf += data
-        off = 0
-        max_frame = self._limits.max_frame_bytes
-        while len(buf) - off >= 4:
-            size = int.from_bytes(buf[off : off + 4], "big", signed=True)
-            if size < 0 or size > max_frame:
-                self._reject("too_large", f"request frame declares {size} bytes (limit {max_frame})")
-                return
-            end = off + 4 + size
-            if len(buf) < end:
-                break
-            with memoryview(buf) as view:
-                frame = bytes(view[off + 4 : end])
-            off = end
-            self._on_request(frame)
-            if self._closed:
-                return
-        if off:
-            del buf[:off]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.inflight and not self._closed:
-            log.info("client_closed", conn=self.conn_id, pending=len(self.inflight))
-        self._finish_close()
+        self.conn.client_data(data)
 
     def pause_writing(self) -> None:
-        # The client reads slower than the broker sends: stop reading responses from upstream.
-        self._writing_paused = True
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.pause_reading()
+        self.conn.client_write_paused()
 
     def resume_writing(self) -> None:
-        self._writing_paused = False
-        if self._release_on_drain:
-            n, self._release_on_drain = self._release_on_drain, 0
-            self.proxy.held.release(n)
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.resume_reading()
+        self.conn.client_write_resumed()
 
-    def mute(self, seconds: float) -> None:
-        """KIP-73 pacing (policies/throttle.py): a fetcher that got only throttled partitions back is not read
-        from for ``seconds`` (at most its max_wait_ms), like Kafka's channel muting for quotas (KIP-219),
-        instead of letting it re-fetch at once in a tight loop."""
-        if self.transport is None or self._closed or seconds <= 0:
-            return
-        loop = asyncio.get_running_loop()
-        self._muted_until = max(self._muted_until, loop.time() + seconds)
-        self.transport.pause_reading()
-        loop.call_later(seconds, self._unmute)
-
-    def _unmute(self) -> None:
-        loop = self.proxy.loop
-        if loop is not None and self._muted_until - loop.time() > 0.002:
-            # a later mute is still running (timers may also fire a little early: libuv counts milliseconds)
-            loop.call_later(self._muted_until - loop.time(), self._unmute)
-            return
-        if self.transport is not None and not self._closed and not self._blocked:
-            self.transport.resume_reading()
-
-    def release_held(self, n: int) -> None:
-        """A response's reserved bytes are written: they stop counting once the transport buffer drains."""
-        if not n:
-            return
-        if self._writing_paused:
-            self._release_on_drain += n
-        else:
-            self.proxy.held.release(n)
-
-    # ------------------------------------------------------------------ requests
-
-    def _on_request(self, frame: bytes) -> None:
-        try:
-            req = self.proxy.pipeline.on_request(frame, self.state)
-        except CodecError as e:
-            reason = "unsupported_version" if "version" in e.what else "malformed"
-            self._reject(reason, str(e))
-            return
-        self.client_id = req.header.client_id
-        assert self.proxy.loop is not None
-        req.started = self.proxy.loop.time()
-        if self._blocked:
-            self._blocked.append(req)  # keep the order behind a fetch waiting for response memory
-            return
-        self._dispatch(req)
-
-    def _dispatch(self, req: Request, granted: bool = False) -> bool:
-        """Answer locally or send upstream; False if the request must wait for response memory."""
-        if req.local_response is not None:
-            self.inflight.append(req)
-            self._flush()
-            return True
-        if req.reserve and not granted:
-            if not self.proxy.held.reserve(req.reserve, self._memory_granted):
-                # size_limit.global_max_bytes: wait (in arrival order, across connections) rather than
-                # allocate; stop reading from this client meanwhile.
-                metrics.SIZE_LIMIT_WAITS.inc()
-                self._blocked.appendleft(req)
-                if self.transport is not None:
-                    self.transport.pause_reading()
-                return False
-        req.held = req.reserve
-        self._send_upstream(len(req.frame).to_bytes(4, "big"), req.frame)
-        if req.expects_response:
-            self.inflight.append(req)
-            self.awaiting.append(req)
-        else:
-            self._complete(req, 0, 0)
-        return True
-
-    def resend(self, req: Request) -> None:
-        """Send ``req.frame`` upstream again; ``req`` stays at the head of ``inflight``."""
-        self._send_upstream(len(req.frame).to_bytes(4, "big"), req.frame)
-        self.awaiting.append(req)
-
-    def _memory_granted(self) -> None:
-        """HeldBytes granted the reservation of the request at the head of ``_blocked``."""
-        if self._closed:  # granted in the instant the connection went away: give it straight back
-            self.proxy.held.release(self._blocked[0].reserve if self._blocked else 0)
-            return
-        self._dispatch(self._blocked.popleft(), granted=True)
-        while self._blocked:
-            if not self._dispatch(self._blocked.popleft()):
-                return
-        if self.transport is not None:
-            self.transport.resume_reading()
-
-    def _send_upstream(self, prefix: bytes, frame: bytes) -> None:
-        n = len(prefix) + len(frame)
-        metrics.BYTES_PROXY_TO_UPSTREAM.inc(n)
-        up = self.upstream
-        if up is not None and up.transport is not None:
-            up.transport.writelines((prefix, frame))
-            return
-        self._queued.append(prefix)
-        self._queued.append(frame)
-        self._queued_bytes += n
-        if self._queued_bytes > self._limits.write_high_water_bytes and self.transport is not None:
-            self.transport.pause_reading()  # backpressure while the upstream connect is still in flight
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.client_lost()
+        self._teardown(abort=False)
 
     async def _connect(self) -> None:
+        proxy, conn = self.proxy, self.conn
         loop = asyncio.get_running_loop()
-        timeout = self.proxy.settings.upstream.connect_timeout_s
+        timeout = proxy.settings.upstream.connect_timeout_s
         try:
-            addresses = await self.proxy.upstream_address(self.node_id)
+            addresses = await proxy.upstream_address(self.node_id)
         except (TimeoutError, OSError, CodecError) as e:
-            metrics.UPSTREAM_CONNECT_ERRORS.inc()
-            log.warning("upstream_unknown", conn=self.conn_id, node_id=self.node_id, error=str(e))
-            self.close()
+            proxy.metrics.upstream_connect_errors.inc()
+            proxy.connect_failed(self.node_id, str(e))
+            conn.upstream_failed(str(e))
             return
         last: BaseException | None = None
         for host, port in addresses:
             try:
-                transport, _ = await asyncio.wait_for(
-                    loop.create_connection(lambda: UpstreamConnection(self), host, port), timeout
-                )
+                await asyncio.wait_for(loop.create_connection(lambda: _UpstreamProtocol(self), host, port),
+                                       timeout)
             except (TimeoutError, OSError) as e:
-                metrics.UPSTREAM_CONNECT_ERRORS.inc()
+                proxy.metrics.upstream_connect_errors.inc()
                 last = e
                 continue
-            if self._closed:
-                transport.close()
+            if conn.closed:
+                self._teardown(abort=False)
                 return
-            self.upstream_name = f"{host}:{port}"
-            queued, self._queued, self._queued_bytes = self._queued, [], 0
-            if queued:
-                transport.writelines(queued)
-            if self.transport is not None:
-                self.transport.resume_reading()
+            conn.upstream_ready(f"{host}:{port}")
             return
-        log.warning("upstream_connect_failed", conn=self.conn_id, node_id=self.node_id,
-                    upstream=[f"{h}:{p}" for h, p in addresses], error=str(last))
-        self.close()
+        proxy.connect_failed(self.node_id, str(last), addresses)
+        conn.upstream_failed(str(last))
 
-    # ------------------------------------------------------------------ responses
+    # ------------------------------------------------------------------ Port: what the core asks
 
-    def write(self, data: Any) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.write(data)
-
-    def writelines(self, buffers: list[Any]) -> None:
-        if self.transport is not None and not self._closed:
+    def send_client(self, buffers: Sequence[Buffer]) -> None:
+        if self.transport is not None and not self._torn_down:
             self.transport.writelines(buffers)
 
-    def _flush(self) -> None:
-        """Write responses Sluice made itself once every earlier response has gone out."""
-        while self.inflight and self.inflight[0].local_response is not None:
-            req = self.inflight.popleft()
-            assert req.local_response is not None
-            self.write(req.local_response)
-            self._complete(req, 0, len(req.local_response))
+    def send_upstream(self, buffers: Sequence[Buffer]) -> None:
+        if self.upstream is not None and not self._torn_down:
+            self.upstream.writelines(buffers)
 
-    def response_done(self, req: Request, upstream_bytes: int, client_bytes: int) -> None:
-        head = self.inflight.popleft()
-        assert head is req
-        self._complete(req, upstream_bytes, client_bytes)
-        self._flush()
+    def pause_client(self) -> None:
+        if self.transport is not None and not self._torn_down:
+            self.transport.pause_reading()
 
-    def _complete(self, req: Request, upstream_bytes: int, client_bytes: int) -> None:
-        assert self.proxy.loop is not None
-        latency = self.proxy.loop.time() - req.started
-        h = req.header
-        metrics.observe_request(req.api, h.api_version, latency)
-        if client_bytes:
-            metrics.BYTES_PROXY_TO_CLIENT.inc(client_bytes)
-        self.proxy.access_log.record(
-            conn_id=self.conn_id, client_id=h.client_id, api=req.api, api_key=h.api_key, version=h.api_version,
-            correlation_id=h.correlation_id, bytes_client_to_proxy=req.size,
-            bytes_proxy_to_upstream=0 if req.local_response is not None else len(req.frame) + 4,
-            bytes_upstream_to_proxy=upstream_bytes, bytes_proxy_to_client=client_bytes,
-            latency_ms=latency * 1000.0, error_codes=req.error_codes, listener=self.listener,
-            upstream=self.upstream_name, decoded=req.rewrite is not None or req.collect,
-            partitions=req.partitions, throttle_target_bps=req.throttle_target_bps,
-            throttled_bytes=req.throttled_bytes, session_upstream_bytes=req.session_upstream_bytes,
-        )
+    def resume_client(self) -> None:
+        if self.transport is not None and not self._torn_down:
+            self.transport.resume_reading()
 
-    # ------------------------------------------------------------------ closing
+    def pause_upstream(self) -> None:
+        if self.upstream is not None and not self._torn_down:
+            self.upstream.pause_reading()
 
-    def _reject(self, reason: str, detail: str) -> None:
-        metrics.FRAMES_REJECTED.labels(reason).inc()
-        log.warning("frame_rejected", conn=self.conn_id, listener=self.listener, reason=reason, detail=detail,
-                    client_id=self.client_id)
-        self.close(abort=True)
+    def resume_upstream(self) -> None:
+        if self.upstream is not None and not self._torn_down:
+            self.upstream.resume_reading()
 
-    def close(self, abort: bool = False) -> None:
-        if self.transport is not None and not self._closed:
-            if abort:
-                self.transport.abort()
-            else:
-                self.transport.close()
-        self._finish_close()
+    def close(self, abort: bool) -> None:
+        self._teardown(abort)
 
-    def _finish_close(self) -> None:
-        if self._closed:
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+    def _teardown(self, abort: bool) -> None:
+        if self._torn_down:
             return
-        self._closed = True
+        self._torn_down = True
         self.proxy._clients.discard(self)
-        metrics.CLIENT_CONNECTIONS_OPEN.dec()
-        self.proxy.pipeline.on_close(self.state)
-        # Response memory this connection reserved, held or waits for goes back to the others.
-        if self._blocked:
-            self.proxy.held.cancel(self._memory_granted)
-        held = sum(r.held for r in self.inflight) + self._release_on_drain
-        if held:
-            self.proxy.held.release(held)
+        self.proxy.metrics.client_connections_open.dec()
+        if self.transport is not None:
+            (self.transport.abort if abort else self.transport.close)()
+        if self.upstream is not None:
+            self.upstream.close()
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.close()
 
 
-class UpstreamConnection(asyncio.Protocol):
-    """Sluice's connection to a broker on behalf of one client connection; streams responses back."""
+class _UpstreamProtocol(asyncio.Protocol):
+    """Sluice's connection to a broker on behalf of one client connection."""
 
-    def __init__(self, client: ClientConnection) -> None:
+    def __init__(self, client: _ClientProtocol) -> None:
         self.client = client
-        self.transport: asyncio.Transport | None = None
-        self._hdr = bytearray()  # size prefix + correlation id of the response being read
-        self._req: Request | None = None  # the request the response being read answers
-        self._left = 0  # bytes of that response still to arrive
-        self._size = 0
-        self._collect: bytearray | None = None  # the response body, when a rule must rewrite it
-        self._stream: FetchStreamer | None = None  # walks a Fetch v16+ response as it streams through
-        self._max = client._limits.max_frame_bytes
+        self.conn = client.conn
 
-    def connection_made(self, transport: Any) -> None:  # uvloop's TCPTransport is not an asyncio.Transport
-        self.transport = transport
-        limits = self.client._limits
-        transport.set_write_buffer_limits(limits.write_high_water_bytes, limits.write_low_water_bytes)
-        with contextlib.suppress(OSError, AttributeError):
-            transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.client.upstream = self
-        metrics.UPSTREAM_CONNECTIONS.inc()
-        metrics.UPSTREAM_CONNECTIONS_OPEN.inc()
-
-    def pause_writing(self) -> None:
-        # The broker reads slower than the client sends: stop reading requests from the client.
-        if self.client.transport is not None:
-            self.client.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.client.transport is not None:
-            self.client.transport.resume_reading()
+    def connection_made(self, transport: Any) -> None:
+        client = self.client
+        _configure(transport, client.proxy.settings.limits)
+        m = client.proxy.metrics
+        m.upstream_connections.inc()
+        m.upstream_connections_open.inc()
+        if client._torn_down:
+            transport.close()
+            return
+        client.upstream = transport
 
     def data_received(self, data: bytes) -> None:
-        metrics.BYTES_UPSTREAM_TO_PROXY.inc(len(data))
-        client = self.client
-        view = memoryview(data)
-        pos, end = 0, len(data)
-        while pos < end:
-            if self._req is None:
-                need = 8 - len(self._hdr)
-                self._hdr += view[pos : pos + need]
-                pos += min(need, end - pos)
-                if len(self._hdr) < 8:
-                    return
-                if not self._start_response():
-                    return
-                continue
-            take = min(self._left, end - pos)
-            chunk = view[pos : pos + take]
-            pos += take
-            self._left -= take
-            if self._stream is not None:
-                try:
-                    client.writelines(self._stream.feed(chunk))
-                except CodecError as e:
-                    self._fail(f"undecodable Fetch response: {e}")
-                    return
-            elif self._collect is not None:
-                self._collect += chunk
-            else:
-                client.write(chunk)
-            if self._left == 0:
-                self._end_response()
+        self.conn.upstream_data(data)
 
-    def _start_response(self) -> bool:
-        size, corr = _SIZE_CORR.unpack(self._hdr)
-        client = self.client
-        if not client.awaiting:
-            self._fail(f"unsolicited response (correlation id {corr})")
-            return False
-        req = client.awaiting.popleft()
-        if size < 4 or size > self._max:
-            self._fail(f"response frame declares {size} bytes (limit {self._max})")
-            return False
-        if corr != req.header.correlation_id:
-            self._fail(f"response correlation id {corr} does not match request {req.header.correlation_id}")
-            return False
-        self._req, self._size, self._left = req, size, size - 4
-        if req.held and size != req.held:
-            client.proxy.held.adjust(size - req.held)  # the real size (KIP-74's first batch may exceed max_bytes)
-            req.held = size
-        if req.collect:
-            self._collect = bytearray(self._hdr[4:])
-        else:
-            # Kafka answers in order, so this response's request is at the head of the client's queue
-            # (no rule holds responses back yet): stream it straight through. A Fetch v16+ response is
-            # walked on the way, to rewrite its NodeEndpoints tail (proxy/wire/fetch_stream.py).
-            assert client.inflight and client.inflight[0] is req
-            if req.rewrite is not None:
-                self._stream = client.proxy.pipeline.fetch_streamer(req, size - 4)
-            client.write(bytes(self._hdr))
-        self._hdr.clear()
-        if self._left == 0:
-            self._end_response()
-        return True
+    def pause_writing(self) -> None:
+        self.conn.upstream_write_paused()
 
-    def _end_response(self) -> None:
-        req, self._req = self._req, None
-        assert req is not None
-        upstream_bytes = client_bytes = self._size + 4
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            if stream.rewritten or stream.scrubbed:
-                metrics.RESPONSES_REWRITTEN.labels(req.api).inc()
-        elif self._collect is not None:
-            frame, self._collect = self._collect, None
-            try:
-                out = self.client.proxy.pipeline.on_response(req, frame, reissue_ok=not self.client.awaiting)
-            except CodecError as e:
-                # Relaying what Sluice cannot read could hand the client a real broker address: close instead.
-                self._fail(f"undecodable {req.api} v{req.header.api_version} response: {e}")
-                return
-            if out.reissue is not None:
-                # [sessions] terminate: the broker refused Sluice's own fetch session; the same fetch goes up
-                # again as a full session request and the client's response waits for its answer. Nothing
-                # was written to the client, and no other request is in flight behind this one.
-                self.client.resend(req)
-                return
-            req.error_codes = out.error_codes
-            client_bytes = out.size
-            self.client.writelines(out.buffers)
-            if out.mute_s:
-                self.client.mute(out.mute_s)
-            if out.changed:
-                metrics.RESPONSES_REWRITTEN.labels(req.api).inc()
-        if req.held:
-            held, req.held = req.held, 0
-            self.client.release_held(held)
-        self.client.response_done(req, upstream_bytes, client_bytes)
-
-    def _fail(self, detail: str) -> None:
-        metrics.FRAMES_REJECTED.labels("malformed").inc()
-        log.error("upstream_protocol_error", conn=self.client.conn_id, detail=detail)
-        if self.transport is not None:
-            self.transport.abort()
-        self.client.close(abort=True)
+    def resume_writing(self) -> None:
+        self.conn.upstream_write_resumed()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        metrics.UPSTREAM_CONNECTIONS_OPEN.dec()
-        client = self.client
-        if client.awaiting and not client._closed:
-            metrics.FRAMES_REJECTED.labels("upstream_closed").inc()
-            req = client.awaiting[0]
-            log.warning("upstream_closed", conn=client.conn_id, pending=len(client.awaiting),
-                        api=req.api, version=req.header.api_version, error=str(exc) if exc else None)
-        client.close()
+        self.client.proxy.metrics.upstream_connections_open.dec()
+        self.conn.upstream_lost(str(exc) if exc else None)
 
 
 # ---------------------------------------------------------------------------------------------- entry point
@@ -692,7 +446,7 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
     await proxy.start()
     admin: AdminServer | None = None
     if settings.admin.enabled:
-        admin = AdminServer(settings.admin, proxy.ready)
+        admin = AdminServer(settings.admin, proxy.ready, proxy.metrics)
         reconfigure.add_routes(admin, proxy)
         await admin.start()
         log.info("admin_listening", host=settings.admin.host, port=admin.port)
@@ -710,4 +464,4 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
             await admin.stop()
 
 
-__all__ = ["ClientConnection", "Proxy", "UpstreamConnection", "serve"]
+__all__ = ["Proxy", "serve"]

@@ -54,6 +54,15 @@ class ProxyThread:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.proxy.bootstrap_port}"
 
+    def policy_states(self, name: str) -> list[Any]:
+        """Each open client connection's state of the chain's policy ``name`` (read it on the proxy's loop)."""
+        policy = self.proxy.policy(name)
+        return [c.conn.policies.states[policy] for c in self.proxy._clients]
+
+    def total(self, name: str, **labels: str) -> float:
+        """A metric of this proxy (its own registry), summed over samples matching ``labels``."""
+        return self.proxy.metrics.total(name, **labels)
+
     def stop(self) -> None:
         try:
             self.call(self.proxy.stop(drain_timeout=2.0))

@@ -36,14 +36,18 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import cache
 from types import MappingProxyType
-from typing import Any
 
-from ..wire.compiler import KafkaStruct, struct_for
 from ..wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
+from ..wire.fetch_layout import (
+    DIVERGING_EPOCH_TAG,
+    FIRST_REPLICA_STATE,
+    FIRST_TOPIC_ID,
+    PartitionKey,
+    TopicKey,
+    partition_keys,
+)
 from ..wire.fetch_request_fast import FetchParams, FetchRequestView
-from ..wire.messages import request_codec, request_spec
 from ..wire.model import Message
 
 # ------------------------------------------------------------------------------------------- constants
@@ -59,23 +63,16 @@ INVALID_FETCH_SESSION_EPOCH = 71
 FETCH_SESSION_TOPIC_ID_ERROR = 106
 SESSION_ERRORS = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR})
 
-FIRST_SESSION_VERSION = 7  # SessionId/SessionEpoch/ForgottenTopicsData: "versions": "7+"
-FIRST_TOPIC_ID_VERSION = 13  # Topic (name) "0-12", TopicId "13+"
-FIRST_REPLICA_STATE_VERSION = 15  # ReplicaId moved into ReplicaState (KIP-903)
 
 #: max.incremental.fetch.session.cache.slots default (KafkaConfig)
 DEFAULT_CACHE_SLOTS = 1000
 #: FetchSessionCache evictionMs: a session unused this long may be evicted by any newcomer
 MIN_EVICTION_AGE_S = 120.0
 
-#: Partition key: (topic name (v7-12) or 16-byte topic id (v13+), partition index)
-TopicKey = str | bytes
-PartitionKey = tuple[TopicKey, int]
 #: a Fetch request as the proxy reads it (the fast view) or as the construct codec decodes it (tests, tools)
 FetchRequest = Message | FetchRequestView
 
 _I32 = struct.Struct(">i")
-_DIVERGING_EPOCH_TAG = 0  # FetchResponse.json PartitionData.DivergingEpoch: tag 0, "12+"
 
 
 def next_epoch(epoch: int) -> int:
@@ -132,7 +129,7 @@ def params_of(p: Message) -> FetchParams:
 
 
 def _topic_field(version: int) -> str:
-    return "topic_id" if version >= FIRST_TOPIC_ID_VERSION else "topic"
+    return "topic_id" if version >= FIRST_TOPIC_ID else "topic"
 
 
 def request_partitions(request: FetchRequest, version: int) -> dict[PartitionKey, FetchParams]:
@@ -160,7 +157,7 @@ def is_from_follower(request: FetchRequest, version: int) -> bool:
     privileged in the cache."""
     if isinstance(request, FetchRequestView):
         return request.replica_id >= 0
-    if version >= FIRST_REPLICA_STATE_VERSION:
+    if version >= FIRST_REPLICA_STATE:
         state = request.get("replica_state")
         return state is not None and state.replica_id >= 0
     return bool(request.get("replica_id", -1) >= 0)
@@ -384,7 +381,7 @@ def has_diverging_epoch(p: FetchPartition) -> bool:
     """FetchResponse.isDivergingEpoch: DivergingEpoch (tag 0, v12+) present with epoch >= 0."""
     if not p.tags:
         return False
-    raw = p.tagged_fields().get(_DIVERGING_EPOCH_TAG)
+    raw = p.tagged_fields().get(DIVERGING_EPOCH_TAG)
     return raw is not None and len(raw) >= 4 and _I32.unpack_from(raw)[0] >= 0
 
 
@@ -441,7 +438,7 @@ class SessionServer:
             return self._error(FETCH_SESSION_ID_NOT_FOUND, version)
         if session.epoch != epoch:
             return self._error(INVALID_FETCH_SESSION_EPOCH, version)
-        if session.uses_topic_ids != (version >= FIRST_TOPIC_ID_VERSION):
+        if session.uses_topic_ids != (version >= FIRST_TOPIC_ID):
             # a session created with names (v<13) cannot continue with ids, nor the reverse
             return self._error(FETCH_SESSION_TOPIC_ID_ERROR, version)
         # FetchSession.update: sent partitions are added (at the end) or have their parameters updated in
@@ -469,11 +466,6 @@ class SessionServer:
     def _error(self, code: int, version: int) -> Decision:
         self.stats.errors[code] += 1
         return Decision(Kind.ERROR, version, {}, error_code=code)
-
-    def build_response(self, decision: Decision, partition_states: Mapping[PartitionKey, FetchPartition],
-                       throttle_time_ms: int = 0, now: float | None = None) -> Message:
-        """The FetchResponse body (a construct-model Message of ``decision.version``); see :meth:`build_view`."""
-        return self.build_view(decision, partition_states, throttle_time_ms, now).to_message()
 
     def build_view(self, decision: Decision, partition_states: Mapping[PartitionKey, FetchPartition],
                    throttle_time_ms: int = 0, now: float | None = None,
@@ -513,7 +505,7 @@ class SessionServer:
                     cp.high_watermark = -1
                 cached[key] = cp
             session = self.cache.maybe_create(decision.now if now is None else now, decision.privileged,
-                                              version >= FIRST_TOPIC_ID_VERSION, cached)
+                                              version >= FIRST_TOPIC_ID, cached)
             if session is not None:
                 session_id = session.id
         return _view(version, throttle_time_ms, NONE, session_id, keys, partition_states)
@@ -551,7 +543,7 @@ def _view(version: int, throttle_time_ms: int, error_code: int, session_id: int,
     The view holds the ``states`` objects themselves, not copies (copying is most of the cost of a
     10,000-partition response): policies that edit a built response only shorten ``records``, which the
     stored states (records-free) and the upstream response's partitions (discarded after) can take."""
-    by_id = version >= FIRST_TOPIC_ID_VERSION
+    by_id = version >= FIRST_TOPIC_ID
     topics: list[FetchTopic] = []
     parts: list[FetchPartition] = []
     last: TopicKey | None = None
@@ -726,64 +718,7 @@ def _get(response: Message | FetchResponseView, name: str, default: int) -> int:
 
 def response_keys(response: Message | FetchResponseView, version: int) -> list[PartitionKey]:
     """The partition keys of a decoded Fetch response (construct Message or fast-path view)."""
-    by_id = version >= FIRST_TOPIC_ID_VERSION
     if isinstance(response, FetchResponseView):
-        return [(t.topic_id if by_id else t.topic, p.partition_index) for t in response.topics
-                for p in t.partitions]
+        return partition_keys(response.topics)
     tf = _topic_field(version)
     return [(t.get(tf), p.partition_index) for t in response.responses or () for p in t.partitions or ()]
-
-
-def apply_plan(request: Message, version: int, plan: UpstreamPlan) -> Message:
-    """A copy of FetchRequest ``request`` (of ``version``) carrying ``plan``: session id and epoch, the
-    partitions to send grouped by topic, and the forgotten topics. Other fields are kept."""
-    by_id = version >= FIRST_TOPIC_ID_VERSION
-    top = request_codec(1, version).default()
-    topic_st, part_st, forgot_st = _request_elements(version)
-    tf = _topic_field(version)
-    # Consecutive partitions of one topic share a topic entry (Java's FetchRequest.Builder): the order of
-    # ``to_send`` is kept exactly, since a full request is read in request order under max_bytes.
-    topics: list[Message] = []
-    last: Any = None
-    for (topic, partition), params in plan.to_send.items():
-        _check_key(topic, by_id)
-        if not topics or topic != last:
-            topics.append(topic_st.default().replace(**{tf: topic, "partitions": []}))
-            last = topic
-        entry = topics[-1]
-        p = part_st.default()
-        fields = {"partition": partition, "fetch_offset": params.fetch_offset,
-                  "log_start_offset": params.log_start_offset, "partition_max_bytes": params.partition_max_bytes,
-                  "current_leader_epoch": params.current_leader_epoch,
-                  "last_fetched_epoch": params.last_fetched_epoch}
-        entry.partitions.append(p.replace(**{k: v for k, v in fields.items() if k in p.fields()}))
-    forgotten: list[Message] = []
-    findex: dict[Any, Message] = {}
-    for topic, partition in plan.to_forget:
-        _check_key(topic, by_id)
-        fentry = findex.get(topic)
-        if fentry is None:
-            fentry = findex[topic] = forgot_st.default().replace(**{tf: topic, "partitions": []})
-            forgotten.append(fentry)
-        fentry.partitions.append(partition)
-    out = request.replace(topics=topics)
-    if "session_id" in top.fields():
-        out = out.replace(session_id=plan.metadata.session_id, session_epoch=plan.metadata.epoch,
-                          forgotten_topics_data=forgotten)
-    return out
-
-
-@cache
-def _request_elements(version: int) -> tuple[KafkaStruct, KafkaStruct, KafkaStruct]:
-    """The construct structs of a FetchRequest's topic, partition and forgotten-topic entries."""
-    top = struct_for(request_spec(1), version)
-    topic = _element(top, "topics")
-    return topic, _element(topic, "partitions"), _element(top, "forgotten_topics_data")
-
-
-def _element(st: KafkaStruct, name: str) -> KafkaStruct:
-    for fname, sub, _ in st.plain:
-        if fname == name:
-            element: KafkaStruct = sub.element
-            return element
-    raise KeyError(f"{st.struct_name} has no array {name}")

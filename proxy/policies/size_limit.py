@@ -1,8 +1,9 @@
 """Response-size limiting (KIP-74): byte budgets on fetch responses, progress guaranteed, fair partitions.
 
-Sans-IO: the pipeline hands in decoded Fetch requests (a :class:`~proxy.wire.fetch_request_fast.FetchEdit`) and
-responses and a per-connection :class:`Fairness`; this module returns decisions and edits, and never touches
-sockets or clocks.
+Sans-IO: :class:`SizeLimit` is the policy on the chain; it hands decoded Fetch requests (a
+:class:`~proxy.wire.fetch_request_fast.FetchEdit`), responses and a per-connection :class:`Fairness` to
+:func:`clamp_request`, :func:`reorder_request` and :func:`enforce`, which return decisions and edit in place,
+and never touch sockets or clocks.
 
 Rules (seed 000/002 and shipped Kafka, reference/kafka-semantics.md section A):
 
@@ -20,23 +21,27 @@ Rules (seed 000/002 and shipped Kafka, reference/kafka-semantics.md section A):
   returned data moves to the back (what the Java consumer's SubscriptionState.movePartitionToEnd and the
   broker's FetchSession do). Full (and session-less) requests are reordered accordingly, and the response
   budget is filled in the same order.
-- Memory: :class:`HeldBytes` bounds the bytes of responses Sluice holds at once; a fetch that would exceed it
+- Memory: a budgeted fetch asks the connection core to reserve its clamped ``max_bytes`` from the proxy-wide
+  bound (:mod:`proxy.core.memory`, ``global_max_bytes``) before it goes upstream; when the bound is reached it
   waits, in arrival order, instead of allocating.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from ..config import SizeLimitSettings
+from ..config import Settings, SizeLimitSettings
+from ..core.exchange import Exchange
+from ..core.policy import Policy, Services
 from ..wire.fetch_fast import FetchPartition, FetchResponseView
+from ..wire.fetch_layout import PartitionKey, topic_key
 from ..wire.fetch_request_fast import FetchEdit, FetchParams
-from ..wire.model import Message
 from ..wire.records import walk_batches
+from ..wire.views import FetchResponse, ResponseView
 
 #: replica.fetch.response.max.bytes' default: the budget of a replica-fetcher rule that names none
 REPLICA_DEFAULT_MAX_BYTES = 10 * 1024 * 1024
@@ -125,16 +130,6 @@ def clamp_request(edit: FetchEdit, budget: Budget) -> bool:
     return changed
 
 
-PartitionKey = tuple[Any, int]  # (topic name or topic id, partition index)
-
-
-def _topic_key(topic: Any) -> Any:
-    name = topic.get("topic") if isinstance(topic, Message) else getattr(topic, "topic", "")
-    if name:
-        return name
-    return bytes(topic.get("topic_id") if isinstance(topic, Message) else topic.topic_id)
-
-
 class Fairness:
     """Per-connection rotation: partitions that returned data go to the back of the fill order."""
 
@@ -211,7 +206,7 @@ def enforce(view: FetchResponseView, budget: Budget, fairness: Fairness | None) 
     out = Outcome()
     parts: dict[PartitionKey, FetchPartition] = {}
     for topic, p in view.partitions():
-        parts[(_topic_key(topic), p.partition_index)] = p
+        parts[(topic_key(topic), p.partition_index)] = p
     order: Sequence[PartitionKey] = fairness.rank(parts) if fairness is not None else list(parts)
     remaining = budget.fetch_max_bytes or 1 << 62
     cap = budget.partition_max_bytes or 1 << 62
@@ -237,61 +232,51 @@ def enforce(view: FetchResponseView, budget: Budget, fairness: Fairness | None) 
     return out
 
 
-class HeldBytes:
-    """A global bound on response bytes held in Sluice: reservations granted in arrival order.
+class SizeLimit(Policy):
+    """The KIP-74 policy on the chain: clamp and reorder the request, enforce the budget on the response."""
 
-    ``reserve(n, grant)`` calls ``grant()`` at once when ``n`` fits (a reservation larger than the bound
-    waits until nothing else is held, so it always makes progress), else queues it; ``release(n)`` grants
-    waiting reservations, oldest first. Unbounded when ``limit`` is 0.
-    """
+    name = "size_limit"
+    apis: ClassVar[frozenset[int]] = frozenset({1})
 
-    def __init__(self, limit: int = 0, on_change: Callable[[int], None] | None = None) -> None:
-        self.limit = limit
-        self.held = 0
-        self._waiting: deque[tuple[int, Callable[[], None]]] = deque()
-        self._on_change = on_change
+    def __init__(self, settings: SizeLimitSettings, services: Services) -> None:
+        #: replaced whole on reconfiguration: a request sees one consistent snapshot
+        self.limits = SizeLimits.from_settings(settings)
+        self.metrics = services.metrics
 
-    def _fits(self, n: int) -> bool:
-        return not self.limit or self.held == 0 or self.held + n <= self.limit
+    def reconfigure(self, settings: Settings) -> None:
+        self.limits = SizeLimits.from_settings(settings.size_limit)
 
-    def reserve(self, n: int, grant: Callable[[], None]) -> bool:
-        """True if granted now (``grant`` is not called then); False if queued."""
-        if not self._waiting and self._fits(n):
-            self._add(n)
-            return True
-        self._waiting.append((n, grant))
-        return False
+    def applies(self, ex: Exchange) -> bool:
+        limits = self.limits
+        return limits.active and limits.may_apply(ex.client_id)
 
-    def adjust(self, delta: int) -> None:
-        """A response turned out larger (or smaller) than reserved."""
-        self._add(delta)
-        if delta < 0:
-            self._grant()
+    def open(self, info: Any) -> Fairness:
+        return Fairness()
 
-    def release(self, n: int) -> None:
-        self._add(-n)
-        self._grant()
+    def on_request(self, ex: Exchange, conn: Fairness) -> Any:
+        """Clamp what the broker may return and, for clients that do not rotate, ask for the longest-starved
+        partitions first. The response is then collected and trimmed."""
+        limits = self.limits
+        edit = ex.request
+        assert isinstance(edit, FetchEdit)
+        budget = limits.budget_for(ex.client_id, edit.view.replica_id)
+        if budget is None:
+            return None
+        clamp_request(edit, budget)
+        fairness = conn if limits.fairness else None
+        if fairness is not None:
+            reorder_request(edit, fairness)
+        ex.collect = True
+        # What the broker may send: the clamped max_bytes (the first-batch rule can exceed it: the core adjusts
+        # the reservation when the real size is known).
+        if limits.global_max_bytes:
+            ex.reserve = edit.max_bytes
+        return budget, fairness
 
-    def cancel(self, grant: Callable[[], None]) -> None:
-        """Drop a queued reservation (its connection closed)."""
-        self._waiting = deque(w for w in self._waiting if w[1] != grant)  # bound methods compare by ==
-        self._grant()
-
-    def set_limit(self, limit: int) -> None:
-        self.limit = limit
-        self._grant()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
-    def _add(self, delta: int) -> None:
-        self.held += delta
-        if self._on_change is not None:
-            self._on_change(self.held)
-
-    def _grant(self) -> None:
-        while self._waiting and self._fits(self._waiting[0][0]):
-            n, grant = self._waiting.popleft()
-            self._add(n)
-            grant()
+    def on_response(self, ex: Exchange, response: ResponseView, conn: Fairness, state: Any) -> None:
+        assert isinstance(response, FetchResponse)
+        budget, fairness = state
+        outcome = enforce(response.view, budget, fairness)
+        self.metrics.observe_size_limit(outcome.trimmed_bytes, outcome.deferred_partitions)
+        if outcome.limited:
+            response.changed = True

@@ -52,23 +52,28 @@ import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any, ClassVar
 
 from ..config import SessionsSettings
+from ..core.exchange import ConnectionInfo, Exchange
+from ..core.policy import Policy, Services
+from ..metrics import SESSION_ERROR_NAMES
 from ..wire.fetch_fast import FetchPartition, FetchResponseView
-from ..wire.fetch_request_fast import FetchParams, FetchRequestView, encode_fetch_request
+from ..wire.fetch_layout import FIRST_SESSION, PartitionKey, partition_keys, topic_key
+from ..wire.fetch_request_fast import FetchEdit, FetchParams, FetchRequestView, encode_fetch_request
+from ..wire.views import FetchResponse, ResponseView
 from .sessions import (
     FINAL_EPOCH,
-    FIRST_SESSION_VERSION,
-    FIRST_TOPIC_ID_VERSION,
     INITIAL,
     INVALID_SESSION_ID,
     LEGACY,
     NONE,
     Decision,
     Kind,
-    PartitionKey,
+    SessionCache,
     SessionClient,
     SessionServer,
+    SessionStats,
     UpstreamPlan,
 )
 
@@ -162,7 +167,7 @@ def uses_session(request: FetchRequestView) -> bool:
 
 def eligible(request: FetchRequestView) -> bool:
     """A consumer's session-less Fetch (v7+, epoch -1, no session named) with at least one partition."""
-    return (request.version >= FIRST_SESSION_VERSION and not uses_session(request)
+    return (request.version >= FIRST_SESSION and not uses_session(request)
             and request.replica_id < 0 and request.has_partitions)
 
 
@@ -241,10 +246,6 @@ def _stored(p: FetchPartition) -> FetchPartition:
                           p.log_start_offset, None, -1, b"", None)
 
 
-def _keys(upstream: FetchResponseView, by_id: bool) -> list[PartitionKey]:
-    return [(t.topic_id if by_id else t.topic, p.partition_index) for t, p in upstream.partitions()]
-
-
 def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) -> FetchResponseView | None:
     """The client's response (session-less, or in its own session), from the upstream response; None when the
     upstream response cannot be used (the upstream session is reset: send the request again with
@@ -255,7 +256,6 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
     costs O(changed partitions). Any other use of the states (another session, a session-less request, an
     unusable response) clears ``synced`` and the next response checks the whole session once."""
     sessions, version = ticket.sessions, ticket.version
-    by_id = version >= FIRST_TOPIC_ID_VERSION
     decision = ticket.decision
     session = decision.session if decision is not None else None
     fast = session is not None and sessions.synced == session.id and session.sync_token is sessions.token
@@ -269,12 +269,12 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
                 # again could fail forever, so start a fresh session instead (still a full request)
                 sessions.client.next_metadata = INITIAL
             return None
-    elif upstream.error_code != NONE or set(_keys(upstream, by_id)) != set(ticket.wanted):
+    elif upstream.error_code != NONE or set(partition_keys(upstream.topics)) != set(ticket.wanted):
         return None  # a session-less answer must be complete
     states = sessions.states
     fresh: dict[PartitionKey, FetchPartition] = {}
     for t, p in upstream.partitions():
-        key = (t.topic_id if by_id else t.topic, p.partition_index)
+        key = (topic_key(t), p.partition_index)
         fresh[key] = p
         states[key] = _stored(p)
     if fast and decision is not None and all(k in states for k in decision.sent):
@@ -326,3 +326,143 @@ def retriable_answer(upstream: FetchResponseView, ticket: SessionTicket) -> Fetc
         view = FetchResponseView(ticket.version, max(upstream.throttle_time_ms, 1), NONE, INVALID_SESSION_ID)
     view.node_endpoints = upstream.node_endpoints
     return view
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """The terminate policy's state for one client request: its ticket, replaced when it goes up again."""
+
+    ticket: SessionTicket
+    #: the size of the last upstream response (size prefix included)
+    upstream_size: int = 0
+
+
+class Terminate(Policy):
+    """``[sessions] mode = "terminate"`` on the chain: the last policy before the broker, so it sends upstream
+    what the earlier policies made of the request, and the first to see the response, which it turns into the
+    client's (the later policies then edit that)."""
+
+    name = "terminate"
+    apis: ClassVar[frozenset[int]] = frozenset({1})
+
+    def __init__(self, settings: SessionsSettings, services: Services) -> None:
+        self.metrics = services.metrics
+        self.clock = services.clock
+        self.modes = SessionModes.from_settings(settings)
+        #: the sessions Sluice serves to clients that use them (one cache for the proxy, like a broker's)
+        self.server = SessionServer(SessionCache(settings.cache_slots, settings.eviction_age_s))
+        self._stats_seen = SessionStats()
+        cache = self.server.cache
+        self.metrics.bind_session_cache(lambda: len(cache), lambda: cache.partitions_cached)
+
+    def applies(self, ex: Exchange) -> bool:
+        return self.modes.active and self.modes.terminates(ex.client_id)
+
+    def open(self, info: ConnectionInfo) -> UpstreamSessions | None:
+        # the connection's upstream fetch session (one per connection: it has one upstream connection)
+        return UpstreamSessions() if self.modes.active else None
+
+    def close(self, sessions: UpstreamSessions | None) -> None:
+        if sessions is not None:
+            self._gauges(sessions, sessions.session_open, len(sessions.states), closing=True)
+
+    def on_request(self, ex: Exchange, sessions: UpstreamSessions) -> Any:
+        """The request goes upstream in the connection's own fetch session (only added/changed partitions); the
+        response is collected and the client's response built from Sluice's partition state: in full for a
+        session-less client, in the client's own session (served by :attr:`server`) for one that uses
+        sessions. The request is the one the earlier policies left (their partitions, order and MaxBytes)."""
+        edit = ex.request
+        assert isinstance(edit, FetchEdit)
+        request = edit.request()
+        if request.version < FIRST_SESSION:
+            return None
+        was_open, cached = sessions.session_open, len(sessions.states)
+        m = self.metrics
+        if uses_session(request):
+            plan = plan_session_request(request, sessions, self.server, self.clock())
+            if request.replica_id < 0:
+                m.downstream_fetch_requests.labels(plan.kind.value).inc()
+            self._count_stats()
+            if plan.answer is not None:  # a session error of Sluice's own: answered here, nothing goes upstream
+                buffers, _ = plan.answer.encode_frame(ex.header.correlation_id)
+                ex.answer = b"".join(buffers)
+                return None
+            if plan.ticket is None or plan.frame is None:
+                if plan.frame is not None:  # a closed session's request, now session-less: the broker answers
+                    edit.replace_frame(plan.frame)
+                return None
+            frame, ticket = plan.frame, plan.ticket
+        else:
+            planned = plan_request(request, sessions)
+            if planned is None:
+                return None
+            frame, ticket = planned
+        self._gauges(sessions, was_open, cached)  # forgotten partitions leave the state
+        if ticket.in_session:
+            (m.upstream_fetch_full if ticket.full else m.upstream_fetch_incremental).inc()
+        m.upstream_fetch_bytes.labels("request").inc(len(frame) + 4)
+        # saved against what would have gone upstream without terminate mode: the client's own request (the
+        # earlier policies clamp and reorder it, which keeps its size, up to topic entry regrouping)
+        if len(frame) < len(ex.frame):
+            m.upstream_fetch_bytes_saved.labels("request").inc(len(ex.frame) - len(frame))
+        edit.replace_frame(frame)
+        ex.collect = True
+        return _Attempt(ticket)
+
+    def on_response(self, ex: Exchange, response: ResponseView, sessions: UpstreamSessions,
+                    state: _Attempt) -> None:
+        """The upstream answered Sluice's session request: the client gets every partition it asked for, or
+        those its own session must include (the policies nearer the client then edit that response as usual).
+        An unusable answer sends the request upstream again once when nothing is in flight behind it, else
+        gives the client a retriable answer."""
+        assert isinstance(response, FetchResponse)
+        m = self.metrics
+        ticket = state.ticket
+        was_open, was_cached = sessions.session_open, len(sessions.states)
+        size = state.upstream_size = len(response.frame) + 4
+        m.upstream_fetch_bytes.labels("response").inc(size)
+        ex.log["session_upstream_bytes"] = ex.log.get("session_upstream_bytes", 0) + size
+        built = build_client_response(response.view, ticket)
+        if built is None:
+            m.fetch_session_retries.inc()
+            again = replan(ticket) if ex.may_resend else None
+            if again is not None:
+                ex.frame, state.ticket = again
+                m.upstream_fetch_full.inc()
+                self._gauges(sessions, was_open, was_cached)
+                ex.resend = True
+                return
+            built = retriable_answer(response.view, ticket)
+        if ticket.decision is not None:
+            self._count_stats()
+        self._gauges(sessions, was_open, was_cached)
+        response.view = built
+        response.changed = True
+
+    def on_sent(self, ex: Exchange, sessions: UpstreamSessions, state: _Attempt) -> None:
+        # for a session-less client: the saving against the full response it would have fetched itself
+        saved = ex.client_bytes - state.upstream_size
+        if saved > 0:
+            self.metrics.upstream_fetch_bytes_saved.labels("response").inc(saved)
+
+    def _count_stats(self) -> None:
+        """Move the downstream session counters by what the session server counted since the last call."""
+        stats, seen = self.server.stats, self._stats_seen
+        m = self.metrics
+        if stats.evictions != seen.evictions:
+            m.fetch_session_evictions.inc(stats.evictions - seen.evictions)
+            seen.evictions = stats.evictions
+        for code, n in stats.errors.items():
+            if n != seen.errors[code]:
+                m.fetch_session_errors.labels(SESSION_ERROR_NAMES[code]).inc(n - seen.errors[code])
+                seen.errors[code] = n
+
+    def _gauges(self, sessions: UpstreamSessions, was_open: bool, was_cached: int, closing: bool = False) -> None:
+        """Move the upstream-session gauges by what one request, response or closing connection changed."""
+        m = self.metrics
+        is_open = sessions.session_open and not closing
+        if is_open != was_open:
+            m.upstream_fetch_sessions_open.inc(1 if is_open else -1)
+        cached = 0 if closing else len(sessions.states)
+        if cached != was_cached:
+            m.upstream_fetch_partitions_cached.inc(cached - was_cached)

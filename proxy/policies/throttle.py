@@ -1,10 +1,12 @@
 """Replication throttles (KIP-73): byte-rate quotas applied by leaving throttled partitions out of fetches.
 
-Sans-IO: the pipeline hands in decoded Fetch requests (a :class:`~proxy.wire.fetch_request_fast.FetchEdit`) and
-responses and ``now``; this module returns decisions and edits in place. The quotas
-(:class:`~proxy.quota.WindowedRate`) and the lag table live in one :class:`ThrottleState` shared by every
-connection (Kafka has one LeaderReplication and one FollowerReplication quota per broker); the configuration
-is an immutable :class:`Throttles` snapshot, swapped whole on reload.
+Sans-IO: :class:`Throttle` is the policy on the chain; it hands decoded Fetch requests (a
+:class:`~proxy.wire.fetch_request_fast.FetchEdit`) and responses and ``now`` to :func:`plan_request` and
+:func:`enforce`, which return decisions and edit in place. The quotas (:class:`~proxy.policies.quota.WindowedRate`)
+and the lag table live in one :class:`ThrottleState` shared by every connection (Kafka has one LeaderReplication
+and one FollowerReplication quota per broker); the configuration is an immutable :class:`Throttles` snapshot,
+swapped whole on reload. Fetch v13+ names topics by id: the policy asks for their names before it runs
+(:mod:`proxy.core.topic_names`, a lookup of Sluice's own when no client told it).
 
 Who is throttled (reference/kafka-semantics.md section C):
 
@@ -17,44 +19,59 @@ Who is throttled (reference/kafka-semantics.md section C):
 
 What happens (ReplicationQuotaManager.scala, ReplicaManager.readFromLocalLog, ReplicaFetcherThread.buildFetch):
 
+- Every throttled partition a response carries is metered, whether the request listed it or not: a fetch
+  session's incremental request lists only the partitions that changed, while its response carries every
+  partition of the session with news (KIP-227). Metering only the listed ones let a Java consumer read a 56 MB
+  backlog with 6 MB counted.
 - Leader side, on the response to the fetcher: if the leader quota is exceeded, a throttled partition's records
   are left out: the partition stays, error 0, real high watermark, empty records (shouldLeaderThrottle). Then
-  the bytes of *all* throttled partitions sent are recorded (ReplicaManager records after responding).
-- Follower side, on the request Sluice sends upstream: if the follower quota is exceeded, throttled partitions
-  are left out of the fetch (buildFetch's ``shouldFollowerThrottle``); the bytes received for throttled
-  partitions are recorded. Only session-less requests (epoch -1) are edited: a full session request
-  (epoch 0) defines the broker's session, and an incremental one only lists changes, so removing a partition
-  there would drop it from the session for good. Those rely on the leader side.
-- In-sync exemption (KAFKA-4313, PR #2043): a partition whose fetch offset is at (or past) the high
-  watermark is never throttled, but its bytes still count. On the follower side the high watermark is the
-  last one seen in a response for that partition (unknown = not in sync).
+  the bytes of all throttled partitions sent are recorded (ReplicaManager records after responding).
+- Follower side: if the follower quota is exceeded, throttled partitions are left out of a session-less fetch
+  sent upstream (buildFetch's ``shouldFollowerThrottle``). A fetch session's partitions cannot be left out of
+  its request (a full request defines the broker's session; an incremental one only lists changes, and the
+  broker keeps returning the partitions it does not list), so for those the follower side leaves the records
+  out of the response instead, exactly like the leader side.
+- Both quotas record the throttled bytes handed to the fetcher. (Counting bytes a response carried but Sluice
+  left out would keep a quota exceeded by the very records it holds back, which the broker sends again on the
+  next fetch: nothing would ever pass.)
+- In-sync exemption (KAFKA-4313, PR #2043): a partition whose fetcher is at the high watermark is never
+  throttled, but its bytes still count. In a response that is when its first batch starts at (or past) the
+  high watermark: a consumer only gets records below it, and a follower fetches from where its log ends, a
+  batch boundary. On the follower side of a session-less request the high watermark is the last one seen in a
+  response for that partition (unknown = not in sync).
 - Sessions: leaving records out but keeping the partition keeps a Java client's session valid
   (FetchSessionHandler.verifyFullFetchResponsePartitions requires a full response to hold exactly the
   session's partitions) and an incremental session consistent (the broker's cached fetch offset only moves
   when the client asks for a new one, so the records are sent again later).
 - Pacing: Kafka's DelayedFetch does not count throttled partitions towards min_bytes, so a fetch that gets
   only throttled partitions waits up to max_wait_ms. A proxy answers at once, so instead :class:`Outcome`
-  carries ``mute_s`` (min(max_wait, time until the quota recovers)); the server stops reading that client
-  connection for that long, as Kafka does for client quotas (KIP-219 channel muting).
+  carries ``mute_s`` (min(max_wait, time until the quota recovers)); the connection core stops reading that
+  client for that long, as Kafka does for client quotas (KIP-219 channel muting).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from ..config import ThrottleSettings
-from ..quota import WindowedRate
+from ..config import Settings, ThrottleSettings
+from ..core.exchange import Exchange
+from ..core.policy import Policy, Services
 from ..wire.errors import CodecError
 from ..wire.fetch_fast import FetchResponseView
-from ..wire.fetch_request_fast import FIRST_TOPIC_ID, FetchEdit, PartitionKey
-from ..wire.model import Message
+from ..wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
+from ..wire.fetch_request_fast import FetchEdit
 from ..wire.records import complete_size
+from ..wire.views import FetchResponse, ResponseView
+from .quota import WindowedRate
 
 #: fetcher id of a consumer (replica_id < 0) selected by a [[throttle.consumers]] glob
 CONSUMER = -1
+#: a record batch (and a legacy message set) starts with its base offset (int64)
+_BASE_OFFSET = struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,51 +184,50 @@ class ThrottleState:
 
 @dataclass(slots=True)
 class Ticket:
-    """What the request side learnt, for the response side: the fetch offsets of throttled partitions."""
+    """What the request side learnt, for the response side."""
 
     fetcher: int
+    #: fetch offsets of the throttled partitions the request lists (for the lag gauge)
     offsets: dict[Key, int]
     max_wait_s: float
+    #: the request belongs to a fetch session (epoch >= 0): its partitions cannot be left out of it (a full
+    #: request defines the session, an incremental one lists only changes), so the follower side leaves their
+    #: records out of the response instead
+    session: bool = False
     left_out: int = 0  # partitions left out of the upstream request (follower side)
     emptied: bool = False  # the follower side left out every partition of the request
 
 
 @dataclass(slots=True)
 class Outcome:
-    """What the leader side did to one response."""
+    """What the policy did to one response."""
 
-    left_out: int = 0
+    left_out: int = 0  # throttled partitions whose records were left out (leader quota)
+    follower_left_out: int = 0  # ... left out for the follower quota (fetch sessions)
     trimmed_bytes: int = 0  # truncated trailing batches dropped from throttled partitions
-    leader_bytes: int = 0
-    follower_bytes: int = 0
+    #: record bytes of throttled partitions handed to the fetcher: what both quotas record
+    sent_bytes: int = 0
     mute_s: float = 0.0
+    #: topic ids the response named that Sluice could not name (looked up for the next response)
+    unnamed: list[bytes] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
-        return bool(self.left_out or self.trimmed_bytes)
+        return bool(self.left_out or self.follower_left_out or self.trimmed_bytes)
 
 
-TopicName = Callable[[Any], "str | None"]
-
-
-def _name(topic: Any, names: TopicName) -> str | None:
-    """A request/response topic's name: ``topic`` (Fetch <= v12) or its ``topic_id`` resolved by ``names``."""
-    name = topic.get("topic") if isinstance(topic, Message) else getattr(topic, "topic", "")
-    if name:
-        return str(name)
-    tid = topic.get("topic_id") if isinstance(topic, Message) else getattr(topic, "topic_id", None)
-    return names(bytes(tid)) if tid is not None else None
+TopicName = Callable[[bytes], "str | None"]
 
 
 def plan_request(edit: FetchEdit, fetcher: int, t: Throttles, state: ThrottleState, names: TopicName,
                  now: float) -> Ticket:
-    """Request side. Records the fetch offsets of throttled partitions and, on the follower side, leaves
-    throttled partitions that are not in sync out of a session-less request while the follower quota is
+    """Request side. Records the fetch offsets of the throttled partitions listed and, on the follower side,
+    leaves throttled partitions that are not in sync out of a session-less request while the follower quota is
     exceeded (removed from ``edit.partitions``, ``edit.changed`` set; ``ticket.left_out`` says how many).
     Topics are named (v4-12) or, from v13, ids resolved through ``names``; an unknown id is not throttled."""
     view = edit.view
-    ticket = Ticket(fetcher, {}, max(0, view.max_wait_ms) / 1000.0)
-    drop = bool(t.follower_rate) and view.session_epoch == -1 and state.follower.exceeded(now)
+    ticket = Ticket(fetcher, {}, max(0, view.max_wait_ms) / 1000.0, session=view.session_epoch != -1)
+    drop = bool(t.follower_rate) and not ticket.session and state.follower.exceeded(now)
     by_id = view.version >= FIRST_TOPIC_ID
     parts = edit.partitions
     left_out: list[PartitionKey] = []
@@ -221,7 +237,7 @@ def plan_request(edit: FetchEdit, fetcher: int, t: Throttles, state: ThrottleSta
         topic, partition = key
         if topic != last:  # partitions come grouped by topic: resolve each topic once
             last = topic
-            name = names(topic) if by_id else (topic or None)  # type: ignore[assignment]  # str before v13
+            name = names(topic) if by_id else (topic or None)  # type: ignore[arg-type,assignment]
         if not t.throttled(name, partition, fetcher):
             continue
         assert name is not None
@@ -242,47 +258,134 @@ def plan_request(edit: FetchEdit, fetcher: int, t: Throttles, state: ThrottleSta
 
 def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: ThrottleState, names: TopicName,
             now: float) -> Outcome:
-    """Leader side, on a decoded Fetch response, in place."""
+    """The response side, on a decoded Fetch response, in place. Every throttled partition the response
+    carries counts, whether the request listed it or not: a fetch session's response carries every partition
+    of the session with news, while its incremental request lists only the changed ones (KIP-227), and Kafka
+    applies the quota to every partition it returns (ReplicaManager records the size of all throttled
+    partitions after responding)."""
     out = Outcome()
-    exceeded = bool(t.leader_rate) and state.leader.exceeded(now)
+    leader_exceeded = bool(t.leader_rate) and state.leader.exceeded(now)
+    follower_exceeded = ticket.session and bool(t.follower_rate) and state.follower.exceeded(now)
+    fetcher = ticket.fetcher
     any_records = False
-    for topic, p in view.partitions():
-        name = _name(topic, names)
-        key = (name or "", p.partition_index)
-        offset = ticket.offsets.get(key) if name is not None else None
-        size = len(p.records) if p.records else 0
-        if offset is None:  # not throttled
-            any_records = any_records or size > 0
-            continue
-        if size:
-            # The broker's read is a byte slice of the log: a truncated trailing batch is useless to every
-            # client (they discard it) and would make the quota count bytes nobody can use. Drop it, as
-            # size_limit does; v3+ brokers always send at least one whole batch, so nothing useful is lost.
-            try:
-                complete = complete_size(memoryview(p.records))  # type: ignore[arg-type]
-            except CodecError:  # not Sluice's to judge here: the client reports corrupt records itself
-                complete = size
-            if 0 < complete < size:
-                p.records = memoryview(p.records)[:complete]  # type: ignore[arg-type]
-                out.trimmed_bytes += size - complete
-                size = complete
-        if p.error_code == 0:
-            state.high_watermarks[key] = p.high_watermark
-            state.note_lag(key, ticket.fetcher, max(0, p.high_watermark - offset), now)
-        out.follower_bytes += size
-        in_sync = offset >= p.high_watermark  # KAFKA-4313: not throttled, but counted
-        if exceeded and size and not in_sync:
-            p.records = memoryview(p.records)[:0] if p.records is not None else p.records
-            out.left_out += 1
-            continue
-        out.leader_bytes += size
-        any_records = any_records or size > 0
-    state.follower.record(out.follower_bytes, now)
-    state.leader.record(out.leader_bytes, now)
+    for topic in view.topics:
+        name: str | None = topic.topic
+        if not name:
+            tid = bytes(topic.topic_id)
+            name = names(tid)
+            if name is None:  # not throttled now; named by the next response
+                out.unnamed.append(tid)
+        for p in topic.partitions:
+            size = p.records_size
+            if name is None or not t.throttled(name, p.partition_index, fetcher):
+                any_records = any_records or size > 0
+                continue
+            key = (name, p.partition_index)
+            if size:
+                # The broker's read is a byte slice of the log: a truncated trailing batch is useless to every
+                # client (they discard it) and would make the quota count bytes nobody can use. Drop it, as
+                # size_limit does; v3+ brokers always send at least one whole batch, so nothing is lost.
+                records = memoryview(p.records)  # type: ignore[arg-type]
+                try:
+                    complete = complete_size(records)
+                except CodecError:  # not Sluice's to judge here: the client reports corrupt records itself
+                    complete = size
+                if complete < size:
+                    p.records = records[:complete]
+                    out.trimmed_bytes += size - complete
+                    size = complete
+            first = _BASE_OFFSET.unpack_from(p.records)[0] if size else None  # type: ignore[arg-type]
+            if p.error_code == 0:
+                state.high_watermarks[key] = p.high_watermark
+                offset = ticket.offsets.get(key, first)
+                if offset is not None:
+                    state.note_lag(key, fetcher, max(0, p.high_watermark - offset), now)
+            if not size:
+                continue
+            # In sync (KAFKA-4313: not throttled, but counted): the fetcher is at the high watermark. The first
+            # batch's base offset tells without the request: a consumer gets records only below the high
+            # watermark, and a follower's fetch starts where its log ends, at a batch boundary.
+            assert first is not None
+            if first < p.high_watermark and (leader_exceeded or follower_exceeded):
+                p.records = memoryview(p.records)[:0]  # type: ignore[arg-type]
+                if leader_exceeded:
+                    out.left_out += 1
+                else:
+                    out.follower_left_out += 1
+                continue
+            out.sent_bytes += size
+            any_records = True
+    state.leader.record(out.sent_bytes, now)
+    state.follower.record(out.sent_bytes, now)
     if not any_records:
         # Nothing to hand back: pace the fetcher as Kafka's DelayedFetch would (see the module docstring).
         if out.left_out:
             out.mute_s = min(ticket.max_wait_s, state.leader.throttle_time(now))
-        elif ticket.emptied:
+        elif out.follower_left_out or ticket.emptied:
             out.mute_s = min(ticket.max_wait_s, state.follower.throttle_time(now))
     return out
+
+
+class Throttle(Policy):
+    """The KIP-73 policy on the chain."""
+
+    name = "throttle"
+    apis: ClassVar[frozenset[int]] = frozenset({1})
+
+    def __init__(self, settings: ThrottleSettings, services: Services) -> None:
+        self.metrics = services.metrics
+        self.clock = services.clock
+        self.names = services.names
+        #: the configuration snapshot (swapped whole by :meth:`reconfigure`) and the quotas every connection
+        #: shares
+        self.throttles = Throttles.from_settings(settings)
+        self.state = ThrottleState(self.throttles)
+        self.metrics.bind_throttle(self.state, self.throttles, self.clock)
+
+    def reconfigure(self, settings: Settings) -> None:
+        self.throttles = Throttles.from_settings(settings.throttle)
+        self.state.reconfigure(self.throttles)
+        self.metrics.bind_throttle(self.state, self.throttles, self.clock)
+
+    def applies(self, ex: Exchange) -> bool:
+        return self.throttles.active
+
+    def needs_topic_names(self, ex: Exchange) -> bool:
+        return True  # throttles name topics; Fetch v13+ only carries ids
+
+    def on_request(self, ex: Exchange, conn: Any) -> Any:
+        t = self.throttles
+        edit = ex.request
+        assert isinstance(edit, FetchEdit)
+        fetcher = t.fetcher(ex.client_id, edit.view.replica_id)
+        if fetcher is None:
+            return None
+        ticket = plan_request(edit, fetcher, t, self.state, self.names.get, self.clock())
+        if ticket.left_out:
+            self.metrics.throttle_left_out_follower.inc(ticket.left_out)
+        if not ticket.offsets and not ticket.left_out and not ticket.session:
+            return None  # a session-less response holds only the partitions listed: none is throttled
+        ex.collect = True
+        return ticket, t  # the snapshot in force for this request
+
+    def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
+        assert isinstance(response, FetchResponse)
+        ticket, t = state
+        out = enforce(response.view, ticket, t, self.state, self.names.get, self.clock())
+        m = self.metrics
+        if out.left_out:
+            m.throttle_left_out_leader.inc(out.left_out)
+        if out.follower_left_out:
+            m.throttle_left_out_follower.inc(out.follower_left_out)
+        if out.sent_bytes:
+            m.throttle_bytes_leader.inc(out.sent_bytes)
+            m.throttle_bytes_follower.inc(out.sent_bytes)
+        if out.unnamed:
+            self.names.note(out.unnamed)
+        if t.leader_rate:
+            ex.log["throttle_target_bps"] = t.leader_rate
+            ex.log["throttled_bytes"] = out.sent_bytes
+        if out.changed:
+            response.changed = True
+        if out.mute_s > 0:
+            ex.mute_s = max(ex.mute_s, out.mute_s)

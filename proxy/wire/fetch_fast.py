@@ -20,32 +20,30 @@ learn them).
 
 Equivalence with the construct codec is the contract, proven by tests/property/test_fetch_fast.py: for every
 version, ``decode(b).encode()`` equals ``response_codec(1, v).encode(m)`` for ``b = that encoding`` and
-``decode(b).to_message() == response_codec(1, v).decode(b)``. (Both re-encode canonically from decoded
+``to_message(decode(b)) == response_codec(1, v).decode(b)`` (the bridge to the construct model is a test oracle,
+in rig/fetch_oracle.py). (Both re-encode canonically from decoded
 fields, except that the fast path re-emits partition/topic tagged fields byte for byte as received.)
 """
 
 from __future__ import annotations
 
-import io
 import struct
 from collections.abc import Iterable
-from functools import cache
 from typing import Any
 
-from .compiler import KafkaStruct, _default_value, struct_for, write_uvarint
 from .compiler import tag_section_at as _skip_tags
 from .compiler import uvarint_at as _uvarint
+from .compiler import write_uvarint
 from .errors import CodecError, codec_errors
-from .messages import response_spec
-from .model import Message
+from .fetch_layout import (
+    FIRST_FLEXIBLE,
+    FIRST_NODE_ENDPOINTS,
+    FIRST_TOPIC_ID,
+    MAX_VERSION,
+    MIN_VERSION,
+    NODE_ENDPOINTS_TAG,
+)
 
-FETCH_KEY = 1
-MIN_VERSION = 4
-MAX_VERSION = 18
-FIRST_FLEXIBLE = 12  # FetchResponse.json "flexibleVersions": "12+"
-FIRST_TOPIC_ID = 13  # Topic (name) "versions": "0-12", TopicId "13+"
-FIRST_NODE_ENDPOINTS = 16  # NodeEndpoints: tagged, tag 0, "16+"
-NODE_ENDPOINTS_TAG = 0
 _API = "FetchResponse"
 
 Buffer = bytes | bytearray | memoryview
@@ -326,16 +324,6 @@ class FetchResponseView:
         """The body as one bytes object (copies the records: for tests and small responses)."""
         return b"".join(encode(self)[0])
 
-    # ----------------------------------------------------------------------------------------- Message
-
-    def to_message(self) -> Message:
-        """The same :class:`Message` as ``response_codec(1, version).decode`` returns for the encoded body."""
-        return _to_message(self)
-
-    @classmethod
-    def from_message(cls, msg: Message, version: int) -> FetchResponseView:
-        """The view of a construct-model Fetch response (records are referenced, not copied)."""
-        return _from_message(msg, version)
 
 
 # --------------------------------------------------------------------------------------------- decode
@@ -778,174 +766,3 @@ def _top_tags(view: FetchResponseView) -> bytes:
         if view.node_endpoints:
             fields[NODE_ENDPOINTS_TAG] = encode_endpoints(view.node_endpoints)
     return build_tags(fields) or _EMPTY_TAGS
-
-
-# --------------------------------------------------------------------------------------------- Message
-
-
-class _Structs:
-    """The construct structs of one Fetch response version, for the tagged fields the fast path keeps raw."""
-
-    def __init__(self, version: int) -> None:
-        top = struct_for(response_spec(FETCH_KEY), version)
-        self.top = top
-        self.topic: KafkaStruct = _element(top, "responses")
-        self.partition: KafkaStruct = _element(self.topic, "partitions")
-        self.aborted: KafkaStruct = _element(self.partition, "aborted_transactions")
-        self.endpoint: KafkaStruct | None = (
-            top.tagged[NODE_ENDPOINTS_TAG][1].element
-            if top.tagged and NODE_ENDPOINTS_TAG in top.tagged else None
-        )
-
-
-def _element(st: KafkaStruct, name: str) -> KafkaStruct:
-    for fname, sub, _ in st.plain:
-        if fname == name:
-            element: KafkaStruct = sub.element
-            return element
-    raise CodecError(f"FetchResponse spec has no field {name}")  # the spec defines them all
-
-
-@cache
-def _structs(version: int) -> _Structs:
-    return _Structs(version)
-
-
-def _tags_to_fields(st: KafkaStruct, raw: Buffer | None, d: dict[str, Any]) -> None:
-    """Fill ``d`` with ``st``'s tagged fields from a raw tag section, like KafkaStruct._parse does."""
-    tagged = st.tagged or {}
-    for fname, sub, dflt in tagged.values():
-        d[fname] = _default_value(sub, dflt)
-    unknown: dict[int, bytes] = {}
-    for tag, value in parse_tags(raw).items():
-        known = tagged.get(tag)
-        if known is None:
-            unknown[tag] = bytes(value)
-            continue
-        stream = io.BytesIO(value)
-        try:
-            d[known[0]] = known[1]._parse(stream, None, "")
-        except CodecError:
-            raise
-        except Exception as e:  # construct primitives: struct.error, StreamError ...
-            raise CodecError(f"tagged field {tag}: {type(e).__name__}: {e}") from None
-        if stream.tell() != len(value):
-            left = len(value) - stream.tell()
-            raise CodecError(f"{st.struct_name}: tagged field {tag} has {left} trailing bytes")
-    if unknown:
-        d["unknown_tags"] = unknown
-
-
-def _fields_to_tags(st: KafkaStruct, d: dict[str, Any]) -> bytes | None:
-    """The raw tag section for a Message's tagged fields, like KafkaStruct._build writes it."""
-    fields: dict[int, Buffer] = {}
-    for tag, (fname, sub, dflt) in (st.tagged or {}).items():
-        if fname not in d or d[fname] == _default_value(sub, dflt):
-            continue
-        buf = io.BytesIO()
-        sub._build(d[fname], buf, None, "")
-        fields[tag] = buf.getvalue()
-    for tag, raw in (d.get("unknown_tags") or {}).items():
-        fields[tag] = raw
-    return build_tags(fields)
-
-
-def _to_message(view: FetchResponseView) -> Message:
-    v = view.version
-    flexible = v >= FIRST_FLEXIBLE
-    st = _structs(v) if flexible else None
-    responses = []
-    for t in view.topics:
-        parts = []
-        for p in t.partitions:
-            d: dict[str, Any] = {
-                "partition_index": p.partition_index,
-                "error_code": p.error_code,
-                "high_watermark": p.high_watermark,
-                "last_stable_offset": p.last_stable_offset,
-            }
-            if v >= 5:
-                d["log_start_offset"] = p.log_start_offset
-            if p.aborted_transactions is None:
-                d["aborted_transactions"] = None
-            else:
-                aborted = []
-                for a in p.aborted_transactions:
-                    ad: dict[str, Any] = {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                    if st is not None:
-                        _tags_to_fields(st.aborted, a.tags, ad)
-                    aborted.append(Message(**ad))
-                d["aborted_transactions"] = aborted
-            if v >= 11:
-                d["preferred_read_replica"] = p.preferred_read_replica
-            d["records"] = p.records
-            if st is not None:
-                _tags_to_fields(st.partition, p.tags, d)
-            parts.append(Message(**d))
-        td: dict[str, Any] = {"topic_id": t.topic_id} if v >= FIRST_TOPIC_ID else {"topic": t.topic}
-        td["partitions"] = parts
-        if st is not None:
-            _tags_to_fields(st.topic, t.tags, td)
-        responses.append(Message(**td))
-    top: dict[str, Any] = {"throttle_time_ms": view.throttle_time_ms}
-    if v >= 7:
-        top["error_code"] = view.error_code
-        top["session_id"] = view.session_id
-    top["responses"] = responses
-    if flexible:
-        if v >= FIRST_NODE_ENDPOINTS:
-            eps = []
-            for e in view.node_endpoints:
-                ed: dict[str, Any] = {"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack}
-                assert st is not None and st.endpoint is not None
-                _tags_to_fields(st.endpoint, e.tags, ed)
-                eps.append(Message(**ed))
-            top["node_endpoints"] = eps
-        if view.unknown_tags:
-            top["unknown_tags"] = {k: bytes(raw) for k, raw in view.unknown_tags.items()}
-    return Message(**top)
-
-
-def _from_message(msg: Message, version: int) -> FetchResponseView:
-    flexible = version >= FIRST_FLEXIBLE
-    st = _structs(version) if flexible else None
-    top = msg.fields()
-    topics = []
-    for t in top.get("responses") or []:
-        td = t.fields()
-        parts = []
-        for p in td.get("partitions") or []:
-            pd = p.fields()
-            aborted = None
-            if pd.get("aborted_transactions") is not None:
-                aborted = [
-                    AbortedTransaction(a.producer_id, a.first_offset,
-                                       _fields_to_tags(st.aborted, a.fields()) if st is not None else None)
-                    for a in pd["aborted_transactions"]
-                ]
-            parts.append(FetchPartition(
-                pd.get("partition_index", 0),
-                pd.get("error_code", 0),
-                pd.get("high_watermark", 0),
-                pd.get("last_stable_offset", -1),
-                pd.get("log_start_offset", -1),
-                aborted,
-                pd.get("preferred_read_replica", -1),
-                pd.get("records"),
-                _fields_to_tags(st.partition, pd) if st is not None else None,
-            ))
-        topics.append(FetchTopic(
-            td.get("topic", ""),
-            td.get("topic_id", bytes(16)),
-            parts,
-            _fields_to_tags(st.topic, td) if st is not None else None,
-        ))
-    endpoints = []
-    if version >= FIRST_NODE_ENDPOINTS:
-        assert st is not None and st.endpoint is not None
-        for e in top.get("node_endpoints") or []:
-            endpoints.append(NodeEndpoint(e.node_id, e.host, e.port, e.get("rack"),
-                                          _fields_to_tags(st.endpoint, e.fields())))
-    unknown = dict(top.get("unknown_tags") or {}) if flexible else {}
-    return FetchResponseView(version, top.get("throttle_time_ms", 0), top.get("error_code", 0),
-                             top.get("session_id", 0), topics, endpoints, unknown)

@@ -42,26 +42,27 @@ from typing import NamedTuple
 from .compiler import tag_section_at, uvarint_at
 from .errors import CodecError, codec_errors
 from .fetch_fast import _EMPTY_TAGS, _bad, _compact_string, _uv, parse_tags
+from .fetch_layout import (
+    CLUSTER_ID_TAG,
+    FETCH_KEY,
+    FIRST_FLEXIBLE,
+    FIRST_LEADER_EPOCH,
+    FIRST_LOG_START,
+    FIRST_RACK,
+    FIRST_REPLICA_STATE,
+    FIRST_SESSION,
+    FIRST_TOPIC_ID,
+    MAX_VERSION,
+    MIN_VERSION,
+    REPLICA_STATE_TAG,
+    PartitionKey,
+    TopicKey,
+)
 from .messages import peek_request_header
 
-FETCH_KEY = 1
-MIN_VERSION = 4  # versions 0-3 were removed in Kafka 4.0 (FetchRequest.json "validVersions": "4-18")
-MAX_VERSION = 18
-FIRST_LOG_START = 5  # FetchPartition.LogStartOffset "5+"
-FIRST_SESSION = 7  # SessionId, SessionEpoch, ForgottenTopicsData "7+"
-FIRST_LEADER_EPOCH = 9  # FetchPartition.CurrentLeaderEpoch "9+"
-FIRST_RACK = 11  # RackId "11+"
-FIRST_FLEXIBLE = 12  # "flexibleVersions": "12+"; also FetchPartition.LastFetchedEpoch "12+"
-FIRST_TOPIC_ID = 13  # Topic (name) "0-12", TopicId "13+"
-FIRST_REPLICA_STATE = 15  # ReplicaId "0-14"; ReplicaState (tagged, tag 1) "15+"
-CLUSTER_ID_TAG = 0
-REPLICA_STATE_TAG = 1
 _API = "FetchRequest"
 
 Buffer = bytes | bytearray | memoryview
-#: (topic name (v4-12) or 16-byte topic id (v13+), partition index), as in proxy.policies.sessions
-TopicKey = str | bytes
-PartitionKey = tuple[TopicKey, int]
 
 # Fixed top-level fields, ending with SessionId, SessionEpoch from v7 (always the last 8 bytes)
 _FIXED_V4 = struct.Struct(">iiiib")  # ReplicaId, MaxWaitMs, MinBytes, MaxBytes, IsolationLevel
@@ -114,7 +115,7 @@ class FetchRequestView:
 
     __slots__ = ("_forgotten", "_head", "_partitions", "_tail", "cluster_id", "correlation_id", "header",
                  "isolation_level", "max_bytes", "max_wait_ms", "min_bytes", "rack_id", "replica_epoch",
-                 "replica_id", "session_epoch", "session_id", "tags", "version")
+                 "replica_id", "session_epoch", "session_id", "tags", "topic_keys", "version")
 
     version: int
     correlation_id: int
@@ -134,6 +135,9 @@ class FetchRequestView:
     _tail: bytes  # RackId and the top-level tag section as received
     _partitions: dict[PartitionKey, FetchParams]
     _forgotten: list[PartitionKey]
+    #: every topic the request names (its topics, then the forgotten ones), in order, repeats kept: lets a
+    #: caller resolve topic ids per topic instead of per partition
+    topic_keys: list[TopicKey]
 
     def partitions(self) -> dict[PartitionKey, FetchParams]:
         """The partitions in request order; a repeated partition keeps its first position and its last
@@ -175,16 +179,23 @@ class FetchEdit:
     at most once however many of them apply (a decode and re-encode per policy through the construct codec cost
     ~85 ms each for 10,000 partitions, blocking the event loop). Each policy reads :attr:`view` and edits
     :attr:`partitions` (order included: a broker fills the response in request order under MaxBytes, KIP-74)
-    and :attr:`max_bytes`, setting :attr:`changed`; the pipeline then sends :meth:`encode` (or a session policy
+    and :attr:`max_bytes`, setting :attr:`changed`; the chain then sends :meth:`encode` (or a session policy
     builds its own frame from :meth:`request`). Session fields and ForgottenTopicsData are never edited here."""
 
-    __slots__ = ("changed", "max_bytes", "partitions", "view")
+    __slots__ = ("changed", "max_bytes", "partitions", "replacement", "view")
 
     def __init__(self, view: FetchRequestView) -> None:
         self.view = view
         self.partitions: dict[PartitionKey, FetchParams] = view.partitions()
         self.max_bytes: int = view.max_bytes
         self.changed = False
+        #: a whole request frame a policy built itself to send instead (fetch sessions write their own)
+        self.replacement: bytes | None = None
+
+    def replace_frame(self, frame: bytes) -> None:
+        """Send ``frame`` (header included, no size prefix) instead of the edited request."""
+        self.replacement = frame
+        self.changed = True
 
     def request(self) -> FetchRequestView:
         """The request as edited so far (the decoded view itself when nothing changed)."""
@@ -193,7 +204,10 @@ class FetchEdit:
         return self.view.replace(self.partitions, self.max_bytes)
 
     def encode(self) -> bytes:
-        """The edited request frame (header included, no size prefix), the client's session fields kept."""
+        """The edited request frame (header included, no size prefix), the client's session fields kept; or the
+        frame a policy put in its place (:meth:`replace_frame`)."""
+        if self.replacement is not None:
+            return self.replacement
         v = self.view
         return encode_fetch_request(v, v.session_id, v.session_epoch, self.partitions, v._forgotten,
                                     max_bytes=self.max_bytes)
@@ -276,8 +290,10 @@ def _decode_classic(view: FetchRequestView, mv: memoryview, pos: int) -> int:
     iter_unpack = part.iter_unpack
     new = _new
     out: dict[PartitionKey, FetchParams] = {}
+    keys: list[TopicKey] = []
     for _ in range(ntopics):
         topic, pos = _string16(mv, pos, n, "Topic")
+        keys.append(topic)
         (nparts,) = _I32.unpack_from(mv, pos)
         pos += 4
         if nparts < 0 or nparts * size > n - pos:
@@ -303,6 +319,7 @@ def _decode_classic(view: FetchRequestView, mv: memoryview, pos: int) -> int:
             raise _bad("ForgottenTopicsData: array count", nforgot, n - pos, pos)
         for _ in range(nforgot):
             topic, pos = _string16(mv, pos, n, "Topic")
+            keys.append(topic)
             (count,) = _I32.unpack_from(mv, pos)
             pos += 4
             if count < 0 or count * 4 > n - pos:
@@ -310,6 +327,7 @@ def _decode_classic(view: FetchRequestView, mv: memoryview, pos: int) -> int:
             forgotten.extend((topic, p) for p in struct.unpack_from(f">{count}i", mv, pos))
             pos += count * 4
     view._forgotten = forgotten
+    view.topic_keys = keys
     tail = pos
     if version >= FIRST_RACK:
         view.rack_id, pos = _string16(mv, pos, n, "RackId")
@@ -345,9 +363,11 @@ def _decode_flexible(view: FetchRequestView, mv: memoryview, pos: int) -> int:
     iter_unpack = _PART_FLEX_T.iter_unpack
     new = _new
     out: dict[PartitionKey, FetchParams] = {}
+    keys: list[TopicKey] = []
     topic: TopicKey
     for _ in range(ntopics):
         topic, pos = _topic_key(mv, pos, n, by_id)
+        keys.append(topic)
         nparts, pos = uvarint_at(mv, pos)
         nparts -= 1
         # every partition takes at least 33 bytes: 32 of fields and its tag section
@@ -381,6 +401,7 @@ def _decode_flexible(view: FetchRequestView, mv: memoryview, pos: int) -> int:
     forgotten: list[PartitionKey] = []
     for _ in range(nforgot):
         topic, pos = _topic_key(mv, pos, n, by_id)
+        keys.append(topic)
         count, pos = uvarint_at(mv, pos)
         count -= 1
         if count < 0 or count * 4 > n - pos:
@@ -389,6 +410,7 @@ def _decode_flexible(view: FetchRequestView, mv: memoryview, pos: int) -> int:
         pos += count * 4
         _, pos = tag_section_at(mv, pos, n)
     view._forgotten = forgotten
+    view.topic_keys = keys
     tail = pos
     rack, pos = _compact_string(mv, pos, False, "RackId")
     view.rack_id = rack or ""

@@ -23,8 +23,6 @@ from collections.abc import Callable
 
 from .errors import CodecError
 from .fetch_fast import (
-    FIRST_NODE_ENDPOINTS,
-    NODE_ENDPOINTS_TAG,
     Buffer,
     NodeEndpoint,
     build_tags,
@@ -32,6 +30,7 @@ from .fetch_fast import (
     encode_endpoints,
     parse_tags,
 )
+from .fetch_layout import FIRST_NODE_ENDPOINTS, NODE_ENDPOINTS_TAG
 
 #: The filler's tag numbers: far above any tag Kafka assigns (they count up from 0 per struct), so no client
 #: will ever mistake the filler for a field it knows. Two, with varints of different lengths (5 and 4 bytes): a
@@ -100,6 +99,11 @@ class FetchStreamer:
         #: the endpoints were rewritten in place / replaced by a filler
         self.rewritten = False
         self.scrubbed = False
+
+    @property
+    def changed(self) -> bool:
+        """The response went out other than it came in."""
+        return self.rewritten or self.scrubbed
 
     def feed(self, data: Buffer) -> list[Buffer]:
         """The buffers to send the client for this chunk; the held-back tail comes with the last chunk.

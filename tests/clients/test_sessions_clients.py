@@ -33,7 +33,6 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from kafka import KafkaConsumer
 
-from proxy import metrics
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
@@ -173,16 +172,16 @@ def offending(lines: list[str], phrases: tuple[str, ...]) -> list[str]:
     return [ln for ln in lines if any(ph in ln for ph in phrases)]
 
 
-def fetch_counts() -> dict[str, float]:
+def fetch_counts(sluice: ProxyThread) -> dict[str, float]:
     return {
-        "fetch_requests": metrics.total("sluice_requests_total", api="Fetch"),
-        "downstream_incremental": metrics.total(DOWNSTREAM, kind="incremental"),
-        "upstream_incremental": metrics.total(UPSTREAM, kind="incremental"),
+        "fetch_requests": sluice.total("sluice_requests_total", api="Fetch"),
+        "downstream_incremental": sluice.total(DOWNSTREAM, kind="incremental"),
+        "upstream_incremental": sluice.total(UPSTREAM, kind="incremental"),
     }
 
 
-def deltas(before: dict[str, float]) -> dict[str, float]:
-    after = fetch_counts()
+def deltas(sluice: ProxyThread, before: dict[str, float]) -> dict[str, float]:
+    after = fetch_counts(sluice)
     return {k: after[k] - before[k] for k in before}
 
 
@@ -281,7 +280,7 @@ def test_java_consumer_sessions_served_for_60s(kafka_broker: KafkaBroker, sluice
     total = PARTITIONS * rounds
     create_topic(kafka_broker.bootstrap, unique_topic, PARTITIONS)
     config, log = log4j2_config(tmp_path)
-    before = fetch_counts()
+    before = fetch_counts(sluice)
     producer = ContinuousProducer(kafka_broker.bootstrap, unique_topic, rounds=rounds, interval=interval)
     try:
         # Ends after `total` records, or after 30 s without one (then fewer lines, asserted below).
@@ -292,7 +291,7 @@ def test_java_consumer_sessions_served_for_60s(kafka_broker: KafkaBroker, sluice
         raise
     producer.join()
     producer.check_acked()
-    counts = deltas(before)
+    counts = deltas(sluice, before)
     assert proc.returncode == 0, f"console consumer exited with {proc.returncode}:\n{proc.stderr[-3000:]}"
     log_lines = log.read_text().splitlines() if log.exists() else []
     check_java_sessions(log_lines, proc.stderr, min_incremental=50)
@@ -337,7 +336,7 @@ def test_kafka_python_sessions_served(kafka_broker: KafkaBroker, sluice: ProxyTh
     rounds, interval = 120, 0.1  # 360 records over ~12 s
     total = PARTITIONS * rounds
     create_topic(kafka_broker.bootstrap, unique_topic, PARTITIONS)
-    before = fetch_counts()
+    before = fetch_counts(sluice)
     got: list[tuple[int, int, str]] = []
     with capture_fetcher_log() as captured:
         producer = ContinuousProducer(kafka_broker.bootstrap, unique_topic, rounds=rounds, interval=interval)
@@ -354,7 +353,7 @@ def test_kafka_python_sessions_served(kafka_broker: KafkaBroker, sluice: ProxyTh
             consumer.close()
             producer.join()
     producer.check_acked()
-    counts = deltas(before)
+    counts = deltas(sluice, before)
     lines = captured.lines
     responses = [int(m[1]) for ln in lines if (m := PY_INCREMENTAL_RESPONSE.search(ln))]
     created = [int(m[1]) for ln in lines if (m := PY_SESSION_CREATED.search(ln))]
@@ -421,7 +420,7 @@ def test_java_consumer_broker_restart_loses_nothing(java_tools: JavaTools, uniqu
     config, log = log4j2_config(tmp_path)
     with KafkaBroker() as broker, ProxyThread(broker.bootstrap, **TERMINATE) as sluice:
         create_topic(broker.bootstrap, unique_topic, PARTITIONS)
-        before = fetch_counts()
+        before = fetch_counts(sluice)
         first = ContinuousProducer(broker.bootstrap, unique_topic, rounds=half, interval=0.02)
         proc = java_tools.spawn(CONSOLE_CONSUMER, java_consumer_args(sluice.bootstrap, unique_topic, total, 60_000),
                                 log4j_config=config)
@@ -445,7 +444,7 @@ def test_java_consumer_broker_restart_loses_nothing(java_tools: JavaTools, uniqu
                 proc.terminate()
                 proc.wait(10)
         stderr = "\n".join(err.drain(10))
-        counts = deltas(before)
+        counts = deltas(sluice, before)
     log_lines = log.read_text().splitlines() if log.exists() else []
     # A restart may break connections (the handler then drops its session: "Error sending fetch request"), but
     # nothing may be invalid, and no session error may reach the client: Sluice's session outlives the broker's.
@@ -467,9 +466,8 @@ def test_java_consumer_session_while_policies_edit_its_responses(kafka_broker: K
     policies = {"size_limit.budgets": [{"client_id": JAVA_CLIENT_ID, "fetch_max_bytes": 1024}],
                 "throttle.leader_rate_bytes": 4000, "throttle.topics": [{"topic": unique_topic, "replicas": "*"}],
                 "throttle.consumers": [{"client_id": JAVA_CLIENT_ID}]}
-    left_out = metrics.total("sluice_throttle_left_out_partitions_total", side="leader")
     with ProxyThread(kafka_broker.bootstrap, **TERMINATE, **policies) as sluice:
-        before = fetch_counts()
+        before = fetch_counts(sluice)
         producer = ContinuousProducer(kafka_broker.bootstrap, unique_topic, rounds=rounds, interval=0.02)
         try:
             proc = java_tools.run(CONSOLE_CONSUMER,
@@ -478,10 +476,10 @@ def test_java_consumer_session_while_policies_edit_its_responses(kafka_broker: K
         finally:
             producer.join()
         producer.check_acked()
-        counts = deltas(before)
+        counts = deltas(sluice, before)
     assert proc.returncode == 0, f"console consumer exited with {proc.returncode}:\n{proc.stderr[-3000:]}"
     check_java_sessions(log.read_text().splitlines() if log.exists() else [], proc.stderr, min_incremental=20)
     check_once_in_order(parse_console(proc.stdout.splitlines()), rounds)
-    assert metrics.total("sluice_throttle_left_out_partitions_total", side="leader") > left_out, \
+    assert sluice.total("sluice_throttle_left_out_partitions_total", side="leader") > 0, \
         "the throttle never left records out"
     assert counts["downstream_incremental"] >= 20, f"Sluice served too few downstream incremental fetches: {counts}"

@@ -34,6 +34,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
 from proxy import server
+from proxy.core.connection import Connection
 from proxy.wire.messages import decode_response, peek_request_header
 from proxy.wire.model import Message
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
@@ -56,37 +57,30 @@ class Tap:
         self.written: dict[int, bytearray] = defaultdict(bytearray)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        original_on_request = server.ClientConnection._on_request
-        original_write = server.ClientConnection.write
-        original_writelines = server.ClientConnection.writelines
+        original_on_request = Connection._on_request
+        original_send = server._ClientProtocol.send_client
         tap = self
 
-        def on_request(conn: server.ClientConnection, frame: bytes) -> None:
+        def on_request(conn: Connection, frame: bytes) -> None:
             try:
                 h = peek_request_header(frame)
             except Exception:  # malformed: Sluice rejects it itself; nothing is answered
                 pass
             else:
                 with tap.lock:
-                    tap.requests[conn.conn_id][h.correlation_id] = (h.api_key, h.api_version)
+                    tap.requests[conn.info.conn_id][h.correlation_id] = (h.api_key, h.api_version)
             original_on_request(conn, frame)
 
-        def write(conn: server.ClientConnection, data: Any) -> None:
-            if conn.transport is not None and not conn._closed:
-                with tap.lock:
-                    tap.written[conn.conn_id] += bytes(data)
-            original_write(conn, data)
-
-        def writelines(conn: server.ClientConnection, buffers: list[Any]) -> None:
-            if conn.transport is not None and not conn._closed:
+        def send_client(client: server._ClientProtocol, buffers: Any) -> None:
+            buffers = list(buffers)
+            if client.transport is not None and not client._torn_down:
                 with tap.lock:
                     for data in buffers:
-                        tap.written[conn.conn_id] += bytes(data)
-            original_writelines(conn, buffers)
+                        tap.written[client.conn.info.conn_id] += bytes(data)
+            original_send(client, buffers)
 
-        monkeypatch.setattr(server.ClientConnection, "_on_request", on_request)
-        monkeypatch.setattr(server.ClientConnection, "write", write)
-        monkeypatch.setattr(server.ClientConnection, "writelines", writelines)
+        monkeypatch.setattr(Connection, "_on_request", on_request)
+        monkeypatch.setattr(server._ClientProtocol, "send_client", send_client)
 
     def frames(self) -> Iterator[tuple[int, int, bytes]]:
         """(api_key, api_version, response frame without its size prefix) for every complete response."""

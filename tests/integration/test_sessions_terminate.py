@@ -34,8 +34,8 @@ pytestmark = pytest.mark.broker
 TERMINATE = {"sessions.mode": "terminate"}
 
 
-def link_bytes() -> dict[str, float]:
-    return {d: metrics.total("sluice_bytes_total", direction=d) for d in metrics.DIRECTIONS}
+def link_bytes(sluice: ProxyThread) -> dict[str, float]:
+    return {d: sluice.total("sluice_bytes_total", direction=d) for d in metrics.DIRECTIONS}
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -82,8 +82,6 @@ def test_raw_sessionless_loop_offloads_upstream(kafka_broker: KafkaBroker, uniqu
     traffic = BusyPartitions(kafka_broker.bootstrap, unique_topic, parts, busy)
     produced, add = traffic.produced, traffic.add
     add(0)
-    full_before = metrics.total("sluice_upstream_fetch_requests_total", kind="full")
-    incr_before = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
     with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as sluice, \
             RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as client:
         offsets = {p: 0 for p in range(parts)}
@@ -103,22 +101,22 @@ def test_raw_sessionless_loop_offloads_upstream(kafka_broker: KafkaBroker, uniqu
                     offsets[index] = walk.batches[-1].base_offset + walk.batches[-1].last_offset_delta + 1
                 assert part.high_watermark >= offsets[index]
             if round_ == 1:
-                start = link_bytes()  # the first (full) fetch is excluded from the ratio
+                start = link_bytes(sluice)  # the first (full) fetch is excluded from the ratio
             if round_ % 10 == 0 and round_ < 40:
                 add(round_)
         # every record arrived; the last responses carry the current high watermark of every partition
         assert offsets == produced
         assert {p.partition_index: p.high_watermark for _, p in view.partitions()} == produced
-        end = link_bytes()
+        end = link_bytes(sluice)
     sent_up = end["proxy_to_upstream"] - start["proxy_to_upstream"]
     from_client = end["client_to_proxy"] - start["client_to_proxy"]
     from_up = end["upstream_to_proxy"] - start["upstream_to_proxy"]
     to_client = end["proxy_to_client"] - start["proxy_to_client"]
     assert sent_up < 0.2 * from_client, f"upstream requests {sent_up} B vs client requests {from_client} B"
     assert from_up < 0.5 * to_client, f"upstream responses {from_up} B vs client responses {to_client} B"
-    assert metrics.total("sluice_upstream_fetch_requests_total", kind="full") - full_before == 1
-    assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") - incr_before == 39
-    assert metrics.total("sluice_upstream_fetch_bytes_saved_total") > 0
+    assert sluice.total("sluice_upstream_fetch_requests_total", kind="full") == 1
+    assert sluice.total("sluice_upstream_fetch_requests_total", kind="incremental") == 39
+    assert sluice.total("sluice_upstream_fetch_bytes_saved_total") > 0
 
 
 def test_raw_session_client_is_served_by_sluice(kafka_broker: KafkaBroker, unique_topic: str) -> None:
@@ -130,7 +128,6 @@ def test_raw_session_client_is_served_by_sluice(kafka_broker: KafkaBroker, uniqu
     traffic = BusyPartitions(kafka_broker.bootstrap, unique_topic, parts, busy)
     produced, add = traffic.produced, traffic.add
     add(0)
-    down_before = {k: metrics.total("sluice_downstream_fetch_requests_total", kind=k) for k in ("full", "error")}
     with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as sluice, \
             RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as client:
         offsets = {p: 0 for p in range(parts)}
@@ -176,23 +173,22 @@ def test_raw_session_client_is_served_by_sluice(kafka_broker: KafkaBroker, uniqu
             assert values[p] == expected, f"p{p}: {values[p]}"
 
         async def upstream_session_id() -> int:
-            (conn,) = [c for c in sluice.proxy._clients if c.state.sessions is not None]
-            assert conn.state.sessions is not None
-            return conn.state.sessions.client.next_metadata.session_id
+            (sessions,) = [s for s in sluice.policy_states("terminate") if s.states]
+            return int(sessions.client.next_metadata.session_id)
 
         assert sluice.call(upstream_session_id()) not in (0, sid)  # two independent sessions
         # session errors are Sluice's own: answered without an upstream request
-        up_before = metrics.total("sluice_upstream_fetch_requests_total")
+        up_before = sluice.total("sluice_upstream_fetch_requests_total")
         for session_id, session_epoch, code in ((sid, epoch + 3, 71), (sid ^ 0x5A5A, 1, 70)):
             view = client.fetch(12, unique_topic, {}, session_id=session_id, session_epoch=session_epoch)
             assert (view.error_code, view.session_id, list(view.partitions())) == (code, 0, [])
-        assert metrics.total("sluice_upstream_fetch_requests_total") == up_before
+        assert sluice.total("sluice_upstream_fetch_requests_total") == up_before
         # the session survived its errors
         view = client.fetch(12, unique_topic, {}, max_wait_ms=20, session_id=sid, session_epoch=epoch)
         assert (view.error_code, view.session_id) == (0, sid)
-    assert metrics.total("sluice_downstream_fetch_requests_total", kind="full") == down_before["full"] + 1
-    assert metrics.total("sluice_downstream_fetch_requests_total", kind="error") == down_before["error"] + 2
-    assert metrics.total("sluice_fetch_session_errors_total", error="INVALID_FETCH_SESSION_EPOCH") >= 1
+    assert sluice.total("sluice_downstream_fetch_requests_total", kind="full") == 1
+    assert sluice.total("sluice_downstream_fetch_requests_total", kind="error") == 2
+    assert sluice.total("sluice_fetch_session_errors_total", error="INVALID_FETCH_SESSION_EPOCH") >= 1
 
 
 @pytest.mark.parametrize("error", ["unknown_session", "wrong_epoch"])
@@ -211,9 +207,8 @@ def test_refused_session_is_reestablished_without_an_error(kafka_broker: KafkaBr
         client.fetch(12, unique_topic, offsets, max_wait_ms=20)  # incremental: the session is established
 
         async def break_session() -> None:
-            (conn,) = [c for c in sluice.proxy._clients if c.state.sessions is not None]
-            assert conn.state.sessions is not None
-            session = conn.state.sessions.client
+            (sessions,) = [s for s in sluice.policy_states("terminate") if s.states]
+            session = sessions.client
             meta = session.next_metadata
             assert meta.session_id != 0 and not meta.is_full
             # an id next to the real one: the broker's session cache is sharded by id range, so a far-off id can
@@ -223,22 +218,22 @@ def test_refused_session_is_reestablished_without_an_error(kafka_broker: KafkaBr
 
         sluice.call(break_session())
         produce(kafka_broker.bootstrap, unique_topic, [(1, "c")])
-        retries, full = metrics.total("sluice_fetch_session_retries_total"), \
-            metrics.total("sluice_upstream_fetch_requests_total", kind="full")
+        retries, full = sluice.total("sluice_fetch_session_retries_total"), \
+            sluice.total("sluice_upstream_fetch_requests_total", kind="full")
         view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
         assert view.error_code == 0
         parts = {p.partition_index: p for _, p in view.partitions()}
         assert sorted(parts) == list(range(5)) and all(p.error_code == 0 for p in parts.values())
         assert [b.base_offset for b in walk_batches(parts[1].records or b"").batches] == [0]
         assert parts[0].high_watermark == 2 and parts[1].high_watermark == 1
-        assert metrics.total("sluice_fetch_session_retries_total") == retries + 1
-        assert metrics.total("sluice_upstream_fetch_requests_total", kind="full") == full + 1
+        assert sluice.total("sluice_fetch_session_retries_total") == retries + 1
+        assert sluice.total("sluice_upstream_fetch_requests_total", kind="full") == full + 1
         # and the new session carries on incrementally
-        incr = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
+        incr = sluice.total("sluice_upstream_fetch_requests_total", kind="incremental")
         offsets[1] = 1
         view = client.fetch(12, unique_topic, offsets, max_wait_ms=20)
         assert view.error_code == 0 and len(list(view.partitions())) == 5
-        assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") == incr + 1
+        assert sluice.total("sluice_upstream_fetch_requests_total", kind="incremental") == incr + 1
 
 
 def test_session_refused_twice_recovers_with_a_fresh_session(kafka_broker: KafkaBroker, unique_topic: str) -> None:
@@ -252,9 +247,8 @@ def test_session_refused_twice_recovers_with_a_fresh_session(kafka_broker: Kafka
         client.fetch(12, unique_topic, offsets, max_wait_ms=20)
 
         async def break_session() -> None:
-            (conn,) = [c for c in sluice.proxy._clients if c.state.sessions is not None]
-            assert conn.state.sessions is not None
-            conn.state.sessions.client.next_metadata = FetchMetadata(2**31 - 7, 1)
+            (sessions,) = [s for s in sluice.policy_states("terminate") if s.states]
+            sessions.client.next_metadata = FetchMetadata(2**31 - 7, 1)
 
         sluice.call(break_session())
         produce(kafka_broker.bootstrap, unique_topic, [(2, "x")])
@@ -368,18 +362,18 @@ def consume_confluent(bootstrap: str, topic: str, total: int, timeout: float = 9
 def test_confluent_consumes_every_record_once_in_order(kafka_broker: KafkaBroker, sluice: ProxyThread,
                                                        unique_topic: str) -> None:
     create_topic(kafka_broker.bootstrap, unique_topic, PARTITIONS)
-    incr_before = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
+    incr_before = sluice.total("sluice_upstream_fetch_requests_total", kind="incremental")
     producer = Background(kafka_broker.bootstrap, unique_topic, keys())
     got = consume_confluent(sluice.bootstrap, unique_topic, PARTITIONS * PER_PARTITION)
     producer.join()
     check_once_in_order(got)
-    assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
+    assert sluice.total("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
 
 
 async def test_aiokafka_consumes_every_record_once_in_order(kafka_broker: KafkaBroker, sluice: ProxyThread,
                                                             unique_topic: str) -> None:
     create_topic(kafka_broker.bootstrap, unique_topic, PARTITIONS)
-    incr_before = metrics.total("sluice_upstream_fetch_requests_total", kind="incremental")
+    incr_before = sluice.total("sluice_upstream_fetch_requests_total", kind="incremental")
     producer = Background(kafka_broker.bootstrap, unique_topic, keys())
     consumer = AIOKafkaConsumer(unique_topic, bootstrap_servers=sluice.bootstrap, group_id=f"g-{unique_topic}",
                                 auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100)
@@ -394,7 +388,7 @@ async def test_aiokafka_consumes_every_record_once_in_order(kafka_broker: KafkaB
         await consumer.stop()
     await asyncio.to_thread(producer.join)
     check_once_in_order(got)
-    assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
+    assert sluice.total("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
 
 
 # ------------------------------------------------------------------------------------- broker restart

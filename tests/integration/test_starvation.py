@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from proxy import pipeline
+from proxy.policies import size_limit
 from proxy.wire.records import walk_batches
 from rig.proxy_thread import ProxyThread
 from tests.support.kafka import create_topic, produce_values
@@ -65,14 +65,14 @@ def test_librdkafka(kafka_broker, topic: str, monkeypatch: pytest.MonkeyPatch) -
     # Which partitions each budgeted Fetch response carried records for, in response order, as Sluice sent them
     # (counting at the client instead would include librdkafka's prefetching).
     served: list[list[int]] = []
-    enforce = pipeline.enforce
+    enforce = size_limit.enforce
 
     def spy(view: Any, budget: Any, fairness: Any) -> Any:
         outcome = enforce(view, budget, fairness)
         served.append([key[1] for key in outcome.served])
         return outcome
 
-    monkeypatch.setattr(pipeline, "enforce", spy)
+    monkeypatch.setattr(size_limit, "enforce", spy)
     with ProxyThread(kafka_broker.bootstrap, **{"size_limit.budgets": [
             {"client_id": "*", "fetch_max_bytes": BUDGET}]}) as sluice:
         consumer = Consumer({"bootstrap.servers": sluice.bootstrap, "group.id": f"starve-{time.time()}",

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import pytest
 from kafka import KafkaConsumer
-from prometheus_client import REGISTRY
 
 from proxy import reconfigure
 from proxy.admin import AdminServer

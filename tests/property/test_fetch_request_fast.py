@@ -8,7 +8,7 @@ partitions collide) encoded by the construct codec:
   ``sessions.request_partitions`` / ``forgotten_partitions`` and the construct decode give;
 - re-encoding with the request's own partitions and session gives the construct encoding of the request
   regrouped canonically (which is the input itself when the input is canonical);
-- re-encoding with arbitrary partitions, forgotten partitions and session equals ``sessions.apply_plan``;
+- re-encoding with arbitrary partitions, forgotten partitions and session equals ``rig.fetch_oracle.apply_plan``;
 - truncated or mutated frames fail with CodecError exactly when the construct codec fails, and decode to the
   same thing when it does not.
 Golden frames from real clients (Java console consumer, kafka-python, librdkafka, aiokafka) round-trip byte
@@ -28,7 +28,7 @@ from specgen import TEXT, message_strategy
 from proxy.policies import sessions
 from proxy.wire.compiler import KafkaStruct, struct_for
 from proxy.wire.errors import CodecError
-from proxy.wire.fetch_fast import _element, _fields_to_tags, parse_tags
+from proxy.wire.fetch_fast import parse_tags
 from proxy.wire.fetch_request_fast import (
     MAX_VERSION,
     MIN_VERSION,
@@ -48,6 +48,7 @@ from proxy.wire.messages import (
 )
 from proxy.wire.model import Message
 from proxy.wire.schema import Versions
+from rig.fetch_oracle import _element, _fields_to_tags, apply_plan
 
 VERSIONS = list(range(MIN_VERSION, MAX_VERSION + 1))
 SETTINGS = settings(
@@ -224,7 +225,7 @@ def test_rewrite_equals_apply_plan(version: int) -> None:
         if version >= 7:
             plan = sessions.UpstreamPlan(sessions.FetchMetadata(session_id, epoch), _as_sessions(to_send),
                                          list(to_forget), {})
-            expected = sessions.apply_plan(ref, version, plan)
+            expected = apply_plan(ref, version, plan)
         else:
             # apply_plan needs ForgottenTopicsData (v7+); before v7 only the topics change
             tf = _topic_field(version)

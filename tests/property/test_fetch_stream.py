@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from specgen import message_strategy
 
-from proxy.routing import Router
+from proxy.core.routing import Router
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import decode as fast_decode
 from proxy.wire.fetch_stream import FILLER_TAGS, FetchStreamer, _fit

@@ -39,6 +39,7 @@ from proxy.wire.records import (
     new_batch,
     walk_batches,
 )
+from rig.fetch_oracle import to_message
 
 FUZZ = settings(
     max_examples=300,
@@ -121,7 +122,7 @@ def test_fuzz_fetch_fast_path(data: st.DataObject) -> None:
     # what decodes must also re-encode, and convert, without anything but CodecError
     try:
         view.encode()
-        view.to_message()
+        to_message(view)
     except CodecError:
         pass
     try:

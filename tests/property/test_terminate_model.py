@@ -28,7 +28,6 @@ from proxy.policies.sessions import (
     SessionCache,
     SessionServer,
     UpstreamPlan,
-    apply_plan,
 )
 from proxy.policies.terminate import (
     UpstreamSessions,
@@ -41,6 +40,7 @@ from proxy.wire.fetch_fast import FetchPartition, FetchResponseView
 from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
+from rig.fetch_oracle import apply_plan
 
 V = 12
 KEYS: list[PartitionKey] = [("t", i) for i in range(4)] + [("u", i) for i in range(2)]

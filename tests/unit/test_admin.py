@@ -14,6 +14,7 @@ from proxy import admin as admin_module
 from proxy import metrics
 from proxy.admin import AdminServer, require_token
 from proxy.config import AdminSettings
+from proxy.metrics import Metrics
 
 Readiness = Callable[[], Awaitable[bool]]
 
@@ -30,8 +31,12 @@ class Ready:
         return self.value
 
 
+#: the registry the admin servers under test serve
+METRICS = Metrics()
+
+
 async def started(readiness: Readiness, **settings: object) -> AdminServer:
-    server = AdminServer(AdminSettings(port=0, **settings), readiness)  # type: ignore[arg-type]
+    server = AdminServer(AdminSettings(port=0, **settings), readiness, METRICS)  # type: ignore[arg-type]
     await server.start()
     return server
 
@@ -87,8 +92,8 @@ async def test_metrics_reflect_observations(http: aiohttp.ClientSession) -> None
     try:
         async with http.get(url(server, "/metrics")) as resp:
             before = samples(await resp.text())
-        metrics.observe_request("Fetch", 17, 0.002)
-        metrics.BYTES_PROXY_TO_CLIENT.inc(1234)
+        METRICS.observe_request("Fetch", 17, 0.002)
+        METRICS.bytes_proxy_to_client.inc(1234)
         async with http.get(url(server, "/metrics")) as resp:
             after = samples(await resp.text())
     finally:
@@ -153,7 +158,7 @@ async def ok_handler(request: web.Request) -> web.Response:
 
 
 async def test_mutating_route_requires_configured_token(http: aiohttp.ClientSession) -> None:
-    server = AdminServer(AdminSettings(port=0, token="s3cret"), Ready())
+    server = AdminServer(AdminSettings(port=0, token="s3cret"), Ready(), METRICS)
     server.add_route("PUT", "/throttles", ok_handler, mutating=True)
     await server.start()
     try:
@@ -171,7 +176,7 @@ async def test_mutating_route_requires_configured_token(http: aiohttp.ClientSess
 
 
 async def test_no_token_configured_means_no_check(http: aiohttp.ClientSession) -> None:
-    server = AdminServer(AdminSettings(port=0), Ready())
+    server = AdminServer(AdminSettings(port=0), Ready(), METRICS)
     server.add_route("PUT", "/throttles", ok_handler, mutating=True)
     await server.start()
     try:
@@ -187,7 +192,7 @@ async def test_require_token_helper_inside_a_handler(http: aiohttp.ClientSession
             require_token(request)
         return web.Response(text="fine\n")
 
-    server = AdminServer(AdminSettings(port=0, token="t"), Ready())
+    server = AdminServer(AdminSettings(port=0, token="t"), Ready(), METRICS)
     server.add_route("GET", "/mixed", mixed)
     await server.start()
     try:
@@ -202,7 +207,7 @@ async def test_require_token_helper_inside_a_handler(http: aiohttp.ClientSession
 
 
 async def test_port_lifecycle_and_disabled() -> None:
-    server = AdminServer(AdminSettings(port=0), Ready())
+    server = AdminServer(AdminSettings(port=0), Ready(), METRICS)
     with pytest.raises(RuntimeError):
         _ = server.port
     await server.start()
@@ -217,7 +222,7 @@ async def test_port_lifecycle_and_disabled() -> None:
     with pytest.raises(OSError):  # the port is really closed
         await asyncio.open_connection("127.0.0.1", port)
 
-    disabled = AdminServer(AdminSettings(enabled=False, port=0), Ready())
+    disabled = AdminServer(AdminSettings(enabled=False, port=0), Ready(), METRICS)
     await disabled.start()
     with pytest.raises(RuntimeError):
         _ = disabled.port

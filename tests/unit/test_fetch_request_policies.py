@@ -1,6 +1,6 @@
-"""The request-side Fetch policies together (pipeline.on_request): KIP-74 clamp and fairness order, KIP-73
-follower-side leave-out and KIP-227 terminate mode edit one decoded request (FetchEdit), which is encoded at
-most once, to the bytes the construct codec writes for the same edits."""
+"""The request-side Fetch policies together on the chain: KIP-74 clamp and fairness order, KIP-73 follower-side
+leave-out and KIP-227 terminate mode edit one decoded request (FetchEdit), which is encoded at most once, to the
+bytes the construct codec writes for the same edits."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 
-from proxy.pipeline import ConnectionState, Pipeline, Request
-from proxy.policies.size_limit import Budget, BudgetRule, SizeLimits
-from proxy.policies.terminate import SessionModes
-from proxy.policies.throttle import Throttles, parse_replicas
-from proxy.routing import Router
-from proxy.wire import fetch_request_fast
+from proxy.core.exchange import Exchange
+from proxy.policies.size_limit import Budget
+from proxy.policies.throttle import Ticket
+from proxy.wire import fetch_request_fast, views
 from proxy.wire.fetch_request_fast import (
     FetchParams,
     PartitionKey,
@@ -22,6 +20,7 @@ from proxy.wire.fetch_request_fast import (
 )
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
+from tests.support.chain import Clock, SansIOProxy
 
 BUDGET = Budget(100_000, 10_000)
 IDS = {"a": bytes([0xA]) * 16, "b": bytes([0xB]) * 16}
@@ -49,16 +48,27 @@ def construct_frame(version: int, order: list[tuple[str, int]], max_bytes: int, 
     return encode_request(header(version), body)
 
 
-def pipeline(terminate: bool, budget: Budget = BUDGET) -> Pipeline:
-    pl = Pipeline(Router("127.0.0.1", 0, open_listener=lambda n: 0),
-                  size_limits=SizeLimits(rules=(BudgetRule(budget, client_id="a*"),), global_max_bytes=1 << 30),
-                  throttles=Throttles(leader_rate=1000, follower_rate=1000, topics={"b": parse_replicas("*")},
-                                      consumers=("app",)),
-                  clock=lambda: 0.1, session_modes=SessionModes("terminate" if terminate else "passthrough"))
-    pl.topic_names.update({tid: name for name, tid in IDS.items()})
-    pl.throttle_state.follower.record(5000, 0.0)  # the follower quota is exceeded
-    pl.throttle_state.high_watermarks[("b", 1)] = 11  # b-1 is in sync (fetch offset 11): never left out
-    return pl
+def proxy(terminate: bool, budget: Budget = BUDGET) -> SansIOProxy:
+    p = SansIOProxy({
+        "size_limit.budgets": [{"client_id": "a*", "fetch_max_bytes": budget.fetch_max_bytes,
+                                "partition_max_bytes": budget.partition_max_bytes}],
+        "size_limit.global_max_bytes": 1 << 30,
+        "throttle.leader_rate_bytes": 1000, "throttle.follower_rate_bytes": 1000,
+        "throttle.topics": [{"topic": "b", "replicas": "*"}], "throttle.consumers": [{"client_id": "app"}],
+        "sessions.mode": "terminate" if terminate else "passthrough",
+    }, clock=Clock(0.1))
+    for name, tid in IDS.items():
+        p.names.learn(tid, name)
+    state = p.policy("throttle").state
+    state.follower.record(5000, 0.0)  # the follower quota is exceeded
+    state.high_watermarks[("b", 1)] = 11  # b-1 is in sync (fetch offset 11): never left out
+    return p
+
+
+def state_of(p: SansIOProxy, ex: Exchange, name: str) -> Any:
+    """A policy's per-request state."""
+    policy = p.policy(name)
+    return ex.states[ex.policies.index(policy)] if policy in ex.policies[: len(ex.states)] else None
 
 
 @pytest.mark.parametrize("terminate", [False, True])
@@ -69,23 +79,25 @@ def test_clamp_reorder_throttle_terminate_encode_like_the_construct_codec(versio
     exceeded (b-0 left out, b-1 in sync stays), then terminate mode (the first session request: a full one,
     session 0 epoch 0). The upstream frame is what the construct codec writes for those edits (the same bytes
     the construct-based policies produced before the fast path, checked when they were replaced)."""
-    pl = pipeline(terminate)
-    conn = ConnectionState()
-    key = (lambda t, p: (IDS[t], p)) if version >= 13 else (lambda t, p: (t, p))
-    conn.fairness.rank([key(t, p) for t, p in ORDER])
-    conn.fairness.served([key("a", 0)])
-    req = pl.on_request(construct_frame(version, ORDER, 50 << 20, 1 << 20), conn)
+    p = proxy(terminate)
+    fairness = p.conn.states[p.policy("size_limit")]
+    key = (lambda t, i: (IDS[t], i)) if version >= 13 else (lambda t, i: (t, i))
+    fairness.rank([key(t, i) for t, i in ORDER])
+    fairness.served([key("a", 0)])
+    ex = p.request(construct_frame(version, ORDER, 50 << 20, 1 << 20))
     expected_order = [("a", 1), ("b", 1), ("a", 2), ("a", 0)]
     session = terminate and version >= 7
-    assert req.frame == construct_frame(version, expected_order, 100_000, 10_000, epoch=0 if session else -1)
-    assert req.budget == Budget(100_000, 10_000) and req.reserve == 100_000 and req.collect
-    assert req.throttle is not None and req.throttle.left_out == 1 and req.throttle.offsets == {("b", 1): 11}
+    assert ex.frame == construct_frame(version, expected_order, 100_000, 10_000, epoch=0 if session else -1)
+    assert state_of(p, ex, "size_limit")[0] == Budget(100_000, 10_000) and ex.reserve == 100_000 and ex.collect
+    ticket, _ = state_of(p, ex, "throttle")
+    assert isinstance(ticket, Ticket) and ticket.left_out == 1 and ticket.offsets == {("b", 1): 11}
+    attempt = state_of(p, ex, "terminate")
     if session:
-        assert req.session is not None and req.session.full
-        assert list(req.session.wanted) == [key(t, p) for t, p in expected_order]
-        assert req.session.request.max_bytes == 100_000  # a re-sent request (replan) keeps the edits
+        assert attempt is not None and attempt.ticket.full
+        assert list(attempt.ticket.wanted) == [key(t, i) for t, i in expected_order]
+        assert attempt.ticket.request.max_bytes == 100_000  # a re-sent request (replan) keeps the edits
     else:
-        assert req.session is None
+        assert attempt is None
 
 
 class Calls:
@@ -113,25 +125,26 @@ def test_a_10000_partition_size_limited_request_is_decoded_once_and_encoded_once
         monkeypatch: pytest.MonkeyPatch, terminate: bool) -> None:
     decodes = Calls(decode_fetch_request)
     encodes = Calls(encode_fetch_request)
-    monkeypatch.setattr("proxy.pipeline.decode_fetch_request", decodes)
+    monkeypatch.setattr(views, "decode_fetch_request", decodes)
     monkeypatch.setattr(fetch_request_fast, "encode_fetch_request", encodes)  # FetchEdit.encode
     monkeypatch.setattr("proxy.policies.terminate.encode_fetch_request", encodes)
-    pl = pipeline(terminate)
+    p = proxy(terminate)
     frame = large_frame(12, 10_000)
-    req: Request = pl.on_request(frame, ConnectionState())
+    ex = p.request(frame)
     assert (decodes.n, encodes.n) == (1, 1)
-    sent = decode_fetch_request(req.frame)
+    sent = decode_fetch_request(ex.frame)
     assert sent.max_bytes == 100_000 and sent.partition_count == 5_000  # b-*: left out by the throttle
-    assert {p.partition_max_bytes for p in sent.partitions().values()} == {10_000}
-    assert (req.session is not None) == terminate
+    assert {q.partition_max_bytes for q in sent.partitions().values()} == {10_000}
+    assert (state_of(p, ex, "terminate") is not None) == terminate
 
 
 def test_a_request_no_policy_changes_is_relayed_as_received(monkeypatch: pytest.MonkeyPatch) -> None:
     encodes = Calls(encode_fetch_request)
     monkeypatch.setattr(fetch_request_fast, "encode_fetch_request", encodes)
-    pl = pipeline(False, budget=Budget(100 << 20, 2 << 20))  # larger than the request asks for
-    pl.throttle_state.follower = type(pl.throttle_state.follower)(1000, 11, 1.0)  # quota not exceeded
+    p = proxy(False, budget=Budget(100 << 20, 2 << 20))  # larger than the request asks for
+    state = p.policy("throttle").state
+    state.follower = type(state.follower)(1000, 11, 1.0)  # quota not exceeded
     frame = large_frame(12, 1_000)
-    req = pl.on_request(frame, ConnectionState())  # the first rotation order is the request's own
-    assert req.frame is frame and encodes.n == 0
-    assert req.budget is not None and req.throttle is not None and req.throttle.left_out == 0
+    ex = p.request(frame)  # the first rotation order is the request's own
+    assert ex.frame is frame and encodes.n == 0
+    assert state_of(p, ex, "size_limit") is not None and state_of(p, ex, "throttle")[0].left_out == 0

@@ -1,10 +1,10 @@
-"""proxy/quota.py: the window arithmetic of Kafka's SimpleRate over a SampledTotal (KIP-73's quota)."""
+"""proxy/policies/quota.py: the window arithmetic of Kafka's SimpleRate over a SampledTotal (KIP-73's quota)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.quota import WindowedRate
+from proxy.policies.quota import WindowedRate
 
 
 def test_partial_first_window_counts_as_one_whole_window() -> None:

@@ -28,7 +28,6 @@ from proxy.policies.sessions import (
     SessionClient,
     SessionServer,
     UpstreamPlan,
-    apply_plan,
     has_diverging_epoch,
     is_full,
     next_epoch,
@@ -37,6 +36,7 @@ from proxy.policies.sessions import (
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, build_tags
 from proxy.wire.messages import request_codec, response_codec
 from proxy.wire.model import Message
+from rig.fetch_oracle import apply_plan, build_response, to_message
 
 ID_A = bytes(range(1, 17))
 ID_B = bytes(range(101, 117))
@@ -83,7 +83,7 @@ def open_session(srv: SessionServer, version: int, parts: dict[PartitionKey, Fet
                  states: dict[PartitionKey, FetchPartition], now: float = 0.0, replica_id: int = -1) -> int:
     d = srv.handle_request(fetch_request(version, parts, 0, 0, replica_id=replica_id), version, now)
     assert d.kind is Kind.FULL
-    resp = srv.build_response(d, states)
+    resp = build_response(srv, d, states)
     sid: int = resp.session_id
     return sid
 
@@ -120,7 +120,7 @@ def test_full_request_creates_session_with_random_positive_id_and_epoch_1() -> N
     assert d.kind is Kind.FULL and list(d.partitions) == [("t", 0), ("t", 1)]
     assert d.partitions[("t", 1)] == P(7)
     assert len(srv.cache) == 0  # created with the response, as Kafka's FullFetchContext does
-    resp = srv.build_response(d, two_states(hw=10))
+    resp = build_response(srv, d, two_states(hw=10))
     assert resp.session_id == expected_id > 0 and resp.error_code == 0
     assert keys_of(resp, 12) == [("t", 0), ("t", 1)]
     session = srv.cache.get(expected_id)
@@ -136,7 +136,7 @@ def test_incremental_requests_advance_the_epoch() -> None:
     for epoch in (1, 2, 3):
         d = srv.handle_request(fetch_request(12, {}, sid, epoch), 12, now=epoch)
         assert d.kind is Kind.INCREMENTAL and list(d.partitions) == [("t", 0), ("t", 1)]
-        resp = srv.build_response(d, two_states())
+        resp = build_response(srv, d, two_states())
         assert resp.session_id == sid and resp.error_code == 0 and resp.responses == []  # nothing changed
     session = srv.cache.get(sid)
     assert session is not None and session.epoch == 4 and session.last_used == 3
@@ -146,7 +146,7 @@ def test_sessionless_request_creates_nothing() -> None:
     srv = server()
     d = srv.handle_request(fetch_request(12, TWO), 12, now=0)
     assert d.kind is Kind.SESSIONLESS
-    resp = srv.build_response(d, two_states())
+    resp = build_response(srv, d, two_states())
     assert resp.session_id == 0 and keys_of(resp, 12) == [("t", 0), ("t", 1)]
     assert len(srv.cache) == 0
 
@@ -164,7 +164,7 @@ def test_final_epoch_closes_a_named_session() -> None:
     sid = open_session(srv, 12, TWO, two_states())
     d = srv.handle_request(fetch_request(12, TWO, sid, FINAL_EPOCH), 12, now=1)
     assert d.kind is Kind.SESSIONLESS and sid not in srv.cache
-    assert srv.build_response(d, two_states()).session_id == 0
+    assert build_response(srv, d, two_states()).session_id == 0
     assert srv.stats.sessions_closed == 1 and srv.cache.partitions_cached == 0
     # the closed session is gone for good
     assert srv.handle_request(fetch_request(12, {}, sid, 1), 12, 2).error_code == FETCH_SESSION_ID_NOT_FOUND
@@ -175,7 +175,7 @@ def test_initial_epoch_on_existing_id_closes_it_and_creates_another() -> None:
     sid = open_session(srv, 12, TWO, two_states())
     d = srv.handle_request(fetch_request(12, {("t", 1): P(9)}, sid, 0), 12, now=1)
     assert d.kind is Kind.FULL and sid not in srv.cache
-    new = srv.build_response(d, two_states()).session_id
+    new = build_response(srv, d, two_states()).session_id
     assert new not in (0, sid) and list(srv.cache.sessions) == [new]
     session = srv.cache.get(new)
     assert session is not None and list(session.partitions) == [("t", 1)]
@@ -186,7 +186,7 @@ def test_initial_epoch_on_existing_id_closes_it_and_creates_another() -> None:
 
 def _assert_error_response(srv: SessionServer, d: Decision, code: int, version: int) -> None:
     assert d.is_error and d.error_code == code and d.partitions == {}
-    resp = srv.build_response(d, {})
+    resp = build_response(srv, d, {})
     assert (resp.error_code, resp.session_id, resp.responses) == (code, 0, [])
     assert roundtrip_response(resp, version) == resp
 
@@ -228,7 +228,7 @@ def test_stale_decision_answers_71_with_the_session_id() -> None:
     sid = open_session(srv, 12, TWO, two_states())
     first = srv.handle_request(fetch_request(12, {}, sid, 1), 12, 1)
     srv.handle_request(fetch_request(12, {}, sid, 2), 12, 1)
-    resp = srv.build_response(first, two_states(hw=11))
+    resp = build_response(srv, first, two_states(hw=11))
     assert (resp.error_code, resp.session_id, resp.responses) == (INVALID_FETCH_SESSION_EPOCH, sid, [])
 
 
@@ -275,7 +275,7 @@ def test_incremental_adds_updates_and_forgets() -> None:
     assert list(d.partitions) == [("t", 0), ("t", 1), ("v", 3)]
     assert srv.cache.partitions_cached == 3
     # a new partition has no cached HW yet: it is in the next response
-    resp = srv.build_response(d, {("t", 0): part(), ("t", 1): part(), ("v", 3): part()})
+    resp = build_response(srv, d, {("t", 0): part(), ("t", 1): part(), ("v", 3): part()})
     assert keys_of(resp, 12) == [("v", 3)]
 
 
@@ -285,7 +285,7 @@ def test_forgetting_every_partition_closes_the_session_and_answers_sessionless()
     d = srv.handle_request(fetch_request(12, {}, sid, 1, forget=[("t", 0), ("t", 1)]), 12, 1)
     assert d.kind is Kind.SESSIONLESS and d.partitions == {}
     assert sid not in srv.cache and srv.cache.partitions_cached == 0 and srv.stats.sessions_closed == 1
-    resp = srv.build_response(d, {})
+    resp = build_response(srv, d, {})
     assert (resp.error_code, resp.session_id, resp.responses) == (0, 0, [])
 
 
@@ -293,7 +293,7 @@ def test_full_request_answer_needs_every_partition_state() -> None:
     srv = server()
     d = srv.handle_request(fetch_request(12, TWO, 0, 0), 12, 0)
     with pytest.raises(KeyError, match="no partition state"):
-        srv.build_response(d, {("t", 0): part()})
+        build_response(srv, d, {("t", 0): part()})
 
 
 def test_followers_are_privileged() -> None:
@@ -314,7 +314,7 @@ def _incremental(srv: SessionServer, sid: int, epoch: int,
                  states: dict[PartitionKey, FetchPartition]) -> Message:
     d = srv.handle_request(fetch_request(12, {}, sid, epoch), 12, epoch)
     assert d.kind is Kind.INCREMENTAL
-    return srv.build_response(d, states)
+    return build_response(srv, d, states)
 
 
 def test_inclusion_rules() -> None:
@@ -398,7 +398,7 @@ def test_full_response_groups_consecutive_partitions_by_topic() -> None:
     srv = server()
     order = {("a", 0): P(0), ("b", 0): P(0), ("b", 1): P(0), ("a", 1): P(0)}
     d = srv.handle_request(fetch_request(12, order), 12, 0)
-    resp = srv.build_response(d, {k: part() for k in order})
+    resp = build_response(srv, d, {k: part() for k in order})
     assert [(t.topic, [p.partition_index for p in t.partitions]) for t in resp.responses] == [
         ("a", [0]), ("b", [0, 1]), ("a", [1])]
 
@@ -414,7 +414,7 @@ def test_topic_id_session_v13_round_trips_on_the_wire() -> None:
     assert req.topics[0].topic_id == ID_A and req.topics[0].partitions[0].current_leader_epoch == 5
     d = srv.handle_request(roundtrip_request(req, 13), 13, 0)
     assert d.partitions == parts
-    resp = srv.build_response(d, {k: part(hw=20) for k in parts})
+    resp = build_response(srv, d, {k: part(hw=20) for k in parts})
     assert [t.topic_id for t in resp.responses] == [ID_A, ID_B]
     assert roundtrip_response(resp, 13) == resp
     sid = resp.session_id
@@ -432,13 +432,13 @@ def test_messages_encode_at_every_session_version(version: int) -> None:
     decoded = roundtrip_request(req, version)
     assert decoded.session_epoch == 0 and decoded.session_id == 0
     d = srv.handle_request(decoded, version, 0)
-    resp = srv.build_response(d, {k: part(hw=5, records=b"") for k in parts})
+    resp = build_response(srv, d, {k: part(hw=5, records=b"") for k in parts})
     assert roundtrip_response(resp, version) == resp and resp.session_id > 0
     view = srv.build_view(srv.handle_request(fetch_request(version, {}, resp.session_id, 1), version, 1),
                           {k: part(hw=6) for k in parts})
     assert isinstance(view, FetchResponseView)
-    assert response_codec(1, version).decode(view.to_bytes()) == view.to_message()
-    assert len(view.to_message().responses) == 1 and len(view.to_message().responses[0].partitions) == 2
+    assert response_codec(1, version).decode(view.to_bytes()) == to_message(view)
+    assert len(to_message(view).responses) == 1 and len(to_message(view).responses[0].partitions) == 2
 
 
 def test_keys_must_match_the_versions_topic_addressing() -> None:
@@ -446,7 +446,7 @@ def test_keys_must_match_the_versions_topic_addressing() -> None:
     d = srv.handle_request(fetch_request(12, {("t", 0): P(0)}), 12, 0)
     d.version = 13
     with pytest.raises(ValueError, match="16-byte topic ids"):
-        srv.build_response(d, {("t", 0): part()})
+        build_response(srv, d, {("t", 0): part()})
     with pytest.raises(ValueError, match="topic names"):
         fetch_request(12, {(ID_A, 0): P(0)})
 
@@ -561,7 +561,7 @@ def _resp(version: int, keys: list[PartitionKey], session_id: int = 0, error: in
           throttle: int = 0) -> Message:
     """A broker's Fetch response listing ``keys`` (built by a throwaway server's sessionless path)."""
     decision = Decision(Kind.SESSIONLESS, version, {k: P(0) for k in keys})
-    resp = SessionServer().build_response(decision, {k: part() for k in keys})
+    resp = build_response(SessionServer(), decision, {k: part() for k in keys})
     return resp.replace(session_id=session_id, error_code=error, throttle_time_ms=throttle)
 
 
@@ -713,7 +713,7 @@ def test_client_drives_the_server_end_to_end() -> None:
             sent_sizes.append(len(plan.to_send) + len(plan.to_forget))
             req = roundtrip_request(apply_plan(request_codec(1, version).default(), version, plan), version)
             d = srv.handle_request(req, version, rnd)
-            resp = roundtrip_response(srv.build_response(d, states), version)
+            resp = roundtrip_response(build_response(srv, d, states), version)
             assert c.handle_response(resp, version), (version, rnd)
             states[keys[1]] = part(hw=12)
         assert sent_sizes == [4, 0, 1, 0, 1, 0]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.core.memory import HeldBytes
 from proxy.policies.size_limit import (
     Budget,
     BudgetRule,
     Fairness,
-    HeldBytes,
     SizeLimits,
     clamp_request,
     enforce,

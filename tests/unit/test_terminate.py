@@ -15,7 +15,6 @@ from proxy.policies.sessions import (
     SessionCache,
     SessionServer,
     UpstreamPlan,
-    apply_plan,
 )
 from proxy.policies.terminate import (
     SessionModes,
@@ -33,6 +32,7 @@ from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
 from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
+from rig.fetch_oracle import apply_plan
 
 V = 12
 KEYS: list[PartitionKey] = [("t", 0), ("t", 1), ("t", 2)]

@@ -87,12 +87,26 @@ def fetch_request(offsets: dict[tuple[str, int], int], epoch: int = -1, max_wait
         session_epoch=epoch, topics=[Message(topic=t, partitions=ps) for t, ps in topics.items()]))
 
 
-def response(parts: dict[tuple[str, int], tuple[int, int]]) -> FetchResponseView:
-    """(topic, partition) -> (high watermark, record bytes)."""
+def batch(size: int, base_offset: int = 0) -> bytes:
+    """One record batch of exactly ``size`` bytes (at least ~70) starting at ``base_offset``."""
+    from proxy.wire.records import Record, encode_batch, new_batch
+
+    value = size - 70
+    while True:
+        out = encode_batch(new_batch([Record(offset_delta=0, value=b"x" * value)], base_offset=base_offset))
+        if len(out) == size:
+            return out
+        value += size - len(out)
+
+
+def response(parts: dict[tuple[str, int], tuple[int, int]],
+             base: dict[tuple[str, int], int] | None = None) -> FetchResponseView:
+    """(topic, partition) -> (high watermark, record bytes: one batch starting at ``base`` (default 0))."""
     topics: dict[str, list[FetchPartition]] = {}
     for (t, p), (hw, size) in parts.items():
+        records = memoryview(batch(size, (base or {}).get((t, p), 0)) if size else b"")
         topics.setdefault(t, []).append(FetchPartition(p, high_watermark=hw, last_stable_offset=hw,
-                                                       log_start_offset=0, records=memoryview(b"x" * size)))
+                                                       log_start_offset=0, records=records))
     return FetchResponseView(12, topics=[FetchTopic(t, partitions=ps) for t, ps in topics.items()])
 
 
@@ -113,7 +127,7 @@ def test_leader_under_quota_passes_and_records_all_throttled_bytes() -> None:
     assert set(ticket.offsets) == {("t", 0), ("t", 1)}  # u is not throttled
     view = response({("t", 0): (100, 600), ("t", 1): (100, 300), ("u", 0): (100, 5000)})
     out = enforce(view, ticket, t, st, NO_IDS, 0.0)
-    assert out.left_out == 0 and out.leader_bytes == 900 and out.mute_s == 0
+    assert out.left_out == 0 and out.sent_bytes == 900 and out.mute_s == 0
     assert st.leader.total(0.0) == 900  # only throttled partitions count
     assert st.sum_lag(0.0) == 200
 
@@ -149,12 +163,13 @@ def test_in_sync_partition_is_exempt_but_counted() -> None:
     t = snapshot(leader=1000)
     st = ThrottleState(t)
     st.leader.record(5000, 0.0)
-    # a replica fetcher at HW 100 still gets the records above it (leaders send up to the log end)
+    # a replica fetcher at HW 100 still gets the records above it (leaders send up to the log end): its first
+    # batch starts at the high watermark
     ticket = plan_request(fetch_request({("t", 0): 100, ("t", 1): 40}), 7, t, st, NO_IDS, 0.5)
-    view = response({("t", 0): (100, 250), ("t", 1): (100, 400)})
+    view = response({("t", 0): (100, 250), ("t", 1): (100, 400)}, base={("t", 0): 100, ("t", 1): 40})
     out = enforce(view, ticket, t, st, NO_IDS, 0.5)
     assert sizes(view) == {("t", 0): 250, ("t", 1): 0}
-    assert out.left_out == 1 and out.leader_bytes == 250
+    assert out.left_out == 1 and out.sent_bytes == 250
     assert st.leader.total(0.5) == 5250
     assert st.sum_lag(0.5) == 60
 
@@ -181,7 +196,7 @@ def test_topic_ids_resolved_through_names() -> None:
     names = {tid: "t"}.get
     ticket = plan_request(req, CONSUMER, t, st, names, 0.0)
     view = FetchResponseView(16, topics=[FetchTopic(topic_id=tid, partitions=[
-        FetchPartition(0, high_watermark=9, records=memoryview(b"y" * 50))])])
+        FetchPartition(0, high_watermark=9, records=memoryview(batch(100)))])])
     assert enforce(view, ticket, t, st, names, 0.0).left_out == 1
     assert plan_request(req, CONSUMER, t, st, NO_IDS, 0.0).offsets == {}  # unknown id: not throttled
 
@@ -200,8 +215,8 @@ def test_follower_over_quota_leaves_out_of_out_of_sync_partitions_of_sessionless
     # t-0 (never seen, so not in sync) is left out; t-1 (at its HW) stays; u is not throttled
     assert list(req.partitions) == [("t", 1), ("u", 0)] and req.changed
     assert list(decode_fetch_request(req.encode()).partitions()) == [("t", 1), ("u", 0)]
-    # the bytes received for throttled partitions are recorded on the follower side
-    enforce(response({("t", 1): (60, 100), ("u", 0): (9, 999)}), ticket, t, st, NO_IDS, 0.1)
+    # the bytes handed on for throttled partitions are recorded on the follower side
+    enforce(response({("t", 1): (60, 100), ("u", 0): (9, 999)}, base={("t", 1): 50}), ticket, t, st, NO_IDS, 0.1)
     assert st.follower.total(0.1) == 5100
 
 
@@ -227,7 +242,55 @@ def test_follower_leaves_session_requests_alone(epoch: int) -> None:
     assert ticket.left_out == 0 and list(req.partitions) == [("t", 0)] and not req.changed
 
 
+def test_follower_over_quota_leaves_records_of_session_partitions_out_of_the_response() -> None:
+    """A fetch session's partitions cannot be left out of its request, so the follower side leaves their
+    records out of the response instead (in-sync partitions stay; only bytes handed on count)."""
+    t = snapshot(leader=0, follower=1000)
+    st = ThrottleState(t)
+    st.follower.record(5000, 0.0)
+    req = fetch_request({("t", 0): 0}, epoch=4, max_wait_ms=500)
+    ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.1)
+    view = response({("t", 0): (100, 300), ("t", 1): (100, 300), ("u", 0): (100, 300)}, base={("t", 1): 100})
+    out = enforce(view, ticket, t, st, NO_IDS, 0.1)
+    assert out.follower_left_out == 1 and out.left_out == 0 and out.changed
+    assert sizes(view) == {("t", 0): 0, ("t", 1): 300, ("u", 0): 300}  # t-1 is in sync: kept, counted
+    assert st.follower.total(0.1) == 5300
+
+
+def test_follower_holding_back_all_of_a_session_response_paces_the_fetcher() -> None:
+    t = snapshot(leader=0, follower=1000)
+    st = ThrottleState(t)
+    st.follower.record(1200, 0.0)
+    ticket = plan_request(fetch_request({("t", 0): 0}, epoch=2), CONSUMER, t, st, NO_IDS, 0.5)
+    out = enforce(response({("t", 0): (100, 300)}), ticket, t, st, NO_IDS, 0.5)
+    assert out.follower_left_out == 1 and out.mute_s == pytest.approx(0.5)
+
+
 # ------------------------------------------------------------------------------------------- sessions
+
+
+@pytest.mark.parametrize("leader_exceeded", [False, True])
+def test_every_throttled_partition_of_a_session_response_counts_listed_or_not(leader_exceeded: bool) -> None:
+    """KIP-227: an incremental request lists only the partitions that changed (here: none), while the response
+    carries every partition of the session with news. Each of them is metered and held back like a listed one
+    (metering only the listed ones let a Java consumer read 56 MB with 6 MB counted)."""
+    t = snapshot(leader=1000)
+    st = ThrottleState(t)
+    if leader_exceeded:
+        st.leader.record(5000, 0.0)
+    ticket = plan_request(fetch_request({}, epoch=7), CONSUMER, t, st, NO_IDS, 0.1)
+    assert ticket.session and ticket.offsets == {}
+    view = response({("t", 0): (500, 400), ("t", 1): (500, 300), ("u", 0): (500, 200)})
+    out = enforce(view, ticket, t, st, NO_IDS, 0.1)
+    if leader_exceeded:
+        assert out.left_out == 2 and out.sent_bytes == 0
+        assert sizes(view) == {("t", 0): 0, ("t", 1): 0, ("u", 0): 200}
+        assert st.leader.total(0.1) == 5000
+    else:
+        assert out.left_out == 0 and out.sent_bytes == 700 and st.leader.total(0.1) == 700
+    assert st.sum_lag(0.1) == 1000  # lag from the batches' offsets: 500 - 0, twice
+
+
 
 
 class FakeSession:
@@ -280,5 +343,5 @@ def test_truncated_trailing_batch_of_throttled_partition_is_dropped_and_not_coun
         FetchTopic("t", partitions=[FetchPartition(0, high_watermark=5, records=memoryview(whole + tail))]),
         FetchTopic("u", partitions=[FetchPartition(0, high_watermark=5, records=memoryview(whole + tail))])])
     out = enforce(view, ticket, t, st, NO_IDS, 0.0)
-    assert out.trimmed_bytes == 40 and out.changed and out.leader_bytes == len(whole)
+    assert out.trimmed_bytes == 40 and out.changed and out.sent_bytes == len(whole)
     assert sizes(view) == {("t", 0): len(whole), ("u", 0): len(whole) + 40}  # unthrottled: untouched

@@ -1,13 +1,12 @@
-"""Sans-IO routing and per-request decisions: address rewriting, ApiVersions, acks=0, bad frames."""
+"""The policy chain, sans-IO: address rewriting, ApiVersions, acks=0, bad frames, what is decoded and when."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.pipeline import Pipeline
-from proxy.routing import Router
+from proxy.core.exchange import Rejected
+from proxy.core.routing import Router
 from proxy.versions import UNSUPPORTED_VERSION, WITHHELD_APIS
-from proxy.wire.errors import CodecError
 from proxy.wire.messages import (
     decode_response,
     encode_request,
@@ -16,10 +15,11 @@ from proxy.wire.messages import (
     response_codec,
 )
 from proxy.wire.model import Message
+from tests.support.chain import SansIOProxy
 
 
-def router() -> Router:
-    return Router("proxy.example", 20000)
+def proxy() -> SansIOProxy:
+    return SansIOProxy(router=Router("proxy.example", 20000))
 
 
 def req_frame(api_key: int, version: int, body: Message | None = None, corr: int = 7) -> bytes:
@@ -27,19 +27,19 @@ def req_frame(api_key: int, version: int, body: Message | None = None, corr: int
     return encode_request(header, body if body is not None else request_codec(api_key, version).default())
 
 
-def respond(pipeline: Pipeline, frame: bytes, body: Message) -> Message:
-    req = pipeline.on_request(frame)
-    key, version = req.header.api_key, req.header.api_version
-    raw = encode_response(key, version, Message(correlation_id=req.header.correlation_id), body)
-    out = pipeline.on_response(req, raw)
-    sent = b"".join(bytes(b) for b in out.buffers)
-    assert int.from_bytes(sent[:4], "big") == len(sent) - 4 == out.size - 4
+def respond(p: SansIOProxy, frame: bytes, body: Message) -> Message:
+    ex = p.request(frame)
+    assert ex.collect
+    key, version = ex.header.api_key, ex.header.api_version
+    raw = encode_response(key, version, Message(correlation_id=ex.header.correlation_id), body)
+    sent = p.respond(ex, raw)
+    assert int.from_bytes(sent[:4], "big") == len(sent) - 4 == ex.client_bytes - 4
     return decode_response(key, version, sent[4:])[1]
 
 
 @pytest.mark.parametrize("version", [0, 1, 9, 12, 13])
 def test_metadata_brokers_get_advertised_addresses(version: int) -> None:
-    p = Pipeline(router())
+    p = proxy()
     body = response_codec(3, version).default()
     body.brokers = [
         Message(node_id=1, host="10.0.0.1", port=9092, **({"rack": None} if version >= 1 else {})),
@@ -53,14 +53,14 @@ def test_metadata_brokers_get_advertised_addresses(version: int) -> None:
 
 @pytest.mark.parametrize("version", [0, 3])
 def test_find_coordinator_single(version: int) -> None:
-    p = Pipeline(router())
+    p = proxy()
     body = response_codec(10, version).default().replace(node_id=5, host="broker5", port=9099)
     out = respond(p, req_frame(10, version), body)
     assert (out.node_id, out.host, out.port) == (5, "proxy.example", 20005)
 
 
 def test_find_coordinator_batched_keeps_error_placeholders() -> None:
-    p = Pipeline(router())
+    p = proxy()
     body = response_codec(10, 4).default()
     body.coordinators = [
         Message(key="g1", node_id=3, host="b3", port=9092, error_code=0, error_message=None),
@@ -72,7 +72,7 @@ def test_find_coordinator_batched_keeps_error_placeholders() -> None:
 
 
 def test_describe_cluster_brokers_rewritten_controllers_not() -> None:
-    p = Pipeline(router())
+    p = proxy()
     body = response_codec(60, 1).default()
     body.brokers = [Message(broker_id=1, host="b1", port=9092, rack=None)]
     assert respond(p, req_frame(60, 1), body).brokers[0].port == 20001
@@ -81,22 +81,25 @@ def test_describe_cluster_brokers_rewritten_controllers_not() -> None:
 
 
 def test_fetch_node_endpoints_rewritten_from_v16() -> None:
-    p = Pipeline(router())
+    p = proxy()
     body = response_codec(1, 16).default()
     body.node_endpoints = [Message(node_id=2, host="broker-two.internal", port=9092, rack=None)]
     raw = encode_response(1, 16, Message(correlation_id=7), body)
-    req = p.on_request(req_frame(1, 16))
-    streamer = p.fetch_streamer(req, len(raw) - 4)
+    ex = p.request(req_frame(1, 16))
+    assert not ex.collect and ex.streamer is not None  # streamed through, only the tail held back
+    streamer = ex.streamer(len(raw) - 4)
     sent = b"".join(bytes(b) for b in streamer.feed(raw[4:]))
     assert len(sent) == len(raw) - 4  # same length: the size prefix went out first
     out = decode_response(1, 16, raw[:4] + sent)[1]
     assert [(n.node_id, n.host, n.port) for n in out.node_endpoints] == [(2, "proxy.example", 20002)]
-    # Before KIP-951 there is nothing to rewrite: the response is relayed as bytes.
-    assert p.on_request(req_frame(1, 15)).rewrite is None
+    assert streamer.changed
+    # Before KIP-951 there is nothing to rewrite: the response is relayed as bytes, the request never decoded.
+    ex = p.request(req_frame(1, 15))
+    assert not ex.collect and ex.streamer is None and ex.view is None
 
 
 def test_api_versions_intersected_and_withheld() -> None:
-    p = Pipeline(router())
+    p = proxy()
     body = response_codec(18, 3).default()
     body.api_keys = [
         Message(api_key=1, min_version=0, max_version=99),  # Fetch: Sluice decodes 4..18
@@ -109,11 +112,11 @@ def test_api_versions_intersected_and_withheld() -> None:
 
 
 def test_unknown_api_versions_version_answered_locally_like_kafka() -> None:
-    p = Pipeline(router())
+    p = proxy()
     frame = bytes.fromhex("0012 0063 00000009 0001 74".replace(" ", ""))  # ApiVersions v99, corr 9
-    req = p.on_request(frame)
-    assert req.local_response is not None and req.rewrite is None
-    resp = req.local_response[4:]
+    ex = p.request(frame)
+    assert ex.answer is not None and not ex.collect
+    resp = ex.answer[4:]
     header, body = decode_response(18, 0, resp)
     assert header.correlation_id == 9 and body.error_code == UNSUPPORTED_VERSION
     assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [(18, 0, 4)]
@@ -123,34 +126,52 @@ def test_unknown_api_versions_version_answered_locally_like_kafka() -> None:
 @pytest.mark.parametrize("acks", [0, 1, -1])
 def test_produce_acks_zero_expects_no_response(version: int, acks: int) -> None:
     body = request_codec(0, version).default().replace(transactional_id="txn-1", acks=acks)
-    req = Pipeline(router()).on_request(req_frame(0, version, body))
-    assert req.expects_response is (acks != 0)
+    ex = proxy().request(req_frame(0, version, body))
+    assert ex.expects_response is (acks != 0)
 
 
 def test_decoded_api_outside_sluice_range_is_rejected() -> None:
-    with pytest.raises(CodecError):
-        Pipeline(router()).on_request(bytes.fromhex("0003 0063 00000001 ffff".replace(" ", "")))
+    with pytest.raises(Rejected) as e:
+        proxy().request(bytes.fromhex("0003 0063 00000001 ffff".replace(" ", "")))
+    assert e.value.reason == "unsupported_version"
 
 
 @pytest.mark.parametrize("frame", [b"", b"\x00\x03", b"\x00\x03\x00\x0c\x00\x00\x00\x01\x00\x09ab"])
 def test_malformed_request_headers(frame: bytes) -> None:
-    with pytest.raises(CodecError):
-        Pipeline(router()).on_request(frame)
+    with pytest.raises(Rejected) as e:
+        proxy().request(frame)
+    assert e.value.reason == "malformed"
+
+
+@pytest.mark.parametrize("api_key", [-1, 1000, 32767])
+def test_an_api_key_kafka_does_not_define_is_rejected(api_key: int) -> None:
+    frame = api_key.to_bytes(2, "big", signed=True) + bytes.fromhex("0000 00000001 ffff".replace(" ", ""))
+    with pytest.raises(Rejected) as e:
+        proxy().request(frame)
+    assert e.value.reason == "unknown_api"
+
+
+def test_apis_no_policy_declares_are_relayed_without_decoding() -> None:
+    """ListOffsets (no policy declares it): not decoded, no policy consulted, the response relayed as bytes."""
+    p = proxy()
+    ex = p.request(req_frame(2, 7))
+    assert ex.policies == () and ex.view is None and not ex.collect and ex.streamer is None
 
 
 @pytest.mark.parametrize("api_key, version", [(0, 10), (0, 13)])
 def test_produce_without_node_endpoints_relays_the_upstream_bytes(api_key: int, version: int) -> None:
-    p = Pipeline(router())
-    req = p.on_request(req_frame(api_key, version))
-    assert req.rewrite is not None  # KIP-951 versions are inspected...
+    p = proxy()
+    ex = p.request(req_frame(api_key, version))
+    assert ex.collect  # KIP-951 versions are inspected...
     body = response_codec(api_key, version).default()
     raw = encode_response(api_key, version, Message(correlation_id=7), body)
-    out = p.on_response(req, raw)
-    assert out.buffers[1] is raw and not out.changed  # ...but relayed as the same bytes when nothing changes
+    p.respond(ex, raw)
+    assert ex.reply is not None and ex.reply[1] is raw  # ...but relayed as the same bytes when nothing changes
+    assert p.metrics.total("sluice_responses_rewritten_total") == 0
 
 
 def test_produce_node_endpoints_rewritten() -> None:
-    p = Pipeline(router())
+    p = proxy()
     body = response_codec(0, 12).default()
     body.node_endpoints = [Message(node_id=4, host="b4", port=9092, rack="r1")]
     out = respond(p, req_frame(0, 12, request_codec(0, 12).default().replace(acks=1)), body)
@@ -160,7 +181,7 @@ def test_produce_node_endpoints_rewritten() -> None:
 @pytest.mark.parametrize("version", [0, 4, 9, 12, 13])
 def test_metadata_topics_relayed_as_bytes_brokers_rewritten(version: int) -> None:
     """Only Metadata's head (up to Brokers) is decoded; the topics after it go out exactly as received."""
-    p = Pipeline(router())
+    p = proxy()
     codec = response_codec(3, version)
     body = codec.default()
     rack = {"rack": "r1"} if version >= 1 else {}
@@ -183,13 +204,25 @@ def test_metadata_topics_relayed_as_bytes_brokers_rewritten(version: int) -> Non
 def test_access_log_partitions_include_those_without_bytes() -> None:
     """The access log's per-partition bytes list every partition of a decoded Fetch response, idle ones with 0:
     the analytics count empty fetches and partitions without bytes from them (that is how starvation shows)."""
+    import io
+
     from bench.pipeline_cpu import request_frame, response_frame
-    from proxy.pipeline import ConnectionState, Pipeline
+    from proxy.accesslog import AccessLog
     from proxy.policies.sessions import LEGACY
-    from proxy.policies.terminate import SessionModes
 
     keys = [("t", i) for i in range(5)]
-    pl, conn = Pipeline(Router("127.0.0.1", 0), session_modes=SessionModes("terminate")), ConnectionState()
-    req = pl.on_request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY), conn)
-    pl.on_response(req, response_frame(12, 1, keys, 0, 77))
-    assert req.partitions == [("t", i, 0) for i in range(5)]
+    p = SansIOProxy({"sessions.mode": "terminate"}, access_log=AccessLog(io.StringIO()))
+    ex = p.request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY))
+    p.respond(ex, response_frame(12, 1, keys, 0, 77))
+    assert ex.log["partitions"] == [("t", i, 0) for i in range(5)]
+
+
+def test_access_log_partitions_are_not_gathered_when_the_access_log_is_off() -> None:
+    from bench.pipeline_cpu import request_frame, response_frame
+    from proxy.policies.sessions import LEGACY
+
+    keys = [("t", i) for i in range(5)]
+    p = SansIOProxy({"sessions.mode": "terminate"})
+    ex = p.request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY))
+    p.respond(ex, response_frame(12, 1, keys, 0, 77))
+    assert "partitions" not in ex.log

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .wire.model import Message
+from ..wire.model import Message
 
 Address = tuple[str, int]
 

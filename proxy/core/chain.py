@@ -1,0 +1,174 @@
+"""The policy chain: runs a proxy's policies over every request and response, decoding only what they need.
+Sans-IO: bytes and exchanges in, exchanges with their effects out.
+
+- :meth:`Chain.classify` reads a request frame's header (one struct unpack), refuses what Kafka does not define,
+  picks the policies that apply (by API, then :meth:`~proxy.core.policy.Policy.applies`) and, if one of them
+  reads topic names, lists the topic ids Sluice must learn before they run (the connection core waits for them).
+- :meth:`Chain.on_request` runs those policies in registration order (client side first). The request is decoded
+  on first access by any of them and re-encoded once at the end, only if one changed it. A policy that answers
+  (``ex.answer``) ends the walk: the request never goes upstream.
+- :meth:`Chain.on_response` decodes the response once into the API's view (:mod:`proxy.wire.views`), runs the
+  policies that asked to see it in the reverse order (back towards the client), and encodes it once, only if
+  one changed it. A policy asking for the request to go upstream again (``ex.resend``) ends the walk.
+
+Which policies exist, in which order, is decided in one place: ``proxy/policies/__init__.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..accesslog import AccessLog
+from ..metrics import Metrics
+from ..wire.errors import CodecError
+from ..wire.fetch_layout import FIRST_TOPIC_ID
+from ..wire.fetch_request_fast import FetchEdit
+from ..wire.messages import api_name, known_api, peek_request_header
+from ..wire.produce import produce_acks
+from ..wire.views import FetchResponse, response_view
+from .exchange import ConnectionInfo, Exchange, Rejected
+from .policy import Policy
+from .topic_names import TopicNames
+
+PRODUCE, FETCH = 0, 1
+
+
+class ChainConnection:
+    """The policies' states for one client connection."""
+
+    __slots__ = ("info", "states")
+
+    def __init__(self, info: ConnectionInfo, states: dict[Policy, Any]) -> None:
+        self.info = info
+        self.states = states
+
+
+class Chain:
+    def __init__(self, policies: Sequence[Policy], metrics: Metrics, names: TopicNames,
+                 access_log: AccessLog | None = None) -> None:
+        self.policies = tuple(policies)
+        self.metrics = metrics
+        self.names = names
+        #: per-partition access-log fields are gathered only when the access log is written
+        self.access_log = access_log
+        by_api: dict[int, list[Policy]] = {}
+        for policy in self.policies:
+            for api in policy.apis:
+                by_api.setdefault(api, []).append(policy)
+        self._by_api = {api: tuple(ps) for api, ps in by_api.items()}
+        self._on_sent = frozenset(p for p in self.policies if type(p).on_sent is not Policy.on_sent)
+
+    # ------------------------------------------------------------------------------------ connections
+
+    def connect(self, info: ConnectionInfo) -> ChainConnection:
+        return ChainConnection(info, {p: p.open(info) for p in self.policies})
+
+    def disconnect(self, conn: ChainConnection) -> None:
+        for policy, state in conn.states.items():
+            policy.close(state)
+
+    def reconfigure(self, settings: Any) -> None:
+        for policy in self.policies:
+            policy.reconfigure(settings)
+
+    # --------------------------------------------------------------------------------------- requests
+
+    def classify(self, frame: bytes, now: float) -> Exchange:
+        """A request frame (no size prefix) as an exchange; Rejected if Sluice must not serve it."""
+        try:
+            header = peek_request_header(frame)
+        except CodecError as e:
+            raise Rejected("malformed", str(e)) from None
+        key = header.api_key
+        if not known_api(key):
+            # Relaying a key Kafka does not define would only hand the broker garbage; Kafka closes the
+            # connection on one too (SocketServer: InvalidRequestException, "Unknown API key").
+            raise Rejected("unknown_api", f"api key {key} is not a Kafka API")
+        ex = Exchange(header, api_name(key), len(frame) + 4, frame, now)
+        if key == PRODUCE:
+            try:
+                ex.expects_response = produce_acks(frame, header) != 0
+            except CodecError as e:
+                raise Rejected("malformed", str(e)) from None
+        candidates = self._by_api.get(key)
+        if candidates:
+            ex.policies = tuple(p for p in candidates if p.applies(ex))
+            if key == FETCH and header.api_version >= FIRST_TOPIC_ID and ex.policies \
+                    and any(p.needs_topic_names(ex) for p in ex.policies):
+                request = self._request(ex)
+                assert isinstance(request, FetchEdit)
+                ex.missing_names = self.names.missing(request.view.topic_keys)  # type: ignore[arg-type]
+        return ex
+
+    @staticmethod
+    def _request(ex: Exchange) -> Any:
+        try:
+            return ex.request
+        except CodecError as e:
+            raise Rejected("malformed", str(e)) from None
+
+    def on_request(self, conn: ChainConnection, ex: Exchange) -> None:
+        """Run the policies on the request (after any topic-name lookup it waited for). Rejected if a policy
+        finds it malformed or refuses it."""
+        states = conn.states
+        try:
+            for policy in ex.policies:
+                ex.states.append(policy.on_request(ex, states[policy]))
+                if ex.answer is not None:
+                    return
+            view = ex.view
+            if view is not None and view.changed:
+                ex.frame = view.encode()
+        except CodecError as e:
+            raise Rejected("malformed", str(e)) from None
+
+    # -------------------------------------------------------------------------------------- responses
+
+    def wants_response(self, ex: Exchange) -> bool:
+        return any(state is not None for state in ex.states)
+
+    def on_response(self, conn: ChainConnection, ex: Exchange, frame: bytes | bytearray) -> None:
+        """Run the interested policies on a collected response frame (no size prefix) in reverse order. Sets
+        ``ex.reply`` (and the access-log fields), or ``ex.resend``. CodecError if the response is malformed."""
+        h = ex.header
+        response = response_view(h.api_key, h.api_version, frame)
+        states = conn.states
+        ran = ex.policies[: len(ex.states)]
+        for policy, state in zip(reversed(ran), reversed(ex.states), strict=True):
+            if state is None:
+                continue
+            policy.on_response(ex, response, states[policy], state)
+            if ex.resend:
+                return
+        ex.reply, ex.client_bytes = response.encode()
+        ex.error_codes = response.error_codes()
+        ex.decoded = True
+        if self._on_sent:
+            for policy, state in zip(ran, ex.states, strict=True):
+                if state is not None and policy in self._on_sent:
+                    policy.on_sent(ex, states[policy], state)
+        if response.changed:
+            self.metrics.responses_rewritten.labels(ex.api).inc()
+        if isinstance(response, FetchResponse) and self.access_log is not None and self.access_log.enabled:
+            ex.log["partitions"] = self._partitions(response)
+
+    def _partitions(self, response: FetchResponse) -> list[tuple[str, int, int]]:
+        """Record bytes sent per partition, for the access log. Partitions with none count too: the analytics'
+        empty fetches and partitions without bytes are how starvation shows (analytics/aggregates.py)."""
+        names = self.names
+        out: list[tuple[str, int, int]] = []
+        unknown: list[bytes] = []
+        for topic in response.view.topics:
+            if topic.topic:
+                label = topic.topic
+            else:
+                tid = bytes(topic.topic_id)
+                label = names.get(tid) or ""
+                if not label:
+                    unknown.append(tid)
+                    label = names.label(tid)
+            out.extend((label, p.partition_index, p.records_size) for p in topic.partitions)
+        if unknown:
+            names.note(unknown)  # known by the next response
+        return out

@@ -1,0 +1,550 @@
+"""A client connection and its upstream connection as a sans-IO state machine, h11-style: bytes and events in,
+bytes and actions out. :mod:`proxy.server` owns the sockets and only moves bytes between them and this core.
+
+Events in (called by the server): :meth:`Connection.client_data`, :meth:`~Connection.upstream_ready`,
+:meth:`~Connection.upstream_data`, the four write-buffer signals (``*_write_paused`` / ``*_write_resumed``),
+:meth:`~Connection.client_lost`, :meth:`~Connection.upstream_lost`, :meth:`~Connection.upstream_failed`.
+Actions out: the calls it makes on its :class:`Port` (send to either side, pause or resume reading either side,
+close, start a timer). Everything in between is here:
+
+- **Framing.** Requests are framed from a ``bytearray``; the 4-byte length is checked before anything is
+  allocated: negative -> ``malformed``, over ``limits.max_frame_bytes`` (like the broker's
+  ``socket.request.max.bytes``) -> ``too_large``. A frame still incomplete ``limits.request_timeout_s`` after
+  its first byte (counted while Sluice reads) -> ``request_timeout``: a client cannot hold a connection and its
+  buffer open by trickling a frame (Slowloris). Each rejection closes this connection only, with a log event and
+  ``sluice_frames_rejected_total{reason}``.
+- **Order.** Kafka answers requests on a connection in order (and matches them by correlation id), so
+  responses go to the client strictly in request order: answers Sluice makes itself wait for their turn, and
+  an upstream response must belong to the oldest request awaiting one.
+- **Waits.** A request may wait, in order (the ones behind it wait too and the client is not read meanwhile),
+  for topic names Sluice must look up (:mod:`proxy.core.topic_names`) and for response memory
+  (:mod:`proxy.core.memory`, ``size_limit.global_max_bytes``).
+- **The chain.** Each request goes through the policies (:mod:`proxy.core.chain`) once its waits are over; a
+  response is relayed as bytes (streamed chunk by chunk as it arrives, never buffered whole), walked as it
+  streams (``Exchange.streamer``), or collected whole for the policies (``Exchange.collect``).
+- **Effects** the policies ask for: a local answer, the memory reservation, muting the client after a response
+  (KIP-73 pacing, like Kafka's channel muting for quotas, KIP-219), sending a request upstream again (a fetch
+  session Sluice owns was refused upstream; only when no other request is in flight behind it).
+- **Backpressure.** When one side's write buffer passes its high-water mark, reading the other side pauses
+  until it drains. Reading the client is paused for any of several reasons at once (upstream full, waiting,
+  muted, upstream not yet connected); it resumes only when none is left.
+- **Metrics and the access log**, one line per request when its response has been handed to the client.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..accesslog import AccessLog, get_logger
+from ..metrics import Metrics, RejectReason
+from ..wire.errors import CodecError
+from .chain import Chain
+from .exchange import Buffer, ConnectionInfo, Exchange, Rejected, Streamer
+from .memory import HeldBytes
+from .topic_names import TopicNames
+
+log = get_logger("sluice.connection")
+
+_SIZE_CORR = struct.Struct(">ii")
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Port(Protocol):
+    """What the core asks of the I/O layer: the only way it acts on the world."""
+
+    def send_client(self, buffers: Sequence[Buffer]) -> None: ...
+
+    def send_upstream(self, buffers: Sequence[Buffer]) -> None: ...
+
+    def pause_client(self) -> None: ...
+
+    def resume_client(self) -> None: ...
+
+    def pause_upstream(self) -> None: ...
+
+    def resume_upstream(self) -> None: ...
+
+    def close(self, abort: bool) -> None: ...
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_frame_bytes: int = 100 * 1024 * 1024
+    #: bytes queued for a not-yet-connected upstream before the client is no longer read
+    queue_high_water_bytes: int = 4 * 1024 * 1024
+    request_timeout_s: float = 30.0
+
+
+# reasons reading the client is paused
+_UPSTREAM_FULL, _WAITING, _MUTED, _CONNECTING = "upstream_full", "waiting", "muted", "connecting"
+
+
+class Connection:
+    """One client connection (to one of Sluice's listeners) paired with one upstream connection."""
+
+    def __init__(self, info: ConnectionInfo, chain: Chain, port: Port, *, memory: HeldBytes, names: TopicNames,
+                 metrics: Metrics, access_log: AccessLog, clock: Callable[[], float],
+                 limits: Limits = Limits()) -> None:
+        self.info = info
+        self.chain = chain
+        self.port = port
+        self.memory = memory
+        self.names = names
+        self.metrics = metrics
+        self.access_log = access_log
+        self.clock = clock
+        self.limits = limits
+        self.policies = chain.connect(info)
+        self.client_id: str | None = None
+        self.upstream_name = ""
+        self.closed = False
+        # requests
+        self._buf = bytearray()
+        self._partial_since: float | None = None  # when the incomplete frame in _buf started (while read)
+        self._partial_timer: Timer | None = None
+        #: classified, not yet dispatched: the head may wait for topic names or memory, the rest behind it
+        self._pending: deque[Exchange] = deque()
+        self._head_ran = False  # the policies ran on _pending[0]
+        self._waiting: str | None = None  # what _pending[0] waits for: "names" or "memory"
+        #: dispatched, owed a response, in client order
+        self.inflight: deque[Exchange] = deque()
+        #: sent upstream, response not started, in send order
+        self.awaiting: deque[Exchange] = deque()
+        self._upstream_ready = False
+        self._queued: list[Buffer] = []
+        self._queued_bytes = 0
+        # responses
+        self._hdr = bytearray()  # size prefix + correlation id of the response being read
+        self._resp: Exchange | None = None
+        self._left = 0
+        self._size = 0
+        self._collect: bytearray | None = None
+        self._stream: Streamer | None = None
+        # flow control
+        self._client_pauses: set[str] = set()
+        self._upstream_paused = False
+        self._client_full = False
+        self._release_on_drain = 0
+        self._muted_until = 0.0
+        self._mute_timer: Timer | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Requests are owed a response (shutdown drains these)."""
+        return (bool(self.inflight) or bool(self._pending)) and not self.closed
+
+    # ============================================================================================ requests
+
+    def client_data(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.metrics.bytes_client_to_proxy.inc(len(data))
+        buf = self._buf
+        buf += data
+        off = 0
+        max_frame = self.limits.max_frame_bytes
+        while len(buf) - off >= 4:
+            size = int.from_bytes(buf[off : off + 4], "big", signed=True)
+            if size < 0:
+                self._reject("malformed", f"request frame declares a negative length ({size})")
+                return
+            if size > max_frame:
+                self._reject("too_large", f"request frame declares {size} bytes (limit {max_frame})")
+                return
+            end = off + 4 + size
+            if len(buf) < end:
+                break
+            with memoryview(buf) as view:
+                frame = bytes(view[off + 4 : end])
+            off = end
+            self._on_request(frame)
+            if self.closed:
+                return
+        if off:
+            del buf[:off]
+        self._watch_partial()
+
+    def _watch_partial(self) -> None:
+        """Start timing an incomplete frame (Slowloris guard), or stop when none is left."""
+        if not self._buf:
+            self._partial_since = None
+            return
+        if self._partial_since is None:
+            self._partial_since = self.clock()
+            if self._partial_timer is None:
+                self._partial_timer = self.port.call_later(self.limits.request_timeout_s, self._partial_expired)
+
+    def _partial_expired(self) -> None:
+        self._partial_timer = None
+        if self.closed or self._partial_since is None:
+            return
+        now = self.clock()
+        if self._client_pauses:
+            # Sluice is not reading: the frame's slowness is not the client's; time it afresh once reading
+            self._partial_since = now
+        else:
+            age = now - self._partial_since
+            if age >= self.limits.request_timeout_s:
+                self._reject("request_timeout", f"a request frame stayed incomplete for {age:.1f} s "
+                                                f"({len(self._buf)} bytes received)")
+                return
+        left = self.limits.request_timeout_s - (now - self._partial_since)
+        self._partial_timer = self.port.call_later(max(left, 0.001), self._partial_expired)
+
+    def _on_request(self, frame: bytes) -> None:
+        try:
+            ex = self.chain.classify(frame, self.clock())
+        except Rejected as r:
+            self._reject(r.reason, r.detail)
+            return
+        self.client_id = ex.client_id
+        self._pending.append(ex)
+        if len(self._pending) == 1:
+            self._pump()
+
+    def _pump(self) -> None:
+        """Take pending requests through their waits and the chain, in order, and dispatch them."""
+        pending = self._pending
+        while pending and not self.closed and self._waiting is None:
+            ex = pending[0]
+            if ex.missing_names:
+                self._wait("names")
+                self.names.wait(ex.missing_names, self._names_settled)
+                return
+            if not self._head_ran:
+                self._head_ran = True
+                try:
+                    self.chain.on_request(self.policies, ex)
+                except Rejected as r:
+                    self._reject(r.reason, r.detail)
+                    return
+            if ex.reserve and not ex.held and ex.answer is None:
+                if not self.memory.reserve(ex.reserve, self._memory_granted):
+                    self.metrics.size_limit_waits.inc()
+                    self._wait("memory")
+                    return
+                ex.held = ex.reserve
+            pending.popleft()
+            self._head_ran = False
+            self._dispatch(ex)
+        if not pending:
+            self._resume_client(_WAITING)
+
+    def _wait(self, what: str) -> None:
+        self._waiting = what
+        self._pause_client(_WAITING)
+
+    def _names_settled(self) -> None:
+        if self.closed or self._waiting != "names":
+            return
+        self._pending[0].missing_names = frozenset()
+        self._waiting = None
+        self._pump()
+
+    def _memory_granted(self) -> None:
+        if self.closed or self._waiting != "memory":  # granted in the instant the connection went away
+            self.memory.release(self._pending[0].reserve if self._pending else 0)
+            return
+        ex = self._pending[0]
+        ex.held = ex.reserve
+        self._waiting = None
+        self._pump()
+
+    def _dispatch(self, ex: Exchange) -> None:
+        if ex.answer is not None:
+            self.inflight.append(ex)
+            self._flush_answers()
+            return
+        self._send_upstream(ex)
+        if ex.expects_response:
+            self.inflight.append(ex)
+            self.awaiting.append(ex)
+        else:
+            self._complete(ex)
+
+    def _send_upstream(self, ex: Exchange) -> None:
+        ex.attempts += 1
+        buffers = (len(ex.frame).to_bytes(4, "big"), ex.frame)
+        self.metrics.bytes_proxy_to_upstream.inc(len(ex.frame) + 4)
+        if self._upstream_ready:
+            self.port.send_upstream(buffers)
+            return
+        self._queued.extend(buffers)
+        self._queued_bytes += len(ex.frame) + 4
+        if self._queued_bytes > self.limits.queue_high_water_bytes:
+            self._pause_client(_CONNECTING)  # backpressure while the upstream connect is still in flight
+
+    def upstream_ready(self, name: str) -> None:
+        """The upstream connection is up (``name``: host:port, for the logs)."""
+        if self.closed:
+            return
+        self.upstream_name = name
+        self._upstream_ready = True
+        queued, self._queued, self._queued_bytes = self._queued, [], 0
+        if queued:
+            self.port.send_upstream(queued)
+        self._resume_client(_CONNECTING)
+
+    def upstream_failed(self, detail: str) -> None:
+        """The upstream connection could not be made (the server logs the cause, rate-limited)."""
+        self.close()
+
+    # =========================================================================================== responses
+
+    def upstream_data(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.metrics.bytes_upstream_to_proxy.inc(len(data))
+        view = memoryview(data)
+        pos, end = 0, len(data)
+        while pos < end:
+            if self._resp is None:
+                need = 8 - len(self._hdr)
+                self._hdr += view[pos : pos + need]
+                pos += min(need, end - pos)
+                if len(self._hdr) < 8 or not self._start_response():
+                    return
+                continue
+            take = min(self._left, end - pos)
+            chunk = view[pos : pos + take]
+            pos += take
+            self._left -= take
+            if self._stream is not None:
+                try:
+                    self.port.send_client(self._stream.feed(chunk))
+                except CodecError as e:
+                    self._fail(f"undecodable Fetch response: {e}")
+                    return
+            elif self._collect is not None:
+                self._collect += chunk
+            else:
+                self.port.send_client((chunk,))
+            if self._left == 0:
+                self._end_response()
+                if self.closed:
+                    return
+
+    def _start_response(self) -> bool:
+        size, corr = _SIZE_CORR.unpack(self._hdr)
+        if not self.awaiting:
+            self._fail(f"unsolicited response (correlation id {corr})")
+            return False
+        ex = self.awaiting.popleft()
+        max_frame = self.limits.max_frame_bytes
+        if size < 4 or size > max_frame:
+            self._fail(f"response frame declares {size} bytes (limit {max_frame})")
+            return False
+        if corr != ex.header.correlation_id:
+            self._fail(f"response correlation id {corr} does not match request {ex.header.correlation_id}")
+            return False
+        self._resp, self._size, self._left = ex, size, size - 4
+        ex.upstream_bytes += size + 4
+        if ex.held and size != ex.held:
+            self.memory.adjust(size - ex.held)  # the real size (KIP-74's first batch may exceed max_bytes)
+            ex.held = size
+        if ex.collect:
+            self._collect = bytearray(self._hdr[4:])
+        else:
+            # Kafka answers in order and nothing is held back: this response's request is the client's oldest.
+            assert self.inflight and self.inflight[0] is ex
+            if ex.streamer is not None:
+                self._stream = ex.streamer(size - 4)
+            self.port.send_client((bytes(self._hdr),))
+        self._hdr.clear()
+        if self._left == 0:
+            self._end_response()
+        return True
+
+    def _end_response(self) -> None:
+        ex, self._resp = self._resp, None
+        assert ex is not None
+        if self._collect is not None:
+            frame, self._collect = self._collect, None
+            ex.may_resend = not self.awaiting
+            try:
+                self.chain.on_response(self.policies, ex, frame)
+            except CodecError as e:
+                # Relaying what Sluice cannot read could hand the client a real broker address: close instead.
+                self._fail(f"undecodable {ex.api} v{ex.header.api_version} response: {e}")
+                return
+            if ex.resend:
+                # Nothing went to the client, and no other request is in flight behind this one: the same
+                # request goes up again and the client's response waits for its answer.
+                ex.resend = False
+                self._send_upstream(ex)
+                self.awaiting.append(ex)
+                return
+            assert ex.reply is not None
+            self.port.send_client(ex.reply)
+            if ex.mute_s > 0:
+                self._mute(ex.mute_s)
+        else:
+            ex.client_bytes = self._size + 4
+            stream, self._stream = self._stream, None
+            if stream is not None and stream.changed:
+                self.metrics.responses_rewritten.labels(ex.api).inc()
+        if ex.held:
+            held, ex.held = ex.held, 0
+            self._release(held)
+        head = self.inflight.popleft()
+        assert head is ex
+        self._complete(ex)
+        self._flush_answers()
+
+    def _flush_answers(self) -> None:
+        """Write the answers Sluice made itself once every earlier response has gone out."""
+        while self.inflight and self.inflight[0].answer is not None:
+            ex = self.inflight.popleft()
+            assert ex.answer is not None
+            self.port.send_client((ex.answer,))
+            ex.client_bytes = len(ex.answer)
+            self._complete(ex)
+
+    def _complete(self, ex: Exchange) -> None:
+        latency = self.clock() - ex.started
+        h = ex.header
+        self.metrics.observe_request(ex.api, h.api_version, latency)
+        if ex.client_bytes:
+            self.metrics.bytes_proxy_to_client.inc(ex.client_bytes)
+        access_log = self.access_log
+        if not access_log.enabled:
+            return
+        access_log.record(
+            conn_id=self.info.conn_id, client_id=h.client_id, api=ex.api, api_key=h.api_key,
+            version=h.api_version, correlation_id=h.correlation_id, bytes_client_to_proxy=ex.size,
+            bytes_proxy_to_upstream=0 if ex.answer is not None else (len(ex.frame) + 4) * ex.attempts,
+            bytes_upstream_to_proxy=ex.upstream_bytes, bytes_proxy_to_client=ex.client_bytes,
+            latency_ms=latency * 1000.0, error_codes=ex.error_codes, listener=self.info.listener,
+            upstream=self.upstream_name, decoded=ex.decoded, **ex.log,
+        )
+
+    # ======================================================================================== flow control
+
+    def _pause_client(self, reason: str) -> None:
+        if not self._client_pauses:
+            self.port.pause_client()
+        self._client_pauses.add(reason)
+
+    def _resume_client(self, reason: str) -> None:
+        if reason not in self._client_pauses:
+            return
+        self._client_pauses.discard(reason)
+        if not self._client_pauses and not self.closed:
+            self.port.resume_client()
+            if self._partial_since is not None:
+                self._partial_since = self.clock()  # the time Sluice did not read does not count
+
+    def upstream_write_paused(self) -> None:
+        """The broker reads slower than the client sends: stop reading requests."""
+        self._pause_client(_UPSTREAM_FULL)
+
+    def upstream_write_resumed(self) -> None:
+        self._resume_client(_UPSTREAM_FULL)
+
+    def client_write_paused(self) -> None:
+        """The client reads slower than the broker sends: stop reading responses."""
+        self._client_full = True
+        if not self._upstream_paused:
+            self._upstream_paused = True
+            self.port.pause_upstream()
+
+    def client_write_resumed(self) -> None:
+        self._client_full = False
+        if self._release_on_drain:
+            n, self._release_on_drain = self._release_on_drain, 0
+            self.memory.release(n)
+        if self._upstream_paused and not self.closed:
+            self._upstream_paused = False
+            self.port.resume_upstream()
+
+    def _release(self, n: int) -> None:
+        """A response's reserved bytes are written: they stop counting once the client's buffer drains."""
+        if self._client_full:
+            self._release_on_drain += n
+        else:
+            self.memory.release(n)
+
+    def _mute(self, seconds: float) -> None:
+        """KIP-73 pacing (policies/throttle.py): a fetcher that got only throttled partitions back is not read
+        from for ``seconds`` (at most its max_wait_ms), like Kafka's channel muting for quotas (KIP-219),
+        instead of letting it fetch again at once in a tight loop."""
+        until = self.clock() + seconds
+        if until <= self._muted_until and self._mute_timer is not None:
+            return
+        self._muted_until = max(self._muted_until, until)
+        self._pause_client(_MUTED)
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
+        self._mute_timer = self.port.call_later(self._muted_until - self.clock(), self._unmute)
+
+    def _unmute(self) -> None:
+        self._mute_timer = None
+        left = self._muted_until - self.clock()
+        if left > 0.002:  # timers may fire a little early (libuv counts milliseconds)
+            self._mute_timer = self.port.call_later(left, self._unmute)
+            return
+        self._resume_client(_MUTED)
+
+    # ============================================================================================= closing
+
+    def _reject(self, reason: RejectReason, detail: str) -> None:
+        self.metrics.frames_rejected.labels(reason).inc()
+        log.warning("frame_rejected", conn=self.info.conn_id, listener=self.info.listener, reason=reason,
+                    detail=detail, client_id=self.client_id)
+        self.close(abort=True)
+
+    def _fail(self, detail: str) -> None:
+        """The upstream broke the protocol (or Sluice could not read what it must rewrite)."""
+        self.metrics.frames_rejected.labels("malformed").inc()
+        log.error("upstream_protocol_error", conn=self.info.conn_id, detail=detail)
+        self.close(abort=True)
+
+    def client_lost(self) -> None:
+        if (self.inflight or self._pending) and not self.closed:
+            log.debug("client_closed", conn=self.info.conn_id, pending=len(self.inflight) + len(self._pending))
+        self._finish_close()
+
+    def upstream_lost(self, error: str | None = None) -> None:
+        if self.awaiting and not self.closed:
+            self.metrics.frames_rejected.labels("upstream_closed").inc()
+            ex = self.awaiting[0]
+            log.warning("upstream_closed", conn=self.info.conn_id, pending=len(self.awaiting), api=ex.api,
+                        version=ex.header.api_version, error=error)
+        self.close()
+
+    def close(self, abort: bool = False) -> None:
+        if not self.closed:
+            self.port.close(abort)
+        self._finish_close()
+
+    def _finish_close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.chain.disconnect(self.policies)
+        # Response memory this connection reserved, held or waits for goes back to the others.
+        if self._waiting == "memory":
+            self.memory.cancel(self._memory_granted)
+        elif self._waiting == "names":
+            self.names.cancel(self._names_settled)
+        held = sum(ex.held for ex in self.inflight) + sum(ex.held for ex in self._pending) + self._release_on_drain
+        if held:
+            self.memory.release(held)
+        for timer in (self._partial_timer, self._mute_timer):
+            if timer is not None:
+                timer.cancel()
+
+    def __repr__(self) -> str:
+        return f"Connection({self.info.conn_id}, {self.info.listener}, inflight={len(self.inflight)})"
+
+
+__all__ = ["Connection", "Limits", "Port", "Timer"]

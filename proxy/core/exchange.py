@@ -1,0 +1,117 @@
+"""One request and its response as they pass through a connection: what the connection core, the chain and the
+policies share about it.
+
+An :class:`Exchange` carries no policy's own fields. What a policy remembers between a request and its response
+is its per-request state, kept by the chain (:mod:`proxy.core.chain`); what it asks of the connection is one of
+the generic *effects* below, which the connection core (:mod:`proxy.core.connection`) carries out:
+
+- ``answer``: a response Sluice makes itself; the request never goes upstream;
+- ``collect``: the whole response is needed (decoded, edited by policies, re-encoded if changed); otherwise it
+  is relayed as bytes, or walked with ``streamer`` as it streams through;
+- ``reserve``: response bytes to reserve from the proxy-wide memory bound before the request goes upstream;
+- ``mute_s``: after the response, stop reading the client for so long (KIP-73 pacing, KIP-219 muting);
+- ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..wire.messages import RequestHeader
+from ..wire.views import request_view
+
+if TYPE_CHECKING:
+    from ..metrics import RejectReason
+    from ..wire.views import RequestView
+
+Buffer = bytes | bytearray | memoryview
+
+
+class Rejected(Exception):
+    """A frame the connection cannot serve: the connection is closed and the rejection counted under
+    ``reason`` (a value handed along, never parsed from ``detail``)."""
+
+    def __init__(self, reason: RejectReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason: RejectReason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionInfo:
+    """Who a client connection is, as policies may select on it."""
+
+    conn_id: int
+    #: the listener the client connected to: "bootstrap" or "broker-N"
+    listener: str
+    #: the broker node the listener stands for (None: the bootstrap listener)
+    node_id: int | None = None
+
+
+class Streamer(Protocol):
+    """Walks a response body as it streams through (e.g. :class:`~proxy.wire.fetch_stream.FetchStreamer`)."""
+
+    @property
+    def changed(self) -> bool: ...
+
+    def feed(self, data: Buffer) -> list[Buffer]: ...
+
+
+@dataclass(slots=True, eq=False)
+class Exchange:
+    """One request in flight on a connection, in arrival order, and what becomes of its response."""
+
+    header: RequestHeader
+    api: str
+    #: bytes received from the client, size prefix included
+    size: int
+    #: the frame to send upstream (the client's bytes, or what the policies made of them); no size prefix
+    frame: bytes
+    #: when the request's last byte was read (the connection core's clock)
+    started: float = 0.0
+    #: False for Produce with acks=0: Kafka sends no response, so none is awaited (ProduceRequest docs)
+    expects_response: bool = True
+    #: effects (see the module docstring)
+    answer: bytes | None = None
+    collect: bool = False
+    streamer: Callable[[int], Streamer] | None = None
+    reserve: int = 0
+    mute_s: float = 0.0
+    resend: bool = False
+    #: set by the core before the response side runs: no other request is in flight behind this one, so it may
+    #: go upstream again (``resend``) without breaking the order of responses
+    may_resend: bool = False
+    #: the request as the policies read it: decoded on first access (see :attr:`request`), None until then
+    view: RequestView | None = None
+    #: topic ids the request names that Sluice cannot name yet: it waits for a lookup before the policies run
+    missing_names: frozenset[bytes] = frozenset()
+    #: the chain's per-request bookkeeping: the policies that apply, and each one's state for the response
+    policies: tuple[Any, ...] = ()
+    states: list[Any] = field(default_factory=list)
+    #: response memory held for this exchange (granted reservation, then the response's real size)
+    held: int = 0
+    #: how many times the request went upstream
+    attempts: int = 0
+    #: for the access log: non-zero error codes of a decoded response, optional fields policies add
+    #: (``log``), response bytes read from upstream (every attempt) and sent to the client
+    error_codes: list[int] = field(default_factory=list)
+    log: dict[str, Any] = field(default_factory=dict)
+    decoded: bool = False
+    upstream_bytes: int = 0
+    client_bytes: int = 0
+    #: the response to write, set when the chain has handled it (size prefix included, scatter buffers)
+    reply: list[Buffer] | None = None
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+    @property
+    def request(self) -> RequestView:
+        """The request decoded for the policies (once, on first access; CodecError if it is malformed). A
+        policy edits it in place; the chain re-encodes it once, after every policy ran, if one changed it."""
+        if self.view is None:
+            self.view = request_view(self.header.api_key, self.frame)
+        return self.view

@@ -1,0 +1,86 @@
+"""The policy protocol: what a policy declares and the calls the chain makes to it.
+
+A policy is one module under ``proxy/policies/`` and one line in ``proxy/policies/__init__.py`` (the
+registration list, client side first). Modelled on Kroxylicious's filters (``shouldHandleRequest`` /
+``onRequest`` / ``onResponse``):
+
+- :attr:`Policy.apis` declares the APIs it may act on; requests of other APIs never reach it, and an API no
+  policy declares is relayed as bytes, never decoded. :meth:`Policy.applies` then decides per request from the
+  header alone (version, client id), before anything is decoded.
+- :meth:`Policy.open` / :meth:`Policy.close` give it a state of its own per client connection.
+- :meth:`Policy.on_request` sees the request (``ex.request``: decoded on first access, once for all policies,
+  re-encoded once at the end if any changed it) and returns its per-request state; a non-None state means it
+  wants to see the response, passed back to :meth:`Policy.on_response`. Requests go through the policies in
+  registration order (towards the broker), responses in the reverse order (back towards the client).
+- It acts on the connection only through the effects on :class:`~proxy.core.exchange.Exchange` (answer,
+  collect, streamer, reserve, mute, resend); it never sees sockets or reads a clock (``services.clock``).
+- :meth:`Policy.reconfigure` takes the run-time changeable settings (admin API, SIGHUP): the next requests
+  see the new snapshot, requests already in flight keep theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .exchange import ConnectionInfo, Exchange
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..metrics import Metrics
+    from ..wire.views import ResponseView
+    from .routing import Router
+    from .topic_names import TopicNames
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the proxy hands every policy: one set per proxy, shared by its connections."""
+
+    metrics: Metrics
+    #: monotonic seconds (injected: tests drive it)
+    clock: Callable[[], float]
+    #: broker node id <-> local listener, and the address rewriting
+    router: Router
+    #: topic id -> name (Fetch v13+ names topics by id only)
+    names: TopicNames
+
+
+class Policy:
+    """Base class: every hook is optional."""
+
+    #: short name (logs, metrics, docs)
+    name: ClassVar[str] = "policy"
+    #: the API keys whose requests this policy may act on
+    apis: ClassVar[frozenset[int]] = frozenset()
+
+    def applies(self, ex: Exchange) -> bool:
+        """Whether this request concerns the policy, from its header alone (cheap: called per request)."""
+        return True
+
+    def needs_topic_names(self, ex: Exchange) -> bool:
+        """Whether the policy reads topic names of this request: if it names topics by id only (Fetch v13+),
+        the request waits until Sluice has learnt the names of its ids (a lookup of its own if needed)."""
+        return False
+
+    def open(self, info: ConnectionInfo) -> Any:
+        """A new client connection: the policy's state for it (None if it keeps none)."""
+        return None
+
+    def close(self, state: Any) -> None:
+        """The connection closed."""
+
+    def on_request(self, ex: Exchange, conn: Any) -> Any:
+        """Act on a request; return the state to see its response with (None: not interested)."""
+        return None
+
+    def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
+        """Act on the response (decoded view, edited in place; set ``response.changed`` when editing)."""
+
+    def on_sent(self, ex: Exchange, conn: Any, state: Any) -> None:
+        """The response is encoded as the client gets it (``ex.client_bytes``): for figures that need its final
+        size. Called only for policies that define it."""
+
+    def reconfigure(self, settings: Settings) -> None:
+        """New run-time settings (size limits, throttles): apply to the requests that come next."""
