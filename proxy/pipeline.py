@@ -37,7 +37,7 @@ from .policies.throttle import plan_request as throttle_plan
 from .routing import Router
 from .versions import UNSUPPORTED_VERSION
 from .wire import fetch_fast
-from .wire.compiler import head_codec, read_uvarint, top_level_tags_locator
+from .wire.compiler import head_codec, top_level_tags_locator
 from .wire.errors import CodecError
 from .wire.fetch_request_fast import FetchEdit, decode_fetch_request
 from .wire.fetch_stream import FetchStreamer
@@ -48,11 +48,13 @@ from .wire.messages import (
     decode_response,
     decoded_versions,
     encode_response,
+    negotiable_versions,
     peek_request_header,
     response_body_offset,
     response_spec,
 )
 from .wire.model import Message
+from .wire.produce import produce_acks
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 0, 1, 3, 10, 60
 
@@ -174,7 +176,7 @@ class Pipeline:
                 req.rewrite = self._api_versions
                 req.collect = True
             return req
-        ours = decoded_versions(key)
+        ours = negotiable_versions(key)  # decoded or relayed as bytes (Produce v0-9, KAFKA-18659)
         rule = self._rules.get(key)
         if rule is not None and ours is not None:
             if version not in ours:
@@ -203,7 +205,7 @@ class Pipeline:
                 built = terminate and conn is not None and self._session_request(req, edit, conn)
                 if edit.changed and not built:
                     req.frame = edit.encode()
-        if key == PRODUCE and header.body_offset is not None and _produce_acks(frame, header) == 0:
+        if key == PRODUCE and header.body_offset is not None and produce_acks(frame, header) == 0:
             req.expects_response = False
         return req
 
@@ -452,26 +454,6 @@ def _session_gauges(sessions: UpstreamSessions, was_open: bool, was_cached: int,
     cached = 0 if closing else len(sessions.states)
     if cached != was_cached:
         metrics.UPSTREAM_FETCH_PARTITIONS_CACHED.inc(cached - was_cached)
-
-
-def _produce_acks(frame: bytes, header: RequestHeader) -> int:
-    """ProduceRequest v3+: TransactionalId (nullable string, compact from v9) then Acks (int16)."""
-    assert header.body_offset is not None
-    stream = io.BytesIO(frame)
-    stream.seek(header.body_offset)
-    if header.api_version >= 9:
-        n = read_uvarint(stream) - 1
-    else:
-        raw = stream.read(2)
-        if len(raw) != 2:
-            raise CodecError("truncated ProduceRequest", api="Produce", version=header.api_version)
-        n = _I16.unpack(raw)[0]
-    if n > 0:
-        stream.seek(n, io.SEEK_CUR)
-    raw = stream.read(2)
-    if len(raw) != 2:
-        raise CodecError("truncated ProduceRequest", api="Produce", version=header.api_version)
-    return int(_I16.unpack(raw)[0])
 
 
 def _error_codes(msg: Message) -> list[int]:
