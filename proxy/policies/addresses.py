@@ -16,7 +16,7 @@ from ..core.exchange import Exchange, Rejected
 from ..core.policy import Policy, Services
 from ..wire.fetch_layout import FIRST_NODE_ENDPOINTS
 from ..wire.fetch_stream import FetchStreamer
-from ..wire.messages import decoded_versions
+from ..wire.messages import negotiable_versions
 from ..wire.views import FetchResponse, MessageResponse, MetadataHead, ResponseView
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 0, 1, 3, 10, 60
@@ -33,7 +33,7 @@ class Addresses(Policy):
 
     def on_request(self, ex: Exchange, conn: Any) -> Any:
         key, version = ex.header.api_key, ex.header.api_version
-        ours = decoded_versions(key)
+        ours = negotiable_versions(key)  # decoded, or relayed as bytes (Produce v0-9, KAFKA-18659)
         if ours is None or version not in ours:
             # A client that read Sluice's ApiVersions never sends this; its response could not be read, and
             # relaying it unread could hand the client a broker address.

@@ -13,11 +13,12 @@ import struct
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any, cast
 
 from .compiler import Codec, compiled_for, skip_tags
 from .errors import CodecError
 from .model import Message
-from .schema import MessageSpec, Versions, kafka_spec, manifest
+from .schema import NONE, MessageSpec, Versions, kafka_spec, manifest
 
 API_VERSIONS_KEY = 18
 
@@ -70,17 +71,51 @@ def response_codec(api_key: int, version: int) -> Codec:
     return compiled_for(response_spec(api_key), version)
 
 
-@cache
-def decoded_versions(api_key: int) -> Versions | None:
-    """The versions of ``api_key`` Sluice decodes (codecs/manifest.json), or None if it never decodes it."""
+def _manifest_entry(api_key: int) -> dict[str, Any] | None:
     for entry in manifest()["apis"].values():
         if entry["key"] == api_key:
-            valid = request_spec(api_key).valid
-            if entry["versions"] == "all":
-                return valid
-            wanted = Versions.parse(entry["versions"])
-            return Versions(max(valid.low, wanted.low), min(valid.high, wanted.high))
+            return cast(dict[str, Any], entry)
     return None
+
+
+@cache
+def decoded_versions(api_key: int) -> Versions | None:
+    """The versions of ``api_key`` Sluice's codecs decode (codecs/manifest.json "versions"), or None if the
+    manifest does not list it."""
+    entry = _manifest_entry(api_key)
+    if entry is None:
+        return None
+    valid = request_spec(api_key).valid
+    if entry["versions"] == "all":
+        return valid
+    wanted = Versions.parse(entry["versions"])
+    return Versions(max(valid.low, wanted.low), min(valid.high, wanted.high))
+
+
+@cache
+def relayed_versions(api_key: int) -> Versions:
+    """The versions of ``api_key`` the proxy relays as bytes, never decoding them (codecs/manifest.json
+    "relayed"; empty when absent): whatever their layout, Sluice can carry them."""
+    entry = _manifest_entry(api_key)
+    return NONE if entry is None else Versions.parse(entry.get("relayed"))
+
+
+@cache
+def negotiable_versions(api_key: int) -> Versions | None:
+    """The versions of ``api_key`` a client may negotiate through Sluice: those it decodes plus those it
+    relays as bytes. A broker's ApiVersions range is capped to this (proxy/versions.py); None: not capped
+    (the manifest does not list the API, so the proxy never decodes it)."""
+    decoded = decoded_versions(api_key)
+    if decoded is None:
+        return None
+    relayed = relayed_versions(api_key)
+    if relayed.empty:
+        return decoded
+    if relayed.low > decoded.high + 1 or decoded.low > relayed.high + 1:
+        # a gap would be a version the client may pick that Sluice can neither decode nor relay
+        raise CodecError(f"codecs/manifest.json: relayed {relayed.low}-{relayed.high} and decoded "
+                         f"{decoded.low}-{decoded.high} versions must form one range", api=api_key)
+    return Versions(min(decoded.low, relayed.low), max(decoded.high, relayed.high))
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -109,7 +144,8 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
-    #: offset of the body in the frame, or None when the API is unknown (its header version is then unknown)
+    #: offset of the body in the frame, or None when the API or version is unknown (its header version is
+    #: then unknown)
     body_offset: int | None
 
 
@@ -131,7 +167,11 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
     elif n != -1:
         raise CodecError(f"client id length {n}", where=pos - 2, api=api_key, version=api_version)
     body: int | None = None
-    if known_api(api_key) and api_version in request_spec(api_key).valid:
+    # Versions below the spec's valid range are located too: Kafka 4.0 dropped old versions from its specs
+    # (KIP-896) yet still advertises Produce v0-2 (KAFKA-18659, ProduceRequest.json), which Sluice relays
+    # and peeks at (wire/produce.py). Their header version is still known: flexibleVersions is always "N+",
+    # so a removed version is older than any flexible one and uses header v1.
+    if known_api(api_key) and 0 <= api_version <= request_spec(api_key).valid.high:
         if request_header_version(api_key, api_version) >= 2:
             try:
                 pos = skip_tags(memoryview(frame), pos)  # request header v2 ends with a tag section

@@ -1,36 +1,53 @@
-"""What the proxy reads of a Produce request without decoding it: its ``Acks``.
+"""Produce requests: the one field the proxy reads from them.
 
-A Produce request with acks=0 gets no response (ProduceRequest.json: "0 for no acknowledgments"), so the proxy
-must not wait for one.
+Sluice relays Produce requests as bytes. It only needs Acks: with acks=0 Kafka sends no response at all
+(ProduceRequest.json, "0 for no acknowledgments"), so the proxy must not wait for one. Acks comes after at
+most one variable-length field, so it is peeked at without decoding the body (whose records can be megabytes).
+
+The layouts (ProduceRequest.json and, for v0-2, the Kafka 3.x spec they were removed from by KIP-896):
+
+- v0-2: Acks is the first field of the body; TransactionalId does not exist yet.
+- v3-8: TransactionalId (nullable string: int16 length, -1 = null), then Acks.
+- v9+ (flexible, KIP-482): TransactionalId (nullable compact string: unsigned varint length + 1, 0 = null),
+  then Acks.
+
+v0-2 are no longer in the spec, and a Kafka 4.x broker refuses them, yet it advertises Produce from v0 on
+purpose (KAFKA-18659: librdkafka before 2.11.1 turns compression off when Produce v0 is missing). Sluice passes
+that range on (proxy/versions.py), so a client may send them: Sluice must relay them with their acks read
+right, and the broker's answer (it closes the connection) reaches the client.
 """
 
 from __future__ import annotations
 
-import io
 import struct
 
-from .compiler import read_uvarint
-from .errors import CodecError
-from .messages import RequestHeader
+from .compiler import uvarint_at
+from .errors import CodecError, codec_errors
+from .messages import RequestHeader, request_spec
+
+PRODUCE_KEY = 0
+#: ProduceRequest.json: TransactionalId "versions": "3+"
+FIRST_TRANSACTIONAL_VERSION = 3
 
 _I16 = struct.Struct(">h")
 
 
 def produce_acks(frame: bytes | bytearray | memoryview, header: RequestHeader) -> int:
-    """ProduceRequest v3+: TransactionalId (nullable string, compact from v9) then Acks (int16)."""
-    assert header.body_offset is not None
-    stream = io.BytesIO(frame)
-    stream.seek(header.body_offset)
-    if header.api_version >= 9:
-        n = read_uvarint(stream) - 1
-    else:
-        raw = stream.read(2)
-        if len(raw) != 2:
-            raise CodecError("truncated ProduceRequest", api="Produce", version=header.api_version)
-        n = _I16.unpack(raw)[0]
-    if n > 0:
-        stream.seek(n, io.SEEK_CUR)
-    raw = stream.read(2)
-    if len(raw) != 2:
-        raise CodecError("truncated ProduceRequest", api="Produce", version=header.api_version)
-    return int(_I16.unpack(raw)[0])
+    """The Acks of a Produce request frame (header + body, no size prefix) whose header is ``header``
+    (from :func:`~proxy.wire.messages.peek_request_header`). Raises CodecError when the frame ends before
+    Acks or the body was not located."""
+    version = header.api_version
+    pos = header.body_offset
+    if pos is None:
+        raise CodecError("Produce request body not located", api="Produce", version=version)
+    buf = memoryview(frame)
+    with codec_errors("ProduceRequest", api="Produce", version=version):
+        if version >= FIRST_TRANSACTIONAL_VERSION:
+            if version in request_spec(PRODUCE_KEY).flexible:
+                n, pos = uvarint_at(buf, pos)
+                n -= 1
+            else:
+                (n,) = _I16.unpack_from(buf, pos)
+                pos += 2
+            pos += max(n, 0)  # any negative length is null, as Kafka's readers take it
+        return int(_I16.unpack_from(buf, pos)[0])

@@ -16,6 +16,7 @@ from proxy.wire.messages import (
 )
 from proxy.wire.model import Message
 from tests.support.chain import SansIOProxy
+from tests.support.legacy_produce import produce_v0_2_frame
 
 
 def proxy() -> SansIOProxy:
@@ -127,6 +128,16 @@ def test_unknown_api_versions_version_answered_locally_like_kafka() -> None:
 def test_produce_acks_zero_expects_no_response(version: int, acks: int) -> None:
     body = request_codec(0, version).default().replace(transactional_id="txn-1", acks=acks)
     ex = proxy().request(req_frame(0, version, body))
+    assert ex.expects_response is (acks != 0)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+def test_produce_versions_0_to_2_are_relayed(version: int, acks: int) -> None:
+    # Advertised by Kafka 4.x (KAFKA-18659) but refused by it: Sluice relays them as bytes for the broker to
+    # answer, reading Acks where v0-2 have it (first) so it waits for the answer unless acks=0.
+    ex = proxy().request(produce_v0_2_frame(version, acks))
+    assert (ex.answer, ex.collect, ex.streamer) == (None, False, None)
     assert ex.expects_response is (acks != 0)
 
 
