@@ -225,7 +225,7 @@ THROTTLE_WINDOW = Gauge(
 )
 THROTTLE_TOPICS = Gauge(
     "sluice_throttle_topics",
-    "Topics with a throttled-replicas entry ([[throttle.topics]]).",
+    "Throttled-replicas entries ([[throttle.topics]]: topic names and globs).",
 )
 THROTTLE_LEFT_OUT = Counter(
     "sluice_throttle_left_out_partitions_total",
