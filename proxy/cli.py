@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from proxy.config import ConfigError, Settings, load_settings
+from proxy.config import ConfigError, Settings, apply_state_file, load_settings
 
 __all__ = ["COMMANDS", "EXIT_CONFIG", "main"]
 
@@ -65,7 +65,7 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        settings = load_settings(args.config, os.environ)
+        settings = apply_state_file(load_settings(args.config, os.environ))  # admin changes win (reconfigure.py)
     except ConfigError as exc:
         return _config_error(exc)
 

@@ -6,8 +6,11 @@
     sluice throttle clear  --admin URL [--token T]      PUT the defaults: no throttle
     sluice throttle plan   --bytes B --inbound-rate IN --throttle T [--network N] [--replication-factor R]
 
-``set`` reads the configuration in force, changes what its options name (``--topic`` adds or replaces that
-topic's entry; REPLICAS defaults to ``*``), and PUTs the whole section back; ``--file`` PUTs a JSON file as is.
+``set`` reads the configuration in force, changes what its options name, and PUTs the whole section back;
+``--file`` PUTs a JSON file as is. ``--topic`` replaces the entry whose topic is exactly TOPIC (a name or a glob
+such as ``'orders-*'``) where it stands, or appends one; REPLICAS defaults to ``*``, and ``TOPIC=`` lists none.
+``status`` and ``set`` print the entries as configured (globs as written, in order: an exact name wins over
+globs, among globs the first matching one).
 
 ``plan`` is KIP-73's Q&A (seed 003): a move of B bytes with inbound (produce) traffic IN on the busiest broker
 takes B / (T - IN) at throttle T, since the throttle carries both catch-up and keep-up traffic; and the safe
@@ -161,9 +164,15 @@ def _set(args: argparse.Namespace) -> int:
         if args.samples is not None:
             body["samples"] = args.samples
         for spec in args.topic or []:
-            name, _, replicas = spec.partition("=")
-            body["topics"] = [t for t in body.get("topics", []) if t.get("topic") != name]
-            body["topics"].append({"topic": name, "replicas": replicas or "*"})
+            name, sep, replicas = spec.partition("=")
+            entry = {"topic": name, "replicas": replicas if sep else "*"}  # "TOPIC=": none (exempt from a glob)
+            topics = body.setdefault("topics", [])
+            # Replaced where it stands: among globs the first match wins, so an entry's place is configuration.
+            at = next((i for i, t in enumerate(topics) if t.get("topic") == name), None)
+            if at is None:
+                topics.append(entry)
+            else:
+                topics[at] = entry
         for glob in args.consumer or []:
             if not any(c.get("client_id") == glob for c in body.get("consumers", [])):
                 body.setdefault("consumers", []).append({"client_id": glob})
@@ -190,7 +199,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--leader-rate", type=_size_arg, metavar="RATE", help="bytes/s to fetchers, e.g. 5MB")
     q.add_argument("--follower-rate", type=_size_arg, metavar="RATE", help="bytes/s fetched upstream")
     q.add_argument("--topic", action="append", metavar="TOPIC[=REPLICAS]",
-                   help='throttled topic; REPLICAS "*" (default) or "partition:broker,..."; repeatable')
+                   help='throttled topic name or glob ("orders-*": quote it); REPLICAS "*" (the default), '
+                        '"partition:broker,..." or empty ("TOPIC=": none, e.g. to exempt a topic from a glob); '
+                        'repeatable')
     q.add_argument("--consumer", action="append", metavar="GLOB", help="client.id glob to throttle; repeatable")
     q.add_argument("--window-s", type=float, help="sample window, seconds")
     q.add_argument("--samples", type=int, help="samples in the quota window")

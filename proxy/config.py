@@ -9,6 +9,9 @@ Sources, later wins:
    Lists are comma-separated; booleans accept true/false/1/0/yes/no/on/off. A ``SLUICE_`` variable *with* a
    ``__`` must name a real key (a typo is an error, not silently ignored); variables without ``__``
    (``SLUICE_CONFIG``, anything rig/ or the tests use) are not overrides and are left alone.
+4. the state file ``admin.state_file`` (:func:`apply_state_file`; ``sluice run`` and SIGHUP reloads, not
+   ``load_settings``): the dynamic sections (``[throttle]``, ``[size_limit]``) as last changed through the admin
+   API, each replacing the whole section. Sluice writes it (:func:`save_state_section`) atomically.
 
 Every problem becomes one :class:`ConfigError` whose ``str()`` is a single line naming the dotted key, the
 reason and where the value came from, e.g. ``listen.bootstrap_port: input should be less than or equal to
@@ -34,10 +37,13 @@ for it without further code (env overrides reach scalar and list-of-scalar keys 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import json
 import math
 import os
 import re
+import tempfile
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -67,8 +73,14 @@ __all__ = [
     "ShutdownSettings",
     "ThrottleSettings",
     "UpstreamSettings",
+    "apply_state_file",
+    "check_topic_or_glob",
     "load_settings",
     "parse_host_port",
+    "read_state",
+    "save_state_section",
+    "topic_is_glob",
+    "write_state",
 ]
 
 ENV_PREFIX = "SLUICE_"
@@ -297,6 +309,11 @@ class AdminSettings(Section):
     token: str = Field(
         default="", repr=False, description="Bearer token for mutating endpoints; empty = no check."
     )
+    state_file: str = Field(
+        default="",
+        description="File where admin API changes to [throttle] and [size_limit] are saved (atomically) and "
+                    "re-applied over the config file at start-up and on SIGHUP; empty = not saved.",
+    )
 
     @field_validator("host")
     @classmethod
@@ -309,6 +326,15 @@ class AdminSettings(Section):
         # A token with spaces could never be sent in an "Authorization: Bearer <token>" header.
         if value != value.strip() or any(c.isspace() for c in value):
             raise ValueError("must not contain whitespace")
+        return value
+
+    @field_validator("state_file")
+    @classmethod
+    def _state_file(cls, value: str) -> str:
+        if value and (value != value.strip() or "\0" in value):
+            raise ValueError("must be a file path without leading or trailing spaces (empty = not saved)")
+        if value.endswith(("/", os.sep)):
+            raise ValueError(f"must name a file, not a directory, got {value!r}")
         return value
 
 
@@ -378,7 +404,10 @@ class ThrottleTopicSettings(Section):
     """One ``[[throttle.topics]]`` entry: which of a topic's replicas are throttled (KIP-73's
     ``leader/follower.replication.throttled.replicas`` syntax)."""
 
-    topic: str = Field(description="Topic name.")
+    topic: str = Field(
+        description='Topic name, or a glob over topic names ("orders-*", "*"): *, ?, [...] as in fnmatch, '
+                    "case-sensitive. An exact name wins over globs; among globs the first in file order wins.",
+    )
     replicas: str = Field(
         default="*",
         description='"*" (all partitions, every fetcher) or "partition:fetcher,..." (fetcher = broker id).',
@@ -387,9 +416,7 @@ class ThrottleTopicSettings(Section):
     @field_validator("topic")
     @classmethod
     def _topic(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must name a topic")
-        return value
+        return check_topic_or_glob(value)
 
     @field_validator("replicas")
     @classmethod
@@ -406,6 +433,67 @@ class ThrottleTopicSettings(Section):
 
 
 _REPLICA_ITEM = re.compile(r"[0-9]+:[0-9]+")
+
+# Kafka's rules for topic names (clients/.../common/internals/Topic.java, validate()): LEGAL_CHARS
+# "[a-zA-Z0-9._-]", at most MAX_NAME_LENGTH = 249 characters, not empty, and neither "." nor "..".
+TOPIC_MAX_LENGTH = 249
+_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_LEGAL = "only ASCII letters, digits, '.', '_' and '-' occur in topic names"
+# fnmatch's syntax. None of these can occur in a topic name, so an entry is a glob exactly when it has one.
+_GLOB_CHARS = "*?["
+
+
+def topic_is_glob(text: str) -> bool:
+    """Whether a ``[[throttle.topics]]`` topic is a glob (has ``*``, ``?`` or ``[``) rather than a topic name."""
+    return any(c in _GLOB_CHARS for c in text)
+
+
+def check_topic_or_glob(text: str) -> str:
+    """A ``[[throttle.topics]]`` topic: a Kafka topic name (Topic.java's rules) or an fnmatch glob that can match
+    one: ``*`` (any run), ``?`` (one character), ``[...]``/``[!...]`` (one character in / not in a set, ``a-z``
+    ranges). ValueError naming the problem otherwise, e.g. a character no topic name has (a literal that could
+    never match is a typo, not a pattern: silently matching nothing is what this check exists to prevent)."""
+    if not text:
+        raise ValueError('must be a topic name or a glob of topic names, e.g. "orders" or "orders-*"')
+    shown = repr(text) if len(text) <= 60 else repr(text[:57]) + "..."  # the message stays one readable line
+    shortest = 0  # the length of the shortest name the glob matches (each * matches the empty string)
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "[":
+            end = text.find("]", i + 1)
+            if end < 0:
+                raise ValueError(f"{shown}: the '[' at position {i} is never closed (a set is [...] or [!...])")
+            members = text[i + 1 : end]
+            members = members.removeprefix("!")
+            if not members:
+                raise ValueError(f"{shown}: the set at position {i} is empty")
+            for m in members:
+                if m not in _TOPIC_CHARS:
+                    raise ValueError(f"{shown}: {m!r} in the set at position {i} can never match: {_LEGAL}")
+            for j in range(1, len(members) - 1):
+                if members[j] == "-" and members[j - 1] > members[j + 1]:  # fnmatch drops reversed ranges
+                    raise ValueError(f"{shown}: the range {members[j - 1 : j + 2]!r} is empty")
+            shortest += 1
+            i = end
+        elif c == "?":
+            shortest += 1
+        elif c == "]":
+            raise ValueError(f"{shown}: ']' at position {i} closes no '['")
+        elif c != "*":
+            if c not in _TOPIC_CHARS:
+                raise ValueError(f"{shown} is neither a topic name nor a glob of one: {c!r} at position {i} "
+                                 f"cannot occur in a topic name ({_LEGAL}; globs add *, ? and [...])")
+            shortest += 1
+        i += 1
+    if shortest > TOPIC_MAX_LENGTH:
+        raise ValueError(f"{shown} is longer than the {TOPIC_MAX_LENGTH} characters a topic name may have"
+                         if not topic_is_glob(text) else
+                         f"{shown} can never match: every name it matches is longer than the "
+                         f"{TOPIC_MAX_LENGTH} characters a topic name may have")
+    if text in (".", ".."):
+        raise ValueError(f"{shown} cannot be a topic name (Kafka forbids '.' and '..')")
+    return text
 
 
 class ThrottleConsumerSettings(Section):
@@ -445,6 +533,21 @@ class ThrottleSettings(Section):
     @classmethod
     def _finite(cls, value: float) -> float:
         return _check_finite(value)
+
+    @model_validator(mode="after")
+    def _one_entry_per_topic(self) -> Self:
+        # Two entries with the same topic (or glob) would leave one silently unused: an exact name and the first
+        # matching glob each pick one entry, entries are never merged (policies/throttle.py, Throttles).
+        first: dict[str, int] = {}
+        for i, t in enumerate(self.topics):
+            if t.topic in first:
+                raise KeyedValueError(
+                    f"topics[{i}].topic",
+                    f"{t.topic!r} is already throttle.topics[{first[t.topic]}]: one entry per topic name or glob "
+                    "(list all its replicas in that entry)",
+                )
+            first[t.topic] = i
+        return self
 
 
 class SessionClientSettings(Section):
@@ -588,6 +691,104 @@ def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
             raise ConfigError(".".join(parts[: i + 1]), "is a value in the file, but a section is expected")
         node = child
     node[parts[-1]] = value
+
+
+# ------------------------------------------------------------------------------------------ state file
+
+#: Settings sections that are changeable while running (admin API, SIGHUP), and so the ones a state file holds.
+DYNAMIC_SECTIONS = ("size_limit", "throttle")
+STATE_KEY = "admin.state_file"
+#: ``"version"`` in the state file: a later Sluice that changes the format can tell an old file from its own.
+STATE_VERSION = 1
+
+
+def read_state(path: str) -> dict[str, Any]:
+    """The sections saved in the state file at ``path`` (``{}`` when there is no file yet: nothing was changed
+    through the admin API). Raises :class:`ConfigError` naming ``admin.state_file`` if it cannot be read or is
+    not a state file; each section's values are validated by :func:`apply_state_file`."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(STATE_KEY, f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(STATE_KEY, f"{path} is not valid JSON ({exc}); fix or delete it") from None
+    if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+        raise ConfigError(STATE_KEY, f'{path} is not a Sluice state file (a JSON object with "version": '
+                                     f"{STATE_VERSION}); fix or delete it")
+    for key, value in data.items():
+        if key != "version" and key not in DYNAMIC_SECTIONS:
+            raise ConfigError(STATE_KEY, f"{path}: unknown section {key!r} (a state file holds "
+                                         f"{', '.join(DYNAMIC_SECTIONS)}); fix or delete it")
+        if key != "version" and not isinstance(value, dict):
+            raise ConfigError(STATE_KEY, f"{path}: {key!r} is not a JSON object; fix or delete it")
+    return {k: v for k, v in data.items() if k != "version"}
+
+
+def write_state(path: str, sections: Mapping[str, Any]) -> None:
+    """Replace the state file at ``path`` with ``sections`` atomically: a reader (or a start-up after a crash or
+    power loss) sees the old file or the new one, never a mix or a truncated file. Written to a temporary file in
+    the same directory (os.replace is atomic only within one filesystem), fsynced, renamed over ``path``
+    (POSIX rename), then the directory is fsynced so the rename itself is durable. The file is readable by its
+    owner only (mkstemp's mode 0600). Raises OSError; ``path`` is then unchanged and no temporary file is left
+    behind."""
+    text = json.dumps({"version": STATE_VERSION, **sections}, indent=2, sort_keys=True) + "\n"
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save_state_section(path: str, section: str, values: Mapping[str, Any]) -> None:
+    """Save one dynamic section (its whole ``model_dump()``) in the state file, keeping the other sections saved
+    there. Raises :class:`ConfigError` naming ``admin.state_file`` if the file cannot be read or written."""
+    sections = read_state(path)
+    sections[section] = dict(values)
+    try:
+        write_state(path, sections)
+    except OSError as exc:
+        raise ConfigError(STATE_KEY, f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def apply_state_file(settings: Settings, path: str | None = None) -> Settings:
+    """``settings`` with the sections saved in the state file (``path``, default ``settings.admin.state_file``;
+    empty = none) replacing theirs whole: the last admin API change wins over the config file, the environment
+    and the defaults. Used at start-up (``sluice run``) and by every SIGHUP reload, so a restart and a reload give
+    the same configuration. Raises :class:`ConfigError` naming ``admin.state_file`` if the file is unreadable, not
+    a state file, holds an invalid value, or its directory is missing or not writable (admin changes could not
+    be saved: better refused at start-up than at the first PUT)."""
+    path = settings.admin.state_file if path is None else path
+    if not path:
+        return settings
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ConfigError(STATE_KEY, f"directory {directory} of {path} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(STATE_KEY, f"cannot write in {directory}, the directory of {path}")
+    sections = read_state(path)
+    if not sections:
+        return settings
+    try:
+        return settings.with_overrides(sections)
+    except ConfigError as exc:
+        raise ConfigError(STATE_KEY, f"{path}: {exc.key}: {exc.reason}; fix or delete it") from None
 
 
 # ------------------------------------------------------------------------------------------ env values

@@ -167,8 +167,9 @@ class Metrics:
             ["side"], registry=r)
         self.throttle_window = Gauge("sluice_throttle_window_seconds",
                                      "Quota window: samples x window_s (Kafka: 11 x 1 s).", registry=r)
-        self.throttle_topics = Gauge("sluice_throttle_topics",
-                                     "Topic entries with throttled replicas ([[throttle.topics]]).", registry=r)
+        self.throttle_topics = Gauge(
+            "sluice_throttle_topics", "Throttled-replicas entries ([[throttle.topics]]: topic names and globs).",
+            registry=r)
         self.throttle_left_out = Counter(
             "sluice_throttle_left_out_partitions_total",
             "Throttled partitions held back: leader = records left out of a response (partition kept, empty "

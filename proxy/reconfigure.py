@@ -5,10 +5,19 @@ Listeners and upstream addresses need a restart; policies do not. Every change i
 message naming the key, and the running configuration stays as it was. Applying swaps immutable snapshots
 (``Proxy.apply_dynamic``): no connection is dropped and requests already classified keep the snapshot they
 were classified with.
+
+With ``admin.state_file`` set, every admin change (PUT /throttles, PUT /size-limits) is saved there before it
+is applied (proxy/config.py ``save_state_section``: the whole section, atomically; a change that cannot be saved
+is refused with 500 and not applied, so what runs is what a restart brings back). Precedence, at start-up
+(``sluice run``) and on every SIGHUP alike: state file (the last admin change of a section) > environment >
+config file > defaults. A SIGHUP re-reads the config file and then re-applies the state file, so a throttle set
+in an emergency through the admin API is not lost to an unrelated edit of the file; to hand a section back to
+the file, delete the state file (or its section) and send SIGHUP.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from typing import TYPE_CHECKING, Any
@@ -16,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from .accesslog import get_logger
-from .config import ConfigError, load_settings
+from .config import DYNAMIC_SECTIONS, ConfigError, apply_state_file, load_settings, save_state_section
 from .policies.throttle import Throttle
 
 if TYPE_CHECKING:
@@ -25,37 +34,24 @@ if TYPE_CHECKING:
 
 log = get_logger("sluice.reconfigure")
 
-#: Settings sections that are changeable while running.
-DYNAMIC_SECTIONS = ("size_limit", "throttle")
+__all__ = ["DYNAMIC_SECTIONS", "add_routes", "add_section_routes", "reload_file", "throttle_status"]
 
 
 def add_routes(admin: AdminServer, proxy: Proxy) -> None:
-    """GET/PUT /size-limits (JSON, the [size_limit] section; PUT needs the bearer token when one is set)."""
-
-    async def get_size_limits(_request: web.Request) -> web.Response:
-        return web.json_response(proxy.settings.size_limit.model_dump())
-
-    async def put_size_limits(request: web.Request) -> web.Response:
-        try:
-            body: Any = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return web.json_response({"error": f"body is not JSON: {e}"}, status=400)
-        try:
-            updated = proxy.settings.with_overrides({"size_limit": body})
-        except ConfigError as e:
-            return web.json_response({"error": str(e), "key": e.key}, status=400)
-        proxy.apply_dynamic(updated)
-        return web.json_response(updated.size_limit.model_dump())
-
-    admin.add_route("GET", "/size-limits", get_size_limits)
-    admin.add_route("PUT", "/size-limits", put_size_limits, mutating=True)
-    add_section_routes(admin, proxy, "/throttles", "throttle")
+    """GET/PUT /size-limits (the [size_limit] section) and /throttles (the [throttle] section), JSON."""
+    lock = asyncio.Lock()  # one for both: each PUT reads, changes and rewrites the one state file
+    add_section_routes(admin, proxy, "/size-limits", "size_limit", lock)
+    add_section_routes(admin, proxy, "/throttles", "throttle", lock)
 
 
-def add_section_routes(admin: AdminServer, proxy: Proxy, path: str, section: str) -> None:
+def add_section_routes(admin: AdminServer, proxy: Proxy, path: str, section: str,
+                       lock: asyncio.Lock | None = None) -> None:
     """GET/PUT ``path`` for one dynamic settings section (JSON). PUT replaces the whole section (keys left out
-    take their defaults), is validated as a whole, needs the bearer token when one is set, and answers with
-    the section now in force; GET also reports what the section's policy measures (``status``)."""
+    take their defaults), is validated as a whole, needs the bearer token when one is set, is saved in
+    ``admin.state_file`` when one is set (500, and not applied, if that fails), and answers with the section now
+    in force; GET shows the section as configured (entries as written, globs included) and, for the throttle,
+    what its policy measures (``status``). ``lock`` serialises PUTs that share a state file."""
+    lock = lock or asyncio.Lock()
 
     async def get(_request: web.Request) -> web.Response:
         body = getattr(proxy.settings, section).model_dump()
@@ -68,14 +64,23 @@ def add_section_routes(admin: AdminServer, proxy: Proxy, path: str, section: str
             body: Any = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             return web.json_response({"error": f"body is not JSON: {e}"}, status=400)
-        if isinstance(body, dict):
+        if section == "throttle" and isinstance(body, dict):
             body.pop("status", None)  # what GET answered may be PUT back as is
-        try:
-            updated = proxy.settings.with_overrides({section: body})
-        except ConfigError as e:
-            return web.json_response({"error": str(e), "key": e.key}, status=400)
-        proxy.apply_dynamic(updated)
-        return web.json_response(getattr(updated, section).model_dump())
+        async with lock:
+            try:
+                updated = getattr(proxy.settings.with_overrides({section: body}), section)
+            except ConfigError as e:
+                return web.json_response({"error": str(e), "key": e.key}, status=400)
+            state_file = proxy.settings.admin.state_file
+            if state_file:
+                try:  # in a thread: fsync may take a while, and the loop carries every client's traffic
+                    await asyncio.to_thread(save_state_section, state_file, section, updated.model_dump())
+                except ConfigError as e:
+                    log.error("state_file_not_saved", section=section, error=str(e))
+                    return web.json_response({"error": str(e), "key": e.key}, status=500)
+            # This section only: a SIGHUP while the file was written may have changed the other one.
+            proxy.apply_dynamic(proxy.settings.model_copy(update={section: updated}))
+        return web.json_response(updated.model_dump())
 
     admin.add_route("GET", path, get)
     admin.add_route("PUT", path, put, mutating=True)
@@ -92,12 +97,14 @@ def throttle_status(proxy: Proxy) -> dict[str, Any]:
 
 
 def reload_file(proxy: Proxy, path: str | None) -> bool:
-    """SIGHUP: re-read the config file (and SLUICE_* env) and apply its dynamic sections. False if refused."""
+    """SIGHUP: re-read the config file (and SLUICE_* env), then the state file (``admin.state_file`` as in
+    force: changing it needs a restart) over it, as at start-up, and apply the dynamic sections. False if
+    refused (an invalid config or state file: the running configuration stays)."""
     if path is None:
         log.warning("reload_ignored", reason="no config file was given at start-up")
         return False
     try:
-        fresh = load_settings(path, os.environ)
+        fresh = apply_state_file(load_settings(path, os.environ), proxy.settings.admin.state_file)
     except ConfigError as e:
         log.error("reload_refused", path=path, error=str(e))
         return False

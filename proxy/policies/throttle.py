@@ -13,6 +13,11 @@ Who is throttled (reference/kafka-semantics.md section C):
 - ``[[throttle.topics]]`` lists a topic's throttled replicas in KIP-73's syntax: ``"*"`` (every partition, every
   fetcher), ``""`` (none) or ``"partition:broker,..."``. For a replica fetch (replica_id >= 0, a follower broker)
   the fetcher is that broker id, as in ``leader.replication.throttled.replicas``.
+- An entry's ``topic`` is a topic name or a glob over names (fnmatch's ``*``, ``?``, ``[...]``, case-sensitive
+  like Kafka's names; no topic name can hold those characters, Topic.java). One entry applies per topic, never
+  a merge: the entry naming it exactly, else the first glob in file order that matches (as the budgets' "first
+  match wins"). So a glob sets the rule for a family of topics and an exact entry overrides it for one, e.g.
+  ``replicas = ""`` to exempt it. Kafka itself has no globs: its throttled-replicas lists are per-topic configs.
 - Kafka never throttles consumers (UnboundedQuota). Sluice can: a consumer whose client.id matches a
   ``[[throttle.consumers]]`` glob is throttled on the partitions a topic entry lists (any fetcher), so a
   backfill or replay job reading from the start cannot eat the bandwidth live consumers need.
@@ -57,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..config import Settings, ThrottleSettings
+from ..config import Settings, ThrottleSettings, topic_is_glob
 from ..core.exchange import Exchange
 from ..core.policy import Policy, Services
 from ..wire.errors import CodecError
@@ -113,7 +118,12 @@ def parse_replicas(text: str, key: str = "replicas") -> ReplicaSet:
 
 @dataclass(frozen=True, slots=True)
 class Throttles:
-    """One immutable snapshot of the [throttle] configuration."""
+    """One immutable snapshot of the [throttle] configuration.
+
+    ``topics`` maps each ``[[throttle.topics]]`` entry's topic, as configured (a name or a glob), to its replicas,
+    in file order. :meth:`throttled` picks the entry for a topic name by the precedence in the module docstring
+    and remembers it per name (:attr:`RESOLVED_MAX`), so fnmatch runs once per topic name, not per partition per
+    fetch; the memo goes with the snapshot, which is replaced whole on every change."""
 
     leader_rate: int = 0
     follower_rate: int = 0
@@ -121,6 +131,24 @@ class Throttles:
     window_s: float = 1.0
     topics: dict[str, ReplicaSet] = field(default_factory=dict)
     consumers: tuple[str, ...] = ()
+    #: the glob entries, in file order: part of equality, since with "first glob wins" their order is configuration
+    globs: tuple[str, ...] = field(init=False, repr=False)
+    #: the entries naming a topic exactly
+    _exact: dict[str, ReplicaSet] = field(init=False, repr=False, compare=False)
+    #: topic name -> its entry's replicas (None: no entry). Starts with the exact names; a name resolved through
+    #: the globs is added on first use.
+    _resolved: dict[str, ReplicaSet | None] = field(init=False, repr=False, compare=False)
+
+    #: Names resolved through globs that are remembered at most (then the memo starts again from the exact names,
+    #: as the re module's cache does). A fetch may name any topic, so an unbounded memo would be unbounded memory;
+    #: 10,000 names are a megabyte or two, and more topics than one proxy usually sees fetched.
+    RESOLVED_MAX = 10_000
+
+    def __post_init__(self) -> None:
+        exact = {t: r for t, r in self.topics.items() if not topic_is_glob(t)}
+        object.__setattr__(self, "globs", tuple(t for t in self.topics if t not in exact))
+        object.__setattr__(self, "_exact", exact)
+        object.__setattr__(self, "_resolved", dict(exact))
 
     @classmethod
     def from_settings(cls, s: ThrottleSettings) -> Throttles:
@@ -145,8 +173,26 @@ class Throttles:
     def throttled(self, topic: str | None, partition: int, fetcher: int) -> bool:
         if topic is None:
             return False
-        replicas = self.topics.get(topic)
+        replicas = self._resolved.get(topic)
+        if replicas is None and self.globs and topic not in self._resolved:
+            replicas = self._resolve(topic)
         return replicas is not None and replicas.throttled(partition, fetcher)
+
+    def entry(self, topic: str) -> str | None:
+        """The ``[[throttle.topics]]`` topic (a name or a glob, as configured) whose replicas apply to ``topic``."""
+        if topic in self._exact:
+            return topic
+        return next((g for g in self.globs if fnmatch.fnmatchcase(topic, g)), None)
+
+    def _resolve(self, topic: str) -> ReplicaSet | None:
+        """A topic no exact entry names, the first time it is seen: the first glob matching it (or None)."""
+        entry = self.entry(topic)
+        replicas = self.topics[entry] if entry is not None else None
+        if len(self._resolved) >= len(self._exact) + self.RESOLVED_MAX:
+            self._resolved.clear()
+            self._resolved.update(self._exact)
+        self._resolved[topic] = replicas
+        return replicas
 
 
 Key = tuple[str, int]  # (topic name, partition)

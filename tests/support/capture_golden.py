@@ -17,7 +17,7 @@ import threading
 from collections import defaultdict, deque
 from pathlib import Path
 
-from proxy import server
+from proxy.core.connection import Connection
 from proxy.wire.messages import api_name, peek_request_header, response_correlation_id
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
@@ -48,10 +48,10 @@ class Tap:
 
     def install(self) -> None:
         tap = self
-        orig_on_request = server.ClientConnection._on_request
-        orig_data = server.UpstreamConnection.data_received
+        orig_on_request = Connection._on_request
+        orig_data = Connection.upstream_data
 
-        def on_request(self: server.ClientConnection, frame: bytes) -> None:
+        def on_request(self: Connection, frame: bytes) -> None:
             h = peek_request_header(frame)
             tap.keep(h.api_key, h.api_version, "request", frame)
             before = len(self.awaiting)
@@ -59,7 +59,7 @@ class Tap:
             if len(self.awaiting) > before:
                 tap.expect[id(self)].append((h.api_key, h.api_version, h.correlation_id))
 
-        def data_received(self: server.UpstreamConnection, data: bytes) -> None:
+        def upstream_data(self: Connection, data: bytes) -> None:
             buf = tap.buffers[id(self)]
             buf += data
             while len(buf) >= 4:
@@ -68,15 +68,15 @@ class Tap:
                     break
                 frame = bytes(buf[4 : 4 + size])
                 del buf[: 4 + size]
-                queue = tap.expect[id(self.client)]
+                queue = tap.expect[id(self)]
                 if queue:
                     key, version, corr = queue.popleft()
                     if response_correlation_id(frame) == corr:
                         tap.keep(key, version, "response", frame)
             orig_data(self, data)
 
-        server.ClientConnection._on_request = on_request  # type: ignore[method-assign]
-        server.UpstreamConnection.data_received = data_received  # type: ignore[method-assign]
+        Connection._on_request = on_request  # type: ignore[method-assign]
+        Connection.upstream_data = upstream_data  # type: ignore[method-assign]
 
 
 def drive_clients(bootstrap: str, java: JavaTools) -> None:

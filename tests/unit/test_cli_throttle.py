@@ -1,11 +1,18 @@
-"""`sluice throttle plan` (KIP-73 Q&A: move time = bytes / (T - IN), safe range IN < T < N - IN/R) and sizes."""
+"""`sluice throttle plan` (KIP-73 Q&A: move time = bytes / (T - IN), safe range IN < T < N - IN/R), sizes, and
+`set`/`status` against the admin API (entries shown as configured)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
+from structlog.testing import capture_logs
 
 from proxy.cli import main
 from proxy.cli_throttle import parse_size, plan
+from proxy.config import load_settings
+from tests.support.admin import admin_over
 
 
 @pytest.mark.parametrize(("text", "value"), [("100", 100), ("5MB", 5_000_000), ("5mb/s", 5_000_000),
@@ -50,3 +57,32 @@ def test_plan_command_output_and_exit_codes(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit) as e:
         main(["throttle", "plan", "--bytes", "lots", "--inbound-rate", "1", "--throttle", "2"])
     assert e.value.code == 2
+
+
+async def test_set_and_status_show_topic_entries_as_configured(capsys: pytest.CaptureFixture[str]) -> None:
+    settings = load_settings(None, env={}).with_overrides({"admin.port": 0, "throttle.topics": [
+        {"topic": "orders-*", "replicas": "*"}, {"topic": "o*", "replicas": "0:1"}]})
+
+    async def cli(*args: str) -> tuple[int, str]:
+        # The CLI blocks on HTTP: it runs off the loop that serves the admin API.
+        code = await asyncio.to_thread(main, ["throttle", *args, "--admin", url])
+        return code, capsys.readouterr().out
+
+    async with admin_over(settings) as (proxy, url):
+        with capture_logs() as logs:  # the proxy's own "reconfigured" events, kept off the CLI's stdout
+            code, out = await cli("set", "--topic", "orders-*=0:2", "--topic", "orders-audit=", "--topic", "a?",
+                                  "--leader-rate", "5MB")
+            assert code == 0
+            # orders-* is replaced where it stands (first among the globs: its place is configuration), the new
+            # entries are appended ("TOPIC=" lists no replicas, plain "TOPIC" all); globs stay as written.
+            topics = [{"topic": "orders-*", "replicas": "0:2"}, {"topic": "o*", "replicas": "0:1"},
+                      {"topic": "orders-audit", "replicas": ""}, {"topic": "a?", "replicas": "*"}]
+            assert json.loads(out)["topics"] == topics
+            throttles = proxy.policy("throttle").throttles
+            assert throttles.entry("orders-eu") == "orders-*" and throttles.entry("orders-audit") == "orders-audit"
+            code, out = await cli("status")
+            assert code == 0 and json.loads(out)["topics"] == topics
+            with pytest.raises(SystemExit) as e:
+                await cli("set", "--topic", "orders/eu")
+            assert "throttle.topics[4].topic" in str(e.value.code) and "'/'" in str(e.value.code)
+        assert [event["event"] for event in logs] == ["reconfigured"]

@@ -52,6 +52,7 @@ def test_defaults() -> None:
     assert (s.limits.write_high_water_bytes, s.limits.write_low_water_bytes) == (4194304, 1048576)
     assert s.shutdown.drain_timeout_s == 10.0
     assert (s.admin.enabled, s.admin.host, s.admin.port, s.admin.token) == (True, "127.0.0.1", 9644, "")
+    assert s.admin.state_file == ""  # admin API changes are not saved unless asked for
     assert (s.logging.level, s.logging.access_log, s.logging.format) == ("info", "-", "json")
     assert s == Settings()
 
@@ -153,6 +154,12 @@ INVALID = [
     ("[listen]\nbootstrap_prot = 1", "listen.bootstrap_prot", "did you mean 'bootstrap_port'"),
     ("[lsten]\nbootstrap_port = 1", "lsten", "unknown section (did you mean 'listen'?)"),
     ("[throttles]\nx = 1", "throttles", "unknown section"),
+    ('[[throttle.topics]]\ntopic = "orders/eu"', "throttle.topics[0].topic", "cannot occur in a topic name"),
+    ('[[throttle.topics]]\ntopic = "orders-[eu"', "throttle.topics[0].topic", "is never closed"),
+    ('[[throttle.topics]]\ntopic = "a-*"\n[[throttle.topics]]\ntopic = "a-*"\nreplicas = ""',
+     "throttle.topics[1].topic", "is already throttle.topics[0]"),
+    ('[admin]\nstate_file = " state.json"', "admin.state_file", "without leading or trailing spaces"),
+    ('[admin]\nstate_file = "/var/lib/sluice/"', "admin.state_file", "must name a file, not a directory"),
     ("listen = 5", "listen", "valid dictionary"),
 ]
 

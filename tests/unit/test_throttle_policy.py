@@ -3,6 +3,7 @@ in-sync exemption (KAFKA-4313) and what leaving records out does to a client's f
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any
 
 import pytest
@@ -65,6 +66,128 @@ def test_settings_to_snapshot() -> None:
     with pytest.raises(ConfigError) as e:
         load_settings(None, env={}).with_overrides({"throttle.leader_rate_bytes": -1})
     assert e.value.key == "throttle.leader_rate_bytes"
+
+
+# -------------------------------------------------------------------------------------- topic globs
+
+
+def globbed(*entries: tuple[str, str]) -> Throttles:
+    """A snapshot from [[throttle.topics]] entries (topic, replicas), in this order, through validation."""
+    s = load_settings(None, env={}).with_overrides({
+        "throttle.leader_rate_bytes": 1000,
+        "throttle.topics": [{"topic": topic, "replicas": replicas} for topic, replicas in entries]})
+    return Throttles.from_settings(s.throttle)
+
+
+def test_globs_match_topic_names_case_sensitively() -> None:
+    t = globbed(("orders-*", "*"), ("inv?ntory", "0:1"), ("log-[a-c]", "*"), ("m[!x]", "*"))
+    assert t.throttled("orders-eu", 3, CONSUMER) and t.throttled("orders-", 0, 7)
+    assert not t.throttled("Orders-eu", 0, CONSUMER)  # Kafka topic names are case-sensitive, so are globs
+    assert not t.throttled("orders", 0, CONSUMER) and not t.throttled("my-orders-eu", 0, CONSUMER)
+    assert t.throttled("inventory", 0, 1) and not t.throttled("inventory", 0, 2)  # the entry's own replicas
+    assert not t.throttled("inventry", 0, 1)  # ? is exactly one character
+    assert t.throttled("log-b", 0, 1) and not t.throttled("log-d", 0, 1)
+    assert t.throttled("my", 0, 1) and not t.throttled("mx", 0, 1)
+    assert t.active and t.globs == ("orders-*", "inv?ntory", "log-[a-c]", "m[!x]")
+
+
+def test_star_matches_every_topic() -> None:
+    t = globbed(("*", "0:5"))
+    assert t.throttled("anything", 0, 5) and t.throttled("a.b_c-d", 0, CONSUMER) and not t.throttled("x", 1, 5)
+    assert not t.throttled(None, 0, 5)  # an unknown topic id stays unthrottled
+
+
+def test_exact_name_wins_over_globs_and_first_glob_wins_among_globs() -> None:
+    t = globbed(("orders-*", "*"), ("o*", "0:7"), ("orders-audit", ""), ("*", "1:9"))
+    # The exact entry comes after two matching globs in file order, and still wins: it exempts orders-audit.
+    assert t.entry("orders-audit") == "orders-audit" and not t.throttled("orders-audit", 0, CONSUMER)
+    # orders-eu matches "orders-*", "o*" and "*": the first in file order applies, entries are not merged.
+    assert t.entry("orders-eu") == "orders-*" and t.throttled("orders-eu", 3, 1)
+    assert t.entry("ops") == "o*" and t.throttled("ops", 0, 7) and not t.throttled("ops", 1, 9)
+    assert t.entry("payments") == "*" and t.throttled("payments", 1, 9) and not t.throttled("payments", 0, 7)
+    # Reordering the globs is a different configuration: the snapshot says so.
+    assert globbed(("o*", "0:7"), ("orders-*", "*")).entry("orders-eu") == "o*"
+    assert globbed(("o*", "0:7"), ("orders-*", "*")) != globbed(("orders-*", "*"), ("o*", "0:7"))
+    assert globbed(("o*", "0:7"), ("orders-*", "*")) == globbed(("o*", "0:7"), ("orders-*", "*"))
+
+
+def test_glob_resolution_runs_once_per_topic_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, str]] = []
+    real = fnmatch.fnmatchcase
+
+    def counting(name: str, pattern: str) -> bool:
+        calls.append((name, pattern))
+        return real(name, pattern)
+
+    monkeypatch.setattr(fnmatch, "fnmatchcase", counting)
+    t = globbed(("a-*", "0:1"), ("b-*", "*"), ("exact", "*"))
+    # Per partition per fetch: the globs are tried for a name the first time only, hits and misses alike.
+    for _ in range(3):
+        assert all(t.throttled("b-1", p, CONSUMER) for p in range(100))
+        assert not any(t.throttled("zzz", p, CONSUMER) for p in range(100))
+        assert all(t.throttled("exact", p, CONSUMER) for p in range(100))
+    assert calls == [("b-1", "a-*"), ("b-1", "b-*"), ("zzz", "a-*"), ("zzz", "b-*")]
+    # A new snapshot (every reconfiguration) starts afresh.
+    calls.clear()
+    assert globbed(("a-*", "0:1"), ("b-*", "*")).throttled("b-1", 0, CONSUMER)
+    assert calls == [("b-1", "a-*"), ("b-1", "b-*")]
+
+
+def test_glob_resolution_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = fnmatch.fnmatchcase
+    monkeypatch.setattr(fnmatch, "fnmatchcase", lambda name, pattern: calls.append(name) or real(name, pattern))
+    monkeypatch.setattr(Throttles, "RESOLVED_MAX", 2)
+    t = globbed(("exact", ""), ("t-*", "*"))
+    for name in ("t-1", "t-2", "t-1", "t-2"):
+        assert t.throttled(name, 0, CONSUMER)
+    assert calls == ["t-1", "t-2"]  # two names fit
+    assert t.throttled("t-3", 0, CONSUMER)  # a third starts the memo again ...
+    assert t.throttled("t-1", 0, CONSUMER)  # ... so t-1 is resolved anew, with the same answer
+    assert calls == ["t-1", "t-2", "t-3", "t-1"]
+    assert not t.throttled("exact", 0, CONSUMER)  # an exact name never needs a glob
+    assert calls == ["t-1", "t-2", "t-3", "t-1"]
+
+
+@pytest.mark.parametrize("topic", ["orders", "orders-*", "*", "?", "a.b_c-D9", "log-[a-c]", "m[!x]*", "[-_.]x",
+                                   "x" * 249, "*" + "x" * 249])
+def test_valid_topic_names_and_globs(topic: str) -> None:
+    [entry] = load_settings(None, env={}).with_overrides({"throttle.topics": [{"topic": topic}]}).throttle.topics
+    assert entry.topic == topic  # kept as configured
+
+
+@pytest.mark.parametrize(("topic", "reason"), [
+    ("", "must be a topic name or a glob"),
+    (" orders", "' ' at position 0 cannot occur in a topic name"),
+    ("orders/eu", "'/' at position 6 cannot occur in a topic name"),
+    ("ordérs", "'é' at position 3 cannot occur"),
+    ("orders-[eu", "'[' at position 7 is never closed"),
+    ("orders]", "']' at position 6 closes no '['"),
+    ("x[]", "set at position 1 is empty"),
+    ("x[!]", "set at position 1 is empty"),
+    ("x[a/]", "'/' in the set at position 1 can never match"),
+    ("x[z-a]", "range 'z-a' is empty"),
+    (".", "Kafka forbids '.' and '..'"),
+    ("..", "Kafka forbids '.' and '..'"),
+    ("x" * 250, "longer than the 249 characters"),
+    ("?" * 250 + "*", "can never match: every name it matches is longer than the 249"),
+])
+def test_invalid_topic_names_and_globs_name_the_key(topic: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_settings(None, env={}).with_overrides(
+            {"throttle.topics": [{"topic": "ok"}, {"topic": topic, "replicas": "*"}]})
+    assert e.value.key == "throttle.topics[1].topic"
+    assert reason in e.value.reason and "\n" not in str(e.value) and len(str(e.value)) < 300
+
+
+def test_duplicate_topic_entries_are_refused() -> None:
+    base = load_settings(None, env={})
+    with pytest.raises(ConfigError) as e:
+        base.with_overrides({"throttle.topics": [{"topic": "a-*"}, {"topic": "b"}, {"topic": "a-*", "replicas": ""}]})
+    assert e.value.key == "throttle.topics[2].topic"
+    assert e.value.reason.startswith("'a-*' is already throttle.topics[0]: one entry per topic name or glob")
+    # Different entries that match the same topics are fine: precedence decides (see above).
+    base.with_overrides({"throttle.topics": [{"topic": "a-*"}, {"topic": "a-1"}, {"topic": "*"}]})
 
 
 # ------------------------------------------------------------------------------------- leader side
@@ -183,6 +306,19 @@ def test_replica_list_selects_by_broker_id() -> None:
         view = response({("t", 0): (100, 300)})
         enforce(view, ticket, t, st, NO_IDS, 0.0)
         assert sizes(view)[("t", 0)] == expect
+
+
+def test_glob_selected_partitions_are_left_out_over_quota() -> None:
+    t = globbed(("orders-*", "*"), ("orders-audit", ""))
+    st = ThrottleState(t)
+    st.leader.record(5000, 0.0)  # over the 1000 B/s quota
+    req = fetch_request({("orders-eu", 0): 0, ("orders-audit", 0): 0, ("payments", 0): 0})
+    ticket = plan_request(req, CONSUMER, t, st, NO_IDS, 0.1)
+    assert set(ticket.offsets) == {("orders-eu", 0)}
+    view = response({("orders-eu", 0): (100, 600), ("orders-audit", 0): (100, 300), ("payments", 0): (100, 200)})
+    out = enforce(view, ticket, t, st, NO_IDS, 0.1)
+    assert out.left_out == 1
+    assert sizes(view) == {("orders-eu", 0): 0, ("orders-audit", 0): 300, ("payments", 0): 200}
 
 
 def test_topic_ids_resolved_through_names() -> None:
