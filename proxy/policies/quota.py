@@ -21,6 +21,7 @@ Arithmetic, following org.apache.kafka.common.metrics.stats.{SampledStat, Rate, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -90,6 +91,13 @@ class WindowedRate:
 
     def exceeded(self, now: float) -> bool:
         return bool(self.bound) and self.rate(now) > self.bound
+
+    def headroom(self, now: float) -> float:
+        """Bytes that may be recorded now with ``rate`` staying at or below the bound (inf when unbounded;
+        <= 0 when the bound is reached)."""
+        if not self.bound:
+            return math.inf
+        return self.bound * self.window_size(now) - self.total(now)
 
     def throttle_time(self, now: float) -> float:
         """Seconds until ``rate`` falls to the bound if nothing more is recorded (an upper bound: samples that

@@ -40,7 +40,7 @@ from ..core.policy import Policy, Services
 from ..wire.fetch_fast import FetchPartition, FetchResponseView
 from ..wire.fetch_layout import PartitionKey, topic_key
 from ..wire.fetch_request_fast import FetchEdit, FetchParams
-from ..wire.records import walk_batches
+from ..wire.records import prefix_within
 from ..wire.views import FetchResponse, ResponseView
 
 #: replica.fetch.response.max.bytes' default: the budget of a replica-fetcher rule that names none
@@ -187,20 +187,6 @@ class Outcome:
         return bool(self.trimmed_bytes)
 
 
-def _keep(records: memoryview, allowed: int, progress: bool) -> int:
-    """How many leading bytes of a record set to keep: whole batches within ``allowed``; with ``progress``
-    at least the first batch whatever its size. A truncated trailing batch (the broker's reads are byte
-    slices of the log) is always dropped: every client discards it anyway, and the Java consumer fails with
-    "Failed to make progress" on a partition holding nothing else."""
-    kept = 0
-    for batch in walk_batches(records).batches:
-        if kept + batch.size <= allowed or (progress and kept == 0):
-            kept += batch.size
-        else:
-            break
-    return kept
-
-
 def enforce(view: FetchResponseView, budget: Budget, fairness: Fairness | None) -> Outcome:
     """Apply the budget to a decoded Fetch response in place (records trimmed, partitions kept)."""
     out = Outcome()
@@ -217,7 +203,7 @@ def enforce(view: FetchResponseView, budget: Budget, fairness: Fairness | None) 
             continue
         records = memoryview(p.records)
         size = len(records)
-        kept = _keep(records, min(remaining, cap), progress)
+        kept = prefix_within(records, min(remaining, cap), progress)
         if kept < size:
             out.trimmed_bytes += size - kept
             p.records = records[:kept]

@@ -29,8 +29,10 @@ What happens (ReplicationQuotaManager.scala, ReplicaManager.readFromLocalLog, Re
   partition of the session with news (KIP-227). Metering only the listed ones let a Java consumer read a 56 MB
   backlog with 6 MB counted.
 - Leader side, on the response to the fetcher: if the leader quota is exceeded, a throttled partition's records
-  are left out: the partition stays, error 0, real high watermark, empty records (shouldLeaderThrottle). Then
-  the bytes of all throttled partitions sent are recorded (ReplicaManager records after responding).
+  are left out: the partition stays, error 0, real high watermark, empty records (shouldLeaderThrottle). Below
+  the bound, the records that fit the quota's headroom pass, cut at batch boundaries (see :func:`enforce`: a
+  consumer's response can hold many seconds of quota at once). Then the bytes of all throttled partitions sent
+  are recorded (ReplicaManager records after responding).
 - Follower side: if the follower quota is exceeded, throttled partitions are left out of a session-less fetch
   sent upstream (buildFetch's ``shouldFollowerThrottle``). A fetch session's partitions cannot be left out of
   its request (a full request defines the broker's session; an incremental one only lists changes, and the
@@ -57,6 +59,7 @@ What happens (ReplicationQuotaManager.scala, ReplicaManager.readFromLocalLog, Re
 from __future__ import annotations
 
 import fnmatch
+import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,7 +72,7 @@ from ..wire.errors import CodecError
 from ..wire.fetch_fast import FetchResponseView
 from ..wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
 from ..wire.fetch_request_fast import FetchEdit
-from ..wire.records import complete_size
+from ..wire.records import complete_size, prefix_within
 from ..wire.views import FetchResponse, ResponseView
 from .quota import WindowedRate
 
@@ -248,8 +251,8 @@ class Ticket:
 class Outcome:
     """What the policy did to one response."""
 
-    left_out: int = 0  # throttled partitions whose records were left out (leader quota)
-    follower_left_out: int = 0  # ... left out for the follower quota (fetch sessions)
+    left_out: int = 0  # throttled partitions whose records were (all or partly) held back for the leader quota
+    follower_left_out: int = 0  # ... for the follower quota (fetch sessions)
     trimmed_bytes: int = 0  # truncated trailing batches dropped from throttled partitions
     #: record bytes of throttled partitions handed to the fetcher: what both quotas record
     sent_bytes: int = 0
@@ -308,12 +311,27 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
     carries counts, whether the request listed it or not: a fetch session's response carries every partition
     of the session with news, while its incremental request lists only the changed ones (KIP-227), and Kafka
     applies the quota to every partition it returns (ReplicaManager records the size of all throttled
-    partitions after responding)."""
+    partitions after responding).
+
+    What passes is what the quota's headroom allows (:meth:`~proxy.policies.quota.WindowedRate.headroom`), cut
+    at batch boundaries: nothing once the bound is reached (Kafka's shouldLeaderThrottle), the whole response
+    while far below it, and in between the batches that fit. A broker's response is bounded by the follower's
+    replica.fetch.max.bytes (1 MiB); a consumer's can be 50 MiB, which at a 1 MB/s throttle would arrive as one
+    burst every 50 s. Cutting to the headroom keeps every quota window within a few batches of the bound. The
+    first throttled batch of a response passes whenever the bound is not yet reached, so a batch larger than the
+    headroom still gets through (KIP-74's progress guarantee)."""
     out = Outcome()
-    leader_exceeded = bool(t.leader_rate) and state.leader.exceeded(now)
-    follower_exceeded = ticket.session and bool(t.follower_rate) and state.follower.exceeded(now)
+    allow = math.inf  # throttled bytes this response may still carry
+    leader = True  # the binding quota is the leader's (else the follower's)
+    if t.leader_rate:
+        allow = state.leader.headroom(now)
+    if ticket.session and t.follower_rate:
+        follower = state.follower.headroom(now)
+        if follower < allow:
+            allow, leader = follower, False
     fetcher = ticket.fetcher
     any_records = False
+    first_pass = True  # no throttled records kept yet in this response
     for topic in view.topics:
         name: str | None = topic.topic
         if not name:
@@ -327,40 +345,51 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
                 any_records = any_records or size > 0
                 continue
             key = (name, p.partition_index)
-            if size:
+            records = memoryview(p.records) if size else None  # type: ignore[arg-type]
+            if records is not None:
                 # The broker's read is a byte slice of the log: a truncated trailing batch is useless to every
                 # client (they discard it) and would make the quota count bytes nobody can use. Drop it, as
                 # size_limit does; v3+ brokers always send at least one whole batch, so nothing is lost.
-                records = memoryview(p.records)  # type: ignore[arg-type]
                 try:
                     complete = complete_size(records)
                 except CodecError:  # not Sluice's to judge here: the client reports corrupt records itself
                     complete = size
                 if complete < size:
-                    p.records = records[:complete]
+                    records = records[:complete]
+                    p.records = records
                     out.trimmed_bytes += size - complete
                     size = complete
-            first = _BASE_OFFSET.unpack_from(p.records)[0] if size else None  # type: ignore[arg-type]
+            first = _BASE_OFFSET.unpack_from(records)[0] if records is not None and size else None
             if p.error_code == 0:
                 state.high_watermarks[key] = p.high_watermark
                 offset = ticket.offsets.get(key, first)
                 if offset is not None:
                     state.note_lag(key, fetcher, max(0, p.high_watermark - offset), now)
-            if not size:
+            if not size or records is None or first is None:
                 continue
             # In sync (KAFKA-4313: not throttled, but counted): the fetcher is at the high watermark. The first
             # batch's base offset tells without the request: a consumer gets records only below the high
             # watermark, and a follower's fetch starts where its log ends, at a batch boundary.
-            assert first is not None
-            if first < p.high_watermark and (leader_exceeded or follower_exceeded):
-                p.records = memoryview(p.records)[:0]  # type: ignore[arg-type]
-                if leader_exceeded:
+            if first >= p.high_watermark or allow == math.inf:
+                kept = size
+            elif allow <= 0:
+                kept = 0
+            else:
+                try:
+                    kept = prefix_within(records, int(allow), first_pass)
+                except CodecError:
+                    kept = size
+            if kept < size:
+                p.records = records[:kept]
+                if leader:
                     out.left_out += 1
                 else:
                     out.follower_left_out += 1
-                continue
-            out.sent_bytes += size
-            any_records = True
+            if kept:
+                first_pass = False
+                any_records = True
+                out.sent_bytes += kept
+                allow -= kept
     state.leader.record(out.sent_bytes, now)
     state.follower.record(out.sent_bytes, now)
     if not any_records:

@@ -216,6 +216,20 @@ def complete_size(buf: memoryview | bytes | bytearray) -> int:
     return end
 
 
+def prefix_within(buf: memoryview | bytes | bytearray, allowed: int, at_least_one: bool) -> int:
+    """How many leading bytes of a record set to keep: whole batches within ``allowed`` bytes; with
+    ``at_least_one`` the first batch whatever its size (KIP-74's progress guarantee). A truncated trailing
+    batch (the broker's reads are byte slices of the log) is never kept: every client discards it anyway, and
+    the Java consumer fails with "Failed to make progress" on a partition holding nothing else."""
+    kept = 0
+    for header in iter_batches(buf):
+        if kept + header.size <= allowed or (at_least_one and kept == 0):
+            kept += header.size
+        else:
+            break
+    return kept
+
+
 def batch_crc(view: memoryview | bytes | bytearray) -> int:
     """CRC-32C of a complete v2 batch as Kafka computes it: Attributes .. end
     (DefaultRecordBatch.computeChecksum)."""

@@ -1,27 +1,36 @@
-"""KIP-73 throttles through Sluice against the real broker, in the style of Kafka's ReplicationQuotasTest
-(shouldThrottleOldSegments: 20 MB at 5 MB/s takes 0.9x..1.5x of 4 s; rate within (0.5x, 1.1x) of the throttle).
+"""KIP-73 throttles through Sluice against the real broker, judged from the client's side and by counts, never by
+a clock (rates are measured in bench/throttle.py):
 
-The throttled fetcher is a raw session-less fetch loop (tests/support/raw.py) so what is fetched, and when, is
-exactly controlled and timed: responses of at most 1 MiB, records of 64 KiB (one batch each). Its client.id
-matches a [[throttle.consumers]] glob; the throttled topic is listed with replicas = "*". Every fetched batch is
-checked to start where the previous one ended, so every record arrives once, in order.
+- every byte a throttled fetcher receives of a throttled topic was counted against the quota, for clients with
+  fetch sessions (the Java consumer, kafka-python: their incremental requests list only the partitions that
+  changed, while the responses carry every partition with news) and without (confluent-kafka), in passthrough
+  and terminate mode, and partitions were held back;
+- throttled partitions are held back while unthrottled ones keep flowing; a rate changed through the admin API
+  applies to the next fetch;
+- the follower side holds fetch-session clients back too (their partitions cannot be left out of the request);
+- every record arrives once, in order, unchanged.
+
+The throttled client's client.id matches a [[throttle.consumers]] glob; the throttled topic is listed with
+replicas = "*". Records are 64 KiB, one batch each.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
 from kafka import KafkaConsumer
 
 from proxy import reconfigure
 from proxy.admin import AdminServer
 from proxy.wire.records import walk_batches
+from rig.java_tools import JavaTools
+from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.support.kafka import create_topic, produce_values
 from tests.support.raw import RawClient
@@ -32,17 +41,27 @@ MiB = 1 << 20
 PARTITIONS = 3
 VALUE = 64 * 1024
 PER_PARTITION = 107  # 3 x 107 x 64 KiB = 20.06 MiB of values (~20.1 MiB of batches)
+TOTAL = PARTITIONS * PER_PARTITION
+#: fast enough for a test, slow enough that every client goes over it within the first window
+RATE = 8 * MiB
+
+LEFT_OUT = "sluice_throttle_left_out_partitions_total"
+COUNTED = "sluice_throttle_bytes_total"
+
+
+def value_of(key: bytes) -> bytes:
+    return (key * (VALUE // len(key) + 1))[:VALUE]
 
 
 def _produce(bootstrap: str, topic: str) -> None:
     create_topic(bootstrap, topic, PARTITIONS)
     keys = [(p, f"p{p}-{i:04d}".encode()) for i in range(PER_PARTITION) for p in range(PARTITIONS)]
-    produce_values(bootstrap, topic, ((p, k, (k * (VALUE // len(k) + 1))[:VALUE]) for p, k in keys),
-                   acks=1, linger_ms=5, max_request_size=4 * MiB)
+    produce_values(bootstrap, topic, ((p, k, value_of(k)) for p, k in keys), acks=1, linger_ms=5,
+                   max_request_size=4 * MiB)
 
 
 @pytest.fixture(scope="module")
-def topics(kafka_broker) -> Iterator[tuple[str, str]]:  # type: ignore[no-untyped-def]
+def topics(kafka_broker: KafkaBroker) -> Iterator[tuple[str, str]]:
     stamp = int(time.time() * 1000)
     slow, free = f"throttled-{stamp}", f"unthrottled-{stamp}"
     _produce(kafka_broker.bootstrap, slow)
@@ -50,181 +69,174 @@ def topics(kafka_broker) -> Iterator[tuple[str, str]]:  # type: ignore[no-untype
     yield slow, free
 
 
-def throttle_settings(slow: str, rate: int) -> dict[str, object]:
-    return {"leader_rate_bytes": rate, "topics": [{"topic": slow, "replicas": "*"}],
-            "consumers": [{"client_id": "backfill-*"}]}
+def throttle_settings(slow: str, leader: int = 0, follower: int = 0) -> dict[str, object]:
+    return {"leader_rate_bytes": leader, "follower_rate_bytes": follower,
+            "topics": [{"topic": slow, "replicas": "*"}], "consumers": [{"client_id": "backfill-*"}]}
 
 
-def throttled_proxy(kafka_broker, slow: str, rate: int) -> ProxyThread:  # type: ignore[no-untyped-def]
-    return ProxyThread(kafka_broker.bootstrap, **{f"throttle.{k}": v for k, v in throttle_settings(slow, rate).items()})
+def throttled_proxy(kafka_broker: KafkaBroker, slow: str, leader: int = 0, follower: int = 0,
+                    mode: str = "passthrough") -> ProxyThread:
+    return ProxyThread(kafka_broker.bootstrap, **{"sessions.mode": mode}, **{
+        f"throttle.{k}": v for k, v in throttle_settings(slow, leader, follower).items()})
 
 
-@dataclass
-class Drain:
-    """A raw fetch loop over every partition of a topic, timing the record bytes received."""
-
-    port: int
-    topic: str
-    client_id: str
-    samples: list[tuple[float, int]] = field(default_factory=list)  # (monotonic time, record bytes)
-    start: float = 0.0
-    end: float = 0.0
-    fetches: int = 0
-    error: BaseException | None = None
-
-    @property
-    def total(self) -> int:
-        return sum(n for _, n in self.samples)
-
-    @property
-    def elapsed(self) -> float:
-        return self.end - self.start
-
-    def bytes_between(self, a: float, b: float) -> int:
-        return sum(n for t, n in self.samples if a <= t < b)
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # reported by the test thread
-            self.error = e
-
-    def _run(self) -> None:
-        offsets = {p: 0 for p in range(PARTITIONS)}
-        with RawClient("127.0.0.1", self.port, client_id=self.client_id) as c:
-            self.start = time.monotonic()
-            while any(o < PER_PARTITION for o in offsets.values()) and self.fetches < 20_000:
-                view = c.fetch(12, self.topic, {p: o for p, o in offsets.items() if o < PER_PARTITION},
-                               max_bytes=MiB, partition_max_bytes=256 * 1024, max_wait_ms=500)
-                self.fetches += 1
-                got = 0
-                for _, part in view.partitions():
-                    assert part.error_code == 0, part
-                    assert part.high_watermark == PER_PARTITION
-                    walk = walk_batches(part.records or b"")
-                    for batch in walk.batches:
-                        assert batch.base_offset == offsets[part.partition_index], "gap or duplicate"
-                        offsets[part.partition_index] = batch.next_offset
-                    got += walk.complete_size
-                if got:
-                    self.samples.append((time.monotonic(), got))
-            self.end = time.monotonic()
-        assert all(o == PER_PARTITION for o in offsets.values()), offsets
+def check_once_in_order(records: list[tuple[bytes, bytes]]) -> None:
+    """Every record of the backlog, once, in order per partition, its value unchanged."""
+    seen: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    for key, value in records:
+        assert value == value_of(key), f"record {key!r} changed"
+        p, i = key.decode().split("-")
+        seen[int(p[1:])].append(int(i))
+    assert all(seen[p] == list(range(PER_PARTITION)) for p in range(PARTITIONS)), {
+        p: len(v) for p, v in seen.items()}
 
 
-def metric(name: str, labels: dict[str, str] | None = None) -> float:
-    value = REGISTRY.get_sample_value(name, labels or {})
-    return 0.0 if value is None else value
+# ------------------------------------------------------------------------------------------------ raw fetches
 
 
-def test_throttled_backfill_at_5mib_s_while_unthrottled_topic_flows(kafka_broker, topics: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+def records_of(view: Any) -> dict[int, tuple[int, int, int]]:
+    """partition -> (high watermark, complete batches, their bytes)."""
+    out = {}
+    for _, part in view.partitions():
+        assert part.error_code == 0, part
+        walk = walk_batches(part.records or b"")
+        out[part.partition_index] = (part.high_watermark, len(walk.batches), walk.complete_size)
+    return out
+
+
+def test_throttled_partitions_are_held_back_while_unthrottled_ones_flow(kafka_broker: KafkaBroker,
+                                                                         topics: tuple[str, str]) -> None:
+    """At 1 B/s the first throttled batch passes (the bound is not reached yet: KIP-74's progress guarantee),
+    then the throttled partitions stay in every response with their high watermark and no records, while the
+    unthrottled topic, fetched on the same connection, comes back whole."""
     slow, free = topics
-    rate = 5 * MiB
-    left_out_before = metric("sluice_throttle_left_out_partitions_total", {"side": "leader"})
-    with throttled_proxy(kafka_broker, slow, rate) as sluice:
-        throttled = Drain(sluice.proxy.bootstrap_port, slow, "backfill-1")
-        unthrottled = Drain(sluice.proxy.bootstrap_port, free, "backfill-2")
-        threads = [threading.Thread(target=d.run) for d in (throttled, unthrottled)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert throttled.error is None and unthrottled.error is None, (throttled.error, unthrottled.error)
-        assert metric("sluice_throttle_rate_limit_bytes", {"side": "leader"}) == rate
-        assert metric("sluice_throttle_byte_rate", {"side": "leader"}) > 0
-    measured = throttled.total / throttled.elapsed
-    expected = throttled.total / rate  # ~4 s
-    print(f"throttled: {throttled.total} B in {throttled.elapsed:.2f} s = {measured / MiB:.2f} MiB/s "
-          f"({throttled.fetches} fetches; expected {expected:.2f} s); unthrottled: {unthrottled.total} B in "
-          f"{unthrottled.elapsed:.2f} s")
-    assert 0.9 * expected <= throttled.elapsed <= 1.5 * expected
-    assert 0.5 * rate < measured < 1.1 * rate
-    # The unthrottled topic, fetched at the same time through the same proxy, was not held to the throttle.
-    assert unthrottled.elapsed < 0.5 * throttled.elapsed
-    assert metric("sluice_throttle_left_out_partitions_total", {"side": "leader"}) > left_out_before
+    start = dict.fromkeys(range(PARTITIONS), 0)
+    with throttled_proxy(kafka_broker, slow, leader=1) as sluice, \
+            RawClient("127.0.0.1", sluice.proxy.bootstrap_port, client_id="backfill-raw") as client:
+        first = records_of(client.fetch(12, slow, start, max_wait_ms=0))
+        assert sum(n for _, n, _ in first.values()) == 1  # one batch: the first throttled batch
+        held = records_of(client.fetch(12, slow, {p: int(first[p][1]) for p in start}, max_wait_ms=0))
+        assert held == dict.fromkeys(range(PARTITIONS), (PER_PARTITION, 0, 0))
+        flowing = records_of(client.fetch(12, free, start, max_wait_ms=0))
+        assert all(n > 0 for _, n, _ in flowing.values())
+        assert sluice.total(LEFT_OUT, side="leader") == 2 * PARTITIONS  # all three, in both responses
+        assert sluice.total(COUNTED, side="leader") == sum(size for _, _, size in first.values())
 
 
-def test_rate_change_through_admin_api_applies_within_2s(kafka_broker, topics: tuple[str, str]) -> None:  # type: ignore[no-untyped-def]
+def test_rate_change_through_admin_api_applies_to_the_next_fetch(kafka_broker: KafkaBroker,
+                                                                  topics: tuple[str, str]) -> None:
     slow, _ = topics
-    low, high = 2 * MiB, 10 * MiB
-    with throttled_proxy(kafka_broker, slow, low) as sluice:
+    start = dict.fromkeys(range(PARTITIONS), 0)
+    with throttled_proxy(kafka_broker, slow, leader=1) as sluice, \
+            RawClient("127.0.0.1", sluice.proxy.bootstrap_port, client_id="backfill-change") as client:
         admin = AdminServer(sluice.settings.admin.model_copy(update={"enabled": True, "port": 0}),
-                            sluice.proxy.ready)
+                            sluice.proxy.ready, sluice.proxy.metrics)
         reconfigure.add_routes(admin, sluice.proxy)
         sluice.call(admin.start())
         try:
-            drain = Drain(sluice.proxy.bootstrap_port, slow, "backfill-change")
-            thread = threading.Thread(target=drain.run)
-            thread.start()
-            deadline = time.monotonic() + 30
-            while drain.total < 6 * MiB and time.monotonic() < deadline and thread.is_alive():
-                thread.join(0.05)  # polling progress, bounded by the deadline
-            body = json.dumps(throttle_settings(slow, high)).encode()
+            offsets = {p: n for p, (_, n, _) in records_of(client.fetch(12, slow, start, max_wait_ms=0)).items()}
+            assert records_of(client.fetch(12, slow, offsets, max_wait_ms=0)) == \
+                dict.fromkeys(range(PARTITIONS), (PER_PARTITION, 0, 0))
+            body = json.dumps(throttle_settings(slow, leader=1_000_000_000)).encode()
             req = urllib.request.Request(f"http://127.0.0.1:{admin.port}/throttles", data=body, method="PUT",
                                          headers={"Content-Type": "application/json"})
-            changed_at = time.monotonic()
             with urllib.request.urlopen(req, timeout=10) as resp:
                 assert resp.status == 200
-            thread.join(60)
-            assert drain.error is None, drain.error
+            after = records_of(client.fetch(12, slow, offsets, max_wait_ms=0))
+            assert all(n > 0 for _, n, _ in after.values()), after
             with urllib.request.urlopen(f"http://127.0.0.1:{admin.port}/throttles", timeout=10) as resp:
-                assert b'"leader_rate_bytes": %d' % high in resp.read()
+                assert json.loads(resp.read())["leader_rate_bytes"] == 1_000_000_000
+            assert sluice.total("sluice_throttle_rate_limit_bytes", side="leader") == 1_000_000_000
         finally:
             sluice.call(admin.stop())
-    before = drain.bytes_between(changed_at - 2.0, changed_at) / 2.0
-    after_end = min(changed_at + 2.0, drain.end)
-    after = drain.bytes_between(changed_at, after_end) / (after_end - changed_at)
-    print(f"before the change {before / MiB:.2f} MiB/s, within 2 s after {after / MiB:.2f} MiB/s")
-    assert 0.5 * low < before < 1.1 * low
-    assert after > 2 * low
 
 
-def test_kafka_python_consumer_gets_every_record_once_in_order_under_throttle(kafka_broker,  # type: ignore[no-untyped-def]
-                                                                               topics: tuple[str, str]) -> None:
-    slow, _ = topics
-    left_out_before = metric("sluice_throttle_left_out_partitions_total", {"side": "leader"})
-    with throttled_proxy(kafka_broker, slow, 10 * MiB) as sluice:
-        consumer = KafkaConsumer(slow, bootstrap_servers=sluice.bootstrap, client_id="backfill-kp",
-                                 group_id=f"kp-throttle-{time.time()}", auto_offset_reset="earliest",
-                                 enable_auto_commit=False, max_partition_fetch_bytes=256 * 1024)
-        seen: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-        deadline = time.monotonic() + 90
-        while sum(map(len, seen.values())) < PARTITIONS * PER_PARTITION and time.monotonic() < deadline:
-            for tp, msgs in consumer.poll(timeout_ms=500).items():
-                for m in msgs:
-                    p, i = m.key.decode().split("-")
-                    assert int(p[1:]) == tp.partition
-                    seen[tp.partition].append(int(i))
-                    assert m.offset == int(i)
+# -------------------------------------------------------------------------------------------- real clients
+
+
+def consume_java(bootstrap: str, topic: str, java_tools: JavaTools, name: str) -> list[tuple[bytes, bytes]]:
+    lines = java_tools.console_consume(bootstrap, topic, max_messages=TOTAL, print_key=True,
+                                       group=f"java-{name}-{time.time()}", timeout=120,
+                                       consumer_props={"client.id": f"backfill-java-{name}",
+                                                       "max.partition.fetch.bytes": 256 * 1024})
+    return [(k.encode(), v.encode()) for k, v in (line.split("\t", 1) for line in lines)]
+
+
+def consume_kafka_python(bootstrap: str, topic: str, name: str) -> list[tuple[bytes, bytes]]:
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=f"backfill-kp-{name}",
+                             group_id=f"kp-{name}-{time.time()}", auto_offset_reset="earliest",
+                             enable_auto_commit=False, max_partition_fetch_bytes=256 * 1024)
+    got: list[tuple[bytes, bytes]] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(got) < TOTAL and time.monotonic() < deadline:
+            for msgs in consumer.poll(timeout_ms=500).values():
+                got.extend((m.key, m.value) for m in msgs)
+    finally:
         consumer.close()
-    assert all(seen[p] == list(range(PER_PARTITION)) for p in range(PARTITIONS)), {
-        p: len(v) for p, v in seen.items()}
-    # the throttle was in force (records were left out) and the client's fetch session survived it
-    assert metric("sluice_throttle_left_out_partitions_total", {"side": "leader"}) > left_out_before
+    return got
 
 
-def test_java_consumer_with_sessions_and_topic_ids_gets_every_record_under_throttle(  # type: ignore[no-untyped-def]
-        kafka_broker, topics: tuple[str, str], java_tools) -> None:
-    """The Java consumer fetches with v17 (topic ids, resolved from the Metadata Sluice relayed) in incremental
-    fetch sessions, whose FetchSessionHandler rejects a full response that lacks a session partition: records
-    left out while the partition is kept must not break it."""
+def consume_confluent(bootstrap: str, topic: str, name: str) -> list[tuple[bytes, bytes]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": f"backfill-ck-{name}",
+                         "group.id": f"ck-{name}-{time.time()}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "max.partition.fetch.bytes": 256 * 1024})
+    consumer.subscribe([topic])
+    got: list[tuple[bytes, bytes]] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(got) < TOTAL and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def consume(client: str, bootstrap: str, topic: str, java_tools: JavaTools, name: str) -> list[tuple[bytes, bytes]]:
+    if client == "java":
+        return consume_java(bootstrap, topic, java_tools, name)
+    if client == "kafka-python":
+        return consume_kafka_python(bootstrap, topic, name)
+    return consume_confluent(bootstrap, topic, name)
+
+
+@pytest.mark.parametrize("mode", ["passthrough", "terminate"])
+@pytest.mark.parametrize("client", ["java", "kafka-python", "confluent"])
+def test_every_byte_a_client_receives_was_counted(kafka_broker: KafkaBroker, topics: tuple[str, str],
+                                                  java_tools: JavaTools, client: str, mode: str) -> None:
+    """The client reads the whole throttled backlog: every record once, in order; the record bytes it received
+    (keys and values: the batches' own overhead makes Sluice's count a little larger) were all counted against
+    the leader quota, and partitions were held back. The Java consumer and kafka-python use fetch sessions
+    (the Java consumer with topic ids, Fetch v17: their names come from Sluice's own lookups); confluent-kafka
+    (librdkafka) does not. Before the fix, a Java consumer had ~11% of what it received counted."""
     slow, _ = topics
-    left_out_before = metric("sluice_throttle_left_out_partitions_total", {"side": "leader"})
-    rate = 10 * MiB
-    with throttled_proxy(kafka_broker, slow, rate) as sluice:
-        started = time.monotonic()
-        lines = java_tools.console_consume(sluice.bootstrap, slow, max_messages=PARTITIONS * PER_PARTITION,
-                                           print_key=True, group=f"java-throttle-{time.time()}", timeout=120,
-                                           consumer_props={"client.id": "backfill-java",
-                                                           "max.partition.fetch.bytes": 256 * 1024})
-        elapsed = time.monotonic() - started
-    seen: dict[str, list[int]] = {}
-    for line in lines:
-        key, value = line.split("\t", 1)
-        assert value.encode() == (key.encode() * (VALUE // len(key) + 1))[:VALUE]
-        p, i = key.split("-")
-        seen.setdefault(p, []).append(int(i))
-    assert seen == {f"p{p}": list(range(PER_PARTITION)) for p in range(PARTITIONS)}
-    assert metric("sluice_throttle_left_out_partitions_total", {"side": "leader"}) > left_out_before
-    # the throttle held the Java consumer too (its JVM start-up is included, so this is only a lower bound)
-    assert elapsed >= 0.9 * PARTITIONS * PER_PARTITION * VALUE / rate
+    with throttled_proxy(kafka_broker, slow, leader=RATE, mode=mode) as sluice:
+        records = consume(client, sluice.bootstrap, slow, java_tools, f"{client}-{mode}")
+        counted = sluice.total(COUNTED, side="leader")
+        held = sluice.total(LEFT_OUT, side="leader")
+    check_once_in_order(records)
+    received = sum(len(k) + len(v) for k, v in records)
+    assert counted >= received, f"{client}/{mode}: {received} B received, {counted} B counted"
+    assert held > 0, f"{client}/{mode}: the throttle never held a partition back"
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
+def test_follower_side_holds_back_session_and_sessionless_fetchers(kafka_broker: KafkaBroker,
+                                                                   topics: tuple[str, str], java_tools: JavaTools,
+                                                                   client: str) -> None:
+    """Only a follower rate: throttled partitions are left out of session-less requests (confluent-kafka) and,
+    since a fetch session's partitions cannot be left out of its request, their records out of the response
+    (kafka-python). Either way every received byte counts against the follower quota."""
+    slow, _ = topics
+    with throttled_proxy(kafka_broker, slow, follower=RATE) as sluice:
+        records = consume(client, sluice.bootstrap, slow, java_tools, f"{client}-follower")
+        counted = sluice.total(COUNTED, side="follower")
+        held = sluice.total(LEFT_OUT, side="follower")
+    check_once_in_order(records)
+    received = sum(len(k) + len(v) for k, v in records)
+    assert counted >= received, f"{client}: {received} B received, {counted} B counted"
+    assert held > 0, f"{client}: the follower side never held a partition back"

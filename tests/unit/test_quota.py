@@ -79,3 +79,14 @@ def test_invalid_shape_rejected() -> None:
         WindowedRate(samples=0)
     with pytest.raises(ValueError):
         WindowedRate(window_s=0)
+
+
+def test_headroom_is_what_may_be_recorded_with_the_rate_at_the_bound() -> None:
+    r = WindowedRate(1000, samples=11, window_s=1.0)
+    assert r.headroom(0.0) == 1000  # one window's worth: the rate is measured over at least one window
+    r.record(600, 0.0)
+    assert r.headroom(0.5) == 400
+    r.record(400, 0.5)
+    assert r.headroom(0.5) == 0 and not r.exceeded(0.5)
+    assert r.headroom(2.0) == 1000  # two seconds since the first sample: 2000 B allowed, 1000 B recorded
+    assert WindowedRate(0).headroom(0.0) == float("inf")

@@ -481,3 +481,35 @@ def test_truncated_trailing_batch_of_throttled_partition_is_dropped_and_not_coun
     out = enforce(view, ticket, t, st, NO_IDS, 0.0)
     assert out.trimmed_bytes == 40 and out.changed and out.sent_bytes == len(whole)
     assert sizes(view) == {("t", 0): len(whole), ("u", 0): len(whole) + 40}  # unthrottled: untouched
+
+
+def test_below_the_bound_the_batches_that_fit_the_headroom_pass() -> None:
+    """A large response below the bound: whole batches up to the quota's headroom pass, the rest is held back for
+    later fetches, so the rate follows the bound instead of arriving in bursts."""
+    from proxy.wire.records import walk_batches
+
+    t = snapshot(leader=1000)
+    st = ThrottleState(t)
+    records = b"".join(batch(300, base_offset=i) for i in range(5))
+    view = FetchResponseView(12, topics=[FetchTopic("t", partitions=[
+        FetchPartition(0, high_watermark=50, records=memoryview(records))])])
+    ticket = plan_request(fetch_request({("t", 0): 0}), CONSUMER, t, st, NO_IDS, 0.0)
+    out = enforce(view, ticket, t, st, NO_IDS, 0.0)
+    assert sizes(view) == {("t", 0): 900}  # headroom 1000 B (1000 B/s over one window): three whole batches
+    assert [b.base_offset for b in walk_batches(view.topics[0].partitions[0].records or b"").batches] == [0, 1, 2]
+    assert out.left_out == 1 and out.sent_bytes == 900 and out.mute_s == 0
+    assert st.leader.total(0.0) == 900
+
+
+def test_a_batch_larger_than_the_headroom_passes_while_the_bound_is_not_reached() -> None:
+    """KIP-74's progress guarantee: below the bound, the first throttled batch passes whatever its size; the
+    next fetch finds the bound exceeded and is held back."""
+    t = snapshot(leader=1000)
+    st = ThrottleState(t)
+    ticket = plan_request(fetch_request({("t", 0): 0}), CONSUMER, t, st, NO_IDS, 0.0)
+    view = response({("t", 0): (100, 2500)})
+    assert enforce(view, ticket, t, st, NO_IDS, 0.0).sent_bytes == 2500 and sizes(view) == {("t", 0): 2500}
+    ticket = plan_request(fetch_request({("t", 0): 1}), CONSUMER, t, st, NO_IDS, 0.1)
+    view = response({("t", 0): (100, 300)}, base={("t", 0): 1})
+    out = enforce(view, ticket, t, st, NO_IDS, 0.1)
+    assert out.left_out == 1 and sizes(view) == {("t", 0): 0} and out.mute_s > 0
