@@ -1,7 +1,7 @@
 """Logging: the operational log (structlog, stderr) and the per-request access log (structlog, JSON lines).
 
 ``configure_logging(settings.logging)`` sets both up once at start-up and returns the :class:`AccessLog` (also
-available later as :func:`get_access_log`). ``get_logger(__name__)`` gives an operational logger.
+available later as :func:`get_access_log`). ``get_logger("sluice.<part>")`` gives an operational logger.
 
 Access log schema, version 1
 ----------------------------
@@ -125,7 +125,7 @@ class _LineWriter:
         except (OSError, ValueError) as exc:  # disk full, closed pipe/file: never break the request path
             self.dropped += 1
             if self.dropped == 1:
-                get_logger(__name__).error("access_log_write_failed", error=str(exc))
+                get_logger("sluice.accesslog").error("access_log_write_failed", error=str(exc))
 
 
 class AccessLog:

@@ -15,12 +15,16 @@ from hypothesis import settings
 
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
+from tests.support.logs import route_sluice_logs_to_pytest
 
 # CI (CI=true) replays the same examples every run, so a submission's result does not depend on the draw;
 # developer runs keep hypothesis' random search (and its example database) to find new cases.
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI") == "true":
     settings.load_profile("ci")
+
+
+route_sluice_logs_to_pytest()  # passing tests print no log lines (tests/support/logs.py)
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from proxy import accesslog
 from proxy.accesslog import SCHEMA_VERSION, AccessLog, configure_logging, get_access_log, get_logger
 from proxy.config import LoggingSettings
+from tests.support.logs import route_sluice_logs_to_pytest
 
 SCHEMA_FIELDS = [
     "schema",
@@ -74,7 +74,7 @@ def restore_logging() -> Iterator[None]:
     for handler in [h for h in root.handlers if isinstance(h, accesslog._SluiceHandler)]:
         root.removeHandler(handler)
     root.setLevel(logging.WARNING)
-    structlog.reset_defaults()
+    route_sluice_logs_to_pytest()  # the test session's own configuration (tests/support/logs.py)
     accesslog._access_log.close()
     accesslog._access_log = AccessLog("off")
 
