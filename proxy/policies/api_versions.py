@@ -1,4 +1,4 @@
-"""ApiVersions: clients negotiate only versions Sluice can read (rules in :mod:`proxy.versions`).
+"""ApiVersions: clients negotiate only versions Sluice can read (rules in :mod:`proxy.wire.versions`).
 
 The broker's ranges are capped to what Sluice decodes; an ApiVersions request version Sluice does not know is
 answered the way Kafka does (error 35, UNSUPPORTED_VERSION, in the v0 layout, naming the supported range).
@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 from ..core.exchange import Exchange
 from ..core.policy import Policy
-from ..versions import intersect, unsupported_api_versions_body
 from ..wire.messages import API_VERSIONS_KEY, decoded_versions
+from ..wire.versions import intersect, unsupported_api_versions_body
 from ..wire.views import MessageResponse, ResponseView, local_response
 
 

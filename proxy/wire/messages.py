@@ -103,7 +103,7 @@ def relayed_versions(api_key: int) -> Versions:
 @cache
 def negotiable_versions(api_key: int) -> Versions | None:
     """The versions of ``api_key`` a client may negotiate through Sluice: those it decodes plus those it
-    relays as bytes. A broker's ApiVersions range is capped to this (proxy/versions.py); None: not capped
+    relays as bytes. A broker's ApiVersions range is capped to this (proxy/wire/versions.py); None: not capped
     (the manifest does not list the API, so the proxy never decodes it)."""
     decoded = decoded_versions(api_key)
     if decoded is None:

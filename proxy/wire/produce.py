@@ -13,7 +13,7 @@ The layouts (ProduceRequest.json and, for v0-2, the Kafka 3.x spec they were rem
 
 v0-2 are no longer in the spec, and a Kafka 4.x broker refuses them, yet it advertises Produce from v0 on
 purpose (KAFKA-18659: librdkafka before 2.11.1 turns compression off when Produce v0 is missing). Sluice passes
-that range on (proxy/versions.py), so a client may send them: Sluice must relay them with their acks read
+that range on (proxy/wire/versions.py), so a client may send them: Sluice must relay them with their acks read
 right, and the broker's answer (it closes the connection) reaches the client.
 """
 

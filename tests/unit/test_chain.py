@@ -6,7 +6,6 @@ import pytest
 
 from proxy.core.exchange import Rejected
 from proxy.core.routing import Router
-from proxy.versions import UNSUPPORTED_VERSION, WITHHELD_APIS
 from proxy.wire.messages import (
     decode_response,
     encode_request,
@@ -15,6 +14,7 @@ from proxy.wire.messages import (
     response_codec,
 )
 from proxy.wire.model import Message
+from proxy.wire.versions import UNSUPPORTED_VERSION, WITHHELD_APIS
 from tests.support.chain import SansIOProxy
 from tests.support.legacy_produce import produce_v0_2_frame
 

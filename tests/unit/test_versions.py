@@ -1,4 +1,4 @@
-"""ApiVersions through Sluice (proxy/versions.py): a broker's range is capped only where Sluice decodes, and
+"""ApiVersions through Sluice (proxy/wire/versions.py): a broker's range is capped only where Sluice decodes, and
 only on the side where decoding could fail (codecs/manifest.json "versions" and "relayed")."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy import versions
-from proxy.wire import messages
+from proxy.wire import messages, versions
 from proxy.wire.errors import CodecError
 from proxy.wire.messages import decoded_versions, negotiable_versions, request_spec
 from proxy.wire.model import Message

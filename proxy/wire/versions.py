@@ -18,8 +18,8 @@ addresses: it withholds those APIs rather than let a client learn a real broker 
 
 from __future__ import annotations
 
-from .wire.messages import API_VERSIONS_KEY, negotiable_versions, request_spec
-from .wire.model import Message
+from .messages import API_VERSIONS_KEY, negotiable_versions, request_spec
+from .model import Message
 
 #: APIs whose responses carry broker addresses that Sluice's specs cannot rewrite (see module docstring).
 WITHHELD_APIS = frozenset({78, 79})  # ShareFetch, ShareAcknowledge
