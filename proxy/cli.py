@@ -85,9 +85,41 @@ def _run(args: argparse.Namespace) -> int:
     return _serve(settings, args.config)
 
 
-def _serve(settings: Settings, config_path: str | None = None) -> int:
-    from proxy.server import serve
+async def serve(settings: Settings, config_path: str | None = None) -> None:
+    """`sluice run`: the proxy and its admin server until SIGTERM/SIGINT, then a graceful shutdown.
+    SIGHUP re-reads ``config_path`` and applies the sections changeable at run time (proxy/reconfigure.py)."""
+    import asyncio
+    import signal
 
+    from proxy import reconfigure
+    from proxy.accesslog import get_logger
+    from proxy.admin import AdminServer
+    from proxy.server import Proxy
+
+    log = get_logger("sluice.cli")
+    proxy = Proxy(settings)
+    await proxy.start()
+    admin: AdminServer | None = None
+    if settings.admin.enabled:
+        admin = AdminServer(settings.admin, proxy.ready, proxy.metrics)
+        reconfigure.add_routes(admin, proxy)
+        await admin.start()
+        log.info("admin_listening", host=settings.admin.host, port=admin.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reconfigure.reload_file, proxy, config_path)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting_down", drain_timeout_s=settings.shutdown.drain_timeout_s)
+        await proxy.stop()
+        if admin is not None:
+            await admin.stop()
+
+
+def _serve(settings: Settings, config_path: str | None = None) -> int:
     try:
         try:
             import uvloop

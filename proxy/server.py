@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import signal
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -433,35 +432,4 @@ class _UpstreamProtocol(asyncio.Protocol):
         self.conn.upstream_lost(str(exc) if exc else None)
 
 
-# ---------------------------------------------------------------------------------------------- entry point
-
-
-async def serve(settings: Settings, config_path: str | None = None) -> None:
-    """`sluice run`: the proxy and its admin server until SIGTERM/SIGINT, then a graceful shutdown.
-    SIGHUP re-reads ``config_path`` and applies the sections changeable at run time (proxy/reconfigure.py)."""
-    from . import reconfigure
-    from .admin import AdminServer
-
-    proxy = Proxy(settings)
-    await proxy.start()
-    admin: AdminServer | None = None
-    if settings.admin.enabled:
-        admin = AdminServer(settings.admin, proxy.ready, proxy.metrics)
-        reconfigure.add_routes(admin, proxy)
-        await admin.start()
-        log.info("admin_listening", host=settings.admin.host, port=admin.port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reconfigure.reload_file, proxy, config_path)
-    try:
-        await stop.wait()
-    finally:
-        log.info("shutting_down", drain_timeout_s=settings.shutdown.drain_timeout_s)
-        await proxy.stop()
-        if admin is not None:
-            await admin.stop()
-
-
-__all__ = ["Proxy", "serve"]
+__all__ = ["Proxy"]
