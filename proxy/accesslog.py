@@ -36,8 +36,9 @@ field                       type          meaning
 ``decoded``                 bool          the proxy decoded the request/response (false = relayed as bytes)
 ``partitions``              object[]      optional, only for Fetch responses Sluice decoded (a policy applied):
                                           ``{"topic", "partition", "bytes"}`` per partition, record bytes sent
-                                          to the client; the topic is its name, or its topic id (Kafka's base64
-                                          form) when Sluice has not seen the name
+                                          to the client; the topic is its name (Sluice looks up the names of
+                                          Fetch v13+ topic ids first), or its topic id (Kafka's base64 form)
+                                          when that lookup found no such topic or failed
 ``throttle_target_bps``     int           optional, only for throttled fetches (KIP-73): the leader rate in
                                           force, bytes/s
 ``throttled_bytes``         int           optional, with ``throttle_target_bps``: record bytes of this response

@@ -3,7 +3,8 @@ Sans-IO: bytes and exchanges in, exchanges with their effects out.
 
 - :meth:`Chain.classify` reads a request frame's header (one struct unpack), refuses what Kafka does not define,
   picks the policies that apply (by API, then :meth:`~proxy.core.policy.Policy.applies`) and, if one of them
-  reads topic names, lists the topic ids Sluice must learn before they run (the connection core waits for them).
+  reads topic names (or decodes a Fetch response the access log lists by topic), lists the topic ids Sluice
+  must learn before they run (the connection core waits for them).
 - :meth:`Chain.on_request` runs those policies in registration order (client side first). The request is decoded
   on first access by any of them and re-encoded once at the end, only if one changed it. A policy that answers
   (``ex.answer``) ends the walk: the request never goes upstream. A Fetch whose response will be decoded names
@@ -96,11 +97,18 @@ class Chain:
         if candidates:
             ex.policies = tuple(p for p in candidates if p.applies(ex))
             if key == FETCH and header.api_version >= FIRST_TOPIC_ID and ex.policies \
-                    and any(p.needs_topic_names(ex) for p in ex.policies):
+                    and (any(p.needs_topic_names(ex) for p in ex.policies) or self._log_names(ex.policies)):
                 request = self._request(ex)
                 assert isinstance(request, FetchEdit)
                 ex.missing_names = self.names.missing(request.view.topic_keys)  # type: ignore[arg-type]
         return ex
+
+    def _log_names(self, policies: Sequence[Policy]) -> bool:
+        """The access log will list this Fetch's partitions (a policy may decode its response): their topics
+        are named, so a Fetch v13+ waits for the names of its ids (a connection that never sends Metadata
+        would otherwise be logged with ids)."""
+        log = self.access_log
+        return log is not None and log.enabled and any(p.decodes_fetch for p in policies)
 
     @staticmethod
     def _request(ex: Exchange) -> Any:

@@ -54,6 +54,10 @@ class Policy:
     name: ClassVar[str] = "policy"
     #: the API keys whose requests this policy may act on
     apis: ClassVar[frozenset[int]] = frozenset()
+    #: whether, applying to a Fetch, it may collect the response whole (decoded): the access log then lists the
+    #: response's partitions by topic name, so while the access log is written a Fetch v13+ it applies to waits
+    #: for the names of its topic ids as for :meth:`needs_topic_names`
+    decodes_fetch: ClassVar[bool] = False
 
     def applies(self, ex: Exchange) -> bool:
         """Whether this request concerns the policy, from its header alone (cheap: called per request)."""

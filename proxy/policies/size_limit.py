@@ -223,6 +223,7 @@ class SizeLimit(Policy):
 
     name = "size_limit"
     apis: ClassVar[frozenset[int]] = frozenset({1})
+    decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: SizeLimitSettings, services: Services) -> None:
         #: replaced whole on reconfiguration: a request sees one consistent snapshot

@@ -344,6 +344,7 @@ class Terminate(Policy):
 
     name = "terminate"
     apis: ClassVar[frozenset[int]] = frozenset({1})
+    decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: SessionsSettings, services: Services) -> None:
         self.metrics = services.metrics

@@ -406,6 +406,7 @@ class Throttle(Policy):
 
     name = "throttle"
     apis: ClassVar[frozenset[int]] = frozenset({1})
+    decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: ThrottleSettings, services: Services) -> None:
         self.metrics = services.metrics

@@ -6,6 +6,7 @@ same JSON lines."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from proxy.analytics.job import JobResult, run_job
+from proxy.analytics.source import read_access_logs
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.analytics.conftest import local_path, table
@@ -38,6 +40,7 @@ THROTTLE_BPS = 500_000_000
 class Run:
     result: JobResult
     oracle: Oracle
+    path: Path  # the access log
 
 
 def traffic(bootstrap: str, topic: str) -> None:
@@ -85,7 +88,7 @@ def run(spark: SparkSession, kafka_broker: KafkaBroker, tmp_path_factory: pytest
         traffic(proxy.bootstrap, topic)
     # leaving the block stopped the proxy and closed its access log: every line is written and flushed
     result = run_job(spark, [str(path)], base / "out")
-    yield Run(result, Oracle.read([path]))
+    yield Run(result, Oracle.read([path]), path)
 
 
 def sums(row: object) -> tuple[int, ...]:
@@ -97,6 +100,26 @@ def test_every_line_of_a_real_run_is_valid(run: Run) -> None:
     assert c.lines == c.valid == len(run.oracle.rows) > 0
     assert (c.malformed, c.incomplete, c.other_schema, c.other_event) == (0, 0, 0, 0)
     assert c.files == 1
+
+
+def test_latencies_are_measured_in_microseconds(spark: SparkSession, run: Run) -> None:
+    """latency_ms comes from a high-resolution clock: uvloop's loop.time() counts whole milliseconds, with which
+    nearly every line of a local run read 0.000 (and every one ended in .000). The values keep their microseconds
+    through the analytics' schema."""
+    written = re.findall(r'"latency_ms":([^,]*),', run.path.read_text())
+    assert len(written) == len(run.oracle.rows) > 0
+    assert all(re.fullmatch(r"[0-9]+\.[0-9]{3}", w) for w in written), written
+    whole = [w for w in written if w.endswith(".000")]
+    assert len(whole) <= len(written) // 10, f"{len(whole)} of {len(written)} latencies in whole ms: {written}"
+    for api in ("ApiVersions", "Metadata", "Produce", "Fetch"):
+        assert any(r["latency_ms"] % 1 for r in run.oracle.rows if r["api"] == api), api
+    logs = read_access_logs(spark, [str(run.path)])
+    try:
+        assert logs.counts.lines == logs.counts.valid == len(written)
+        parsed = sorted(r["latency_ms"] for r in logs.events.select("latency_ms").collect())
+    finally:
+        logs.release()
+    assert parsed == sorted(float(w) for w in written)
 
 
 def test_bytes_and_requests_per_client_id(spark: SparkSession, run: Run) -> None:

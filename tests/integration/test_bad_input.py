@@ -9,6 +9,7 @@ import time
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
+from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.support.records import Rec, assert_same_records, make_records
 
@@ -93,4 +94,61 @@ def test_bad_connections_do_not_disturb_a_consumer(sluice: ProxyThread, unique_t
     finally:
         consumer.close()
         producer.close()
+    assert_same_records(records, got)
+
+
+def test_incomplete_frame_is_closed_after_request_timeout_while_a_consumer_carries_on(kafka_broker: KafkaBroker,
+                                                                                     unique_topic: str) -> None:
+    """Slowloris: a connection that sends part of a frame and then nothing is closed once the frame has stayed
+    incomplete for limits.request_timeout_s (counted as request_timeout), whatever part it sent; a consumer
+    on another connection keeps getting every record once, in order."""
+    records = make_records(200, 1)
+    api_versions = request(18, 0)
+    with ProxyThread(kafka_broker.bootstrap, **{"limits.request_timeout_s": 0.5}) as sluice:
+        producer = KafkaProducer(bootstrap_servers=sluice.bootstrap, acks="all")
+        consumer = KafkaConsumer(unique_topic, bootstrap_servers=sluice.bootstrap, group_id=f"g-{unique_topic}",
+                                 auto_offset_reset="earliest", enable_auto_commit=False)
+        got: list[Rec] = []
+
+        def send(rs: list[Rec]) -> None:
+            for r in rs:
+                producer.send(unique_topic, key=r.key, value=r.value, headers=list(r.headers), partition=0,
+                              timestamp_ms=r.timestamp_ms)
+            producer.flush(30)
+
+        def drain(n: int) -> None:
+            deadline = time.monotonic() + 60
+            while len(got) < n and time.monotonic() < deadline:
+                for msgs in consumer.poll(timeout_ms=500).values():
+                    got.extend(Rec(m.partition, m.key, m.value, tuple(m.headers), m.timestamp) for m in msgs)
+
+        slow: list[socket.socket] = []
+        try:
+            send(records[:100])
+            drain(100)
+            # Part of the size prefix; a size prefix and part of the frame; a whole request answered, then the
+            # first bytes of the next one.
+            for data in (api_versions[:2], api_versions[:9]):
+                s = socket.create_connection(("127.0.0.1", sluice.proxy.bootstrap_port))
+                slow.append(s)
+                s.sendall(data)
+            s = socket.create_connection(("127.0.0.1", sluice.proxy.bootstrap_port))
+            slow.append(s)
+            s.sendall(api_versions)
+            s.settimeout(15)
+            (size,) = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))
+            assert struct.unpack(">i", s.recv(size, socket.MSG_WAITALL)[:4]) == (1,)  # its correlation id
+            s.sendall(api_versions[:10])
+            # The consumer's traffic goes on meanwhile, then every held connection is seen closed (EOF).
+            send(records[100:])
+            for s in slow:
+                assert_closed_by_proxy(s)
+            drain(200)
+        finally:
+            for s in slow:
+                s.close()
+            consumer.close()
+            producer.close()
+        assert sluice.total("sluice_frames_rejected_total", reason="request_timeout") == 3
+        assert sluice.total("sluice_frames_rejected_total") == 3  # nothing of the consumer's was refused
     assert_same_records(records, got)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from proxy import accesslog
-from proxy.accesslog import SCHEMA_VERSION, AccessLog, configure_logging, get_access_log, get_logger
+from proxy.accesslog import SCHEMA_VERSION, AccessLog, LogLimiter, configure_logging, get_access_log, get_logger
 from proxy.config import LoggingSettings
 from tests.support.logs import route_sluice_logs_to_pytest
 
@@ -180,6 +180,31 @@ def test_client_id_cache_is_bounded() -> None:
 
 
 # ------------------------------------------------------------------------------------- destinations
+
+
+def test_log_limiter_allows_one_event_per_key_per_interval_and_counts_the_rest() -> None:
+    now = [100.0]
+    limiter = LogLimiter(10.0, lambda: now[0])
+    assert limiter.allow("a") == 0  # the first one is logged, nothing was held back
+    for t in (100.0, 101.0, 105.5, 109.999):
+        now[0] = t
+        assert limiter.allow("a") is None  # within the interval: not logged, counted
+    assert limiter.allow("b") == 0  # keys (brokers) are independent
+    now[0] = 110.0  # exactly one interval after the last logged one
+    assert limiter.allow("a") == 4  # logged, with the four not logged
+    assert limiter.allow("a") is None
+    now[0] = 119.0
+    assert limiter.allow("b") is None  # b was last logged at 109.999
+    now[0] = 120.0
+    assert limiter.allow("b") == 1
+    assert limiter.allow("a") == 1
+    assert limiter.allow("a") is None
+    assert limiter.allow("a") is None
+    now[0] = 500.0
+    assert limiter.allow("a") == 2  # the count is of those since the last logged one, however long ago
+    assert limiter.allow(None) == 0  # None (the bootstrap listener) is a key like any other
+    now[0] = 520.0
+    assert limiter.allow("a") == 0  # nothing held back since the last one
 
 
 def test_off_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

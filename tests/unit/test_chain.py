@@ -237,3 +237,29 @@ def test_access_log_partitions_are_not_gathered_when_the_access_log_is_off() -> 
     ex = p.request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY))
     p.respond(ex, response_frame(12, 1, keys, 0, 77))
     assert "partitions" not in ex.log
+
+
+@pytest.mark.parametrize("version", [13, 17])
+def test_fetch_by_topic_id_waits_for_names_when_the_access_log_lists_them(version: int) -> None:
+    """A Fetch v13+ names topics by id only; a policy that decodes its response (here a size budget) makes the
+    access log list its partitions, by topic name, so with the access log on the request waits for the names of
+    its ids (the server looks them up). With the access log off, or no such policy, nothing waits."""
+    import io
+
+    from proxy.accesslog import AccessLog
+
+    tid = bytes(range(1, 17))
+    body = request_codec(1, version).default().replace(
+        max_wait_ms=0, min_bytes=1, topics=[Message(topic_id=tid, partitions=[
+            Message(partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                    log_start_offset=-1, partition_max_bytes=1 << 20)])], forgotten_topics_data=[])
+    frame = req_frame(1, version, body)
+    budget = {"size_limit.budgets": [{"client_id": "*", "fetch_max_bytes": 1 << 20}]}
+    logged = SansIOProxy(budget, access_log=AccessLog(io.StringIO()))
+    assert logged.chain.classify(frame, 0.0).missing_names == {tid}
+    assert not SansIOProxy(budget).chain.classify(frame, 0.0).missing_names
+    assert not SansIOProxy(access_log=AccessLog(io.StringIO())).chain.classify(frame, 0.0).missing_names
+    logged.names.learn(tid, "topic")
+    assert not logged.chain.classify(frame, 0.0).missing_names
+    ex = logged.request(frame)
+    assert ex.collect  # the budget decodes the response: its access-log line names "topic"
