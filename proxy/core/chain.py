@@ -7,8 +7,7 @@ Sans-IO: bytes and exchanges in, exchanges with their effects out.
   must learn before they run (the connection core waits for them).
 - :meth:`Chain.on_request` runs those policies in registration order (client side first). The request is decoded
   on first access by any of them and re-encoded once at the end, only if one changed it. A policy that answers
-  (``ex.answer``) ends the walk: the request never goes upstream. A Fetch whose response will be decoded names
-  its topic ids for the access log to learn before the request goes out (the access log reports names).
+  (``ex.answer``) ends the walk: the request never goes upstream.
 - :meth:`Chain.on_response` decodes the response once into the API's view (:mod:`proxy.wire.views`), runs the
   policies that asked to see it in the reverse order (back towards the client), and encodes it once, only if
   one changed it. A policy asking for the request to go upstream again (``ex.resend``) ends the walk.
@@ -131,10 +130,6 @@ class Chain:
                 ex.frame = view.encode()
         except CodecError as e:
             raise Rejected("malformed", str(e)) from None
-        if ex.collect and isinstance(view, FetchEdit) and view.view.version >= FIRST_TOPIC_ID \
-                and self.access_log is not None and self.access_log.enabled:
-            # the access log names the topics of the decoded response: learn them before the request goes out
-            ex.missing_names = self.names.missing(view.view.topic_keys)  # type: ignore[arg-type]
 
     # -------------------------------------------------------------------------------------- responses
 

@@ -227,7 +227,6 @@ class Connection:
                 except Rejected as r:
                     self._reject(r.reason, r.detail)
                     return
-                continue  # the chain may name topics to learn before the request goes out
             if ex.reserve and not ex.held and ex.answer is None:
                 if not self.memory.reserve(ex.reserve, self._memory_granted):
                     self.metrics.size_limit_waits.inc()
