@@ -59,6 +59,9 @@ class Chain:
                 by_api.setdefault(api, []).append(policy)
         self._by_api = {api: tuple(ps) for api, ps in by_api.items()}
         self._on_sent = frozenset(p for p in self.policies if type(p).on_sent is not Policy.on_sent)
+        #: the policies that may need topic names (to read them, or to have the access log show them)
+        self._name_readers = frozenset(p for p in self.policies if p.decodes_fetch
+                                       or type(p).needs_topic_names is not Policy.needs_topic_names)
 
     # ------------------------------------------------------------------------------------ connections
 
@@ -94,20 +97,24 @@ class Chain:
                 raise Rejected("malformed", str(e)) from None
         candidates = self._by_api.get(key)
         if candidates:
-            ex.policies = tuple(p for p in candidates if p.applies(ex))
-            if key == FETCH and header.api_version >= FIRST_TOPIC_ID and ex.policies \
-                    and (any(p.needs_topic_names(ex) for p in ex.policies) or self._log_names(ex.policies)):
+            applying = [p for p in candidates if p.applies(ex)]
+            ex.policies = tuple(applying)
+            if key == FETCH and header.api_version >= FIRST_TOPIC_ID \
+                    and not self._name_readers.isdisjoint(applying) and self._names_wanted(ex, applying):
+                # Fetch v13+ names topics by id only
                 request = self._request(ex)
                 assert isinstance(request, FetchEdit)
                 ex.missing_names = self.names.missing(request.view.topic_keys)  # type: ignore[arg-type]
         return ex
 
-    def _log_names(self, policies: Sequence[Policy]) -> bool:
-        """The access log will list this Fetch's partitions (a policy may decode its response): their topics
-        are named, so a Fetch v13+ waits for the names of its ids (a connection that never sends Metadata
-        would otherwise be logged with ids)."""
+    def _names_wanted(self, ex: Exchange, applying: list[Policy]) -> bool:
+        """A policy reads topic names, or the access log will list this Fetch's partitions (a policy may decode
+        its response): then a Fetch v13+ waits for the names of its ids (a connection that never sends Metadata
+        would otherwise be throttled and logged without them)."""
+        readers = [p for p in applying if p in self._name_readers]
         log = self.access_log
-        return log is not None and log.enabled and any(p.decodes_fetch for p in policies)
+        logged = log is not None and log.enabled
+        return any(p.needs_topic_names(ex) or (logged and p.decodes_fetch) for p in readers)
 
     @staticmethod
     def _request(ex: Exchange) -> Any:

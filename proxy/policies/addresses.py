@@ -10,11 +10,12 @@ carries no endpoints (they appear only after a leadership change).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 from ..core.exchange import Exchange, Rejected
 from ..core.policy import Policy, Services
-from ..wire.fetch_layout import FIRST_NODE_ENDPOINTS
+from ..wire.fetch_layout import FIRST_NODE_ENDPOINTS, MAX_VERSION
 from ..wire.fetch_stream import FetchStreamer
 from ..wire.messages import negotiable_versions
 from ..wire.views import FetchResponse, MessageResponse, MetadataHead, ResponseView
@@ -30,11 +31,17 @@ class Addresses(Policy):
 
     def __init__(self, services: Services) -> None:
         self.router = services.router
+        rewrite = self.router.rewrite_nodes
+        #: Fetch v16+ response walkers, one factory per version (made once, not per request)
+        self._streamers = {v: functools.partial(FetchStreamer, v, rewrite=rewrite)
+                           for v in range(FIRST_NODE_ENDPOINTS, MAX_VERSION + 1)}
+        #: per API, the versions Sluice decodes or relays as bytes (Produce v0-9, KAFKA-18659)
+        self._versions = {key: negotiable_versions(key) for key in self.apis}
 
     def on_request(self, ex: Exchange, conn: Any) -> Any:
         key, version = ex.header.api_key, ex.header.api_version
-        ours = negotiable_versions(key)  # decoded, or relayed as bytes (Produce v0-9, KAFKA-18659)
-        if ours is None or version not in ours:
+        ours = self._versions[key]
+        if ours is None or not ours.low <= version <= ours.high:
             # A client that read Sluice's ApiVersions never sends this; its response could not be read, and
             # relaying it unread could hand the client a broker address.
             raise Rejected("unsupported_version",
@@ -42,16 +49,12 @@ class Addresses(Policy):
         if key == FETCH:
             if version < FIRST_NODE_ENDPOINTS:
                 return None  # no NodeEndpoints before KIP-951: relay as bytes
-            ex.streamer = self._streamer(version)
+            ex.streamer = self._streamers[version]
             return True
         if key == PRODUCE and version < FIRST_PRODUCE_ENDPOINTS:
             return None
         ex.collect = True
         return True
-
-    def _streamer(self, version: int) -> Any:
-        rewrite = self.router.rewrite_nodes
-        return lambda size: FetchStreamer(version, size, rewrite)
 
     def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
         router = self.router

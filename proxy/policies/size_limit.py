@@ -226,16 +226,19 @@ class SizeLimit(Policy):
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: SizeLimitSettings, services: Services) -> None:
-        #: replaced whole on reconfiguration: a request sees one consistent snapshot
-        self.limits = SizeLimits.from_settings(settings)
         self.metrics = services.metrics
+        self._set(SizeLimits.from_settings(settings))
+
+    def _set(self, limits: SizeLimits) -> None:
+        #: replaced whole on reconfiguration: a request sees one consistent snapshot
+        self.limits = limits
+        self._active = limits.active  # asked on every Fetch: computed once per snapshot
 
     def reconfigure(self, settings: Settings) -> None:
-        self.limits = SizeLimits.from_settings(settings.size_limit)
+        self._set(SizeLimits.from_settings(settings.size_limit))
 
     def applies(self, ex: Exchange) -> bool:
-        limits = self.limits
-        return limits.active and limits.may_apply(ex.client_id)
+        return self._active and self.limits.may_apply(ex.client_id)
 
     def open(self, info: Any) -> Fairness:
         return Fairness()

@@ -350,6 +350,7 @@ class Terminate(Policy):
         self.metrics = services.metrics
         self.clock = services.clock
         self.modes = SessionModes.from_settings(settings)
+        self._active = self.modes.active  # asked on every Fetch; [sessions] needs a restart to change
         #: the sessions Sluice serves to clients that use them (one cache for the proxy, like a broker's)
         self.server = SessionServer(SessionCache(settings.cache_slots, settings.eviction_age_s))
         self._stats_seen = SessionStats()
@@ -357,11 +358,11 @@ class Terminate(Policy):
         self.metrics.bind_session_cache(lambda: len(cache), lambda: cache.partitions_cached)
 
     def applies(self, ex: Exchange) -> bool:
-        return self.modes.active and self.modes.terminates(ex.client_id)
+        return self._active and self.modes.terminates(ex.client_id)
 
     def open(self, info: ConnectionInfo) -> UpstreamSessions | None:
         # the connection's upstream fetch session (one per connection: it has one upstream connection)
-        return UpstreamSessions() if self.modes.active else None
+        return UpstreamSessions() if self._active else None
 
     def close(self, sessions: UpstreamSessions | None) -> None:
         if sessions is not None:

@@ -415,16 +415,18 @@ class Throttle(Policy):
         #: the configuration snapshot (swapped whole by :meth:`reconfigure`) and the quotas every connection
         #: shares
         self.throttles = Throttles.from_settings(settings)
+        self._active = self.throttles.active  # asked on every Fetch: computed once per snapshot
         self.state = ThrottleState(self.throttles)
         self.metrics.bind_throttle(self.state, self.throttles, self.clock)
 
     def reconfigure(self, settings: Settings) -> None:
         self.throttles = Throttles.from_settings(settings.throttle)
+        self._active = self.throttles.active
         self.state.reconfigure(self.throttles)
         self.metrics.bind_throttle(self.state, self.throttles, self.clock)
 
     def applies(self, ex: Exchange) -> bool:
-        return self.throttles.active
+        return self._active
 
     def needs_topic_names(self, ex: Exchange) -> bool:
         return True  # throttles name topics; Fetch v13+ only carries ids
