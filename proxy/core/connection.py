@@ -171,6 +171,7 @@ class Connection:
                 return
         if off:
             del buf[:off]
+            self._partial_since = None  # a frame ended: what is left started in this chunk, timed from now
         self._watch_partial()
 
     def _watch_partial(self) -> None:
@@ -216,6 +217,9 @@ class Connection:
         pending = self._pending
         while pending and not self.closed and self._waiting is None:
             ex = pending[0]
+            if ex.missing_names:
+                # names learnt (or given up on) while it waited behind another request: not waited for again
+                ex.missing_names = self.names.missing(ex.missing_names)
             if ex.missing_names:
                 self._wait("names")
                 self.names.wait(ex.missing_names, self._names_settled)
@@ -273,6 +277,7 @@ class Connection:
 
     def _send_upstream(self, ex: Exchange) -> None:
         ex.attempts += 1
+        ex.upstream_sent += len(ex.frame) + 4  # a request sent again may differ (a new full session request)
         buffers = (len(ex.frame).to_bytes(4, "big"), ex.frame)
         self.metrics.bytes_proxy_to_upstream.inc(len(ex.frame) + 4)
         if self._upstream_ready:
@@ -362,7 +367,7 @@ class Connection:
         self._hdr.clear()
         if self._left == 0:
             self._end_response()
-        return True
+        return not self.closed  # the response may have closed the connection: read nothing after it
 
     def _end_response(self) -> None:
         ex, self._resp = self._resp, None
@@ -421,7 +426,7 @@ class Connection:
         access_log.record(
             conn_id=self.info.conn_id, client_id=h.client_id, api=ex.api, api_key=h.api_key,
             version=h.api_version, correlation_id=h.correlation_id, bytes_client_to_proxy=ex.size,
-            bytes_proxy_to_upstream=0 if ex.answer is not None else (len(ex.frame) + 4) * ex.attempts,
+            bytes_proxy_to_upstream=ex.upstream_sent,
             bytes_upstream_to_proxy=ex.upstream_bytes, bytes_proxy_to_client=ex.client_bytes,
             latency_ms=latency * 1000.0, error_codes=ex.error_codes, listener=self.info.listener,
             upstream=self.upstream_name, decoded=ex.decoded, **ex.log,
@@ -537,6 +542,7 @@ class Connection:
         elif self._waiting == "names":
             self.names.cancel(self._names_settled)
         held = sum(ex.held for ex in self.inflight) + sum(ex.held for ex in self._pending) + self._release_on_drain
+        self._release_on_drain = 0  # released here: a drain after the close (a transport flushing) is not another
         if held:
             self.memory.release(held)
         for timer in (self._partial_timer, self._mute_timer):

@@ -92,8 +92,9 @@ class Exchange:
     states: list[Any] = field(default_factory=list)
     #: response memory held for this exchange (granted reservation, then the response's real size)
     held: int = 0
-    #: how many times the request went upstream
+    #: how many times the request went upstream, and the bytes sent (size prefixes included, every attempt)
     attempts: int = 0
+    upstream_sent: int = 0
     #: for the access log: non-zero error codes of a decoded response, optional fields policies add
     #: (``log``), response bytes read from upstream (every attempt) and sent to the client
     error_codes: list[int] = field(default_factory=list)

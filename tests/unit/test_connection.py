@@ -1,0 +1,822 @@
+"""The sans-IO connection core (proxy/core/connection.py), driven directly: events in, port actions out.
+
+Each test builds the chain a proxy builds from its settings (tests/support/chain.py), a Connection on a fake Port
+that records every action, and timers on a fake clock (tests/support/connection.py): no event loop, no sockets,
+no sleeps. What is checked is what each side receives (in order), the metrics, the access-log lines and the port
+actions (pause/resume reading, close, timers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from bench.pipeline_cpu import request_frame, response_frame
+from proxy.core.connection import Connection, Limits
+from proxy.policies.sessions import LEGACY, PartitionKey
+from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
+from proxy.wire.fetch_request_fast import decode_fetch_request
+from proxy.wire.messages import decode_response, request_codec
+from proxy.wire.records import Record, encode_batch, new_batch
+from tests.support.connection import CoreRig, FakePort, request, response, sized
+
+LIST_OFFSETS, METADATA, API_VERSIONS, PRODUCE = 2, 3, 18, 0
+KEYS: list[PartitionKey] = [("t", 0), ("t", 1), ("t", 2)]
+TID = bytes(range(16))  # a topic id (Fetch v13+)
+CLIENT = "bench-client"  # bench/pipeline_cpu.py's fetches
+
+_RIGS: list[CoreRig] = []
+Logs = list[MutableMapping[str, Any]]
+
+
+@pytest.fixture(autouse=True)
+def logs() -> Iterator[list[MutableMapping[str, Any]]]:
+    """The operational log events of the test (kept, not printed). After the test: no connection sent anything
+    or started a timer once it was closed."""
+    _RIGS.clear()
+    with capture_logs() as events:
+        yield events
+    late = [(i, port.late) for rig in _RIGS for i, port in enumerate(rig.ports) if port.late]
+    _RIGS.clear()
+    assert not late, f"actions after close: {late}"
+
+
+def make_rig(overrides: dict[str, Any] | None = None, **kwargs: Any) -> CoreRig:
+    rig = CoreRig(overrides, **kwargs)
+    _RIGS.append(rig)
+    return rig
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def list_offsets(corr: int) -> bytes:
+    """A request no policy declares: relayed as bytes, its response too."""
+    return request(LIST_OFFSETS, 7, corr)
+
+
+def list_offsets_response(corr: int) -> bytes:
+    return response(LIST_OFFSETS, 7, corr)
+
+
+def api_versions_unsupported(corr: int) -> bytes:
+    """ApiVersions v99: Sluice answers it itself (error 35 in the v0 layout), it never goes upstream."""
+    return bytes.fromhex("0012 0063".replace(" ", "")) + corr.to_bytes(4, "big") + bytes.fromhex("0001 74")
+
+
+def produce(corr: int, acks: int) -> bytes:
+    return request(PRODUCE, 9, corr, request_codec(PRODUCE, 9).default().replace(acks=acks))
+
+
+def fetch(corr: int, version: int = 12, keys: list[PartitionKey] | None = None) -> bytes:
+    """A session-less consumer Fetch (client id ``bench-client``) for ``keys`` at offset 0."""
+    return request_frame(version, corr, dict.fromkeys(keys if keys is not None else KEYS, 0), LEGACY)
+
+
+def fetch_response(corr: int, version: int = 12, keys: list[PartitionKey] | None = None, hw: int = 0,
+                   session_id: int = 0) -> bytes:
+    return response_frame(version, corr, keys if keys is not None else KEYS, hw, session_id)
+
+
+def view_frame(view: FetchResponseView, corr: int) -> bytes:
+    """A Fetch response view as a frame (no size prefix)."""
+    buffers, _ = view.encode_frame(corr)
+    return b"".join(bytes(b) for b in buffers)[4:]
+
+
+def batch(value_size: int = 100, base_offset: int = 0) -> bytes:
+    return encode_batch(new_batch([Record(offset_delta=0, value=b"x" * value_size)], base_offset=base_offset))
+
+
+def frames(data: bytes) -> list[bytes]:
+    """A byte stream cut into its frames (without size prefixes); every byte must belong to a whole frame."""
+    out: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        assert pos + 4 + size <= len(data), "incomplete frame"
+        out.append(data[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    return out
+
+
+def correlation_ids(data: bytes, request_side: bool = False) -> list[int]:
+    """The correlation ids of the frames in a byte stream (requests: after api key and version)."""
+    at = 4 if request_side else 0
+    return [int.from_bytes(f[at : at + 4], "big") for f in frames(data)]
+
+
+def feed(fn: Any, data: bytes, step: int) -> None:
+    for i in range(0, len(data), step):
+        fn(data[i : i + step])
+
+
+def rejected_events(logs: Logs) -> list[str]:
+    return [e["reason"] for e in logs if e["event"] == "frame_rejected"]
+
+
+# ------------------------------------------------------------------------------------- pipelining, order
+
+
+def test_pipelined_requests_in_one_chunk_are_answered_in_order() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    requests = [list_offsets(c) for c in (1, 2, 3)]
+    conn.client_data(sized(*requests))
+    assert port.take_upstream() == sized(*requests)  # relayed as they are, in order, at once
+    assert len(conn.inflight) == 3 and port.client == b""
+    answers = [list_offsets_response(c) for c in (1, 2, 3)]
+    conn.upstream_data(sized(*answers))
+    assert port.take_client() == sized(*answers)
+    assert not conn.busy and not conn.closed
+    lines = rig.lines()
+    assert [(ln["api"], ln["correlation_id"]) for ln in lines] == [("ListOffsets", 1), ("ListOffsets", 2),
+                                                                   ("ListOffsets", 3)]
+    assert all(ln["bytes_client_to_proxy"] == ln["bytes_proxy_to_upstream"] == len(requests[0]) + 4 for ln in lines)
+    assert all(ln["bytes_upstream_to_proxy"] == ln["bytes_proxy_to_client"] == len(answers[0]) + 4 for ln in lines)
+    assert all(ln["upstream"] == "broker:9092" and ln["listener"] == "bootstrap" and not ln["decoded"]
+               for ln in lines)
+    m = rig.metrics
+    assert m.total("sluice_requests_total", api="ListOffsets", version="7") == 3
+    assert m.total("sluice_bytes_total", direction="client_to_proxy") == len(sized(*requests))
+    assert m.total("sluice_bytes_total", direction="proxy_to_upstream") == len(sized(*requests))
+    assert m.total("sluice_bytes_total", direction="upstream_to_proxy") == len(sized(*answers))
+    assert m.total("sluice_bytes_total", direction="proxy_to_client") == len(sized(*answers))
+
+
+@pytest.mark.parametrize("step", [1, 2, 5, 13])
+def test_requests_and_responses_split_into_small_chunks(step: int) -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    requests = sized(*(list_offsets(c) for c in (1, 2, 3)))
+    feed(conn.client_data, requests, step)
+    assert port.take_upstream() == requests
+    # each request goes upstream as soon as its last byte is in, not before
+    sends = port.named("send_upstream")
+    assert [correlation_ids(data, request_side=True) for _, data in sends] == [[1], [2], [3]]
+    answers = sized(*(list_offsets_response(c) for c in (1, 2, 3)))
+    feed(conn.upstream_data, answers, step)
+    assert port.take_client() == answers  # relayed as it streams, chunk by chunk
+    assert [ln["correlation_id"] for ln in rig.lines()] == [1, 2, 3]
+    assert not conn.busy
+
+
+def test_frames_split_anywhere_are_reassembled() -> None:
+    requests = sized(list_offsets(1), list_offsets(2))
+    answers = sized(list_offsets_response(1), list_offsets_response(2))
+    for cut in range(1, len(requests)):
+        rig = make_rig()
+        conn, port = rig.connect()
+        conn.client_data(requests[:cut])
+        conn.client_data(requests[cut:])
+        assert port.take_upstream() == requests, cut
+    for cut in range(1, len(answers)):
+        rig = make_rig()
+        conn, port = rig.connect()
+        conn.client_data(requests)
+        conn.upstream_data(answers[:cut])
+        conn.upstream_data(answers[cut:])
+        assert port.take_client() == answers, cut
+        assert [ln["correlation_id"] for ln in rig.lines()] == [1, 2]
+
+
+def test_a_local_answer_waits_for_the_responses_before_it() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1), api_versions_unsupported(2), list_offsets(3)))
+    assert correlation_ids(port.take_upstream(), request_side=True) == [1, 3]  # the answer never goes upstream
+    assert port.client == b""  # answer 2 waits for response 1
+    conn.upstream_data(sized(list_offsets_response(1)))
+    got = frames(port.take_client())
+    assert [int.from_bytes(f[:4], "big") for f in got] == [1, 2]
+    header, body = decode_response(API_VERSIONS, 0, got[1])
+    assert header.correlation_id == 2 and body.error_code == 35  # UNSUPPORTED_VERSION
+    conn.upstream_data(sized(list_offsets_response(3)))
+    assert correlation_ids(port.take_client()) == [3]
+    lines = rig.lines()
+    assert [ln["correlation_id"] for ln in lines] == [1, 2, 3]
+    local = lines[1]
+    assert (local["api"], local["bytes_proxy_to_upstream"], local["bytes_upstream_to_proxy"]) == ("ApiVersions", 0, 0)
+    assert local["bytes_proxy_to_client"] == len(got[1]) + 4
+
+
+def test_a_local_answer_with_nothing_before_it_goes_out_at_once() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(api_versions_unsupported(9)))
+    assert correlation_ids(port.take_client()) == [9] and port.upstream == b""
+    assert [ln["correlation_id"] for ln in rig.lines()] == [9] and not conn.busy
+
+
+def test_requests_before_the_upstream_is_up_are_queued_and_bounded() -> None:
+    rig = make_rig(limits=Limits(queue_high_water_bytes=50))
+    conn, port = rig.connect(ready=False)
+    conn.client_data(sized(list_offsets(1), list_offsets(2)))  # 2 x 23 bytes: under the bound
+    assert port.upstream == b"" and not port.client_paused
+    conn.client_data(sized(list_offsets(3)))  # 69 bytes queued: stop reading the client
+    assert port.client_paused and port.named("pause_client") == [("pause_client", None)]
+    conn.upstream_ready("broker:9092")
+    assert port.named("send_upstream") == [("send_upstream", sized(*(list_offsets(c) for c in (1, 2, 3))))]
+    assert not port.client_paused
+    conn.upstream_data(sized(*(list_offsets_response(c) for c in (1, 2, 3))))
+    assert correlation_ids(port.take_client()) == [1, 2, 3]
+    assert {ln["upstream"] for ln in rig.lines()} == {"broker:9092"}
+
+
+def test_upstream_connect_failure_closes_the_connection() -> None:
+    rig = make_rig()
+    conn, port = rig.connect(ready=False)
+    conn.client_data(sized(list_offsets(1)))
+    conn.upstream_failed("connection refused")
+    assert conn.closed and port.closed is False and port.client == port.upstream == b""
+
+
+def test_upstream_lost_with_requests_awaiting_is_counted() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1)))
+    conn.upstream_lost("reset by peer")
+    assert conn.closed and port.closed is False
+    assert rig.rejected("upstream_closed") == 1 and rig.lines() == []
+
+
+# ------------------------------------------------------------------------------------ partial frames, timeout
+
+
+def test_an_incomplete_frame_times_out(logs: Logs) -> None:
+    rig = make_rig(limits=Limits(request_timeout_s=30.0))
+    conn, port = rig.connect()
+    data = sized(list_offsets(1))
+    conn.client_data(data[:10])
+    assert port.named("call_later") == [("call_later", 30.0)]
+    rig.advance(29.999)
+    assert not conn.closed
+    rig.advance(0.001)
+    assert conn.closed and port.closed is True  # aborted
+    assert rig.rejected("request_timeout") == 1 and rejected_events(logs) == ["request_timeout"]
+    assert port.upstream == b"" and rig.timers.pending == []
+
+
+def test_a_completed_frame_stops_the_clock() -> None:
+    rig = make_rig(limits=Limits(request_timeout_s=30.0))
+    conn, port = rig.connect()
+    data = sized(list_offsets(1))
+    conn.client_data(data[:10])
+    rig.advance(20)
+    conn.client_data(data[10:])
+    assert port.take_upstream() == data
+    rig.advance(100)
+    assert not conn.closed and rig.rejected("request_timeout") == 0
+
+
+def test_the_timeout_counts_from_the_first_byte_of_the_incomplete_frame() -> None:
+    """A client streaming frames back to back on a slow link, each chunk ending one frame and starting the next:
+    no frame is incomplete for long, so none times out (the clock restarts with each frame's first byte)."""
+    rig = make_rig(limits=Limits(request_timeout_s=30.0))
+    conn, port = rig.connect()
+    data = sized(*(list_offsets(c) for c in range(1, 9)))
+    one = len(data) // 8  # the frames are all this long
+    conn.client_data(data[:10])
+    pos = 10
+    for _ in range(7):
+        rig.advance(20)  # each chunk completes a frame and starts the next, 20 s apart
+        conn.client_data(data[pos : pos + one])
+        pos += one
+        assert not conn.closed, rig.clock.now
+    assert not conn.closed and rig.rejected("request_timeout") == 0
+    conn.client_data(data[pos:])
+    assert correlation_ids(port.take_upstream(), request_side=True) == list(range(1, 9))
+
+
+def test_time_not_reading_the_client_does_not_count() -> None:
+    rig = make_rig(limits=Limits(request_timeout_s=30.0))
+    conn, port = rig.connect()
+    data = sized(list_offsets(1))
+    conn.client_data(data[:10])
+    rig.advance(5)
+    conn.upstream_write_paused()  # Sluice stops reading the client
+    assert port.client_paused
+    rig.advance(35)  # the timer fires meanwhile: not the client's fault
+    assert not conn.closed
+    conn.upstream_write_resumed()
+    assert not port.client_paused
+    rig.advance(29.9)  # counted afresh from when reading resumed
+    assert not conn.closed
+    rig.advance(0.1)
+    assert conn.closed and rig.rejected("request_timeout") == 1
+
+
+# ---------------------------------------------------------------------------------------------- bad frames
+
+
+BAD_FRAMES = {
+    "too_large": (1001).to_bytes(4, "big"),  # refused on the length alone, before any body byte
+    "negative_length": (-1).to_bytes(4, "big", signed=True),
+    "unknown_api": sized(bytes.fromhex("03e8 0000 00000009 ffff".replace(" ", ""))),
+    "short_header": sized(bytes.fromhex("0003")),
+    "client_id_beyond_frame": sized(bytes.fromhex("0003 000c 00000009 0009 6162".replace(" ", ""))),
+    "unsupported_version": sized(bytes.fromhex("0003 0063 00000009 ffff".replace(" ", ""))),  # Metadata v99
+}
+REASONS = {"too_large": "too_large", "negative_length": "malformed", "unknown_api": "unknown_api",
+           "short_header": "malformed", "client_id_beyond_frame": "malformed",
+           "unsupported_version": "unsupported_version"}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FRAMES))
+def test_a_bad_frame_closes_the_connection(case: str, logs: Logs) -> None:
+    rig = make_rig(limits=Limits(max_frame_bytes=1000))
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1)))
+    conn.upstream_data(sized(list_offsets_response(1)))
+    assert port.take_upstream() == sized(list_offsets(1))
+    # a good request and the bad frame in one chunk: the good one still goes upstream, nothing after it
+    conn.client_data(sized(list_offsets(2)) + BAD_FRAMES[case] + sized(list_offsets(3)))
+    assert conn.closed and port.closed is True
+    assert port.take_upstream() == sized(list_offsets(2))
+    assert port.take_client() == sized(list_offsets_response(1))  # what was sent stays; nothing more
+    reason = REASONS[case]
+    assert rig.rejected(reason) == 1 and rejected_events(logs) == [reason]
+    assert rig.metrics.total("sluice_frames_rejected_total") == 1
+    conn.upstream_data(sized(list_offsets_response(2)))  # after the close: ignored
+    conn.client_data(sized(list_offsets(4)))
+    assert port.client == port.upstream == b""
+    assert [ln["correlation_id"] for ln in rig.lines()] == [1]
+
+
+UPSTREAM_ERRORS = {
+    "unsolicited": (None, sized(list_offsets_response(2))),
+    "correlation_mismatch": (2, sized(list_offsets_response(3))),
+    "too_large": (2, (1001).to_bytes(4, "big") + (2).to_bytes(4, "big")),
+    "shorter_than_a_correlation_id": (2, (2).to_bytes(4, "big") + (2).to_bytes(4, "big")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UPSTREAM_ERRORS))
+def test_an_upstream_protocol_error_closes_the_connection(case: str, logs: Logs) -> None:
+    rig = make_rig(limits=Limits(max_frame_bytes=1000))
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1)))
+    conn.upstream_data(sized(list_offsets_response(1)))
+    corr, data = UPSTREAM_ERRORS[case]
+    if corr is not None:
+        conn.client_data(sized(list_offsets(corr)))
+    port.take_client()
+    conn.upstream_data(data)
+    assert conn.closed and port.closed is True and port.client == b""
+    assert rig.rejected("malformed") == 1
+    assert [e["event"] for e in logs] == ["upstream_protocol_error"]
+    assert [ln["correlation_id"] for ln in rig.lines()] == [1]
+
+
+def test_an_undecodable_collected_response_closes_the_connection() -> None:
+    """A response the policies must read (ApiVersions: capped) that Sluice cannot decode is not relayed."""
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(request(API_VERSIONS, 3, 1)))
+    conn.upstream_data(sized((1).to_bytes(4, "big") + b"\x00\x07"))
+    assert conn.closed and port.client == b"" and rig.rejected("malformed") == 1
+
+
+def test_nothing_is_read_after_a_response_that_closed_the_connection(logs: Logs) -> None:
+    """An empty collected response (correlation id only) that cannot be decoded closes the connection while the
+    rest of the chunk is still unread: the rest is dropped, not handed on (no second count, no exception)."""
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(request(API_VERSIONS, 3, 1), list_offsets(2)))
+    conn.upstream_data(sized((1).to_bytes(4, "big"), list_offsets_response(2)))
+    assert conn.closed and port.client == b""
+    assert rig.rejected("malformed") == 1 and [e["event"] for e in logs] == ["upstream_protocol_error"]
+    assert rig.lines() == []
+
+
+# ------------------------------------------------------------------------------------------- produce acks=0
+
+
+def test_produce_with_acks_0_awaits_nothing() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1), produce(2, acks=0), list_offsets(3)))
+    assert correlation_ids(port.take_upstream(), request_side=True) == [1, 2, 3]
+    lines = rig.lines()  # the acks=0 produce is complete as soon as it went upstream
+    assert [(ln["api"], ln["correlation_id"]) for ln in lines] == [("Produce", 2)]
+    assert lines[0]["bytes_upstream_to_proxy"] == lines[0]["bytes_proxy_to_client"] == 0
+    assert lines[0]["bytes_proxy_to_upstream"] == len(produce(2, acks=0)) + 4
+    assert [ex.header.correlation_id for ex in conn.awaiting] == [1, 3]
+    conn.upstream_data(sized(list_offsets_response(1), list_offsets_response(3)))
+    assert correlation_ids(port.take_client()) == [1, 3]
+    assert [ln["correlation_id"] for ln in rig.lines()] == [2, 1, 3] and not conn.busy
+
+
+def test_produce_with_acks_1_awaits_its_response() -> None:
+    rig = make_rig()
+    conn = rig.connect()[0]
+    conn.client_data(sized(produce(1, acks=1)))
+    assert rig.lines() == [] and [ex.header.correlation_id for ex in conn.awaiting] == [1]
+
+
+# ---------------------------------------------------------------------------------------------- memory waits
+
+
+BUDGET = 1000
+MEMORY = {"size_limit.budgets": [{"client_id": CLIENT, "fetch_max_bytes": BUDGET}],
+          "size_limit.global_max_bytes": BUDGET}
+
+
+def test_a_fetch_waits_for_memory_another_connection_holds() -> None:
+    rig = make_rig(MEMORY)
+    a, port_a = rig.connect()
+    b, port_b = rig.connect()
+    a.client_data(sized(fetch(1)))
+    assert correlation_ids(port_a.take_upstream(), request_side=True) == [1]
+    assert rig.memory.held == BUDGET  # the clamped max_bytes, reserved before it went upstream
+    b.client_data(sized(fetch(1)))
+    assert port_b.upstream == b"" and port_b.client_paused and rig.memory.waiting == 1
+    assert rig.metrics.total("sluice_size_limit_waits_total") == 1
+    answer = sized(fetch_response(1))
+    a.upstream_data(answer[:20])  # the response's real size replaces the reservation...
+    assert rig.memory.held == len(answer) - 4 and port_b.upstream == b""  # ...still no room for b's
+    a.upstream_data(answer[20:])
+    assert correlation_ids(port_a.take_client()) == [1]
+    # a's memory is released: b's fetch goes upstream and b is read again
+    assert correlation_ids(port_b.take_upstream(), request_side=True) == [1] and not port_b.client_paused
+    assert rig.memory.held == BUDGET and rig.memory.waiting == 0
+    b.upstream_data(answer)
+    assert correlation_ids(port_b.take_client()) == [1] and rig.memory.held == 0
+    assert rig.metrics.total("sluice_response_bytes_held") == 0
+
+
+def test_requests_behind_a_memory_wait_keep_their_order() -> None:
+    rig = make_rig(MEMORY)
+    a = rig.connect()[0]
+    b, port_b = rig.connect()
+    a.client_data(sized(fetch(1)))
+    b.client_data(sized(fetch(1), list_offsets(2), api_versions_unsupported(3), list_offsets(4)))
+    assert port_b.upstream == b"" and port_b.client == b"" and b.busy
+    a.upstream_data(sized(fetch_response(1)))
+    assert correlation_ids(port_b.take_upstream(), request_side=True) == [1, 2, 4]
+    b.upstream_data(sized(fetch_response(1), list_offsets_response(2), list_offsets_response(4)))
+    assert correlation_ids(port_b.take_client()) == [1, 2, 3, 4]
+    assert rig.memory.held == 0 and not b.busy
+
+
+def test_closing_while_waiting_for_memory_gives_the_reservation_back() -> None:
+    rig = make_rig(MEMORY)
+    a = rig.connect()[0]
+    b, port_b = rig.connect()
+    c, port_c = rig.connect()
+    a.client_data(sized(fetch(1)))
+    b.client_data(sized(fetch(1)))
+    c.client_data(sized(fetch(1)))
+    assert rig.memory.waiting == 2
+    port_b.gone()
+    b.client_lost()  # b leaves the queue...
+    assert rig.memory.waiting == 1 and port_b.closed is None  # (the server closes its transports itself)
+    a.upstream_data(sized(fetch_response(1)))
+    assert port_b.upstream == b""  # ...and is never granted anything
+    assert correlation_ids(port_c.take_upstream(), request_side=True) == [1]  # c is next
+    c.upstream_data(sized(fetch_response(1)))
+    assert rig.memory.held == 0 and rig.memory.waiting == 0
+
+
+def test_closing_while_holding_memory_releases_it() -> None:
+    rig = make_rig(MEMORY)
+    a, port_a = rig.connect()
+    b, port_b = rig.connect()
+    a.client_data(sized(fetch(1)))
+    b.client_data(sized(fetch(1)))
+    a.upstream_data(sized(fetch_response(1))[:30])  # a response in the middle of being collected
+    port_a.gone()
+    a.client_lost()
+    assert correlation_ids(port_b.take_upstream(), request_side=True) == [1]  # b got a's memory
+    assert rig.memory.held == BUDGET
+    a.upstream_data(sized(fetch_response(1))[30:])  # the rest of a's response: dropped
+    b.upstream_data(sized(fetch_response(1)))
+    assert rig.memory.held == 0 and port_a.client == b""
+
+
+def test_memory_is_released_once_when_the_client_drains_after_the_close() -> None:
+    """A transport closed gracefully still flushes its buffer and may call resume_writing after the close:
+    memory whose release waited for that drain was already given back by the close."""
+    rig = make_rig(MEMORY)
+    conn = rig.connect()[0]
+    conn.client_data(sized(fetch(1)))
+    conn.client_write_paused()
+    conn.upstream_data(sized(fetch_response(1)))
+    assert rig.memory.held == len(fetch_response(1))  # written, but the client has not taken it yet
+    conn.close()
+    assert rig.memory.held == 0
+    conn.client_write_resumed()
+    assert rig.memory.held == 0
+
+
+# ---------------------------------------------------------------------------------------- topic-name waits
+
+
+THROTTLED = {"throttle.leader_rate_bytes": 1000, "throttle.topics": [{"topic": "t"}]}
+
+
+def test_a_fetch_waits_for_the_names_of_its_topic_ids() -> None:
+    rig = make_rig(THROTTLED)
+    conn, port = rig.connect()
+    request_ = fetch(1, version=13, keys=[(TID, 0)])
+    conn.client_data(sized(request_, list_offsets(2)))
+    assert port.upstream == b"" and port.client_paused and conn.busy  # waits, and so does what follows
+    assert rig.names.take() == {TID}  # Sluice looks the id up itself
+    rig.names.settle({TID: "t"})
+    assert port.take_upstream() == sized(request_, list_offsets(2))  # untouched: no consumer throttle matches
+    assert not port.client_paused
+    conn.upstream_data(sized(fetch_response(1, version=13, keys=[(TID, 0)]), list_offsets_response(2)))
+    assert correlation_ids(port.take_client()) == [1, 2]
+    assert rig.names.get(TID) == "t"
+
+
+def test_an_id_the_cluster_does_not_know_ends_the_wait_too() -> None:
+    rig = make_rig(THROTTLED)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1, version=13, keys=[(TID, 0)])))
+    rig.names.settle({}, rig.names.take())
+    assert correlation_ids(port.take_upstream(), request_side=True) == [1] and not port.client_paused
+
+
+def test_requests_behind_a_names_wait_naming_the_same_ids_do_not_wait_again() -> None:
+    rig = make_rig(THROTTLED)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1, version=13, keys=[(TID, 0)]), fetch(2, version=13, keys=[(TID, 1)])))
+    assert rig.names.take() == {TID}
+    rig.names.settle({TID: "t"})
+    assert correlation_ids(port.take_upstream(), request_side=True) == [1, 2]
+    assert not port.client_paused and rig.names.take() == set()  # one lookup, not one per request
+
+
+def test_closing_while_waiting_for_names_cancels_the_wait() -> None:
+    rig = make_rig(THROTTLED)
+    conn, port = rig.connect()
+    other, other_port = rig.connect()
+    conn.client_data(sized(fetch(1, version=13, keys=[(TID, 0)])))
+    other.client_data(sized(fetch(1, version=13, keys=[(TID, 0)])))
+    ids = rig.names.take()
+    assert len(rig.names._waiters) == 2
+    port.gone()
+    conn.client_lost()
+    assert len(rig.names._waiters) == 1  # its wait is forgotten (only the other connection's is left)
+    rig.names.settle({TID: "t"}, ())
+    assert port.upstream == b"" and not conn.busy
+    assert correlation_ids(other_port.take_upstream(), request_side=True) == [1]  # the other one goes on
+    assert ids == {TID}
+
+
+# ------------------------------------------------------------------------------ closing mid-response
+
+
+def test_the_client_gone_mid_relayed_response() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1), list_offsets(2)))
+    answers = sized(list_offsets_response(1), list_offsets_response(2))
+    conn.upstream_data(answers[:9])
+    assert port.take_client() == answers[:9]
+    port.gone()
+    conn.client_lost()
+    conn.upstream_data(answers[9:])
+    conn.upstream_lost(None)
+    assert port.client == b"" and conn.closed and port.closed is None
+    assert rig.lines() == [] and rig.metrics.total("sluice_requests_total") == 0
+    assert rig.rejected("upstream_closed") == 0  # the client left first: nothing was lost on Sluice's side
+
+
+def test_a_fetch_v16_streams_through_chunk_by_chunk() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1, version=16, keys=[(TID, 0), (TID, 1)])))
+    answer = sized(fetch_response(1, version=16, keys=[(TID, 0), (TID, 1)], hw=7))
+    for i, byte in enumerate(answer):
+        conn.upstream_data(bytes([byte]))
+        if i == 20:
+            assert port.client != b""  # streamed, not collected whole
+    assert port.take_client() == answer and not conn.busy
+    assert rig.lines()[0]["bytes_proxy_to_client"] == len(answer)
+
+
+def test_the_client_gone_mid_streamed_fetch() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1, version=16, keys=[(TID, 0), (TID, 1)])))
+    answer = sized(fetch_response(1, version=16, keys=[(TID, 0), (TID, 1)], hw=7))
+    half = len(answer) // 2
+    conn.upstream_data(answer[:half])
+    assert 0 < len(port.take_client()) <= half
+    port.gone()
+    conn.client_lost()
+    conn.upstream_data(answer[half:])
+    assert port.client == b"" and rig.lines() == []
+
+
+# ------------------------------------------------------------------------------ re-send after a session error
+
+
+SESSION_ERROR = 70  # FETCH_SESSION_ID_NOT_FOUND
+
+
+def session_error(corr: int) -> bytes:
+    return view_frame(FetchResponseView(12, 0, SESSION_ERROR, 0, []), corr)
+
+
+def terminate_rig() -> tuple[CoreRig, Connection, FakePort]:
+    """[sessions] terminate, a session-less client whose first fetch opened Sluice's upstream session 42."""
+    rig = make_rig({"sessions.mode": "terminate"})
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1)))
+    first = decode_fetch_request(frames(port.take_upstream())[0])
+    assert (first.session_id, first.session_epoch) == (0, 0)  # a full session request
+    conn.upstream_data(sized(fetch_response(1, session_id=42)))
+    assert correlation_ids(port.take_client()) == [1]
+    return rig, conn, port
+
+
+def test_a_session_error_sends_the_request_again() -> None:
+    rig, conn, port = terminate_rig()
+    conn.client_data(sized(fetch(2)))
+    [incremental] = frames(port.take_upstream())
+    req = decode_fetch_request(incremental)
+    assert (req.session_id, req.session_epoch) == (42, 1) and not req.has_partitions  # nothing changed
+    conn.upstream_data(sized(session_error(2)))
+    assert port.client == b""  # the client never sees the error...
+    [again] = frames(port.take_upstream())  # ...the same fetch goes up again, as a new full session request
+    req = decode_fetch_request(again)
+    assert (req.session_id, req.session_epoch) == (0, 0) and list(req.partitions()) == KEYS
+    assert int.from_bytes(again[4:8], "big") == 2  # the client's correlation id
+    conn.upstream_data(sized(fetch_response(2, hw=5, session_id=43)))
+    [reply] = frames(port.take_client())
+    corr, _, view = decode_frame(reply, 12)
+    assert corr == 2 and view.error_code == 0 and view.session_id == 0
+    assert [(t.topic, p.partition_index, p.high_watermark) for t, p in view.partitions()] == [
+        ("t", 0, 5), ("t", 1, 5), ("t", 2, 5)]
+    assert rig.metrics.total("sluice_fetch_session_retries_total") == 1
+    line = rig.lines()[-1]
+    assert line["correlation_id"] == 2 and line["error_codes"] == []
+    # what went upstream for it: both attempts, each as it was sent
+    assert line["bytes_proxy_to_upstream"] == len(incremental) + 4 + len(again) + 4
+    assert line["bytes_upstream_to_proxy"] == len(session_error(2)) + 4 + len(fetch_response(2, hw=5)) + 4
+    assert line["bytes_proxy_to_client"] == len(reply) + 4
+    assert not conn.busy
+
+
+def test_no_resend_with_another_request_in_flight_behind() -> None:
+    rig, conn, port = terminate_rig()
+    conn.client_data(sized(fetch(2), list_offsets(3)))
+    assert correlation_ids(port.take_upstream(), request_side=True) == [2, 3]
+    conn.upstream_data(sized(session_error(2)))
+    assert port.upstream == b""  # sending it again would put its answer behind request 3's
+    [reply] = frames(port.take_client())  # a retriable answer instead: the partitions Sluice knows, no error
+    corr, _, view = decode_frame(reply, 12)
+    assert corr == 2 and view.error_code == 0
+    assert [(t.topic, p.partition_index, len(p.records or b"")) for t, p in view.partitions()] == [
+        ("t", 0, 0), ("t", 1, 0), ("t", 2, 0)]
+    conn.upstream_data(sized(list_offsets_response(3)))
+    assert correlation_ids(port.take_client()) == [3]
+    assert rig.metrics.total("sluice_fetch_session_retries_total") == 1
+
+
+# ---------------------------------------------------------------------------------------------------- mute
+
+
+MUTING = {**THROTTLED, "throttle.consumers": [{"client_id": CLIENT}]}
+
+
+def held_back_fetch(rig: CoreRig, conn: Connection, corr: int) -> None:
+    """A throttled fetch (leader quota exceeded) whose only partition's records are left out."""
+    rig.proxy.policy("throttle").state.leader.record(5000, rig.clock())
+    conn.client_data(sized(fetch(corr, keys=[("t", 0)])))
+    view = FetchResponseView(12, topics=[FetchTopic("t", partitions=[FetchPartition(
+        0, high_watermark=100, last_stable_offset=100, log_start_offset=0, records=memoryview(batch()))])])
+    conn.upstream_data(sized(view_frame(view, corr)))
+
+
+def test_a_fetch_whose_records_are_all_held_back_mutes_the_client() -> None:
+    rig = make_rig(MUTING)
+    conn, port = rig.connect()
+    held_back_fetch(rig, conn, 1)
+    [reply] = frames(port.take_client())
+    _, _, view = decode_frame(reply, 12)
+    assert [len(p.records or b"") for _, p in view.partitions()] == [0]  # left out, partition kept
+    assert port.client_paused and port.named("call_later") == [("call_later", pytest.approx(0.5))]  # max_wait
+    assert rig.metrics.total("sluice_throttle_left_out_partitions_total", side="leader") == 1
+    rig.advance(0.499)
+    assert port.client_paused
+    rig.advance(0.001)
+    assert not port.client_paused and port.named("pause_client", "resume_client") == [
+        ("pause_client", None), ("resume_client", None)]
+    line = rig.lines()[0]
+    assert line["throttle_target_bps"] == 1000 and line["throttled_bytes"] == 0
+
+
+def test_reading_resumes_only_when_every_pause_reason_is_gone() -> None:
+    rig = make_rig(MUTING)
+    conn, port = rig.connect()
+    held_back_fetch(rig, conn, 1)
+    assert port.client_paused
+    conn.upstream_write_paused()  # muted AND upstream full
+    rig.advance(1)  # the mute ends ...
+    assert port.client_paused  # ... but the upstream is still full
+    conn.upstream_write_resumed()
+    assert not port.client_paused
+    # the other way round: upstream full, then muted; the mute ends last
+    conn.upstream_write_paused()
+    held_back_fetch(rig, conn, 2)
+    conn.upstream_write_resumed()
+    assert port.client_paused
+    rig.advance(1)
+    assert not port.client_paused
+    assert port.named("pause_client", "resume_client") == [("pause_client", None), ("resume_client", None)] * 2
+
+
+def test_closing_while_muted_cancels_the_timer() -> None:
+    rig = make_rig(MUTING)
+    conn, port = rig.connect()
+    held_back_fetch(rig, conn, 1)
+    assert rig.timers.pending
+    conn.close()
+    assert rig.timers.pending == [] and port.closed is False
+    rig.advance(1)
+    assert port.named("resume_client") == []
+
+
+# ------------------------------------------------------------------------------------------- backpressure
+
+
+def test_a_full_upstream_pauses_reading_the_client() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.upstream_write_paused()
+    conn.upstream_write_paused()
+    assert port.named("pause_client") == [("pause_client", None)]
+    conn.upstream_write_resumed()
+    assert port.named("pause_client", "resume_client") == [("pause_client", None), ("resume_client", None)]
+    conn.upstream_write_resumed()  # no reason left: nothing more to resume
+    assert len(port.named("resume_client")) == 1
+
+
+def test_a_full_client_pauses_reading_the_upstream() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1)))
+    conn.client_write_paused()
+    assert port.upstream_paused and not port.client_paused  # requests still flow
+    conn.upstream_data(sized(list_offsets_response(1)))  # what was already read still goes out
+    assert correlation_ids(port.take_client()) == [1]
+    conn.client_write_resumed()
+    assert port.named("pause_upstream", "resume_upstream") == [("pause_upstream", None), ("resume_upstream", None)]
+
+
+def test_response_memory_is_released_when_the_client_drains() -> None:
+    rig = make_rig(MEMORY)
+    a, port_a = rig.connect()
+    b, port_b = rig.connect()
+    a.client_data(sized(fetch(1)))
+    b.client_data(sized(fetch(1)))
+    a.client_write_paused()
+    a.upstream_data(sized(fetch_response(1)))
+    assert correlation_ids(port_a.take_client()) == [1]  # handed to the transport, not yet to the client
+    assert rig.memory.held == len(fetch_response(1)) and port_b.upstream == b""
+    a.client_write_resumed()
+    assert rig.memory.held == BUDGET and correlation_ids(port_b.take_upstream(), request_side=True) == [1]
+
+
+# ---------------------------------------------------------------------------------------------- access log
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.00025, "0.250"), (0.0000004, "0.000"), (1.5, "1500.000"),
+                                               (0.0123456, "12.346")])
+def test_latency_is_the_clock_delta_in_milliseconds(seconds: float, text: str) -> None:
+    rig = make_rig()
+    conn = rig.connect()[0]
+    conn.client_data(sized(list_offsets(1)))
+    rig.advance(seconds)
+    conn.upstream_data(sized(list_offsets_response(1)))
+    assert f'"latency_ms":{text},' in rig.log.getvalue()
+    assert rig.lines()[0]["latency_ms"] == float(text)
+    assert rig.metrics.total("sluice_request_latency_seconds_sum", api="ListOffsets") == pytest.approx(seconds)
+
+
+def test_latency_runs_from_the_last_byte_of_the_request() -> None:
+    rig = make_rig()
+    conn = rig.connect()[0]
+    data = sized(list_offsets(1))
+    conn.client_data(data[:5])
+    rig.advance(2)  # the request is not complete yet: not counted
+    conn.client_data(data[5:])
+    rig.advance(0.003)
+    conn.upstream_data(sized(list_offsets_response(1)))
+    assert '"latency_ms":3.000,' in rig.log.getvalue()
+
+
+def test_no_access_log_line_when_it_is_off() -> None:
+    rig = make_rig()
+    rig.access_log.enabled = False
+    conn = rig.connect()[0]
+    conn.client_data(sized(list_offsets(1)))
+    conn.upstream_data(sized(list_offsets_response(1)))
+    assert rig.log.getvalue() == "" and rig.metrics.total("sluice_requests_total") == 1
