@@ -52,16 +52,31 @@ class RawClient:
         self.send(api_key, version, body)
         return decode_response(api_key, version, self.receive())[1]
 
+    def topic_id(self, topic: str) -> bytes:
+        """``topic``'s 16-byte topic id (KIP-516), from a Metadata v12 request naming it."""
+        body = request_codec(3, 12).default().replace(topics=[Message(topic_id=bytes(16), name=topic)],
+                                                      allow_auto_topic_creation=False)
+        (entry,) = self.request(3, 12, body).topics
+        assert entry.error_code == 0 and entry.name == topic, entry
+        return bytes(entry.topic_id)
+
     def fetch(self, version: int, topic: str, offsets: dict[int, int], *, max_bytes: int = 50 << 20,
               partition_max_bytes: int = 1 << 20, max_wait_ms: int = 500, session_id: int = 0,
-              session_epoch: int = -1) -> FetchResponseView:
+              session_epoch: int = -1, topic_id: bytes | None = None) -> FetchResponseView:
         """A fetch of ``topic``'s partitions, in the order given: session-less (epoch -1) unless a KIP-227
-        session id / epoch is given (then ``offsets`` lists only the partitions to add or change)."""
+        session id / epoch is given (then ``offsets`` lists only the partitions to add or change). From v13 the
+        topic is named by its id (KIP-516): ``topic_id`` (see :meth:`topic_id`) is then required."""
         body = request_codec(1, version).default()
         fields: dict[str, Any] = {"replica_id": -1} if version < 15 else {}
+        if version >= 13:
+            if topic_id is None:
+                raise ValueError(f"Fetch v{version} names topics by id: pass topic_id")
+            name: dict[str, Any] = {"topic_id": topic_id}
+        else:
+            name = {"topic": topic}
         body = body.replace(max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
                             session_id=session_id, session_epoch=session_epoch, **fields,
-                            topics=[Message(topic=topic, partitions=[
+                            topics=[Message(**name, partitions=[
                                 Message(partition=p, current_leader_epoch=-1, fetch_offset=off,
                                         last_fetched_epoch=-1, log_start_offset=-1,
                                         partition_max_bytes=partition_max_bytes)
