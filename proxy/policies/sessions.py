@@ -21,7 +21,8 @@ Downstream (:class:`SessionServer`), in two steps so the proxy can fetch in betw
 
 Upstream (:class:`SessionClient`): one per upstream connection, like the Java consumer's FetchSessionHandler:
 the first request is full, later ones carry only added or altered partitions plus the forgotten ones, and
-any session error or invalid response resets to a full request.
+any session error or invalid response resets to a full request; so does a request whose version names topics
+the other way (names up to v12, ids from v13) than the session was created with.
 
 Partition keys: Kafka compares partitions by topic id when the request uses ids (v13+) and by name otherwise
 (CachedPartition.equals), and a session never mixes the two (FETCH_SESSION_TOPIC_ID_ERROR). So a key here
@@ -598,23 +599,53 @@ class UpstreamPlan:
 class ClientStats:
     full_requests: int = 0
     incremental_requests: int = 0
-    resets: int = 0  # session errors, invalid responses and connection errors that forced a full request
+    #: session errors, invalid responses, connection errors and changes of topic addressing (names / ids)
+    #: that forced a full request
+    resets: int = 0
     partitions_sent: int = 0  # partitions listed in requests (the incremental saving is visible here)
 
 
 class SessionClient:
     """The Java client's FetchSessionHandler for one upstream connection: Sluice's own session with the
-    broker. ``build`` before each request, ``handle_response`` / ``handle_error`` after it."""
+    broker. ``build`` before each request, ``handle_response`` / ``handle_error`` after it.
+
+    A session is created either with topic names (v7-12) or with topic ids (v13+) and keeps that addressing
+    (:attr:`uses_topic_ids`, FetchSessionHandler's ``canUseTopicIds`` / ``sessionTopicNames``): the broker
+    answers an incremental request in the other addressing with FETCH_SESSION_TOPIC_ID_ERROR
+    (FetchSession.scala, FetchManager.newContext), and its keys could not even be written (a name in a v13
+    request's ForgottenTopicsData). So when the version's addressing changes, ``build`` closes the session and
+    creates a new one in the same full request, in the new addressing."""
 
     def __init__(self) -> None:
         self.next_metadata = INITIAL
         self.session_partitions: dict[PartitionKey, FetchParams] = {}
+        #: the addressing of ``session_partitions``: topic ids (v13+) or names; None before the first request
+        self.uses_topic_ids: bool | None = None
         self.stats = ClientStats()
 
-    def build(self, wanted: Mapping[PartitionKey, FetchParams]) -> UpstreamPlan:
-        """FetchSessionHandler.Builder.build for the partitions Sluice wants next (in priority order)."""
+    def switches_addressing(self, uses_topic_ids: bool) -> bool:
+        """Whether a request with this addressing cannot continue the session (:meth:`build` restarts it)."""
+        return self.uses_topic_ids is not None and self.uses_topic_ids != uses_topic_ids
+
+    def build(self, wanted: Mapping[PartitionKey, FetchParams], uses_topic_ids: bool | None = None) -> UpstreamPlan:
+        """FetchSessionHandler.Builder.build for the partitions Sluice wants next (in priority order), for a
+        request that names topics by id (v13+, ``uses_topic_ids``) or by name; None: as ``wanted``'s keys do
+        (the session's addressing when there are none)."""
+        if uses_topic_ids is None:
+            uses_topic_ids = _keys_use_topic_ids(wanted, self.uses_topic_ids)
+        if self.switches_addressing(uses_topic_ids):
+            # The Java FetchSessionHandler sends the incremental request anyway ("If we switched from using
+            # topic IDs to not using them (or vice versa), that error will also be handled in the receiving
+            # broker"), gets FETCH_SESSION_TOPIC_ID_ERROR and then closes the session and opens a new one
+            # (handleResponse: nextCloseExistingAttemptNew). Sluice's keys are the wire's (names or ids), so
+            # that request cannot be written; it does the close-and-create at once: a full request naming
+            # the session closes it (FetchManager.newContext: "Any session specified in a FULL fetch request
+            # will be closed") and creates one in the request's addressing.
+            if not self.next_metadata.is_full:
+                self._reset(None)
         meta = self.next_metadata
         if meta.is_full:
+            self.uses_topic_ids = uses_topic_ids
             self.session_partitions = dict(wanted)
             self.stats.full_requests += 1
             self.stats.partitions_sent += len(wanted)
@@ -643,7 +674,8 @@ class SessionClient:
                     forgotten: Iterable[PartitionKey]) -> UpstreamPlan:
         """:meth:`build` for a wanted set known to differ from the session's partitions only by ``changed``
         (added or re-sent partitions) and ``forgotten``: the same plan in O(changed) instead of O(session).
-        Falls back to nothing: the caller must know the session mirrors the wanted set and is incremental."""
+        Falls back to nothing: the caller must know the session mirrors the wanted set and is incremental (so
+        has the addressing of the request: the client session it mirrors never changes addressing)."""
         meta = self.next_metadata
         assert not meta.is_full, "build_delta needs an established session"
         to_send: dict[PartitionKey, FetchParams] = {}
@@ -706,6 +738,13 @@ class SessionClient:
     def _reset(self, meta: FetchMetadata | None) -> None:
         self.next_metadata = meta if meta is not None else self.next_metadata.next_close_existing_attempt_new()
         self.stats.resets += 1
+
+
+def _keys_use_topic_ids(wanted: Mapping[PartitionKey, FetchParams], default: bool | None) -> bool:
+    """The addressing ``wanted``'s keys are in (ids are bytes, names str); ``default`` (else names) if empty."""
+    for topic, _ in wanted:
+        return isinstance(topic, bytes)
+    return bool(default)
 
 
 def _get(response: Message | FetchResponseView, name: str, default: int) -> int:

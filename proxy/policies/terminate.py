@@ -59,7 +59,7 @@ from ..core.exchange import ConnectionInfo, Exchange
 from ..core.policy import Policy, Services
 from ..metrics import SESSION_ERROR_NAMES
 from ..wire.fetch_fast import FetchPartition, FetchResponseView
-from ..wire.fetch_layout import FIRST_SESSION, PartitionKey, partition_keys, topic_key
+from ..wire.fetch_layout import FIRST_SESSION, FIRST_TOPIC_ID, PartitionKey, partition_keys, topic_key
 from ..wire.fetch_request_fast import FetchEdit, FetchParams, FetchRequestView, encode_fetch_request
 from ..wire.views import FetchResponse, ResponseView
 from .sessions import (
@@ -210,15 +210,23 @@ def _upstream(request: FetchRequestView, sessions: UpstreamSessions, wanted: Map
         plan = UpstreamPlan(LEGACY, everything, [], MappingProxyType(everything))
         in_session = mirrored = False
     else:
+        by_id = request.version >= FIRST_TOPIC_ID
+        if client.switches_addressing(by_id):
+            # The client moved between Fetch v12 (topic names) and v13+ (topic ids), which librdkafka does
+            # session-lessly when a partition has no topic id; a client with its own session must start a new
+            # one (Sluice answered 106 otherwise). The upstream session restarts in the new addressing
+            # (SessionClient.build), and the states kept under the old keys could never be read again: they
+            # go, and the full response refills them under the new ones.
+            sessions.states = {k: v for k, v in sessions.states.items() if isinstance(k[0], bytes) is by_id}
         session = decision.session if decision is not None else None
         if (session is not None and sessions.mirrors == session.id and session.sync_token is sessions.token
-                and not client.next_metadata.is_full):
+                and not client.next_metadata.is_full and not client.switches_addressing(by_id)):
             # The upstream session holds exactly this client session's partitions as of its last request, so
             # the client's own delta is the upstream delta: O(changed), not O(session).
             assert decision is not None
             plan = client.build_delta(decision.sent, decision.forgotten)
         else:
-            plan = client.build(wanted)
+            plan = client.build(wanted, by_id)
         mirrored = decision is not None
         for key in plan.to_forget:  # no longer wanted: forget its state (it is refreshed if it comes back)
             sessions.states.pop(key, None)

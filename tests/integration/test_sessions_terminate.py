@@ -7,6 +7,8 @@ behalf of session-less clients (raw fetches, confluent-kafka, aiokafka).
 - confluent-kafka and aiokafka consume every record once, in order, from 3 partitions while a producer keeps
   producing;
 - a broker restart in the middle of consumption: the client continues and nothing is lost.
+- a client with its own session moving from Fetch v12 (topic names) to v13 (topic ids): 106 on the old
+  session, then a new v13 session that delivers every record once, in order.
 """
 
 from __future__ import annotations
@@ -189,6 +191,82 @@ def test_raw_session_client_is_served_by_sluice(kafka_broker: KafkaBroker, uniqu
     assert sluice.total("sluice_downstream_fetch_requests_total", kind="full") == 1
     assert sluice.total("sluice_downstream_fetch_requests_total", kind="error") == 2
     assert sluice.total("sluice_fetch_session_errors_total", error="INVALID_FETCH_SESSION_EPOCH") >= 1
+
+
+def test_session_client_switching_to_topic_ids_starts_a_new_session(kafka_broker: KafkaBroker,
+                                                                    unique_topic: str) -> None:
+    """A client with its own session moves from Fetch v12 (topic names) to v13 (topic ids, KIP-516), as the
+    Java FetchSessionHandler does once every partition has a topic id: its incremental v13 request on the v12
+    session gets FETCH_SESSION_TOPIC_ID_ERROR from Sluice (as from Kafka: FetchSession.scala), and its new full
+    v13 session works, every record arriving once, in order. (Sluice's upstream session used to carry on
+    incrementally with name keys in a v13 request, which the encoder refused: the connection was closed.)"""
+    parts, busy = 4, (0, 3)
+    create_topic(kafka_broker.bootstrap, unique_topic, parts)
+    traffic = BusyPartitions(kafka_broker.bootstrap, unique_topic, parts, busy)
+    produced, add = traffic.produced, traffic.add
+    host, _, port = kafka_broker.bootstrap.rpartition(":")
+    with RawClient(host, int(port)) as direct:
+        topic_id = direct.topic_ids([unique_topic])[unique_topic]
+    add(0)
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE) as sluice, \
+            RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as client:
+        offsets = dict.fromkeys(range(parts), 0)
+        values: dict[int, list[bytes]] = {p: [] for p in busy}
+
+        def take(view: Any) -> dict[int, int]:
+            """Record what arrived (each batch must start at the fetch offset: nothing twice, nothing skipped);
+            return the partitions whose fetch offset moved."""
+            assert view.error_code == 0
+            moved = {}
+            for _, part in view.partitions():
+                assert part.error_code == 0
+                index = part.partition_index
+                for batch in decode_batches(part.records or b""):
+                    assert batch.base_offset == offsets[index], (index, batch.base_offset, offsets[index])
+                    values[index] += [bytes(r.value or b"") for r in batch.records]
+                    offsets[index] = moved[index] = batch.last_offset + 1
+            return moved
+
+        def fetch(version: int, wanted: dict[int, int], session_id: int, epoch: int) -> Any:
+            return client.fetch(version, unique_topic, wanted, max_wait_ms=20, session_id=session_id,
+                                session_epoch=epoch, topic_id=topic_id)
+
+        view = fetch(12, offsets, 0, 0)
+        sid = view.session_id
+        assert sid != 0 and sorted(p.partition_index for _, p in view.partitions()) == list(range(parts))
+        moved = take(view)
+        add(1)
+        epoch = 1
+        while offsets != produced and epoch < 20:  # bounded: each fetch returns what the acked produce wrote
+            moved = take(fetch(12, moved, sid, epoch))
+            epoch += 1
+        assert offsets == produced
+        add(2)
+        errors = sluice.total("sluice_fetch_session_errors_total", error="FETCH_SESSION_TOPIC_ID_ERROR")
+        # v13 on the v12 session: 106, session id 0, no partitions; the connection stays open
+        view = fetch(13, moved, sid, epoch)
+        assert (view.error_code, view.session_id, list(view.partitions())) == (106, 0, [])
+        assert sluice.total("sluice_fetch_session_errors_total", error="FETCH_SESSION_TOPIC_ID_ERROR") == errors + 1
+        # a new session in v13 (naming the old one closes it, as FetchSessionHandler does after an error)
+        view = fetch(13, offsets, sid, 0)
+        sid2 = view.session_id
+        assert sid2 not in (0, sid) and view.version == 13
+        assert {bytes(t.topic_id) for t in view.topics} == {topic_id}
+        assert sorted(p.partition_index for _, p in view.partitions()) == list(range(parts))
+        moved = take(view)
+        add(3)
+        epoch = 1
+        while offsets != produced and epoch < 20:
+            view = fetch(13, moved, sid2, epoch)
+            assert view.session_id == sid2
+            moved = take(view)
+            epoch += 1
+        assert offsets == produced
+        for p in busy:
+            assert values[p] == [f"r{r}-p{p}-{i}".encode() for r in range(4) for i in range(3)], f"p{p}: {values[p]}"
+        # the old session is gone: Kafka's answer to an incremental request naming it
+        view = fetch(13, {}, sid, epoch)
+        assert (view.error_code, view.session_id) == (70, 0)
 
 
 @pytest.mark.parametrize("error", ["unknown_session", "wrong_epoch"])

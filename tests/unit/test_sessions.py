@@ -605,6 +605,28 @@ def test_client_resets_to_a_full_request_on_session_errors(error: int, expected:
     assert plan.is_full and plan.to_send == wanted and plan.metadata == expected
 
 
+@pytest.mark.parametrize(("old", "new"), [(12, 13), (13, 12)])
+def test_client_restarts_its_session_when_the_topic_addressing_changes(old: int, new: int) -> None:
+    """A session never mixes topic names (v7-12) and ids (v13+): the broker answers an incremental request in
+    the other addressing with 106 (FetchManager.newContext), and names cannot even be written in a v13 request.
+    So the next request is full, in the new addressing, naming the old session to close it."""
+    keys: dict[int, list[PartitionKey]] = {12: [("t", 0), ("t", 1)], 13: [(ID_A, 0), (ID_A, 1)]}
+    c = SessionClient()
+    wanted = {k: P(0) for k in keys[old]}
+    assert c.build(wanted, old >= 13).is_full and c.uses_topic_ids is (old >= 13)
+    assert c.handle_response(_resp(old, keys[old], session_id=77), old)
+    assert not c.switches_addressing(old >= 13) and c.switches_addressing(new >= 13)
+    wanted = {k: P(3) for k in keys[new]}
+    plan = c.build(wanted, new >= 13)
+    assert plan.is_full and plan.metadata == FetchMetadata(77, 0) and plan.to_send == wanted and plan.to_forget == []
+    assert dict(plan.session_partitions) == wanted and c.uses_topic_ids is (new >= 13) and c.stats.resets == 1
+    req = roundtrip_request(apply_plan(request_codec(1, new).default(), new, plan), new)  # writable
+    assert (req.session_id, req.session_epoch) == (77, 0)
+    assert c.handle_response(_resp(new, keys[new], session_id=78), new)
+    plan = c.build(wanted)  # no addressing given: the keys'
+    assert plan.metadata == FetchMetadata(78, 1) and plan.to_send == {} and plan.to_forget == []
+
+
 def test_client_sessionless_full_response_keeps_asking_for_a_session() -> None:
     c = SessionClient()
     c.build({("t", 0): P(0)})

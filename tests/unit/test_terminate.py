@@ -6,6 +6,9 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
+import pytest
+
+from proxy.core.exchange import Exchange
 from proxy.policies.sessions import (
     FINAL_EPOCH,
     FetchMetadata,
@@ -28,11 +31,13 @@ from proxy.policies.terminate import (
     retriable_answer,
     uses_session,
 )
-from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
+from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
+from proxy.wire.fetch_layout import topic_key
 from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from rig.fetch_oracle import apply_plan
+from tests.support.chain import SansIOProxy
 
 V = 12
 KEYS: list[PartitionKey] = [("t", 0), ("t", 1), ("t", 2)]
@@ -41,6 +46,12 @@ KEYS: list[PartitionKey] = [("t", 0), ("t", 1), ("t", 2)]
 def request(offsets: dict[PartitionKey, int], version: int = V, session_id: int = 0, epoch: int = FINAL_EPOCH,
             replica_id: int = -1, forget: list[PartitionKey] | None = None) -> FetchRequestView:
     """A client's Fetch request as the proxy reads it (the fast view of the encoded frame)."""
+    return decode_fetch_request(request_frame(offsets, version, session_id, epoch, replica_id, forget))
+
+
+def request_frame(offsets: dict[PartitionKey, int], version: int = V, session_id: int = 0, epoch: int = FINAL_EPOCH,
+                  replica_id: int = -1, forget: list[PartitionKey] | None = None) -> bytes:
+    """A client's Fetch request frame (no size prefix); keys are topic names before v13, topic ids from v13."""
     body = request_codec(1, version).default()
     body = body.replace(replica_state=body.replica_state.replace(replica_id=replica_id)) if version >= 15 \
         else body.replace(replica_id=replica_id)
@@ -50,17 +61,20 @@ def request(offsets: dict[PartitionKey, int], version: int = V, session_id: int 
         topic=t, partitions=[Message(partition=i, fetch_offset=o, log_start_offset=-1, partition_max_bytes=1 << 20)])
         for (t, i), o in offsets.items()])
     header = Message(request_api_key=1, request_api_version=version, correlation_id=1, client_id="c")
-    return decode_fetch_request(encode_request(header, body))
+    return encode_request(header, body)
 
 
-def response(parts: dict[PartitionKey, tuple[int, bytes]], session_id: int = 0, error: int = 0) -> FetchResponseView:
-    """Partitions as {key: (high watermark, records)}."""
+def response(parts: dict[PartitionKey, tuple[int, bytes]], session_id: int = 0, error: int = 0,
+             version: int = V) -> FetchResponseView:
+    """Partitions as {key: (high watermark, records)}; a topic id key (bytes) makes a v13+ topic entry."""
     topics: list[FetchTopic] = []
+    last: object = None
     for (topic, index), (hw, records) in parts.items():
-        if not topics or topics[-1].topic != topic:
-            topics.append(FetchTopic(topic=str(topic)))
+        if not topics or last != topic:
+            topics.append(FetchTopic(topic_id=topic) if isinstance(topic, bytes) else FetchTopic(topic=topic))
+            last = topic
         topics[-1].partitions.append(FetchPartition(index, 0, hw, hw, 0, None, -1, records))
-    return FetchResponseView(V, 0, error, session_id, topics)
+    return FetchResponseView(version, 0, error, session_id, topics)
 
 
 def upstream_request(frame: bytes | None) -> FetchRequestView:
@@ -91,7 +105,8 @@ def session_of(frame: bytes | None) -> tuple[int, int]:
 
 
 def by_key(view: FetchResponseView) -> dict[PartitionKey, tuple[int, bytes]]:
-    return {(t.topic, p.partition_index): (p.high_watermark, bytes(p.records or b"")) for t, p in view.partitions()}
+    return {(topic_key(t), p.partition_index): (p.high_watermark, bytes(p.records or b""))
+            for t, p in view.partitions()}
 
 
 def test_full_then_incremental_client_gets_every_partition() -> None:
@@ -385,3 +400,135 @@ def test_a_request_sent_again_answers_what_the_first_attempt_would_have() -> Non
     out = build_client_response(response({**{k: (0, b"") for k in KEYS}, ("t", 9): (4, b"")}, session_id=44),
                                 again[1])
     assert out is not None and by_key(out) == {("t", 9): (4, b"")}  # new to the client: it must be told
+
+
+# ------------------------------------------------------------------- topic names (v12) and topic ids (v13+)
+
+TID = bytes(range(1, 17))  # the topic id of "t"
+#: the same three partitions as a version names them: by topic name up to v12, by topic id from v13 (KIP-516)
+BY_VERSION: dict[int, list[PartitionKey]] = {12: KEYS, 13: [(TID, i) for i in range(3)]}
+
+
+@pytest.mark.parametrize(("old", "new"), [(12, 13), (13, 12)])
+def test_a_session_client_switching_topic_addressing_gets_106_then_a_new_session_works(old: int, new: int) -> None:
+    """Kafka's rule (FetchSession.scala, FetchManager.newContext): an incremental request whose version names
+    topics the other way than its session does gets FETCH_SESSION_TOPIC_ID_ERROR (session_id 0, no partitions,
+    the session kept), and the client creates a new session with a full request in the new version. Sluice
+    answers the 106 itself; for the full request its upstream session restarts in the new addressing (it used
+    to carry on incrementally with the old keys, which the encoder refused: the connection closed as malformed)."""
+    s, srv = UpstreamSessions(), server()
+    old_keys, new_keys = BY_VERSION[old], BY_VERSION[new]
+    got: dict[int, list[bytes]] = {0: [], 2: []}
+
+    def take(view: FetchResponseView) -> None:
+        for (_, index), (_, records) in by_key(view).items():
+            if records:
+                got[index].append(records)
+
+    plan = plan_session_request(request(dict.fromkeys(old_keys, 0), version=old, epoch=0), s, srv, now=0.0)
+    assert plan.ticket is not None
+    out = answer(response({old_keys[0]: (1, b"A0"), old_keys[1]: (0, b""), old_keys[2]: (0, b"")},
+                          session_id=42, version=old), plan.ticket)
+    sid = out.view.session_id
+    assert out.used and sid not in (0, 42)
+    take(out.view)
+    plan = plan_session_request(request({old_keys[0]: 1}, version=old, session_id=sid, epoch=1), s, srv, now=1.0)
+    assert plan.frame is not None and plan.ticket is not None and session_of(plan.frame) == (42, 1)
+    out = answer(response({}, session_id=42, version=old), plan.ticket)
+    assert out.used and by_key(out.view) == {}
+    # an incremental request in the other addressing: Sluice's own 106, nothing upstream, the session kept
+    plan = plan_session_request(request({}, version=new, session_id=sid, epoch=2), s, srv, now=2.0)
+    assert plan.kind is Kind.ERROR and plan.frame is None and plan.ticket is None and plan.answer is not None
+    assert (plan.answer.version, plan.answer.error_code, plan.answer.session_id) == (new, 106, 0)
+    assert list(plan.answer.partitions()) == [] and sid in srv.cache and not s.busy
+    assert s.client.next_metadata == FetchMetadata(42, 2)
+    # the client's new session (FetchSessionHandler after an error: nextCloseExistingAttemptNew, i.e. the old id
+    # with epoch 0): upstream, a full request in the new addressing that closes Sluice's session 42 and creates one
+    offsets = {new_keys[0]: 1, new_keys[1]: 0, new_keys[2]: 0}
+    plan = plan_session_request(request(offsets, version=new, session_id=sid, epoch=0), s, srv, now=3.0)
+    assert plan.kind is Kind.FULL and plan.frame is not None and plan.ticket is not None and plan.ticket.full
+    up = upstream_request(plan.frame)
+    assert (up.version, up.session_id, up.session_epoch, up.forgotten()) == (new, 42, 0, [])
+    assert sent(plan.frame) == offsets
+    assert not any(k in s.states for k in old_keys)  # the old addressing's states are gone
+    assert sid not in srv.cache  # the full request closed the client's old session
+    out = answer(response({new_keys[0]: (3, b"B1"), new_keys[1]: (0, b""), new_keys[2]: (1, b"C0")},
+                          session_id=43, version=new), plan.ticket)
+    sid2 = out.view.session_id
+    assert out.used and out.view.version == new and out.view.error_code == 0 and sid2 not in (0, sid, 43)
+    assert list(by_key(out.view)) == new_keys
+    take(out.view)
+    assert s.client.next_metadata == FetchMetadata(43, 1)
+    # and the new session carries on incrementally, upstream too
+    plan = plan_session_request(request({new_keys[0]: 3, new_keys[2]: 1}, version=new, session_id=sid2, epoch=1),
+                                s, srv, now=4.0)
+    assert plan.frame is not None and plan.ticket is not None
+    assert session_of(plan.frame) == (43, 1) and sent(plan.frame) == {new_keys[0]: 3, new_keys[2]: 1}
+    assert upstream_request(plan.frame).forgotten() == []
+    out = answer(response({new_keys[2]: (2, b"C1")}, session_id=43, version=new), plan.ticket)
+    assert out.used and out.view.session_id == sid2
+    take(out.view)
+    assert got == {0: [b"A0", b"B1"], 2: [b"C0", b"C1"]}  # every record once, in order
+
+
+def test_a_sessionless_client_alternating_topic_names_and_ids() -> None:
+    """librdkafka fetches session-less with v12 while a partition has no topic id and with v13+ otherwise. Each
+    switch restarts Sluice's upstream session in the new addressing (a full request naming the old session, which
+    closes it), requests in the same version carry on incrementally, and the client gets every partition."""
+    s = UpstreamSessions()
+    fetch_offset = 0  # partition 0 gets one record per round; the others stay empty
+    upstream_id, epoch, last = 0, 0, 0
+    for rnd, version in enumerate((12, 12, 13, 13, 12, 13)):
+        keys = BY_VERSION[version]
+        offsets = {k: fetch_offset if k[1] == 0 else 0 for k in keys}
+        planned = plan_request(request(offsets, version=version), s)
+        assert planned is not None
+        frame, ticket = planned
+        up = upstream_request(frame)
+        assert up.version == version and up.forgotten() == []
+        if version == last:
+            assert (up.session_id, up.session_epoch) == (upstream_id, epoch) and not ticket.full
+            assert sent(frame) == {keys[0]: fetch_offset}  # only the partition that moved
+        else:
+            assert (up.session_id, up.session_epoch) == (upstream_id, 0) and ticket.full
+            assert sent(frame) == offsets
+            assert set(s.states) <= set(keys)  # nothing kept under the other addressing
+        record = f"r{rnd}".encode()
+        if ticket.full:
+            upstream_id, epoch = upstream_id + 1, 1
+            parts = {k: (rnd + 1, record) if k[1] == 0 else (0, b"") for k in keys}
+        else:
+            epoch += 1
+            parts = {keys[0]: (rnd + 1, record)}
+        out = answer(response(parts, session_id=upstream_id, version=version), ticket)
+        assert out.used and out.view.version == version and out.view.session_id == 0
+        assert by_key(out.view) == {k: (rnd + 1, record) if k[1] == 0 else (0, b"") for k in keys}
+        fetch_offset, last = rnd + 1, version
+    assert s.client.stats.full_requests == 4 and s.client.stats.incremental_requests == 2
+
+
+def test_through_the_chain_a_version_switch_is_answered_not_refused() -> None:
+    """The whole chain (terminate mode): the client's v13 incremental request on its v12 session gets 106, its
+    v13 full request goes upstream and is answered; no request is refused as malformed."""
+    p = SansIOProxy({"sessions.mode": "terminate"})
+    p.names.learn(TID, "t")
+    ids = BY_VERSION[13]
+
+    def reply(ex: Exchange, view: FetchResponseView) -> FetchResponseView:
+        buffers, _ = view.encode_frame(ex.header.correlation_id)
+        out = p.respond(ex, b"".join(bytes(b) for b in buffers)[4:])
+        return decode_frame(out[4:], ex.header.api_version)[2]
+
+    ex = p.request(request_frame(dict.fromkeys(KEYS, 0), epoch=0))
+    sid = reply(ex, response({k: (0, b"") for k in KEYS}, session_id=42)).session_id
+    ex = p.request(request_frame({}, version=13, session_id=sid, epoch=1))
+    assert ex.answer is not None
+    view = decode_frame(ex.answer[4:], 13)[2]
+    assert (view.error_code, view.session_id, view.topics) == (106, 0, [])
+    ex = p.request(request_frame(dict.fromkeys(ids, 0), version=13, session_id=sid, epoch=0))
+    assert ex.collect and ex.answer is None
+    up = decode_fetch_request(ex.frame)
+    assert (up.version, up.session_id, up.session_epoch, list(up.partitions()), up.forgotten()) == (13, 42, 0, ids, [])
+    view = reply(ex, response({k: (1, b"x" if k[1] == 1 else b"") for k in ids}, session_id=43, version=13))
+    assert view.error_code == 0 and view.session_id not in (0, sid) and by_key(view) == {
+        k: (1, b"x" if k[1] == 1 else b"") for k in ids}
