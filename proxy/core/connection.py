@@ -519,10 +519,12 @@ class Connection:
         self._finish_close()
 
     def upstream_lost(self, error: str | None = None) -> None:
-        if self.awaiting and not self.closed:
+        if (self._resp is not None or self.awaiting) and not self.closed:
+            # a response cut off, or requests that will never be answered
             self.metrics.frames_rejected.labels("upstream_closed").inc()
-            ex = self.awaiting[0]
-            log.warning("upstream_closed", conn=self.info.conn_id, pending=len(self.awaiting), api=ex.api,
+            ex = self._resp or self.awaiting[0]
+            pending = len(self.awaiting) + (self._resp is not None)
+            log.warning("upstream_closed", conn=self.info.conn_id, pending=pending, api=ex.api,
                         version=ex.header.api_version, error=error)
         self.close()
 

@@ -243,6 +243,20 @@ def test_upstream_lost_with_requests_awaiting_is_counted() -> None:
     assert rig.rejected("upstream_closed") == 1 and rig.lines() == []
 
 
+def test_upstream_lost_in_the_middle_of_the_last_response_is_counted() -> None:
+    """The broker goes away with a response half sent: nothing awaits a response any more, but the client's
+    was cut off; that is counted and the client's connection closed."""
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1)))
+    answer = sized(list_offsets_response(1))
+    conn.upstream_data(answer[:9])
+    assert not conn.awaiting
+    conn.upstream_lost("reset by peer")
+    assert conn.closed and port.take_client() == answer[:9]
+    assert rig.rejected("upstream_closed") == 1 and rig.lines() == []
+
+
 # ------------------------------------------------------------------------------------ partial frames, timeout
 
 
