@@ -1,14 +1,18 @@
 """Proxy CPU per Fetch in the sans-IO policy chain, by policy, for one client with many partitions (no sockets,
-no broker: the request and response frames are built once and replayed), so the figures are the chain's alone.
+no broker: the request and response frames are built before timing and replayed), so the figures are the
+chain's alone.
 
 ``python -m bench.pipeline_cpu [--partitions 10000] [--version 12] [--fetches 20] [--compare REV]``
 
 One JSON line per case, all in one run: ``{"bench": "pipeline_cpu", "case", "partitions", "version",
-"ms_per_fetch"}`` (request + response side, the median of ``--fetches`` fetches), then
-``{"summary": "pipeline_cpu", ...}`` with every case's figure. ``--compare REV`` first runs REV's own
-``bench.pipeline_cpu`` (its code, from a temporary ``git worktree``) with the same arguments, then this one, and
-ends with ``{"summary": "pipeline_cpu_compare", "before": {...}, "after": {...}, "ratio": {...}}`` (after /
-before per case): before and after in one run, on the same machine state. Cases:
+"ms_per_fetch"}`` (request + response side, the median of ``--fetches`` fetches, each timed alone, every frame
+built beforehand), then ``{"summary": "pipeline_cpu", ...}`` with every case's figure.
+
+``--compare REV`` runs this very file first against REV's code (a temporary ``git worktree`` of REV; revisions
+from before the policy chain are driven through their ``proxy.pipeline.Pipeline``, see :func:`engine`), then
+against this tree's, and ends with ``{"summary": "pipeline_cpu_compare", "before": {...}, "after": {...},
+"ratio": {...}}`` (after / before per case): before and after in one run, the same harness, the same machine
+state. Cases:
 
 - ``relay``: no policy applies (the request is classified and relayed; Fetch responses below v16 are not opened);
 - ``size_limit``: a KIP-74 budget for the client (request clamped and reordered, response collected and enforced);
@@ -21,39 +25,48 @@ before per case): before and after in one run, on the same machine state. Cases:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from proxy.accesslog import AccessLog
 from proxy.config import load_settings
-from proxy.core.chain import Chain, ChainConnection
-from proxy.core.exchange import ConnectionInfo
-from proxy.core.policy import Services
-from proxy.core.routing import Router
-from proxy.core.topic_names import TopicNames
-from proxy.metrics import Metrics
-from proxy.policies import build
 from proxy.policies.sessions import LEGACY, FetchMetadata, FetchParams, PartitionKey, UpstreamPlan
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
-from rig.fetch_oracle import apply_plan
 
 CLIENT_ID = "bench-client"
 BUSY = 3  # partitions with news in every fetch
+CASES = ("relay", "size_limit", "terminate_sessionless", "terminate_session")
+
+#: a fetch through the proxy's per-request logic: (request frame, upstream response frame) -> the client's reply
+#: (b"" when the response is relayed unopened)
+Fetch = Callable[[bytes, bytes], bytes]
+
+
+def _apply_plan() -> Any:
+    """The construct-model request builder (rig/fetch_oracle.py; in revisions before the chain,
+    proxy.policies.sessions)."""
+    try:
+        return importlib.import_module("rig.fetch_oracle").apply_plan
+    except ImportError:
+        return importlib.import_module("proxy.policies.sessions").apply_plan
 
 
 def request_frame(version: int, corr: int, offsets: dict[PartitionKey, int], meta: FetchMetadata) -> bytes:
     body = request_codec(1, version).default().replace(max_wait_ms=500, min_bytes=1, max_bytes=50 << 20)
     body = body.replace(replica_id=-1) if version < 15 else body
     parts = {k: FetchParams(o) for k, o in offsets.items()}
-    body = apply_plan(body, version, UpstreamPlan(meta, parts, [], parts))
+    body = _apply_plan()(body, version, UpstreamPlan(meta, parts, [], parts))
     header = Message(request_api_key=1, request_api_version=version, correlation_id=corr, client_id=CLIENT_ID)
     return encode_request(header, body)
 
@@ -70,14 +83,27 @@ def response_frame(version: int, corr: int, keys: list[PartitionKey], hw: int, s
     return b"".join(bytes(b) for b in buffers)[4:]
 
 
-def chain(case: str) -> tuple[Chain, ChainConnection, Metrics]:
-    """The chain a proxy configured for ``case`` builds (proxy/policies/__init__.py), and one connection."""
-    overrides: dict[str, object] = {}
+def overrides(case: str) -> dict[str, object]:
     if case == "size_limit":
-        overrides = {"size_limit.budgets": [{"client_id": CLIENT_ID, "fetch_max_bytes": 1 << 20}]}
-    elif case.startswith("terminate"):
-        overrides = {"sessions.mode": "terminate"}
-    settings = load_settings(None, env={}).with_overrides(overrides)
+        return {"size_limit.budgets": [{"client_id": CLIENT_ID, "fetch_max_bytes": 1 << 20}]}
+    if case.startswith("terminate"):
+        return {"sessions.mode": "terminate"}
+    return {}
+
+
+def chain(case: str) -> tuple[Any, Any, Any]:
+    """The chain a proxy configured for ``case`` builds (proxy/policies/__init__.py), one connection of it, and
+    its metrics."""
+    from proxy.accesslog import AccessLog
+    from proxy.core.chain import Chain
+    from proxy.core.exchange import ConnectionInfo
+    from proxy.core.policy import Services
+    from proxy.core.routing import Router
+    from proxy.core.topic_names import TopicNames
+    from proxy.metrics import Metrics
+    from proxy.policies import build
+
+    settings = load_settings(None, env={}).with_overrides(overrides(case))
     metrics = Metrics()
     names = TopicNames(time.monotonic)
     services = Services(metrics, time.monotonic, Router("127.0.0.1", 0, open_listener=lambda node: 0), names)
@@ -85,35 +111,7 @@ def chain(case: str) -> tuple[Chain, ChainConnection, Metrics]:
     return pipeline, pipeline.connect(ConnectionInfo(1, "bootstrap")), metrics
 
 
-def run_case(case: str, partitions: int, version: int, fetches: int) -> float:
-    """Median ms per fetch (request + response through the chain) after one warm-up (session creation)."""
-    topic: str | bytes = bytes(range(16)) if version >= 13 else "bench"
-    keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
-    busy = keys[:BUSY]
-    pl, conn, _ = chain(case)
-    session_client = case == "terminate_session"
-    # warm-up: the first (full) fetch creates the sessions
-    first = request_frame(version, 1, dict.fromkeys(keys, 0), FetchMetadata(0, 0) if session_client else LEGACY)
-    reply = _fetch(pl, conn, first, response_frame(version, 1, keys, 0, 77))
-    sid = decode_frame(reply[4:], version)[2].session_id if reply else 0
-    times: list[float] = []
-    for i in range(fetches):
-        hw = i + 1
-        if session_client:  # only the busy partitions advance: the client sends just those
-            frame = request_frame(version, i + 2, dict.fromkeys(busy, hw - 1), FetchMetadata(sid, i + 1))
-            upstream = response_frame(version, i + 2, busy, hw, 77)
-        else:
-            offsets = dict.fromkeys(keys, 0) | dict.fromkeys(busy, hw - 1)
-            frame = request_frame(version, i + 2, offsets, LEGACY)
-            upstream = response_frame(version, i + 2, busy if case.startswith("terminate") else keys, hw,
-                                      77 if case.startswith("terminate") else 0)
-        t0 = time.perf_counter()
-        _fetch(pl, conn, frame, upstream)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000
-
-
-def _fetch(pl: Chain, conn: ChainConnection, frame: bytes, upstream: bytes) -> bytes:
+def _fetch(pl: Any, conn: Any, frame: bytes, upstream: bytes) -> bytes:
     """One fetch through the chain as the connection core drives it; the reply when the response was opened."""
     ex = pl.classify(frame, 0.0)
     pl.on_request(conn, ex)
@@ -124,16 +122,79 @@ def _fetch(pl: Chain, conn: ChainConnection, frame: bytes, upstream: bytes) -> b
     return b"".join(bytes(b) for b in ex.reply)
 
 
-CASES = ("relay", "size_limit", "terminate_sessionless", "terminate_session")
+def engine(case: str) -> Fetch:
+    """One connection's per-request logic for ``case``: this tree's chain, or the pipeline of revisions before it
+    (``--compare`` runs this file against those too)."""
+    try:
+        importlib.import_module("proxy.core.chain")
+    except ImportError:
+        return _pipeline_engine(case)
+    pl, conn, _ = chain(case)
+    return lambda frame, upstream: _fetch(pl, conn, frame, upstream)
+
+
+def _pipeline_engine(case: str) -> Fetch:  # pragma: no cover - runs only against old revisions
+    pipeline = importlib.import_module("proxy.pipeline")
+    router = importlib.import_module("proxy.routing").Router("127.0.0.1", 0, open_listener=lambda node: 0)
+    settings = load_settings(None, env={}).with_overrides(overrides(case))
+    if case == "size_limit":
+        limits = importlib.import_module("proxy.policies.size_limit").SizeLimits.from_settings(settings.size_limit)
+        pl = pipeline.Pipeline(router, limits)
+    elif case.startswith("terminate"):
+        modes = importlib.import_module("proxy.policies.terminate").SessionModes("terminate")
+        pl = pipeline.Pipeline(router, session_modes=modes)
+    else:
+        pl = pipeline.Pipeline(router)
+    conn = pipeline.ConnectionState()
+
+    def fetch(frame: bytes, upstream: bytes) -> bytes:
+        req = pl.on_request(frame, conn)
+        if not req.collect:
+            return b""
+        out = pl.on_response(req, upstream)
+        return b"".join(bytes(b) for b in out.buffers)
+
+    return fetch
+
+
+def run_case(case: str, partitions: int, version: int, fetches: int) -> float:
+    """Median ms per fetch (request + response side) after one warm-up (session creation); every frame is built
+    before the first is timed, so building them (much allocation, cold caches) never lands in a timed fetch."""
+    topic: str | bytes = bytes(range(16)) if version >= 13 else "bench"
+    keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
+    busy = keys[:BUSY]
+    fetch = engine(case)
+    session_client = case == "terminate_session"
+    first = request_frame(version, 1, dict.fromkeys(keys, 0), FetchMetadata(0, 0) if session_client else LEGACY)
+    reply = fetch(first, response_frame(version, 1, keys, 0, 77))
+    sid = decode_frame(reply[4:], version)[2].session_id if reply else 0
+    frames: list[tuple[bytes, bytes]] = []
+    for i in range(fetches):
+        hw = i + 1
+        if session_client:  # only the busy partitions advance: the client sends just those
+            frames.append((request_frame(version, i + 2, dict.fromkeys(busy, hw - 1), FetchMetadata(sid, i + 1)),
+                           response_frame(version, i + 2, busy, hw, 77)))
+        else:
+            offsets = dict.fromkeys(keys, 0) | dict.fromkeys(busy, hw - 1)
+            terminate = case.startswith("terminate")
+            frames.append((request_frame(version, i + 2, offsets, LEGACY),
+                           response_frame(version, i + 2, busy if terminate else keys, hw, 77 if terminate else 0)))
+    times: list[float] = []
+    for frame, upstream in frames:
+        t0 = time.perf_counter()
+        fetch(frame, upstream)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
 
 
 def before(rev: str, argv: list[str]) -> dict[str, float]:
-    """Run ``rev``'s own bench.pipeline_cpu (its code, in a temporary worktree) with ``argv``; its summary."""
+    """Run this file against ``rev``'s code (a temporary worktree) with ``argv``; its summary."""
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="pipeline-cpu-") as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
         try:
+            shutil.copy(Path(__file__), tree / "bench" / "pipeline_cpu.py")  # the same harness for both
             env = {**os.environ, "PYTHONPATH": str(tree)}
             out = subprocess.run([sys.executable, "-m", "bench.pipeline_cpu", *argv], cwd=tree, env=env,
                                  check=True, capture_output=True, text=True).stdout
@@ -151,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--version", type=int, default=12)
     ap.add_argument("--fetches", type=int, default=20)
-    ap.add_argument("--compare", metavar="REV", help="also run REV's code first (git revision), then compare")
+    ap.add_argument("--compare", metavar="REV", help="run the same harness against REV's code first, then compare")
     args = ap.parse_args(argv)
     common = ["--partitions", str(args.partitions), "--version", str(args.version), "--fetches", str(args.fetches)]
     old = before(args.compare, common) if args.compare else None
@@ -160,8 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     for case in CASES:
         ms = run_case(case, args.partitions, args.version, args.fetches)
         print(json.dumps({"bench": "pipeline_cpu", "case": case, "partitions": args.partitions,
-                          "version": args.version, "ms_per_fetch": round(ms, 3)}), flush=True)
-        summary[case] = after[case] = round(ms, 3)
+                          "version": args.version, "ms_per_fetch": round(ms, 4)}), flush=True)
+        summary[case] = after[case] = round(ms, 4)
     print(json.dumps(summary), flush=True)
     if old is not None:
         ratio = {case: round(after[case] / old[case], 3) if old[case] else None for case in CASES}

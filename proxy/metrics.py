@@ -267,10 +267,19 @@ class Metrics:
         self.upstream_fetch_full = self.upstream_fetch_requests.labels("full")
         self.upstream_fetch_incremental = self.upstream_fetch_requests.labels("incremental")
         self.upstream_fetch_partitions_cached = self.fetch_session_partitions_cached.labels("upstream")
+        self.upstream_fetch_request_bytes = self.upstream_fetch_bytes.labels("request")
+        self.upstream_fetch_response_bytes = self.upstream_fetch_bytes.labels("response")
+        self.upstream_fetch_request_bytes_saved = self.upstream_fetch_bytes_saved.labels("request")
+        self.upstream_fetch_response_bytes_saved = self.upstream_fetch_bytes_saved.labels("response")
+        #: per kind: "full", "incremental", "sessionless", "error"
+        self.downstream_fetch_requests_by_kind = {
+            kind: self.downstream_fetch_requests.labels(kind)
+            for kind in ("full", "incremental", "sessionless", "error")}
         # Bounded by the number of (api, version) pairs Kafka defines (a few hundred): callers pass the API
         # *name* from the protocol table, never a raw client-supplied string.
         self._requests_for: dict[tuple[str, int], Any] = {}
         self._latency_for: dict[str, Any] = {}
+        self._rewritten_for: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------------- helpers
 
@@ -285,6 +294,13 @@ class Metrics:
         if histogram is None:
             histogram = self._latency_for[api] = self.request_latency.labels(api)
         histogram.observe(latency_s)
+
+    def rewritten(self, api: str) -> None:
+        """Count a response re-encoded (the child cached per API name, from the protocol table)."""
+        counter = self._rewritten_for.get(api)
+        if counter is None:
+            counter = self._rewritten_for[api] = self.responses_rewritten.labels(api)
+        counter.inc()
 
     def observe_size_limit(self, trimmed_bytes: int, deferred_partitions: int) -> None:
         """Count what a budget did to one response."""

@@ -164,7 +164,7 @@ class Chain:
                 if state is not None and policy in self._on_sent:
                     policy.on_sent(ex, states[policy], state)
         if response.changed:
-            self.metrics.responses_rewritten.labels(ex.api).inc()
+            self.metrics.rewritten(ex.api)
         if isinstance(response, FetchResponse) and self.access_log is not None and self.access_log.enabled:
             ex.log["partitions"] = self._partitions(response)
 

@@ -396,7 +396,7 @@ class Connection:
             ex.client_bytes = self._size + 4
             stream, self._stream = self._stream, None
             if stream is not None and stream.changed:
-                self.metrics.responses_rewritten.labels(ex.api).inc()
+                self.metrics.rewritten(ex.api)
         if ex.held:
             held, ex.held = ex.held, 0
             self._release(held)

@@ -391,7 +391,7 @@ class Terminate(Policy):
         if uses_session(request):
             plan = plan_session_request(request, sessions, self.server, self.clock())
             if request.replica_id < 0:
-                m.downstream_fetch_requests.labels(plan.kind.value).inc()
+                m.downstream_fetch_requests_by_kind[plan.kind.value].inc()
             self._count_stats()
             if plan.answer is not None:  # a session error of Sluice's own: answered here, nothing goes upstream
                 buffers, _ = plan.answer.encode_frame(ex.header.correlation_id)
@@ -410,11 +410,11 @@ class Terminate(Policy):
         self._gauges(sessions, was_open, cached)  # forgotten partitions leave the state
         if ticket.in_session:
             (m.upstream_fetch_full if ticket.full else m.upstream_fetch_incremental).inc()
-        m.upstream_fetch_bytes.labels("request").inc(len(frame) + 4)
+        m.upstream_fetch_request_bytes.inc(len(frame) + 4)
         # saved against what would have gone upstream without terminate mode: the client's own request (the
         # earlier policies clamp and reorder it, which keeps its size, up to topic entry regrouping)
         if len(frame) < len(ex.frame):
-            m.upstream_fetch_bytes_saved.labels("request").inc(len(ex.frame) - len(frame))
+            m.upstream_fetch_request_bytes_saved.inc(len(ex.frame) - len(frame))
         edit.replace_frame(frame)
         ex.collect = True
         return _Attempt(ticket)
@@ -430,7 +430,7 @@ class Terminate(Policy):
         ticket = state.ticket
         was_open, was_cached = sessions.session_open, len(sessions.states)
         size = state.upstream_size = len(response.frame) + 4
-        m.upstream_fetch_bytes.labels("response").inc(size)
+        m.upstream_fetch_response_bytes.inc(size)
         ex.log["session_upstream_bytes"] = ex.log.get("session_upstream_bytes", 0) + size
         built = build_client_response(response.view, ticket)
         if built is None:
@@ -453,7 +453,7 @@ class Terminate(Policy):
         # for a session-less client: the saving against the full response it would have fetched itself
         saved = ex.client_bytes - state.upstream_size
         if saved > 0:
-            self.metrics.upstream_fetch_bytes_saved.labels("response").inc(saved)
+            self.metrics.upstream_fetch_response_bytes_saved.inc(saved)
 
     def _count_stats(self) -> None:
         """Move the downstream session counters by what the session server counted since the last call."""
