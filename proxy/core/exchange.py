@@ -109,6 +109,14 @@ class Exchange:
     def client_id(self) -> str | None:
         return self.header.client_id
 
+    def send_instead(self, frame: bytes) -> None:
+        """Send ``frame`` (header included, no size prefix) upstream instead of the request: a policy that built
+        its own (fetch sessions do), whether or not the request was decoded."""
+        if self.view is not None:
+            self.view.replace_frame(frame)
+        else:
+            self.frame = frame
+
     @property
     def request(self) -> RequestView:
         """The request decoded for the policies (once, on first access; CodecError if it is malformed). A

@@ -58,9 +58,23 @@ from ..config import SessionsSettings
 from ..core.exchange import ConnectionInfo, Exchange
 from ..core.policy import Policy, Services
 from ..metrics import SESSION_ERROR_NAMES
-from ..wire.fetch_fast import FetchPartition, FetchResponseView
+from ..wire.fetch_fast import (
+    Buffer,
+    EncodedTopics,
+    FetchPartition,
+    FetchResponseView,
+    encode_partition,
+    topic_head,
+    topic_tail,
+)
 from ..wire.fetch_layout import FIRST_SESSION, FIRST_TOPIC_ID, PartitionKey, partition_keys, topic_key
-from ..wire.fetch_request_fast import FetchEdit, FetchParams, FetchRequestView, encode_fetch_request
+from ..wire.fetch_request_fast import (
+    FetchEdit,
+    FetchParams,
+    FetchRequestView,
+    changed_partitions,
+    encode_fetch_request,
+)
 from ..wire.views import FetchResponse, ResponseView
 from .sessions import (
     FINAL_EPOCH,
@@ -120,6 +134,12 @@ class UpstreamSessions:
     mirrors: int = 0
     synced: int = 0
     token: object = field(default_factory=object)
+    #: O(changed) bookkeeping for a session-less client (see :func:`plan_request`, :class:`FullResponse`): its
+    #: last request (decoded view and frame) and the wanted map the upstream session's partitions equal, and its
+    #: last full response, kept encoded partition by partition
+    last_request: tuple[FetchRequestView, bytes] | None = None
+    mirrors_wanted: object | None = None
+    full: FullResponse | None = None
 
     @property
     def session_open(self) -> bool:
@@ -145,6 +165,8 @@ class SessionTicket:
     in_session: bool = True
     #: the upstream session's partitions are now exactly ``wanted`` (built from the client session's)
     mirrored: bool = False
+    #: a session-less client's request that differed from its previous one only in these partitions
+    changed: Mapping[PartitionKey, FetchParams] | None = None
 
 
 @dataclass(slots=True)
@@ -171,12 +193,28 @@ def eligible(request: FetchRequestView) -> bool:
             and request.replica_id < 0 and request.has_partitions)
 
 
-def plan_request(request: FetchRequestView, sessions: UpstreamSessions) -> tuple[bytes, SessionTicket] | None:
+def plan_request(request: FetchRequestView, sessions: UpstreamSessions,
+                 changed: Mapping[PartitionKey, FetchParams] | None = None) -> tuple[bytes, SessionTicket] | None:
     """A session-less client's Fetch: the request frame to send upstream instead, and its ticket; None to relay
-    the client's untouched."""
+    the client's untouched. ``changed``: the request is the client's previous one (``sessions.last_request``)
+    with only these partitions changed (:func:`~proxy.wire.fetch_request_fast.changed_partitions`): its
+    partition map is the previous one, updated in place, and the upstream delta is O(changed)."""
     if sessions.busy or not eligible(request):
         return None
-    return _upstream(request, sessions, request.partitions(), None, _BUILDER)
+    wanted = request._partitions if changed is not None else request.partitions()
+    return _upstream(request, sessions, wanted, None, _BUILDER, changed)
+
+
+def sessionless_delta(frame: bytes, sessions: UpstreamSessions
+                      ) -> tuple[FetchRequestView, dict[PartitionKey, FetchParams]] | None:
+    """A session-less client's request as a change to its previous one (None: decode it); see
+    :func:`~proxy.wire.fetch_request_fast.changed_partitions`. Not while a session fetch is in flight (the
+    previous request's partition map is then still in use)."""
+    last = sessions.last_request
+    if last is None or sessions.busy:
+        return None
+    sessions.last_request = None  # the previous view is consumed either way
+    return changed_partitions(last[0], last[1], frame)
 
 
 def plan_session_request(request: FetchRequestView, sessions: UpstreamSessions, server: SessionServer,
@@ -201,7 +239,8 @@ def plan_session_request(request: FetchRequestView, sessions: UpstreamSessions, 
 
 
 def _upstream(request: FetchRequestView, sessions: UpstreamSessions, wanted: Mapping[PartitionKey, FetchParams],
-              decision: Decision | None, server: SessionServer) -> tuple[bytes, SessionTicket]:
+              decision: Decision | None, server: SessionServer,
+              changed: Mapping[PartitionKey, FetchParams] | None = None) -> tuple[bytes, SessionTicket]:
     client = sessions.client
     if sessions.busy:
         # Only a session-using client gets here (plan_request checks busy first): its whole session goes
@@ -225,15 +264,23 @@ def _upstream(request: FetchRequestView, sessions: UpstreamSessions, wanted: Map
             # the client's own delta is the upstream delta: O(changed), not O(session).
             assert decision is not None
             plan = client.build_delta(decision.sent, decision.forgotten)
+        elif (changed is not None and sessions.mirrors_wanted is wanted and not client.next_metadata.is_full
+              and not client.switches_addressing(by_id)):
+            # A session-less client's request differs from its previous one, whose partitions the upstream
+            # session holds, only by ``changed``: the same O(changed) delta.
+            plan = client.build_delta(changed, ())
         else:
             plan = client.build(wanted, by_id)
+        # a session-less client's wanted map (reused, updated in place, by its next request when that one differs
+        # only in some partitions): the upstream session's partitions are now exactly it
+        sessions.mirrors_wanted = wanted if decision is None else None
         mirrored = decision is not None
         for key in plan.to_forget:  # no longer wanted: forget its state (it is refreshed if it comes back)
             sessions.states.pop(key, None)
         sessions.busy = in_session = True
         sessions.mirrors = 0  # until the response says which client session this now mirrors
     ticket = SessionTicket(sessions, request.version, wanted, plan.is_full, request, decision=decision,
-                           server=server, in_session=in_session, mirrored=mirrored)
+                           server=server, in_session=in_session, mirrored=mirrored, changed=changed)
     meta = plan.metadata
     return encode_fetch_request(request, meta.session_id, meta.epoch, plan.to_send, plan.to_forget), ticket
 
@@ -252,6 +299,73 @@ def _stored(p: FetchPartition) -> FetchPartition:
     """The state kept for a partition: offsets and error, without records or per-response details."""
     return FetchPartition(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
                           p.log_start_offset, None, -1, b"", None)
+
+
+class FullResponse:
+    """A session-less client's full response, kept encoded partition by partition, so that the next one, for the
+    same partitions in the same order, costs O(changed partitions) of Python work (and a few C-level joins):
+    only the partitions the upstream response named are encoded again; the response goes out as the encoded
+    topics array of a :class:`~proxy.wire.fetch_fast.FetchResponseView` (decoded only if a later policy reads
+    it). The encodings kept are of the stored states (no records); a partition that came with records is
+    written with them for this response only. Building one costs O(partitions) once."""
+
+    __slots__ = ("_errors", "_pieces", "_slot", "_topics", "version", "wanted")
+
+    def __init__(self, version: int, wanted: Mapping[PartitionKey, FetchParams],
+                 states: Mapping[PartitionKey, FetchPartition]) -> None:
+        self.version = version
+        #: the wanted map this response lists (its identity says the next request asks for the same partitions)
+        self.wanted = wanted
+        keys = list(wanted)
+        self._pieces: list[Buffer] = []
+        self._slot: dict[PartitionKey, int] = {}
+        self._errors: dict[PartitionKey, int] = {}
+        self._topics = 0
+        i = 0
+        while i < len(keys):  # consecutive partitions of one topic share a topic entry (as _view groups them)
+            topic = keys[i][0]
+            j = i
+            while j < len(keys) and keys[j][0] == topic:
+                j += 1
+            self._pieces.append(topic_head(version, topic, j - i))
+            for key in keys[i:j]:
+                self._slot[key] = len(self._pieces)
+                self._pieces.append(self._stored_piece(key, states[key]))
+            self._pieces.append(topic_tail(version))
+            self._topics += 1
+            i = j
+
+    def _stored_piece(self, key: PartitionKey, state: FetchPartition) -> bytes:
+        if state.error_code:
+            self._errors[key] = state.error_code
+        else:
+            self._errors.pop(key, None)
+        if state.partition_index != key[1]:  # as _view: the key is what the client asked
+            state = FetchPartition(key[1], state.error_code, state.high_watermark, state.last_stable_offset,
+                                   state.log_start_offset, None, -1, b"", None)
+        return b"".join(encode_partition(self.version, state))  # no records: one piece
+
+    def response(self, fresh: Mapping[PartitionKey, FetchPartition], states: Mapping[PartitionKey, FetchPartition],
+                 throttle_time_ms: int) -> FetchResponseView:
+        """The full response: every wanted partition, the ``fresh`` ones (the upstream response's, which also
+        updated ``states``) as the broker sent them."""
+        pieces, version = self._pieces, self.version
+        sent: dict[int, list[Buffer]] = {}
+        for key, data in fresh.items():
+            slot = self._slot[key]
+            pieces[slot] = self._stored_piece(key, states[key])
+            if data.partition_index == key[1]:
+                sent[slot] = encode_partition(version, data)
+        buffers: list[Buffer] = []
+        start = 0
+        for slot in sorted(sent):
+            buffers.append(b"".join(pieces[start:slot]))
+            buffers.extend(sent[slot])
+            start = slot + 1
+        buffers.append(b"".join(pieces[start:]))
+        errors = [code for code in self._errors.values() if code]
+        return FetchResponseView.from_encoded(version, throttle_time_ms, NONE, INVALID_SESSION_ID,
+                                              EncodedTopics(self._topics, buffers, errors))
 
 
 def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) -> FetchResponseView | None:
@@ -288,6 +402,17 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
     if fast and decision is not None and all(k in states for k in decision.sent):
         view = ticket.server.build_view(decision, fresh, upstream.throttle_time_ms, only=list(fresh))
         return _built(upstream, ticket, view)
+    full = sessions.full
+    if decision is None and ticket.in_session:
+        if full is not None and full.wanted is ticket.wanted and full.version == version:
+            # the same partitions as the last full response: O(changed) (FullResponse)
+            return _built(upstream, ticket, full.response(fresh, states, upstream.throttle_time_ms))
+        if ticket.wanted is sessions.mirrors_wanted and full is None and ticket.changed is not None:
+            # the client asks for the same partitions a second time in a row: worth keeping its response encoded
+            if all(k in fresh or k in states for k in ticket.wanted):
+                full = sessions.full = FullResponse(version, ticket.wanted, states)
+                return _built(upstream, ticket, full.response(fresh, states, upstream.throttle_time_ms))
+    sessions.full = None
     merged: dict[PartitionKey, FetchPartition] = {}
     for key in ticket.wanted:
         data = fresh.get(key)
@@ -381,14 +506,23 @@ class Terminate(Policy):
         response is collected and the client's response built from Sluice's partition state: in full for a
         session-less client, in the client's own session (served by :attr:`server`) for one that uses
         sessions. The request is the one the earlier policies left (their partitions, order and MaxBytes)."""
-        edit = ex.request
-        assert isinstance(edit, FetchEdit)
-        request = edit.request()
+        # A session-less client's request that differs from its previous one only in some partitions is read
+        # as that difference (not decoded whole), when no earlier policy decoded it.
+        delta = sessionless_delta(ex.frame, sessions) if ex.view is None else None
+        if delta is not None:
+            request, changed = delta
+            comparable = True
+        else:
+            edit = ex.request
+            assert isinstance(edit, FetchEdit)
+            request, changed = edit.request(), None
+            comparable = not edit.changed  # the client's own bytes: comparable with its next request
         if request.version < FIRST_SESSION:
             return None
         was_open, cached = sessions.session_open, len(sessions.states)
         m = self.metrics
         if uses_session(request):
+            sessions.last_request = None
             plan = plan_session_request(request, sessions, self.server, self.clock())
             if request.replica_id < 0:
                 m.downstream_fetch_requests_by_kind[plan.kind.value].inc()
@@ -399,11 +533,12 @@ class Terminate(Policy):
                 return None
             if plan.ticket is None or plan.frame is None:
                 if plan.frame is not None:  # a closed session's request, now session-less: the broker answers
-                    edit.replace_frame(plan.frame)
+                    ex.send_instead(plan.frame)
                 return None
             frame, ticket = plan.frame, plan.ticket
         else:
-            planned = plan_request(request, sessions)
+            planned = plan_request(request, sessions, changed)
+            sessions.last_request = (request, ex.frame) if planned is not None and comparable else None
             if planned is None:
                 return None
             frame, ticket = planned
@@ -415,7 +550,7 @@ class Terminate(Policy):
         # earlier policies clamp and reorder it, which keeps its size, up to topic entry regrouping)
         if len(frame) < len(ex.frame):
             m.upstream_fetch_request_bytes_saved.inc(len(ex.frame) - len(frame))
-        edit.replace_frame(frame)
+        ex.send_instead(frame)
         ex.collect = True
         return _Attempt(ticket)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .compiler import tag_section_at as _skip_tags
 from .compiler import uvarint_at as _uvarint
@@ -243,11 +243,26 @@ def _raw(v: Any) -> Any:
     return bytes(v) if isinstance(v, memoryview) else v
 
 
-class FetchResponseView:
-    """A decoded Fetch response body (the part after the response header), editable in place."""
+class EncodedTopics(NamedTuple):
+    """A response's topics array already encoded (its count, then each topic), as scatter buffers: what a
+    response built from encodings kept from earlier responses carries instead of topic objects (see
+    :attr:`FetchResponseView.encoded`)."""
 
-    __slots__ = ("error_code", "node_endpoints", "session_id", "throttle_time_ms", "topics", "unknown_tags",
-                 "version")
+    topic_count: int
+    buffers: list[Buffer]
+    #: non-zero partition error codes among them (for the access log, without decoding)
+    errors: list[int]
+
+
+class FetchResponseView:
+    """A decoded Fetch response body (the part after the response header), editable in place.
+
+    A view may instead carry its topics already encoded (:attr:`encoded`, e.g. a response Sluice assembles from
+    the partitions it encoded for earlier responses): it is written out as is, and decoded into topic objects
+    only if someone reads :attr:`topics` (then it is an ordinary view)."""
+
+    __slots__ = ("_topics", "encoded", "error_code", "node_endpoints", "session_id", "throttle_time_ms",
+                 "unknown_tags", "version")
 
     def __init__(
         self,
@@ -266,7 +281,8 @@ class FetchResponseView:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.session_id = session_id
-        self.topics = topics if topics is not None else []
+        self.encoded: EncodedTopics | None = None
+        self._topics: list[FetchTopic] | None = topics if topics is not None else []
         self.node_endpoints = node_endpoints if node_endpoints is not None else []
         # top-level tagged fields other than NodeEndpoints (tag 0 from v16), raw
         self.unknown_tags = unknown_tags if unknown_tags is not None else {}
@@ -284,6 +300,45 @@ class FetchResponseView:
     def __repr__(self) -> str:
         n = sum(len(t.partitions) for t in self.topics)
         return f"FetchResponseView(v{self.version}, {len(self.topics)} topics, {n} partitions)"
+
+    @classmethod
+    def from_encoded(cls, version: int, throttle_time_ms: int, error_code: int, session_id: int,
+                     encoded: EncodedTopics) -> FetchResponseView:
+        """A view whose topics are already encoded (decoded only if :attr:`topics` is read)."""
+        view = cls(version, throttle_time_ms, error_code, session_id)
+        view._topics = None
+        view.encoded = encoded
+        return view
+
+    @property
+    def topics(self) -> list[FetchTopic]:
+        topics = self._topics
+        if topics is None:
+            topics = self._topics = self._decode_encoded()
+        return topics
+
+    @topics.setter
+    def topics(self, topics: list[FetchTopic]) -> None:
+        self._topics = topics
+        self.encoded = None
+
+    def _decode_encoded(self) -> list[FetchTopic]:
+        """Turn :attr:`encoded` into topic objects (by decoding this view's own encoding)."""
+        buffers, _ = encode(self)
+        topics = decode(b"".join(buffers), self.version).topics
+        self.encoded = None
+        return topics
+
+    def error_codes(self) -> list[int]:
+        """The top-level error (if any), then every non-zero partition error code."""
+        encoded = self.encoded
+        if self._topics is None and encoded is not None:
+            errors = list(encoded.errors)
+        else:
+            errors = [p.error_code for _, p in self.partitions() if p.error_code]
+        if self.error_code:
+            errors.insert(0, self.error_code)
+        return errors
 
     def partitions(self) -> Iterable[tuple[FetchTopic, FetchPartition]]:
         for t in self.topics:
@@ -608,6 +663,8 @@ def decode_endpoints(raw: memoryview) -> list[NodeEndpoint]:
 def encode(view: FetchResponseView) -> tuple[list[Buffer], int]:
     """Scatter-encode; see :meth:`FetchResponseView.encode`."""
     try:
+        if view._topics is None and view.encoded is not None:
+            return _encode_encoded(view, view.encoded)
         if view.version >= FIRST_FLEXIBLE:
             return _encode_flexible(view)
         return _encode_classic(view)
@@ -617,15 +674,92 @@ def encode(view: FetchResponseView) -> tuple[list[Buffer], int]:
         raise CodecError(f"cannot encode: {type(e).__name__}: {e}", api=_API, version=view.version) from None
 
 
+def top_head(view: FetchResponseView, topics: int) -> bytes:
+    """The fields before the topics array, and the array's count."""
+    if view.version >= FIRST_FLEXIBLE:
+        return _TOP_FLEX.pack(view.throttle_time_ms, view.error_code, view.session_id) + _uv(topics + 1)
+    if view.version >= 7:
+        return _TOP_V7.pack(view.throttle_time_ms, view.error_code, view.session_id, topics)
+    return _TOP_V4.pack(view.throttle_time_ms, topics)
+
+
+def top_tail(view: FetchResponseView) -> bytes:
+    """What follows the topics array: the top-level tag section (v12+)."""
+    return _top_tags(view) if view.version >= FIRST_FLEXIBLE else b""
+
+
+def topic_head(version: int, topic: str | bytes, partitions: int) -> bytes:
+    """A topic entry up to its partitions: the name (v4-12) or id (v13+), then the partitions array's count."""
+    if version >= FIRST_FLEXIBLE:
+        if isinstance(topic, bytes):
+            if len(topic) != 16:
+                raise CodecError(f"topic id of {len(topic)} bytes", api=_API, version=version)
+            return topic + _uv(partitions + 1)
+        name = topic.encode("utf-8")
+        return _uv(len(name) + 1) + name + _uv(partitions + 1)
+    name = str(topic).encode("utf-8")
+    return _U16_LEN.pack(len(name)) + name + _I32.pack(partitions)
+
+
+def topic_tail(version: int, tags: Buffer | None = None) -> bytes:
+    """What closes a topic entry: its tag section (v12+)."""
+    if version >= FIRST_FLEXIBLE:
+        return _EMPTY_TAGS if tags is None else bytes(tags)
+    return b""
+
+
+def encode_partition(version: int, p: FetchPartition) -> list[Buffer]:
+    """One partition as a response of ``version`` writes it: ``[head, records, tail]`` when it carries records
+    (the records as they are, not copied), else ``[head + tail]``. The reference form of the layout the full
+    encoders (:func:`_encode_flexible`, :func:`_encode_classic`) inline for speed; tests prove them equal."""
+    records = p.records
+    aborted = p.aborted_transactions
+    head = bytearray()
+    if version >= FIRST_FLEXIBLE:
+        size = 0 if records is None else len(records) + 1
+        head += _PART_FLEX.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                p.log_start_offset)
+        if aborted is None:
+            head.append(0)
+        else:
+            head += _uv(len(aborted) + 1)
+            for a in aborted:
+                head += _ABORTED.pack(a.producer_id, a.first_offset)
+                head += _EMPTY_TAGS if a.tags is None else a.tags
+        head += _I32.pack(p.preferred_read_replica)
+        head += _uv(size)
+        tail = _EMPTY_TAGS if p.tags is None else bytes(p.tags)
+        has_records = size > 1
+    else:
+        rlen = -1 if records is None else len(records)
+        if version >= 5:
+            head += _PART_V5.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                  p.log_start_offset, -1 if aborted is None else len(aborted))
+        else:
+            head += _PART_V4.pack(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                  -1 if aborted is None else len(aborted))
+        for a in aborted or ():
+            head += _ABORTED.pack(a.producer_id, a.first_offset)
+        if version >= 11:
+            head += _I32.pack(p.preferred_read_replica)
+        head += _I32.pack(rlen)
+        tail = b""
+        has_records = rlen > 0
+    if has_records:
+        return [bytes(head), records, tail]  # type: ignore[list-item]
+    return [bytes(head + tail)]
+
+
+def _encode_encoded(view: FetchResponseView, encoded: EncodedTopics) -> tuple[list[Buffer], int]:
+    out = [top_head(view, encoded.topic_count), *encoded.buffers, top_tail(view)]
+    return out, sum(map(len, out))
+
+
 def _encode_classic(view: FetchResponseView) -> tuple[list[Buffer], int]:
     version = view.version
     out: list[Buffer] = []
     emit = out.append
-    if version >= 7:
-        top = _TOP_V7.pack(view.throttle_time_ms, view.error_code, view.session_id, len(view.topics))
-    else:
-        top = _TOP_V4.pack(view.throttle_time_ms, len(view.topics))
-    pending: list[Buffer] = [top]
+    pending: list[Buffer] = [top_head(view, len(view.topics))]
     add = pending.append
     total = 0
     has_lss = version >= 5
@@ -635,10 +769,7 @@ def _encode_classic(view: FetchResponseView) -> tuple[list[Buffer], int]:
     pack_i32 = _I32.pack
     pack_aborted = _ABORTED.pack
     for t in view.topics:
-        name = t.topic.encode("utf-8")
-        add(_U16_LEN.pack(len(name)))
-        add(name)
-        add(pack_i32(len(t.partitions)))
+        add(topic_head(version, t.topic, len(t.partitions)))
         for p in t.partitions:
             records = p.records
             rlen = -1 if records is None else len(records)
@@ -685,8 +816,7 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
     # Header bytes accumulate in ``buf`` until a non-empty record set is reached; then ``buf`` and the record
     # view are emitted as two buffers and a new ``buf`` starts (bytearray += is amortised O(1), so long runs
     # of empty partitions stay linear).
-    buf = bytearray(_TOP_FLEX.pack(view.throttle_time_ms, view.error_code, view.session_id))
-    buf += _uv(len(view.topics) + 1)
+    buf = bytearray(top_head(view, len(view.topics)))
     by_id = version >= FIRST_TOPIC_ID
     pack_null_1 = _PART_FLEX_NULL_1.pack
     pack_null_2 = _PART_FLEX_NULL_2.pack
@@ -694,15 +824,7 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
     pack_i32 = _I32.pack
     pack_aborted = _ABORTED.pack
     for t in view.topics:
-        if by_id:
-            if len(t.topic_id) != 16:
-                raise CodecError(f"topic id of {len(t.topic_id)} bytes", api=_API, version=version)
-            buf += t.topic_id
-        else:
-            name = t.topic.encode("utf-8")
-            buf += _uv(len(name) + 1)
-            buf += name
-        buf += _uv(len(t.partitions) + 1)
+        buf += topic_head(version, t.topic_id if by_id else t.topic, len(t.partitions))
         for p in t.partitions:
             records = p.records
             size = 0 if records is None else len(records) + 1  # compact length; 0 = null
@@ -738,7 +860,7 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
             else:
                 buf += tags
         buf += _EMPTY_TAGS if t.tags is None else t.tags
-    buf += _top_tags(view)
+    buf += top_tail(view)
     emit(buf)
     return out, sum(map(len, out))
 

@@ -36,7 +36,7 @@ Equivalence with the construct codec is proven by tests/property/test_fetch_requ
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from .compiler import tag_section_at, uvarint_at
@@ -113,7 +113,7 @@ class FetchRequestView:
     the caller may reuse its receive buffer. Treat it as read-only: :func:`encode_fetch_request` re-emits the
     header, the fixed fields, RackId and the top-level tag section from the raw bytes kept here."""
 
-    __slots__ = ("_forgotten", "_head", "_partitions", "_tail", "cluster_id", "correlation_id", "header",
+    __slots__ = ("_blocks", "_forgotten", "_head", "_partitions", "_tail", "cluster_id", "correlation_id", "header",
                  "isolation_level", "max_bytes", "max_wait_ms", "min_bytes", "rack_id", "replica_epoch",
                  "replica_id", "session_epoch", "session_id", "tags", "topic_keys", "version")
 
@@ -138,6 +138,9 @@ class FetchRequestView:
     #: every topic the request names (its topics, then the forgotten ones), in order, repeats kept: lets a
     #: caller resolve topic ids per topic instead of per partition
     topic_keys: list[TopicKey]
+    #: where each topic's partitions sit in the frame, when every partition has the fixed layout (no tagged
+    #: fields): (start, count, size, topic); None otherwise (see :func:`changed_partitions`)
+    _blocks: list[tuple[int, int, int, TopicKey]] | None
 
     def partitions(self) -> dict[PartitionKey, FetchParams]:
         """The partitions in request order; a repeated partition keeps its first position and its last
@@ -252,6 +255,90 @@ def decode_fetch_request(frame: Buffer) -> FetchRequestView:
     return view
 
 
+def changed_partitions(previous: FetchRequestView, previous_frame: bytes,
+                       frame: bytes) -> tuple[FetchRequestView, dict[PartitionKey, FetchParams]] | None:
+    """``frame`` as a change to ``previous`` (decoded from ``previous_frame``): the new request's view and the
+    partitions whose fields differ, found by comparing bytes (C-level comparisons of slices, then only the
+    partitions in slices that differ are read), not by decoding every partition. None when the two differ
+    anywhere else (API version, fixed fields, topics, their order, forgotten topics, RackId, tags, a partition's
+    index) or ``previous`` does not have the fixed partition layout: decode ``frame`` then.
+
+    Why: a session-less client (librdkafka, aiokafka) lists every partition in every fetch, and usually only the
+    fetch offsets of the partitions that returned records change; decoding 10,000 partitions per fetch is
+    ~4.5 ms of the proxy's CPU, comparing them ~0.05 ms. The returned view shares ``previous``'s partition map
+    (updated in place): ``previous`` must not be used again."""
+    blocks = previous._blocks
+    if blocks is None or len(frame) != len(previous_frame):
+        return None
+    body = len(previous.header)
+    # the request header: only the correlation id (bytes 4-8) may differ
+    if frame[:4] != previous_frame[:4] or frame[8:body] != previous_frame[8:body]:
+        return None
+    version = previous.version
+    unpack = _part_unpack(version)
+    mv = memoryview(frame)
+    changed: dict[PartitionKey, FetchParams] = {}
+    cursor = body
+    for start, count, size, topic in blocks:
+        if frame[cursor:start] != previous_frame[cursor:start]:
+            return None  # fixed fields, a topic's key or count
+        end = start + count * size
+        step = size * 64
+        for chunk in range(start, end, step):
+            chunk_end = min(chunk + step, end)
+            if frame[chunk:chunk_end] == previous_frame[chunk:chunk_end]:
+                continue
+            for at in range(chunk, chunk_end, size):
+                if frame[at : at + size] == previous_frame[at : at + size]:
+                    continue
+                if frame[at : at + 4] != previous_frame[at : at + 4]:
+                    return None  # another partition in this place
+                idx, params = unpack(mv, at)
+                changed[(topic, idx)] = params
+        cursor = end
+    if frame[cursor:] != previous_frame[cursor:]:
+        return None  # forgotten topics, RackId, the tag sections
+    view = object.__new__(FetchRequestView)
+    for name in FetchRequestView.__slots__:
+        setattr(view, name, getattr(previous, name))
+    view.header = frame[:body]
+    view.correlation_id = _I32.unpack_from(frame, 4)[0]
+    view._partitions.update(changed)
+    return view, changed
+
+
+def _part_unpack(version: int) -> Callable[[memoryview, int], tuple[int, FetchParams]]:
+    """Reads one fixed-layout partition: (index, params)."""
+    new = _new
+    if version >= FIRST_FLEXIBLE:
+        unpack = _PART_FLEX_T.unpack_from
+
+        def flexible(mv: memoryview, at: int) -> tuple[int, FetchParams]:
+            idx, cle, fo, lfe, lso, pmb, _ = unpack(mv, at)
+            return idx, new(FetchParams, (fo, lso, pmb, cle, lfe, None))
+        return flexible
+    if version >= FIRST_LEADER_EPOCH:
+        unpack9 = _PART_V9.unpack_from
+
+        def v9(mv: memoryview, at: int) -> tuple[int, FetchParams]:
+            idx, cle, fo, lso, pmb = unpack9(mv, at)
+            return idx, new(FetchParams, (fo, lso, pmb, cle, -1, None))
+        return v9
+    if version >= FIRST_LOG_START:
+        unpack5 = _PART_V5.unpack_from
+
+        def v5(mv: memoryview, at: int) -> tuple[int, FetchParams]:
+            idx, fo, lso, pmb = unpack5(mv, at)
+            return idx, new(FetchParams, (fo, lso, pmb, -1, -1, None))
+        return v5
+    unpack4 = _PART_V4.unpack_from
+
+    def v4(mv: memoryview, at: int) -> tuple[int, FetchParams]:
+        idx, fo, pmb = unpack4(mv, at)
+        return idx, new(FetchParams, (fo, -1, pmb, -1, -1, None))
+    return v4
+
+
 def _string16(mv: memoryview, pos: int, n: int, what: str) -> tuple[str, int]:
     """A non-nullable int16-length string (versions < 12)."""
     (size,) = _I16.unpack_from(mv, pos)
@@ -291,6 +378,7 @@ def _decode_classic(view: FetchRequestView, mv: memoryview, pos: int) -> int:
     new = _new
     out: dict[PartitionKey, FetchParams] = {}
     keys: list[TopicKey] = []
+    blocks: list[tuple[int, int, int, TopicKey]] = []
     for _ in range(ntopics):
         topic, pos = _string16(mv, pos, n, "Topic")
         keys.append(topic)
@@ -299,6 +387,7 @@ def _decode_classic(view: FetchRequestView, mv: memoryview, pos: int) -> int:
         if nparts < 0 or nparts * size > n - pos:
             raise _bad("Partitions: array count", nparts, n - pos, pos)
         end = pos + nparts * size
+        blocks.append((pos, nparts, size, topic))
         # Fixed-size partitions: one C-level iteration over the whole array.
         if size == _PART_V9.size:
             for idx, cle, fo, lso, pmb in iter_unpack(mv[pos:end]):
@@ -328,6 +417,7 @@ def _decode_classic(view: FetchRequestView, mv: memoryview, pos: int) -> int:
             pos += count * 4
     view._forgotten = forgotten
     view.topic_keys = keys
+    view._blocks = blocks
     tail = pos
     if version >= FIRST_RACK:
         view.rack_id, pos = _string16(mv, pos, n, "RackId")
@@ -364,6 +454,7 @@ def _decode_flexible(view: FetchRequestView, mv: memoryview, pos: int) -> int:
     new = _new
     out: dict[PartitionKey, FetchParams] = {}
     keys: list[TopicKey] = []
+    blocks: list[tuple[int, int, int, TopicKey]] | None = []
     topic: TopicKey
     for _ in range(ntopics):
         topic, pos = _topic_key(mv, pos, n, by_id)
@@ -380,9 +471,12 @@ def _decode_flexible(view: FetchRequestView, mv: memoryview, pos: int) -> int:
             # and one C-level iteration reads them all.
             for idx, cle, fo, lfe, lso, pmb, _ in iter_unpack(mv[pos:end]):
                 out[(topic, idx)] = new(FetchParams, (fo, lso, pmb, cle, lfe, None))
+            if blocks is not None:
+                blocks.append((pos, nparts, 33, topic))
             pos = end
             _, pos = tag_section_at(mv, pos, n)
             continue
+        blocks = None  # tagged partitions: not the fixed layout
         for _ in range(nparts):
             idx, cle, fo, lfe, lso, pmb, first = unpack(mv, pos)
             if first:
@@ -411,6 +505,7 @@ def _decode_flexible(view: FetchRequestView, mv: memoryview, pos: int) -> int:
         _, pos = tag_section_at(mv, pos, n)
     view._forgotten = forgotten
     view.topic_keys = keys
+    view._blocks = blocks
     tail = pos
     rack, pos = _compact_string(mv, pos, False, "RackId")
     view.rack_id = rack or ""

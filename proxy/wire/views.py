@@ -83,7 +83,15 @@ class MessageRequest:
         self._body = body
         self.changed = True
 
+    def replace_frame(self, frame: bytes) -> None:
+        """Send ``frame`` instead (see :meth:`FetchEdit.replace_frame`)."""
+        self.frame = frame
+        self._header = self._body = None
+        self.changed = True
+
     def encode(self) -> bytes:
+        if self._body is None:
+            return self.frame
         return encode_request(self.header, self.body)
 
 
@@ -192,11 +200,7 @@ class FetchResponse:
         self.changed = False
 
     def error_codes(self) -> list[int]:
-        view = self.view
-        errors = [p.error_code for _, p in view.partitions() if p.error_code]
-        if view.error_code:
-            errors.insert(0, view.error_code)
-        return errors
+        return self.view.error_codes()
 
     def encode(self) -> tuple[list[Buffer], int]:
         if not self.changed:

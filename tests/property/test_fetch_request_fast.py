@@ -35,6 +35,7 @@ from proxy.wire.fetch_request_fast import (
     FetchParams,
     FetchRequestView,
     PartitionKey,
+    changed_partitions,
     decode_fetch_request,
     encode_fetch_request,
 )
@@ -43,6 +44,7 @@ from proxy.wire.messages import (
     decoded_versions,
     encode_request,
     peek_request_header,
+    request_codec,
     request_header_version,
     request_spec,
 )
@@ -368,3 +370,68 @@ def test_other_apis_and_versions_are_rejected() -> None:
         decode_fetch_request(frame)
     with pytest.raises(CodecError):
         decode_fetch_request(b"")
+
+
+# --------------------------------------------------------------------------------------- changed_partitions
+
+
+def _offsets_st(version: int) -> st.SearchStrategy[dict[PartitionKey, FetchParams]]:
+    """A request's partitions (fixed layout: no tagged fields), a few topics, in order."""
+    return st.dictionaries(st.tuples(st.sampled_from(_IDS if version >= 13 else _NAMES), st.integers(0, 40)),
+                           _PARAMS, min_size=1, max_size=40)
+
+
+def _frame(version: int, parts: dict[PartitionKey, FetchParams], corr: int, max_bytes: int = 1 << 20) -> bytes:
+    """A session-less consumer Fetch listing ``parts`` (consecutive partitions of a topic in one entry)."""
+    header = Message(request_api_key=1, request_api_version=version, correlation_id=corr, client_id="c")
+    base = decode_fetch_request(encode_request(header, request_codec(1, version).default().replace(
+        max_wait_ms=500, min_bytes=1, max_bytes=max_bytes, **({"replica_id": -1} if version < 15 else {}))))
+    return encode_fetch_request(base, 0, -1, parts, [])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_changed_partitions_equals_a_full_decode(version: int) -> None:
+    """A request that differs from the previous one only in some partitions' fields is read as that difference:
+    the same partitions (order included) and fields as a full decode, the changed keys exactly those whose
+    fields differ, and the view re-encodes to the new frame; any other difference gives None."""
+
+    @SETTINGS
+    @given(_offsets_st(version), st.data())
+    def check(parts: dict[PartitionKey, FetchParams], data: st.DataObject) -> None:
+        before = _frame(version, parts, corr=1)
+        keys = list(parts)
+        edited = dict(parts)
+        for key in data.draw(st.lists(st.sampled_from(keys), max_size=5)):
+            edited[key] = data.draw(_PARAMS)
+        kind = data.draw(st.sampled_from(["same layout", "max_bytes", "partition added", "partition removed"]))
+        if kind == "max_bytes":
+            after = _frame(version, edited, corr=2, max_bytes=7)
+        elif kind == "partition added":
+            extra = (keys[-1][0], 1000)
+            after = _frame(version, {**edited, extra: FetchParams(1)}, corr=2)
+        elif kind == "partition removed" and len(keys) > 1:
+            after = _frame(version, {k: v for k, v in edited.items() if k != keys[0]}, corr=2)
+        else:
+            kind = "same layout"
+            after = _frame(version, edited, corr=2)
+        previous = decode_fetch_request(before)
+        result = changed_partitions(previous, before, after)
+        if kind != "same layout":
+            assert result is None
+            return
+        assert result is not None
+        view, changed = result
+        full = decode_fetch_request(after)
+        assert list(view.partitions().items()) == list(full.partitions().items())
+        assert set(changed) == {k for k, p in edited.items() if _written(p, version) != _written(parts[k], version)}
+        assert all(_written(changed[k], version) == _written(edited[k], version) for k in changed)
+        assert view.correlation_id == 2
+        assert encode_fetch_request(view, 0, -1, view.partitions(), []) == after
+
+    check()
+
+
+def _written(p: FetchParams, version: int) -> tuple[int, ...]:
+    """The fields ``version`` writes (older versions have fewer): params that encode alike compare equal."""
+    return (p.fetch_offset, p.partition_max_bytes, p.log_start_offset if version >= 5 else -1,
+            p.current_leader_epoch if version >= 9 else -1, p.last_fetched_epoch if version >= 12 else -1)

@@ -35,6 +35,7 @@ from proxy.policies.terminate import (
     plan_request,
     plan_session_request,
     replan,
+    sessionless_delta,
 )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView
 from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
@@ -47,13 +48,18 @@ KEYS: list[PartitionKey] = [("t", i) for i in range(4)] + [("u", i) for i in ran
 key_st = st.sampled_from(KEYS)
 
 
-def request(offsets: dict[PartitionKey, int], session_id: int, epoch: int,
-            forget: list[PartitionKey] | None = None) -> FetchRequestView:
+def request_frame(offsets: dict[PartitionKey, int], session_id: int, epoch: int,
+                  forget: list[PartitionKey] | None = None, corr: int = 1) -> bytes:
     body = request_codec(1, V).default().replace(replica_id=-1)
     parts = {k: FetchParams(o) for k, o in offsets.items()}
     body = apply_plan(body, V, UpstreamPlan(FetchMetadata(session_id, epoch), parts, list(forget or []), parts))
-    header = Message(request_api_key=1, request_api_version=V, correlation_id=1, client_id="model")
-    return decode_fetch_request(encode_request(header, body))
+    header = Message(request_api_key=1, request_api_version=V, correlation_id=corr, client_id="model")
+    return encode_request(header, body)
+
+
+def request(offsets: dict[PartitionKey, int], session_id: int, epoch: int,
+            forget: list[PartitionKey] | None = None) -> FetchRequestView:
+    return decode_fetch_request(request_frame(offsets, session_id, epoch, forget))
 
 
 def records(start: int, end: int) -> bytes:
@@ -202,9 +208,18 @@ class SessionlessModel(World):
     and every response must list them all, with the true high watermark and every record from the fetch offset,
     while Sluice's upstream session carries only changes."""
 
+    corr = 0
+
     @rule()
     def fetch(self) -> None:
-        planned = plan_request(request(dict(self.wanted), 0, FINAL_EPOCH), self.conn)
+        # as the terminate policy reads it: as a difference from the previous request when only some partitions
+        # changed (then the response is assembled from the previous one's encoding), else decoded whole
+        self.corr += 1
+        frame = request_frame(dict(self.wanted), 0, FINAL_EPOCH, corr=self.corr)
+        delta = sessionless_delta(frame, self.conn)
+        req, changed = delta if delta is not None else (decode_fetch_request(frame), None)
+        planned = plan_request(req, self.conn, changed)
+        self.conn.last_request = (req, frame) if planned is not None else None
         assert planned is not None
         view = build_client_response(self.broker.fetch(planned[0]), planned[1])
         if view is None:
