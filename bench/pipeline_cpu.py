@@ -17,7 +17,8 @@ state. Cases:
 - ``relay``: no policy applies (the request is classified and relayed; Fetch responses below v16 are not opened);
 - ``size_limit``: a KIP-74 budget for the client (request clamped and reordered, response collected and enforced);
 - ``terminate_sessionless``: ``[sessions] mode = "terminate"``, a session-less client (librdkafka): every fetch
-  lists every partition and gets a full response, the upstream session carries three changed partitions;
+  lists every partition, starting one further on each time (librdkafka's rotation), and gets a full response,
+  the upstream session carries three changed partitions;
 - ``terminate_session``: the same for a client with its own session (Java, kafka-python): incremental requests
   and responses with the three changed partitions (O(changed) on both sides).
 """
@@ -175,7 +176,9 @@ def run_case(case: str, partitions: int, version: int, fetches: int) -> float:
             frames.append((request_frame(version, i + 2, dict.fromkeys(busy, hw - 1), FetchMetadata(sid, i + 1)),
                            response_frame(version, i + 2, busy, hw, 77)))
         else:
-            offsets = dict.fromkeys(keys, 0) | dict.fromkeys(busy, hw - 1)
+            # librdkafka starts each fetch one partition further on (its fairness rotation)
+            turn = (i + 1) % len(keys)
+            offsets = dict.fromkeys(keys[turn:] + keys[:turn], 0) | dict.fromkeys(busy, hw - 1)
             terminate = case.startswith("terminate")
             frames.append((request_frame(version, i + 2, offsets, LEGACY),
                            response_frame(version, i + 2, busy if terminate else keys, hw, 77 if terminate else 0)))

@@ -26,8 +26,11 @@ run in this process too, so process CPU would count them) per client Fetch reque
 
 JSON lines: one per (client, mode); per client ``{"bench": "sessions", "client": ..., "partitions": ...,
 "upstream_ratio": ..., "cpu_ms_per_fetch_direct": ..., "cpu_ms_per_fetch_terminate": ...}``; last line (when
-confluent is measured) ``{"summary": "sessions", "partitions": ..., "upstream_ratio": ...}`` where upstream_ratio
-= confluent-kafka's upstream bytes/s in terminate mode / in direct mode (requests + responses).
+confluent is measured) ``{"summary": "sessions", "partitions": ..., "upstream_ratio": ...,
+"cpu_ms_per_fetch_terminate": ...}`` where upstream_ratio = confluent-kafka's upstream bytes/s in terminate mode /
+in direct mode (requests + responses) and cpu_ms_per_fetch_terminate its proxy CPU per fetch in terminate mode.
+Each client line also has ``upstream_bytes_per_record_ratio``: the same ratio per record delivered (a client's
+fetch rate depends on its own speed, which differs between runs).
 """
 
 from __future__ import annotations
@@ -212,20 +215,29 @@ def main(argv: list[str] | None = None) -> None:
         busy = [p * (first_n // max(args.busy, 1)) for p in range(args.busy)]
         traffic = Traffic(broker.bootstrap, first, busy)
         ratios: dict[str, float] = {}
+        cpu: dict[str, float] = {}
         try:
             for name in clients:
                 direct = run_mode(name, "direct", broker, topics, args.partitions, args.warmup, args.seconds)
                 term = run_mode(name, "terminate", broker, topics, args.partitions, args.warmup, args.seconds)
                 ratios[name] = term["upstream_bytes_per_s"] / max(direct["upstream_bytes_per_s"], 1)
+                # Per record delivered too: a client's fetch rate (and so its bytes/s) depends on how fast it
+                # processes responses, which differs between the runs (kafka-python at 10,000 partitions is
+                # CPU-bound in itself); bytes per record compare the same work.
+                per_record = (term["upstream_bytes_per_s"] * term["seconds"] / max(term["records"], 1)) / max(
+                    direct["upstream_bytes_per_s"] * direct["seconds"] / max(direct["records"], 1), 1)
+                cpu[name] = term["proxy_cpu_ms_per_fetch"]
                 emit({"bench": "sessions", "client": name, "partitions": args.partitions,
                       "upstream_ratio": round(ratios[name], 4),
+                      "upstream_bytes_per_record_ratio": round(per_record, 4),
                       "cpu_ms_per_fetch_direct": direct["proxy_cpu_ms_per_fetch"],
                       "cpu_ms_per_fetch_terminate": term["proxy_cpu_ms_per_fetch"]})
         finally:
             traffic.stop()
     # The summary keeps its historical meaning (confluent-kafka, session-less) and stays the last line.
     if "confluent" in ratios:
-        emit({"summary": "sessions", "partitions": args.partitions, "upstream_ratio": round(ratios["confluent"], 4)})
+        emit({"summary": "sessions", "partitions": args.partitions, "upstream_ratio": round(ratios["confluent"], 4),
+              "cpu_ms_per_fetch_terminate": cpu["confluent"]})
 
 
 if __name__ == "__main__":

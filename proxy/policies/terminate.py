@@ -69,10 +69,10 @@ from ..wire.fetch_fast import (
 )
 from ..wire.fetch_layout import FIRST_SESSION, FIRST_TOPIC_ID, PartitionKey, partition_keys, topic_key
 from ..wire.fetch_request_fast import (
+    Baseline,
     FetchEdit,
     FetchParams,
     FetchRequestView,
-    changed_partitions,
     encode_fetch_request,
 )
 from ..wire.views import FetchResponse, ResponseView
@@ -134,10 +134,13 @@ class UpstreamSessions:
     mirrors: int = 0
     synced: int = 0
     token: object = field(default_factory=object)
-    #: O(changed) bookkeeping for a session-less client (see :func:`plan_request`, :class:`FullResponse`): its
-    #: last request (decoded view and frame) and the wanted map the upstream session's partitions equal, and its
-    #: last full response, kept encoded partition by partition
-    last_request: tuple[FetchRequestView, bytes] | None = None
+    #: O(changed) bookkeeping for a session-less client (see :func:`sessionless_delta`, :class:`FullResponse`):
+    #: the request its later ones are read against, the partitions it wants now (the baseline's, in its order,
+    #: with the params its last request gave), those whose params differ from the baseline's, the wanted map
+    #: the upstream session's partitions equal, and its last full response, kept encoded partition by partition
+    baseline: Baseline | None = None
+    wanted: dict[PartitionKey, FetchParams] = field(default_factory=dict)
+    diverged: set[PartitionKey] = field(default_factory=set)
     mirrors_wanted: object | None = None
     full: FullResponse | None = None
 
@@ -196,25 +199,55 @@ def eligible(request: FetchRequestView) -> bool:
 def plan_request(request: FetchRequestView, sessions: UpstreamSessions,
                  changed: Mapping[PartitionKey, FetchParams] | None = None) -> tuple[bytes, SessionTicket] | None:
     """A session-less client's Fetch: the request frame to send upstream instead, and its ticket; None to relay
-    the client's untouched. ``changed``: the request is the client's previous one (``sessions.last_request``)
-    with only these partitions changed (:func:`~proxy.wire.fetch_request_fast.changed_partitions`): its
-    partition map is the previous one, updated in place, and the upstream delta is O(changed)."""
+    the client's untouched. ``changed``: the request was read against the client's baseline
+    (:func:`sessionless_delta`): the partitions it wants are ``sessions.wanted``, which differs from the last
+    request's only by these, and the upstream delta is O(changed)."""
     if sessions.busy or not eligible(request):
         return None
-    wanted = request._partitions if changed is not None else request.partitions()
+    wanted = sessions.wanted if changed is not None else request.partitions()
     return _upstream(request, sessions, wanted, None, _BUILDER, changed)
+
+
+def set_baseline(sessions: UpstreamSessions, request: FetchRequestView, frame: bytes, ticket: SessionTicket) -> None:
+    """A session-less client's request, decoded whole (``frame``, as the client sent it) and planned: its later
+    requests are read against it (:func:`sessionless_delta`)."""
+    sessions.baseline = Baseline(request, frame)
+    sessions.wanted, sessions.diverged = dict(ticket.wanted), set()
+    ticket.wanted = sessions.mirrors_wanted = sessions.wanted  # the map the later requests update
+
+
+#: a baseline is decoded again when this share of its partitions (at least) has diverged from it
+_REBASE_SHARE = 8
 
 
 def sessionless_delta(frame: bytes, sessions: UpstreamSessions
                       ) -> tuple[FetchRequestView, dict[PartitionKey, FetchParams]] | None:
-    """A session-less client's request as a change to its previous one (None: decode it); see
-    :func:`~proxy.wire.fetch_request_fast.changed_partitions`. Not while a session fetch is in flight (the
-    previous request's partition map is then still in use)."""
-    last = sessions.last_request
-    if last is None or sessions.busy:
+    """A session-less client's request read against its baseline (:class:`~proxy.wire.fetch_request_fast
+    .Baseline`): the request's view and the partitions whose params differ from its last request's, applied to
+    ``sessions.wanted``; None: decode it. Not while a session fetch is in flight (``sessions.wanted`` is then in
+    use), and not once many partitions have diverged from the baseline (reading against it would cost more than
+    a decode)."""
+    baseline = sessions.baseline
+    if baseline is None or sessions.busy:
         return None
-    sessions.last_request = None  # the previous view is consumed either way
-    return changed_partitions(last[0], last[1], frame)
+    read = baseline.read(frame)
+    if read is None:
+        sessions.baseline = None
+        return None
+    view, differing = read  # params that differ from the baseline's
+    wanted, diverged, original = sessions.wanted, sessions.diverged, baseline.view._partitions
+    changed: dict[PartitionKey, FetchParams] = {}
+    for key in diverged - differing.keys():  # back to the baseline's params
+        if wanted[key] != original[key]:
+            changed[key] = original[key]
+    for key, params in differing.items():
+        if wanted[key] != params:
+            changed[key] = params
+    wanted.update(changed)
+    sessions.diverged = set(differing)
+    if len(differing) * _REBASE_SHARE > len(original):
+        sessions.baseline = None  # decoded whole next time, and the new baseline
+    return view, changed
 
 
 def plan_session_request(request: FetchRequestView, sessions: UpstreamSessions, server: SessionServer,
@@ -511,18 +544,18 @@ class Terminate(Policy):
         delta = sessionless_delta(ex.frame, sessions) if ex.view is None else None
         if delta is not None:
             request, changed = delta
-            comparable = True
+            comparable = False  # the baseline stays
         else:
             edit = ex.request
             assert isinstance(edit, FetchEdit)
             request, changed = edit.request(), None
-            comparable = not edit.changed  # the client's own bytes: comparable with its next request
+            comparable = not edit.changed  # the client's own bytes: its next request can be read against them
         if request.version < FIRST_SESSION:
             return None
         was_open, cached = sessions.session_open, len(sessions.states)
         m = self.metrics
         if uses_session(request):
-            sessions.last_request = None
+            sessions.baseline = None
             plan = plan_session_request(request, sessions, self.server, self.clock())
             if request.replica_id < 0:
                 m.downstream_fetch_requests_by_kind[plan.kind.value].inc()
@@ -538,10 +571,12 @@ class Terminate(Policy):
             frame, ticket = plan.frame, plan.ticket
         else:
             planned = plan_request(request, sessions, changed)
-            sessions.last_request = (request, ex.frame) if planned is not None and comparable else None
             if planned is None:
+                sessions.baseline = None
                 return None
             frame, ticket = planned
+            if comparable:
+                set_baseline(sessions, request, ex.frame, ticket)
         self._gauges(sessions, was_open, cached)  # forgotten partitions leave the state
         if ticket.in_session:
             (m.upstream_fetch_full if ticket.full else m.upstream_fetch_incremental).inc()

@@ -32,10 +32,10 @@ from proxy.wire.fetch_fast import parse_tags
 from proxy.wire.fetch_request_fast import (
     MAX_VERSION,
     MIN_VERSION,
+    Baseline,
     FetchParams,
     FetchRequestView,
     PartitionKey,
-    changed_partitions,
     decode_fetch_request,
     encode_fetch_request,
 )
@@ -390,43 +390,42 @@ def _frame(version: int, parts: dict[PartitionKey, FetchParams], corr: int, max_
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_changed_partitions_equals_a_full_decode(version: int) -> None:
-    """A request that differs from the previous one only in some partitions' fields is read as that difference:
-    the same partitions (order included) and fields as a full decode, the changed keys exactly those whose
-    fields differ, and the view re-encodes to the new frame; any other difference gives None."""
+def test_a_request_read_against_its_baseline_equals_a_full_decode(version: int) -> None:
+    """A request listing the baseline's partitions (in any order: librdkafka rotates its list) with some of
+    their fields changed is read against the baseline: exactly the partitions whose fields differ from the
+    baseline's, with the fields a full decode gives, and a view that re-encodes to the request; any other
+    difference gives None."""
 
     @SETTINGS
     @given(_offsets_st(version), st.data())
     def check(parts: dict[PartitionKey, FetchParams], data: st.DataObject) -> None:
         before = _frame(version, parts, corr=1)
         keys = list(parts)
-        edited = dict(parts)
+        turn = data.draw(st.integers(0, len(keys) - 1))
+        edited = {k: parts[k] for k in keys[turn:] + keys[:turn]}  # rotated
         for key in data.draw(st.lists(st.sampled_from(keys), max_size=5)):
             edited[key] = data.draw(_PARAMS)
-        kind = data.draw(st.sampled_from(["same layout", "max_bytes", "partition added", "partition removed"]))
+        kind = data.draw(st.sampled_from(["same partitions", "max_bytes", "partition added", "partition removed"]))
         if kind == "max_bytes":
             after = _frame(version, edited, corr=2, max_bytes=7)
         elif kind == "partition added":
-            extra = (keys[-1][0], 1000)
-            after = _frame(version, {**edited, extra: FetchParams(1)}, corr=2)
+            after = _frame(version, {**edited, (keys[-1][0], 1000): FetchParams(1)}, corr=2)
         elif kind == "partition removed" and len(keys) > 1:
             after = _frame(version, {k: v for k, v in edited.items() if k != keys[0]}, corr=2)
         else:
-            kind = "same layout"
+            kind = "same partitions"
             after = _frame(version, edited, corr=2)
-        previous = decode_fetch_request(before)
-        result = changed_partitions(previous, before, after)
-        if kind != "same layout":
+        result = Baseline(decode_fetch_request(before), before).read(after)
+        if kind != "same partitions":
             assert result is None
             return
         assert result is not None
-        view, changed = result
+        view, differing = result
         full = decode_fetch_request(after)
-        assert list(view.partitions().items()) == list(full.partitions().items())
-        assert set(changed) == {k for k, p in edited.items() if _written(p, version) != _written(parts[k], version)}
-        assert all(_written(changed[k], version) == _written(edited[k], version) for k in changed)
-        assert view.correlation_id == 2
-        assert encode_fetch_request(view, 0, -1, view.partitions(), []) == after
+        assert set(differing) == {k for k, p in edited.items() if _written(p, version) != _written(parts[k], version)}
+        assert all(differing[k] == full.partitions()[k] for k in differing)
+        assert view.correlation_id == 2 and view.header == after[: len(view.header)]
+        assert encode_fetch_request(view, 0, -1, full.partitions(), []) == after
 
     check()
 
