@@ -56,5 +56,5 @@ bench: install
 lint: install lint-only
 
 lint-only:
-	$(VENV)/bin/ruff check $(LINT_DIRS) tests
-	$(VENV)/bin/mypy $(LINT_DIRS)
+	$(VENV)/bin/ruff check $(LINT_DIRS) tests config/grafana
+	$(VENV)/bin/mypy $(LINT_DIRS) config/grafana/dashboard.py

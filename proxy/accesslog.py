@@ -115,6 +115,8 @@ class _LineWriter:
         self._interval = flush_interval_s
         self._next_flush = 0.0
         self.dropped = 0
+        #: called once per line lost (the proxy's sluice_access_log_dropped_total), see AccessLog.count_drops
+        self.on_drop: Callable[[], object] | None = None
 
     def write(self, line: str) -> None:
         try:
@@ -125,6 +127,8 @@ class _LineWriter:
                 self.out.flush()
         except (OSError, ValueError) as exc:  # disk full, closed pipe/file: never break the request path
             self.dropped += 1
+            if self.on_drop is not None:
+                self.on_drop()
             if self.dropped == 1:
                 get_logger("sluice.accesslog").error("access_log_write_failed", error=str(exc))
 
@@ -176,6 +180,11 @@ class AccessLog:
     def dropped(self) -> int:
         """Lines lost to write errors."""
         return self._writer.dropped
+
+    def count_drops(self, on_drop: Callable[[], object]) -> None:
+        """Call ``on_drop()`` for every line lost from now on (the proxy passes its
+        ``sluice_access_log_dropped_total`` counter's ``inc``)."""
+        self._writer.on_drop = on_drop
 
     def record(
         self,

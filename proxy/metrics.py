@@ -127,6 +127,11 @@ class Metrics:
             "one, e.g. replica fetchers), by outcome: resolved, unknown (no such topic), failed (no answer).",
             ["outcome"], registry=r)
 
+        # ----------------------------------------------------------------------------------- access log
+        self.access_log_dropped = Counter(
+            "sluice_access_log_dropped_total",
+            "Access-log events dropped (write failures or a full sink buffer).", registry=r)
+
         # ---------------------------------------------------------------------------------------- build
         self.build_info = Info("sluice_build", "Sluice build information; the value is always 1.", registry=r)
         self.build_info.info({"version": sluice_version(), "python": platform.python_version()})

@@ -63,6 +63,7 @@ class Proxy:
         self.clock = clock
         self.metrics = Metrics()
         self.access_log = access_log if access_log is not None else get_access_log()
+        self.access_log.count_drops(self.metrics.access_log_dropped.inc)
         self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base,
                              open_listener=self.open_listener)
         self.names = TopicNames(clock, on_lookup=self._lookup_wanted)

@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 
 import uvloop
 
+from proxy import reconfigure
 from proxy.accesslog import AccessLog
+from proxy.admin import AdminServer
 from proxy.config import Settings, load_settings
 from proxy.server import Proxy
 from rig.kafka import free_ports
@@ -46,6 +48,15 @@ class ProxyThread:
         # its own, written where its settings say.
         self.proxy = Proxy(self.settings, access_log=AccessLog(self.settings.logging))
         self.call(self.proxy.start())
+        self.admin: AdminServer | None = None
+        if self.settings.admin.enabled:
+            self.admin = AdminServer(self.settings.admin, self.proxy.ready, self.proxy.metrics)
+            reconfigure.add_routes(self.admin, self.proxy)
+            try:
+                self.call(self.admin.start())
+            except BaseException:
+                self.stop()
+                raise
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -53,6 +64,13 @@ class ProxyThread:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.proxy.bootstrap_port}"
+
+    @property
+    def admin_port(self) -> int:
+        """The admin server's port (``admin.enabled`` must be overridden to true)."""
+        if self.admin is None:
+            raise RuntimeError("the admin server is off: pass **{'admin.enabled': True, 'admin.port': 0}")
+        return self.admin.port
 
     def policy_states(self, name: str) -> list[Any]:
         """Each open client connection's state of the chain's policy ``name`` (read it on the proxy's loop)."""
@@ -65,6 +83,8 @@ class ProxyThread:
 
     def stop(self) -> None:
         try:
+            if self.admin is not None:
+                self.call(self.admin.stop())
             self.call(self.proxy.stop(drain_timeout=2.0))
             self.proxy.access_log.close()
         finally:

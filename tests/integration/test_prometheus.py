@@ -1,6 +1,7 @@
 """A real Prometheus (Debian's ``prometheus`` package) scrapes Sluice's /metrics using config/prometheus.yml,
 and its HTTP API reports exactly the traffic the test sent; ``promtool check metrics`` accepts /metrics.
 
+The Prometheus runner is tests/support/prometheus.py (shared with tests/integration/test_dashboard_alerts.py).
 The traffic is deterministic: ApiVersions requests over a raw socket (a known number per version, known bytes)
 and Produce requests from kafka-python sent one at a time (acks=1, linger 0, each awaited: one request each).
 A missing ``prometheus``/``promtool`` is a failure: ``make install`` installs them.
@@ -8,21 +9,10 @@ A missing ``prometheus``/``promtool`` is a failure: ``make install`` installs th
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
 import socket
 import struct
-import subprocess
-import tempfile
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
@@ -30,115 +20,15 @@ from kafka.admin import NewTopic
 
 from proxy.wire.messages import encode_request
 from proxy.wire.model import Message
-from rig.kafka import KafkaBroker, free_ports
+from rig.kafka import KafkaBroker
+from tests.support.prometheus import Prometheus, binary, by_label, prometheus_config, promtool, scalar
 from tests.support.subprocess_proxy import SubprocessProxy
 
 pytestmark = pytest.mark.broker
 
-REPO = Path(__file__).resolve().parents[2]
-PROMETHEUS_YML = REPO / "config" / "prometheus.yml"
-
 # ApiVersions versions to send, with repeats: the per-version counts are what Prometheus must report.
 API_VERSIONS_SENT = (0, 1, 2, 3, 3, 4, 4, 4, 4)
 PRODUCE_COUNT = 25
-
-
-def _binary(name: str) -> str:
-    path = shutil.which(name)
-    assert path, f"{name} not found on PATH: install Debian's `prometheus` package (`make install` does)"
-    return path
-
-
-def prometheus_config(admin_port: int) -> str:
-    """config/prometheus.yml with its single target pointed at this Sluice's admin port (interval 1 s)."""
-    text = PROMETHEUS_YML.read_text()
-    text, n = re.subn(r"targets:\s*\[[^\]]*\]", f'targets: ["127.0.0.1:{admin_port}"]', text)
-    assert n == 1, f"expected one targets list in {PROMETHEUS_YML}, found {n}"
-    text, n = re.subn(r"(?m)^(\s*scrape_interval:\s*)\S+", r"\g<1>1s", text)
-    assert n >= 1, f"no scrape_interval in {PROMETHEUS_YML}"
-    return text
-
-
-class Prometheus:
-    """A prometheus server subprocess on a free 127.0.0.1 port with its own temp storage."""
-
-    def __init__(self, config_text: str) -> None:
-        self.binary = _binary("prometheus")
-        self.tmp = Path(tempfile.mkdtemp(prefix="sluice-prom-"))
-        config = self.tmp / "prometheus.yml"
-        config.write_text(config_text)
-        (self.port,) = free_ports(1)
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = self.tmp / "prometheus.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [
-                    self.binary,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={self.tmp / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")[-5000:]
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"prometheus exited with {self.proc.returncode}:\n{self.log_text()}"
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (OSError, urllib.error.URLError):
-                pass
-            time.sleep(0.1)  # bounded poll of /-/ready
-        raise AssertionError(f"prometheus not ready after {timeout}s:\n{self.log_text()}")
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        """An instant query; the result vector ([{"metric": {...}, "value": [ts, "v"]}, ...])."""
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            body = json.loads(resp.read())
-        assert body["status"] == "success", body
-        assert body["data"]["resultType"] == "vector", body
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    def wait_for(self, promql: str, check: Callable[[list[dict[str, Any]]], bool], timeout: float = 30.0
-                 ) -> list[dict[str, Any]]:
-        """Poll `promql` until `check(result)` holds (Prometheus scrapes every second); AssertionError with the
-        last result otherwise."""
-        deadline = time.monotonic() + timeout
-        last: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            last = self.query(promql)
-            if check(last):
-                return last
-            time.sleep(0.25)  # bounded poll of Prometheus' answer
-        raise AssertionError(f"{promql}: condition not met in {timeout}s, last result {last}\n{self.log_text()}")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def by_label(result: list[dict[str, Any]], label: str) -> dict[str, float]:
-    return {r["metric"].get(label, ""): float(r["value"][1]) for r in result}
-
-
-def scalar(result: list[dict[str, Any]]) -> float | None:
-    return float(result[0]["value"][1]) if result else None
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -176,7 +66,7 @@ def sluice(kafka_broker: KafkaBroker) -> Iterator[SubprocessProxy]:
 
 @pytest.fixture
 def prometheus(sluice: SubprocessProxy) -> Iterator[Prometheus]:
-    _binary("promtool")  # both binaries come from the same package; fail early if either is missing
+    binary("promtool")  # both binaries come from the same package; fail early if either is missing
     prom = Prometheus(prometheus_config(sluice.admin_port))
     try:
         prom.wait_ready()
@@ -225,9 +115,8 @@ def test_prometheus_scrapes_exact_request_counts(sluice: SubprocessProxy, promet
 
 
 def test_promtool_accepts_metrics(sluice: SubprocessProxy) -> None:
-    promtool = _binary("promtool")
     send_api_versions(sluice.bootstrap_port, (0, 3))  # so labelled series and histogram buckets exist
     text = sluice.metrics_text()
     assert "sluice_requests_total{" in text and "sluice_request_latency_seconds_bucket{" in text
-    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    proc = promtool("check", "metrics", input_text=text)
     assert proc.returncode == 0, f"promtool check metrics failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}"

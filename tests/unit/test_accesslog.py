@@ -14,7 +14,8 @@ import pytest
 
 from proxy import accesslog
 from proxy.accesslog import SCHEMA_VERSION, AccessLog, LogLimiter, configure_logging, get_access_log, get_logger
-from proxy.config import LoggingSettings
+from proxy.config import LoggingSettings, load_settings
+from proxy.server import Proxy
 from tests.support.logs import route_sluice_logs_to_pytest
 
 SCHEMA_FIELDS = [
@@ -254,15 +255,26 @@ def test_first_line_is_flushed_without_close(tmp_path: Path) -> None:
     log.close()
 
 
-def test_write_errors_never_reach_the_caller() -> None:
-    class Broken(io.StringIO):
-        def write(self, s: str) -> int:
-            raise OSError(28, "No space left on device")
+class _DiskFull(io.StringIO):
+    def write(self, s: str) -> int:
+        raise OSError(28, "No space left on device")
 
-    log = AccessLog(Broken())
+
+def test_write_errors_never_reach_the_caller() -> None:
+    log = AccessLog(_DiskFull())
     log.record(**fields())
     log.record(**fields())
     assert log.dropped == 2
+
+
+def test_dropped_lines_count_in_the_proxys_metric() -> None:
+    """sluice_access_log_dropped_total: exported as 0 from the start, one per line a write failure lost."""
+    log = AccessLog(_DiskFull())
+    proxy = Proxy(load_settings(None, env={}), access_log=log)
+    assert b"sluice_access_log_dropped_total 0.0" in proxy.metrics.exposition()
+    for _ in range(3):
+        log.record(**fields())
+    assert proxy.metrics.total("sluice_access_log_dropped_total") == 3 == log.dropped
 
 
 def test_unopenable_file_fails_at_construction(tmp_path: Path) -> None:
