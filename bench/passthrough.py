@@ -13,12 +13,17 @@ off) in front of it. Measured against the same broker and the same data:
   linger 0, each awaited with flush()); direct and proxied sends alternate record by record; p50/p99;
 - Sluice's CPU seconds per GiB relayed (psutil user+system time of the Sluice process across the proxied consume
   runs, divided by the bytes it wrote to clients, from its own sluice_bytes_total).
+- the same for a bare relay (rig/bare_relay.py: bytes in, bytes out, on the same event loop, Protocols and
+  backpressure marks, no Kafka parsing: the least a Python proxy can do), which the broker advertises on a
+  listener of its own: the Java consumer through it, its CPU per GiB of records, and produce latency through it.
+  The Java runs are ordered direct, bare, Sluice, Sluice, bare, direct.
 
 Prints one JSON line per measurement; the last line is
-``{"summary": "passthrough", "consume_ratio": ..., "added_p50_ms": ..., "cpu_s_per_gib": ...}`` where
-consume_ratio is proxied/direct MB/s of the Java consumer (the issue's goal: >= 0.9) and added_p50_ms is the
-p50 produce latency through Sluice minus direct (goal: <= 0.1 ms). Sized for a 2-core machine: well under
-5 minutes end to end.
+``{"summary": "passthrough", "consume_ratio": ..., "bare_relay_ratio": ..., "added_p50_ms": ...,
+"bare_added_p50_ms": ..., "cpu_s_per_gib": ..., "cpu_vs_bare_relay": ...}`` where consume_ratio is proxied/direct
+MB/s of the Java consumer (goal: >= 0.95), bare_relay_ratio the same through the bare relay, added_p50_ms the
+p50 produce latency through Sluice minus direct (goal: <= 0.1 ms), and cpu_vs_bare_relay Sluice's CPU per GiB of
+records over the bare relay's (goal: <= 1.2). Sized for a 2-core machine: about 5 minutes end to end.
 """
 
 from __future__ import annotations
@@ -35,14 +40,14 @@ import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from rig.java_tools import JavaTools
-from rig.kafka import KafkaBroker
+from rig.kafka import KafkaBroker, free_ports
 from rig.sluice_process import SluiceProcess
 
 RECORD_SIZE = 1024
 PARTITIONS = 3
 GIB = float(1 << 30)
 ROUNDS = 2  # ABBA rounds per client: 2 x 2 measured runs per path
-BUDGET_S = 280.0  # the whole bench must stay below 5 minutes
+BUDGET_S = 330.0  # the whole bench stays near 5 minutes
 
 
 def emit(line: dict[str, Any]) -> None:
@@ -69,6 +74,7 @@ class CpuMeter:
         self.proc = psutil.Process(sluice.pid)
         self.cpu_s = 0.0
         self.bytes = 0.0
+        self.mib = 0.0  # of records, as the consumer counted them
 
     def _sample(self) -> tuple[float, float]:
         t = self.proc.cpu_times()
@@ -80,6 +86,7 @@ class CpuMeter:
         cpu1, b1 = self._sample()
         self.cpu_s += cpu1 - cpu0
         self.bytes += b1 - b0
+        self.mib += float(result.get("mb") or 0.0)
         result["sluice_cpu_s"] = round(cpu1 - cpu0, 3)
         result["sluice_bytes_to_client"] = int(b1 - b0)
         if b1 > b0:
@@ -127,38 +134,88 @@ def confluent_consume(bootstrap: str, topic: str, records: int, deadline_s: floa
     return {"mb_per_s": nbytes / (1 << 20) / (end - start), "records": got, "mb": nbytes / (1 << 20)}
 
 
-def abba(direct: Callable[[], dict[str, Any]], proxied: Callable[[], dict[str, Any]], meter: CpuMeter,
-         client: str, budget: Budget) -> tuple[float, float]:
-    """One unmeasured warm-up run per path (JIT, page cache, connections), then ROUNDS x (direct, proxied,
-    proxied, direct); emit each; return the mean MB/s (direct, proxied)."""
-    figures: dict[str, list[float]] = {"direct": [], "sluice": []}
-    for path, fn in (("direct", direct), ("sluice", proxied)):
+def abba(paths: dict[str, Callable[[], dict[str, Any]]], client: str, budget: Budget) -> dict[str, float]:
+    """One unmeasured warm-up run per path (JIT, page cache, connections), then ROUNDS x the paths in order and
+    back (direct, ..., ..., direct); emit each; return the mean MB/s per path."""
+    figures: dict[str, list[float]] = {path: [] for path in paths}
+    for path, fn in paths.items():
         budget.check(f"{client} warm-up")
         result = fn()
         emit({"bench": "passthrough", "measure": "warmup", "client": client, "path": path,
               "mb_per_s": round(result["mb_per_s"], 3)})
-    for run, path in enumerate(("direct", "sluice", "sluice", "direct") * ROUNDS, start=1):
+    order = list(paths)
+    for run, path in enumerate((order + order[::-1]) * ROUNDS, start=1):
         budget.check(f"{client} consume run {run}")
-        result = meter.measure(proxied) if path == "sluice" else direct()
+        result = paths[path]()
         figures[path].append(result["mb_per_s"])
         emit({"bench": "passthrough", "measure": "consume", "client": client, "path": path, "run": run,
               **{k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}})
-    d, s = statistics.fmean(figures["direct"]), statistics.fmean(figures["sluice"])
-    emit({"bench": "passthrough", "measure": "consume", "client": client, "direct_mb_per_s": round(d, 2),
-          "sluice_mb_per_s": round(s, 2), "ratio": round(s / d, 3)})
-    return d, s
+    means = {path: statistics.fmean(xs) for path, xs in figures.items()}
+    emit({"bench": "passthrough", "measure": "consume", "client": client,
+          **{f"{path}_mb_per_s": round(m, 2) for path, m in means.items()},
+          **{f"{path}_ratio": round(m / means["direct"], 3) for path, m in means.items() if path != "direct"}})
+    return means
+
+
+class BareRelay:
+    """rig/bare_relay.py as a subprocess, with its CPU per GiB of records consumed through it."""
+
+    def __init__(self, port: int, upstream: str) -> None:
+        import subprocess
+        import sys
+
+        self.port = port
+        self.proc = subprocess.Popen([sys.executable, "-m", "rig.bare_relay", str(port), upstream],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        if "listening" not in self.proc.stdout.readline():
+            raise SystemExit("bare relay did not start")
+        self.ps = psutil.Process(self.proc.pid)
+        self.cpu_s = 0.0
+        self.mib = 0.0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def measure(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        t0 = self.ps.cpu_times()
+        result = fn()
+        t1 = self.ps.cpu_times()
+        cpu = (t1.user + t1.system) - (t0.user + t0.system)
+        self.cpu_s += cpu
+        self.mib += float(result.get("mb") or 0.0)
+        result["relay_cpu_s"] = round(cpu, 3)
+        return result
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def relayed_broker() -> tuple[KafkaBroker, int]:
+    """A broker with a second listener advertised at a bare relay's port: clients that bootstrap through the relay
+    are told to connect to the relay, so all their traffic goes through it; direct clients use the first one."""
+    port, controller, relayed, relay = free_ports(4)
+    broker = KafkaBroker(port=port, controller_port=controller, overrides={
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},RELAYED://127.0.0.1:{relayed},CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port},RELAYED://127.0.0.1:{relay}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,RELAYED:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    })
+    broker.__dict__["relayed_port"] = relayed
+    return broker, relay
 
 
 # ---------------------------------------------------------------------------------------- produce latency
 
 
-def produce_latency(direct_bootstrap: str, sluice_bootstrap: str, topic: str, records: int,
-                    warmup: int, budget: Budget) -> tuple[dict[str, float], dict[str, float]]:
-    """Alternate direct and proxied synchronous sends; latency percentiles (ms) of each path."""
+def produce_latency(bootstraps: dict[str, str], topic: str, records: int, warmup: int,
+                    budget: Budget) -> dict[str, dict[str, float]]:
+    """Alternate synchronous sends over the paths (each send's order rotates); latency percentiles (ms) per path."""
     config = {"acks": "1", "linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False}
-    producers = {"direct": Producer({"bootstrap.servers": direct_bootstrap, **config}),
-                 "sluice": Producer({"bootstrap.servers": sluice_bootstrap, **config})}
-    samples: dict[str, list[float]] = {"direct": [], "sluice": []}
+    producers = {path: Producer({"bootstrap.servers": b, **config}) for path, b in bootstraps.items()}
+    samples: dict[str, list[float]] = {path: [] for path in bootstraps}
+    order = list(bootstraps)
     value = b"v" * 100
     errors: list[object] = []
 
@@ -169,7 +226,7 @@ def produce_latency(direct_bootstrap: str, sluice_bootstrap: str, topic: str, re
     for i in range(warmup + records):
         if i % 200 == 0:
             budget.check("produce latency")
-        for path in (("direct", "sluice") if i % 2 == 0 else ("sluice", "direct")):
+        for path in order[i % len(order):] + order[: i % len(order)]:
             p = producers[path]
             t0 = time.perf_counter()
             p.produce(topic, value=value, key=b"k%d" % i, partition=0, on_delivery=on_delivery)
@@ -185,7 +242,7 @@ def produce_latency(direct_bootstrap: str, sluice_bootstrap: str, topic: str, re
         return {"p50_ms": round(statistics.median(xs), 4), "p99_ms": round(q[98], 4),
                 "mean_ms": round(statistics.fmean(xs), 4), "records": len(xs)}
 
-    return pct(samples["direct"]), pct(samples["sluice"])
+    return {path: pct(xs) for path, xs in samples.items()}
 
 
 # ------------------------------------------------------------------------------------------------- main
@@ -218,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
 
     tools = JavaTools()
-    with KafkaBroker() as broker:
+    broker, relay_port = relayed_broker()
+    with broker:
         emit({"bench": "passthrough", "event": "broker_started", "bootstrap": broker.bootstrap,
               "start_s": round(broker.last_start_seconds or 0.0, 2)})
         topic = f"bench-{uuid.uuid4().hex[:8]}"
@@ -229,43 +287,59 @@ def main(argv: list[str] | None = None) -> int:
         emit({"bench": "passthrough", "event": "produced", "records": produced.records,
               "mb_per_s": produced.mb_per_sec, "mib": args.mib})
 
-        with SluiceProcess(broker.bootstrap) as sluice:
-            meter = CpuMeter(sluice)
-            java_d, java_s = abba(
-                lambda: java_consume(tools, broker.bootstrap, topic, records),
-                lambda: java_consume(tools, sluice.bootstrap, topic, records),
-                meter, "java-consumer-perf", budget)
-            left = max(10.0, budget.left() / 2)
-            abba(
-                lambda: confluent_consume(broker.bootstrap, topic, records, left),
-                lambda: confluent_consume(sluice.bootstrap, topic, records, left),
-                meter, "confluent-kafka", budget)
-            cpu_s_per_gib = meter.cpu_s / (meter.bytes / GIB) if meter.bytes else float("nan")
-            emit({"bench": "passthrough", "measure": "sluice_cpu", "cpu_s": round(meter.cpu_s, 3),
-                  "gib_relayed": round(meter.bytes / GIB, 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3)})
+        bare = BareRelay(relay_port, f"127.0.0.1:{broker.__dict__['relayed_port']}")
+        try:
+            with SluiceProcess(broker.bootstrap) as sluice:
+                meter = CpuMeter(sluice)
+                java = abba({
+                    "direct": lambda: java_consume(tools, broker.bootstrap, topic, records),
+                    "bare": lambda: bare.measure(lambda: java_consume(tools, bare.bootstrap, topic, records)),
+                    "sluice": lambda: meter.measure(lambda: java_consume(tools, sluice.bootstrap, topic, records)),
+                }, "java-consumer-perf", budget)
+                # CPU per GiB of records, as the consumer counted them, for both proxies
+                java_cpu_records = meter.cpu_s / (meter.mib / 1024) if meter.mib else float("nan")
+                bare_cpu = bare.cpu_s / (bare.mib / 1024) if bare.mib else float("nan")
+                left = max(10.0, budget.left() / 3)
+                abba({
+                    "direct": lambda: confluent_consume(broker.bootstrap, topic, records, left),
+                    "sluice": lambda: meter.measure(lambda: confluent_consume(sluice.bootstrap, topic, records,
+                                                                              left)),
+                }, "confluent-kafka", budget)
+                cpu_s_per_gib = meter.cpu_s / (meter.bytes / GIB) if meter.bytes else float("nan")
+                emit({"bench": "passthrough", "measure": "sluice_cpu", "cpu_s": round(meter.cpu_s, 3),
+                      "gib_relayed": round(meter.bytes / GIB, 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3)})
+                emit({"bench": "passthrough", "measure": "cpu_vs_bare_relay", "client": "java-consumer-perf",
+                      "sluice_cpu_s_per_gib_records": round(java_cpu_records, 3),
+                      "bare_cpu_s_per_gib_records": round(bare_cpu, 3),
+                      "ratio": round(java_cpu_records / bare_cpu, 3)})
 
-            lat_topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
-            tools.create_topic(broker.bootstrap, lat_topic, partitions=1)
-            direct, proxied = produce_latency(broker.bootstrap, sluice.bootstrap, lat_topic,
-                                              args.latency_records, warmup=200, budget=budget)
-            emit({"bench": "passthrough", "measure": "produce_latency", "client": "confluent-kafka",
-                  "path": "direct", **direct})
-            emit({"bench": "passthrough", "measure": "produce_latency", "client": "confluent-kafka",
-                  "path": "sluice", **proxied})
-            added_p50 = proxied["p50_ms"] - direct["p50_ms"]
-            added_p99 = proxied["p99_ms"] - direct["p99_ms"]
-            emit({"bench": "passthrough", "measure": "produce_latency", "added_p50_ms": round(added_p50, 4),
-                  "added_p99_ms": round(added_p99, 4)})
-            emit({"bench": "passthrough", "measure": "sluice_requests", "note": "APIs/versions the clients used; "
-                  "rewritten = responses Sluice decoded and re-encoded instead of streaming",
-                  **sluice_api_counts(sluice)})
-            code = sluice.stop()
-            if code != 0:
-                raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
+                lat_topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
+                tools.create_topic(broker.bootstrap, lat_topic, partitions=1)
+                latency = produce_latency({"direct": broker.bootstrap, "sluice": sluice.bootstrap,
+                                           "bare": bare.bootstrap}, lat_topic, args.latency_records, warmup=200,
+                                          budget=budget)
+                for path, figures in latency.items():
+                    emit({"bench": "passthrough", "measure": "produce_latency", "client": "confluent-kafka",
+                          "path": path, **figures})
+                added_p50 = latency["sluice"]["p50_ms"] - latency["direct"]["p50_ms"]
+                added_p99 = latency["sluice"]["p99_ms"] - latency["direct"]["p99_ms"]
+                bare_p50 = latency["bare"]["p50_ms"] - latency["direct"]["p50_ms"]
+                emit({"bench": "passthrough", "measure": "produce_latency", "added_p50_ms": round(added_p50, 4),
+                      "added_p99_ms": round(added_p99, 4), "bare_added_p50_ms": round(bare_p50, 4)})
+                emit({"bench": "passthrough", "measure": "sluice_requests", "note": "APIs/versions the clients "
+                      "used; rewritten = responses Sluice decoded and re-encoded instead of streaming",
+                      **sluice_api_counts(sluice)})
+                code = sluice.stop()
+                if code != 0:
+                    raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
+        finally:
+            bare.stop()
     tools.close()
     emit({"bench": "passthrough", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
-    emit({"summary": "passthrough", "consume_ratio": round(java_s / java_d, 3), "added_p50_ms": round(added_p50, 4),
-          "cpu_s_per_gib": round(cpu_s_per_gib, 3)})
+    emit({"summary": "passthrough", "consume_ratio": round(java["sluice"] / java["direct"], 3),
+          "bare_relay_ratio": round(java["bare"] / java["direct"], 3), "added_p50_ms": round(added_p50, 4),
+          "bare_added_p50_ms": round(bare_p50, 4), "cpu_s_per_gib": round(cpu_s_per_gib, 3),
+          "cpu_vs_bare_relay": round(java_cpu_records / bare_cpu, 3)})
     return 0
 
 

@@ -110,11 +110,16 @@ class FetchStreamer:
         Raises CodecError if the response is malformed (the caller closes the connection: part of the
         response has already gone out)."""
         view = data if isinstance(data, memoryview) else memoryview(data)
-        if not len(view):
+        size = len(view)
+        if not size:
             return []
-        if len(view) > self._left:
-            raise CodecError(f"{len(view) - self._left} bytes beyond the Fetch response", api="Fetch")
-        self._left -= len(view)
+        if size > self._left:
+            raise CodecError(f"{size - self._left} bytes beyond the Fetch response", api="Fetch")
+        self._left -= size
+        if self._stage == _RECORDS and not self._held and size < self._skip:
+            # the common chunk of a large response: record bytes through and through, nothing to scan
+            self._skip -= size
+            return [view]
         out: list[Buffer] = []
         if self._tail is not None:
             self._tail += view
