@@ -4,6 +4,8 @@
 #   make run       a real Kafka broker with Sluice in front of it, until Ctrl-C
 #   make bench     every bench/*.py module, JSON lines on stdout
 #   make lint      ruff + mypy
+#   make test-image  the container image + docker-compose rig, built and run with Podman, checked from the host
+#                  (root; installs podman & co. from Debian; rig/image.py)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -14,7 +16,7 @@ STAMP  := $(VENV)/.sluice-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 && echo $$d; done)
 
-.PHONY: install test run bench lint lint-only
+.PHONY: install test run bench lint lint-only test-image
 
 install: $(STAMP)
 
@@ -54,6 +56,11 @@ bench: install
 	done
 
 lint: install lint-only
+
+# Podman, podman-compose and the base images (local stand-ins when no registry answers) are rig/image.py's job;
+# they are kept in ~/.cache/sluice/podman between runs.
+test-image: install
+	$(PY) -m rig.image
 
 lint-only:
 	$(VENV)/bin/ruff check $(LINT_DIRS) tests config/grafana

@@ -2,14 +2,15 @@
 
     sluice run [--config FILE]        run the proxy (FILE defaults to $SLUICE_CONFIG, else built-in defaults)
     sluice check-config FILE          validate FILE (+ SLUICE_* env overrides unless --no-env); "ok: FILE"
-    sluice version                    print the version
+    sluice version | sluice --version print the version
     sluice throttle status|set|clear|plan   replication throttles (proxy/cli_throttle.py)
     sluice report --logs PATH... --out DIR [--master local[2]|spark://...]
                                       Spark job over access logs: Parquet tables + DIR/report.html (proxy/analytics)
 
 Exit codes: 0 success, 2 invalid configuration or usage (argparse's own code for usage errors, so scripts can
 treat "you gave me something wrong" uniformly), 1 a report job that failed, 130 interrupted before the server
-took over signal handling.
+took over signal handling. Missing or unreadable wire specs (proxy/codecs/, package data) are exit code 2 from
+``run`` and ``check-config``, with one line naming the path.
 
 Adding a subcommand is one ``_Command`` entry in ``COMMANDS``: a
 function adding its arguments to its sub-parser and a function running it and returning the exit code.
@@ -50,6 +51,19 @@ def _config_error(exc: ConfigError) -> int:
     return EXIT_CONFIG
 
 
+def _specs_missing() -> int | None:
+    """Sluice's own wire specs (package data, proxy/codecs/) present and readable: None; else one line naming
+    the path on stderr and exit code 2. Without them the proxy would accept connections it cannot serve."""
+    from proxy.wire.schema import SpecsError, check_specs
+
+    try:
+        check_specs()
+    except SpecsError as exc:
+        print(f"install error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return None
+
+
 # ------------------------------------------------------------------------------------------------------- run
 
 
@@ -68,6 +82,8 @@ def _run(args: argparse.Namespace) -> int:
         settings = apply_state_file(load_settings(args.config, os.environ))  # admin changes win (reconfigure.py)
     except ConfigError as exc:
         return _config_error(exc)
+    if (code := _specs_missing()) is not None:
+        return code
 
     from proxy.accesslog import configure_logging, get_logger
 
@@ -151,6 +167,8 @@ def _check_config(args: argparse.Namespace) -> int:
         load_settings(args.file, {} if args.no_env else os.environ)
     except ConfigError as exc:
         return _config_error(exc)
+    if (code := _specs_missing()) is not None:
+        return code
     print(f"ok: {args.file}")
     return EXIT_OK
 
@@ -285,10 +303,23 @@ COMMANDS: tuple[_Command, ...] = (
 )
 
 
+class _VersionAction(argparse.Action):
+    """``sluice --version``: the same line as ``sluice version``, exit 0. The version is looked up only when the
+    flag is given (argparse's own "version" action would need it at parser build time)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        parser.exit(_version(namespace))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sluice", description="Sluice: a Kafka wire-protocol proxy that meters fetch traffic."
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.help)

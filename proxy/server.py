@@ -39,6 +39,7 @@ from .policies import build as build_policies
 from .wire.errors import CodecError
 from .wire.messages import decode_response, encode_request, request_header_version
 from .wire.model import Message
+from .wire.schema import check_specs
 
 log = get_logger("sluice.server")
 
@@ -92,6 +93,7 @@ class Proxy:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        check_specs()  # SpecsError before a listener opens: never a proxy that closes every connection it accepts
         self.loop = asyncio.get_running_loop()
         listen = self.settings.listen
         self._servers[None] = await self.loop.create_server(

@@ -80,7 +80,7 @@ def _manifest_entry(api_key: int) -> dict[str, Any] | None:
 
 @cache
 def decoded_versions(api_key: int) -> Versions | None:
-    """The versions of ``api_key`` Sluice's codecs decode (codecs/manifest.json "versions"), or None if the
+    """The versions of ``api_key`` Sluice's codecs decode (proxy/codecs/manifest.json "versions"), or None if the
     manifest does not list it."""
     entry = _manifest_entry(api_key)
     if entry is None:
@@ -94,7 +94,7 @@ def decoded_versions(api_key: int) -> Versions | None:
 
 @cache
 def relayed_versions(api_key: int) -> Versions:
-    """The versions of ``api_key`` the proxy relays as bytes, never decoding them (codecs/manifest.json
+    """The versions of ``api_key`` the proxy relays as bytes, never decoding them (proxy/codecs/manifest.json
     "relayed"; empty when absent): whatever their layout, Sluice can carry them."""
     entry = _manifest_entry(api_key)
     return NONE if entry is None else Versions.parse(entry.get("relayed"))
@@ -113,7 +113,7 @@ def negotiable_versions(api_key: int) -> Versions | None:
         return decoded
     if relayed.low > decoded.high + 1 or decoded.low > relayed.high + 1:
         # a gap would be a version the client may pick that Sluice can neither decode nor relay
-        raise CodecError(f"codecs/manifest.json: relayed {relayed.low}-{relayed.high} and decoded "
+        raise CodecError(f"proxy/codecs/manifest.json: relayed {relayed.low}-{relayed.high} and decoded "
                          f"{decoded.low}-{decoded.high} versions must form one range", api=api_key)
     return Versions(min(decoded.low, relayed.low), max(decoded.high, relayed.high))
 

@@ -6,11 +6,11 @@ Two levels, because the proxy almost never needs the records themselves:
   header with one ``struct.unpack_from`` over the caller's buffer. Nothing is copied or decompressed; this is
   what size budgets and throttles use to find batch boundaries and offsets.
 - **full decode/encode** (:func:`decode_batch`, :func:`encode_batch`): the reference path, built on Sluice's
-  own declarative specs ``codecs/RecordBatch.json`` and ``codecs/Record.json`` compiled by
+  own declarative specs ``proxy/codecs/RecordBatch.json`` and ``proxy/codecs/Record.json`` compiled by
   :mod:`proxy.wire.compiler`. Only policies that read keys (cooperative consumption) need it.
 
 The layout is Kafka's ``org.apache.kafka.common.record.DefaultRecordBatch`` (header) and ``DefaultRecord``
-(records); see the comments in ``codecs/RecordBatch.json``. Rules taken from Kafka:
+(records); see the comments in ``proxy/codecs/RecordBatch.json``. Rules taken from Kafka:
 
 - A record set in a Fetch response is a byte slice of the partition's log cut at ``max_bytes``, so its last
   batch may be truncated. Kafka's ``ByteBufferLogInputStream.nextBatch`` stops (returns null) at such a tail
@@ -419,13 +419,13 @@ class RecordBatch:
 
 @cache
 def batch_header_codec() -> Codec:
-    """The compiled codecs/RecordBatch.json (the 61-byte header)."""
+    """The compiled proxy/codecs/RecordBatch.json (the 61-byte header)."""
     return compiled_for(sluice_spec("RecordBatch"), MAGIC_V2)
 
 
 @cache
 def record_codec() -> Codec:
-    """The compiled codecs/Record.json (a record body, after its varint length)."""
+    """The compiled proxy/codecs/Record.json (a record body, after its varint length)."""
     return compiled_for(sluice_spec("Record"), MAGIC_V2)
 
 

@@ -1,10 +1,15 @@
-"""Message specs: Apache Kafka's JSON specs (from kafka-python's package resources) and Sluice's own (codecs/).
+"""Message specs: Apache Kafka's JSON specs (from kafka-python's package resources) and Sluice's own (proxy/codecs/).
 
 Kafka describes every API in ``clients/src/main/resources/common/message/*.json``; kafka-python >= 3 ships
 those files and ``kafka.protocol.schemas.load_json`` parses them (comments stripped, commonStructs inlined).
 Sluice never copies them: a Kafka upgrade is a dependency bump. What Kafka does not describe in JSON
-(RecordBatch v2, Record) lives in this repository's ``codecs/`` directory in the same style, with a few
-extra primitive types (varint, varlong, uint32, varbytes, varstring) documented in ``codecs/README.md``.
+(RecordBatch v2, Record) lives in ``proxy/codecs/`` in the same style, with a few extra primitive types (varint,
+varlong, uint32, varbytes, varstring) documented in ``proxy/codecs/README.md``.
+
+``proxy/codecs/`` is package data (pyproject.toml ``[tool.setuptools.package-data]``): it is installed inside the
+``proxy`` package by a wheel, an sdist, ``pip install .`` and an editable install alike, and found next to the
+imported package (:func:`codecs_dir`). :func:`check_specs` is what ``sluice run`` and ``sluice check-config`` call
+first: without the specs the proxy could not decode a single response, so it refuses to start.
 """
 
 from __future__ import annotations
@@ -15,15 +20,59 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kafka.protocol.schemas import load_json
 
 from .errors import CodecError
 
-#: Sluice's own declarative specs; a sibling of the ``proxy`` package in the source tree, and installed
-#: next to it as package data is not needed because the proxy always runs from the project tree or image.
-CODECS_DIR = Path(__file__).resolve().parents[2] / "codecs"
+#: Sluice's own declarative specs: package data of ``proxy`` (proxy/codecs/), next to this package wherever it is
+#: installed. A module attribute so tests can point the locator elsewhere.
+CODECS_DIR = Path(__file__).resolve().parents[1] / "codecs"
+
+
+class SpecsError(RuntimeError):
+    """Sluice's own specs are missing or unreadable: an installation problem, not bad wire data (so never a
+    :class:`CodecError`, which the server confines to one connection)."""
+
+
+def codecs_dir() -> Path:
+    """Where Sluice's own specs are read from (``proxy/codecs/`` of the imported package)."""
+    return CODECS_DIR
+
+
+def _read_spec_file(path: Path) -> Any:
+    try:
+        return json.loads(_strip_comments(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise SpecsError(
+            f"Sluice's wire specs are missing: {path} not found (they ship inside the proxy package as "
+            "package data, proxy/codecs/; reinstall kafka-sluice)"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise SpecsError(f"Sluice's wire spec {path} is unreadable: {exc}") from None
+
+
+def check_specs() -> Path:
+    """Make sure every spec the proxy needs is present and parses: the manifest, the Sluice specs it names and
+    the Kafka specs of the APIs it lists. Returns the specs directory; raises :class:`SpecsError` naming the
+    missing or broken path. Called at start-up, before a listener opens."""
+    directory = codecs_dir()
+    if not directory.is_dir():
+        raise SpecsError(
+            f"Sluice's wire specs are missing: directory {directory} not found (they ship inside the proxy "
+            "package as package data, proxy/codecs/; reinstall kafka-sluice)"
+        )
+    listed = _read_spec_file(directory / "manifest.json")
+    for name in listed.get("sluice", ()):
+        _read_spec_file(directory / f"{name}.json")
+    try:
+        for name in listed.get("apis", {}):
+            kafka_spec(name + "Request")
+            kafka_spec(name + "Response")
+    except CodecError as exc:
+        raise SpecsError(f"{exc} (Sluice needs kafka-python >= 3, which ships Kafka's JSON specs)") from None
+    return directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,12 +226,8 @@ def _strip_comments(text: str) -> str:
 
 @cache
 def sluice_spec(name: str) -> MessageSpec:
-    """One of Sluice's own specs from codecs/NAME.json (same format as Kafka's, comments allowed)."""
-    path = CODECS_DIR / f"{name}.json"
-    try:
-        raw = json.loads(_strip_comments(path.read_text()))
-    except FileNotFoundError:
-        raise CodecError(f"no Sluice spec {path}") from None
+    """One of Sluice's own specs from proxy/codecs/NAME.json (same format as Kafka's, comments allowed)."""
+    raw = _read_spec_file(codecs_dir() / f"{name}.json")
     common = {s["name"]: s["fields"] for s in raw.get("commonStructs", [])}
 
     def inline(fields: list[dict[str, Any]]) -> None:
@@ -198,5 +243,5 @@ def sluice_spec(name: str) -> MessageSpec:
 
 @cache
 def manifest() -> dict[str, Any]:
-    """codecs/manifest.json: which Kafka APIs (and versions) Sluice decodes, and its own specs."""
-    return json.loads(_strip_comments((CODECS_DIR / "manifest.json").read_text()))
+    """proxy/codecs/manifest.json: which Kafka APIs (and versions) Sluice decodes, and its own specs."""
+    return cast(dict[str, Any], _read_spec_file(codecs_dir() / "manifest.json"))

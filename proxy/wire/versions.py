@@ -5,7 +5,7 @@ ApiVersions response. Where Sluice decodes an API, the broker's range is capped 
 codecs read, so a client never speaks a version Sluice cannot parse — grepplabs/kafka-proxy's users hit
 "unsupported schema version" for years because it relayed ranges as-is; Kroxylicious intersects them like
 this. Only the side where decoding could fail is capped: versions the proxy relays as bytes are not
-(codecs/manifest.json "versions" plus "relayed", :func:`~proxy.wire.messages.negotiable_versions`). That
+(proxy/codecs/manifest.json "versions" plus "relayed", :func:`~proxy.wire.messages.negotiable_versions`). That
 matters for Produce: Kafka 4.x advertises it from v0 although only v3+ exist (KAFKA-18659,
 ProduceRequest.json), because librdkafka before 2.11.1 turns compression off when Produce v0 is missing;
 Sluice relays Produce v0-9 as bytes, so the broker's min reaches clients unchanged. APIs the manifest does

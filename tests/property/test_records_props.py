@@ -1,5 +1,5 @@
 """Record batches under hypothesis: decode(encode(b)) == b for random batches in every compression, the struct
-walk agrees with the spec-based header decoder (codecs/RecordBatch.json), and kafka-python's reader sees the
+walk agrees with the spec-based header decoder (proxy/codecs/RecordBatch.json), and kafka-python's reader sees the
 same records."""
 
 from __future__ import annotations

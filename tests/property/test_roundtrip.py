@@ -1,7 +1,7 @@
 """Round trips for every (api, version) Sluice decodes: decode(encode(m)) == m and encode(decode(b)) == b.
 
 Messages come from strategies generated from the specs themselves (tests/property/specgen.py), so a new API or
-version in codecs/manifest.json is covered without touching this file.
+version in proxy/codecs/manifest.json is covered without touching this file.
 """
 
 from __future__ import annotations

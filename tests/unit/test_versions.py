@@ -1,5 +1,5 @@
 """ApiVersions through Sluice (proxy/wire/versions.py): a broker's range is capped only where Sluice decodes, and
-only on the side where decoding could fail (codecs/manifest.json "versions" and "relayed")."""
+only on the side where decoding could fail (proxy/codecs/manifest.json "versions" and "relayed")."""
 
 from __future__ import annotations
 

@@ -1,0 +1,47 @@
+"""rig/image.py's pure parts (`make test-image` itself runs Podman and is CI's job): which base images the
+Dockerfile and docker-compose.yml need, their Docker Hub names, and that each has a stand-in recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rig import image
+
+
+def test_needed_images_are_the_bases_the_files_name() -> None:
+    needed = image.needed_images()
+    assert "python:3.11-slim" in needed
+    assert any(n.startswith("apache/kafka:") for n in needed)
+    assert any(n.startswith("prom/prometheus:") for n in needed)
+    assert image.SLUICE_IMAGE not in needed  # built, not pulled
+    assert f"image: {image.SLUICE_IMAGE}" in image.COMPOSE_FILE.read_text()
+
+
+@pytest.mark.parametrize(("name", "full"), [
+    ("python:3.11-slim", "docker.io/library/python:3.11-slim"),
+    ("apache/kafka:4.1.2", "docker.io/apache/kafka:4.1.2"),
+    ("docker.io/prom/prometheus:v3.5.0", "docker.io/prom/prometheus:v3.5.0"),
+    ("localhost/sluice-standin/debian:bookworm", "localhost/sluice-standin/debian:bookworm"),
+    ("quay.io/x/y:1", "quay.io/x/y:1"),
+])
+def test_qualified_names(name: str, full: str) -> None:
+    assert image.qualified(name) == full
+
+
+def test_every_needed_image_has_a_standin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    (libs / "kafka_2.13-4.1.2.jar").write_bytes(b"jar")
+    versions: list[str] = []
+    monkeypatch.setattr(image, "find_libs", lambda version: versions.append(version) or libs)
+    for name in image.needed_images():
+        standin = image.prepare_standin(name, tmp_path / "work")
+        assert (standin.context / "Containerfile").is_file()
+        assert "FROM " + image.DEBIAN_BASE in (standin.context / "Containerfile").read_text()
+    kafka_tag = next(n for n in image.needed_images() if n.startswith("apache/kafka:")).split(":")[1]
+    assert versions == [kafka_tag]  # the jars of the image's own version
+    assert (tmp_path / "work" / "kafka" / "libs" / "kafka_2.13-4.1.2.jar").read_bytes() == b"jar"
+    with pytest.raises(image.ImageTestError, match="no stand-in"):
+        image.prepare_standin("redis:7", tmp_path / "other")
