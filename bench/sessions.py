@@ -29,8 +29,9 @@ JSON lines: one per (client, mode); per client ``{"bench": "sessions", "client":
 confluent is measured) ``{"summary": "sessions", "partitions": ..., "upstream_ratio": ...,
 "cpu_ms_per_fetch_terminate": ...}`` where upstream_ratio = confluent-kafka's upstream bytes/s in terminate mode /
 in direct mode (requests + responses) and cpu_ms_per_fetch_terminate its proxy CPU per fetch in terminate mode.
-Each client line also has ``upstream_bytes_per_record_ratio``: the same ratio per record delivered (a client's
-fetch rate depends on its own speed, which differs between runs).
+Each client line also has ``upstream_bytes_per_record_ratio`` and ``upstream_bytes_per_fetch_ratio``: the same
+ratio per record delivered and per client fetch (a client's fetch rate depends on its own speed, which differs
+between runs: more fetches cost more bytes whoever serves them).
 """
 
 from __future__ import annotations
@@ -226,10 +227,13 @@ def main(argv: list[str] | None = None) -> None:
                 # CPU-bound in itself); bytes per record compare the same work.
                 per_record = (term["upstream_bytes_per_s"] * term["seconds"] / max(term["records"], 1)) / max(
                     direct["upstream_bytes_per_s"] * direct["seconds"] / max(direct["records"], 1), 1)
+                per_fetch = (term["upstream_bytes_per_s"] * term["seconds"] / max(term["fetches"], 1)) / max(
+                    direct["upstream_bytes_per_s"] * direct["seconds"] / max(direct["fetches"], 1), 1)
                 cpu[name] = term["proxy_cpu_ms_per_fetch"]
                 emit({"bench": "sessions", "client": name, "partitions": args.partitions,
                       "upstream_ratio": round(ratios[name], 4),
                       "upstream_bytes_per_record_ratio": round(per_record, 4),
+                      "upstream_bytes_per_fetch_ratio": round(per_fetch, 4),
                       "cpu_ms_per_fetch_direct": direct["proxy_cpu_ms_per_fetch"],
                       "cpu_ms_per_fetch_terminate": term["proxy_cpu_ms_per_fetch"]})
         finally:
