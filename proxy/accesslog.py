@@ -70,13 +70,14 @@ import sys
 import time
 from collections.abc import Callable, MutableMapping
 from math import isfinite as _isfinite
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import structlog
 
 from proxy.config import LoggingSettings
 
-__all__ = ["SCHEMA_VERSION", "AccessLog", "LogLimiter", "configure_logging", "get_access_log", "get_logger"]
+__all__ = ["SCHEMA_VERSION", "AccessLog", "LineSink", "LogLimiter", "configure_logging", "get_access_log",
+           "get_logger"]
 
 SCHEMA_VERSION = 1
 
@@ -129,6 +130,13 @@ class _LineWriter:
                 get_logger("sluice.accesslog").error("access_log_write_failed", error=str(exc))
 
 
+class LineSink(Protocol):
+    """Somewhere else every access-log line goes (proxy/accesslog_kafka.py): ``offer`` takes the formatted line,
+    newline included, and must return at once, never raise and never block."""
+
+    def offer(self, line: str) -> None: ...
+
+
 class AccessLog:
     """The per-request access log.
 
@@ -159,9 +167,12 @@ class AccessLog:
                 out = self._open(destination)
         else:
             out = destination
-        self.enabled = out is not None
+        #: whether the destination (file, stdout, stream) is written; ``enabled``: whether record() does anything
+        self._file_enabled = out is not None
+        self._sink: LineSink | None = None
         self._writer = _LineWriter(out if out is not None else io.StringIO(), flush_interval_s)
-        self._write = self._writer.write
+        self._write: Callable[[str], None] = self._writer.write
+        self.enabled = self._file_enabled
         self._clock = clock
         self._sec = -1  # the second self._prefix was formatted for
         self._prefix = ""
@@ -176,6 +187,37 @@ class AccessLog:
     def dropped(self) -> int:
         """Lines lost to write errors."""
         return self._writer.dropped
+
+    @property
+    def sink(self) -> LineSink | None:
+        return self._sink
+
+    def attach_sink(self, sink: LineSink) -> None:
+        """Send every line to ``sink`` as well (also when the destination is ``off``): the same line, formatted
+        once."""
+        self._sink = sink
+        self._rewire()
+
+    def detach_sink(self) -> None:
+        self._sink = None
+        self._rewire()
+
+    def _rewire(self) -> None:
+        """Point ``_write`` at what is on (one bound call per record: no test per record)."""
+        sink = self._sink
+        if sink is None:
+            self._write = self._writer.write
+        elif not self._file_enabled:
+            self._write = sink.offer
+        else:
+            write, offer = self._writer.write, sink.offer
+
+            def both(line: str) -> None:
+                write(line)
+                offer(line)
+
+            self._write = both
+        self.enabled = self._file_enabled or sink is not None
 
     def record(
         self,
@@ -230,7 +272,7 @@ class AccessLog:
         )
 
     def flush(self) -> None:
-        if self.enabled:
+        if self._file_enabled:
             try:
                 self._writer.out.flush()
             except (OSError, ValueError):
@@ -241,14 +283,16 @@ class AccessLog:
         if self._path is not None:
             self.close()
             self._writer.out = self._open(self._path)
-            self.enabled = True
+            self._file_enabled = True
+            self._rewire()
 
     def close(self) -> None:
         """Flush; close the file if this object opened it (never stdout or a stream it was given)."""
         self.flush()
-        if self._path is not None and self.enabled:
+        if self._path is not None and self._file_enabled:
             self._writer.out.close()
-            self.enabled = False
+            self._file_enabled = False
+            self._rewire()
 
 
 def _optional_json(throttle_target_bps: int | None, throttled_bytes: int | None,

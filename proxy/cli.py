@@ -131,6 +131,8 @@ def _serve(settings: Settings, config_path: str | None = None) -> int:
             result = uvloop.run(serve(settings, config_path))
     except KeyboardInterrupt:  # Ctrl-C before serve() installed its own signal handlers
         return EXIT_INTERRUPTED
+    except ConfigError as exc:  # found while starting, e.g. a librdkafka property of the access-log sink
+        return _config_error(exc)
     return result if isinstance(result, int) else EXIT_OK
 
 

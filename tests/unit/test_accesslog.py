@@ -318,3 +318,43 @@ def test_console_format_is_not_json(capsys: pytest.CaptureFixture[str], restore_
     assert "hello" in err and "who" in err
     with pytest.raises(json.JSONDecodeError):
         json.loads(err.splitlines()[0])
+
+
+# ------------------------------------------------------------------------------------------------ sinks
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def offer(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_a_sink_gets_every_line_even_when_the_destination_is_off() -> None:
+    log = AccessLog("off")
+    assert not log.enabled
+    sink = ListSink()
+    log.attach_sink(sink)
+    assert log.enabled and log.sink is sink
+    log.record(**fields(correlation_id=1))
+    log.record(**fields(correlation_id=2))
+    assert [r["correlation_id"] for r in lines_of("".join(sink.lines))] == [1, 2]
+    log.detach_sink()
+    assert not log.enabled
+    log.record(**fields(correlation_id=3))
+    assert len(sink.lines) == 2
+
+
+def test_a_sink_gets_the_same_line_as_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "access.jsonl"
+    log = AccessLog(str(path))
+    sink = ListSink()
+    log.attach_sink(sink)
+    for i in range(3):
+        log.record(**fields(correlation_id=i, partitions=[("t", 0, 10)], throttle_target_bps=5, throttled_bytes=1))
+    log.close()  # the file closes; the sink stays
+    assert log.enabled
+    log.record(**fields(correlation_id=3))
+    assert path.read_text() == "".join(sink.lines[:3])
+    assert len(sink.lines) == 4
