@@ -58,6 +58,10 @@ per line, an ``event`` key) without its per-call machinery. With ``access_log = 
 once (~0.3 us); callers that must gather fields expensively can test ``access_log.enabled`` first. Writes are
 buffered and flushed at most once a second from ``record()`` itself, and by ``flush()``/``close()`` (call at
 shutdown). The proxy is single-threaded (one event loop), so nothing here takes a lock.
+
+A sink (:meth:`AccessLog.attach_sink`; the Kafka one is proxy/accesslog_kafka.py, ``[logging.access_log_kafka]``)
+gets the same formatted line, also when the destination is ``off``: ``record()`` then calls one bound function that
+writes the file and offers the line (measured: +0.6 us per record for the Kafka sink).
 """
 
 from __future__ import annotations

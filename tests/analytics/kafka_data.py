@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +16,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from pyspark.sql import SparkSession
 
 from bench.gen_logs import generate
-from proxy.analytics.session import build_session
 from rig.proxy_thread import ProxyThread
-from tests.analytics.conftest import LOOPBACK, TEST_CONF
 from tests.analytics.oracle import Oracle, classify, epoch_us
 
 REAL_KEY = "real-sluice"
@@ -144,28 +141,11 @@ def real_sluice_to_topic(upstream: str, log_bootstrap: str, log_topic: str) -> N
     assert sluice.total("sluice_access_log_dropped_total") == 0
 
 
-def kafka_spark_session() -> Iterator[SparkSession]:
-    """local[2] with the Kafka connector (resolved from Maven Central, cached in ~/.ivy2.5.2)."""
-    import os
-
-    before = os.environ.get("SPARK_LOCAL_IP")
-    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
-    session = build_session("local[2]", app_name="sluice-analytics-kafka-tests", conf=TEST_CONF, kafka=True)
-    try:
-        yield session
-    finally:
-        session.stop()
-        if before is None:
-            os.environ.pop("SPARK_LOCAL_IP", None)
-        else:
-            os.environ["SPARK_LOCAL_IP"] = before
-
-
 def rows_of(spark: SparkSession, path: str, columns: tuple[str, ...]) -> list[tuple[object, ...]]:
     """A Parquet table's rows as sorted tuples (None sorts first), for equality across runs."""
     got = [tuple(r) for r in spark.read.parquet(path).select(*columns).collect()]
     return sorted(got, key=lambda t: json.dumps(t, default=str))
 
 
-__all__ = ["Record", "create_log_topic", "generated_records", "kafka_spark_session", "oracle_of", "produce",
+__all__ = ["Record", "create_log_topic", "generated_records", "oracle_of", "produce",
            "read_topic", "real_sluice_to_topic", "rows_of"]

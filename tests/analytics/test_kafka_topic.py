@@ -12,7 +12,6 @@ real Sluice run with its Kafka sink on.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +31,6 @@ from tests.analytics.kafka_data import (
     Record,
     create_log_topic,
     generated_records,
-    kafka_spark_session,
     oracle_of,
     produce,
     read_topic,
@@ -53,11 +51,6 @@ class Topic:
     generated: list[Record]
     live_dir: Path
     batch: JobResult
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    yield from kafka_spark_session()
 
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,7 @@ def test_cli_writes_report_tables_and_summary(report: Report) -> None:
     # 50 GiB in 2 h over the observed inbound rate: a throttle inside the KIP-73 safe range
     assert t["feasible"] and t["safe_low_bps"] < t["recommended_bps"] < t["safe_high_bps"]
     assert t["move_time_s"] <= 7200
-    assert "wrote 14 tables" in report.stderr
+    assert "wrote 18 tables" in report.stderr  # 14 + the 4 per-minute tables (client, topic, throttle, lines)
 
 
 def test_report_renders_in_headless_chromium(report: Report, tmp_path: Path) -> None:
