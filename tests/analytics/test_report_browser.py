@@ -89,6 +89,15 @@ def test_cli_usage_errors_exit_2_before_spark(tmp_path: Path, capsys: pytest.Cap
     assert main(["report", "--logs", str(tmp_path), "--out", str(tmp_path), "--move-bytes", "lots"]) == 2
     assert "not a byte size" in capsys.readouterr().err
     assert main(["report", "--logs", str(tmp_path), "--out", str(tmp_path), "--conf", "novalue"]) == 2
+    assert main(["report", "--kafka", "127.0.0.1:1", "--from", "yesterday", "--out", str(tmp_path)]) == 2
+    assert "ISO-8601" in capsys.readouterr().err
+    assert main(["report", "--logs", str(tmp_path), "--from", "2025-01-31T12:00:00Z", "--out", str(tmp_path)]) == 2
+    assert "use them with --kafka" in capsys.readouterr().err
+    assert main(["report", "--kafka", "127.0.0.1:1", "--from", "2025-01-31T13:00:00Z", "--to", "2025-01-31T12:00:00Z",
+                 "--out", str(tmp_path)]) == 2
+    assert main(["stream", "--kafka", "127.0.0.1:1", "--out", str(tmp_path), "--keep", "10s"]) == 2
+    assert "at least a minute" in capsys.readouterr().err
+    assert main(["stream", "--kafka", "127.0.0.1:1", "--out", str(tmp_path), "--kafka-option", "x"]) == 2
 
 
 def test_cli_writes_report_tables_and_summary(report: Report) -> None:
