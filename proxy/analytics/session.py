@@ -24,6 +24,12 @@ __all__ = ["DEFAULT_MASTER", "KAFKA_CONNECTOR", "build_session", "is_local", "ka
 
 #: Spark's Kafka source/sink for Structured Streaming and batch (Scala 2.13: the build pyspark 4 ships)
 KAFKA_CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+#: The connector's dependencies pyspark already ships (pyspark/jars, the same versions): not downloaded again
+#: (hadoop-client-* alone are ~60 MB) nor put on the classpath twice. What is fetched: the connector, its token
+#: provider, kafka-clients and commons-pool2.
+_SHIPPED = ("org.apache.hadoop:hadoop-client-runtime", "org.apache.hadoop:hadoop-client-api", "at.yawk.lz4:lz4-java",
+            "org.xerial.snappy:snappy-java", "org.slf4j:slf4j-api", "com.google.code.findbugs:jsr305",
+            "org.scala-lang.modules:scala-parallel-collections_2.13")
 
 DEFAULT_MASTER = "local[2]"
 LOOPBACK = "127.0.0.1"
@@ -77,6 +83,7 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     if kafka:
         settings["spark.jars.packages"] = kafka_package()
+        settings["spark.jars.excludes"] = ",".join(_SHIPPED)
     if conf:
         settings.update(conf)
         if kafka and "spark.jars.packages" in conf and kafka_package() not in conf["spark.jars.packages"]:
