@@ -58,6 +58,11 @@ per line, an ``event`` key) without its per-call machinery. With ``access_log = 
 once (~0.3 us); callers that must gather fields expensively can test ``access_log.enabled`` first. Writes are
 buffered and flushed at most once a second from ``record()`` itself, and by ``flush()``/``close()`` (call at
 shutdown). The proxy is single-threaded (one event loop), so nothing here takes a lock.
+
+A sink (:meth:`AccessLog.attach_sink`; the Kafka one is proxy/accesslog_kafka.py, ``[logging.access_log_kafka]``)
+gets the same formatted line, also when the destination is ``off``: ``record()`` then calls one bound function that
+writes the file and offers the line (measured: +0.6-0.8 us per record for the Kafka sink,
+``python -m bench.accesslog_sink``).
 """
 
 from __future__ import annotations
@@ -70,13 +75,14 @@ import sys
 import time
 from collections.abc import Callable, MutableMapping
 from math import isfinite as _isfinite
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import structlog
 
 from proxy.config import LoggingSettings
 
-__all__ = ["SCHEMA_VERSION", "AccessLog", "LogLimiter", "configure_logging", "get_access_log", "get_logger"]
+__all__ = ["SCHEMA_VERSION", "AccessLog", "LineSink", "LogLimiter", "configure_logging", "get_access_log",
+           "get_logger"]
 
 SCHEMA_VERSION = 1
 
@@ -133,6 +139,13 @@ class _LineWriter:
                 get_logger("sluice.accesslog").error("access_log_write_failed", error=str(exc))
 
 
+class LineSink(Protocol):
+    """Somewhere else every access-log line goes (proxy/accesslog_kafka.py): ``offer`` takes the formatted line,
+    newline included, and must return at once, never raise and never block."""
+
+    def offer(self, line: str) -> None: ...
+
+
 class AccessLog:
     """The per-request access log.
 
@@ -163,9 +176,12 @@ class AccessLog:
                 out = self._open(destination)
         else:
             out = destination
-        self.enabled = out is not None
+        #: whether the destination (file, stdout, stream) is written; ``enabled``: whether record() does anything
+        self._file_enabled = out is not None
+        self._sink: LineSink | None = None
         self._writer = _LineWriter(out if out is not None else io.StringIO(), flush_interval_s)
-        self._write = self._writer.write
+        self._write: Callable[[str], None] = self._writer.write
+        self.enabled = self._file_enabled
         self._clock = clock
         self._sec = -1  # the second self._prefix was formatted for
         self._prefix = ""
@@ -185,6 +201,37 @@ class AccessLog:
         """Call ``on_drop()`` for every line lost from now on (the proxy passes its
         ``sluice_access_log_dropped_total`` counter's ``inc``)."""
         self._writer.on_drop = on_drop
+
+    @property
+    def sink(self) -> LineSink | None:
+        return self._sink
+
+    def attach_sink(self, sink: LineSink) -> None:
+        """Send every line to ``sink`` as well (also when the destination is ``off``): the same line, formatted
+        once."""
+        self._sink = sink
+        self._rewire()
+
+    def detach_sink(self) -> None:
+        self._sink = None
+        self._rewire()
+
+    def _rewire(self) -> None:
+        """Point ``_write`` at what is on (one bound call per record: no test per record)."""
+        sink = self._sink
+        if sink is None:
+            self._write = self._writer.write
+        elif not self._file_enabled:
+            self._write = sink.offer
+        else:
+            write, offer = self._writer.write, sink.offer
+
+            def both(line: str) -> None:
+                write(line)
+                offer(line)
+
+            self._write = both
+        self.enabled = self._file_enabled or sink is not None
 
     def record(
         self,
@@ -239,7 +286,7 @@ class AccessLog:
         )
 
     def flush(self) -> None:
-        if self.enabled:
+        if self._file_enabled:
             try:
                 self._writer.out.flush()
             except (OSError, ValueError):
@@ -250,14 +297,16 @@ class AccessLog:
         if self._path is not None:
             self.close()
             self._writer.out = self._open(self._path)
-            self.enabled = True
+            self._file_enabled = True
+            self._rewire()
 
     def close(self) -> None:
         """Flush; close the file if this object opened it (never stdout or a stream it was given)."""
         self.flush()
-        if self._path is not None and self.enabled:
+        if self._path is not None and self._file_enabled:
             self._writer.out.close()
-            self.enabled = False
+            self._file_enabled = False
+            self._rewire()
 
 
 def _optional_json(throttle_target_bps: int | None, throttled_bytes: int | None,

@@ -6,6 +6,11 @@
     sluice throttle status|set|clear|plan   replication throttles (proxy/cli_throttle.py)
     sluice report --logs PATH... --out DIR [--master local[2]|spark://...]
                                       Spark job over access logs: Parquet tables + DIR/report.html (proxy/analytics)
+    sluice report --kafka HOST:PORT [--topic T] [--from TIME] [--to TIME] --out DIR
+                                      the same over the access-log topic ([logging.access_log_kafka]), a time range
+    sluice report --live DIR --out DIR2   the report of the per-minute tables `sluice stream` keeps current
+    sluice stream --kafka HOST:PORT [--topic T] --out DIR [--once]
+                                      Structured Streaming: per-minute tables kept current from the topic
 
 Exit codes: 0 success, 2 invalid configuration or usage (argparse's own code for usage errors, so scripts can
 treat "you gave me something wrong" uniformly), 1 a report job that failed, 130 interrupted before the server
@@ -27,6 +32,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from proxy.config import ConfigError, Settings, apply_state_file, load_settings
 
@@ -147,6 +153,8 @@ def _serve(settings: Settings, config_path: str | None = None) -> int:
             result = uvloop.run(serve(settings, config_path))
     except KeyboardInterrupt:  # Ctrl-C before serve() installed its own signal handlers
         return EXIT_INTERRUPTED
+    except ConfigError as exc:  # found while starting, e.g. a librdkafka property of the access-log sink
+        return _config_error(exc)
     return result if isinstance(result, int) else EXIT_OK
 
 
@@ -176,14 +184,37 @@ def _check_config(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------- report
 
 
-def _report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--logs", nargs="+", required=True, metavar="PATH",
-                   help="access-log files, directories (read recursively) or globs; .gz files are decompressed")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output directory: report.html, summary.json and parquet/<table>/")
+def _kafka_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topic", default="sluice-access-log",
+                   help="the access-log topic (logging.access_log_kafka.topic; default sluice-access-log)")
+    p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="Kafka consumer setting, e.g. security.protocol=SSL (repeatable)")
+
+
+def _spark_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", default="local[2]",
                    help="Spark master: local[N] (default local[2], bound to 127.0.0.1) or a cluster's, e.g. "
                         "spark://host:7077")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
+
+
+def _report_arguments(p: argparse.ArgumentParser) -> None:
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--logs", nargs="+", metavar="PATH",
+                        help="access-log files, directories (read recursively) or globs; .gz files are decompressed")
+    source.add_argument("--kafka", metavar="HOST:PORT[,...]",
+                        help="read the access-log topic from this cluster instead (--topic, --from, --to)")
+    source.add_argument("--live", metavar="DIR",
+                        help="report the per-minute tables `sluice stream --out DIR` keeps current")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory: report.html, summary.json and parquet/<table>/")
+    _kafka_arguments(p)
+    p.add_argument("--from", dest="start", metavar="TIME",
+                   help="with --kafka: records from this time (ISO-8601, UTC unless it says otherwise; default: the "
+                        "earliest)")
+    p.add_argument("--to", dest="end", metavar="TIME",
+                   help="with --kafka: records before this time (default: the latest when the job starts)")
+    _spark_arguments(p)
     p.add_argument("--bucket", metavar="DURATION",
                    help="time bucket of the over-time charts, e.g. 10s, 5m (default: from the span of the logs)")
     p.add_argument("--rate-window", default="10s", metavar="DURATION",
@@ -198,7 +229,6 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parquet-out", metavar="URI",
                    help="where the Parquet tables go (default DIR/parquet; on a cluster, a filesystem the "
                         "executors share, e.g. hdfs://...)")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
 
 
 def _missing_inputs(paths: list[str]) -> list[str]:
@@ -213,6 +243,26 @@ def _missing_inputs(paths: list[str]) -> list[str]:
         if not os.path.exists(path):
             missing.append(path)
     return missing
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} takes KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def _time(text: str | None, flag: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{flag} takes an ISO-8601 time, e.g. 2025-01-31T12:00:00Z, got {text!r}") from None
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -238,32 +288,100 @@ def _report(args: argparse.Namespace) -> int:
         return usage("--bucket, --rate-window and --move-within must be at least 1 second")
     if args.replication_factor < 1:
         return usage("--replication-factor must be at least 1")
-    conf = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            return usage(f"--conf takes KEY=VALUE, got {item!r}")
-        conf[key.strip()] = value
-    missing = _missing_inputs(args.logs)
-    if missing:
-        return usage(f"no such file or directory: {', '.join(missing)}")
+    try:
+        conf = _pairs(args.conf, "--conf")
+        kafka_options = _pairs(args.kafka_option, "--kafka-option")
+        start, end = _time(args.start, "--from"), _time(args.end, "--to")
+    except ValueError as exc:
+        return usage(str(exc))
+    if (start or end) and not args.kafka:
+        return usage("--from and --to select records of the topic: use them with --kafka")
+    if start and end and start >= end:
+        return usage("--from must be before --to")
+    if args.logs:
+        missing = _missing_inputs(args.logs)
+        if missing:
+            return usage(f"no such file or directory: {', '.join(missing)}")
     try:
         from proxy.analytics.job import JobOptions, run_job
+        from proxy.analytics.minutes import live_report
         from proxy.analytics.session import build_session
+        from proxy.analytics.source import KafkaTopic
     except ImportError as exc:
         return usage(f"needs the analytics extra (pip install 'kafka-sluice[analytics]'): {exc}")
 
     options = JobOptions(bucket_s=bucket_s, rate_window_s=rate_window_s, throttle=throttle,
                          parquet_uri=args.parquet_out)
-    spark = build_session(args.master, conf=conf)
+    source = KafkaTopic(args.kafka, args.topic, start, end, kafka_options) if args.kafka else args.logs
+    spark = build_session(args.master, conf=conf, kafka=bool(args.kafka))
     try:
-        result = run_job(spark, args.logs, args.out, options, progress=lambda m: print(m, file=sys.stderr))
+        if args.live:
+            summary = live_report(spark, args.live, args.out)
+        else:
+            summary = run_job(spark, source, args.out, options,
+                              progress=lambda m: print(m, file=sys.stderr)).summary()
     except Exception as exc:  # Spark's errors arrive as Py4J/Analysis exceptions: one line, then exit 1
         print(f"report failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         spark.stop()
-    print(json.dumps(result.summary()))
+    print(json.dumps(summary))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------------- stream
+
+
+def _stream_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kafka", required=True, metavar="HOST:PORT[,...]", help="the cluster of the access-log topic")
+    _kafka_arguments(p)
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="DIR/tables (the per-minute tables, current) and DIR/checkpoint (where the stream is); on a "
+                        "cluster, a filesystem the executors share")
+    p.add_argument("--from", dest="start", metavar="TIME",
+                   help="on the stream's first start: records from this time (default: the earliest); afterwards "
+                        "the checkpoint says where to go on")
+    p.add_argument("--trigger", default="10s", metavar="DURATION", help="micro-batch interval (default 10s)")
+    p.add_argument("--once", action="store_true",
+                   help="process what the topic holds now, then stop (for a scheduler instead of a service)")
+    p.add_argument("--keep", metavar="DURATION", help="drop minutes older than this from the tables (default: keep)")
+    p.add_argument("--max-records", type=int, metavar="N", help="at most N records per micro-batch")
+    _spark_arguments(p)
+
+
+def _stream(args: argparse.Namespace) -> int:
+    from proxy.analytics.units import parse_duration
+
+    def usage(message: str) -> int:
+        print(f"stream: {message}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    try:
+        conf = _pairs(args.conf, "--conf")
+        kafka_options = _pairs(args.kafka_option, "--kafka-option")
+        start = _time(args.start, "--from")
+        trigger_s = parse_duration(args.trigger)
+        keep_s = round(parse_duration(args.keep)) if args.keep else None
+    except ValueError as exc:
+        return usage(str(exc))
+    if trigger_s <= 0 or (keep_s is not None and keep_s < 60):
+        return usage("--trigger must be positive and --keep at least a minute")
+    try:
+        from proxy.analytics.live import run_stream
+        from proxy.analytics.session import build_session
+        from proxy.analytics.source import KafkaTopic
+    except ImportError as exc:
+        return usage(f"needs the analytics extra (pip install 'kafka-sluice[analytics]'): {exc}")
+    spark = build_session(args.master, app_name="sluice-stream", conf=conf, kafka=True)
+    try:
+        run_stream(spark, KafkaTopic(args.kafka, args.topic, start, None, kafka_options), args.out,
+                   trigger_s=trigger_s, once=args.once, keep_s=keep_s, max_records_per_batch=args.max_records,
+                   progress=lambda m: print(m, file=sys.stderr))
+    except Exception as exc:
+        print(f"stream failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        spark.stop()
     return EXIT_OK
 
 
@@ -300,6 +418,8 @@ COMMANDS: tuple[_Command, ...] = (
              _throttle),
     _Command("report", "analyse access logs on Spark: Parquet aggregates and an HTML report", _report_arguments,
              _report),
+    _Command("stream", "keep per-minute aggregates of the access-log topic current (Spark Structured Streaming)",
+             _stream_arguments, _stream),
 )
 
 

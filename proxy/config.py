@@ -62,6 +62,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 __all__ = [
+    "AccessLogKafkaSettings",
     "AdminSettings",
     "ConfigError",
     "LimitsSettings",
@@ -74,6 +75,7 @@ __all__ = [
     "ThrottleSettings",
     "UpstreamSettings",
     "apply_state_file",
+    "check_topic_name",
     "check_topic_or_glob",
     "load_settings",
     "parse_host_port",
@@ -340,6 +342,114 @@ class AdminSettings(Section):
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
+#: librdkafka properties the access-log sink sets from its own keys; ``properties`` may not set them again (one
+#: place per setting, and the bound on the buffer must stay the one ``buffer_events``/``buffer_bytes`` say).
+KAFKA_SINK_MANAGED = {
+    "bootstrap.servers": "bootstrap_servers",
+    "queue.buffering.max.messages": "buffer_events",
+    "queue.buffering.max.kbytes": "buffer_bytes",
+    "linger.ms": "linger_ms",
+    "compression.type": "compression",
+    "compression.codec": "compression",
+    "message.timeout.ms": "delivery_timeout_s",
+    "delivery.timeout.ms": "delivery_timeout_s",
+    "delivery.report.only.error": "",
+    "dr_cb": "",
+    "dr_msg_cb": "",
+    "on_delivery": "",
+    "error_cb": "",
+    "logger": "",
+}
+#: Substrings of librdkafka property names whose values are secrets (never logged).
+_SECRET_PROPERTY_PARTS = ("password", "secret", "jaas", "token", ".pem", "credentials")
+
+
+def check_topic_name(text: str) -> str:
+    """A Kafka topic name (Topic.java's rules), not a glob."""
+    if topic_is_glob(text):
+        raise ValueError(f"{text!r} is a glob; a topic name is needed here")
+    return check_topic_or_glob(text)
+
+
+class AccessLogKafkaSettings(Section):
+    """``[logging.access_log_kafka]``: the access log also produced to a Kafka topic (the same JSON line per request,
+    the same schema), from a bounded buffer that never blocks the proxy: when the buffer is full the event is
+    dropped and counted (``sluice_access_log_dropped_total``). Needs a restart."""
+
+    enabled: bool = Field(default=False, description="Produce every access-log event to `topic`.")
+    bootstrap_servers: list[HostPort] = Field(
+        default_factory=list,
+        description="The cluster the events go to, host:port; empty = the upstream cluster "
+                    "(upstream.bootstrap_servers).",
+    )
+    topic: str = Field(default="sluice-access-log", description="Topic the events are produced to.")
+    key: str = Field(
+        default="",
+        description="Message key of every event: names this Sluice process in the analytics (its `source`, as the "
+                    "file name does for files) and keeps its events in one partition, in order; empty = "
+                    '"<hostname>:<pid>".',
+    )
+    buffer_events: Annotated[int, Field(ge=1, le=10_000_000)] = Field(
+        default=100_000, description="Events held while the cluster is slow or down; beyond it events are dropped."
+    )
+    buffer_bytes: Annotated[int, Field(ge=1024, le=2**31 - 1)] = Field(
+        default=67_108_864, description="Bytes held (the same buffer, bounded in bytes too); beyond it events "
+                                        "are dropped."
+    )
+    linger_ms: Annotated[int, Field(ge=0, le=60_000)] = Field(
+        default=100, description="How long events wait to be batched before they are sent."
+    )
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = Field(
+        default="lz4", description="Batch compression (JSON lines compress about 10x)."
+    )
+    delivery_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
+        default=120.0, description="An event the cluster has not taken this long after it was buffered is "
+                                   "dropped (counted as delivery_failed)."
+    )
+    flush_timeout_s: Annotated[float, Field(ge=0, le=3600)] = Field(
+        default=5.0, description="At shutdown, how long buffered events may take to be sent; the rest are "
+                                 "dropped (counted as stopped)."
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="Further librdkafka producer properties, e.g. security.protocol, sasl.mechanism, "
+                    "sasl.username, sasl.password, ssl.ca.location (checked when Sluice starts).",
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        return check_topic_name(value)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if value != value.strip():
+            raise ValueError("must not start or end with spaces")
+        return value
+
+    @field_validator("delivery_timeout_s", "flush_timeout_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        return _check_finite(value)
+
+    @field_validator("properties")
+    @classmethod
+    def _properties(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name in KAFKA_SINK_MANAGED:
+                own = KAFKA_SINK_MANAGED[name]
+                raise KeyedValueError(
+                    name, f"is set by Sluice{f' from logging.access_log_kafka.{own}' if own else ''}; "
+                          "it cannot be overridden")
+            if not name or any(c.isspace() for c in name):
+                raise ValueError(f"{name!r} is not a property name")
+        return value
+
+    def redacted_properties(self) -> dict[str, str]:
+        return {k: "***" if any(p in k.lower() for p in _SECRET_PROPERTY_PARTS) else v
+                for k, v in self.properties.items()}
+
 
 class LoggingSettings(Section):
     """Operational log (stderr) and access log."""
@@ -349,6 +459,10 @@ class LoggingSettings(Section):
         default="-", description='Access log destination: "-" stdout, "off", or a file path.'
     )
     format: Literal["json", "console"] = Field(default="json", description="Operational log format.")
+    # A factory: the topic check it runs is defined further down this module.
+    access_log_kafka: AccessLogKafkaSettings = Field(
+        default_factory=lambda: AccessLogKafkaSettings(),
+        description="The access log also produced to a Kafka topic (off by default).")
 
     @field_validator("level", "format", mode="before")
     @classmethod
@@ -640,6 +754,7 @@ class Settings(Section):
         data = self.model_dump()
         if data["admin"]["token"]:
             data["admin"]["token"] = "***"
+        data["logging"]["access_log_kafka"]["properties"] = self.logging.access_log_kafka.redacted_properties()
         return data
 
 

@@ -50,6 +50,8 @@ THROTTLE_SIDES: Final[tuple[str, ...]] = ("leader", "follower")
 SESSION_ERROR_NAMES: Final[dict[int, str]] = {70: "FETCH_SESSION_ID_NOT_FOUND", 71: "INVALID_FETCH_SESSION_EPOCH",
                                               106: "FETCH_SESSION_TOPIC_ID_ERROR"}
 TOPIC_LOOKUP_OUTCOMES: Final[tuple[str, ...]] = ("resolved", "unknown", "failed")
+#: why an access-log event did not reach the Kafka sink's topic (proxy/accesslog_kafka.py)
+ACCESS_LOG_DROP_REASONS: Final[tuple[str, ...]] = ("write_failed", "buffer_full", "delivery_failed", "stopped")
 
 # 50 us (a relayed ApiVersions on loopback) .. 10 s (beyond any sane fetch.max.wait.ms); roughly 1-2.5-5 steps
 # so a Fetch long poll (~0.5 s) and a sub-millisecond metadata call both land in a bucket of their own.
@@ -126,11 +128,6 @@ class Metrics:
             "Topic ids Sluice looked up itself (a Metadata request of its own, for connections that never send "
             "one, e.g. replica fetchers), by outcome: resolved, unknown (no such topic), failed (no answer).",
             ["outcome"], registry=r)
-
-        # ----------------------------------------------------------------------------------- access log
-        self.access_log_dropped = Counter(
-            "sluice_access_log_dropped_total",
-            "Access-log events dropped (write failures or a full sink buffer).", registry=r)
 
         # ---------------------------------------------------------------------------------------- build
         self.build_info = Info("sluice_build", "Sluice build information; the value is always 1.", registry=r)
@@ -228,6 +225,18 @@ class Metrics:
             "Client fetch sessions evicted from Sluice's session cache to make room for a new one "
             "(Kafka's IncrementalFetchSessionEvictionsPerSec).", registry=r)
 
+        # ------------------------------------------------------------------- access log (file and Kafka)
+        self.access_log_dropped = Counter(
+            "sluice_access_log_dropped_total",
+            "Access-log events lost, by reason: write_failed (the file or stdout refused the line), and for the "
+            "Kafka sink ([logging.access_log_kafka]) buffer_full (its "
+            "bounded buffer was full: the cluster slow or down; the proxy never waits for it), delivery_failed "
+            "(the cluster did not take it within delivery_timeout_s, or refused it), stopped (still buffered when "
+            "the flush at shutdown ran out of time).", ["reason"], registry=r)
+        self.access_log_buffered = Gauge(
+            "sluice_access_log_buffered_events",
+            "Access-log events in the Kafka sink's buffer, not yet acknowledged by the cluster.", registry=r)
+
         # ------------------------------------------------------------ children known up front, pre-bound
         for direction in DIRECTIONS:
             self.bytes.labels(direction)
@@ -255,6 +264,8 @@ class Metrics:
             self.upstream_fetch_bytes_saved.labels(rr)
         for error in SESSION_ERROR_NAMES.values():
             self.fetch_session_errors.labels(error)
+        for drop in ACCESS_LOG_DROP_REASONS:
+            self.access_log_dropped.labels(drop)
 
         self.bytes_client_to_proxy = self.bytes.labels("client_to_proxy")
         self.bytes_proxy_to_upstream = self.bytes.labels("proxy_to_upstream")

@@ -23,7 +23,7 @@ import itertools
 import socket
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .accesslog import AccessLog, LogLimiter, get_access_log, get_logger
 from .config import Settings
@@ -40,6 +40,9 @@ from .wire.errors import CodecError
 from .wire.messages import decode_response, encode_request, request_header_version
 from .wire.model import Message
 from .wire.schema import check_specs
+
+if TYPE_CHECKING:
+    from .accesslog_kafka import KafkaAccessLogSink
 
 log = get_logger("sluice.server")
 
@@ -64,7 +67,15 @@ class Proxy:
         self.clock = clock
         self.metrics = Metrics()
         self.access_log = access_log if access_log is not None else get_access_log()
-        self.access_log.count_drops(self.metrics.access_log_dropped.inc)
+        self.access_log.count_drops(self.metrics.access_log_dropped.labels("write_failed").inc)
+        #: the access log's Kafka sink ([logging.access_log_kafka]), made now so a bad librdkafka property fails
+        #: before anything listens (ConfigError); attached in start(), flushed and closed in stop()
+        self.access_log_sink: KafkaAccessLogSink | None = None
+        if settings.logging.access_log_kafka.enabled:
+            from .accesslog_kafka import KafkaAccessLogSink
+
+            self.access_log_sink = KafkaAccessLogSink(settings.logging.access_log_kafka,
+                                                      settings.upstream.bootstrap_servers, self.metrics)
         self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base,
                              open_listener=self.open_listener)
         self.names = TopicNames(clock, on_lookup=self._lookup_wanted)
@@ -95,6 +106,9 @@ class Proxy:
     async def start(self) -> None:
         check_specs()  # SpecsError before a listener opens: never a proxy that closes every connection it accepts
         self.loop = asyncio.get_running_loop()
+        if self.access_log_sink is not None:
+            self.access_log_sink.start(self.loop)
+            self.access_log.attach_sink(self.access_log_sink)
         listen = self.settings.listen
         self._servers[None] = await self.loop.create_server(
             lambda: _ClientProtocol(self, None), listen.host, listen.bootstrap_port, reuse_address=True
@@ -142,6 +156,12 @@ class Proxy:
                 await asyncio.wait_for(server.wait_closed(), 1.0)
         if self._lookup_task is not None:
             self._lookup_task.cancel()
+        sink = self.access_log_sink
+        if sink is not None:
+            # Every connection is closed: no more lines. Flushed with a bound (flush_timeout_s), off the loop.
+            if self.access_log.sink is sink:
+                self.access_log.detach_sink()
+            await sink.close()
         log.info("stopped", abandoned_requests=pending)
 
     # ------------------------------------------------------------------ brokers and listeners

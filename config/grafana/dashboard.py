@@ -190,10 +190,14 @@ ROWS = [
               "sluice_frames_rejected_total: each closed one connection (too_large, malformed, unknown_api, "
               "unsupported_version, request_timeout, upstream_closed). Alert: SluiceFramesRejected.",
               [(rate("sluice_frames_rejected_total", by="reason"), "{{reason}}")]),
-        Panel("Access-log events dropped/s", "cps",
-              "sluice_access_log_dropped_total: access-log events lost (write failures or a full sink buffer). "
-              "Alert: SluiceAccessLogDropping.",
-              [(rate("sluice_access_log_dropped_total"), "dropped")]),
+        Panel("Access-log events dropped/s by reason", "cps",
+              "sluice_access_log_dropped_total: access-log events lost: write_failed (file or stdout), and the "
+              "Kafka sink's buffer_full, delivery_failed, stopped. Alert: SluiceAccessLogDropping.",
+              [(rate("sluice_access_log_dropped_total", by="reason"), "{{reason}}")]),
+        Panel("Access-log events buffered for Kafka", "short",
+              "sluice_access_log_buffered_events: events in the Kafka sink's buffer, not yet acknowledged by the "
+              "cluster; rising toward logging.access_log_kafka.buffer_events means drops are next.",
+              [(f"sum by (instance) ({sel('sluice_access_log_buffered_events')})", "{{instance}}")]),
     ]),
     Row("Upstream health", [
         Panel("Upstream connect errors/s", "cps",

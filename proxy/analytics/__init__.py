@@ -5,7 +5,10 @@ number of files, gzip allowed) in, Parquet aggregates and a self-contained HTML 
 
 - ``schema``: the explicit Spark schema of access-log schema 1 (+ fields later versions add);
 - ``session``: the SparkSession (local[N] bound to 127.0.0.1, or a cluster master);
-- ``source``: reading, classifying and counting lines (malformed ones counted, never fatal), caching valid rows;
+- ``source``: reading (files, or the access-log topic over a time range), classifying and counting lines (malformed
+  ones counted, never fatal), caching valid rows;
+- ``live``: ``sluice stream``, Structured Streaming over the topic keeping per-minute tables current (exactly once);
+  ``minutes``: their report sections and the live report;
 - ``buckets``: the time-bucket size; ``aggregates``: one DataFrame per Parquet table;
 - ``fairness``: Jain's index; ``kip73``: throttle sizing from observed inbound rates; ``units``: sizes and rates;
 - ``charts`` (matplotlib, PNG), ``html`` (the page), ``sections`` (what the report says); ``job``: all of it in order.

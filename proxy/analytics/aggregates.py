@@ -39,7 +39,9 @@ __all__ = [
     "inbound_rate",
     "latency_by_api",
     "partition_bytes",
+    "partition_bytes_from_minutes",
     "partition_fairness",
+    "rebucket",
     "rollup",
     "rollup_window_s",
     "session_savings",
@@ -86,7 +88,7 @@ def with_bucket(events: DataFrame, bucket_s: int, name: str = "bucket") -> DataF
     return events.withColumn(name, F.timestamp_seconds(start_s))
 
 
-def _rebucket(column: str, bucket_s: int) -> Column:
+def rebucket(column: str, bucket_s: int) -> Column:
     """An epoch-aligned window start, moved to the start of its ``bucket_s`` bucket."""
     return F.timestamp_seconds(F.floor(F.unix_seconds(F.col(column)) / F.lit(bucket_s)) * F.lit(bucket_s))
 
@@ -124,7 +126,7 @@ def rollup(events: DataFrame, window_s: int) -> DataFrame:
 
 def traffic_over_time(rolled: DataFrame, bucket_s: int) -> DataFrame:
     """``requests_with_errors`` rides along so ``by_api`` needs no scan of its own."""
-    return rolled.groupBy(_rebucket("window", bucket_s).alias("bucket"), "client_id", "api").agg(
+    return rolled.groupBy(rebucket("window", bucket_s).alias("bucket"), "client_id", "api").agg(
         *_sum_all("requests", *BYTE_COLUMNS, "requests_with_errors")
     )
 
@@ -199,7 +201,7 @@ def inbound_rate(rolled: DataFrame, window_s: int) -> DataFrame:
     """Inbound = bytes_upstream_to_proxy (what brokers sent through Sluice), per upstream and ``window_s`` window.
     Windows without traffic have no row (their rate is 0)."""
     return (
-        rolled.groupBy("upstream", _rebucket("window", window_s).alias("window"))
+        rolled.groupBy("upstream", rebucket("window", window_s).alias("window"))
         .agg(F.sum("bytes_upstream_to_proxy").alias("bytes"))
         .withColumn("bps", F.col("bytes") / F.lit(float(window_s)))
     )
@@ -210,7 +212,7 @@ def throttle_over_time(rolled: DataFrame, bucket_s: int) -> DataFrame:
     largest throttle in force in the bucket, bytes/s) vs achieved (throttled bytes / bucket)."""
     return (
         rolled.filter(F.col("throttle_requests") > 0)
-        .groupBy(_rebucket("window", bucket_s).alias("bucket"), "source")
+        .groupBy(rebucket("window", bucket_s).alias("bucket"), "source")
         .agg(
             F.max("target_bps").alias("target_bps"),
             F.min("min_target_bps").alias("min_target_bps"),
@@ -226,7 +228,7 @@ def session_savings(rolled: DataFrame, bucket_s: int) -> DataFrame:
     (a session costs a little when every partition changes)."""
     return (
         rolled.filter(F.col("session_requests") > 0)
-        .groupBy(_rebucket("window", bucket_s).alias("bucket"))
+        .groupBy(rebucket("window", bucket_s).alias("bucket"))
         .agg(
             F.sum("session_client_bytes").alias("client_bytes"),
             F.sum("session_upstream_bytes").alias("upstream_bytes"),
@@ -265,6 +267,12 @@ def partition_bytes(events: DataFrame) -> DataFrame:
             F.count_if(is_produce).alias("produces"),
         )
     )
+
+
+def partition_bytes_from_minutes(topic_minute: DataFrame) -> DataFrame:
+    """``partition_bytes`` from the per-minute table (live.minute_tables' ``topic_minute``): the same sums."""
+    return topic_minute.groupBy("topic", "partition").agg(
+        *_sum_all("fetch_bytes", "fetches", "empty_fetches", "produce_bytes", "produces"))
 
 
 def partition_fairness(partitions: DataFrame) -> DataFrame:

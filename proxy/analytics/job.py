@@ -1,11 +1,15 @@
 """The analytics job: access logs -> Parquet aggregates + a self-contained HTML report (+ a JSON summary).
 
     run_job(spark, ["logs/"], "out/")     # -> out/parquet/<table>/, out/report.html, out/summary.json
+    run_job(spark, KafkaTopic("kafka:9092", "sluice-access-log", start, end), "out/")   # the topic, a time range
 
-Steps: read and classify every line once, caching the valid rows (``source``); pick the time-bucket size from the
-span of the logs (``buckets``); roll the events up once and write each aggregate (``aggregates``) as Parquet,
-reading it back, so the report (``sections``, ``charts``, ``html``) is built from exactly what was written, from
-small tables; size a replication throttle from the measured inbound rates (``kip73``).
+Steps: read and classify every line once - from files or from the access-log topic - caching the valid rows
+(``source``); pick the time-bucket size from the span of the logs (``buckets``); roll the events up once and write
+each aggregate (``aggregates``) as Parquet, reading it back, so the report (``sections``, ``minutes``, ``charts``,
+``html``) is built from exactly what was written, from small tables; size a replication throttle from the measured
+inbound rates (``kip73``). The per-minute tables (``live.MINUTE_TABLES``) are written too: the tables
+``sluice stream`` keeps current from the topic, computed here mostly from the rollup (the stream computes them from
+its events: the tests hold both to the same result).
 
 The same code runs on local[N] and on a cluster: the aggregates are plain DataFrame operations (no Python UDFs, so
 no Python workers and no serialisation per row). On a cluster the Parquet destination must be a filesystem the
@@ -28,16 +32,19 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from proxy.analytics import aggregates as agg
+from proxy.analytics import live
 from proxy.analytics.buckets import choose_bucket_seconds
 from proxy.analytics.html import render
 from proxy.analytics.kip73 import Recommendation, ThrottleInputs, recommend
 from proxy.analytics.sections import ReportContext, build_sections, inbound_rates
-from proxy.analytics.source import InputCounts, read_access_logs
+from proxy.analytics.source import InputCounts, KafkaTopic, read_access_log_topic, read_access_logs
 
 __all__ = ["JobOptions", "JobResult", "run_job"]
 
 REPORT_NAME = "report.html"
 SUMMARY_NAME = "summary.json"
+#: every table the job may write, with what it holds (the report lists them)
+ALL_TABLES: dict[str, str] = {**agg.TABLES, **{n: t.description for n, t in live.MINUTE_TABLES.items()}}
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ class _Writer:
         if _is_local(root):
             # Tables an earlier run wrote but this one will not (an optional section without data) must not
             # linger next to fresh ones and be mistaken for this run's.
-            for name in agg.TABLES:
+            for name in ALL_TABLES:
                 shutil.rmtree(_local_path(root) / name, ignore_errors=True)
 
     def __call__(self, name: str, df: DataFrame) -> DataFrame:
@@ -125,16 +132,28 @@ class _Writer:
         return back
 
 
+def describe(logs: Sequence[str] | KafkaTopic) -> str:
+    if isinstance(logs, KafkaTopic):
+        when = ""
+        if logs.start or logs.end:
+            when = f" from {logs.start.isoformat() if logs.start else 'the start'} to " \
+                   f"{logs.end.isoformat() if logs.end else 'the end'}"
+        return f"topic {logs.topic} at {logs.bootstrap_servers}{when}"
+    return f"{len(logs)} path(s)"
+
+
 def run_job(
     spark: SparkSession,
-    logs: Sequence[str],
+    logs: Sequence[str] | KafkaTopic,
     out: str | Path,
     options: JobOptions | None = None,
     *,
     progress: Callable[[str], None] | None = None,
 ) -> JobResult:
-    """Run the whole job. Malformed input lines are counted, never fatal; an input path that matches nothing
-    raises Spark's AnalysisException (``sluice report`` checks local paths before starting Spark)."""
+    """Run the whole job over files (``logs``: paths) or the access-log topic (a :class:`KafkaTopic`; the session
+    needs the Kafka connector: ``build_session(kafka=True)``). Malformed input lines are counted, never fatal; an
+    input path that matches nothing raises Spark's AnalysisException (``sluice report`` checks local paths before
+    starting Spark)."""
     opts = options or JobOptions()
     started = time.monotonic()
     say = progress or (lambda _msg: None)
@@ -142,8 +161,11 @@ def run_job(
     out_dir.mkdir(parents=True, exist_ok=True)
     parquet_root = opts.parquet_uri or str((out_dir / "parquet").resolve())
 
-    say(f"reading {len(logs)} path(s)")
-    inp = read_access_logs(spark, [str(p) for p in logs])
+    say(f"reading {describe(logs)}")
+    if isinstance(logs, KafkaTopic):
+        inp = read_access_log_topic(spark, logs)
+    else:
+        inp = read_access_logs(spark, [str(p) for p in logs])
     try:
         counts = inp.counts
         say(f"{counts.lines:,} lines: {counts.valid:,} valid, {counts.malformed:,} malformed")
@@ -162,8 +184,12 @@ def run_job(
                 write("throttle_over_time", agg.throttle_over_time(rolled, bucket_s))
             if counts.has("session_upstream_bytes"):
                 write("session_savings", agg.session_savings(rolled, bucket_s))
+            minute = live.minute_tables_from_rollup(rolled, window_s) or live.minute_tables(events)
+            write("client_minute", minute["client_minute"])
+            write("throttle_minute", minute["throttle_minute"])
         finally:
             rolled.unpersist()
+        write("lines", live.lines_from_counts(spark, counts))
         write("by_client", agg.by_client(traffic))
         write("by_api", agg.by_api(traffic))
         write("by_listener", agg.by_listener(connections))
@@ -171,7 +197,9 @@ def run_job(
         write("latency_by_api", agg.latency_by_api(events))
         write("error_codes", agg.error_codes(events))
         if counts.has("partitions"):
-            parts = write("partition_bytes", agg.partition_bytes(events))
+            # one scan of the partitions for both: the totals per partition are the minutes' sums
+            per_minute = write("topic_minute", live.minute_tables(events)["topic_minute"])
+            parts = write("partition_bytes", agg.partition_bytes_from_minutes(per_minute))
             write("partition_fairness", agg.partition_fairness(parts))
             write("fairness_over_time", agg.fairness_over_time(agg.with_bucket(events, bucket_s)))
         say(f"wrote {len(write.written)} tables under {parquet_root}")
@@ -192,10 +220,12 @@ def run_job(
         recommendation=rec,
         inbound=rates,
     )
-    sections = build_sections(ctx, agg.TABLES)
+    sections = build_sections(ctx, ALL_TABLES)
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    origin = (f"{describe(logs)} ({counts.files:,} Sluice process(es))" if isinstance(logs, KafkaTopic)
+              else f"{counts.files:,} log file(s)")
     meta = (
-        f"Generated {generated} from {counts.files:,} log file(s), {counts.lines:,} lines "
+        f"Generated {generated} from {origin}, {counts.lines:,} lines "
         f"({counts.valid:,} valid, {counts.malformed:,} malformed). Sluice access-log schema 1."
     )
     report = out_dir / REPORT_NAME

@@ -592,4 +592,9 @@ SECTIONS: tuple[Callable[[ReportContext], Section], ...] = (
 
 
 def build_sections(ctx: ReportContext, descriptions: dict[str, str]) -> list[Section]:
-    return [*(build(ctx) for build in SECTIONS), tables_section(ctx, descriptions)]
+    from proxy.analytics.minutes import minute_sections  # it reads the live module's tables: imported when needed
+
+    built = [build(ctx) for build in SECTIONS]
+    # the per-minute views right after the traffic over time (input, traffic, then these)
+    return [*built[:2], *minute_sections(ctx.tables, ctx.top_n, ctx.table_rows), *built[2:],
+            tables_section(ctx, descriptions)]

@@ -5,6 +5,11 @@ remote executors there is nothing to reach it from elsewhere, and Spark otherwis
 non-loopback address, which sandboxes and CI runners may not route. The web UI is off for local masters (one more
 listening port for a batch job nobody watches). A cluster master keeps Spark's defaults, since executors must reach
 the driver; ``conf`` overrides anything.
+
+The topic modes (``kafka=True``) need Spark's Kafka connector, which pyspark does not ship: it is resolved from Maven
+Central at start-up (``spark.jars.packages``, cached in ``~/.ivy2.5.2``) and handed to the executors by Spark, on a
+cluster too. The connector must be the same version as Spark itself, so it is the installed pyspark's version:
+pyspark is pinned (pyproject.toml) to a release whose connector is published there (4.2.0; 4.3.0's is not).
 """
 
 from __future__ import annotations
@@ -15,7 +20,16 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "build_session", "is_local"]
+__all__ = ["DEFAULT_MASTER", "KAFKA_CONNECTOR", "build_session", "is_local", "kafka_package"]
+
+#: Spark's Kafka source/sink for Structured Streaming and batch (Scala 2.13: the build pyspark 4 ships)
+KAFKA_CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+#: The connector's dependencies pyspark already ships (pyspark/jars, the same versions): not downloaded again
+#: (hadoop-client-* alone are ~60 MB) nor put on the classpath twice. What is fetched: the connector, its token
+#: provider, kafka-clients and commons-pool2.
+_SHIPPED = ("org.apache.hadoop:hadoop-client-runtime", "org.apache.hadoop:hadoop-client-api", "at.yawk.lz4:lz4-java",
+            "org.xerial.snappy:snappy-java", "org.slf4j:slf4j-api", "com.google.code.findbugs:jsr305",
+            "org.scala-lang.modules:scala-parallel-collections_2.13")
 
 DEFAULT_MASTER = "local[2]"
 LOOPBACK = "127.0.0.1"
@@ -49,17 +63,31 @@ def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[") or master.startswith("local-cluster[")
 
 
+def kafka_package() -> str:
+    """The connector's Maven coordinates for the installed Spark (they must match exactly)."""
+    import pyspark
+
+    return f"{KAFKA_CONNECTOR}:{pyspark.__version__}"
+
+
 def build_session(
-    master: str = DEFAULT_MASTER, *, app_name: str = "sluice-report", conf: Mapping[str, str] | None = None
+    master: str = DEFAULT_MASTER, *, app_name: str = "sluice-report", conf: Mapping[str, str] | None = None,
+    kafka: bool = False,
 ) -> SparkSession:
-    """A new or the running SparkSession; with a running one, runtime SQL settings are still applied."""
+    """A new or the running SparkSession; with a running one, runtime SQL settings are still applied. ``kafka``:
+    with the Kafka connector (needed to read the access-log topic; only when this call starts the JVM)."""
     settings = dict(_BASE_CONF)
     if is_local(master):
         settings.update(_LOCAL_CONF)
         # Read by the JVM at launch (the block manager and RPC bind before any conf is consulted).
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    if kafka:
+        settings["spark.jars.packages"] = kafka_package()
+        settings["spark.jars.excludes"] = ",".join(_SHIPPED)
     if conf:
         settings.update(conf)
+        if kafka and "spark.jars.packages" in conf and kafka_package() not in conf["spark.jars.packages"]:
+            settings["spark.jars.packages"] = f"{conf['spark.jars.packages']},{kafka_package()}"
     # Python workers, if Spark ever needs one (the job itself uses no Python UDFs), run this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)

@@ -15,10 +15,16 @@ Lines fall into exactly one class:
 - ``valid``: everything else; the only rows the aggregates see.
 
 Blank lines are skipped by Spark's reader and are not counted at all.
+
+Two inputs, one classification: files (``read_access_logs``; a row's ``source`` is its file) and a Kafka topic the
+access-log sink ([logging.access_log_kafka]) produces to (``read_access_log_topic``: a batch over a time range of
+the records' Kafka timestamps; a row's ``source`` is the message key, the Sluice process that wrote it). Each
+message's value is one access-log line, parsed with the same schema and options by ``from_json``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -35,7 +41,12 @@ from proxy.analytics.schema import (
     access_log_schema,
 )
 
-__all__ = ["InputCounts", "LogInput", "read_access_logs"]
+__all__ = ["CLASSES", "InputCounts", "KafkaTopic", "LogInput", "classify", "parse_kafka_rows", "read_access_log_topic",
+           "read_access_logs"]
+
+#: the line classes, in the order the report lists them
+CLASSES = ("valid", "malformed", "incomplete", "other_schema", "other_event")
+JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN, "timestampFormat": TIMESTAMP_FORMAT}
 
 # What the aggregates read (besides the optional fields and the source file).
 CACHED_COLUMNS = (
@@ -91,6 +102,57 @@ class LogInput:
         self._cached.unpersist()
 
 
+@dataclass(frozen=True)
+class KafkaTopic:
+    """The access-log topic: where it is and, for a batch, which records (by Kafka timestamp: when the sink
+    produced the event, within milliseconds of its ``ts``). ``start`` inclusive, ``end`` exclusive; None = from the
+    earliest / to the latest offset. ``options``: further Kafka consumer settings, without the ``kafka.`` prefix
+    (e.g. ``security.protocol``)."""
+
+    bootstrap_servers: str
+    topic: str
+    start: datetime | None = None
+    end: datetime | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def reader_options(self, streaming: bool = False) -> dict[str, str]:
+        opts = {f"kafka.{k}": v for k, v in self.options.items()}
+        opts.update({"kafka.bootstrap.servers": self.bootstrap_servers, "subscribe": self.topic,
+                     # Records the topic's retention deleted before they were read are skipped, not fatal.
+                     "failOnDataLoss": "false"})
+        if self.start is not None:
+            opts["startingTimestamp"] = str(_epoch_ms(self.start))
+            # a start after the last record: nothing, instead of Spark's default error
+            opts["startingOffsetsByTimestampStrategy"] = "latest"
+        else:
+            opts["startingOffsets"] = "earliest"
+        if not streaming:
+            if self.end is not None:
+                opts["endingTimestamp"] = str(_epoch_ms(self.end))
+            else:
+                opts["endingOffsets"] = "latest"
+        return opts
+
+
+def _epoch_ms(t: datetime) -> int:
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return round(t.timestamp() * 1000)
+
+
+def parse_kafka_rows(raw: DataFrame) -> DataFrame:
+    """Kafka records (key, value, topic, partition, ...) -> the access-log schema's columns, ``CORRUPT_COLUMN`` and
+    ``source`` (the message key; ``topic-partition`` for records without one)."""
+    source = F.coalesce(F.col("key").cast("string"), F.concat_ws("-", F.col("topic"), F.col("partition")))
+    parsed = F.from_json(F.col("value").cast("string"), access_log_schema(), JSON_OPTIONS)
+    return raw.select(parsed.alias("_j"), source.alias("source")).select("_j.*", "source")
+
+
+def classify(parsed: DataFrame) -> DataFrame:
+    """Adds ``_class`` (one of ``CLASSES``) to parsed rows."""
+    return parsed.withColumn("_class", _classify())
+
+
 def _classify() -> Column:
     corrupt = F.col(CORRUPT_COLUMN).isNotNull()
     missing = F.lit(False)
@@ -109,18 +171,23 @@ def _classify() -> Column:
 
 def read_access_logs(spark: SparkSession, paths: list[str]) -> LogInput:
     """Parse ``paths`` (files, directories - read recursively - or globs; ``.gz`` decompressed by extension)."""
-    raw = (
-        spark.read.schema(access_log_schema())
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-        .option("timestampFormat", TIMESTAMP_FORMAT)
-        .option("recursiveFileLookup", "true")
-        .json(paths)
-    )
+    raw = spark.read.schema(access_log_schema()).options(**JSON_OPTIONS).option("recursiveFileLookup", "true").json(
+        paths)
     # _metadata is the file source's hidden per-row column; the path identifies which proxy wrote a row, since
     # conn_id is only unique within one proxy process.
-    parsed = raw.withColumn("source", F.col("_metadata.file_path")).withColumn("_class", _classify())
-    cached = parsed.select(*CACHED_COLUMNS, *OPTIONAL_FIELDS, "source", "_class", CORRUPT_COLUMN).persist(
+    return _load(raw.withColumn("source", F.col("_metadata.file_path")))
+
+
+def read_access_log_topic(spark: SparkSession, topic: KafkaTopic) -> LogInput:
+    """The records of ``topic`` in its time range, as one batch (Spark's Kafka source: the spark-sql-kafka
+    connector, see proxy/analytics/session.py)."""
+    raw = spark.read.format("kafka").options(**topic.reader_options()).load()
+    return _load(parse_kafka_rows(raw))
+
+
+def _load(parsed: DataFrame) -> LogInput:
+    """Classify, cache, count: the common part of both inputs."""
+    cached = classify(parsed).select(*CACHED_COLUMNS, *OPTIONAL_FIELDS, "source", "_class", CORRUPT_COLUMN).persist(
         StorageLevel.MEMORY_AND_DISK
     )
 

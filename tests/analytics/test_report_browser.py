@@ -89,6 +89,15 @@ def test_cli_usage_errors_exit_2_before_spark(tmp_path: Path, capsys: pytest.Cap
     assert main(["report", "--logs", str(tmp_path), "--out", str(tmp_path), "--move-bytes", "lots"]) == 2
     assert "not a byte size" in capsys.readouterr().err
     assert main(["report", "--logs", str(tmp_path), "--out", str(tmp_path), "--conf", "novalue"]) == 2
+    assert main(["report", "--kafka", "127.0.0.1:1", "--from", "yesterday", "--out", str(tmp_path)]) == 2
+    assert "ISO-8601" in capsys.readouterr().err
+    assert main(["report", "--logs", str(tmp_path), "--from", "2025-01-31T12:00:00Z", "--out", str(tmp_path)]) == 2
+    assert "use them with --kafka" in capsys.readouterr().err
+    assert main(["report", "--kafka", "127.0.0.1:1", "--from", "2025-01-31T13:00:00Z", "--to", "2025-01-31T12:00:00Z",
+                 "--out", str(tmp_path)]) == 2
+    assert main(["stream", "--kafka", "127.0.0.1:1", "--out", str(tmp_path), "--keep", "10s"]) == 2
+    assert "at least a minute" in capsys.readouterr().err
+    assert main(["stream", "--kafka", "127.0.0.1:1", "--out", str(tmp_path), "--kafka-option", "x"]) == 2
 
 
 def test_cli_writes_report_tables_and_summary(report: Report) -> None:
@@ -102,7 +111,7 @@ def test_cli_writes_report_tables_and_summary(report: Report) -> None:
     # 50 GiB in 2 h over the observed inbound rate: a throttle inside the KIP-73 safe range
     assert t["feasible"] and t["safe_low_bps"] < t["recommended_bps"] < t["safe_high_bps"]
     assert t["move_time_s"] <= 7200
-    assert "wrote 14 tables" in report.stderr
+    assert "wrote 18 tables" in report.stderr  # 14 + the 4 per-minute tables (client, topic, throttle, lines)
 
 
 def test_report_renders_in_headless_chromium(report: Report, tmp_path: Path) -> None:

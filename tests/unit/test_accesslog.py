@@ -271,10 +271,10 @@ def test_dropped_lines_count_in_the_proxys_metric() -> None:
     """sluice_access_log_dropped_total: exported as 0 from the start, one per line a write failure lost."""
     log = AccessLog(_DiskFull())
     proxy = Proxy(load_settings(None, env={}), access_log=log)
-    assert b"sluice_access_log_dropped_total 0.0" in proxy.metrics.exposition()
+    assert b'sluice_access_log_dropped_total{reason="write_failed"} 0.0' in proxy.metrics.exposition()
     for _ in range(3):
         log.record(**fields())
-    assert proxy.metrics.total("sluice_access_log_dropped_total") == 3 == log.dropped
+    assert proxy.metrics.total("sluice_access_log_dropped_total", reason="write_failed") == 3 == log.dropped
 
 
 def test_unopenable_file_fails_at_construction(tmp_path: Path) -> None:
@@ -330,3 +330,43 @@ def test_console_format_is_not_json(capsys: pytest.CaptureFixture[str], restore_
     assert "hello" in err and "who" in err
     with pytest.raises(json.JSONDecodeError):
         json.loads(err.splitlines()[0])
+
+
+# ------------------------------------------------------------------------------------------------ sinks
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def offer(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_a_sink_gets_every_line_even_when_the_destination_is_off() -> None:
+    log = AccessLog("off")
+    assert not log.enabled
+    sink = ListSink()
+    log.attach_sink(sink)
+    assert log.enabled and log.sink is sink
+    log.record(**fields(correlation_id=1))
+    log.record(**fields(correlation_id=2))
+    assert [r["correlation_id"] for r in lines_of("".join(sink.lines))] == [1, 2]
+    log.detach_sink()
+    assert not log.enabled
+    log.record(**fields(correlation_id=3))
+    assert len(sink.lines) == 2
+
+
+def test_a_sink_gets_the_same_line_as_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "access.jsonl"
+    log = AccessLog(str(path))
+    sink = ListSink()
+    log.attach_sink(sink)
+    for i in range(3):
+        log.record(**fields(correlation_id=i, partitions=[("t", 0, 10)], throttle_target_bps=5, throttled_bytes=1))
+    log.close()  # the file closes; the sink stays
+    assert log.enabled
+    log.record(**fields(correlation_id=3))
+    assert path.read_text() == "".join(sink.lines[:3])
+    assert len(sink.lines) == 4

@@ -161,6 +161,16 @@ INVALID = [
     ('[admin]\nstate_file = " state.json"', "admin.state_file", "without leading or trailing spaces"),
     ('[admin]\nstate_file = "/var/lib/sluice/"', "admin.state_file", "must name a file, not a directory"),
     ("listen = 5", "listen", "valid dictionary"),
+    ('[logging.access_log_kafka]\ntopic = "logs-*"', "logging.access_log_kafka.topic", "is a glob"),
+    ('[logging.access_log_kafka]\ntopic = "a b"', "logging.access_log_kafka.topic", "cannot occur in a topic"),
+    ("[logging.access_log_kafka]\nbuffer_events = 0", "logging.access_log_kafka.buffer_events",
+     "greater than or equal to 1"),
+    ('[logging.access_log_kafka]\ncompression = "brotli"', "logging.access_log_kafka.compression", "'lz4'"),
+    ('[logging.access_log_kafka]\nbootstrap_servers = ["nohost"]', "logging.access_log_kafka.bootstrap_servers[0]",
+     "host:port"),
+    ('[logging.access_log_kafka]\nproperties = { "queue.buffering.max.messages" = "5" }',
+     "logging.access_log_kafka.properties.queue.buffering.max.messages",
+     "set by Sluice from logging.access_log_kafka.buffer_events"),
 ]
 
 
@@ -270,6 +280,34 @@ def test_env_errors_name_key_and_variable(var: str, value: str, key: str, reason
 def test_env_booleans() -> None:
     for text, expected in [("1", True), ("yes", True), ("ON", True), ("0", False), ("False", False)]:
         assert load_settings(None, env={"SLUICE_ADMIN__ENABLED": text}).admin.enabled is expected
+
+
+def test_access_log_kafka_is_off_by_default_and_set_from_file_and_env(tmp_path: Path) -> None:
+    k = load_settings(None, env={}).logging.access_log_kafka
+    assert (k.enabled, k.bootstrap_servers, k.topic, k.buffer_events) == (False, [], "sluice-access-log", 100_000)
+    path = write(tmp_path, '[logging.access_log_kafka]\nenabled = true\nproperties = { "security.protocol" = "SSL" }\n')
+    k = load_settings(path, env={"SLUICE_LOGGING__ACCESS_LOG_KAFKA__BOOTSTRAP_SERVERS": "a:1,b:2",
+                                 "SLUICE_LOGGING__ACCESS_LOG_KAFKA__BUFFER_EVENTS": "50"}).logging.access_log_kafka
+    assert (k.enabled, k.bootstrap_servers, k.buffer_events) == (True, ["a:1", "b:2"], 50)
+    assert k.properties == {"security.protocol": "SSL"}
+
+
+def test_access_log_kafka_secrets_are_redacted() -> None:
+    s = load_settings(None, env={}).with_overrides({"logging.access_log_kafka.properties": {
+        "sasl.username": "sluice", "sasl.password": "hunter2", "ssl.key.pem": "-----BEGIN"}})
+    shown = s.redacted()["logging"]["access_log_kafka"]["properties"]
+    assert shown == {"sasl.username": "sluice", "sasl.password": "***", "ssl.key.pem": "***"}
+
+
+def test_cli_run_with_a_property_librdkafka_refuses_exits_2(tmp_path: Path) -> None:
+    path = write(tmp_path, '[admin]\nenabled = false\n[listen]\nbootstrap_port = 0\nbroker_port_base = 0\n'
+                           '[logging.access_log_kafka]\nenabled = true\nproperties = { "no.such.property" = "1" }\n',
+                 name="bad.toml")
+    result = sluice("run", "--config", str(path))
+    assert result.returncode == 2, result
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("config error: logging.access_log_kafka.properties: librdkafka refused"), last
+    assert "no.such.property" in last
 
 
 def test_secret_value_is_never_echoed(tmp_path: Path) -> None:
