@@ -2,24 +2,30 @@
 
 ``python -m bench.storm [--clients 200] [--rounds 3] [--partitions 50] [--upstream HOST:PORT]``
 
-One run, one rig broker (or ``--upstream``), one Sluice subprocess in front of it (``python -m proxy run``, access
-log off). A storm is ``--clients`` connections opened in the same instant from one event loop (uvloop, raw
-sockets); each then sends, one after the other, ApiVersions v3, Metadata v12 (the storm's topic) and ListOffsets
-v7 (its partition, latest), as a partition reader starting up does. Every figure is the time from the storm's
-start to that request's answer, per client, as percentiles over the clients of all rounds:
+One run, one rig broker (or ``--upstream``), one Sluice subprocess in front of it (``python -m proxy run``, with
+its access log: Sluice's own latency of each request). A storm is ``--clients`` connections opened in the same
+instant from one event loop (uvloop, raw sockets); each then sends, one after the other, ApiVersions v3, Metadata
+v12 (the storm's topic) and ListOffsets v7 (its partition, latest), as a partition reader starting up does. Every
+figure is the time from the storm's start to that request's answer, per client, as percentiles over the clients
+of all rounds:
 
 - ``cold``: connect and the three requests, direct to the broker's listener and through Sluice's listener for
   the broker (node 1), in the same run, ABBA order per round (direct, Sluice, Sluice, direct) so drift cancels;
 - ``warm``: the same requests on connections opened beforehand (through Sluice: once Sluice's upstream
   connections are all up, ``sluice_connections_open{side="upstream"}``), so no connection is set up during the
-  storm. ``cold - warm`` through Sluice is what connection set-up costs there; Sluice's part of it, the upstream
-  connect it makes for each client, is that minus the same difference direct (the client's own connect);
+  storm;
+- what the upstream connection set-up can account for in a cold storm through Sluice (``upstream_setup``): the
+  wait for it is bounded by the latency Sluice's access log gives each connection's first request (request read
+  -> response written: the wait for the upstream connect, the broker's answer, Sluice's work), next to the
+  client's time to that answer; and Sluice's CPU per client (psutil), cold against warm split into setting
+  the connections up and serving the requests;
 - the kernel's counters (/proc/net/netstat, whole machine) across each storm: ``ListenOverflows`` /
   ``ListenDrops`` (a listen backlog full: the SYN or the handshake's last ACK dropped, and the client's or
   server's retransmission 1 s later) and ``TCPSynRetrans``.
 
 Prints one JSON line per storm and per (mode, path); the last line is ``{"summary": "storm", "clients": ...,
-"cold_direct_api_versions_ms": {...}, "cold_sluice_api_versions_ms": {...}, ..., "upstream_setup_ms": {...}}``.
+"cold_direct_api_versions_ms": {...}, "cold_sluice_api_versions_ms": {...}, ..., "upstream_wait_bound_ms": {...},
+"upstream_wait_share_bound": {...}, "sluice_cpu_ms_per_client": {...}, "connection_setup_cpu_share": ...}``.
 Sized for a 2-core machine: under a minute with the defaults (plus the broker's start).
 """
 
@@ -33,6 +39,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,27 +145,41 @@ class Client:
                 pass
 
 
+@dataclass
+class Storm:
+    """What one storm measured: per client the times (ms from the storm's start) of its steps; the kernel's
+    counters across it; Sluice's CPU seconds during it, and (warm storms) while the connections were opened."""
+
+    times: list[dict[str, float]]
+    kernel: dict[str, int]
+    cpu_s: float = 0.0
+    connect_cpu_s: float = 0.0
+
+
 async def storm(port: int, topic: str, partitions: int, clients: int, warm: bool,
-                sluice: SluiceProcess | None) -> tuple[list[dict[str, float]], dict[str, int]]:
-    """One storm; the per-client times (ms) and the kernel counters' deltas across it."""
+                sluice: SluiceProcess | None) -> Storm:
     group = [Client(port, frames(topic, i % partitions)) for i in range(clients)]
+    cpu = sluice.cpu_seconds if sluice is not None else (lambda: 0.0)
     try:
+        connect_cpu = 0.0
         if warm:
+            cpu0 = cpu()
             await asyncio.gather(*(c.connect() for c in group))
             if sluice is not None:
                 await _until(lambda: sluice.metric("sluice_connections_open", {"side": "upstream"}) >= clients,
                              "Sluice's upstream connections up")
-        before = netstat()
+            connect_cpu = cpu() - cpu0  # includes the few /metrics scrapes of the poll above
+        before, cpu0 = netstat(), cpu()
         start = time.perf_counter()
         await asyncio.gather(*(c.run(start, connect=not warm) for c in group))
-        after = netstat()
+        after, cpu1 = netstat(), cpu()
     finally:
         await asyncio.gather(*(c.close() for c in group))
     if sluice is not None:
         await _until(lambda: sluice.metric("sluice_connections_open", {"side": "client"}) == 0,
                      "Sluice's client connections closed")
     times = [{k: v * 1000.0 for k, v in c.times.items()} for c in group]
-    return times, {k: after[k] - before[k] for k in NETSTAT}
+    return Storm(times, {k: after[k] - before[k] for k in NETSTAT}, cpu1 - cpu0, connect_cpu)
 
 
 async def _until(condition: Any, what: str, timeout: float = 30.0) -> None:
@@ -211,19 +232,28 @@ class AccessLog:
         return got
 
 
-def upstream_setup(cold_clients: list[dict[str, float]], in_sluice: dict[str, list[float]]) -> dict[str, Any]:
-    """What the upstream connect costs a client in a cold storm through Sluice.
+def upstream_setup(cold_clients: list[dict[str, float]], cold_in_sluice: list[float],
+                   cpu_ms_per_client: dict[str, float]) -> dict[str, Any]:
+    """How much of a cold storm through Sluice the upstream connection set-up can account for.
 
-    A connection's first request waits in Sluice until the upstream connection Sluice opened for it at accept
-    time is up: the access log's latency (request read -> response written) includes that wait in a cold storm
-    and not in a warm one. Per percentile, ``upstream_setup_ms`` = in-Sluice ApiVersions latency cold - warm, and
-    ``upstream_setup_share`` = that / the client's cold time to its ApiVersions answer (storm start -> answer)."""
-    cold = percentiles(in_sluice["cold"])
-    warm = percentiles(in_sluice["warm"])
+    - Waiting for it: a connection's first request waits in Sluice until the upstream connection Sluice started at
+      accept is up, and the access log's latency of that request (request read -> response written) includes the
+      wait, plus the broker's answer and Sluice's own work. So per percentile it bounds the wait from above:
+      ``upstream_wait_bound_ms``, and ``upstream_wait_share_bound`` = that / the client's time to its ApiVersions
+      answer (storm start -> answer), the most a pool of ready upstream connections could have saved.
+    - Working for it: Sluice's CPU per client, cold (accept, upstream connect, three requests) against warm
+      (``connect``: accept and upstream connect while the connections were opened before the storm;
+      ``requests``: the three requests), and the set-up's share of the cold CPU."""
+    wait = percentiles(cold_in_sluice)
     client = percentiles([t["api_versions"] for t in cold_clients])
-    setup = {k: round(cold[k] - warm[k], 2) for k in cold}
-    share = {k: round(setup[k] / client[k], 3) for k in setup if client.get(k)}
-    return {"upstream_setup_ms": setup, "upstream_setup_share": share}
+    setup_cpu = cpu_ms_per_client["warm_connect"]
+    return {
+        "upstream_wait_bound_ms": wait,
+        "upstream_wait_share_bound": {k: round(wait[k] / client[k], 3) for k in wait if client.get(k)},
+        "sluice_cpu_ms_per_client": cpu_ms_per_client,
+        "connection_setup_cpu_share": round(setup_cpu / (setup_cpu + cpu_ms_per_client["warm_requests"]), 3)
+        if setup_cpu + cpu_ms_per_client["warm_requests"] > 0 else None,
+    }
 
 
 async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, topic: str, partitions: int,
@@ -232,6 +262,7 @@ async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, to
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     in_sluice: dict[str, list[float]] = {}  # ApiVersions latency as Sluice saw it, per mode
     kernel: dict[str, dict[str, dict[str, int]]] = {}
+    cpu = {"cold": 0.0, "warm_connect": 0.0, "warm_requests": 0.0}
     # one unmeasured storm per path: the broker's and Sluice's first connections (JIT, caches, listeners)
     for path in ports:
         await storm(ports[path], topic, partitions, clients, False, sluice if path == "sluice" else None)
@@ -243,17 +274,24 @@ async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, to
         kernel[mode] = {p: dict.fromkeys(NETSTAT, 0) for p in ports}
         for r in range(rounds):
             for path in ("direct", "sluice", "sluice", "direct"):
-                times, counters = await storm(ports[path], topic, partitions, clients, mode == "warm",
-                                              sluice if path == "sluice" else None)
-                results[mode][path] += times
-                for k, v in counters.items():
+                one = await storm(ports[path], topic, partitions, clients, mode == "warm",
+                                  sluice if path == "sluice" else None)
+                results[mode][path] += one.times
+                for k, v in one.kernel.items():
                     kernel[mode][path][k] += v
-                line = {"bench": "storm", "mode": mode, "path": path, "round": r + 1, "clients": clients,
-                        **summarise({"t": times}), **counters}
+                line: dict[str, Any] = {"bench": "storm", "mode": mode, "path": path, "round": r + 1,
+                                        "clients": clients, **summarise({"t": one.times}), **one.kernel}
                 if path == "sluice":
                     seen = access_log.take("ApiVersions", clients)
                     in_sluice[mode] += seen
                     line["t_api_versions_in_sluice_ms"] = percentiles(seen)
+                    line["sluice_cpu_ms_per_client"] = round(1000.0 * one.cpu_s / clients, 3)
+                    if mode == "cold":
+                        cpu["cold"] += one.cpu_s
+                    else:
+                        cpu["warm_requests"] += one.cpu_s
+                        cpu["warm_connect"] += one.connect_cpu_s
+                        line["sluice_connect_cpu_ms_per_client"] = round(1000.0 * one.connect_cpu_s / clients, 3)
                 emit(line)
         for path in ports:
             emit({"bench": "storm", "mode": mode, "path": path, "clients": clients, "storms": 2 * rounds,
@@ -263,7 +301,8 @@ async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, to
         for key, value in summarise(results[mode]).items():
             summary[f"{mode}_{key}"] = value
         summary[f"{mode}_sluice_api_versions_in_sluice_ms"] = percentiles(in_sluice[mode])
-    summary.update(upstream_setup(results["cold"]["sluice"], in_sluice))
+    per_client = {k: round(1000.0 * v / (2 * rounds * clients), 3) for k, v in cpu.items()}
+    summary.update(upstream_setup(results["cold"]["sluice"], in_sluice["cold"], per_client))
     summary["listen_overflows"] = {f"{m}_{p}": kernel[m][p]["ListenOverflows"] for m in kernel for p in ports}
     return summary
 

@@ -46,5 +46,6 @@ def test_storm_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.Captur
         for path in ("direct", "sluice"):
             for step in ("api_versions", "metadata", "list_offsets"):
                 assert set(summary[f"{mode}_{path}_{step}_ms"]) == {"p50", "p90", "p99", "max"}  # type: ignore[arg-type]
-    assert set(summary["upstream_setup_ms"]) == {"p50", "p90", "p99", "max"}  # type: ignore[arg-type]
+    assert set(summary["upstream_wait_bound_ms"]) == {"p50", "p90", "p99", "max"}  # type: ignore[arg-type]
+    assert set(summary["sluice_cpu_ms_per_client"]) == {"cold", "warm_connect", "warm_requests"}  # type: ignore[arg-type]
     assert summary["sluice_listen_backlog"] in ({}, {"bootstrap": 1024, "broker": 1024})

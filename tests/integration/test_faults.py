@@ -229,17 +229,20 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-def vanish(port: int, topic: str, i: int, errors: list[str]) -> None:
-    """Send the Fetch, read the size and 64 KiB of the response, then reset the connection (SO_LINGER 0: RST)."""
+def vanish(port: int, topic: str, i: int, sent: threading.Barrier, errors: list[str]) -> None:
+    """Send the Fetch and, once every vanisher has sent its own (so most must wait for the memory bound), read the
+    size and 64 KiB of the response, then reset the connection (SO_LINGER 0: RST)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # the rest stays queued in Sluice
             s.sendall(fetch_frame(topic, 1000 + i, f"vanisher-{i}"))
+            sent.wait()
             (size,) = struct.unpack(">i", recv_exact(s, 4))
             assert size > 64 * 1024, size
             recv_exact(s, 64 * 1024)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     except BaseException as e:
+        sent.abort()
         errors.append(repr(e))
 
 
@@ -265,7 +268,8 @@ def test_clients_vanishing_mid_response_release_everything(broker: KafkaBroker, 
         other = KafkaPythonReader(sluice.bootstrap, small, PARTITIONS, PARTITIONS * rounds, client_id="fault-other")
         try:
             errors: list[str] = []
-            threads = [threading.Thread(target=vanish, args=(port, big, i, errors)) for i in range(VANISHERS)]
+            sent = threading.Barrier(VANISHERS, timeout=60)
+            threads = [threading.Thread(target=vanish, args=(port, big, i, sent, errors)) for i in range(VANISHERS)]
             for t in threads:
                 t.start()
             for t in threads:
@@ -351,6 +355,7 @@ def test_upstream_refusing_connections_closes_clients_and_recovers(broker: Kafka
     ports = [sluice.bootstrap_port, sluice.broker_port(broker.node_id)]
     try:
         wait_until(lambda: reader.count == PARTITIONS * (rounds // 2), 60, lambda: f"read {reader.count}")
+        rss_before = sluice.rss_bytes()
         open_conn = socket.create_connection(("127.0.0.1", ports[1]), timeout=15)
         with open_conn:
             open_conn.sendall(API_VERSIONS)
@@ -385,6 +390,7 @@ def test_upstream_refusing_connections_closes_clients_and_recovers(broker: Kafka
         check_once_in_order(reader.finish(120), rounds)
     finally:
         reader.stop()
+    assert sluice.rss_bytes() < rss_before + RSS_SLACK, (rss_before, sluice.rss_bytes())
 
 
 # ------------------------------------------------------------------------------- Sluice kill -9 and restart

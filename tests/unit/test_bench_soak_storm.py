@@ -77,9 +77,11 @@ def test_storm_percentiles_are_nearest_rank() -> None:
     assert storm.percentiles([]) == {}
 
 
-def test_storm_upstream_setup_is_the_cold_minus_warm_wait_in_sluice() -> None:
+def test_storm_upstream_setup_bounds_the_wait_and_splits_the_cpu() -> None:
     cold_clients = [{"api_versions": 100.0 + i} for i in range(100)]
-    out = storm.upstream_setup(cold_clients, {"cold": [40.0 + i / 10 for i in range(100)],
-                                              "warm": [10.0 + i / 10 for i in range(100)]})
-    assert out["upstream_setup_ms"] == {"p50": 30.0, "p90": 30.0, "p99": 30.0, "max": 30.0}
-    assert out["upstream_setup_share"]["p50"] == round(30.0 / 149.0, 3)
+    out = storm.upstream_setup(cold_clients, [10.0 + i / 10 for i in range(100)],
+                               {"cold": 3.0, "warm_connect": 1.0, "warm_requests": 3.0})
+    assert out["upstream_wait_bound_ms"] == {"p50": 14.9, "p90": 18.9, "p99": 19.8, "max": 19.9}
+    assert out["upstream_wait_share_bound"]["p50"] == round(14.9 / 149.0, 3)
+    assert out["sluice_cpu_ms_per_client"]["cold"] == 3.0
+    assert out["connection_setup_cpu_share"] == 0.25
