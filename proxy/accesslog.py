@@ -56,7 +56,8 @@ structlog's stock TimeStamper + JSONRenderer ~9-10 us - too much for something p
 structlog drives the operational log, and the access log keeps structlog's output conventions (one JSON object
 per line, an ``event`` key) without its per-call machinery. With ``access_log = "off"`` record() returns at
 once (~0.3 us); callers that must gather fields expensively can test ``access_log.enabled`` first. Writes are
-buffered and flushed at most once a second from ``record()`` itself, and by ``flush()``/``close()`` (call at
+buffered and flushed at most once a second: by ``record()`` itself, by a timer on the running event loop for lines
+that would otherwise wait for the next request (the last ones of a burst), and by ``flush()``/``close()`` (call at
 shutdown). The proxy is single-threaded (one event loop), so nothing here takes a lock.
 
 A sink (:meth:`AccessLog.attach_sink`; the Kafka one is proxy/accesslog_kafka.py, ``[logging.access_log_kafka]``)
@@ -67,7 +68,9 @@ writes the file and offers the line (measured: +0.6-0.8 us per record for the Ka
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
 import io
 import json
 import logging
@@ -114,12 +117,17 @@ class _JsonStrings:
 
 
 class _LineWriter:
-    """Writes access-log lines; flushes at most once an interval so a quiet proxy's lines still surface."""
+    """Writes access-log lines; flushes at most once an interval so a quiet proxy's lines still surface.
+
+    Lines written within an interval of the last flush are flushed when it ends, whether or not another line
+    comes: on the running event loop (the proxy's) by a timer; without one (scripts, tests), by the next line or
+    ``close()``."""
 
     def __init__(self, out: TextIO, flush_interval_s: float) -> None:
         self.out = out
         self._interval = flush_interval_s
         self._next_flush = 0.0
+        self._flush_timer: asyncio.TimerHandle | None = None
         self.dropped = 0
         #: called once per line lost (the proxy's sluice_access_log_dropped_total), see AccessLog.count_drops
         self.on_drop: Callable[[], object] | None = None
@@ -131,12 +139,27 @@ class _LineWriter:
             if now >= self._next_flush:
                 self._next_flush = now + self._interval
                 self.out.flush()
+            elif self._flush_timer is None:
+                self._flush_later(self._next_flush - now)
         except (OSError, ValueError) as exc:  # disk full, closed pipe/file: never break the request path
             self.dropped += 1
             if self.on_drop is not None:
                 self.on_drop()
             if self.dropped == 1:
                 get_logger("sluice.accesslog").error("access_log_write_failed", error=str(exc))
+
+    def _flush_later(self, delay: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop: the next line or close() flushes
+        self._flush_timer = loop.call_later(delay, self._timed_flush)
+
+    def _timed_flush(self) -> None:
+        self._flush_timer = None
+        self._next_flush = time.monotonic() + self._interval
+        with contextlib.suppress(OSError, ValueError):  # as AccessLog.flush: a closed or failing destination
+            self.out.flush()
 
 
 class LineSink(Protocol):

@@ -50,6 +50,10 @@ METADATA_KEY = 3
 #: Metadata v12: the first version whose request may name topics by id (MetadataRequest.json)
 METADATA_BY_ID_VERSION = 12
 _CONNECT_LOG_INTERVAL_S = 10.0
+#: accept queue of every listener. asyncio's default (100) overflows when more clients connect in one instant than
+#: the loop accepts meanwhile (kafka-go opens one connection per partition reader): the kernel then drops their
+#: SYNs and each retries 1 s later (bench.storm counts the overflows). The kernel caps it at net.core.somaxconn.
+LISTEN_BACKLOG = 1024
 
 
 def _parse_address(text: str) -> Address:
@@ -111,7 +115,8 @@ class Proxy:
             self.access_log.attach_sink(self.access_log_sink)
         listen = self.settings.listen
         self._servers[None] = await self.loop.create_server(
-            lambda: _ClientProtocol(self, None), listen.host, listen.bootstrap_port, reuse_address=True
+            lambda: _ClientProtocol(self, None), listen.host, listen.bootstrap_port, reuse_address=True,
+            backlog=LISTEN_BACKLOG,
         )
         self.metrics.listeners.set(len(self._servers))
         log.info("listening", role="bootstrap", host=listen.host, port=self.bootstrap_port,
@@ -178,7 +183,7 @@ class Proxy:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((listen.host, port))
-            sock.listen(512)
+            sock.listen(LISTEN_BACKLOG)
             sock.setblocking(False)
         except OSError as e:
             sock.close()
@@ -190,7 +195,9 @@ class Proxy:
 
     async def _serve_socket(self, node_id: int, sock: socket.socket) -> None:
         assert self.loop is not None
-        server = await self.loop.create_server(lambda: _ClientProtocol(self, node_id), sock=sock)
+        # create_server listens again, with its own backlog (asyncio's default 100 unless given)
+        server = await self.loop.create_server(lambda: _ClientProtocol(self, node_id), sock=sock,
+                                               backlog=LISTEN_BACKLOG)
         self._servers[node_id] = server
         self.metrics.listeners.set(len(self._servers))
         log.info("listening", role="broker", node_id=node_id, port=self.router.port_for(node_id),

@@ -803,6 +803,7 @@ class KafkaBroker:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGCONT)  # a paused broker (pause()) handles SIGTERM only once running
             try:
                 proc.wait(timeout=self.stop_timeout if timeout is None else timeout)
             except subprocess.TimeoutExpired:
@@ -832,6 +833,20 @@ class KafkaBroker:
             self._stdout = None
         if self._proc is not None and self._proc.poll() is not None:
             self._proc = None
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP): its sockets stay open and connects still complete in the kernel's backlog,
+        but nothing is read or answered, as with a long GC pause or a stalled VM. `resume()` undoes it."""
+        self._signal_running(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused broker run again (SIGCONT)."""
+        self._signal_running(signal.SIGCONT)
+
+    def _signal_running(self, sig: signal.Signals) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            raise RigError(f"the broker is not running (cannot send {sig.name})")
+        self._proc.send_signal(sig)
 
     def restart(self, *, hard: bool = False) -> None:
         """Stop (SIGTERM, or SIGKILL when `hard`) and start again on the same ports with the same data."""

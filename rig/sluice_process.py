@@ -1,5 +1,6 @@
 """Sluice as a real subprocess (``python -m proxy run``), for tests and benches that need a separate process:
-signals (graceful shutdown), a Prometheus scraping its admin port, CPU time measured with psutil.
+signals (graceful shutdown), a Prometheus scraping its admin port, CPU time, RSS and open fds measured with
+psutil, a crash (:meth:`SluiceProcess.kill`, SIGKILL) and a restart on the same ports.
 
 It lives in ``rig/`` (not ``tests/support``) so ``bench/`` can use it without importing the test tree;
 ``tests.support.subprocess_proxy`` re-exports it as ``SubprocessProxy``.
@@ -92,22 +93,36 @@ class SluiceProcess:
         env.pop("SLUICE_CONFIG", None)
         env.update(extra_env or {})
         self.command = [python or sys.executable, "-m", "proxy", "run"]
-        with open(self._stderr_path, "wb") as err, open(self._stdout_path, "wb") as out:
+        self._env = env
+        self.start_timeout = start_timeout
+        self.returncode: int | None = None
+        self._spawn("wb")
+
+    def _spawn(self, mode: str) -> None:
+        with open(self._stderr_path, mode) as err, open(self._stdout_path, mode) as out:
             self._proc = subprocess.Popen(
                 self.command,
-                env=env,
+                env=self._env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 cwd=str(Path(__file__).resolve().parent.parent),
                 preexec_fn=_set_pdeathsig,  # only asks Linux to SIGTERM it if we die
             )
-        self.returncode: int | None = None
+        self.returncode = None
         try:
-            self._wait_ready(start_timeout)
+            self._wait_ready(self.start_timeout)
         except BaseException:
             self.kill()
             raise
+
+    def restart(self) -> None:
+        """Start Sluice again on the same ports with the same settings, once the previous process has exited
+        (after :meth:`kill` or :meth:`stop`; a running one is stopped first). The logs of every run are kept, one
+        after the other. Returns once the new process is ready, as the first start does."""
+        if self._proc.poll() is None:
+            self.stop()
+        self._spawn("ab")
 
     # ---- addresses ---------------------------------------------------------------------------------------
 
@@ -175,6 +190,26 @@ class SluiceProcess:
                 if sample.name == name and all(sample.labels.get(k) == v for k, v in want.items()):
                     return float(sample.value)
         return 0.0
+
+    # ---- the process, as the OS sees it -----------------------------------------------------------------
+
+    def _ps(self) -> Any:
+        import psutil
+
+        return psutil.Process(self._proc.pid)
+
+    def rss_bytes(self) -> int:
+        """Resident set size of the running process (psutil)."""
+        return int(self._ps().memory_info().rss)
+
+    def num_fds(self) -> int:
+        """Open file descriptors of the running process: listeners, client and upstream sockets, log files."""
+        return int(self._ps().num_fds())
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the running process so far."""
+        t = self._ps().cpu_times()
+        return float(t.user + t.system)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
 

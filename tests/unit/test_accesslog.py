@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -370,3 +372,20 @@ def test_a_sink_gets_the_same_line_as_the_file(tmp_path: Path) -> None:
     log.record(**fields(correlation_id=3))
     assert path.read_text() == "".join(sink.lines[:3])
     assert len(sink.lines) == 4
+
+async def test_last_lines_of_a_burst_are_flushed_without_another_request(tmp_path: Path) -> None:
+    # The first line is flushed at once; the ones after it, within the flush interval, used to wait for the next
+    # request (forever, on a proxy that then goes quiet). On the proxy's event loop a timer flushes them.
+    path = tmp_path / "access.jsonl"
+    log = AccessLog(str(path), flush_interval_s=0.05)
+    try:
+        for i in range(3):
+            log.record(**fields(correlation_id=i))
+        assert len(path.read_text(encoding="utf-8").splitlines()) == 1  # the rest is buffered
+        deadline = time.monotonic() + 10
+        while len(path.read_text(encoding="utf-8").splitlines()) < 3:
+            assert time.monotonic() < deadline, "the buffered lines were never flushed"
+            await asyncio.sleep(0.01)  # bounded poll of the file (the timer runs on this loop)
+        assert [e["correlation_id"] for e in lines_of(path.read_text(encoding="utf-8"))] == [0, 1, 2]
+    finally:
+        log.close()

@@ -1,0 +1,462 @@
+"""Soak: Sluice as a subprocess under steady mixed load for a long while; are its memory and descriptors flat?
+
+``python -m bench.soak [--minutes 10] [--interval-s 60] [--rate 300] [--upstream HOST:PORT]``
+
+One rig broker (or ``--upstream``, whose node 1 must be its bootstrap), one Sluice subprocess in front of it
+(``python -m proxy run``, access log off) with a configuration that puts each kind of client on another path:
+the confluent-kafka consumer's fetches in ``[sessions] mode = "terminate"`` (Sluice runs its upstream fetch
+session), the kafka-python consumer's under a ``[size_limit]`` budget (responses decoded, held, re-encoded, with
+``global_max_bytes``), the rest relayed. Through Sluice, at bounded rates, for the whole run:
+
+- two producers, ``--rate`` records/s each (1 KiB values, 6 partitions): confluent-kafka (idempotent, acks=all)
+  and kafka-python (acks=1);
+- two consumers in their own groups reading everything: confluent-kafka and kafka-python;
+- connection churn: 10 short-lived raw connections a second (connect, ApiVersions, Metadata, close), so a leak
+  per connection would show.
+
+Every ``--interval-s`` (a minute by default) one JSON line: Sluice's RSS (psutil), open fds, p99 request
+latency over that interval (from the per-interval deltas of the buckets of Sluice's
+``sluice_request_latency_seconds`` histogram, interpolated within a bucket as Prometheus' histogram_quantile
+does), separately for Produce and for everything but Fetch (a Fetch's latency is mostly the broker's long-poll
+wait, so it is reported apart), CPU seconds (user + system) per GiB Sluice wrote (``sluice_bytes_total``
+proxy_to_client + proxy_to_upstream), and the records produced and consumed.
+
+After the run the producers stop, the consumers drain, and one line reports per consumer the acknowledged records
+it never got (``lost``) and those it got twice (``duplicates``). The last line is ``{"summary": "soak",
+"rss_growth_mb": ..., "fd_growth": ..., "p99_ms_last_minute": ..., "cpu_s_per_gib": ...}``: growth from the end of
+the first interval (warm-up) to the end of the last, the last interval's p99 (all but Fetch), and CPU per GiB over
+every interval after the first. Goal: RSS and fds flat after the warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import socket
+import struct
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Message as CkMessage
+from kafka import KafkaConsumer, KafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
+
+from proxy.wire.messages import encode_request, request_codec
+from proxy.wire.model import Message
+from rig.kafka import KafkaBroker
+from rig.sluice_process import SluiceProcess
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+PARTITIONS = 6
+VALUE_BYTES = 1024
+CHURN_PER_S = 10
+LATENCY = "sluice_request_latency_seconds"
+#: what Sluice wrote: to clients and to brokers
+WRITTEN = ("proxy_to_client", "proxy_to_upstream")
+#: the size budget of the kafka-python consumer (client.id soak-kp*), and the bound on response bytes held
+CONFIG_TOML = """
+[sessions]
+mode = "passthrough"
+[[sessions.clients]]
+client_id = "soak-ck*"
+mode = "terminate"
+
+[size_limit]
+global_max_bytes = 33554432
+[[size_limit.budgets]]
+client_id = "soak-kp*"
+fetch_max_bytes = 262144
+partition_max_bytes = 65536
+"""
+
+
+def emit(line: dict[str, Any]) -> None:
+    print(json.dumps(line), flush=True)
+
+
+# ------------------------------------------------------------------------------------------ the analysis
+
+
+Buckets = dict[float, float]  # upper bound (le) -> cumulative count
+
+
+def latency_buckets(metrics_text: str, exclude: Iterable[str] = (), only: Iterable[str] = ()) -> Buckets:
+    """The cumulative buckets of ``sluice_request_latency_seconds`` summed over its ``api`` label values
+    (all of them but ``exclude``, or just ``only``)."""
+    skip, keep = set(exclude), set(only)
+    out: Buckets = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != LATENCY:
+            continue
+        for sample in family.samples:
+            if sample.name != LATENCY + "_bucket":
+                continue
+            api = sample.labels.get("api", "")
+            if api in skip or (keep and api not in keep):
+                continue
+            le = float(sample.labels["le"])
+            out[le] = out.get(le, 0.0) + float(sample.value)
+    return out
+
+
+def delta(after: Buckets, before: Buckets) -> Buckets:
+    return {le: after[le] - before.get(le, 0.0) for le in after}
+
+
+def quantile(q: float, buckets: Buckets) -> float | None:
+    """The q-quantile (seconds) of a cumulative histogram, as Prometheus' histogram_quantile computes it: linear
+    interpolation within the bucket holding the rank; the highest finite bound when the rank falls in +Inf; None
+    without observations."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    total = buckets[bounds[-1]]
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le in bounds:
+        count = buckets[le]
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le
+            if count == prev_count:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+@dataclass
+class Sample:
+    """Sluice as seen at the end of an interval."""
+
+    t: float
+    rss: int
+    fds: int
+    cpu_s: float
+    written: float
+    requests: float
+    all_but_fetch: Buckets
+    produce: Buckets
+    fetch: Buckets
+    produced: int = 0
+    consumed: dict[str, int] = field(default_factory=dict)
+
+
+def sample_of(t: float, rss: int, fds: int, cpu_s: float, metrics_text: str) -> Sample:
+    written = 0.0
+    requests = 0.0
+    for family in text_string_to_metric_families(metrics_text):
+        for s in family.samples:
+            if s.name == "sluice_bytes_total" and s.labels.get("direction") in WRITTEN:
+                written += float(s.value)
+            elif s.name == "sluice_requests_total":
+                requests += float(s.value)
+    return Sample(t, rss, fds, cpu_s, written, requests,
+                  latency_buckets(metrics_text, exclude=("Fetch",)),
+                  latency_buckets(metrics_text, only=("Produce",)),
+                  latency_buckets(metrics_text, only=("Fetch",)))
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 3)
+
+
+def interval_line(n: int, prev: Sample, cur: Sample) -> dict[str, Any]:
+    """One interval's figures (the per-minute line)."""
+    cpu = cur.cpu_s - prev.cpu_s
+    gib = (cur.written - prev.written) / GIB
+    return {
+        "bench": "soak", "interval": n, "minute": round(cur.t / 60.0, 2),
+        "rss_mb": round(cur.rss / MIB, 2), "fds": cur.fds,
+        "p99_ms": _ms(quantile(0.99, delta(cur.all_but_fetch, prev.all_but_fetch))),
+        "produce_p99_ms": _ms(quantile(0.99, delta(cur.produce, prev.produce))),
+        "fetch_p99_ms": _ms(quantile(0.99, delta(cur.fetch, prev.fetch))),
+        "requests": int(cur.requests - prev.requests),
+        "mib_written": round((cur.written - prev.written) / MIB, 2),
+        "cpu_s": round(cpu, 3),
+        "cpu_s_per_gib": round(cpu / gib, 2) if gib > 0 else None,
+        "records_produced": cur.produced - prev.produced,
+        "records_consumed": {k: v - prev.consumed.get(k, 0) for k, v in cur.consumed.items()},
+    }
+
+
+def summary(samples: list[Sample]) -> dict[str, Any]:
+    """Growth from the end of the first interval (warm-up) to the end of the last; the last interval's p99 (all but
+    Fetch); CPU per GiB over the intervals after the first. ``samples[0]`` is the state before the first interval."""
+    if len(samples) < 2:
+        raise ValueError("a soak needs at least one interval")
+    warm = samples[1] if len(samples) > 2 else samples[0]
+    last = samples[-1]
+    gib = (last.written - warm.written) / GIB
+    return {
+        "summary": "soak",
+        "minutes": round((last.t - samples[0].t) / 60.0, 2),
+        "rss_growth_mb": round((last.rss - warm.rss) / MIB, 2),
+        "fd_growth": last.fds - warm.fds,
+        "p99_ms_last_minute": _ms(quantile(0.99, delta(last.all_but_fetch, samples[-2].all_but_fetch))),
+        "cpu_s_per_gib": round((last.cpu_s - warm.cpu_s) / gib, 2) if gib > 0 else None,
+    }
+
+
+# ------------------------------------------------------------------------------------------ the load
+
+
+class Load:
+    """The producers, consumers and connection churn, each in a thread; paced, bounded, stopped by ``stop()``."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+        self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
+        self._lock = threading.Lock()
+        self.acked: dict[str, set[str]] = {"ck": set(), "kp": set()}
+        self.seen: dict[str, set[str]] = {"ck": set(), "kp": set()}
+        self.duplicates: dict[str, int] = {"ck": 0, "kp": 0}
+        self.errors: list[str] = []
+        self.churned = 0
+        self._producing = threading.Event()
+        self._producing.set()
+        self._consuming = threading.Event()
+        self._consuming.set()
+        roles = (("soak-ck-producer", self._ck_produce), ("soak-kp-producer", self._kp_produce),
+                 ("soak-ck-consumer", self._ck_consume), ("soak-kp-consumer", self._kp_consume),
+                 ("soak-churn", self._churn))
+        self._threads = [threading.Thread(target=self._guard, args=(fn,), name=name, daemon=True)
+                         for name, fn in roles]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def produced(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+    def consumed(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self.seen.items()}
+
+    def _guard(self, fn: Any) -> None:
+        try:
+            fn()
+        except BaseException as e:  # reported in the final line
+            with self._lock:
+                self.errors.append(f"{threading.current_thread().name}: {e!r}")
+
+    def _paced(self, send: Any) -> None:
+        """``send(seq)`` at ``rate`` per second, in ticks of 100 ms, until the producers stop."""
+        start = time.monotonic()
+        seq = 0
+        tick = 0
+        while self._producing.is_set():
+            tick += 1
+            due = tick * self.rate // 10
+            while seq < due:
+                send(seq)
+                seq += 1
+            # pacing (a rate), not a synchronisation: the next tick is due 100 ms after the previous one
+            time.sleep(max(0.0, start + tick * 0.1 - time.monotonic()))
+
+    def _value(self, key: str) -> bytes:
+        return (key.encode() + b"|") * (VALUE_BYTES // (len(key) + 1)) + b"."
+
+    def _ck_produce(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "client.id": "soak-producer-ck",
+                             "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+
+        def delivered(err: KafkaError | None, msg: CkMessage) -> None:
+            if err is not None:
+                self.errors.append(f"ck producer: {err}")
+            else:
+                key = msg.key()
+                assert key is not None
+                self.acked["ck"].add(key.decode())
+
+        def send(seq: int) -> None:
+            key = f"ck-{seq}"
+            producer.produce(self.topic, key=key.encode(), value=self._value(key), on_delivery=delivered)
+            producer.poll(0)
+
+        self._paced(send)
+        if left := producer.flush(60):
+            self.errors.append(f"ck producer: {left} records unacknowledged")
+
+    def _kp_produce(self) -> None:
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, client_id="soak-producer-kp", acks=1,
+                                 linger_ms=5)
+
+        def send(seq: int) -> None:
+            key = f"kp-{seq}"
+            future = producer.send(self.topic, key=key.encode(), value=self._value(key))
+            future.add_callback(lambda _md, k=key: self.acked["kp"].add(k))
+            future.add_errback(lambda e: self.errors.append(f"kp producer: {e!r}"))
+
+        try:
+            self._paced(send)
+            producer.flush(60)
+        finally:
+            producer.close(10)
+
+    def _record(self, kind: str, key: bytes | None) -> None:
+        k = (key or b"").decode()
+        seen = self.seen[kind]
+        if k in seen:
+            self.duplicates[kind] += 1
+        else:
+            seen.add(k)
+
+    def _ck_consume(self) -> None:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "client.id": "soak-ck-consumer",
+                             "group.id": f"soak-ck-{self.topic}", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": True, "fetch.wait.max.ms": 200})
+        consumer.subscribe([self.topic])
+        try:
+            while self._consuming.is_set():
+                for m in consumer.consume(num_messages=1000, timeout=0.5):
+                    if m.error() is None:
+                        self._record("ck", m.key())
+        finally:
+            consumer.close()
+
+    def _kp_consume(self) -> None:
+        consumer = KafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, client_id="soak-kp-consumer",
+                                 group_id=f"soak-kp-{self.topic}", auto_offset_reset="earliest",
+                                 enable_auto_commit=True, fetch_max_wait_ms=200)
+        try:
+            while self._consuming.is_set():
+                for msgs in consumer.poll(timeout_ms=500).values():
+                    for m in msgs:
+                        self._record("kp", m.key)
+        finally:
+            consumer.close()
+
+    def _churn(self) -> None:
+        host, _, port = self.bootstrap.rpartition(":")
+        frames = _churn_frames(self.topic)
+        start = time.monotonic()
+        n = 0
+        while self._producing.is_set():
+            for _ in range(CHURN_PER_S):
+                with socket.create_connection((host, int(port)), timeout=30) as s:
+                    for correlation_id, frame in enumerate(frames, start=1):
+                        s.sendall(frame)
+                        size = struct.unpack(">i", _recv_exact(s, 4))[0]
+                        if struct.unpack(">i", _recv_exact(s, size)[:4])[0] != correlation_id:
+                            raise RuntimeError("churn: answer out of order")
+                self.churned += 1
+            n += 1
+            time.sleep(max(0.0, start + n - time.monotonic()))  # pacing: CHURN_PER_S connections a second
+
+    def stop_producing(self) -> None:
+        self._producing.clear()
+        for t in self._threads[:2] + self._threads[4:]:
+            t.join(90)
+
+    def drain(self, timeout: float) -> None:
+        """Until each consumer has seen every acknowledged record (bounded), then stop the consumers."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not all(self.acked[k] <= self.seen["ck"] and
+                                                      self.acked[k] <= self.seen["kp"] for k in self.acked):
+            time.sleep(0.2)  # bounded poll of a real condition (the consumers catching up)
+        self._consuming.clear()
+        for t in self._threads[2:4]:
+            t.join(60)
+
+    def outcome(self) -> dict[str, Any]:
+        acked = set().union(*self.acked.values())
+        return {"bench": "soak", "records_acknowledged": len(acked), "connections_churned": self.churned,
+                **{f"{k}_consumer": {"consumed": len(self.seen[k]), "lost": len(acked - self.seen[k]),
+                                     "duplicates": self.duplicates[k]} for k in self.seen},
+                "errors": self.errors[:10]}
+
+
+def _churn_frames(topic: str) -> list[bytes]:
+    out = []
+    for correlation_id, (key, version, body) in enumerate((
+            (18, 3, request_codec(18, 3).default().replace(client_software_name="soak",
+                                                          client_software_version="1")),
+            (3, 12, request_codec(3, 12).default().replace(topics=[Message(topic_id=bytes(16), name=topic)],
+                                                           allow_auto_topic_creation=False,
+                                                           include_topic_authorized_operations=False))), start=1):
+        header = Message(request_api_key=key, request_api_version=version, correlation_id=correlation_id,
+                         client_id="soak-churn")
+        frame = encode_request(header, body)
+        out.append(struct.pack(">i", len(frame)) + frame)
+    return out
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+
+def take_sample(sluice: SluiceProcess, t0: float, load: Load) -> Sample:
+    s = sample_of(time.monotonic() - t0, sluice.rss_bytes(), sluice.num_fds(), sluice.cpu_seconds(),
+                  sluice.metrics_text())
+    s.produced, s.consumed = load.produced, load.consumed()
+    return s
+
+
+def soak(upstream: str, minutes: float, interval_s: float, rate: int, env: Mapping[str, str]) -> list[Sample]:
+    intervals = max(1, math.ceil(minutes * 60.0 / interval_s))
+    topic = f"soak-{uuid.uuid4().hex[:8]}"
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=upstream, client_id="soak-admin")
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+    finally:
+        admin.close()
+    with SluiceProcess(upstream, env) as sluice:
+        t0 = time.monotonic()
+        load = Load(sluice.bootstrap, topic, rate)
+        samples = [take_sample(sluice, t0, load)]
+        try:
+            for n in range(1, intervals + 1):
+                # the reporting interval: pacing of the samples, not a synchronisation
+                time.sleep(max(0.0, t0 + n * interval_s - time.monotonic()))
+                samples.append(take_sample(sluice, t0, load))
+                emit(interval_line(n, samples[-2], samples[-1]))
+        finally:
+            load.stop_producing()
+            load.drain(120)
+        emit(load.outcome())
+    return samples
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long (default 10)")
+    parser.add_argument("--interval-s", type=float, default=60.0, help="seconds per reported line (default 60)")
+    parser.add_argument("--rate", type=int, default=300, help="records/s per producer (default 300)")
+    parser.add_argument("--upstream", help="an existing broker (host:port) instead of a rig broker")
+    args = parser.parse_args(argv)
+    if args.minutes <= 0 or args.interval_s <= 0 or args.rate <= 0:
+        parser.error("--minutes, --interval-s and --rate must be positive")
+    with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
+        config = Path(tmp) / "sluice.toml"
+        config.write_text(CONFIG_TOML)
+        env = {"SLUICE_CONFIG": str(config)}
+        if args.upstream:
+            samples = soak(args.upstream, args.minutes, args.interval_s, args.rate, env)
+        else:
+            with KafkaBroker() as broker:
+                samples = soak(broker.bootstrap, args.minutes, args.interval_s, args.rate, env)
+    emit(summary(samples))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

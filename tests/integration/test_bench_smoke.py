@@ -1,0 +1,51 @@
+"""bench.soak and bench.storm, run briefly against the session's broker: they complete and print the JSON lines
+their docstrings promise, with figures of the right kinds. Smoke tests so the benches do not rot: no figure is
+judged (the benches measure; a 2-core machine under a test suite is no place to judge a timing)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import soak, storm
+from rig.kafka import KafkaBroker
+
+pytestmark = pytest.mark.broker
+
+
+def lines(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_soak_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    assert soak.main(["--minutes", "0.1", "--interval-s", "3", "--rate", "50",
+                      "--upstream", kafka_broker.bootstrap]) == 0
+    out = lines(capsys.readouterr().out)
+    intervals = [ln for ln in out if ln.get("bench") == "soak" and "interval" in ln]
+    assert [ln["interval"] for ln in intervals] == [1, 2]
+    for ln in intervals:
+        assert isinstance(ln["rss_mb"], float) and isinstance(ln["fds"], int) and ln["requests"]
+    [outcome] = [ln for ln in out if "records_acknowledged" in ln]
+    assert outcome["errors"] == [], outcome
+    for consumer in ("ck_consumer", "kp_consumer"):
+        assert outcome[consumer] == {"consumed": outcome["records_acknowledged"], "lost": 0, "duplicates": 0}
+    summary = out[-1]
+    assert summary["summary"] == "soak"
+    assert set(summary) == {"summary", "minutes", "rss_growth_mb", "fd_growth", "p99_ms_last_minute",
+                            "cpu_s_per_gib"}
+
+
+def test_storm_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    assert storm.main(["--clients", "20", "--rounds", "1", "--partitions", "4",
+                       "--upstream", kafka_broker.bootstrap]) == 0
+    out = lines(capsys.readouterr().out)
+    summary = out[-1]
+    assert summary["summary"] == "storm" and summary["clients"] == 20
+    for mode in ("cold", "warm"):
+        for path in ("direct", "sluice"):
+            for step in ("api_versions", "metadata", "list_offsets"):
+                assert set(summary[f"{mode}_{path}_{step}_ms"]) == {"p50", "p90", "p99", "max"}  # type: ignore[arg-type]
+    assert set(summary["upstream_wait_bound_ms"]) == {"p50", "p90", "p99", "max"}  # type: ignore[arg-type]
+    assert set(summary["sluice_cpu_ms_per_client"]) == {"cold", "warm_connect", "warm_requests"}  # type: ignore[arg-type]
+    assert summary["sluice_listen_backlog"] in ({}, {"bootstrap": 1024, "broker": 1024})

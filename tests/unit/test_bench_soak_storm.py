@@ -1,0 +1,87 @@
+"""bench.soak's and bench.storm's own analysis without a broker (smoke tests, so the benches do not rot; never a
+timing): quantiles from histogram bucket deltas as Prometheus computes them, the per-interval line and the
+summary of a soak, the storm's percentiles and upstream set-up share. The measurements themselves need the real
+broker: ``python -m bench.soak``, ``python -m bench.storm`` (tests/integration/test_bench_smoke.py runs both
+briefly)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench import soak, storm
+
+INF = math.inf
+
+
+def histogram(api_buckets: dict[str, dict[float, float]]) -> str:
+    """Prometheus text of sluice_request_latency_seconds with the given cumulative buckets per api."""
+    lines = ["# HELP sluice_request_latency_seconds x", "# TYPE sluice_request_latency_seconds histogram"]
+    for api, buckets in api_buckets.items():
+        for le, count in buckets.items():
+            bound = "+Inf" if math.isinf(le) else repr(le)
+            lines.append(f'sluice_request_latency_seconds_bucket{{api="{api}",le="{bound}"}} {count}')
+        lines.append(f'sluice_request_latency_seconds_count{{api="{api}"}} {buckets[INF]}')
+        lines.append(f'sluice_request_latency_seconds_sum{{api="{api}"}} 0.0')
+    return "\n".join(lines) + "\n"
+
+
+def test_quantile_interpolates_within_the_bucket_like_histogram_quantile() -> None:
+    buckets = {0.001: 50.0, 0.01: 90.0, 0.1: 100.0, INF: 100.0}
+    assert soak.quantile(0.5, buckets) == pytest.approx(0.001)
+    assert soak.quantile(0.99, buckets) == pytest.approx(0.01 + 0.09 * 9 / 10)
+    assert soak.quantile(0.7, buckets) == pytest.approx(0.001 + 0.009 * 20 / 40)
+    assert soak.quantile(0.99, {0.1: 0.0, INF: 0.0}) is None  # nothing observed
+    assert soak.quantile(0.99, {0.1: 10.0, INF: 20.0}) == 0.1  # in +Inf: the highest finite bound
+
+
+def test_buckets_are_summed_over_apis_and_differenced_per_interval() -> None:
+    before = histogram({"Produce": {0.01: 10.0, 0.1: 10.0, INF: 10.0},
+                        "Fetch": {0.01: 0.0, 0.1: 5.0, INF: 5.0}})
+    after = histogram({"Produce": {0.01: 110.0, 0.1: 110.0, INF: 110.0},
+                       "Fetch": {0.01: 0.0, 0.1: 50.0, INF: 50.0},
+                       "Metadata": {0.01: 0.0, 0.1: 100.0, INF: 100.0}})
+    a = soak.latency_buckets(after, exclude=("Fetch",))
+    assert a == {0.01: 110.0, 0.1: 210.0, INF: 210.0}
+    d = soak.delta(a, soak.latency_buckets(before, exclude=("Fetch",)))
+    assert d == {0.01: 100.0, 0.1: 200.0, INF: 200.0}
+    assert soak.latency_buckets(after, only=("Fetch",)) == {0.01: 0.0, 0.1: 50.0, INF: 50.0}
+
+
+def sample(t: float, rss_mb: float, fds: int, cpu_s: float, written_gib: float, requests: float) -> soak.Sample:
+    b = {0.001: 0.0, 0.1: requests, INF: requests}  # every request so far took between 1 and 100 ms
+    return soak.Sample(t=t, rss=int(rss_mb * soak.MIB), fds=fds, cpu_s=cpu_s, written=written_gib * soak.GIB,
+                       requests=0.0, all_but_fetch=b, produce=b, fetch={0.1: 0.0, INF: 0.0})
+
+
+def test_summary_measures_growth_after_the_warm_up_interval() -> None:
+    samples = [sample(0, 50, 20, 0.0, 0.0, 0.0), sample(60, 60, 25, 10.0, 0.5, 100.0),
+               sample(120, 61, 25, 20.0, 1.0, 200.0), sample(180, 61.5, 26, 30.0, 1.5, 200.0)]
+    out = soak.summary(samples)
+    assert out["summary"] == "soak" and out["minutes"] == 3.0
+    assert out["rss_growth_mb"] == 1.5 and out["fd_growth"] == 1  # from the end of minute 1, not from the start
+    assert out["cpu_s_per_gib"] == 20.0
+    # the last interval saw no new observations at all: no p99 rather than a made-up one
+    assert out["p99_ms_last_minute"] is None
+    line = soak.interval_line(1, samples[0], samples[1])
+    assert line["rss_mb"] == 60.0 and line["fds"] == 25 and line["cpu_s_per_gib"] == 20.0
+    assert line["p99_ms"] == pytest.approx(1.0 + 99.0 * 99 / 100)  # 100 new ones, all in (1 ms, 100 ms]
+    with pytest.raises(ValueError):
+        soak.summary(samples[:1])
+
+
+def test_storm_percentiles_are_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 201)]
+    assert storm.percentiles(values) == {"p50": 100.0, "p90": 180.0, "p99": 198.0, "max": 200.0}
+    assert storm.percentiles([]) == {}
+
+
+def test_storm_upstream_setup_bounds_the_wait_and_splits_the_cpu() -> None:
+    cold_clients = [{"api_versions": 100.0 + i} for i in range(100)]
+    out = storm.upstream_setup(cold_clients, [10.0 + i / 10 for i in range(100)],
+                               {"cold": 3.0, "warm_connect": 1.0, "warm_requests": 3.0})
+    assert out["upstream_wait_bound_ms"] == {"p50": 14.9, "p90": 18.9, "p99": 19.8, "max": 19.9}
+    assert out["upstream_wait_share_bound"]["p50"] == round(14.9 / 149.0, 3)
+    assert out["sluice_cpu_ms_per_client"]["cold"] == 3.0
+    assert out["connection_setup_cpu_share"] == 0.25
