@@ -1,7 +1,8 @@
 """Upstream offload of ``[sessions] mode = "terminate"``: clients idly polling many partitions, bytes per second
 on the Sluice<->broker link and the proxy's CPU per client fetch, with and without Sluice's own fetch session.
 
-``python -m bench.sessions [--partitions 1000] [--busy 3] [--seconds 10] [--clients confluent,kafka-python]``
+``python -m bench.sessions [--partitions 1000] [--busy 3] [--seconds 10] [--clients confluent,kafka-python]
+[--min-bytes 1]``
 
 One rig broker, ``--partitions`` partitions (one topic, or topics of 5,000: KRaft refuses larger CreateTopics
 batches); a background producer writes a small record to each of ``--busy`` partitions every 50 ms. Each client
@@ -32,6 +33,10 @@ in direct mode (requests + responses) and cpu_ms_per_fetch_terminate its proxy C
 Each client line also has ``upstream_bytes_per_record_ratio`` and ``upstream_bytes_per_fetch_ratio``: the same
 ratio per record delivered and per client fetch (a client's fetch rate depends on its own speed, which differs
 between runs: more fetches cost more bytes whoever serves them).
+
+``--min-bytes`` sets the clients' fetch min bytes (``fetch.min.bytes`` / ``fetch_min_bytes``, default 1). Set
+above what the busy partitions write in ``fetch.wait.max.ms`` (500 ms), every fetch waits its full 500 ms in both
+modes: the clients then fetch at one pace whoever answers them, and bytes per second compare the same work.
 """
 
 from __future__ import annotations
@@ -111,10 +116,11 @@ class Client(Protocol):
 class ConfluentClient:
     """confluent-kafka: session-less, every fetch lists every assigned partition."""
 
-    def __init__(self, bootstrap: str, topics: list[tuple[str, int]], mode: str) -> None:
+    def __init__(self, bootstrap: str, topics: list[tuple[str, int]], mode: str, min_bytes: int) -> None:
         # group.id only because confluent-kafka's Consumer insists; assign() uses no group
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{mode}",
-                                   "enable.auto.commit": False, "fetch.wait.max.ms": 500})
+                                   "enable.auto.commit": False, "fetch.wait.max.ms": 500,
+                                   "fetch.min.bytes": min_bytes})
         self._consumer.assign([TopicPartition(t, p, -1) for t, n in topics for p in range(n)])  # -1: from the end
 
     def poll(self) -> int:
@@ -128,9 +134,10 @@ class ConfluentClient:
 class KafkaPythonClient:
     """kafka-python: opens a fetch session per broker and sends incremental fetches."""
 
-    def __init__(self, bootstrap: str, topics: list[tuple[str, int]], mode: str) -> None:
+    def __init__(self, bootstrap: str, topics: list[tuple[str, int]], mode: str, min_bytes: int) -> None:
         self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"bench-kafka-python-{mode}",
-                                       group_id=None, enable_auto_commit=False, fetch_max_wait_ms=500)
+                                       group_id=None, enable_auto_commit=False, fetch_max_wait_ms=500,
+                                       fetch_min_bytes=min_bytes)
         self._consumer.assign([KafkaTopicPartition(t, p) for t, n in topics for p in range(n)])
         self._consumer.seek_to_end()  # lazy: the offsets are looked up on the first polls (the warm-up)
 
@@ -141,7 +148,7 @@ class KafkaPythonClient:
         self._consumer.close()
 
 
-CLIENTS: dict[str, Callable[[str, list[tuple[str, int]], str], Client]] = {
+CLIENTS: dict[str, Callable[[str, list[tuple[str, int]], str, int], Client]] = {
     "confluent": ConfluentClient, "kafka-python": KafkaPythonClient}
 
 
@@ -157,10 +164,10 @@ def layout(prefix: str, partitions: int) -> list[tuple[str, int]]:
 
 
 def run_mode(client_name: str, mode: str, broker: KafkaBroker, topics: list[tuple[str, int]], partitions: int,
-             warmup: float, seconds: float) -> dict[str, Any]:
+             warmup: float, seconds: float, min_bytes: int) -> dict[str, Any]:
     with ProxyThread(broker.bootstrap, **{"sessions.mode": "terminate" if mode == "terminate" else "passthrough"}
                      ) as sluice:
-        client: Client = CLIENTS[client_name](sluice.bootstrap, topics, mode)
+        client: Client = CLIENTS[client_name](sluice.bootstrap, topics, mode, min_bytes)
         try:
             records = 0
             # warm-up: at least ``warmup`` seconds and until the client fetches steadily (with 10,000 partitions
@@ -180,7 +187,7 @@ def run_mode(client_name: str, mode: str, broker: KafkaBroker, topics: list[tupl
     d = {k: after[k] - before[k] for k in after}
     span = t1 - t0
     fetches = max(d["fetches"], 1.0)
-    line = {"bench": "sessions", "client": client_name, "mode": mode, "partitions": partitions,
+    line = {"bench": "sessions", "client": client_name, "mode": mode, "partitions": partitions, "min_bytes": min_bytes,
             "seconds": round(span, 2), "fetches": int(d["fetches"]), "records": records,
             "upstream_bytes_per_s": round((d["proxy_to_upstream"] + d["upstream_to_proxy"]) / span),
             "upstream_request_bytes_per_s": round(d["proxy_to_upstream"] / span),
@@ -198,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--busy", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--min-bytes", type=int, default=1, help="the clients' fetch min bytes (see the docstring)")
     ap.add_argument("--clients", default="confluent,kafka-python",
                     help=f"comma-separated, of: {', '.join(CLIENTS)}")
     args = ap.parse_args(argv)
@@ -219,8 +227,10 @@ def main(argv: list[str] | None = None) -> None:
         cpu: dict[str, float] = {}
         try:
             for name in clients:
-                direct = run_mode(name, "direct", broker, topics, args.partitions, args.warmup, args.seconds)
-                term = run_mode(name, "terminate", broker, topics, args.partitions, args.warmup, args.seconds)
+                direct = run_mode(name, "direct", broker, topics, args.partitions, args.warmup, args.seconds,
+                                  args.min_bytes)
+                term = run_mode(name, "terminate", broker, topics, args.partitions, args.warmup, args.seconds,
+                                  args.min_bytes)
                 ratios[name] = term["upstream_bytes_per_s"] / max(direct["upstream_bytes_per_s"], 1)
                 # Per record delivered too: a client's fetch rate (and so its bytes/s) depends on how fast it
                 # processes responses, which differs between the runs (kafka-python at 10,000 partitions is
@@ -230,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
                 per_fetch = (term["upstream_bytes_per_s"] * term["seconds"] / max(term["fetches"], 1)) / max(
                     direct["upstream_bytes_per_s"] * direct["seconds"] / max(direct["fetches"], 1), 1)
                 cpu[name] = term["proxy_cpu_ms_per_fetch"]
-                emit({"bench": "sessions", "client": name, "partitions": args.partitions,
+                emit({"bench": "sessions", "client": name, "partitions": args.partitions, "min_bytes": args.min_bytes,
                       "upstream_ratio": round(ratios[name], 4),
                       "upstream_bytes_per_record_ratio": round(per_record, 4),
                       "upstream_bytes_per_fetch_ratio": round(per_fetch, 4),
