@@ -258,9 +258,11 @@ class SizeLimit(Policy):
             reorder_request(edit, fairness)
         ex.collect = True
         # What the broker may send: the clamped max_bytes (the first-batch rule can exceed it: the core adjusts
-        # the reservation when the real size is known).
+        # the reservation when the real size is known). A MaxBytes of 0 or less (the broker still sends a first
+        # batch) reserves 1 byte: a negative reservation would lower the bytes held below what is held, for
+        # every connection (found by bench.fuzz), and none would leave the response uncounted.
         if limits.global_max_bytes:
-            ex.reserve = edit.max_bytes
+            ex.reserve = max(edit.max_bytes, 1)
         return budget, fairness
 
     def on_response(self, ex: Exchange, response: ResponseView, conn: Fairness, state: Any) -> None:

@@ -608,6 +608,8 @@ def _flexible_aborted(mv: memoryview, pos: int, n: int,
         return None, pos + 1
     count, pos = _uvarint(mv, pos)
     count -= 1
+    if count < 0:
+        return None, pos  # null spelled with more bytes than needed (0x80 0x00): null, as construct reads it
     if count * 17 > n - pos:
         raise _bad("AbortedTransactions: array count", count, n - pos, pos)
     aborted = []

@@ -81,6 +81,9 @@ _PART_FLEX_T = struct.Struct(">iiqiqiB")  # ... and the first byte of its tag se
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _REPLICA_STATE = struct.Struct(">iq")  # ReplicaState: ReplicaId, ReplicaEpoch
+#: FetchPartition's tagged fields, kept raw but sized as the construct codec reads them: (tag, size, first version):
+#: ReplicaDirectoryId (uuid, 17+), HighWatermark (int64, 18+)
+_PARTITION_TAGS = ((0, 16, 17), (1, 8, 18))
 
 _new = tuple.__new__
 
@@ -355,8 +358,8 @@ class Baseline:
                 pos = end + tag  # the topic's tag section: empty (checked with the tail below)
                 if flexible and mv[end] != 0:
                     return None
-        except (IndexError, struct.error, CodecError):
-            return None
+        except (IndexError, struct.error, CodecError, UnicodeDecodeError):
+            return None  # a topic name that is not UTF-8 too (bench.fuzz): the full decode refuses it
         if seen != len(at) or frame[pos:] != self._tail or not _exact_cover(covered):
             return None  # partitions missing or repeated, forgotten topics, RackId, tags
         view = object.__new__(FetchRequestView)
@@ -567,6 +570,7 @@ def _decode_flexible(view: FetchRequestView, mv: memoryview, pos: int) -> int:
             if first:
                 raw, pos = tag_section_at(mv, pos + 32, n)
                 tags: bytes | None = bytes(raw)  # type: ignore[arg-type]  # non-empty: never None
+                _check_partition_tags(raw, version)  # type: ignore[arg-type]
             else:
                 tags = None
                 pos += 33
@@ -610,6 +614,16 @@ def _topic_key(mv: memoryview, pos: int, n: int, by_id: bool) -> tuple[TopicKey,
         return bytes(mv[pos : pos + 16]), pos + 16
     name, pos = _compact_string(mv, pos, False, "Topic")
     return name or "", pos
+
+
+def _check_partition_tags(raw: memoryview, version: int) -> None:
+    """A partition's known tagged fields must have their type's size (the construct codec refuses a
+    ReplicaDirectoryId or HighWatermark of another length; found by bench.fuzz)."""
+    fields = parse_tags(raw)
+    for tag, size, since in _PARTITION_TAGS:
+        value = fields.get(tag)
+        if value is not None and version >= since and len(value) != size:
+            raise CodecError(f"FetchPartition: tagged field {tag} of {len(value)} bytes, not {size}")
 
 
 def _top_tags(view: FetchRequestView, raw: memoryview) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .errors import CodecError
+from .errors import CodecError, codec_errors
 from .fetch_fast import (
     Buffer,
     NodeEndpoint,
@@ -88,6 +88,7 @@ class FetchStreamer:
     def __init__(self, version: int, size: int, rewrite: Callable[[list[NodeEndpoint]], None]) -> None:
         if version < FIRST_NODE_ENDPOINTS:
             raise CodecError(f"Fetch v{version} has no NodeEndpoints: relay it as bytes", api="Fetch")
+        self._version = version
         self._left = size  # bytes of the body not yet fed
         self._rewrite = rewrite
         self._stage = _HEADER_TAGS
@@ -222,9 +223,12 @@ class FetchStreamer:
         raw = fields.get(NODE_ENDPOINTS_TAG)
         if raw is None:
             return tail
-        endpoints = decode_endpoints(memoryview(raw))
-        self._rewrite(endpoints)
-        fields[NODE_ENDPOINTS_TAG] = encode_endpoints(endpoints)
+        # Malformed endpoints (a host that is not UTF-8, a truncated entry) or ones that cannot be rewritten (a
+        # listener port past int32) fail like any malformed response: CodecError, the connection is closed.
+        with codec_errors("NodeEndpoints", api="Fetch", version=self._version):
+            endpoints = decode_endpoints(memoryview(raw))
+            self._rewrite(endpoints)
+            fields[NODE_ENDPOINTS_TAG] = encode_endpoints(endpoints)
         fitted = _fit(fields, len(tail))
         if fitted is not None:
             self.rewritten = True

@@ -29,7 +29,7 @@ _INTS: dict[str, tuple[int, int]] = {
 
 # Short values keep examples fast; lengths still cross the 1-byte/2-byte varint boundary sometimes via
 # arrays of them. Surrogates are not encodable as UTF-8 (Kafka strings are UTF-8), so they are excluded.
-TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=12)
 BINARY = st.binary(max_size=24)
 
 
@@ -72,6 +72,7 @@ Overrides = dict[str, st.SearchStrategy[Any]]
 def _field(f: FieldSpec, version: int, flexible: bool, unknown: bool,
            overrides: Overrides | None) -> st.SearchStrategy[Any]:
     fflex = _flexible_field(f, version, flexible)
+    element: st.SearchStrategy[Any]
     if f.is_struct:
         element = struct_strategy(f.fields, version, fflex, unknown=unknown, overrides=overrides)
     elif overrides and f.name in overrides:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,6 +39,7 @@ from proxy.wire.records import (
     walk_batches,
 )
 from rig.fetch_oracle import to_message
+from tests.support.fuzz import mutated
 
 FUZZ = settings(
     max_examples=300,
@@ -50,33 +50,6 @@ FUZZ = settings(
 _CASES = all_cases()
 REQUESTS = [(spec, v) for name, spec, v in _CASES if spec.kind == "request"]
 RESPONSES = [(spec, v) for name, spec, v in _CASES if spec.kind == "response"]
-
-#: values that make a length/count field absurd: int32/int16 extremes and a 5-byte uvarint of 2**32-1
-HUGE = [b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", b"\x80\x00\x00\x00", b"\x7f\xff", b"\xff\xfe",
-        b"\xff\xff\xff\xff\x0f", b"\xfe\xff\xff\xff\x0f", b"\x80"]
-
-
-@st.composite
-def mutated(draw: Any, frame: bytes) -> bytes:
-    buf = bytearray(frame)
-    for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["flip", "truncate", "insert", "delete", "huge", "byte"]))
-        pos = draw(st.integers(0, len(buf)))
-        if kind == "flip" and pos < len(buf):
-            buf[pos] ^= 1 << draw(st.integers(0, 7))
-        elif kind == "truncate":
-            del buf[pos:]
-        elif kind == "insert":
-            buf[pos:pos] = draw(st.binary(min_size=1, max_size=8))
-        elif kind == "delete":
-            del buf[pos : pos + draw(st.integers(1, 8))]
-        elif kind == "huge":
-            value = draw(st.sampled_from(HUGE))
-            buf[pos : pos + len(value)] = value
-        elif kind == "byte" and pos < len(buf):
-            buf[pos] = draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF]))
-    return bytes(buf)
-
 
 def _request_frame(data: st.DataObject) -> bytes:
     spec, version = data.draw(st.sampled_from(REQUESTS))
