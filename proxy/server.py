@@ -54,6 +54,7 @@ _CONNECT_LOG_INTERVAL_S = 10.0
 #: the loop accepts meanwhile (kafka-go opens one connection per partition reader): the kernel then drops their
 #: SYNs and each retries 1 s later (bench.storm counts the overflows). The kernel caps it at net.core.somaxconn.
 LISTEN_BACKLOG = 1024
+MAX_PORT = 65535
 
 
 def _parse_address(text: str) -> Address:
@@ -177,6 +178,13 @@ class Proxy:
         not a refusal. Port = broker_port_base + node id (stable across restarts), or a free one if base is 0."""
         listen = self.settings.listen
         port = listen.broker_port_base + node_id if listen.broker_port_base else 0
+        if not 0 <= port <= MAX_PORT:
+            # Kafka allows node ids up to 2^31-1 (node.id is an int), so base + id can leave the port range;
+            # bind() would raise OverflowError, not OSError. A free port keeps the broker reachable; only its
+            # stability across restarts is lost, which the operator can restore with a lower broker_port_base.
+            log.warning("broker_port_out_of_range", node_id=node_id, broker_port_base=listen.broker_port_base,
+                        port=port, using="a free port")
+            port = 0
         if self._closing or self.loop is None:
             return port
         sock = socket.socket(socket.AF_INET6 if ":" in listen.host else socket.AF_INET, socket.SOCK_STREAM)
