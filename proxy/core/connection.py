@@ -28,6 +28,11 @@ close, start a timer). Everything in between is here:
 - **Backpressure.** When one side's write buffer passes its high-water mark, reading the other side pauses
   until it drains. Reading the client is paused for any of several reasons at once (upstream full, waiting,
   muted, upstream not yet connected); it resumes only when none is left.
+- **Limits** (Kafka's, per connection): with ``limits.max_inflight_requests`` the client is not read while that
+  many requests are owed a response (the broker's channel muting under ``queued.max.requests``: the client
+  waits, nothing is refused), and with ``limits.idle_timeout_s`` a connection with nothing in flight and no
+  bytes from the client for that long is closed (``connections.max.idle.ms``). Each is counted and logged once
+  per connection when hit.
 - **Metrics and the access log**, one line per request when its response has been handed to the client.
 """
 
@@ -82,10 +87,15 @@ class Limits:
     #: bytes queued for a not-yet-connected upstream before the client is no longer read
     queue_high_water_bytes: int = 4 * 1024 * 1024
     request_timeout_s: float = 30.0
+    #: requests owed a response before the client is no longer read (0 = no bound)
+    max_inflight_requests: int = 0
+    #: close a connection with nothing in flight and no bytes from the client for this long (0 = never)
+    idle_timeout_s: float = 0.0
 
 
 # reasons reading the client is paused
 _UPSTREAM_FULL, _WAITING, _MUTED, _CONNECTING = "upstream_full", "waiting", "muted", "connecting"
+_INFLIGHT = "inflight"
 
 
 class Connection:
@@ -136,6 +146,12 @@ class Connection:
         self._release_on_drain = 0
         self._muted_until = 0.0
         self._mute_timer: Timer | None = None
+        # limits
+        self._inflight_hit = False  # logged once per connection
+        self._last_active = clock()
+        self._idle_timer: Timer | None = None
+        if limits.idle_timeout_s:
+            self._idle_timer = port.call_later(limits.idle_timeout_s, self._idle_check)
 
     @property
     def busy(self) -> bool:
@@ -148,11 +164,18 @@ class Connection:
         if self.closed:
             return
         self.metrics.bytes_client_to_proxy.inc(len(data))
+        self._last_active = self.clock()
+        self._buf += data
+        self._frame()
+
+    def _frame(self) -> None:
+        """Take the complete request frames out of the buffer (up to the in-flight bound)."""
         buf = self._buf
-        buf += data
         off = 0
         max_frame = self.limits.max_frame_bytes
         while len(buf) - off >= 4:
+            if _INFLIGHT in self._client_pauses:
+                break  # the rest waits in the buffer until a response goes out
             size = int.from_bytes(buf[off : off + 4], "big", signed=True)
             if size < 0:
                 self._reject("malformed", f"request frame declares a negative length ({size})")
@@ -203,14 +226,55 @@ class Connection:
 
     def _on_request(self, frame: bytes) -> None:
         try:
-            ex = self.chain.classify(frame, self.clock())
+            ex = self.chain.classify(frame, self.clock(), self.info)
         except Rejected as r:
             self._reject(r.reason, r.detail)
             return
         self.client_id = ex.client_id
         self._pending.append(ex)
+        limit = self.limits.max_inflight_requests
+        if limit and len(self.inflight) + len(self._pending) >= limit:
+            self._inflight_full()
         if len(self._pending) == 1:
             self._pump()
+
+    def _inflight_full(self) -> None:
+        """Kafka's channel muting: a connection with ``max_inflight_requests`` owed a response is not read until
+        one goes out; the client's further requests wait in its socket and Sluice's buffer, none is refused."""
+        self.metrics.inflight_limited.inc()
+        if not self._inflight_hit:
+            self._inflight_hit = True
+            log.info("inflight_limit", conn=self.info.conn_id, listener=self.info.listener,
+                     limit=self.limits.max_inflight_requests, client_id=self.client_id,
+                     client=self.info.client_host, principal=self.info.principal)
+        self._pause_client(_INFLIGHT)
+
+    def _inflight_below(self) -> None:
+        if _INFLIGHT in self._client_pauses and \
+                len(self.inflight) + len(self._pending) < self.limits.max_inflight_requests:
+            self._resume_client(_INFLIGHT)
+            if not self.closed and _INFLIGHT not in self._client_pauses:
+                self._frame()  # requests already read and buffered go on now
+
+    def _idle_check(self) -> None:
+        """Kafka's connections.max.idle.ms: nothing in flight, no client bytes for idle_timeout_s -> closed."""
+        self._idle_timer = None
+        if self.closed:
+            return
+        idle = self.limits.idle_timeout_s
+        now = self.clock()
+        quiet = now - self._last_active
+        if self.busy:
+            left = idle
+        elif quiet >= idle:
+            self.metrics.connections_closed.labels("idle").inc()
+            log.info("idle_closed", conn=self.info.conn_id, listener=self.info.listener, idle_s=round(quiet, 3),
+                     client_id=self.client_id, client=self.info.client_host, principal=self.info.principal)
+            self.close()
+            return
+        else:
+            left = idle - quiet
+        self._idle_timer = self.port.call_later(max(left, 0.001), self._idle_check)
 
     def _pump(self) -> None:
         """Take pending requests through their waits and the chain, in order, and dispatch them."""
@@ -415,7 +479,14 @@ class Connection:
             self._complete(ex)
 
     def _complete(self, ex: Exchange) -> None:
-        latency = self.clock() - ex.started
+        self._record(ex)
+        if self.limits.max_inflight_requests:
+            self._inflight_below()
+
+    def _record(self, ex: Exchange) -> None:
+        now = self.clock()
+        self._last_active = now
+        latency = now - ex.started
         h = ex.header
         self.metrics.observe_request(ex.api, h.api_version, latency)
         if ex.client_bytes:
@@ -429,7 +500,8 @@ class Connection:
             bytes_proxy_to_upstream=ex.upstream_sent,
             bytes_upstream_to_proxy=ex.upstream_bytes, bytes_proxy_to_client=ex.client_bytes,
             latency_ms=latency * 1000.0, error_codes=ex.error_codes, listener=self.info.listener,
-            upstream=self.upstream_name, decoded=ex.decoded, **ex.log,
+            upstream=self.upstream_name, decoded=ex.decoded, client_address=self.info.client_host or None,
+            principal=self.info.principal, **ex.log,
         )
 
     # ======================================================================================== flow control
@@ -547,7 +619,7 @@ class Connection:
         self._release_on_drain = 0  # released here: a drain after the close (a transport flushing) is not another
         if held:
             self.memory.release(held)
-        for timer in (self._partial_timer, self._mute_timer):
+        for timer in (self._partial_timer, self._mute_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
 

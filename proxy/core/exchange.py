@@ -39,15 +39,21 @@ class Rejected(Exception):
         self.detail = detail
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionInfo:
-    """Who a client connection is, as policies may select on it."""
+    """Who a client connection is, as policies may select on it (client selectors: ``client_host`` and
+    ``principal`` next to each request's client.id). Set by the core and the server only; policies read it."""
 
     conn_id: int
     #: the listener the client connected to: "bootstrap" or "broker-N"
     listener: str
     #: the broker node the listener stands for (None: the bootstrap listener)
     node_id: int | None = None
+    #: the client's address: the PROXY protocol header's source when the listener reads one, else the peer's
+    client_host: str = ""
+    client_port: int = 0
+    #: the SASL principal's name once the broker accepted the client's authentication (policies/sasl.py), else None
+    principal: str | None = None
 
 
 class Streamer(Protocol):
@@ -104,6 +110,16 @@ class Exchange:
     client_bytes: int = 0
     #: the response to write, set when the chain has handled it (size prefix included, scatter buffers)
     reply: list[Buffer] | None = None
+    #: the connection it arrived on (its client address and principal, for client selectors)
+    info: ConnectionInfo | None = None
+
+    @property
+    def principal(self) -> str | None:
+        return self.info.principal if self.info is not None else None
+
+    @property
+    def client_host(self) -> str:
+        return self.info.client_host if self.info is not None else ""
 
     @property
     def client_id(self) -> str | None:
