@@ -8,10 +8,13 @@ broker's session expires (KIP-368 re-authentication: the same two requests). Fro
 request of each exchange :mod:`proxy.core.sasl_principal` keeps the name and nothing else (the bytes are not
 kept, logged or counted by content); the name is adopted once the broker answers that the exchange succeeded.
 
-SaslHandshake v0 is not read: after a successful v0 handshake (before KIP-152) the tokens travel in bare frames
-without a Kafka header, which no proxy that reads Kafka frames can follow. Kafka 4.0 removed v0 (KIP-896), the
-brokers Sluice fronts advertise v1 only, and Sluice's ApiVersions never offers v0 (proxy/codecs/manifest.json);
-a client that sends v0 anyway is refused by the broker, as it would be directly.
+SaslHandshake v0 is refused: after a successful v0 handshake (before KIP-152) the tokens travel in bare frames
+without a Kafka header, so a proxy that reads Kafka frames could neither follow them nor read a principal. Kafka
+4.1 still advertises SaslHandshake 0-1; Sluice's ApiVersions offers 1 only (proxy/codecs/manifest.json), which
+every client that reads ApiVersions then uses (the Java client since 1.0, librdkafka, kafka-python 3, current
+Sarama and aiokafka). Clients that send v0 regardless (kafka-python <= 2.0.2, Sarama <= 1.40.1 by default, aiokafka
+<= 0.12 with api_version="auto") get Sluice's answer UNSUPPORTED_VERSION (35), the error a broker gives for a
+version it does not serve, and one log event; the request never reaches the broker.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from ..accesslog import get_logger
 from ..core.exchange import ConnectionInfo, Exchange
 from ..core.policy import Policy, Services
 from ..core.sasl_principal import SaslExchange
-from ..wire.views import MessageRequest, MessageResponse, ResponseView
+from ..wire.model import Message
+from ..wire.views import MessageRequest, MessageResponse, ResponseView, local_response
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+UNSUPPORTED_VERSION = 35
 
 log = get_logger("sluice.sasl")
 
@@ -44,9 +49,6 @@ class Sasl(Policy):
     def __init__(self, services: Services) -> None:
         self.metrics = services.metrics
 
-    def applies(self, ex: Exchange) -> bool:
-        return ex.header.api_key != SASL_HANDSHAKE or ex.header.api_version >= 1
-
     def open(self, info: ConnectionInfo) -> _State:
         return _State(info)
 
@@ -54,6 +56,13 @@ class Sasl(Policy):
         request = ex.request
         assert isinstance(request, MessageRequest)
         if ex.header.api_key == SASL_HANDSHAKE:
+            if ex.header.api_version == 0:
+                info = conn.info
+                log.warning("sasl_handshake_v0_refused", conn=info.conn_id, listener=info.listener,
+                            client=info.client_host, client_id=ex.client_id)
+                ex.answer = local_response(SASL_HANDSHAKE, 0, ex.header.correlation_id,
+                                           Message(error_code=UNSUPPORTED_VERSION, mechanisms=[]))
+                return None
             conn.exchange.handshake(request.body.mechanism or "")
             return None
         conn.exchange.request(bytes(request.body.auth_bytes or b""))
