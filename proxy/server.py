@@ -214,7 +214,7 @@ class Proxy:
         """A client connection closed before its first request: counted, and logged once per reason and address
         per interval (a client retrying in a loop, or a scanner, must not flood the log)."""
         self.metrics.connections_refused.labels(reason).inc()
-        suppressed = self._refused_log.allow((reason, host))
+        suppressed = self._refused_log.allow((reason, host, detail.get("error")))
         if suppressed is not None:
             log.warning("connection_refused", reason=reason, client=host, listener=listener,
                         not_logged=suppressed, **detail)
