@@ -40,7 +40,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     ca, other = CA(d, "sluice"), CA(d, "other")
     return {"ca": ca, "server": ca.issue("server"), "client": ca.issue("client", client=True, hosts=()),
             "other": other, "stranger": other.issue("stranger", client=True, hosts=()),
-            "expired": ca.issue("expired", expired=True), "wrong_host": ca.issue("wrong-host", hosts=("other.example",))}
+            "expired": ca.issue("expired", expired=True),
+            "wrong_host": ca.issue("wrong-host", hosts=("other.example",))}
 
 
 def api_versions_frame(corr: int = 1) -> bytes:
@@ -104,8 +105,8 @@ def produce_and_consume(conf: dict[str, Any], topic: str) -> list[bytes]:
     for i in range(RECORDS):
         producer.produce(topic, f"record-{i:04d}".encode() + b"x" * 100)
     assert producer.flush(30) == 0
-    consumer = Consumer({**conf, "log_level": 0, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
+    consumer = Consumer({**conf, "log_level": 0, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
     got: list[bytes] = []
     deadline = time.monotonic() + 60
@@ -187,8 +188,8 @@ def test_a_bad_sluice_certificate_is_refused_by_the_client(secure_broker: Secure
                                                   "listen.tls.key_file": str(cert.key)}) as sluice:
         match = "certificate has expired" if which == "expired" else "mismatch, certificate is not valid"
         with pytest.raises(ssl.SSLCertVerificationError, match=match):
-            tls_client(pki["ca"].cert).wrap_socket(socket.create_connection(("127.0.0.1", sluice.proxy.bootstrap_port)),
-                                                   server_hostname="127.0.0.1")
+            address = ("127.0.0.1", sluice.proxy.bootstrap_port)
+            tls_client(pki["ca"].cert).wrap_socket(socket.create_connection(address), server_hostname="127.0.0.1")
 
 
 @pytest.mark.parametrize("case", ["wrong_ca", "hostname", "no_client_cert"])

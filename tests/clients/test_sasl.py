@@ -1,0 +1,245 @@
+"""SASL relayed untouched and seen: Java, confluent-kafka and kafka-python authenticate through Sluice (PLAIN and
+SCRAM-SHA-512, over SASL_PLAINTEXT and SASL_SSL) against the real broker (rig/secure_broker.py), and every
+record arrives once, in order, unchanged; the principal is in the access log and selects a size limit; a wrong
+password fails as it does directly; KIP-368 re-authentication passes through; no password reaches a log line or
+/metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Iterator, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from kafka import KafkaConsumer
+from structlog.testing import capture_logs
+
+from rig.java_tools import JavaTools
+from rig.pki import CA
+from rig.proxy_thread import ProxyThread
+from rig.secure_broker import SASL_USERS, SecureBroker
+
+RECORDS = 120
+VALUES = [f"v{i:04d}-".encode() + b"x" * 90 for i in range(RECORDS)]
+WRONG = "not-the-password-93xq"
+BUDGET = 2048  # alice's fetch budget: far below one fetch of the topic
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture(scope="module")
+def topic(secure_broker: SecureBroker) -> str:
+    name = f"sasl-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": secure_broker.plaintext, "linger.ms": 0, "log_level": 0})
+    for v in VALUES:
+        producer.produce(name, v)
+        producer.poll(0)  # one batch per record: the budget cuts between them
+    assert producer.flush(30) == 0
+    return name
+
+
+@pytest.fixture(scope="module")
+def sluice_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    ca = CA(tmp_path_factory.mktemp("sasl-pki"), "sluice-sasl")
+    return {"ca": ca, "server": ca.issue("server")}
+
+
+class Sluices:
+    """One Sluice in front of each SASL listener, with the access log in a file and a budget for alice."""
+
+    def __init__(self, broker: SecureBroker, pki: dict[str, Any], directory: Path) -> None:
+        common = {"size_limit.budgets": [{"principal": "alice", "fetch_max_bytes": BUDGET,
+                                          "partition_max_bytes": BUDGET}]}
+        self.plain_log = directory / "plaintext.log"
+        self.ssl_log = directory / "ssl.log"
+        self.plaintext = ProxyThread(broker.sasl_plaintext, **common, **{"logging.access_log": str(self.plain_log)})
+        self.ssl = ProxyThread(broker.sasl_ssl, **common, **{
+            "logging.access_log": str(self.ssl_log),
+            "listen.tls.enabled": True, "listen.tls.cert_file": str(pki["server"].cert),
+            "listen.tls.key_file": str(pki["server"].key),
+            "upstream.tls.enabled": True, "upstream.tls.ca_file": str(broker.ca.cert)})
+        self.ca = pki["ca"].cert
+
+    def lines(self) -> list[dict[str, Any]]:
+        out = []
+        for sluice, path in ((self.plaintext, self.plain_log), (self.ssl, self.ssl_log)):
+            sluice.call(_flush(sluice))
+            out += [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+        return out
+
+    def close(self) -> None:
+        self.plaintext.stop()
+        self.ssl.stop()
+
+
+async def _flush(sluice: ProxyThread) -> None:
+    sluice.proxy.access_log.flush()
+
+
+@pytest.fixture(scope="module")
+def events() -> Iterator[list[MutableMapping[str, Any]]]:
+    """Every operational log event of the module's Sluices (kept for the secrets check)."""
+    with capture_logs() as captured:
+        yield captured
+
+
+@pytest.fixture(scope="module")
+def sluices(secure_broker: SecureBroker, sluice_pki: dict[str, Any], tmp_path_factory: pytest.TempPathFactory,
+            events: list[MutableMapping[str, Any]]) -> Iterator[Sluices]:
+    s = Sluices(secure_broker, sluice_pki, tmp_path_factory.mktemp("sasl-logs"))
+    yield s
+    s.close()
+
+
+def rdkafka_conf(sluices: Sluices, tls: bool, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    sluice = sluices.ssl if tls else sluices.plaintext
+    conf = {"bootstrap.servers": sluice.bootstrap, "security.protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password, "log_level": 0}
+    if tls:
+        conf["ssl.ca.location"] = str(sluices.ca)
+    return conf
+
+
+def consume_confluent(conf: dict[str, Any], topic: str, count: int = RECORDS) -> list[bytes]:
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def principals(lines: list[dict[str, Any]], client_id: str) -> set[str | None]:
+    return {ln.get("principal") for ln in lines if ln["client_id"] == client_id and ln["api"] == "Fetch"}
+
+
+@pytest.mark.parametrize(("tls", "mechanism", "user"), [(False, "PLAIN", "bob"), (True, "SCRAM-SHA-512", "bob"),
+                                                        (False, "SCRAM-SHA-512", "alice")])
+def test_confluent_kafka_authenticates_through_sluice(sluices: Sluices, topic: str, tls: bool, mechanism: str,
+                                                      user: str) -> None:
+    client_id = f"rdkafka-{mechanism}-{tls:d}-{user}"
+    conf = {**rdkafka_conf(sluices, tls, mechanism, user, SASL_USERS[user]), "client.id": client_id}
+    sluice = sluices.ssl if tls else sluices.plaintext
+    limited = sluice.total("sluice_size_limit_limited_responses_total")
+    assert consume_confluent(conf, topic) == VALUES
+    assert principals(sluices.lines(), client_id) == {user}
+    # the budget is alice's: her fetches were cut, bob's never
+    assert (sluice.total("sluice_size_limit_limited_responses_total") > limited) == (user == "alice")
+
+
+def test_kafka_python_authenticates_through_sluice(sluices: Sluices, topic: str) -> None:
+    for mechanism, user in (("SCRAM-SHA-512", "alice"), ("PLAIN", "bob")):
+        client_id = f"kafka-python-{mechanism}"
+        consumer = KafkaConsumer(topic, bootstrap_servers=sluices.plaintext.bootstrap, client_id=client_id,
+                                 security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+                                 sasl_plain_username=user, sasl_plain_password=SASL_USERS[user],
+                                 auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=20000)
+        try:
+            got = _take(consumer, RECORDS)
+        finally:
+            consumer.close()
+        assert got == VALUES
+        assert principals(sluices.lines(), client_id) == {user}
+
+
+def _take(consumer: KafkaConsumer, n: int) -> list[bytes]:
+    out: list[bytes] = []
+    for message in consumer:  # consumer_timeout_ms bounds the wait
+        out.append(message.value)
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.mark.parametrize(("tls", "mechanism"), [(False, "PLAIN"), (True, "SCRAM-SHA-512")])
+def test_java_authenticates_through_sluice(sluices: Sluices, topic: str, java_tools: JavaTools, tls: bool,
+                                           mechanism: str) -> None:
+    sluice = sluices.ssl if tls else sluices.plaintext
+    module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
+    props: dict[str, object] = {
+        "security.protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+        "sasl.jaas.config": f'org.apache.kafka.common.security.{module} required username="bob" '
+                            f'password="{SASL_USERS["bob"]}";',
+        "client.id": f"java-{mechanism}"}
+    if tls:
+        props.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(sluices.ca)})
+    lines = java_tools.console_consume(sluice.bootstrap, topic, max_messages=RECORDS, consumer_props=props,
+                                       idle_timeout_ms=20_000)
+    assert [ln.encode() for ln in lines] == VALUES
+    assert principals(sluices.lines(), f"java-{mechanism}") == {"bob"}
+
+
+def test_wrong_password_fails_as_it_does_directly(sluices: Sluices, secure_broker: SecureBroker) -> None:
+    def auth_error(bootstrap: str) -> str:
+        errors: list[KafkaError] = []
+        producer = Producer({"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": WRONG,
+                             "error_cb": errors.append, "log_level": 0})
+        deadline = time.monotonic() + 30
+        while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) and time.monotonic() < deadline:
+            producer.poll(0.2)
+        del producer
+        [first] = [e for e in errors if e.code() == KafkaError._AUTHENTICATION][:1]
+        # the broker's own words, without the address and librdkafka's timing suffix
+        return re.sub(r" \(after \d+ms.*\)$", "", first.str().split(": ", 1)[-1] if ": " in first.str() else "")
+
+    direct = auth_error(secure_broker.sasl_plaintext)
+    through = auth_error(sluices.plaintext.bootstrap)
+    assert "Authentication failed" in direct
+    assert through == direct
+
+
+def test_reauthentication_kip_368_passes_through(sluices: Sluices, secure_broker: SecureBroker, topic: str) -> None:
+    """The broker's SASL sessions last 4 s: a consumer kept open longer re-authenticates on its connections and
+    goes on consuming."""
+    sluice = sluices.plaintext
+    conf = {**rdkafka_conf(sluices, False, "SCRAM-SHA-512", "bob", SASL_USERS["bob"]), "client.id": "reauth"}
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "latest",
+                         "enable.auto.commit": False})
+    later = f"reauth-{uuid.uuid4().hex[:6]}".encode()
+    try:
+        consumer.subscribe([topic])
+        start = time.monotonic()
+        before = sluice.total("sluice_sasl_authentications_total")
+        got: list[bytes] = []
+        produced = False
+        while time.monotonic() - start < 40 and later not in got:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+            if not produced and time.monotonic() - start > 10:  # well past two session lifetimes
+                p = Producer({"bootstrap.servers": secure_broker.plaintext, "log_level": 0})
+                p.produce(topic, later)
+                assert p.flush(10) == 0
+                produced = True
+        connections = {ln["conn_id"] for ln in sluices.lines() if ln["client_id"] == "reauth"}
+        assert later in got
+        assert sluice.total("sluice_sasl_authentications_total") - before > len(connections)  # re-authenticated
+    finally:
+        consumer.close()
+
+
+def test_no_secret_reaches_a_log_line_or_metrics(sluices: Sluices, events: list[MutableMapping[str, Any]],
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Runs last in the module: after every authentication above, good and bad."""
+    secrets = [*SASL_USERS.values(), WRONG]
+    texts = [repr(e) for e in events]
+    texts += [r.getMessage() for r in caplog.records] + [logging.Formatter().format(r) for r in caplog.records]
+    texts += [sluices.plain_log.read_text(), sluices.ssl_log.read_text()]
+    texts += [s.proxy.metrics.exposition().decode() for s in (sluices.plaintext, sluices.ssl)]
+    assert any("sasl_authenticated" in t for t in texts)  # the log was there to look at
+    for secret in secrets:
+        assert not [t for t in texts if secret in t], f"{secret!r} leaked"
