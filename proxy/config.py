@@ -293,6 +293,37 @@ class ClientTlsSettings(Section):
         return self
 
 
+class UpstreamSaslSettings(Section):
+    """``[upstream.sasl]``: Sluice's own SASL identity for the requests it makes itself (Metadata lookups of the
+    brokers and of topic names) when the brokers' listener requires SASL. Clients' credentials are never used:
+    they are relayed untouched."""
+
+    mechanism: Literal["", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        default="", description='Mechanism of Sluice\'s own authentication; "" = none.')
+    username: str = Field(default="", description="Sluice's user.")
+    # repr=False: never in a repr or a ConfigError message
+    password: str = Field(default="", repr=False, description="Its password (set it through "
+                                                              "SLUICE_UPSTREAM__SASL__PASSWORD, or password_file).")
+    password_file: FilePath = Field(default="", description="File holding the password; exclusive with password.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.password and self.password_file:
+            raise KeyedValueError("password_file", "set either password or password_file, not both")
+        if self.mechanism and not self.username:
+            raise KeyedValueError("username", f"is needed with mechanism = {self.mechanism!r}")
+        if self.mechanism and not (self.password or self.password_file):
+            raise KeyedValueError("password", f"is needed with mechanism = {self.mechanism!r} (or password_file)")
+        return self
+
+    def secret(self) -> str:
+        """The password in force (read from password_file now, if that is where it is)."""
+        if not self.password_file:
+            return self.password
+        with open(self.password_file, encoding="utf-8") as fh:
+            return fh.read().strip()
+
+
 class UpstreamSettings(Section):
     """Where the real Kafka cluster is."""
 
@@ -303,6 +334,8 @@ class UpstreamSettings(Section):
     connect_timeout_s: Seconds = Field(default=10.0, description="TCP connect timeout to an upstream broker.")
     tls: ClientTlsSettings = Field(default_factory=lambda: ClientTlsSettings(),
                                    description="TLS to the brokers (off by default).")
+    sasl: UpstreamSaslSettings = Field(default_factory=lambda: UpstreamSaslSettings(),
+                                       description="Sluice's own SASL identity for its lookups (off by default).")
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -949,6 +982,8 @@ class Settings(Section):
         data = self.model_dump()
         if data["admin"]["token"]:
             data["admin"]["token"] = "***"
+        if data["upstream"]["sasl"]["password"]:
+            data["upstream"]["sasl"]["password"] = "***"
         data["logging"]["access_log_kafka"]["properties"] = self.logging.access_log_kafka.redacted_properties()
         # file paths are not secrets (the files are); nothing else in the TLS sections is
         return data

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .accesslog import AccessLog, LogLimiter, get_access_log, get_logger
-from .config import Settings
+from .config import Settings, UpstreamSaslSettings
 from .core.admission import Admission
 from .core.chain import Chain
 from .core.connection import Connection, Limits, Timer
@@ -43,6 +43,7 @@ from .core.policy import Policy, Services
 from .core.proxy_protocol import ProxyHeader, ProxyProtocolError
 from .core.proxy_protocol import parse as parse_proxy_header
 from .core.routing import Address, Router
+from .core.sasl_client import SaslClient, SaslClientError
 from .core.topic_names import TopicNames
 from .metrics import Metrics
 from .policies import build as build_policies
@@ -285,7 +286,8 @@ class Proxy:
         for host, port in [*self.bootstrap, *self.router.upstream.values()]:
             try:
                 return await _one_request(host, port, METADATA_KEY, METADATA_BY_ID_VERSION, body,
-                                          self.settings.upstream.connect_timeout_s, self.tls.upstream)
+                                          self.settings.upstream.connect_timeout_s, self.tls.upstream,
+                                          self.settings.upstream.sasl)
             except (TimeoutError, OSError, CodecError, EOFError) as e:
                 # EOFError: a listener that closes on requests it does not take before authentication (SASL)
                 last = e if not isinstance(e, EOFError) else OSError(f"{host}:{port} closed the connection")
@@ -452,20 +454,46 @@ def _tls_error(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
+
+
 async def _one_request(host: str, port: int, api_key: int, version: int, body: Message,
-                       timeout: float, tls: ssl.SSLContext | None = None) -> Message:
-    """A single request/response on a fresh connection (Sluice's own Metadata lookups)."""
+                       timeout: float, tls: ssl.SSLContext | None = None,
+                       sasl: UpstreamSaslSettings | None = None) -> Message:
+    """A single request/response on a fresh connection (Sluice's own Metadata lookups), authenticated first with
+    Sluice's own identity when ``[upstream.sasl]`` names one (KIP-43 SaslHandshake v1, SaslAuthenticate v2)."""
     reader, writer = await asyncio.wait_for(
         asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls is not None else None), timeout)
-    try:
-        header = Message(request_api_key=api_key, request_api_version=version, correlation_id=1,
-                         client_id="sluice")
-        assert request_header_version(api_key, version) == 2
-        frame = encode_request(header, body)
+    corr = 0
+
+    async def call(key: int, ver: int, message: Message) -> Message:
+        nonlocal corr
+        corr += 1
+        header = Message(request_api_key=key, request_api_version=ver, correlation_id=corr, client_id="sluice")
+        frame = encode_request(header, message)
         writer.write(len(frame).to_bytes(4, "big") + frame)
         size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), timeout), "big")
         data = await asyncio.wait_for(reader.readexactly(size), timeout)
-        return decode_response(api_key, version, data)[1]
+        return decode_response(key, ver, data)[1]
+
+    try:
+        if sasl is not None and sasl.mechanism:
+            shake = await call(SASL_HANDSHAKE_KEY, 1, Message(mechanism=sasl.mechanism))
+            if shake.error_code:
+                raise OSError(f"{host}:{port} refused SASL mechanism {sasl.mechanism} (error {shake.error_code})")
+            client = SaslClient(sasl.mechanism, sasl.username, sasl.secret())
+            token: bytes | None = client.first()
+            while token is not None:
+                answer = await call(SASL_AUTHENTICATE_KEY, 2, Message(auth_bytes=token))
+                if answer.error_code:
+                    # the broker's message names the failure, never the credential
+                    raise OSError(f"{host}:{port}: Sluice's own SASL authentication failed: {answer.error_message}")
+                try:
+                    token = client.next(bytes(answer.auth_bytes or b""))
+                except SaslClientError as e:
+                    raise OSError(f"{host}:{port}: {e}") from None
+        assert request_header_version(api_key, version) == 2
+        return await call(api_key, version, body)
     finally:
         writer.close()
 

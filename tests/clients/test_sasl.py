@@ -23,11 +23,12 @@ from structlog.testing import capture_logs
 from rig.java_tools import JavaTools
 from rig.pki import CA
 from rig.proxy_thread import ProxyThread
-from rig.secure_broker import SASL_USERS, SecureBroker
+from rig.secure_broker import SASL_USERS, SecureBroker, create_scram_user
 
 RECORDS = 120
 VALUES = [f"v{i:04d}-".encode() + b"x" * 90 for i in range(RECORDS)]
 WRONG = "not-the-password-93xq"
+SVC_PASSWORD = "svc-pw-Lm55"  # Sluice's own identity ([upstream.sasl])
 BUDGET = 2048  # alice's fetch budget: far below one fetch of the topic
 
 pytestmark = pytest.mark.broker
@@ -39,8 +40,7 @@ def topic(secure_broker: SecureBroker) -> str:
     producer = Producer({"bootstrap.servers": secure_broker.plaintext, "linger.ms": 0, "log_level": 0})
     for v in VALUES:
         producer.produce(name, v)
-        producer.poll(0)  # one batch per record: the budget cuts between them
-    assert producer.flush(30) == 0
+        assert producer.flush(30) == 0  # one batch per record: the budget can cut between any two
     return name
 
 
@@ -100,7 +100,12 @@ def sluices(secure_broker: SecureBroker, sluice_pki: dict[str, Any], tmp_path_fa
 def rdkafka_conf(sluices: Sluices, tls: bool, mechanism: str, user: str, password: str) -> dict[str, Any]:
     sluice = sluices.ssl if tls else sluices.plaintext
     conf = {"bootstrap.servers": sluice.bootstrap, "security.protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT",
-            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password, "log_level": 0}
+            "sasl.mechanism": mechanism, "log_level": 0}
+    if mechanism == "OAUTHBEARER":
+        # librdkafka's built-in unsecured JWT (KIP-255's default on the broker: unsigned, "sub" is the principal)
+        conf.update({"enable.sasl.oauthbearer.unsecure.jwt": True, "sasl.oauthbearer.config": f"principal={user}"})
+    else:
+        conf.update({"sasl.username": user, "sasl.password": password})
     if tls:
         conf["ssl.ca.location"] = str(sluices.ca)
     return conf
@@ -127,17 +132,19 @@ def principals(lines: list[dict[str, Any]], client_id: str) -> set[str | None]:
 
 
 @pytest.mark.parametrize(("tls", "mechanism", "user"), [(False, "PLAIN", "bob"), (True, "SCRAM-SHA-512", "bob"),
-                                                        (False, "SCRAM-SHA-512", "alice")])
+                                                        (False, "SCRAM-SHA-512", "alice"),
+                                                        (True, "OAUTHBEARER", "carol")])
 def test_confluent_kafka_authenticates_through_sluice(sluices: Sluices, topic: str, tls: bool, mechanism: str,
                                                       user: str) -> None:
     client_id = f"rdkafka-{mechanism}-{tls:d}-{user}"
-    conf = {**rdkafka_conf(sluices, tls, mechanism, user, SASL_USERS[user]), "client.id": client_id}
-    sluice = sluices.ssl if tls else sluices.plaintext
-    limited = sluice.total("sluice_size_limit_limited_responses_total")
+    conf = {**rdkafka_conf(sluices, tls, mechanism, user, SASL_USERS.get(user, "")), "client.id": client_id}
     assert consume_confluent(conf, topic) == VALUES
-    assert principals(sluices.lines(), client_id) == {user}
-    # the budget is alice's: her fetches were cut, bob's never
-    assert (sluice.total("sluice_size_limit_limited_responses_total") > limited) == (user == "alice")
+    lines = sluices.lines()
+    assert principals(lines, client_id) == {user}
+    # The budget is alice's: every response to her fetches stays within it (headers aside), while bob's first
+    # fetch carries far more of the topic than that.
+    largest = max(ln["bytes_proxy_to_client"] for ln in lines if ln["client_id"] == client_id and ln["api"] == "Fetch")
+    assert (largest <= BUDGET + 512) == (user == "alice"), largest
 
 
 def test_kafka_python_authenticates_through_sluice(sluices: Sluices, topic: str) -> None:
@@ -232,10 +239,88 @@ def test_reauthentication_kip_368_passes_through(sluices: Sluices, secure_broker
         consumer.close()
 
 
+def test_sluice_own_identity_names_topics_and_a_throttle_selects_a_principal(
+        secure_broker: SecureBroker, topic: str, java_tools: JavaTools, tmp_path: Path) -> None:
+    """Behind a SASL listener Sluice's own lookups (brokers at start, topic names for Fetch v13+) authenticate
+    with [upstream.sasl] (SCRAM-SHA-512, its password from a file), so a throttle keyed on a principal applies
+    to the Java consumer's Fetch v17 by topic name: alice's fetches are metered, bob's are not."""
+    create_scram_user(secure_broker.plaintext, "sluice-svc", SVC_PASSWORD, ("SCRAM-SHA-512",))
+    password_file = tmp_path / "sasl-password"
+    password_file.write_text(SVC_PASSWORD + "\n")
+    with ProxyThread(secure_broker.sasl_plaintext, **{
+            "upstream.sasl.mechanism": "SCRAM-SHA-512", "upstream.sasl.username": "sluice-svc",
+            "upstream.sasl.password_file": str(password_file),
+            "throttle.leader_rate_bytes": 200_000, "throttle.topics": [{"topic": topic}],
+            "throttle.consumers": [{"principal": "alice"}]}) as sluice:
+        assert sluice.proxy.router.upstream  # the brokers were learnt at start, through Sluice's own login
+        metered = []
+        for user in ("bob", "alice"):
+            props: dict[str, object] = {
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                    f'username="{user}" password="{SASL_USERS[user]}";'}
+            lines = java_tools.console_consume(sluice.bootstrap, topic, max_messages=RECORDS, consumer_props=props)
+            assert [ln.encode() for ln in lines] == VALUES
+            metered.append(sluice.total("sluice_throttle_bytes_total", side="leader"))
+        assert metered[0] == 0 and metered[1] > 0  # bob's fetches were not throttled, alice's were
+        assert sluice.total("sluice_topic_name_lookups_total", outcome="resolved") >= 1
+        assert sluice.total("sluice_topic_name_lookups_total", outcome="failed") == 0
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_readme_tls_sasl_example_loads_and_runs(secure_broker: SecureBroker, sluice_pki: dict[str, Any],
+                                                topic: str, tmp_path: Path) -> None:
+    """The README's TLS + SASL example, its paths pointed at files made here: it loads as written, and with the
+    addresses of this machine it serves a SASL_SSL client through TLS to the broker's SASL_SSL listener."""
+    import shutil
+    import tomllib
+
+    from proxy.config import load_settings
+
+    section = README.read_text().split("\n## Security: TLS, SASL, PROXY protocol, limits\n", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0].replace("/etc/sluice/", f"{tmp_path}/")
+    (tmp_path / "tls").mkdir()
+    (tmp_path / "secrets").mkdir()
+    shutil.copy(secure_broker.ca.cert, tmp_path / "tls" / "kafka-ca.pem")
+    shutil.copy(sluice_pki["server"].cert, tmp_path / "tls" / "sluice.pem")
+    shutil.copy(sluice_pki["server"].key, tmp_path / "tls" / "sluice.key")
+    (tmp_path / "secrets" / "sasl-password").write_text(SVC_PASSWORD + "\n")
+    (tmp_path / "secrets" / "admin-token").write_text("readme-admin-token\n")
+    config = tmp_path / "sluice.toml"
+    config.write_text(example)
+    settings = load_settings(config, env={})
+    assert settings.listen.tls.enabled and settings.upstream.tls.check_hostname
+    assert settings.upstream.sasl.mechanism == "SCRAM-SHA-512" and settings.admin.bearer_token() == "readme-admin-token"
+    assert settings.size_limit.budgets[0].principal == "analytics-*"
+
+    create_scram_user(secure_broker.plaintext, "sluice", SVC_PASSWORD, ("SCRAM-SHA-512",))
+    overrides = _flatten(tomllib.loads(example))
+    overrides.update({"upstream.bootstrap_servers": [secure_broker.sasl_ssl], "listen.host": "127.0.0.1",
+                      "listen.advertised_host": "127.0.0.1", "listen.proxy_protocol": "off"})
+    with ProxyThread(secure_broker.sasl_ssl, **overrides) as sluice:
+        assert sluice.proxy.router.upstream  # Sluice's own SCRAM login found the brokers at start
+        conf = {"bootstrap.servers": sluice.bootstrap, "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                "sasl.username": "alice", "sasl.password": SASL_USERS["alice"],
+                "ssl.ca.location": str(sluice_pki["ca"].cert), "log_level": 0}
+        assert consume_confluent(conf, topic) == VALUES
+
+
 def test_no_secret_reaches_a_log_line_or_metrics(sluices: Sluices, events: list[MutableMapping[str, Any]],
                                                  caplog: pytest.LogCaptureFixture) -> None:
     """Runs last in the module: after every authentication above, good and bad."""
-    secrets = [*SASL_USERS.values(), WRONG]
+    secrets = [*SASL_USERS.values(), WRONG, SVC_PASSWORD]
     texts = [repr(e) for e in events]
     texts += [r.getMessage() for r in caplog.records] + [logging.Formatter().format(r) for r in caplog.records]
     texts += [sluices.plain_log.read_text(), sluices.ssl_log.read_text()]
