@@ -162,6 +162,30 @@ def test_kafka_python_authenticates_through_sluice(sluices: Sluices, topic: str)
         assert principals(sluices.lines(), client_id) == {user}
 
 
+async def test_aiokafka_negotiates_handshake_v1_through_sluice(sluices: Sluices, topic: str) -> None:
+    """aiokafka picks SaslHandshake's version from ApiVersions (Sluice offers v1 only) and authenticates."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=sluices.plaintext.bootstrap, client_id="aiokafka-scram",
+                                security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512",
+                                sasl_plain_username="alice", sasl_plain_password=SASL_USERS["alice"],
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < RECORDS and time.monotonic() < deadline:
+            batch = await consumer.getmany(tp, timeout_ms=500)
+            got += [m.value for m in batch.get(tp, []) if m.value is not None]
+    finally:
+        await consumer.stop()
+    assert got == VALUES
+    assert principals(sluices.lines(), "aiokafka-scram") == {"alice"}
+
+
 def _take(consumer: KafkaConsumer, n: int) -> list[bytes]:
     out: list[bytes] = []
     for message in consumer:  # consumer_timeout_ms bounds the wait
