@@ -28,8 +28,10 @@ records over the bare relay's (goal: <= 1.2). Sized for a 2-core machine: about 
 ``python -m bench.passthrough --tls [--mib 200]``: TLS on both sides. A broker with an SSL listener (client
 certificates required: rig/secure_broker.py) and Sluice with ``[listen.tls]`` and ``[upstream.tls]`` (its own
 client certificate), against the Java ConsumerPerformance over TLS straight to that listener, in the same run,
-ABBA as above. The last line is ``{"summary": "passthrough_tls", "consume_ratio": ..., "cpu_s_per_gib": ...}``
-(goal: consume_ratio >= 0.8; Sluice terminates and originates TLS in Python's ssl module, through uvloop).
+ABBA as above; a plaintext Sluice in front of the broker's PLAINTEXT listener runs in the same rounds, so the CPU
+TLS adds to Sluice shows next to what relaying costs it. The last line is ``{"summary": "passthrough_tls",
+"consume_ratio": ..., "cpu_s_per_gib": ..., "plain_cpu_s_per_gib": ...}`` (goal: consume_ratio >= 0.8; Sluice
+terminates and originates TLS in Python's ssl module, OpenSSL underneath, through uvloop's transports).
 """
 
 from __future__ import annotations
@@ -315,24 +317,28 @@ def main_tls(mib: int) -> int:
             return {"mb_per_s": r.metrics.get("fetch_MB_sec", r.mb_per_sec), "records": r.records,
                     "mb": r.metrics.get("data_consumed_in_MB")}
 
-        with SluiceProcess(secure.ssl, extra_env=env) as sluice:
-            meter = CpuMeter(sluice)
+        with SluiceProcess(secure.ssl, extra_env=env) as sluice, SluiceProcess(secure.plaintext) as plain:
+            meter, plain_meter = CpuMeter(sluice), CpuMeter(plain)
             java = abba({
                 "direct": lambda: consume(secure.ssl, direct_props),
                 "sluice": lambda: meter.measure(lambda: consume(sluice.bootstrap, sluice_props)),
+                "sluice_plaintext": lambda: plain_meter.measure(lambda: consume(plain.bootstrap, {})),
             }, "java-consumer-perf-tls", budget)
             cpu_s_per_gib = meter.cpu_s / (meter.bytes / GIB) if meter.bytes else float("nan")
+            plain_cpu = plain_meter.cpu_s / (plain_meter.bytes / GIB) if plain_meter.bytes else float("nan")
             emit({"bench": "passthrough_tls", "measure": "sluice_cpu", "cpu_s": round(meter.cpu_s, 3),
-                  "gib_relayed": round(meter.bytes / GIB, 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3)})
-            code = sluice.stop()
-            if code != 0:
-                raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
+                  "gib_relayed": round(meter.bytes / GIB, 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3),
+                  "plain_cpu_s_per_gib": round(plain_cpu, 3)})
+            for proc in (sluice, plain):
+                code = proc.stop()
+                if code != 0:
+                    raise SystemExit(f"sluice exited with {code}:\n{proc.stderr_text()[-3000:]}")
     finally:
         secure.close()
         tools.close()
     emit({"bench": "passthrough_tls", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
     emit({"summary": "passthrough_tls", "consume_ratio": round(java["sluice"] / java["direct"], 3),
-          "cpu_s_per_gib": round(cpu_s_per_gib, 3)})
+          "cpu_s_per_gib": round(cpu_s_per_gib, 3), "plain_cpu_s_per_gib": round(plain_cpu, 3)})
     return 0
 
 

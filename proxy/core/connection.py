@@ -147,6 +147,7 @@ class Connection:
         self._muted_until = 0.0
         self._mute_timer: Timer | None = None
         # limits
+        self._framing = False
         self._inflight_hit = False  # logged once per connection
         self._last_active = clock()
         self._idle_timer: Timer | None = None
@@ -169,7 +170,18 @@ class Connection:
         self._frame()
 
     def _frame(self) -> None:
-        """Take the complete request frames out of the buffer (up to the in-flight bound)."""
+        """Take the complete request frames out of the buffer (up to the in-flight bound). Not re-entered: a
+        response completed while a request is handled (Produce acks=0) may lift the bound, and the loop running
+        already goes on with the next frame."""
+        if self._framing:
+            return
+        self._framing = True
+        try:
+            self._frame_loop()
+        finally:
+            self._framing = False
+
+    def _frame_loop(self) -> None:
         buf = self._buf
         off = 0
         max_frame = self.limits.max_frame_bytes

@@ -133,7 +133,8 @@ def principals(lines: list[dict[str, Any]], client_id: str) -> set[str | None]:
 
 @pytest.mark.parametrize(("tls", "mechanism", "user"), [(False, "PLAIN", "bob"), (True, "SCRAM-SHA-512", "bob"),
                                                         (False, "SCRAM-SHA-512", "alice"),
-                                                        (True, "OAUTHBEARER", "carol")])
+                                                        (True, "OAUTHBEARER", "carol"),
+                                                        (False, "SCRAM-SHA-256", "bob")])
 def test_confluent_kafka_authenticates_through_sluice(sluices: Sluices, topic: str, tls: bool, mechanism: str,
                                                       user: str) -> None:
     client_id = f"rdkafka-{mechanism}-{tls:d}-{user}"

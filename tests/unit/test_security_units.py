@@ -239,3 +239,17 @@ def test_idle_connections_close_at_the_timeout_and_busy_ones_do_not(logs: list[M
     assert busy_port.closed is False
     assert rig.metrics.total("sluice_connections_closed_total", reason="idle") == 2
     assert [e["event"] for e in logs].count("idle_closed") == 2
+
+
+def test_inflight_bound_with_requests_that_get_no_response() -> None:
+    """Produce acks=0 completes as it is sent: the bound is lifted while the frames after it are being read, and
+    each request still goes upstream exactly once, in order."""
+    from proxy.wire.messages import request_codec
+
+    rig = CoreRig(limits=Limits(max_inflight_requests=1))
+    conn, port = rig.connect()
+    no_ack = [request(0, 9, c, request_codec(0, 9).default().replace(acks=0)) for c in (1, 2, 3)]
+    conn.client_data(sized(*no_ack, request(LIST_OFFSETS, 7, 4), request(LIST_OFFSETS, 7, 5)))
+    assert [int.from_bytes(f[8:12], "big") for f in _frames(port.take_upstream())] == [1, 2, 3, 4]
+    conn.upstream_data(sized(response(LIST_OFFSETS, 7, 4)))
+    assert [int.from_bytes(f[8:12], "big") for f in _frames(port.take_upstream())] == [5]
