@@ -273,6 +273,12 @@ def sluice_api_counts(sluice: SluiceProcess) -> dict[str, Any]:
 
 
 
+def stop_checked(sluice: SluiceProcess) -> None:
+    code = sluice.stop()
+    if code != 0:
+        raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
+
+
 def main_tls(mib: int) -> int:
     """TLS client -> Sluice -> TLS broker vs TLS straight to the broker (module docstring)."""
     import tempfile
@@ -329,10 +335,8 @@ def main_tls(mib: int) -> int:
             emit({"bench": "passthrough_tls", "measure": "sluice_cpu", "cpu_s": round(meter.cpu_s, 3),
                   "gib_relayed": round(meter.bytes / GIB, 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3),
                   "plain_cpu_s_per_gib": round(plain_cpu, 3)})
-            for proc in (sluice, plain):
-                code = proc.stop()
-                if code != 0:
-                    raise SystemExit(f"sluice exited with {code}:\n{proc.stderr_text()[-3000:]}")
+            stop_checked(sluice)
+            stop_checked(plain)
     finally:
         secure.close()
         tools.close()
@@ -411,9 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                 emit({"bench": "passthrough", "measure": "sluice_requests", "note": "APIs/versions the clients "
                       "used; rewritten = responses Sluice decoded and re-encoded instead of streaming",
                       **sluice_api_counts(sluice)})
-                code = sluice.stop()
-                if code != 0:
-                    raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
+                stop_checked(sluice)
         finally:
             bare.stop()
     tools.close()

@@ -209,6 +209,13 @@ def _check_file(value: str) -> str:
 FilePath = Annotated[str, AfterValidator(_check_file)]
 
 
+def _check_pair(cert_file: str, key_file: str, prefix: str = "") -> None:
+    """A certificate and its key are given together or not at all."""
+    if bool(cert_file) != bool(key_file):
+        raise KeyedValueError(f"{prefix}key_file" if cert_file else f"{prefix}cert_file",
+                              f"{prefix}cert_file and {prefix}key_file go together")
+
+
 class ServerTlsSettings(Section):
     """``[listen.tls]``: TLS on the client-facing listeners (bootstrap and every broker port). The files are
     re-read when they change (checked every ``reload_interval_s``) and on SIGHUP: new connections get the new
@@ -265,8 +272,7 @@ class ListenerSettings(Section):
 
     @model_validator(mode="after")
     def _pair(self) -> Self:
-        if bool(self.cert_file) != bool(self.key_file):
-            raise KeyedValueError("key_file" if self.cert_file else "cert_file", "cert_file and key_file go together")
+        _check_pair(self.cert_file, self.key_file)
         return self
 
 
@@ -288,8 +294,7 @@ class ClientTlsSettings(Section):
 
     @model_validator(mode="after")
     def _pair(self) -> Self:
-        if bool(self.cert_file) != bool(self.key_file):
-            raise KeyedValueError("key_file" if self.cert_file else "cert_file", "cert_file and key_file go together")
+        _check_pair(self.cert_file, self.key_file)
         return self
 
 
@@ -504,9 +509,7 @@ class AdminSettings(Section):
             raise KeyedValueError("token_file", "set either token or token_file, not both")
         if self.token_file:
             read_token_file(self.token_file)
-        if bool(self.tls_cert_file) != bool(self.tls_key_file):
-            raise KeyedValueError("tls_key_file" if self.tls_cert_file else "tls_cert_file",
-                                  "tls_cert_file and tls_key_file go together")
+        _check_pair(self.tls_cert_file, self.tls_key_file, "tls_")
         return self
 
     def bearer_token(self) -> str:

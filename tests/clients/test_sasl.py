@@ -24,6 +24,7 @@ from rig.java_tools import JavaTools
 from rig.pki import CA
 from rig.proxy_thread import ProxyThread
 from rig.secure_broker import SASL_USERS, SecureBroker, create_scram_user
+from tests.support.consume import consume_values
 
 RECORDS = 120
 VALUES = [f"v{i:04d}-".encode() + b"x" * 90 for i in range(RECORDS)]
@@ -112,19 +113,7 @@ def rdkafka_conf(sluices: Sluices, tls: bool, mechanism: str, user: str, passwor
 
 
 def consume_confluent(conf: dict[str, Any], topic: str, count: int = RECORDS) -> list[bytes]:
-    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-    finally:
-        consumer.close()
-    return got
+    return consume_values(conf, topic, count)
 
 
 def principals(lines: list[dict[str, Any]], client_id: str) -> set[str | None]:

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from structlog.testing import capture_logs
 
 from proxy.core.proxy_protocol import V2_SIGNATURE
 from rig.pki import CA, Issued
 from rig.proxy_thread import ProxyThread
 from rig.secure_broker import SecureBroker
+from tests.support.consume import consume_values
 
 RECORDS = 200
 
@@ -105,19 +106,7 @@ def produce_and_consume(conf: dict[str, Any], topic: str) -> list[bytes]:
     for i in range(RECORDS):
         producer.produce(topic, f"record-{i:04d}".encode() + b"x" * 100)
     assert producer.flush(30) == 0
-    consumer = Consumer({**conf, "log_level": 0, "group.id": f"g-{uuid.uuid4().hex[:6]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(got) < RECORDS and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-    finally:
-        consumer.close()
-    return got
+    return consume_values(conf, topic, RECORDS)
 
 
 EXPECTED = [f"record-{i:04d}".encode() + b"x" * 100 for i in range(RECORDS)]
