@@ -108,7 +108,7 @@ class Proxy:
         self._refused_log = LogLimiter(_CONNECT_LOG_INTERVAL_S, time.monotonic)
         self._tls_task: asyncio.Task[None] | None = None
         self.bootstrap: list[Address] = [_parse_address(a) for a in settings.upstream.bootstrap_servers]
-        self._servers: dict[int | None, Any] = {}  # asyncio servers (or _Pending while one starts)
+        self._servers: dict[int | None, _Listener] = {}  # None: the bootstrap listener
         self._clients: set[_ClientProtocol] = set()
         self._conn_ids = itertools.count(1)
         self._closing = False
@@ -231,6 +231,9 @@ class Proxy:
         if policy.proxy_protocol != "off":
             try:
                 header = await asyncio.wait_for(_read_proxy_header(self.loop, sock, policy.proxy_protocol), timeout)
+            except asyncio.CancelledError:  # Sluice is stopping
+                sock.close()
+                raise
             except (ProxyProtocolError, OSError, TimeoutError) as e:
                 error = str(e) if isinstance(e, ProxyProtocolError) else \
                     f"no PROXY header within {timeout:g} s" if isinstance(e, TimeoutError) else str(e)
@@ -253,12 +256,15 @@ class Proxy:
             else:
                 await asyncio.wait_for(self.loop.connect_accepted_socket(
                     lambda: protocol, sock, ssl=policy.ssl, ssl_handshake_timeout=timeout), timeout + 1.0)
-        except (ssl.SSLError, OSError, TimeoutError, ConnectionError) as e:
-            self.admission.release(host)
-            self.refused("tls_handshake" if policy.ssl is not None else "accept_failed", host, name,
-                         error=_tls_error(e))
+        except BaseException as e:
+            if protocol.transport is None:  # it never reached the core (whose teardown releases it): not counted
+                self.admission.release(host)
             with contextlib.suppress(OSError):
                 sock.close()
+            if not isinstance(e, ssl.SSLError | OSError | TimeoutError):
+                raise  # cancelled (Sluice is stopping), or a bug
+            self.refused("tls_handshake" if policy.ssl is not None else "accept_failed", host, name,
+                         error=_tls_error(e))
 
     async def _watch_tls(self, interval: float) -> None:
         """Certificate files are checked every ``interval`` s; a change rebuilds the contexts (proxy/tls.py)."""
