@@ -33,6 +33,10 @@ close, start a timer). Everything in between is here:
   waits, nothing is refused), and with ``limits.idle_timeout_s`` a connection with nothing in flight and no
   bytes from the client for that long is closed (``connections.max.idle.ms``). Each is counted and logged once
   per connection when hit.
+- **Bare SASL tokens** (SaslHandshake v0, before KIP-152): after a response whose exchange says so
+  (``Exchange.bare_tokens``), client frames are relayed as tokens, not requests, and each upstream answer is read
+  as a bare frame (a length and the token, no correlation id) until the exchange says it is over; neither is a
+  request, so neither is logged or counted as one.
 - **Metrics and the access log**, one line per request when its response has been handed to the client.
 """
 
@@ -48,7 +52,7 @@ from ..accesslog import AccessLog, get_logger
 from ..metrics import Metrics, RejectReason
 from ..wire.errors import CodecError
 from .chain import Chain
-from .exchange import Buffer, ConnectionInfo, Exchange, Rejected, Streamer
+from .exchange import BareTokens, Buffer, ConnectionInfo, Exchange, Rejected, Streamer
 from .memory import HeldBytes
 from .topic_names import TopicNames
 
@@ -146,6 +150,11 @@ class Connection:
         self._release_on_drain = 0
         self._muted_until = 0.0
         self._mute_timer: Timer | None = None
+        # bare SASL tokens (SaslHandshake v0): the exchange, tokens owed an answer, the answer being read
+        self._bare: BareTokens | None = None
+        self._bare_owed = 0
+        self._bare_token: bytearray | None = None
+        self._bare_left = 0
         # limits
         self._framing = False
         self._inflight_hit = False  # logged once per connection
@@ -201,6 +210,9 @@ class Connection:
             with memoryview(buf) as view:
                 frame = bytes(view[off + 4 : end])
             off = end
+            if self._bare is not None:
+                self._client_token(frame)
+                continue
             self._on_request(frame)
             if self.closed:
                 return
@@ -287,6 +299,19 @@ class Connection:
         else:
             left = idle - quiet
         self._idle_timer = self.port.call_later(max(left, 0.001), self._idle_check)
+
+    def _client_token(self, token: bytes) -> None:
+        """A bare SASL token (SaslHandshake v0): relayed as it came; its answer is owed as a bare frame."""
+        assert self._bare is not None
+        self._bare.client_token(token)
+        self._bare_owed += 1
+        self.metrics.bytes_proxy_to_upstream.inc(len(token) + 4)
+        buffers = (len(token).to_bytes(4, "big"), token)
+        if self._upstream_ready:
+            self.port.send_upstream(buffers)
+        else:
+            self._queued.extend(buffers)
+            self._queued_bytes += len(token) + 4
 
     def _pump(self) -> None:
         """Take pending requests through their waits and the chain, in order, and dispatch them."""
@@ -388,6 +413,11 @@ class Connection:
         view = memoryview(data)
         pos, end = 0, len(data)
         while pos < end:
+            if self._bare_owed and self._resp is None:
+                pos = self._server_token(view, pos, end)
+                if self.closed:
+                    return
+                continue
             if self._resp is None:
                 need = 8 - len(self._hdr)
                 self._hdr += view[pos : pos + need]
@@ -413,6 +443,35 @@ class Connection:
                 self._end_response()
                 if self.closed:
                     return
+
+    def _server_token(self, view: memoryview, pos: int, end: int) -> int:
+        """Read (part of) a bare SASL answer from ``view[pos:end]``; relay it whole; return the new position."""
+        if self._bare_token is None:
+            need = 4 - len(self._hdr)
+            self._hdr += view[pos : pos + need]
+            pos += min(need, end - pos)
+            if len(self._hdr) < 4:
+                return pos
+            size = int.from_bytes(self._hdr[:4], "big", signed=True)
+            self._hdr.clear()
+            if size < 0 or size > self.limits.max_frame_bytes:
+                self._fail(f"bare SASL token frame declares {size} bytes")
+                return end
+            self._bare_token, self._bare_left = bytearray(), size
+        take = min(self._bare_left, end - pos)
+        self._bare_token += view[pos : pos + take]
+        self._bare_left -= take
+        pos += take
+        if self._bare_left == 0:
+            token, self._bare_token = bytes(self._bare_token), None
+            self._bare_owed -= 1
+            self.port.send_client((len(token).to_bytes(4, "big"), token))
+            self.metrics.bytes_proxy_to_client.inc(len(token) + 4)
+            if self._bare is not None and self._bare.server_token(token):
+                self._bare = None  # the exchange is over: Kafka requests from here on
+                if self._buf:
+                    self._frame()
+        return pos
 
     def _start_response(self) -> bool:
         size, corr = _SIZE_CORR.unpack(self._hdr)
@@ -468,6 +527,8 @@ class Connection:
             self.port.send_client(ex.reply)
             if ex.mute_s > 0:
                 self._mute(ex.mute_s)
+            if ex.bare_tokens is not None:
+                self._bare = ex.bare_tokens  # before the client's first token can arrive: it waits for this reply
         else:
             ex.client_bytes = self._size + 4
             stream, self._stream = self._stream, None

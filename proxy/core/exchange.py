@@ -10,7 +10,10 @@ the generic *effects* below, which the connection core (:mod:`proxy.core.connect
   is relayed as bytes, or walked with ``streamer`` as it streams through;
 - ``reserve``: response bytes to reserve from the proxy-wide memory bound before the request goes upstream;
 - ``mute_s``: after the response, stop reading the client for so long (KIP-73 pacing, KIP-219 muting);
-- ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream).
+- ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream);
+- ``bare_tokens``: after this response the connection carries bare SASL tokens (SaslHandshake v0, before
+  KIP-152: a length and the token, no Kafka header, each answered by one such frame) until the
+  :class:`BareTokens` says the exchange is over; the core relays them and hands each to it.
 """
 
 from __future__ import annotations
@@ -56,6 +59,16 @@ class ConnectionInfo:
     principal: str | None = None
 
 
+class BareTokens(Protocol):
+    """Follows a SASL exchange in bare frames (proxy/policies/sasl.py): sees each token, says when it ends."""
+
+    def client_token(self, token: bytes) -> None: ...
+
+    def server_token(self, token: bytes) -> bool:
+        """True: the exchange is over; the next frames are Kafka requests again."""
+        ...
+
+
 class Streamer(Protocol):
     """Walks a response body as it streams through (e.g. :class:`~proxy.wire.fetch_stream.FetchStreamer`)."""
 
@@ -86,6 +99,7 @@ class Exchange:
     reserve: int = 0
     mute_s: float = 0.0
     resend: bool = False
+    bare_tokens: BareTokens | None = None
     #: set by the core before the response side runs: no other request is in flight behind this one, so it may
     #: go upstream again (``resend``) without breaking the order of responses
     may_resend: bool = False

@@ -152,8 +152,9 @@ MECHANISMS: dict[str, Callable[[bytes], str | None]] = {
 
 
 class SaslExchange:
-    """One connection's SASL exchanges (KIP-43 SaslHandshake v1, then SaslAuthenticate rounds; again for each
-    KIP-368 re-authentication). Feed it what passes; :attr:`principal` is the name once the broker accepted."""
+    """One connection's SASL exchanges (KIP-43 SaslHandshake, then SaslAuthenticate rounds, or after a v0
+    handshake bare tokens; again for each KIP-368 re-authentication). Feed it what passes; :attr:`principal` is
+    the name once the broker accepted."""
 
     __slots__ = ("_candidate", "_mechanism", "_round", "principal")
 

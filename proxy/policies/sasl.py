@@ -8,13 +8,14 @@ broker's session expires (KIP-368 re-authentication: the same two requests). Fro
 request of each exchange :mod:`proxy.core.sasl_principal` keeps the name and nothing else (the bytes are not
 kept, logged or counted by content); the name is adopted once the broker answers that the exchange succeeded.
 
-SaslHandshake v0 is refused: after a successful v0 handshake (before KIP-152) the tokens travel in bare frames
-without a Kafka header, so a proxy that reads Kafka frames could neither follow them nor read a principal. Kafka
-4.1 still advertises SaslHandshake 0-1; Sluice's ApiVersions offers 1 only (proxy/codecs/manifest.json), which
-every client that reads ApiVersions then uses (the Java client since 1.0, librdkafka, kafka-python 3, current
-Sarama and aiokafka). Clients that send v0 regardless (kafka-python <= 2.0.2, Sarama <= 1.40.1 by default, aiokafka
-<= 0.12 with api_version="auto") get Sluice's answer UNSUPPORTED_VERSION (35), the error a broker gives for a
-version it does not serve, and one log event; the request never reaches the broker.
+SaslHandshake v0 (before KIP-152) is followed too: after a successful v0 handshake the tokens travel in bare
+frames, a length and the token without a Kafka header, each answered by one such frame. Kafka 4.1 still accepts
+v0, and kafka-python <= 2.0.2, Sarama <= 1.40.1 (by default) and aiokafka <= 0.12 (api_version="auto") still
+send it. The policy asks the core to relay bare frames (``Exchange.bare_tokens``) and follows the exchange through
+them, for the mechanisms whose end it can tell (PLAIN, SCRAM, OAUTHBEARER: the same rules as above, on the bare
+answers); for any other (GSSAPI) a v0 handshake is answered UNSUPPORTED_VERSION, the error a broker gives for a
+version it does not serve, with one log event: Sluice could not tell where the tokens end and Kafka requests
+begin again, and would then relay requests it never read. Clients that read ApiVersions use v1.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, ClassVar
 from ..accesslog import get_logger
 from ..core.exchange import ConnectionInfo, Exchange
 from ..core.policy import Policy, Services
-from ..core.sasl_principal import SaslExchange
+from ..core.sasl_principal import MECHANISMS, SaslExchange
 from ..wire.model import Message
 from ..wire.views import MessageRequest, MessageResponse, ResponseView, local_response
 
@@ -35,11 +36,34 @@ log = get_logger("sluice.sasl")
 
 
 class _State:
-    __slots__ = ("exchange", "info")
+    """One connection's SASL exchanges; also the core's :class:`~proxy.core.exchange.BareTokens` after a v0
+    handshake."""
 
-    def __init__(self, info: ConnectionInfo) -> None:
+    __slots__ = ("exchange", "info", "metrics")
+
+    def __init__(self, info: ConnectionInfo, metrics: Any) -> None:
         self.info = info
+        self.metrics = metrics
         self.exchange = SaslExchange()
+
+    def answered(self, error_code: int, auth_bytes: bytes) -> bool:
+        """A server answer; when it completes a successful exchange, the principal becomes the connection's."""
+        if not self.exchange.response(error_code, auth_bytes):
+            return False
+        self.metrics.sasl_authentications.inc()
+        info = self.info
+        if info.principal != self.exchange.principal:
+            info.principal = self.exchange.principal
+            log.info("sasl_authenticated", conn=info.conn_id, listener=info.listener, principal=info.principal,
+                     client=info.client_host)
+        return True
+
+    # BareTokens (SaslHandshake v0): a bare answer carries no error code; a failure closes the connection
+    def client_token(self, token: bytes) -> None:
+        self.exchange.request(token)
+
+    def server_token(self, token: bytes) -> bool:
+        return self.answered(0, token)
 
 
 class Sasl(Policy):
@@ -50,20 +74,24 @@ class Sasl(Policy):
         self.metrics = services.metrics
 
     def open(self, info: ConnectionInfo) -> _State:
-        return _State(info)
+        return _State(info, self.metrics)
 
     def on_request(self, ex: Exchange, conn: _State) -> Any:
         request = ex.request
         assert isinstance(request, MessageRequest)
         if ex.header.api_key == SASL_HANDSHAKE:
-            if ex.header.api_version == 0:
+            mechanism = (request.body.mechanism or "").upper()
+            if ex.header.api_version == 0 and mechanism not in MECHANISMS:
                 info = conn.info
                 log.warning("sasl_handshake_v0_refused", conn=info.conn_id, listener=info.listener,
-                            client=info.client_host, client_id=ex.client_id)
+                            client=info.client_host, client_id=ex.client_id, mechanism=mechanism[:40])
                 ex.answer = local_response(SASL_HANDSHAKE, 0, ex.header.correlation_id,
                                            Message(error_code=UNSUPPORTED_VERSION, mechanisms=[]))
                 return None
-            conn.exchange.handshake(request.body.mechanism or "")
+            conn.exchange.handshake(mechanism)
+            if ex.header.api_version == 0:
+                ex.collect = True  # a successful v0 handshake switches the connection to bare tokens
+                return True
             return None
         conn.exchange.request(bytes(request.body.auth_bytes or b""))
         ex.collect = True  # the error code and the server's bytes say whether the exchange succeeded
@@ -72,10 +100,8 @@ class Sasl(Policy):
     def on_response(self, ex: Exchange, response: ResponseView, conn: _State, state: Any) -> None:
         assert isinstance(response, MessageResponse)
         body = response.body
-        info = conn.info
-        if conn.exchange.response(body.error_code, bytes(body.auth_bytes or b"")):
-            self.metrics.sasl_authentications.inc()
-            if info.principal != conn.exchange.principal:
-                info.principal = conn.exchange.principal
-                log.info("sasl_authenticated", conn=info.conn_id, listener=info.listener, principal=info.principal,
-                         client=info.client_host)
+        if ex.header.api_key == SASL_HANDSHAKE:
+            if body.error_code == 0:
+                ex.bare_tokens = conn
+            return
+        conn.answered(body.error_code, bytes(body.auth_bytes or b""))

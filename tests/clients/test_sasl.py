@@ -20,11 +20,13 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from kafka import KafkaConsumer
 from structlog.testing import capture_logs
 
+from proxy.core.sasl_client import SaslClientError
 from rig.java_tools import JavaTools
 from rig.pki import CA
 from rig.proxy_thread import ProxyThread
 from rig.secure_broker import SASL_USERS, SecureBroker, create_scram_user
 from tests.support.consume import consume_values
+from tests.support.raw import RawClient
 
 RECORDS = 120
 VALUES = [f"v{i:04d}-".encode() + b"x" * 90 for i in range(RECORDS)]
@@ -116,8 +118,12 @@ def consume_confluent(conf: dict[str, Any], topic: str, count: int = RECORDS) ->
     return consume_values(conf, topic, count)
 
 
+def principals_of(lines: list[dict[str, Any]], client_id: str, api: str) -> set[str | None]:
+    return {ln.get("principal") for ln in lines if ln["client_id"] == client_id and ln["api"] == api}
+
+
 def principals(lines: list[dict[str, Any]], client_id: str) -> set[str | None]:
-    return {ln.get("principal") for ln in lines if ln["client_id"] == client_id and ln["api"] == "Fetch"}
+    return principals_of(lines, client_id, "Fetch")
 
 
 @pytest.mark.parametrize(("tls", "mechanism", "user"), [(False, "PLAIN", "bob"), (True, "SCRAM-SHA-512", "bob"),
@@ -279,6 +285,40 @@ def test_sluice_own_identity_names_topics_and_a_throttle_selects_a_principal(
         assert metered[0] == 0 and metered[1] > 0  # bob's fetches were not throttled, alice's were
         assert sluice.total("sluice_topic_name_lookups_total", outcome="resolved") >= 1
         assert sluice.total("sluice_topic_name_lookups_total", outcome="failed") == 0
+
+
+def bare_v0_login(c: RawClient, mechanism: str, user: str, password: str) -> None:
+    """SaslHandshake v0, then the tokens in bare frames (before KIP-152), as kafka-python 2.0.2 and old Sarama
+    do it, with Sluice's own SASL client for the mechanism's messages."""
+    from proxy.core.sasl_client import SaslClient
+    from proxy.wire.model import Message
+
+    assert c.request(17, 0, Message(mechanism=mechanism)).error_code == 0
+    client = SaslClient(mechanism, user, password)
+    token: bytes | None = client.first()
+    while token is not None:
+        c.sock.sendall(len(token).to_bytes(4, "big") + token)
+        token = client.next(c.receive())
+
+
+@pytest.mark.parametrize(("mechanism", "user"), [("PLAIN", "alice"), ("SCRAM-SHA-512", "bob")])
+def test_handshake_v0_bare_tokens_pass_through(sluices: Sluices, secure_broker: SecureBroker, mechanism: str,
+                                               user: str) -> None:
+    """Kafka 4.1 still takes SaslHandshake v0: a v0 client logs in directly and through Sluice alike, then
+    speaks Kafka requests on the same connection; Sluice names it; a wrong password is refused either way."""
+    from proxy.wire.messages import request_codec
+
+    metadata = request_codec(3, 12).default().replace(topics=[], allow_auto_topic_creation=False)
+    for bootstrap in (secure_broker.sasl_plaintext, sluices.plaintext.bootstrap):
+        host, port = bootstrap.rsplit(":", 1)
+        with RawClient(host, int(port), client_id=f"v0-{mechanism}") as c:
+            bare_v0_login(c, mechanism, user, SASL_USERS[user])
+            assert c.request(3, 12, metadata).brokers
+        with RawClient(host, int(port), client_id=f"v0-{mechanism}-wrong") as c, \
+                pytest.raises((ConnectionError, OSError, SaslClientError)):
+            bare_v0_login(c, mechanism, user, WRONG)
+            c.request(3, 12, metadata)
+    assert principals_of(sluices.lines(), f"v0-{mechanism}", "Metadata") == {user}
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"

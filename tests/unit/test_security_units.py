@@ -253,3 +253,83 @@ def test_inflight_bound_with_requests_that_get_no_response() -> None:
     assert [int.from_bytes(f[8:12], "big") for f in _frames(port.take_upstream())] == [1, 2, 3, 4]
     conn.upstream_data(sized(response(LIST_OFFSETS, 7, 4)))
     assert [int.from_bytes(f[8:12], "big") for f in _frames(port.take_upstream())] == [5]
+
+
+# ------------------------------------------------------------------ SASL through the core (fake broker side)
+
+
+def handshake(version: int, corr: int, mechanism: str) -> bytes:
+    from proxy.wire.model import Message
+
+    return request(17, version, corr, Message(mechanism=mechanism))
+
+
+def handshake_ok(version: int, corr: int, mechanism: str) -> bytes:
+    from proxy.wire.model import Message
+
+    return response(17, version, corr, Message(error_code=0, mechanisms=[mechanism]))
+
+
+def authenticate(corr: int, token: bytes) -> bytes:
+    from proxy.wire.model import Message
+
+    return request(36, 2, corr, Message(auth_bytes=token))
+
+
+def authenticated(corr: int, code: int = 0, token: bytes = b"") -> bytes:
+    from proxy.wire.model import Message
+
+    return response(36, 2, corr, Message(error_code=code, error_message=None, auth_bytes=token,
+                                         session_lifetime_ms=0))
+
+
+def test_sasl_v1_names_the_connection_once_the_broker_accepts(logs: list[MutableMapping[str, Any]]) -> None:
+    rig = CoreRig()
+    conn, _port = rig.connect()
+    conn.client_data(sized(handshake(1, 1, "SCRAM-SHA-512"), authenticate(2, b"n,,n=bob,r=abc")))
+    conn.upstream_data(sized(handshake_ok(1, 1, "SCRAM-SHA-512"), authenticated(2, token=b"r=abcdef,s=c2Fs,i=4096")))
+    assert conn.info.principal is None  # the exchange is not over
+    conn.client_data(sized(authenticate(3, f"c=biws,r=abcdef,p={SECRET}".encode())))
+    conn.upstream_data(sized(authenticated(3, token=b"v=c2lnbmF0dXJl")))
+    assert conn.info.principal == "bob"
+    conn.client_data(sized(request(LIST_OFFSETS, 7, 4)))
+    conn.upstream_data(sized(response(LIST_OFFSETS, 7, 4)))
+    # the SaslAuthenticate that completed the exchange is the first line with the name
+    assert [ln.get("principal") for ln in rig.lines()] == [None, None, "bob", "bob"]
+    assert rig.metrics.total("sluice_sasl_authentications_total") == 1
+    assert [e["principal"] for e in logs if e["event"] == "sasl_authenticated"] == ["bob"]
+    assert SECRET not in repr(logs) and SECRET not in rig.log.getvalue()
+
+
+def test_sasl_v0_bare_tokens_are_relayed_and_followed() -> None:
+    """SaslHandshake v0: the tokens after it are bare frames both ways; the core relays them as they are, the
+    answer to each is read without a correlation id (PLAIN's is empty), and Kafka requests follow again."""
+    rig = CoreRig()
+    conn, port = rig.connect()
+    conn.client_data(sized(handshake(0, 1, "PLAIN")))
+    conn.upstream_data(sized(handshake_ok(0, 1, "PLAIN")))
+    port.take_upstream()
+    port.take_client()
+    token = f"\0alice\0{SECRET}".encode()
+    conn.client_data(sized(token))  # a bare frame: not a Kafka request
+    assert port.take_upstream() == sized(token)
+    conn.upstream_data(b"\x00\x00")  # the empty answer, split
+    assert conn.info.principal is None
+    conn.upstream_data(b"\x00\x00")
+    assert port.take_client() == b"\x00\x00\x00\x00" and conn.info.principal == "alice"
+    conn.client_data(sized(request(LIST_OFFSETS, 7, 2)))
+    assert port.take_upstream() == sized(request(LIST_OFFSETS, 7, 2))
+    conn.upstream_data(sized(response(LIST_OFFSETS, 7, 2)))
+    assert [(ln["api"], ln.get("principal")) for ln in rig.lines()] == [("SaslHandshake", None),
+                                                                      ("ListOffsets", "alice")]
+    assert not conn.closed
+
+
+def test_sasl_v0_with_a_mechanism_sluice_cannot_follow_is_refused(logs: list[MutableMapping[str, Any]]) -> None:
+    rig = CoreRig()
+    conn, port = rig.connect()
+    conn.client_data(sized(handshake(0, 1, "GSSAPI")))
+    assert port.take_upstream() == b""  # never reaches the broker
+    [(size, answer)] = [(int.from_bytes(port.client[:4], "big"), bytes(port.client[4:]))]
+    assert size == len(answer) and int.from_bytes(answer[4:6], "big") == 35  # UNSUPPORTED_VERSION
+    assert [e["event"] for e in logs].count("sasl_handshake_v0_refused") == 1
