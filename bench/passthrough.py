@@ -24,6 +24,14 @@ Prints one JSON line per measurement; the last line is
 MB/s of the Java consumer (goal: >= 0.95), bare_relay_ratio the same through the bare relay, added_p50_ms the
 p50 produce latency through Sluice minus direct (goal: <= 0.1 ms), and cpu_vs_bare_relay Sluice's CPU per GiB of
 records over the bare relay's (goal: <= 1.2). Sized for a 2-core machine: about 5 minutes end to end.
+
+``python -m bench.passthrough --tls [--mib 200]``: TLS on both sides. A broker with an SSL listener (client
+certificates required: rig/secure_broker.py) and Sluice with ``[listen.tls]`` and ``[upstream.tls]`` (its own
+client certificate), against the Java ConsumerPerformance over TLS straight to that listener, in the same run,
+ABBA as above; a plaintext Sluice in front of the broker's PLAINTEXT listener runs in the same rounds, so the CPU
+TLS adds to Sluice shows next to what relaying costs it. The last line is ``{"summary": "passthrough_tls",
+"consume_ratio": ..., "cpu_s_per_gib": ..., "plain_cpu_s_per_gib": ...}`` (goal: consume_ratio >= 0.8; Sluice
+terminates and originates TLS in Python's ssl module, OpenSSL underneath, through uvloop's transports).
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import json
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psutil
@@ -265,11 +273,89 @@ def sluice_api_counts(sluice: SluiceProcess) -> dict[str, Any]:
 
 
 
+def stop_checked(sluice: SluiceProcess) -> None:
+    code = sluice.stop()
+    if code != 0:
+        raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
+
+
+def main_tls(mib: int) -> int:
+    """TLS client -> Sluice -> TLS broker vs TLS straight to the broker (module docstring)."""
+    import tempfile
+    from pathlib import Path
+
+    from rig.kafka import THROUGHPUT_BROKER_JVM_OPTS
+    from rig.pki import CA
+    from rig.secure_broker import SecureBroker
+
+    budget = Budget(BUDGET_S)
+    records = mib * (1 << 20) // RECORD_SIZE
+    t_start = time.monotonic()
+    tools = JavaTools()
+    work = Path(tempfile.mkdtemp(prefix="bench-tls-"))
+    secure = SecureBroker.start(work / "broker", jvm_opts=THROUGHPUT_BROKER_JVM_OPTS)
+    try:
+        emit({"bench": "passthrough_tls", "event": "broker_started", "ssl": secure.ssl})
+        topic = f"bench-tls-{uuid.uuid4().hex[:8]}"
+        tools.create_topic(secure.plaintext, topic, partitions=PARTITIONS)
+        produced = tools.producer_perf(secure.plaintext, topic, num_records=records, record_size=RECORD_SIZE,
+                                       producer_props={"acks": 1, "linger.ms": 20, "batch.size": 262144,
+                                                       "compression.type": "none"}, timeout=150)
+        emit({"bench": "passthrough_tls", "event": "produced", "records": produced.records, "mib": mib})
+        ca = CA(work / "sluice", "sluice")
+        server = ca.issue("sluice")
+        env = {"SLUICE_LISTEN__TLS__ENABLED": "true", "SLUICE_LISTEN__TLS__CERT_FILE": str(server.cert),
+               "SLUICE_LISTEN__TLS__KEY_FILE": str(server.key),
+               "SLUICE_UPSTREAM__TLS__ENABLED": "true", "SLUICE_UPSTREAM__TLS__CA_FILE": str(secure.ca.cert),
+               "SLUICE_UPSTREAM__TLS__CERT_FILE": str(secure.client.cert),
+               "SLUICE_UPSTREAM__TLS__KEY_FILE": str(secure.client.key)}
+        direct_props = {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+                        "ssl.truststore.location": str(secure.ca.cert), "ssl.keystore.type": "PEM",
+                        "ssl.keystore.location": str(secure.client.pem)}
+        sluice_props = {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+                        "ssl.truststore.location": str(ca.cert)}
+
+        def consume(bootstrap: str, props: Mapping[str, object]) -> dict[str, Any]:
+            r = tools.consumer_perf(bootstrap, topic, messages=records, group=f"perf-{uuid.uuid4().hex[:8]}",
+                                    consumer_props=props, timeout=120)
+            if r.records < records:
+                raise SystemExit(f"ConsumerPerformance read {r.records} of {records} records:\n{r.stderr[-2000:]}")
+            return {"mb_per_s": r.metrics.get("fetch_MB_sec", r.mb_per_sec), "records": r.records,
+                    "mb": r.metrics.get("data_consumed_in_MB")}
+
+        with SluiceProcess(secure.ssl, extra_env=env) as sluice, SluiceProcess(secure.plaintext) as plain:
+            meter, plain_meter = CpuMeter(sluice), CpuMeter(plain)
+            java = abba({
+                "direct": lambda: consume(secure.ssl, direct_props),
+                "sluice": lambda: meter.measure(lambda: consume(sluice.bootstrap, sluice_props)),
+                "sluice_plaintext": lambda: plain_meter.measure(lambda: consume(plain.bootstrap, {})),
+            }, "java-consumer-perf-tls", budget)
+            cpu_s_per_gib = meter.cpu_s / (meter.bytes / GIB) if meter.bytes else float("nan")
+            plain_cpu = plain_meter.cpu_s / (plain_meter.bytes / GIB) if plain_meter.bytes else float("nan")
+            emit({"bench": "passthrough_tls", "measure": "sluice_cpu", "cpu_s": round(meter.cpu_s, 3),
+                  "gib_relayed": round(meter.bytes / GIB, 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3),
+                  "plain_cpu_s_per_gib": round(plain_cpu, 3)})
+            stop_checked(sluice)
+            stop_checked(plain)
+    finally:
+        secure.close()
+        tools.close()
+    emit({"bench": "passthrough_tls", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
+    emit({"summary": "passthrough_tls", "consume_ratio": round(java["sluice"] / java["direct"], 3),
+          "cpu_s_per_gib": round(cpu_s_per_gib, 3), "plain_cpu_s_per_gib": round(plain_cpu, 3)})
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.passthrough", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mib", type=int, default=400, help="MiB of 1 KiB records to consume per run (default 400)")
+    ap.add_argument("--mib", type=int, default=None, help="MiB of 1 KiB records to consume per run (default 400; "
+                                                         "200 with --tls)")
     ap.add_argument("--latency-records", type=int, default=2000, help="measured sends per path (default 2000)")
+    ap.add_argument("--tls", action="store_true", help="TLS on both sides vs a TLS listener direct")
     args = ap.parse_args(argv)
+    if args.tls:
+        return main_tls(args.mib or 200)
+    args.mib = args.mib or 400
     budget = Budget(BUDGET_S)
     records = args.mib * (1 << 20) // RECORD_SIZE
     t_start = time.monotonic()
@@ -329,9 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                 emit({"bench": "passthrough", "measure": "sluice_requests", "note": "APIs/versions the clients "
                       "used; rewritten = responses Sluice decoded and re-encoded instead of streaming",
                       **sluice_api_counts(sluice)})
-                code = sluice.stop()
-                if code != 0:
-                    raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
+                stop_checked(sluice)
         finally:
             bare.stop()
     tools.close()

@@ -46,6 +46,12 @@ field                       type          meaning
 ``session_upstream_bytes``  int           optional, only for fetches Sluice sent upstream in its own session
                                           ([sessions] terminate): the upstream response bytes (every attempt),
                                           to compare with ``bytes_proxy_to_client``
+``client_address``          string        optional, the client's IP address (the PROXY protocol header's
+                                          source on listeners that read one, else the peer's); absent when
+                                          unknown (e.g. a Unix socket)
+``principal``               string        optional, only on connections whose SASL authentication the broker
+                                          accepted: the principal's name (PLAIN user, SCRAM ``n=``, the
+                                          OAUTHBEARER token's ``sub``), never a credential
 ==========================  ============  ====================================================================
 
 Cost: ``record()`` formats the line itself, from its arguments, in one f-string: the timestamp's seconds are
@@ -278,6 +284,8 @@ class AccessLog:
         throttle_target_bps: int | None = None,
         throttled_bytes: int | None = None,
         session_upstream_bytes: int | None = None,
+        client_address: str | None = None,
+        principal: str | None = None,
     ) -> None:
         """Write one access-log line (see the module docstring for the schema). Never raises on I/O errors."""
         if not self.enabled:
@@ -305,7 +313,8 @@ class AccessLog:
             f'"error_codes":[{",".join(map(str, error_codes)) if error_codes else ""}],'
             f'"decoded":{"true" if decoded else "false"}'
             f"{_partitions_json(partitions, js) if partitions is not None else ''}"
-            f"{_optional_json(throttle_target_bps, throttled_bytes, session_upstream_bytes)}}}\n"
+            f"{_optional_json(throttle_target_bps, throttled_bytes, session_upstream_bytes)}"
+            f"{_who_json(client_address, principal, js)}}}\n"
         )
 
     def flush(self) -> None:
@@ -340,6 +349,16 @@ def _optional_json(throttle_target_bps: int | None, throttled_bytes: int | None,
         out += f',"throttle_target_bps":{throttle_target_bps},"throttled_bytes":{throttled_bytes or 0}'
     if session_upstream_bytes is not None:
         out += f',"session_upstream_bytes":{session_upstream_bytes}'
+    return out
+
+
+def _who_json(client_address: str | None, principal: str | None, js: Callable[[str | None], str]) -> str:
+    """The optional ``client_address`` and ``principal`` fields (only when known)."""
+    out = ""
+    if client_address is not None:
+        out += f',"client_address":{js(client_address)}'
+    if principal is not None:
+        out += f',"principal":{js(principal)}'
     return out
 
 

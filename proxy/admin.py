@@ -14,6 +14,12 @@ Extension point for mutating routes (``PUT /throttles`` later): before :meth:`Ad
 :func:`require_token`, so a configured ``[admin] token`` is enforced in one place. A handler that needs the
 check for only some requests (GET open, PUT guarded on one path) calls ``require_token(request)`` itself.
 
+Security: the token comes from ``[admin] token`` (set it through SLUICE_ADMIN__TOKEN) or ``token_file``, never
+from a command line (visible to every user in ``ps``); with ``auth_reads`` the GET endpoints need it too (except
+/healthz and /readyz: probes carry no credentials); with ``tls_cert_file``/``tls_key_file`` the server speaks
+HTTPS. It binds 127.0.0.1 unless ``[admin] host`` says otherwise. A refused request is logged (path, method,
+client) without the header it carried.
+
 It runs on the proxy's event loop: handlers must not block (generate_latest() of Sluice's few collectors
 takes well under a millisecond).
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ssl
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -54,6 +61,7 @@ def require_token(request: web.Request) -> None:
         return
     scheme, _, supplied = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode(), expected.encode()):
+        log.warning("admin_unauthorized", method=request.method, path=request.path, client=request.remote)
         raise web.HTTPUnauthorized(
             text="missing or wrong bearer token\n",
             headers={"WWW-Authenticate": 'Bearer realm="sluice-admin"'},
@@ -78,8 +86,9 @@ class AdminServer:
         self._readiness = readiness
         self._metrics_source = metrics
         self._app = web.Application()
-        self._app[_TOKEN_KEY] = settings.token
-        self._app.router.add_get("/metrics", self._metrics)
+        self._app[_TOKEN_KEY] = settings.bearer_token()
+        self._auth_reads = settings.auth_reads
+        self._app.router.add_get("/metrics", _guarded(self._metrics) if settings.auth_reads else self._metrics)
         self._app.router.add_get("/healthz", self._healthz)
         self._app.router.add_get("/readyz", self._readyz)
         self._runner: web.AppRunner | None = None
@@ -92,7 +101,8 @@ class AdminServer:
         bearer token (:func:`require_token`) before ``handler`` runs."""
         if self._runner is not None:
             raise RuntimeError("add routes before AdminServer.start()")
-        self._app.router.add_route(method, path, _guarded(handler) if mutating else handler)
+        guard = mutating or (self._auth_reads and method.upper() in ("GET", "HEAD"))
+        self._app.router.add_route(method, path, _guarded(handler) if guard else handler)
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -103,7 +113,12 @@ class AdminServer:
         # shutdown_timeout: stop() waits this long for in-flight admin requests, not aiohttp's 60 s default.
         runner = web.AppRunner(self._app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await runner.setup()
-        site = web.TCPSite(runner, self._settings.host, self._settings.port)
+        tls = None
+        if self._settings.tls_cert_file:
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.minimum_version = ssl.TLSVersion.TLSv1_2
+            tls.load_cert_chain(self._settings.tls_cert_file, self._settings.tls_key_file)
+        site = web.TCPSite(runner, self._settings.host, self._settings.port, ssl_context=tls)
         try:
             await site.start()
         except BaseException:

@@ -172,7 +172,10 @@ def _check_config_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check_config(args: argparse.Namespace) -> int:
     try:
-        load_settings(args.file, {} if args.no_env else os.environ)
+        settings = load_settings(args.file, {} if args.no_env else os.environ)
+        from proxy.tls import TlsContexts
+
+        TlsContexts(settings)  # certificates and keys that cannot be used together fail here, not at run
     except ConfigError as exc:
         return _config_error(exc)
     if (code := _specs_missing()) is not None:

@@ -1,9 +1,13 @@
 """``sluice throttle``: look at and change a running Sluice's replication throttles (KIP-73), and plan one.
 
-    sluice throttle status --admin URL [--token T]      GET /throttles: configuration and measured rates
-    sluice throttle set    --admin URL [--token T] [--leader-rate R] [--follower-rate R] [--topic T[=REPLICAS]]...
+    sluice throttle status --admin URL      GET /throttles: configuration and measured rates
+    sluice throttle set    --admin URL [--leader-rate R] [--follower-rate R] [--topic T[=REPLICAS]]...
                            [--consumer GLOB]... [--window-s S] [--samples N] [--file JSON]
-    sluice throttle clear  --admin URL [--token T]      PUT the defaults: no throttle
+    sluice throttle clear  --admin URL      PUT the defaults: no throttle
+
+The admin API's bearer token comes from ``SLUICE_ADMIN__TOKEN`` (the variable the server reads its token from)
+or ``--token-file FILE``, never from the command line, where every user on the host sees it (``ps``). An
+``https://`` admin URL is verified against ``--cacert`` (else the system's CAs).
     sluice throttle plan   --bytes B --inbound-rate IN --throttle T [--network N] [--replication-factor R]
 
 ``set`` reads the configuration in force, changes what its options name, and PUTs the whole section back;
@@ -25,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -117,15 +123,31 @@ def _plan(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------- admin API
 
 
+TOKEN_ENV = "SLUICE_ADMIN__TOKEN"
+
+
+def admin_token(token_file: str | None) -> str:
+    """The bearer token: the file's contents (stripped) or $SLUICE_ADMIN__TOKEN; "" when neither is set."""
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as fh:
+                return fh.read().strip()
+        except OSError as e:
+            raise SystemExit(f"error: --token-file {token_file}: {e.strerror or e}") from None
+    return os.environ.get(TOKEN_ENV, "").strip()
+
+
 def _call(args: argparse.Namespace, method: str, body: Any = None) -> Any:
     url = args.admin.rstrip("/") + "/throttles"
     headers = {"Content-Type": "application/json"}
-    if args.token:
-        headers["Authorization"] = f"Bearer {args.token}"
+    token = admin_token(args.token_file)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    context = ssl.create_default_context(cafile=args.cacert) if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(req, timeout=args.timeout) as resp:
+        with urllib.request.urlopen(req, timeout=args.timeout, context=context) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         detail = e.read().decode(errors="replace").strip()
@@ -185,7 +207,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     def admin(q: argparse.ArgumentParser) -> None:
         q.add_argument("--admin", required=True, metavar="URL", help="admin base URL, e.g. http://127.0.0.1:9644")
-        q.add_argument("--token", default="", help="bearer token ([admin] token), if one is configured")
+        q.add_argument("--token-file", metavar="FILE",
+                       help=f"file holding the admin bearer token (default: ${TOKEN_ENV}, if set)")
+        q.add_argument("--cacert", metavar="FILE", help="CA bundle to verify an https:// admin URL with")
         q.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout, seconds (default 10)")
 
     q = sub.add_parser("status", help="show the throttle configuration and measured rates")

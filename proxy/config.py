@@ -190,6 +190,145 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=True)
 
 
+TlsVersion = Literal["TLSv1.2", "TLSv1.3"]
+
+
+def _check_file(value: str) -> str:
+    """A path that must name a readable file (empty = not set)."""
+    if not value:
+        return value
+    if value != value.strip() or "\0" in value:
+        raise ValueError("must be a file path without leading or trailing spaces")
+    if not os.path.isfile(value):
+        raise ValueError(f"no such file: {value}")
+    if not os.access(value, os.R_OK):
+        raise ValueError(f"cannot read {value}")
+    return value
+
+
+FilePath = Annotated[str, AfterValidator(_check_file)]
+
+
+def _check_pair(cert_file: str, key_file: str, prefix: str = "") -> None:
+    """A certificate and its key are given together or not at all."""
+    if bool(cert_file) != bool(key_file):
+        raise KeyedValueError(f"{prefix}key_file" if cert_file else f"{prefix}cert_file",
+                              f"{prefix}cert_file and {prefix}key_file go together")
+
+
+class ServerTlsSettings(Section):
+    """``[listen.tls]``: TLS on the client-facing listeners (bootstrap and every broker port). The files are
+    re-read when they change (checked every ``reload_interval_s``) and on SIGHUP: new connections get the new
+    certificate, open ones keep theirs. Needs a restart to turn on or off."""
+
+    enabled: bool = Field(default=False, description="Clients connect with TLS (security.protocol SSL or SASL_SSL).")
+    cert_file: FilePath = Field(default="", description="PEM certificate chain the listeners present (leaf first).")
+    key_file: FilePath = Field(default="", description="PEM private key of cert_file (unencrypted, or see "
+                                                       "key_password_file).")
+    key_password_file: FilePath = Field(default="", description="File holding the key's password (empty = the key "
+                                                                "is not encrypted).")
+    ca_file: FilePath = Field(default="", description="PEM CA bundle client certificates must chain to (mTLS); "
+                                                      "needed when client_auth is not none.")
+    client_auth: Literal["none", "requested", "required"] = Field(
+        default="none", description="Client certificates (Kafka's ssl.client.auth): none, requested (verified "
+                                    "when sent), required (mTLS: a client without one is refused).")
+    min_version: TlsVersion = Field(default="TLSv1.2", description="Lowest TLS version accepted.")
+    max_version: TlsVersion = Field(default="TLSv1.3", description="Highest TLS version accepted.")
+    reload_interval_s: Annotated[float, Field(ge=0, le=86_400)] = Field(
+        default=30.0, description="How often the certificate files are checked for changes; 0 = only on SIGHUP.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.enabled:
+            if not self.cert_file:
+                raise KeyedValueError("cert_file", "is needed when TLS is enabled")
+            if not self.key_file:
+                raise KeyedValueError("key_file", "is needed when TLS is enabled")
+        if self.client_auth != "none" and not self.ca_file:
+            raise KeyedValueError("ca_file", f"is needed with client_auth = {self.client_auth!r} (the CA bundle "
+                                             "client certificates are verified against)")
+        if self.min_version > self.max_version:
+            raise KeyedValueError("max_version", f"is below min_version ({self.min_version})")
+        return self
+
+
+class ListenerSettings(Section):
+    """One ``[[listen.listeners]]`` entry: settings of the listeners whose name matches ``listener`` (first match
+    wins), over ``[listen]``/``[listen.tls]``'s."""
+
+    listener: str = Field(description='Listener name or glob: "bootstrap", "broker-3", "broker-*".')
+    proxy_protocol: Literal["off", "v1", "v2", "any"] | None = Field(
+        default=None, description="PROXY protocol on these listeners (default: listen.proxy_protocol).")
+    cert_file: FilePath = Field(default="", description="Certificate these listeners present instead of "
+                                                       "listen.tls.cert_file (with key_file).")
+    key_file: FilePath = Field(default="", description="Private key of cert_file.")
+
+    @field_validator("listener")
+    @classmethod
+    def _listener(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9*?\[\]!-]+", value):
+            raise ValueError('must be "bootstrap", "broker-N" or a glob of them, e.g. "broker-*"')
+        return value
+
+    @model_validator(mode="after")
+    def _pair(self) -> Self:
+        _check_pair(self.cert_file, self.key_file)
+        return self
+
+
+class ClientTlsSettings(Section):
+    """``[upstream.tls]``: TLS from Sluice to the brokers (also for Sluice's own Metadata lookups)."""
+
+    enabled: bool = Field(default=False, description="Connect to the brokers with TLS (their SSL / SASL_SSL "
+                                                     "listener).")
+    ca_file: FilePath = Field(default="", description="PEM CA bundle the brokers' certificates must chain to "
+                                                      "(empty = the system's CAs).")
+    check_hostname: bool = Field(default=True, description="Verify that a broker's certificate names the host "
+                                                           "Sluice connects to (Kafka's "
+                                                           "ssl.endpoint.identification.algorithm=https).")
+    cert_file: FilePath = Field(default="", description="Client certificate Sluice presents (brokers with "
+                                                       "ssl.client.auth), with key_file.")
+    key_file: FilePath = Field(default="", description="Private key of cert_file.")
+    key_password_file: FilePath = Field(default="", description="File holding the key's password.")
+    min_version: TlsVersion = Field(default="TLSv1.2", description="Lowest TLS version Sluice offers.")
+
+    @model_validator(mode="after")
+    def _pair(self) -> Self:
+        _check_pair(self.cert_file, self.key_file)
+        return self
+
+
+class UpstreamSaslSettings(Section):
+    """``[upstream.sasl]``: Sluice's own SASL identity for the requests it makes itself (Metadata lookups of the
+    brokers and of topic names) when the brokers' listener requires SASL. Clients' credentials are never used:
+    they are relayed untouched."""
+
+    mechanism: Literal["", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        default="", description='Mechanism of Sluice\'s own authentication; "" = none.')
+    username: str = Field(default="", description="Sluice's user.")
+    # repr=False: never in a repr or a ConfigError message
+    password: str = Field(default="", repr=False, description="Its password (set it through "
+                                                              "SLUICE_UPSTREAM__SASL__PASSWORD, or password_file).")
+    password_file: FilePath = Field(default="", description="File holding the password; exclusive with password.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.password and self.password_file:
+            raise KeyedValueError("password_file", "set either password or password_file, not both")
+        if self.mechanism and not self.username:
+            raise KeyedValueError("username", f"is needed with mechanism = {self.mechanism!r}")
+        if self.mechanism and not (self.password or self.password_file):
+            raise KeyedValueError("password", f"is needed with mechanism = {self.mechanism!r} (or password_file)")
+        return self
+
+    def secret(self) -> str:
+        """The password in force (read from password_file now, if that is where it is)."""
+        if not self.password_file:
+            return self.password
+        with open(self.password_file, encoding="utf-8") as fh:
+            return fh.read().strip()
+
+
 class UpstreamSettings(Section):
     """Where the real Kafka cluster is."""
 
@@ -198,6 +337,10 @@ class UpstreamSettings(Section):
         description="Upstream bootstrap brokers, host:port; the rest of the cluster is learnt from Metadata.",
     )
     connect_timeout_s: Seconds = Field(default=10.0, description="TCP connect timeout to an upstream broker.")
+    tls: ClientTlsSettings = Field(default_factory=lambda: ClientTlsSettings(),
+                                   description="TLS to the brokers (off by default).")
+    sasl: UpstreamSaslSettings = Field(default_factory=lambda: UpstreamSaslSettings(),
+                                       description="Sluice's own SASL identity for its lookups (off by default).")
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -229,6 +372,15 @@ class ListenSettings(Section):
     advertised_host: str = Field(
         default="127.0.0.1", description="Host clients are told in Metadata/FindCoordinator/DescribeCluster."
     )
+    proxy_protocol: Literal["off", "v1", "v2", "any"] = Field(
+        default="off", description="Read a PROXY protocol header (HAProxy's v1 / v2 / either) at the start of "
+                                   "every client connection: behind a load balancer the real client address is "
+                                   "then the one logged, selected on and limited. A connection without one is "
+                                   "closed.")
+    tls: ServerTlsSettings = Field(default_factory=lambda: ServerTlsSettings(),
+                                   description="TLS for clients (off by default).")
+    listeners: list[ListenerSettings] = Field(default_factory=list,
+                                              description="Per-listener settings, first match wins.")
 
     @field_validator("host")
     @classmethod
@@ -278,6 +430,19 @@ class LimitsSettings(Section):
         "byte (Kafka clients' request.timeout.ms default: 30 s).",
     )
 
+    max_connections: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Client connections open at once; more are closed at accept (Kafka's "
+                               "max.connections). 0 = no bound.")
+    max_connections_per_address: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Client connections open at once from one client address (Kafka's "
+                               "max.connections.per.ip). 0 = no bound.")
+    max_inflight_requests: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Requests a connection may have owed a response; then it is not read until one "
+                               "goes out (Kafka's channel muting, queued.max.requests). 0 = no bound.")
+    idle_timeout_s: Annotated[float, Field(ge=0, le=86_400)] = Field(
+        default=600.0, description="Close a client connection with nothing in flight and no bytes from the client "
+                                   "for this long (Kafka's connections.max.idle.ms, 10 min). 0 = never.")
+
     @field_validator("write_low_water_bytes")
     @classmethod
     def _low_below_high(cls, value: int, info: ValidationInfo) -> int:
@@ -309,8 +474,16 @@ class AdminSettings(Section):
     port: Port = Field(default=9644, description="Admin port; 0 = a free port.")
     # repr=False keeps the token out of reprs and ConfigError messages.
     token: str = Field(
-        default="", repr=False, description="Bearer token for mutating endpoints; empty = no check."
+        default="", repr=False, description="Bearer token for mutating endpoints (set it from the environment, "
+                                            "SLUICE_ADMIN__TOKEN, or use token_file); empty = no check."
     )
+    token_file: FilePath = Field(default="", description="File holding the bearer token (e.g. a mounted secret); "
+                                                         "exclusive with token.")
+    auth_reads: bool = Field(default=False, description="Require the token for GET endpoints too (/healthz and "
+                                                        "/readyz stay open for probes).")
+    tls_cert_file: FilePath = Field(default="", description="Serve the admin API over HTTPS with this PEM "
+                                                           "certificate (with tls_key_file).")
+    tls_key_file: FilePath = Field(default="", description="Private key of tls_cert_file.")
     state_file: str = Field(
         default="",
         description="File where admin API changes to [throttle] and [size_limit] are saved (atomically) and "
@@ -330,6 +503,19 @@ class AdminSettings(Section):
             raise ValueError("must not contain whitespace")
         return value
 
+    @model_validator(mode="after")
+    def _token_source(self) -> Self:
+        if self.token and self.token_file:
+            raise KeyedValueError("token_file", "set either token or token_file, not both")
+        if self.token_file:
+            read_token_file(self.token_file)
+        _check_pair(self.tls_cert_file, self.tls_key_file, "tls_")
+        return self
+
+    def bearer_token(self) -> str:
+        """The token in force: ``token``, or the contents of ``token_file`` (read now)."""
+        return read_token_file(self.token_file) if self.token_file else self.token
+
     @field_validator("state_file")
     @classmethod
     def _state_file(cls, value: str) -> str:
@@ -338,6 +524,19 @@ class AdminSettings(Section):
         if value.endswith(("/", os.sep)):
             raise ValueError(f"must name a file, not a directory, got {value!r}")
         return value
+
+
+def read_token_file(path: str) -> str:
+    """The bearer token in ``path`` (surrounding whitespace and a final newline stripped). ValueError (never
+    echoing the contents) if it is empty or holds whitespace inside."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KeyedValueError("token_file", f"cannot read {path}: {exc}") from None
+    if not token or any(c.isspace() for c in token):
+        raise KeyedValueError("token_file", f"{path} must hold one token without whitespace")
+    return token
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -477,12 +676,33 @@ class LoggingSettings(Section):
         return value
 
 
+def _check_network(value: str | None) -> str | None:
+    if value is None:
+        return value
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(f"must be an IP address or a CIDR network (e.g. 10.1.0.0/16), got {value!r}") from None
+    return value
+
+
+Network = Annotated[str | None, AfterValidator(_check_network)]
+
+
 class BudgetSettings(Section):
-    """One ``[[size_limit.budgets]]`` entry (KIP-74). The first entry that matches a fetch applies."""
+    """One ``[[size_limit.budgets]]`` entry (KIP-74). The first entry that matches a fetch applies; an entry's
+    selectors (client_id, principal, client_address) must all match."""
 
     client_id: str | None = Field(
         default=None, description='client.id glob ("*" = every consumer); exclusive with replicas.'
     )
+    principal: str | None = Field(
+        default=None, description="SASL principal glob (the authenticated user); exclusive with replicas.")
+    client_address: Network = Field(
+        default=None, description="Client IP address or CIDR network (the PROXY protocol's source when read); "
+                                  "exclusive with replicas.")
     replicas: bool = Field(default=False, description="Applies to replica fetchers (replica_id >= 0).")
     fetch_max_bytes: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = Field(
         default=None,
@@ -495,9 +715,11 @@ class BudgetSettings(Section):
 
     @model_validator(mode="after")
     def _selector(self) -> Self:
-        if (self.client_id is None) == (not self.replicas):
+        clients = self.client_id is not None or self.principal is not None or self.client_address is not None
+        if clients == self.replicas:
             raise KeyedValueError(
-                "client_id", "set exactly one of client_id (a glob) or replicas = true"
+                "client_id", "set client selectors (client_id, principal, client_address) or replicas = true, "
+                             "exactly one of the two"
             )
         return self
 
@@ -611,16 +833,25 @@ def check_topic_or_glob(text: str) -> str:
 
 
 class ThrottleConsumerSettings(Section):
-    """One ``[[throttle.consumers]]`` entry: consumers (replica_id < 0) whose fetches the throttle applies to."""
+    """One ``[[throttle.consumers]]`` entry: consumers (replica_id < 0) whose fetches the throttle applies to; the
+    selectors given must all match."""
 
-    client_id: str = Field(description='client.id glob, e.g. "backfill-*".')
+    client_id: str | None = Field(default=None, description='client.id glob, e.g. "backfill-*".')
+    principal: str | None = Field(default=None, description="SASL principal glob.")
+    client_address: Network = Field(default=None, description="Client IP address or CIDR network.")
 
-    @field_validator("client_id")
+    @field_validator("client_id", "principal")
     @classmethod
-    def _glob(cls, value: str) -> str:
-        if not value:
+    def _glob(cls, value: str | None) -> str | None:
+        if value is not None and not value:
             raise ValueError('must be a glob, e.g. "backfill-*" ("*" = every consumer)')
         return value
+
+    @model_validator(mode="after")
+    def _some(self) -> Self:
+        if self.client_id is None and self.principal is None and self.client_address is None:
+            raise KeyedValueError("client_id", "set at least one of client_id, principal, client_address")
+        return self
 
 
 class ThrottleSettings(Section):
@@ -754,7 +985,10 @@ class Settings(Section):
         data = self.model_dump()
         if data["admin"]["token"]:
             data["admin"]["token"] = "***"
+        if data["upstream"]["sasl"]["password"]:
+            data["upstream"]["sasl"]["password"] = "***"
         data["logging"]["access_log_kafka"]["properties"] = self.logging.access_log_kafka.redacted_properties()
+        # file paths are not secrets (the files are); nothing else in the TLS sections is
         return data
 
 

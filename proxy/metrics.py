@@ -50,6 +50,12 @@ THROTTLE_SIDES: Final[tuple[str, ...]] = ("leader", "follower")
 SESSION_ERROR_NAMES: Final[dict[int, str]] = {70: "FETCH_SESSION_ID_NOT_FOUND", 71: "INVALID_FETCH_SESSION_EPOCH",
                                               106: "FETCH_SESSION_TOPIC_ID_ERROR"}
 TOPIC_LOOKUP_OUTCOMES: Final[tuple[str, ...]] = ("resolved", "unknown", "failed")
+#: why a client connection was closed before its first request was read (proxy/server.py)
+REFUSE_REASONS: Final[tuple[str, ...]] = ("max_connections", "max_connections_per_address", "proxy_protocol",
+                                          "tls_handshake")
+#: why Sluice closed a client connection it had served (limits)
+CLOSE_REASONS: Final[tuple[str, ...]] = ("idle",)
+TLS_RELOAD_OUTCOMES: Final[tuple[str, ...]] = ("reloaded", "failed")
 #: why an access-log event did not reach the Kafka sink's topic (proxy/accesslog_kafka.py)
 ACCESS_LOG_DROP_REASONS: Final[tuple[str, ...]] = ("write_failed", "buffer_full", "delivery_failed", "stopped")
 
@@ -128,6 +134,30 @@ class Metrics:
             "Topic ids Sluice looked up itself (a Metadata request of its own, for connections that never send "
             "one, e.g. replica fetchers), by outcome: resolved, unknown (no such topic), failed (no answer).",
             ["outcome"], registry=r)
+
+        # ------------------------------------------------------------------------------- security, limits
+        self.connections_refused = Counter(
+            "sluice_connections_refused_total",
+            "Client connections closed before their first request: max_connections / max_connections_per_address "
+            "(limits, at accept, as Kafka's max.connections / max.connections.per.ip), proxy_protocol (no valid "
+            "PROXY header where the listener requires one), tls_handshake (the client's TLS handshake failed).",
+            ["reason"], registry=r)
+        self.connections_closed = Counter(
+            "sluice_connections_closed_total",
+            "Client connections Sluice closed because of a limit: idle (limits.idle_timeout_s, Kafka's "
+            "connections.max.idle.ms).", ["reason"], registry=r)
+        self.inflight_limited = Counter(
+            "sluice_inflight_limited_total",
+            "Times a client connection reached limits.max_inflight_requests and was not read until a response "
+            "went out (Kafka's channel muting).", registry=r)
+        self.tls_reloads = Counter(
+            "sluice_tls_reloads_total",
+            "Certificate reloads (a file changed, or SIGHUP), by outcome: reloaded (new connections use the new "
+            "files), failed (the files in use stay).", ["outcome"], registry=r)
+        self.sasl_authentications = Counter(
+            "sluice_sasl_authentications_total",
+            "SASL authentications relayed that the broker accepted and whose principal Sluice read (first and "
+            "KIP-368 re-authentications).", registry=r)
 
         # ---------------------------------------------------------------------------------------- build
         self.build_info = Info("sluice_build", "Sluice build information; the value is always 1.", registry=r)
@@ -266,6 +296,12 @@ class Metrics:
             self.fetch_session_errors.labels(error)
         for drop in ACCESS_LOG_DROP_REASONS:
             self.access_log_dropped.labels(drop)
+        for refused in REFUSE_REASONS:
+            self.connections_refused.labels(refused)
+        for closed in CLOSE_REASONS:
+            self.connections_closed.labels(closed)
+        for outcome in TLS_RELOAD_OUTCOMES:
+            self.tls_reloads.labels(outcome)
 
         self.bytes_client_to_proxy = self.bytes.labels("client_to_proxy")
         self.bytes_proxy_to_upstream = self.bytes.labels("proxy_to_upstream")

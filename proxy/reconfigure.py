@@ -99,7 +99,9 @@ def throttle_status(proxy: Proxy) -> dict[str, Any]:
 def reload_file(proxy: Proxy, path: str | None) -> bool:
     """SIGHUP: re-read the config file (and SLUICE_* env), then the state file (``admin.state_file`` as in
     force: changing it needs a restart) over it, as at start-up, and apply the dynamic sections. False if
-    refused (an invalid config or state file: the running configuration stays)."""
+    refused (an invalid config or state file: the running configuration stays). The TLS certificate files are
+    re-read first, whatever the config file says (proxy/tls.py: new connections get them)."""
+    proxy.reload_tls()
     if path is None:
         log.warning("reload_ignored", reason="no config file was given at start-up")
         return False

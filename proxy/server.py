@@ -13,6 +13,12 @@ core with what its two transports deliver and carries out what the core asks (:c
   connection, so a 1:1 pairing keeps pipelining intact without rewriting correlation ids.
 - While a broker is down, connect failures are logged once per broker per ``_CONNECT_LOG_INTERVAL_S`` with the
   count of those not logged (a client retrying in a loop must not flood the log).
+- Every listener accepts in a loop of its own (:class:`_Listener`), so that before a connection is handed to the
+  core Sluice can: read the PROXY protocol header off the socket (exactly its bytes, peeked first: what follows
+  may be a TLS handshake, which must reach the TLS layer whole), count the connection against the limits at
+  accept as Kafka does (:mod:`proxy.core.admission`), and run the TLS handshake with the context in force now
+  (:mod:`proxy.tls`: a certificate reload applies to the next connection) and see it fail: a refused connection is
+  one log event (rate-limited per reason and address) and one count, and concerns no other connection.
 """
 
 from __future__ import annotations
@@ -21,21 +27,27 @@ import asyncio
 import contextlib
 import itertools
 import socket
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .accesslog import AccessLog, LogLimiter, get_access_log, get_logger
-from .config import Settings
+from .config import Settings, UpstreamSaslSettings
+from .core.admission import Admission
 from .core.chain import Chain
 from .core.connection import Connection, Limits, Timer
 from .core.exchange import Buffer, ConnectionInfo
 from .core.memory import HeldBytes
 from .core.policy import Policy, Services
+from .core.proxy_protocol import ProxyHeader, ProxyProtocolError
+from .core.proxy_protocol import parse as parse_proxy_header
 from .core.routing import Address, Router
+from .core.sasl_client import SaslClient, SaslClientError
 from .core.topic_names import TopicNames
 from .metrics import Metrics
 from .policies import build as build_policies
+from .tls import TlsContexts
 from .wire.errors import CodecError
 from .wire.messages import decode_response, encode_request, request_header_version
 from .wire.model import Message
@@ -89,9 +101,15 @@ class Proxy:
         services = Services(self.metrics, clock, self.router, self.names)
         self.chain = Chain(build_policies(settings, services), self.metrics, self.names, self.access_log)
         limits = settings.limits
-        self.limits = Limits(limits.max_frame_bytes, limits.write_high_water_bytes, limits.request_timeout_s)
+        self.limits = Limits(limits.max_frame_bytes, limits.write_high_water_bytes, limits.request_timeout_s,
+                             limits.max_inflight_requests, limits.idle_timeout_s)
+        self.admission = Admission(limits.max_connections, limits.max_connections_per_address)
+        #: the TLS contexts in force (ConfigError here, before anything listens, if a file cannot be used)
+        self.tls = TlsContexts(settings, on_reload=lambda outcome: self.metrics.tls_reloads.labels(outcome).inc())
+        self._refused_log = LogLimiter(_CONNECT_LOG_INTERVAL_S, time.monotonic)
+        self._tls_task: asyncio.Task[None] | None = None
         self.bootstrap: list[Address] = [_parse_address(a) for a in settings.upstream.bootstrap_servers]
-        self._servers: dict[int | None, Any] = {}  # asyncio servers (or _Pending while one starts)
+        self._servers: dict[int | None, _Listener] = {}  # None: the bootstrap listener
         self._clients: set[_ClientProtocol] = set()
         self._conn_ids = itertools.count(1)
         self._closing = False
@@ -115,11 +133,10 @@ class Proxy:
             self.access_log_sink.start(self.loop)
             self.access_log.attach_sink(self.access_log_sink)
         listen = self.settings.listen
-        self._servers[None] = await self.loop.create_server(
-            lambda: _ClientProtocol(self, None), listen.host, listen.bootstrap_port, reuse_address=True,
-            backlog=LISTEN_BACKLOG,
-        )
+        self._servers[None] = _Listener(self, None, _listening_socket(listen.host, listen.bootstrap_port))
         self.metrics.listeners.set(len(self._servers))
+        if self.tls.enabled and listen.tls.reload_interval_s:
+            self._tls_task = self.loop.create_task(self._watch_tls(listen.tls.reload_interval_s))
         log.info("listening", role="bootstrap", host=listen.host, port=self.bootstrap_port,
                  upstream=[f"{h}:{p}" for h, p in self.bootstrap])
         # Learn the brokers now, so a client holding cached metadata (e.g. after a Sluice restart) finds
@@ -162,6 +179,8 @@ class Proxy:
                 await asyncio.wait_for(server.wait_closed(), 1.0)
         if self._lookup_task is not None:
             self._lookup_task.cancel()
+        if self._tls_task is not None:
+            self._tls_task.cancel()
         sink = self.access_log_sink
         if sink is not None:
             # Every connection is closed: no more lines. Flushed with a bound (flush_timeout_s), off the loop.
@@ -187,29 +206,83 @@ class Proxy:
             port = 0
         if self._closing or self.loop is None:
             return port
-        sock = socket.socket(socket.AF_INET6 if ":" in listen.host else socket.AF_INET, socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((listen.host, port))
-            sock.listen(LISTEN_BACKLOG)
-            sock.setblocking(False)
+            sock = _listening_socket(listen.host, port)
         except OSError as e:
-            sock.close()
             log.error("listener_failed", node_id=node_id, host=listen.host, port=port, error=str(e))
             return port
-        self._servers[node_id] = _Pending(sock)
-        self.loop.create_task(self._serve_socket(node_id, sock))
+        self._servers[node_id] = _Listener(self, node_id, sock)
+        self.metrics.listeners.set(len(self._servers))
+        log.info("listening", role="broker", node_id=node_id, port=int(sock.getsockname()[1]),
+                 upstream="{}:{}".format(*self.router.upstream[node_id]) if node_id in self.router.upstream else "")
         return int(sock.getsockname()[1])
 
-    async def _serve_socket(self, node_id: int, sock: socket.socket) -> None:
+    # ------------------------------------------------------------------ accepting
+
+    def refused(self, reason: str, host: str, listener: str, **detail: Any) -> None:
+        """A client connection closed before its first request: counted, and logged once per reason and address
+        per interval (a client retrying in a loop, or a scanner, must not flood the log)."""
+        self.metrics.connections_refused.labels(reason).inc()
+        suppressed = self._refused_log.allow((reason, host, detail.get("error")))
+        if suppressed is not None:
+            log.warning("connection_refused", reason=reason, client=host, listener=listener,
+                        not_logged=suppressed, **detail)
+
+    async def accepted(self, sock: socket.socket, peer: Any, node_id: int | None) -> None:
+        """A connection accepted on listener ``node_id``: its PROXY header (if the listener reads one), the
+        limits (at accept, as Kafka), the TLS handshake (with the context in force now), then the core."""
         assert self.loop is not None
-        # create_server listens again, with its own backlog (asyncio's default 100 unless given)
-        server = await self.loop.create_server(lambda: _ClientProtocol(self, node_id), sock=sock,
-                                               backlog=LISTEN_BACKLOG)
-        self._servers[node_id] = server
-        self.metrics.listeners.set(len(self._servers))
-        log.info("listening", role="broker", node_id=node_id, port=self.router.port_for(node_id),
-                 upstream="{}:{}".format(*self.router.upstream[node_id]))
+        name = "bootstrap" if node_id is None else f"broker-{node_id}"
+        policy = self.tls.listener(name)
+        host, port = (peer[0], peer[1]) if isinstance(peer, tuple) else ("", 0)
+        timeout = self.settings.limits.request_timeout_s
+        if policy.proxy_protocol != "off":
+            try:
+                header = await asyncio.wait_for(_read_proxy_header(self.loop, sock, policy.proxy_protocol), timeout)
+            except asyncio.CancelledError:  # Sluice is stopping
+                sock.close()
+                raise
+            except (ProxyProtocolError, OSError, TimeoutError) as e:
+                error = str(e) if isinstance(e, ProxyProtocolError) else \
+                    f"no PROXY header within {timeout:g} s" if isinstance(e, TimeoutError) else str(e)
+                self.refused("proxy_protocol", host, name, error=error)
+                sock.close()
+                return
+            if header.source is not None:
+                host, port = header.source
+        reason = self.admission.admit(host)
+        if reason is not None:
+            limits = self.settings.limits
+            self.refused(reason, host, name, limit=limits.max_connections if reason == "max_connections"
+                         else limits.max_connections_per_address)
+            sock.close()
+            return
+        protocol = _ClientProtocol(self, node_id, host, port)
+        try:
+            if policy.ssl is None:
+                await self.loop.connect_accepted_socket(lambda: protocol, sock)
+            else:
+                await asyncio.wait_for(self.loop.connect_accepted_socket(
+                    lambda: protocol, sock, ssl=policy.ssl, ssl_handshake_timeout=timeout), timeout + 1.0)
+        except BaseException as e:
+            if protocol.transport is None:  # it never reached the core (whose teardown releases it): not counted
+                self.admission.release(host)
+            with contextlib.suppress(OSError):
+                sock.close()
+            if not isinstance(e, ssl.SSLError | OSError | TimeoutError):
+                raise  # cancelled (Sluice is stopping), or a bug
+            self.refused("tls_handshake" if policy.ssl is not None else "accept_failed", host, name,
+                         error=_tls_error(e))
+
+    async def _watch_tls(self, interval: float) -> None:
+        """Certificate files are checked every ``interval`` s; a change rebuilds the contexts (proxy/tls.py)."""
+        while True:
+            await asyncio.sleep(interval)
+            self.tls.check()
+
+    def reload_tls(self) -> None:
+        """SIGHUP: rebuild the TLS contexts from the files (new connections use them)."""
+        self.tls.reload()
 
     async def upstream_address(self, node_id: int | None) -> list[Address]:
         if node_id is None:
@@ -227,9 +300,11 @@ class Proxy:
         for host, port in [*self.bootstrap, *self.router.upstream.values()]:
             try:
                 return await _one_request(host, port, METADATA_KEY, METADATA_BY_ID_VERSION, body,
-                                          self.settings.upstream.connect_timeout_s)
-            except (TimeoutError, OSError, CodecError) as e:
-                last = e
+                                          self.settings.upstream.connect_timeout_s, self.tls.upstream,
+                                          self.settings.upstream.sasl)
+            except (TimeoutError, OSError, CodecError, EOFError) as e:
+                # EOFError: a listener that closes on requests it does not take before authentication (SASL)
+                last = e if not isinstance(e, EOFError) else OSError(f"{host}:{port} closed the connection")
         raise last if last is not None else OSError("no upstream address")
 
     async def refresh_brokers(self) -> None:
@@ -284,32 +359,155 @@ class Proxy:
         return False
 
 
-class _Pending:
-    """Stands in for a listener whose asyncio server is still being created (its socket already listens)."""
+def _listening_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
-    def __init__(self, sock: socket.socket) -> None:
+
+class _Listener:
+    """One listening socket and its accept loop: each accepted connection goes to :meth:`Proxy.accepted` in a
+    task of its own (a slow PROXY header or TLS handshake holds up no other connection)."""
+
+    def __init__(self, proxy: Proxy, node_id: int | None, sock: socket.socket) -> None:
+        self.proxy = proxy
+        self.node_id = node_id
         self.sockets = [sock]
+        self._connecting: set[asyncio.Task[None]] = set()
+        assert proxy.loop is not None
+        self._task = proxy.loop.create_task(self._accept(sock))
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, peer = await loop.sock_accept(sock)
+            except asyncio.CancelledError:
+                raise
+            except OSError as e:
+                if sock.fileno() < 0:
+                    return
+                # EMFILE/ENFILE/ENOBUFS: out of descriptors or memory; the kernel keeps the backlog meanwhile
+                log.error("accept_failed", node_id=self.node_id, error=str(e))
+                await asyncio.sleep(0.1)
+                continue
+            conn.setblocking(False)
+            task = loop.create_task(self.proxy.accepted(conn, peer, self.node_id))
+            self._connecting.add(task)
+            task.add_done_callback(self._connecting.discard)
 
     def close(self) -> None:
+        self._task.cancel()
+        for task in list(self._connecting):
+            task.cancel()
         self.sockets[0].close()
 
     async def wait_closed(self) -> None:
-        return None
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    fut: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_reader(fd, ready)
+    try:
+        await fut
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _read_proxy_header(loop: asyncio.AbstractEventLoop, sock: socket.socket, versions: Any) -> ProxyHeader:
+    """Read a PROXY protocol header off ``sock``, and not one byte more: what follows (a TLS ClientHello, the first
+    Kafka request) stays in the socket for the connection. Bytes are peeked, then only the header's are taken."""
+    got = bytearray()
+    while True:
+        await _readable(loop, sock)
+        try:
+            peeked = sock.recv(65536 + 16, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            continue
+        if not peeked:
+            raise ProxyProtocolError("the connection closed before a complete PROXY header")
+        result = parse_proxy_header(bytes(got) + peeked, versions)
+        if isinstance(result, ProxyHeader):
+            take = result.length - len(got)
+        else:  # incomplete: all that is there is header (a v1 line has no CRLF yet; v2 is shorter than its length)
+            take = len(peeked)
+        while take > 0:
+            chunk = sock.recv(take)
+            if not chunk:
+                raise ProxyProtocolError("the connection closed inside its PROXY header")
+            got += chunk
+            take -= len(chunk)
+        if isinstance(result, ProxyHeader):
+            return result
+
+
+def _tls_error(e: BaseException) -> str:
+    """A handshake failure in one line: OpenSSL's reason (e.g. TLSV1_ALERT_UNKNOWN_CA, CERTIFICATE_VERIFY_FAILED
+    with its verify message, PEER_DID_NOT_RETURN_A_CERTIFICATE)."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return f"{e.reason}: {e.verify_message}"
+    if isinstance(e, ssl.SSLError):
+        return str(e.reason or e)
+    if isinstance(e, TimeoutError):
+        return "handshake timed out"
+    return str(e) or type(e).__name__
+
+
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 
 
 async def _one_request(host: str, port: int, api_key: int, version: int, body: Message,
-                       timeout: float) -> Message:
-    """A single request/response on a fresh connection (Sluice's own Metadata lookups)."""
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    try:
-        header = Message(request_api_key=api_key, request_api_version=version, correlation_id=1,
-                         client_id="sluice")
-        assert request_header_version(api_key, version) == 2
-        frame = encode_request(header, body)
+                       timeout: float, tls: ssl.SSLContext | None = None,
+                       sasl: UpstreamSaslSettings | None = None) -> Message:
+    """A single request/response on a fresh connection (Sluice's own Metadata lookups), authenticated first with
+    Sluice's own identity when ``[upstream.sasl]`` names one (KIP-43 SaslHandshake v1, SaslAuthenticate v2)."""
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls is not None else None), timeout)
+    corr = 0
+
+    async def call(key: int, ver: int, message: Message) -> Message:
+        nonlocal corr
+        corr += 1
+        header = Message(request_api_key=key, request_api_version=ver, correlation_id=corr, client_id="sluice")
+        frame = encode_request(header, message)
         writer.write(len(frame).to_bytes(4, "big") + frame)
         size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), timeout), "big")
         data = await asyncio.wait_for(reader.readexactly(size), timeout)
-        return decode_response(api_key, version, data)[1]
+        return decode_response(key, ver, data)[1]
+
+    try:
+        if sasl is not None and sasl.mechanism:
+            shake = await call(SASL_HANDSHAKE_KEY, 1, Message(mechanism=sasl.mechanism))
+            if shake.error_code:
+                raise OSError(f"{host}:{port} refused SASL mechanism {sasl.mechanism} (error {shake.error_code})")
+            client = SaslClient(sasl.mechanism, sasl.username, sasl.secret())
+            token: bytes | None = client.first()
+            while token is not None:
+                answer = await call(SASL_AUTHENTICATE_KEY, 2, Message(auth_bytes=token))
+                if answer.error_code:
+                    # the broker's message names the failure, never the credential
+                    raise OSError(f"{host}:{port}: Sluice's own SASL authentication failed: {answer.error_message}")
+                try:
+                    token = client.next(bytes(answer.auth_bytes or b""))
+                except SaslClientError as e:
+                    raise OSError(f"{host}:{port}: {e}") from None
+        assert request_header_version(api_key, version) == 2
+        return await call(api_key, version, body)
     finally:
         writer.close()
 
@@ -327,15 +525,17 @@ class _ClientProtocol(asyncio.Protocol):
     """A client's connection to one of Sluice's listeners, the upstream connection made for it, and the
     :class:`~proxy.core.connection.Port` through which the core acts on both."""
 
-    def __init__(self, proxy: Proxy, node_id: int | None) -> None:
+    def __init__(self, proxy: Proxy, node_id: int | None, host: str = "", port: int = 0) -> None:
         self.proxy = proxy
         self.node_id = node_id
         self.transport: Any = None  # uvloop's TCPTransport is not an asyncio.Transport
         self.upstream: Any = None
         self._connect_task: asyncio.Task[None] | None = None
         self._torn_down = False
+        #: admitted by Proxy.accepted (the limits count it until teardown)
+        self.host = host
         info = ConnectionInfo(next(proxy._conn_ids), "bootstrap" if node_id is None else f"broker-{node_id}",
-                              node_id)
+                              node_id, host, port)
         self.conn = Connection(info, proxy.chain, self, memory=proxy.memory, names=proxy.names,
                                metrics=proxy.metrics, access_log=proxy.access_log, clock=proxy.clock,
                                limits=proxy.limits)
@@ -376,10 +576,16 @@ class _ClientProtocol(asyncio.Protocol):
             conn.upstream_failed(str(e))
             return
         last: BaseException | None = None
+        tls = proxy.tls.upstream
         for host, port in addresses:
             try:
-                await asyncio.wait_for(loop.create_connection(lambda: _UpstreamProtocol(self), host, port),
-                                       timeout)
+                if tls is None:
+                    await asyncio.wait_for(loop.create_connection(lambda: _UpstreamProtocol(self), host, port),
+                                           timeout)
+                else:
+                    await asyncio.wait_for(loop.create_connection(
+                        lambda: _UpstreamProtocol(self), host, port, ssl=tls, server_hostname=host,
+                        ssl_handshake_timeout=timeout), timeout)
             except (TimeoutError, OSError) as e:
                 proxy.metrics.upstream_connect_errors.inc()
                 last = e
@@ -389,7 +595,7 @@ class _ClientProtocol(asyncio.Protocol):
                 return
             conn.upstream_ready(f"{host}:{port}")
             return
-        proxy.connect_failed(self.node_id, str(last), addresses)
+        proxy.connect_failed(self.node_id, _tls_error(last) if last is not None else "", addresses)
         conn.upstream_failed(str(last))
 
     # ------------------------------------------------------------------ Port: what the core asks
@@ -429,6 +635,7 @@ class _ClientProtocol(asyncio.Protocol):
             return
         self._torn_down = True
         self.proxy._clients.discard(self)
+        self.proxy.admission.release(self.host)
         self.proxy.metrics.client_connections_open.dec()
         if self.transport is not None:
             (self.transport.abort if abort else self.transport.close)()

@@ -15,6 +15,7 @@ from hypothesis import settings
 
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
+from rig.secure_broker import SASL_USERS, SecureBroker, create_scram_user
 from tests.support.logs import route_sluice_logs_to_pytest
 
 # CI (CI=true) replays the same examples every run, so a submission's result does not depend on the draw;
@@ -50,3 +51,17 @@ def unique_topic(request: pytest.FixtureRequest) -> str:
     """
     base = re.sub(r"[^a-zA-Z0-9-]+", "-", request.node.name).strip("-")[:60]
     return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    """A second broker, with SSL (mTLS), SASL_PLAINTEXT and SASL_SSL listeners (rig/secure_broker.py), started
+    once, lazily: only the security tests ask for it. SCRAM users are created through the Admin API; SASL
+    sessions expire every 4 s so clients re-authenticate on open connections (KIP-368)."""
+    broker = SecureBroker.start(tmp_path_factory.mktemp("secure-broker"), reauth_ms=4000)
+    try:
+        for user, password in SASL_USERS.items():
+            create_scram_user(broker.plaintext, user, password)
+        yield broker
+    finally:
+        broker.close()

@@ -199,6 +199,27 @@ ROWS = [
               "cluster; rising toward logging.access_log_kafka.buffer_events means drops are next.",
               [(f"sum by (instance) ({sel('sluice_access_log_buffered_events')})", "{{instance}}")]),
     ]),
+    Row("Security and connection limits", [
+        Panel("Connections refused/s by reason", "cps",
+              "sluice_connections_refused_total: client connections closed before their first request: "
+              "max_connections, max_connections_per_address (limits, at accept), proxy_protocol (no valid PROXY "
+              "header), tls_handshake (failed handshake: wrong CA, expired or missing client certificate).",
+              [(rate("sluice_connections_refused_total", by="reason"), "{{reason}}")], width=6),
+        Panel("Connections closed by limits/s", "cps",
+              "sluice_connections_closed_total: idle (limits.idle_timeout_s); sluice_inflight_limited_total: "
+              "times a connection reached limits.max_inflight_requests and was not read meanwhile.",
+              [(rate("sluice_connections_closed_total", by="reason"), "closed: {{reason}}"),
+               (rate("sluice_inflight_limited_total"), "in-flight bound reached")], width=6),
+        Panel("SASL authentications/s", "cps",
+              "sluice_sasl_authentications_total: SASL exchanges relayed that the broker accepted and whose "
+              "principal Sluice read (first authentications and KIP-368 re-authentications).",
+              [(rate("sluice_sasl_authentications_total"), "accepted")], width=6),
+        Panel("Certificate reloads", "short",
+              "sluice_tls_reloads_total by outcome over the range: reloaded (new connections use the new files), "
+              "failed (the files in use stay; see the tls_reload_failed log event).",
+              [(f"sum by (outcome) (increase({sel('sluice_tls_reloads_total')}[1h]))", "{{outcome}}")],
+              width=6),
+    ]),
     Row("Upstream health", [
         Panel("Upstream connect errors/s", "cps",
               "sluice_upstream_connect_errors_total: failed connects to brokers (refused, unreachable, timeout). "

@@ -78,8 +78,9 @@ class Chain:
 
     # --------------------------------------------------------------------------------------- requests
 
-    def classify(self, frame: bytes, now: float) -> Exchange:
-        """A request frame (no size prefix) as an exchange; Rejected if Sluice must not serve it."""
+    def classify(self, frame: bytes, now: float, info: ConnectionInfo | None = None) -> Exchange:
+        """A request frame (no size prefix) as an exchange (of the connection ``info``); Rejected if Sluice must
+        not serve it."""
         try:
             header = peek_request_header(frame)
         except CodecError as e:
@@ -89,7 +90,7 @@ class Chain:
             # Relaying a key Kafka does not define would only hand the broker garbage; Kafka closes the
             # connection on one too (SocketServer: InvalidRequestException, "Unknown API key").
             raise Rejected("unknown_api", f"api key {key} is not a Kafka API")
-        ex = Exchange(header, api_name(key), len(frame) + 4, frame, now)
+        ex = Exchange(header, api_name(key), len(frame) + 4, frame, now, info=info)
         if key == PRODUCE:
             try:
                 ex.expects_response = produce_acks(frame, header) != 0

@@ -28,6 +28,15 @@ close, start a timer). Everything in between is here:
 - **Backpressure.** When one side's write buffer passes its high-water mark, reading the other side pauses
   until it drains. Reading the client is paused for any of several reasons at once (upstream full, waiting,
   muted, upstream not yet connected); it resumes only when none is left.
+- **Limits** (Kafka's, per connection): with ``limits.max_inflight_requests`` the client is not read while that
+  many requests are owed a response (the broker's channel muting under ``queued.max.requests``: the client
+  waits, nothing is refused), and with ``limits.idle_timeout_s`` a connection with nothing in flight and no
+  bytes from the client for that long is closed (``connections.max.idle.ms``). Each is counted and logged once
+  per connection when hit.
+- **Bare SASL tokens** (SaslHandshake v0, before KIP-152): after a response whose exchange says so
+  (``Exchange.bare_tokens``), client frames are relayed as tokens, not requests, and each upstream answer is read
+  as a bare frame (a length and the token, no correlation id) until the exchange says it is over; neither is a
+  request, so neither is logged or counted as one.
 - **Metrics and the access log**, one line per request when its response has been handed to the client.
 """
 
@@ -43,7 +52,7 @@ from ..accesslog import AccessLog, get_logger
 from ..metrics import Metrics, RejectReason
 from ..wire.errors import CodecError
 from .chain import Chain
-from .exchange import Buffer, ConnectionInfo, Exchange, Rejected, Streamer
+from .exchange import BareTokens, Buffer, ConnectionInfo, Exchange, Rejected, Streamer
 from .memory import HeldBytes
 from .topic_names import TopicNames
 
@@ -82,10 +91,15 @@ class Limits:
     #: bytes queued for a not-yet-connected upstream before the client is no longer read
     queue_high_water_bytes: int = 4 * 1024 * 1024
     request_timeout_s: float = 30.0
+    #: requests owed a response before the client is no longer read (0 = no bound)
+    max_inflight_requests: int = 0
+    #: close a connection with nothing in flight and no bytes from the client for this long (0 = never)
+    idle_timeout_s: float = 0.0
 
 
 # reasons reading the client is paused
 _UPSTREAM_FULL, _WAITING, _MUTED, _CONNECTING = "upstream_full", "waiting", "muted", "connecting"
+_INFLIGHT = "inflight"
 
 
 class Connection:
@@ -136,6 +150,18 @@ class Connection:
         self._release_on_drain = 0
         self._muted_until = 0.0
         self._mute_timer: Timer | None = None
+        # bare SASL tokens (SaslHandshake v0): the exchange, tokens owed an answer, the answer being read
+        self._bare: BareTokens | None = None
+        self._bare_owed = 0
+        self._bare_token: bytearray | None = None
+        self._bare_left = 0
+        # limits
+        self._framing = False
+        self._inflight_hit = False  # logged once per connection
+        self._last_active = clock()
+        self._idle_timer: Timer | None = None
+        if limits.idle_timeout_s:
+            self._idle_timer = port.call_later(limits.idle_timeout_s, self._idle_check)
 
     @property
     def busy(self) -> bool:
@@ -148,11 +174,29 @@ class Connection:
         if self.closed:
             return
         self.metrics.bytes_client_to_proxy.inc(len(data))
+        self._last_active = self.clock()
+        self._buf += data
+        self._frame()
+
+    def _frame(self) -> None:
+        """Take the complete request frames out of the buffer (up to the in-flight bound). Not re-entered: a
+        response completed while a request is handled (Produce acks=0) may lift the bound, and the loop running
+        already goes on with the next frame."""
+        if self._framing:
+            return
+        self._framing = True
+        try:
+            self._frame_loop()
+        finally:
+            self._framing = False
+
+    def _frame_loop(self) -> None:
         buf = self._buf
-        buf += data
         off = 0
         max_frame = self.limits.max_frame_bytes
         while len(buf) - off >= 4:
+            if _INFLIGHT in self._client_pauses:
+                break  # the rest waits in the buffer until a response goes out
             size = int.from_bytes(buf[off : off + 4], "big", signed=True)
             if size < 0:
                 self._reject("malformed", f"request frame declares a negative length ({size})")
@@ -166,6 +210,9 @@ class Connection:
             with memoryview(buf) as view:
                 frame = bytes(view[off + 4 : end])
             off = end
+            if self._bare is not None:
+                self._client_token(frame)
+                continue
             self._on_request(frame)
             if self.closed:
                 return
@@ -203,14 +250,68 @@ class Connection:
 
     def _on_request(self, frame: bytes) -> None:
         try:
-            ex = self.chain.classify(frame, self.clock())
+            ex = self.chain.classify(frame, self.clock(), self.info)
         except Rejected as r:
             self._reject(r.reason, r.detail)
             return
         self.client_id = ex.client_id
         self._pending.append(ex)
+        limit = self.limits.max_inflight_requests
+        if limit and len(self.inflight) + len(self._pending) >= limit:
+            self._inflight_full()
         if len(self._pending) == 1:
             self._pump()
+
+    def _inflight_full(self) -> None:
+        """Kafka's channel muting: a connection with ``max_inflight_requests`` owed a response is not read until
+        one goes out; the client's further requests wait in its socket and Sluice's buffer, none is refused."""
+        self.metrics.inflight_limited.inc()
+        if not self._inflight_hit:
+            self._inflight_hit = True
+            log.info("inflight_limit", conn=self.info.conn_id, listener=self.info.listener,
+                     limit=self.limits.max_inflight_requests, client_id=self.client_id,
+                     client=self.info.client_host, principal=self.info.principal)
+        self._pause_client(_INFLIGHT)
+
+    def _inflight_below(self) -> None:
+        if _INFLIGHT in self._client_pauses and \
+                len(self.inflight) + len(self._pending) < self.limits.max_inflight_requests:
+            self._resume_client(_INFLIGHT)
+            if not self.closed and _INFLIGHT not in self._client_pauses:
+                self._frame()  # requests already read and buffered go on now
+
+    def _idle_check(self) -> None:
+        """Kafka's connections.max.idle.ms: nothing in flight, no client bytes for idle_timeout_s -> closed."""
+        self._idle_timer = None
+        if self.closed:
+            return
+        idle = self.limits.idle_timeout_s
+        now = self.clock()
+        quiet = now - self._last_active
+        if self.busy:
+            left = idle
+        elif quiet >= idle:
+            self.metrics.connections_closed.labels("idle").inc()
+            log.info("idle_closed", conn=self.info.conn_id, listener=self.info.listener, idle_s=round(quiet, 3),
+                     client_id=self.client_id, client=self.info.client_host, principal=self.info.principal)
+            self.close()
+            return
+        else:
+            left = idle - quiet
+        self._idle_timer = self.port.call_later(max(left, 0.001), self._idle_check)
+
+    def _client_token(self, token: bytes) -> None:
+        """A bare SASL token (SaslHandshake v0): relayed as it came; its answer is owed as a bare frame."""
+        assert self._bare is not None
+        self._bare.client_token(token)
+        self._bare_owed += 1
+        self.metrics.bytes_proxy_to_upstream.inc(len(token) + 4)
+        buffers = (len(token).to_bytes(4, "big"), token)
+        if self._upstream_ready:
+            self.port.send_upstream(buffers)
+        else:
+            self._queued.extend(buffers)
+            self._queued_bytes += len(token) + 4
 
     def _pump(self) -> None:
         """Take pending requests through their waits and the chain, in order, and dispatch them."""
@@ -312,6 +413,11 @@ class Connection:
         view = memoryview(data)
         pos, end = 0, len(data)
         while pos < end:
+            if self._bare_owed and self._resp is None:
+                pos = self._server_token(view, pos, end)
+                if self.closed:
+                    return
+                continue
             if self._resp is None:
                 need = 8 - len(self._hdr)
                 self._hdr += view[pos : pos + need]
@@ -337,6 +443,35 @@ class Connection:
                 self._end_response()
                 if self.closed:
                     return
+
+    def _server_token(self, view: memoryview, pos: int, end: int) -> int:
+        """Read (part of) a bare SASL answer from ``view[pos:end]``; relay it whole; return the new position."""
+        if self._bare_token is None:
+            need = 4 - len(self._hdr)
+            self._hdr += view[pos : pos + need]
+            pos += min(need, end - pos)
+            if len(self._hdr) < 4:
+                return pos
+            size = int.from_bytes(self._hdr[:4], "big", signed=True)
+            self._hdr.clear()
+            if size < 0 or size > self.limits.max_frame_bytes:
+                self._fail(f"bare SASL token frame declares {size} bytes")
+                return end
+            self._bare_token, self._bare_left = bytearray(), size
+        take = min(self._bare_left, end - pos)
+        self._bare_token += view[pos : pos + take]
+        self._bare_left -= take
+        pos += take
+        if self._bare_left == 0:
+            token, self._bare_token = bytes(self._bare_token), None
+            self._bare_owed -= 1
+            self.port.send_client((len(token).to_bytes(4, "big"), token))
+            self.metrics.bytes_proxy_to_client.inc(len(token) + 4)
+            if self._bare is not None and self._bare.server_token(token):
+                self._bare = None  # the exchange is over: Kafka requests from here on
+                if self._buf:
+                    self._frame()
+        return pos
 
     def _start_response(self) -> bool:
         size, corr = _SIZE_CORR.unpack(self._hdr)
@@ -392,6 +527,8 @@ class Connection:
             self.port.send_client(ex.reply)
             if ex.mute_s > 0:
                 self._mute(ex.mute_s)
+            if ex.bare_tokens is not None:
+                self._bare = ex.bare_tokens  # before the client's first token can arrive: it waits for this reply
         else:
             ex.client_bytes = self._size + 4
             stream, self._stream = self._stream, None
@@ -415,7 +552,14 @@ class Connection:
             self._complete(ex)
 
     def _complete(self, ex: Exchange) -> None:
-        latency = self.clock() - ex.started
+        self._record(ex)
+        if self.limits.max_inflight_requests:
+            self._inflight_below()
+
+    def _record(self, ex: Exchange) -> None:
+        now = self.clock()
+        self._last_active = now
+        latency = now - ex.started
         h = ex.header
         self.metrics.observe_request(ex.api, h.api_version, latency)
         if ex.client_bytes:
@@ -429,7 +573,8 @@ class Connection:
             bytes_proxy_to_upstream=ex.upstream_sent,
             bytes_upstream_to_proxy=ex.upstream_bytes, bytes_proxy_to_client=ex.client_bytes,
             latency_ms=latency * 1000.0, error_codes=ex.error_codes, listener=self.info.listener,
-            upstream=self.upstream_name, decoded=ex.decoded, **ex.log,
+            upstream=self.upstream_name, decoded=ex.decoded, client_address=self.info.client_host or None,
+            principal=self.info.principal, **ex.log,
         )
 
     # ======================================================================================== flow control
@@ -547,7 +692,7 @@ class Connection:
         self._release_on_drain = 0  # released here: a drain after the close (a transport flushing) is not another
         if held:
             self.memory.release(held)
-        for timer in (self._partial_timer, self._mute_timer):
+        for timer in (self._partial_timer, self._mute_timer, self._idle_timer):
             if timer is not None:
                 timer.cancel()
 

@@ -10,7 +10,10 @@ the generic *effects* below, which the connection core (:mod:`proxy.core.connect
   is relayed as bytes, or walked with ``streamer`` as it streams through;
 - ``reserve``: response bytes to reserve from the proxy-wide memory bound before the request goes upstream;
 - ``mute_s``: after the response, stop reading the client for so long (KIP-73 pacing, KIP-219 muting);
-- ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream).
+- ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream);
+- ``bare_tokens``: after this response the connection carries bare SASL tokens (SaslHandshake v0, before
+  KIP-152: a length and the token, no Kafka header, each answered by one such frame) until the
+  :class:`BareTokens` says the exchange is over; the core relays them and hands each to it.
 """
 
 from __future__ import annotations
@@ -39,15 +42,31 @@ class Rejected(Exception):
         self.detail = detail
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectionInfo:
-    """Who a client connection is, as policies may select on it."""
+    """Who a client connection is, as policies may select on it (client selectors: ``client_host`` and
+    ``principal`` next to each request's client.id). Set by the core and the server only; policies read it."""
 
     conn_id: int
     #: the listener the client connected to: "bootstrap" or "broker-N"
     listener: str
     #: the broker node the listener stands for (None: the bootstrap listener)
     node_id: int | None = None
+    #: the client's address: the PROXY protocol header's source when the listener reads one, else the peer's
+    client_host: str = ""
+    client_port: int = 0
+    #: the SASL principal's name once the broker accepted the client's authentication (policies/sasl.py), else None
+    principal: str | None = None
+
+
+class BareTokens(Protocol):
+    """Follows a SASL exchange in bare frames (proxy/policies/sasl.py): sees each token, says when it ends."""
+
+    def client_token(self, token: bytes) -> None: ...
+
+    def server_token(self, token: bytes) -> bool:
+        """True: the exchange is over; the next frames are Kafka requests again."""
+        ...
 
 
 class Streamer(Protocol):
@@ -80,6 +99,7 @@ class Exchange:
     reserve: int = 0
     mute_s: float = 0.0
     resend: bool = False
+    bare_tokens: BareTokens | None = None
     #: set by the core before the response side runs: no other request is in flight behind this one, so it may
     #: go upstream again (``resend``) without breaking the order of responses
     may_resend: bool = False
@@ -104,6 +124,16 @@ class Exchange:
     client_bytes: int = 0
     #: the response to write, set when the chain has handled it (size prefix included, scatter buffers)
     reply: list[Buffer] | None = None
+    #: the connection it arrived on (its client address and principal, for client selectors)
+    info: ConnectionInfo | None = None
+
+    @property
+    def principal(self) -> str | None:
+        return self.info.principal if self.info is not None else None
+
+    @property
+    def client_host(self) -> str:
+        return self.info.client_host if self.info is not None else ""
 
     @property
     def client_id(self) -> str | None:

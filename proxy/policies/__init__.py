@@ -11,6 +11,7 @@ from ..config import Settings
 from ..core.policy import Policy, Services
 from .addresses import Addresses
 from .api_versions import ApiVersions
+from .sasl import Sasl
 from .size_limit import SizeLimit
 from .terminate import Terminate
 from .throttle import Throttle
@@ -19,6 +20,7 @@ from .throttle import Throttle
 def build(settings: Settings, services: Services) -> list[Policy]:
     """The policies of one proxy, in chain order."""
     return [
+        Sasl(services),  # SASL relayed untouched; the accepted principal's name becomes the connection's
         ApiVersions(),  # clients negotiate only versions Sluice reads
         Addresses(services),  # clients never learn a broker's real address
         SizeLimit(settings.size_limit, services),  # KIP-74 byte budgets

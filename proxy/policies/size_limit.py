@@ -28,7 +28,6 @@ Rules (seed 000/002 and shipped Kafka, reference/kafka-semantics.md section A):
 
 from __future__ import annotations
 
-import fnmatch
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from typing import Any, ClassVar
 from ..config import Settings, SizeLimitSettings
 from ..core.exchange import Exchange
 from ..core.policy import Policy, Services
+from ..core.selectors import ClientSelector
 from ..wire.fetch_fast import FetchPartition, FetchResponseView
 from ..wire.fetch_layout import PartitionKey, topic_key
 from ..wire.fetch_request_fast import FetchEdit, FetchParams
@@ -61,16 +61,23 @@ class Budget:
 
 @dataclass(frozen=True, slots=True)
 class BudgetRule:
-    """Who a budget applies to: client ids matching a glob, or replica fetchers (replica_id >= 0)."""
+    """Who a budget applies to: consumers a client selector matches (client.id glob, SASL principal glob, client
+    network: :mod:`proxy.core.selectors`), or replica fetchers (replica_id >= 0)."""
 
     budget: Budget
     client_id: str | None = None
     replicas: bool = False
+    principal: str | None = None
+    network: str | None = None
+    selector: ClientSelector = field(init=False, repr=False, compare=False)
 
-    def matches(self, client_id: str | None, replica_id: int) -> bool:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "selector", ClientSelector(self.client_id, self.principal, self.network))
+
+    def matches(self, client_id: str | None, replica_id: int, principal: str | None = None, host: str = "") -> bool:
         if self.replicas:
             return replica_id >= 0
-        return replica_id < 0 and self.client_id is not None and fnmatch.fnmatchcase(client_id or "", self.client_id)
+        return replica_id < 0 and self.selector.matches(client_id, principal, host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +94,8 @@ class SizeLimits:
         for b in settings.budgets:
             default = REPLICA_DEFAULT_MAX_BYTES if b.replicas else 0
             budget = Budget(b.fetch_max_bytes if b.fetch_max_bytes is not None else default, b.partition_max_bytes)
-            rules.append(BudgetRule(budget, client_id=b.client_id, replicas=b.replicas))
+            rules.append(BudgetRule(budget, client_id=b.client_id, replicas=b.replicas, principal=b.principal,
+                                    network=b.client_address))
         return cls(tuple(rules), settings.fairness == "round-robin", settings.global_max_bytes)
 
     @property
@@ -98,16 +106,18 @@ class SizeLimits:
     def needs_replica_id(self) -> bool:
         return any(r.replicas for r in self.rules)
 
-    def budget_for(self, client_id: str | None, replica_id: int) -> Budget | None:
+    def budget_for(self, client_id: str | None, replica_id: int, principal: str | None = None,
+                   host: str = "") -> Budget | None:
         """The first matching rule's budget (rules are ordered, like firewall rules), or None."""
         for rule in self.rules:
-            if rule.matches(client_id, replica_id):
+            if rule.matches(client_id, replica_id, principal, host):
                 return None if rule.budget.unlimited else rule.budget
         return None
 
-    def may_apply(self, client_id: str | None) -> bool:
+    def may_apply(self, client_id: str | None, principal: str | None = None, host: str = "") -> bool:
         """Whether any rule could apply to this client before its request body is decoded."""
-        return any(r.replicas or r.matches(client_id, -1) for r in self.rules if not r.budget.unlimited)
+        return any(r.replicas or r.matches(client_id, -1, principal, host) for r in self.rules
+                   if not r.budget.unlimited)
 
 
 def clamp_request(edit: FetchEdit, budget: Budget) -> bool:
@@ -238,7 +248,7 @@ class SizeLimit(Policy):
         self._set(SizeLimits.from_settings(settings.size_limit))
 
     def applies(self, ex: Exchange) -> bool:
-        return self._active and self.limits.may_apply(ex.client_id)
+        return self._active and self.limits.may_apply(ex.client_id, ex.principal, ex.client_host)
 
     def open(self, info: Any) -> Fairness:
         return Fairness()
@@ -249,7 +259,7 @@ class SizeLimit(Policy):
         limits = self.limits
         edit = ex.request
         assert isinstance(edit, FetchEdit)
-        budget = limits.budget_for(ex.client_id, edit.view.replica_id)
+        budget = limits.budget_for(ex.client_id, edit.view.replica_id, ex.principal, ex.client_host)
         if budget is None:
             return None
         clamp_request(edit, budget)

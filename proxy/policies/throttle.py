@@ -68,6 +68,7 @@ from typing import Any, ClassVar
 from ..config import Settings, ThrottleSettings, topic_is_glob
 from ..core.exchange import Exchange
 from ..core.policy import Policy, Services
+from ..core.selectors import ClientSelector
 from ..wire.errors import CodecError
 from ..wire.fetch_fast import FetchResponseView
 from ..wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
@@ -133,7 +134,8 @@ class Throttles:
     samples: int = 11
     window_s: float = 1.0
     topics: dict[str, ReplicaSet] = field(default_factory=dict)
-    consumers: tuple[str, ...] = ()
+    #: client selectors of throttled consumers (a plain string is a client.id glob)
+    consumers: tuple[ClientSelector | str, ...] = ()
     #: the glob entries, in file order: part of equality, since with "first glob wins" their order is configuration
     globs: tuple[str, ...] = field(init=False, repr=False)
     #: the entries naming a topic exactly
@@ -148,6 +150,8 @@ class Throttles:
     RESOLVED_MAX = 10_000
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "consumers", tuple(c if isinstance(c, ClientSelector) else ClientSelector(c)
+                                                    for c in self.consumers))
         exact = {t: r for t, r in self.topics.items() if not topic_is_glob(t)}
         object.__setattr__(self, "globs", tuple(t for t in self.topics if t not in exact))
         object.__setattr__(self, "_exact", exact)
@@ -158,18 +162,19 @@ class Throttles:
         topics = {t.topic: parse_replicas(t.replicas, f"throttle.topics[{i}].replicas")
                   for i, t in enumerate(s.topics)}
         return cls(s.leader_rate_bytes, s.follower_rate_bytes, s.samples, s.window_s, topics,
-                   tuple(c.client_id for c in s.consumers))
+                   tuple(ClientSelector.of(c) for c in s.consumers))
 
     @property
     def active(self) -> bool:
         """Whether any fetch can be throttled (else Fetch is not decoded for throttling at all)."""
         return bool(self.topics) and bool(self.leader_rate or self.follower_rate)
 
-    def fetcher(self, client_id: str | None, replica_id: int) -> int | None:
+    def fetcher(self, client_id: str | None, replica_id: int, principal: str | None = None,
+                host: str = "") -> int | None:
         """The fetcher id a fetch is throttled as (a broker id, or CONSUMER), or None if it is not selected."""
         if replica_id >= 0:
             return replica_id
-        if any(fnmatch.fnmatchcase(client_id or "", g) for g in self.consumers):
+        if any(c.matches(client_id, principal, host) for c in self.consumers if isinstance(c, ClientSelector)):
             return CONSUMER
         return None
 
@@ -435,7 +440,7 @@ class Throttle(Policy):
         t = self.throttles
         edit = ex.request
         assert isinstance(edit, FetchEdit)
-        fetcher = t.fetcher(ex.client_id, edit.view.replica_id)
+        fetcher = t.fetcher(ex.client_id, edit.view.replica_id, ex.principal, ex.client_host)
         if fetcher is None:
             return None
         ticket = plan_request(edit, fetcher, t, self.state, self.names.get, self.clock())

@@ -5,6 +5,7 @@ next fetch. Also the throttle metrics on /metrics."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -31,9 +32,13 @@ def http(method: str, url: str, body: object = None, token: str | None = TOKEN) 
     return _http(method, url, body, token=token)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+    """`sluice throttle ...` with the token in SLUICE_ADMIN__TOKEN (never on the command line), or none."""
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_ADMIN__TOKEN"}
+    if token is not None:
+        env["SLUICE_ADMIN__TOKEN"] = token
     return subprocess.run([sys.executable, "-m", "proxy", "throttle", *args], capture_output=True, text=True,
-                          timeout=60, cwd=REPO)
+                          timeout=60, cwd=REPO, env=env)
 
 
 def partition_bytes(c: RawClient, topic: str) -> tuple[int, int, int]:
@@ -53,7 +58,7 @@ def test_cli_admin_api_and_sighup_change_throttles_live(kafka_broker, tmp_path: 
     with SubprocessProxy(kafka_broker.bootstrap, extra_env={"SLUICE_CONFIG": str(config),
                                                             "SLUICE_ADMIN__TOKEN": TOKEN}) as sluice:
         url = f"{sluice.admin_url}/throttles"
-        base = ["--admin", sluice.admin_url, "--token", TOKEN]
+        base = ["--admin", sluice.admin_url]
         with RawClient("127.0.0.1", sluice.bootstrap_port, client_id="backfill-raw") as c:
             full = partition_bytes(c, topic)
             assert full[0] >= RECORDS * VALUE and full[1:] == (0, RECORDS)
@@ -64,7 +69,12 @@ def test_cli_admin_api_and_sighup_change_throttles_live(kafka_broker, tmp_path: 
             assert status == 400 and err["key"] == "throttle.topics[0].replicas" and "0-1" in err["error"]
             bad = cli("set", *base, "--topic", f"{topic}=0:x")
             assert bad.returncode != 0 and "throttle.topics[0].replicas" in bad.stderr
-            assert cli("set", "--admin", sluice.admin_url, "--leader-rate", "1").returncode != 0  # no token
+            no_token = cli("set", "--admin", sluice.admin_url, "--leader-rate", "1", token=None)
+            assert no_token.returncode != 0 and "HTTP 401" in no_token.stderr
+            token_file = tmp_path / "token"
+            token_file.write_text(TOKEN + "\n")
+            from_file = cli("clear", "--admin", sluice.admin_url, "--token-file", str(token_file), token=None)
+            assert from_file.returncode == 0, from_file.stderr
 
             # A 1 byte/s throttle for backfill-* on the topic: of the first fetch, only the first batch passes
             # (below the bound the records that fit the headroom pass, and at least one batch), the next one on

@@ -45,7 +45,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from proxy.core.connection import Connection, Limits
-from proxy.core.exchange import Exchange
+from proxy.core.exchange import ConnectionInfo, Exchange
 from proxy.metrics import REJECT_REASONS
 from proxy.policies import sessions
 from proxy.wire import fetch_fast
@@ -361,8 +361,8 @@ def _record_classified(rig: CoreRig, current: Callable[[], list[Exchange]]) -> N
     chain = rig.proxy.chain
     classify = chain.classify
 
-    def recording(frame: bytes, now: float) -> Exchange:
-        ex = classify(frame, now)
+    def recording(frame: bytes, now: float, info: ConnectionInfo | None = None) -> Exchange:
+        ex = classify(frame, now, info)
         current().append(ex)
         return ex
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -227,3 +228,54 @@ async def test_port_lifecycle_and_disabled() -> None:
     with pytest.raises(RuntimeError):
         _ = disabled.port
     await disabled.stop()
+
+
+async def test_token_file_auth_reads_and_https(http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    """The token from a file, required for reads too (auth_reads) except the probes, over HTTPS only."""
+    import ssl
+
+    from rig.pki import CA
+
+    ca = CA(tmp_path, "admin")
+    cert = ca.issue("admin")
+    token_file = tmp_path / "token"
+    token_file.write_text("f1le-t0ken\n")
+    server = AdminServer(AdminSettings(port=0, token_file=str(token_file), auth_reads=True,
+                                       tls_cert_file=str(cert.cert), tls_key_file=str(cert.key)), Ready(), METRICS)
+    server.add_route("GET", "/throttles", ok_handler)
+    server.add_route("PUT", "/throttles", ok_handler, mutating=True)
+    await server.start()
+    tls = ssl.create_default_context(cafile=str(ca.cert))
+    base = f"https://127.0.0.1:{server.port}"
+    good = {"Authorization": "Bearer f1le-t0ken"}
+    try:
+        for method, path in (("GET", "/metrics"), ("GET", "/throttles"), ("PUT", "/throttles")):
+            async with http.request(method, base + path, ssl=tls) as resp:
+                assert resp.status == 401, (method, path)
+            async with http.request(method, base + path, ssl=tls, headers=good) as resp:
+                assert resp.status == 200, (method, path)
+        for probe in ("/healthz", "/readyz"):  # probes carry no credentials
+            async with http.get(base + probe, ssl=tls) as resp:
+                assert resp.status == 200
+        with pytest.raises(aiohttp.ClientError):  # plain HTTP is not served
+            async with http.get(f"http://127.0.0.1:{server.port}/healthz") as resp:
+                await resp.read()
+    finally:
+        await server.stop()
+
+
+def test_token_sources_are_validated(tmp_path: Path) -> None:
+    from proxy.config import ConfigError, load_settings
+
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    both = tmp_path / "both.toml"
+    both.write_text(f'[admin]\ntoken = "a"\ntoken_file = "{empty}"\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(both, env={})
+    assert e.value.key == "admin.token_file" and "not both" in str(e.value)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[admin]\ntoken_file = "{empty}"\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(bad, env={})
+    assert e.value.key == "admin.token_file"

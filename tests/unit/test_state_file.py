@@ -25,8 +25,9 @@ from tests.unit.test_config import clean_env, sluice
 
 THROTTLE = {"leader_rate_bytes": 1, "follower_rate_bytes": 0, "window_s": 1.0, "samples": 11,
             "topics": [{"topic": "orders-*", "replicas": "*"}, {"topic": "orders-audit", "replicas": ""}],
-            "consumers": [{"client_id": "backfill-*"}]}
-SIZE_LIMIT = {"budgets": [{"client_id": "*", "replicas": False, "fetch_max_bytes": 1000, "partition_max_bytes": 0}],
+            "consumers": [{"client_id": "backfill-*", "principal": None, "client_address": None}]}
+SIZE_LIMIT = {"budgets": [{"client_id": "*", "principal": None, "client_address": None,
+                          "replicas": False, "fetch_max_bytes": 1000, "partition_max_bytes": 0}],
               "fairness": "off", "global_max_bytes": 0}
 
 

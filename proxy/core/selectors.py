@@ -1,0 +1,54 @@
+"""Client selectors: which client connections a rule (a size-limit budget, a throttled consumer, a sharing rule)
+applies to. Sans-IO. A selector names any of three things about a request, and all it names must match:
+
+- ``client_id``: a glob over the request header's client.id (fnmatch, case-sensitive), chosen by the client;
+- ``principal``: a glob over the SASL principal the broker accepted on the connection
+  (:mod:`proxy.core.sasl_principal`): who the client proved to be; a connection without one never matches;
+- ``network``: the client's IP address in a network (``10.1.0.0/16``, or one address): the PROXY protocol
+  header's source on listeners that read one, else the peer's.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ClientSelector"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSelector:
+    client_id: str | None = None
+    principal: str | None = None
+    network: str | None = None
+    _net: Any = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.network is not None:
+            object.__setattr__(self, "_net", ipaddress.ip_network(self.network, strict=False))
+
+    @classmethod
+    def of(cls, entry: Any) -> ClientSelector:
+        """From a settings entry with ``client_id``, ``principal`` and ``client_address`` keys."""
+        return cls(entry.client_id, entry.principal, entry.client_address)
+
+    @property
+    def needs_connection(self) -> bool:
+        """Whether matching reads the connection (principal, address), not only the request header."""
+        return self.principal is not None or self.network is not None
+
+    def matches(self, client_id: str | None, principal: str | None = None, host: str = "") -> bool:
+        if self.client_id is not None and not fnmatch.fnmatchcase(client_id or "", self.client_id):
+            return False
+        if self.principal is not None and (principal is None or not fnmatch.fnmatchcase(principal, self.principal)):
+            return False
+        if self._net is not None:
+            try:
+                addr = ipaddress.ip_address(host)
+            except ValueError:
+                return False
+            if addr not in self._net:
+                return False
+        return True
