@@ -68,7 +68,8 @@ def cached_logs(cache: Path, rows: int, *, files: int, clients: int, topics: int
     logs = cache / f"logs-{rows}-{key}"
     marker = logs / "_COMPLETE.json"
     if marker.exists():
-        emit({"bench": "analytics", "stage": "data", "cached": True, "dir": str(logs), **json.loads(marker.read_text())})
+        info = json.loads(marker.read_text())
+        emit({"bench": "analytics", "stage": "data", "cached": True, "dir": str(logs), **info})
         return logs
     shutil.rmtree(logs, ignore_errors=True)
     result = generate(logs, rows, files=files, malformed=malformed, extensions=True, span_s=SPAN_S,

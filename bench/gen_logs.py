@@ -459,7 +459,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--span-s", type=float, default=3600.0, help="time span the lines cover, seconds")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--jobs", type=int, default=None, help="writer processes (default: one per core)")
-    ap.add_argument("--clients", type=int, default=None, help=f"client_ids per sidecar (default and minimum {len(CLIENTS)})")
+    ap.add_argument("--clients", type=int, default=None,
+                    help=f"client_ids per sidecar (default and minimum {len(CLIENTS)})")
     ap.add_argument("--topics", type=int, default=None, help=f"topics (default and minimum {len(TOPICS)})")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sluice-gen-logs-") as scratch:
