@@ -1,127 +1,281 @@
-"""Analytics benchmark: the Spark job (``proxy.analytics``) over generated access logs, on local[2].
+"""Analytics benchmark: the Spark job (``proxy.analytics``, what ``sluice report --logs`` runs) over generated
+access logs, on local[2], compared with another revision's job on the same data in the same run.
 
-``python -m bench.analytics [--sizes 1000000,10000000] [--files 4] [--dir DIR] [--master local[2]]``
+``python -m bench.analytics [--rows 10000000] [--compare REV] [--files 4] [--clients 64] [--topics 24]
+[--malformed N] [--cache-dir DIR] [--master local[2]]``
 
-One Spark session for the whole run. First an unmeasured warm-up job over 100k rows (the JVM compiles the hot
-paths during its first job; that is start-up cost, not throughput), then for each size: generate the logs
-(``bench.gen_logs``, with the optional per-partition/throttle/session fields, so every report section runs), run
-the whole job (read, classify, cache, 14 Parquet tables, report) and delete the logs again (10M rows are ~4.5 GB).
+The logs (``bench.gen_logs`` with the optional per-partition/throttle/session fields, so every report section runs)
+are generated once and kept in ``--cache-dir`` (default: ``sluice-bench-analytics`` in the temporary directory),
+keyed by the generator's parameters and source: a later run with the same parameters reads them again instead of
+spending a minute or two writing ~5 GB. The default data set is a fleet's hour: 10M request lines from 4 sidecars,
+each serving 64 client_ids (Zipf-like shares; one throttled) over 24 topics (~260 partitions), 1 line in 10,000
+malformed.
 
-Prints one JSON line per size: rows, generation time, job time split into read (parse + classify + cache + counts),
-tables and report, and rows/s of the whole job. The last line is
-``{"summary": "analytics", "rows": ..., "rows_per_s": ...}`` for the largest size. Before a size whose predicted
-time (from the previous size's rate) exceeds ``--budget-s`` it says so and runs it anyway.
+Each job runs in its own process with its own Spark session (a fresh JVM): first an unmeasured warm-up job over 100k
+rows (the JVM compiles the hot paths during its first job; that is start-up cost, not throughput), then the measured
+job: read, classify, every Parquet table, the HTML report - ``run_job`` end to end. ``--compare REV`` first runs the
+job of git revision REV (its ``proxy/`` package, extracted from git) the same way, then this tree's.
 
-Measured on this project's 2-core machine (shared with other work, so +-15%): 1M rows in ~34 s (~30k rows/s,
-about half of it fixed cost: JVM-side planning of ~40 small jobs and the report), 10M rows (4.9 GB of JSON) in
-~115-130 s (~76-86k rows/s: reading, parsing and caching ~70%, the aggregates ~25%); generating the 10M rows takes
-~55-65 s.
+Prints JSON lines: the data set (generated or cached), one line per job - seconds and rows/s, the phases (read:
+parse + classify + counts; tables; report), and the Spark JVM's CPU seconds in each phase, which say more than wall
+seconds on a shared machine - and a last line ``{"summary": "analytics", "rows": ..., "rows_per_s": ...,
+"baseline_rows_per_s": ..., "speedup": ..., "tables_equal": ...}``. ``tables_equal``: every Parquet table of the
+two jobs holds the same rows (floats to 9 significant digits), so a faster job that changed a result shows here.
+
+Measured figures are in the README's Analytics section.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.gen_logs import generate
+import bench.gen_logs as gen_logs
+from bench.gen_logs import Deployment, generate
 
 WARMUP_ROWS = 100_000
 SPAN_S = 3600.0
+GOAL_ROWS_PER_S = 150_000
+REPO = Path(__file__).resolve().parent.parent
 
 
 def emit(line: dict[str, Any]) -> None:
     print(json.dumps(line), flush=True)
 
 
-class _Phases:
-    """Times the job's phases from its progress messages (the job reports each one as it finishes)."""
+# ------------------------------------------------------------------------------------------------- the data
 
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-        self.marks: dict[str, float] = {}
+
+def cached_logs(cache: Path, rows: int, *, files: int, clients: int, topics: int, malformed: int) -> Path:
+    """The generated logs for these parameters, written on first use; a directory is complete once its marker
+    exists (a run killed while generating leaves no marker, and the next run starts over)."""
+    source = Path(gen_logs.__file__).read_bytes()
+    params = {"rows": rows, "files": files, "clients": clients, "topics": topics, "malformed": malformed,
+              "span_s": SPAN_S, "generator": hashlib.sha256(source).hexdigest()[:16]}
+    key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
+    logs = cache / f"logs-{rows}-{key}"
+    marker = logs / "_COMPLETE.json"
+    if marker.exists():
+        info = json.loads(marker.read_text())
+        emit({"bench": "analytics", "stage": "data", "cached": True, "dir": str(logs), **info})
+        return logs
+    shutil.rmtree(logs, ignore_errors=True)
+    result = generate(logs, rows, files=files, malformed=malformed, extensions=True, span_s=SPAN_S,
+                      deployment=Deployment.sized(clients, topics))
+    info = {**params, "bytes": result.bytes, "gen_s": round(result.seconds, 1)}
+    marker.write_text(json.dumps(info))  # not read as a log: Spark skips files whose names start with _
+    emit({"bench": "analytics", "stage": "data", "cached": False, "dir": str(logs), **info})
+    return logs
+
+
+def extract_revision(rev: str, into: Path) -> str:
+    """REV's ``proxy/`` package under ``into`` (git archive); returns the full commit id."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit, "proxy"], check=True,
+                         capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        archive.extractall(into, filter="data")
+    return commit
+
+
+# ------------------------------------------------------------------------------------------------- a job
+
+
+def _digest(value: Any) -> Any:
+    """Rows compared across jobs: floats to 9 significant digits (sums of doubles may differ in the last bits
+    with the order Spark adds them in), everything else as is."""
+    if isinstance(value, float):
+        return float(f"{value:.9g}")
+    if isinstance(value, list | tuple):
+        return [_digest(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _digest(v) for k, v in value.items()}
+    return value
+
+
+def table_digests(spark: Any, tables: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for name, path in sorted(tables.items()):
+        rows = sorted(json.dumps(_digest(r.asDict(recursive=True)), sort_keys=True, default=str)
+                      for r in spark.read.parquet(path).collect())
+        out[name] = hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
+    return out
+
+
+class _Phases:
+    """Wall, Spark-JVM CPU and Python CPU seconds at the job's progress messages: the job says when it has read and
+    counted the lines (``N lines: ...``), written its tables (``wrote N tables``) and the report (``report: PATH``).
+    The Python process's CPU is the driver's side: planning calls through py4j, and drawing the report's charts."""
+
+    MARKS = (("read", " lines: "), ("tables", "wrote "), ("report", "report: "))
+
+    def __init__(self, jvm_cpu: Callable[[], float]) -> None:
+        self.jvm_cpu = jvm_cpu
+        self.start = self._now()
+        self.marks: dict[str, tuple[float, float, float]] = {}
+
+    def _now(self) -> tuple[float, float, float]:
+        return time.monotonic(), self.jvm_cpu(), time.process_time()
 
     def __call__(self, message: str) -> None:
-        now = time.monotonic() - self.start
-        for key, prefix in (("read", "lines:"), ("tables", "wrote "), ("report", "report:")):
-            if message.startswith(prefix) or (key == "read" and prefix in message):
-                self.marks.setdefault(key, now)
+        for key, text in self.MARKS:
+            if text in message or message.startswith(text):
+                self.marks.setdefault(key, self._now())
 
     def split(self) -> dict[str, float]:
-        read = self.marks.get("read", 0.0)
-        tables = self.marks.get("tables", read)
-        report = self.marks.get("report", tables)
-        return {"read_s": round(read, 2), "tables_s": round(tables - read, 2), "report_s": round(report - tables, 2)}
+        out: dict[str, float] = {}
+        prev = self.start
+        for key, _text in self.MARKS:
+            mark = self.marks.get(key, prev)
+            out[f"{key}_s"] = round(mark[0] - prev[0], 2)
+            out[f"{key}_cpu_s"] = round(mark[1] - prev[1], 1)
+            out[f"{key}_py_cpu_s"] = round(mark[2] - prev[2], 1)
+            prev = mark
+        return out
+
+
+def _jvm_cpu() -> Callable[[], float]:
+    """CPU seconds (user + system) of this process's Spark JVM so far."""
+    import psutil
+
+    java = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]
+    assert len(java) == 1, f"expected one Spark JVM, found {len(java)}"
+
+    def cpu() -> float:
+        t = java[0].cpu_times()
+        return float(t.user + t.system)
+
+    return cpu
+
+
+def worker(code: Path, logs: Path, warmup: Path, out: Path, master: str) -> dict[str, Any]:
+    """One job in this process, importing ``proxy`` from ``code`` (this tree, or a revision extracted from git)."""
+    sys.path.insert(0, str(code))
+    import proxy
+    from proxy.analytics.job import run_job
+    from proxy.analytics.session import build_session
+
+    assert Path(proxy.__file__).resolve().is_relative_to(code.resolve()), proxy.__file__
+    started = time.monotonic()
+    spark = build_session(master, app_name="sluice-bench-analytics")
+    try:
+        cpu = _jvm_cpu()
+        session_s = time.monotonic() - started
+        t = time.monotonic()
+        run_job(spark, [str(warmup)], out / "warmup")
+        warmup_s = time.monotonic() - t
+        phases = _Phases(cpu)
+        result = run_job(spark, [str(logs)], out / "job", progress=phases)
+        job_s = time.monotonic() - phases.start[0]
+        job_cpu = cpu() - phases.start[1]
+        job_py_cpu = time.process_time() - phases.start[2]
+        digests = table_digests(spark, result.tables)
+    finally:
+        spark.stop()
+    return {
+        "lines": result.counts.lines,
+        "valid": result.counts.valid,
+        "malformed": result.counts.malformed,
+        "session_s": round(session_s, 1),
+        "warmup_s": round(warmup_s, 1),
+        "job_s": round(job_s, 2),
+        "job_cpu_s": round(job_cpu, 1),
+        "job_py_cpu_s": round(job_py_cpu, 1),
+        **phases.split(),
+        "rows_per_s": round(result.counts.lines / job_s),
+        "tables": digests,
+    }
+
+
+def run_worker(code: Path, logs: Path, warmup: Path, scratch: Path, master: str) -> dict[str, Any]:
+    """``worker`` in a child process (one JVM per job: neither job inherits the other's heap, JIT or caches)."""
+    out = Path(tempfile.mkdtemp(prefix="job-", dir=scratch))
+    args = [sys.executable, "-m", "bench.analytics", "--worker", str(code), "--logs", str(logs), "--warmup",
+            str(warmup), "--out", str(out), "--master", master]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    shutil.rmtree(out, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"job for {code} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# ------------------------------------------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1000000,10000000", help="rows per run, comma-separated")
-    ap.add_argument("--files", type=int, default=4, help="log files per run (sidecars); default 4")
-    ap.add_argument("--dir", default=None, help="scratch directory (default: a temporary one)")
+    ap.add_argument("--rows", type=int, default=10_000_000, help="request lines (default 10M)")
+    ap.add_argument("--files", type=int, default=4, help="log files, one per sidecar (default 4)")
+    ap.add_argument("--clients", type=int, default=64, help="client_ids per sidecar (default 64)")
+    ap.add_argument("--topics", type=int, default=24, help="topics (default 24)")
+    ap.add_argument("--malformed", type=int, default=None, help="malformed lines (default rows / 10,000)")
+    ap.add_argument("--compare", metavar="REV", help="first run the job of this git revision on the same data")
+    ap.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "sluice-bench-analytics"),
+                    help="where generated logs are kept between runs")
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--budget-s", type=float, default=300.0, help="warn before a size predicted to take longer")
+    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--logs", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--warmup", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    sizes = [int(s) for s in a.sizes.split(",") if s]
+    if a.worker is not None:
+        print(json.dumps(worker(a.worker, a.logs, a.warmup, a.out, a.master)), flush=True)
+        return
 
-    from proxy.analytics.job import run_job
-    from proxy.analytics.session import build_session
+    cache = Path(a.cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    malformed = a.rows // 10_000 if a.malformed is None else a.malformed
+    emit({"bench": "analytics", "stage": "start", "master": a.master, "cpus": os.cpu_count(),
+          "load_avg_1m": round(os.getloadavg()[0], 2)})
+    warmup = cached_logs(cache, WARMUP_ROWS, files=a.files, clients=a.clients, topics=a.topics, malformed=10)
+    logs = cached_logs(cache, a.rows, files=a.files, clients=a.clients, topics=a.topics, malformed=malformed)
 
-    scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-", dir=a.dir))
+    scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-"))
     try:
-        free = shutil.disk_usage(scratch).free
-        started = time.monotonic()
-        spark = build_session(a.master, app_name="sluice-bench-analytics")
-        emit({"bench": "analytics", "stage": "session", "master": a.master,
-              "seconds": round(time.monotonic() - started, 2), "scratch": str(scratch), "free_gib": free >> 30})
-        try:
-            logs = scratch / "warmup"
-            generate(logs, WARMUP_ROWS, files=a.files, extensions=True, span_s=SPAN_S)
-            t = time.monotonic()
-            run_job(spark, [str(logs)], scratch / "out")
-            emit({"bench": "analytics", "stage": "warmup", "rows": WARMUP_ROWS,
-                  "seconds": round(time.monotonic() - t, 2)})
-            shutil.rmtree(logs)
-
-            last: dict[str, Any] | None = None
-            for rows in sizes:
-                if last is not None:
-                    predicted = rows / last["rows_per_s"]
-                    if predicted > a.budget_s:
-                        # Linear in rows from the previous size: an overestimate, since the report and the
-                        # per-table Spark jobs cost the same seconds at any size.
-                        emit({"bench": "analytics", "note": f"{rows} rows predicted to take up to {predicted:.0f} s "
-                              f"(> {a.budget_s:.0f} s budget); running anyway", "predicted_s": round(predicted)})
-                logs = scratch / f"logs-{rows}"
-                gen = generate(logs, rows, files=a.files, extensions=True, span_s=SPAN_S)
-                phases = _Phases()
-                result = run_job(spark, [str(logs)], scratch / "out", progress=phases)
-                job_s = time.monotonic() - phases.start
-                last = {
-                    "bench": "analytics",
-                    "rows": rows,
-                    "files": a.files,
-                    "log_bytes": gen.bytes,
-                    "gen_s": round(gen.seconds, 2),
-                    "gen_rows_per_s": round(rows / gen.seconds),
-                    "job_s": round(job_s, 2),
-                    **phases.split(),
-                    "rows_per_s": round(result.counts.lines / job_s),
-                    "mib_per_s": round(gen.bytes / job_s / 2**20, 1),
-                }
-                emit(last)
-                shutil.rmtree(logs)
-        finally:
-            spark.stop()
+        jobs: list[tuple[str, Path, str]] = []
+        if a.compare:
+            code = scratch / "baseline"
+            jobs.append(("baseline", code, extract_revision(a.compare, code)))
+        jobs.append(("current", REPO, "working tree"))
+        results: dict[str, dict[str, Any]] = {}
+        for name, code, rev in jobs:
+            r = run_worker(code, logs, warmup, scratch, a.master)
+            results[name] = r
+            emit({"bench": "analytics", "job": name, "revision": rev, "rows": a.rows,
+                  "load_avg_1m": round(os.getloadavg()[0], 2), **r})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if last is not None:
-        emit({"summary": "analytics", "rows": last["rows"], "rows_per_s": last["rows_per_s"],
-              "job_s": last["job_s"], "gen_rows_per_s": last["gen_rows_per_s"]})
+
+    cur = results["current"]
+    summary: dict[str, Any] = {"summary": "analytics", "rows": cur["lines"], "rows_per_s": cur["rows_per_s"],
+                               "job_s": cur["job_s"], "job_cpu_s": cur["job_cpu_s"], "goal_rows_per_s": GOAL_ROWS_PER_S,
+                               "goal_met": cur["rows_per_s"] >= GOAL_ROWS_PER_S}
+    base = results.get("baseline")
+    if base is not None:
+        differing = sorted(n for n in set(base["tables"]) | set(cur["tables"])
+                           if base["tables"].get(n) != cur["tables"].get(n))
+        summary.update({
+            "baseline_rows_per_s": base["rows_per_s"],
+            "speedup": round(cur["rows_per_s"] / base["rows_per_s"], 2),
+            "cpu_ratio": round(base["job_cpu_s"] / cur["job_cpu_s"], 2) if cur["job_cpu_s"] else None,
+            "tables_equal": not differing,
+            "tables_differing": differing,
+        })
+    emit(summary)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -45,7 +46,7 @@ try:
 except ImportError:  # the pure-Python path below draws the same distributions
     np = None  # type: ignore[assignment]
 
-__all__ = ["API_SPECS", "GenResult", "generate"]
+__all__ = ["API_SPECS", "Deployment", "GenResult", "generate"]
 
 CHUNK_ROWS = 100_000
 START_EPOCH_S = 1_738_324_800  # 2025-01-31T12:00:00Z: fixed, so seeded runs are byte-identical
@@ -133,32 +134,57 @@ class GenResult:
 @dataclass(frozen=True)
 class _Conn:
     conn_id: int
-    client: int  # index into CLIENTS
+    client: int  # index into the deployment's clients
     node: int  # 0 = bootstrap
     head: str  # '"conn_id":..,"client_id":..,' pre-formatted
     tail: str  # '"listener":..,"upstream":..,'
 
 
-def _connections() -> list[_Conn]:
-    conns: list[_Conn] = []
-    for ci, (client_id, _role, _w) in enumerate(CLIENTS):
-        for node in range(BROKERS + 1):
-            conn_id = len(conns) + 1
-            port = BOOTSTRAP_PORT if node == 0 else BROKER_PORT_BASE + node
-            upstream = f"kafka-{max(node, 1)}:9092"
-            conns.append(
-                _Conn(
-                    conn_id,
-                    ci,
-                    node,
-                    f'"conn_id":{conn_id},"client_id":{json.dumps(client_id)},',
-                    f'"listener":"127.0.0.1:{port}","upstream":"{upstream}",',
+@dataclass(frozen=True)
+class Deployment:
+    """Who talks through one sidecar: ``clients`` (client_id, role, share of requests) and ``topics`` (name,
+    partitions). Every client has a bootstrap connection and one per broker."""
+
+    clients: tuple[tuple[str | None, str, float], ...] = CLIENTS
+    topics: tuple[tuple[str, int], ...] = TOPICS
+
+    @classmethod
+    def sized(cls, clients: int | None = None, topics: int | None = None) -> Deployment:
+        """The small default deployment, grown to ``clients`` clients and ``topics`` topics (never fewer than the
+        default's): the added clients are two consumers to a producer with Zipf-like shares (client k gets 1/k of
+        the first's), together as busy as the named ones; the added topics have 1 to 32 partitions."""
+        extra_c = max(0, (clients or 0) - len(CLIENTS))
+        named = sum(w for _c, _r, w in CLIENTS)
+        harmonic = sum(1.0 / (k + 1) for k in range(extra_c))
+        added = tuple(
+            (f"{'producer' if k % 3 == 2 else 'consumer'}-{k:04d}", "producer" if k % 3 == 2 else "consumer",
+             named / (k + 1) / harmonic)
+            for k in range(extra_c)
+        )
+        extra_t = max(0, (topics or 0) - len(TOPICS))
+        more = tuple((f"topic-{k:03d}", (1, 3, 6, 12, 24, 32)[k % 6]) for k in range(extra_t))
+        return cls(CLIENTS + added, TOPICS + more)
+
+    @cached_property
+    def conns(self) -> list[_Conn]:
+        conns: list[_Conn] = []
+        for ci, (client_id, _role, _w) in enumerate(self.clients):
+            for node in range(BROKERS + 1):
+                conn_id = len(conns) + 1
+                port = BOOTSTRAP_PORT if node == 0 else BROKER_PORT_BASE + node
+                upstream = f"kafka-{max(node, 1)}:9092"
+                conns.append(
+                    _Conn(
+                        conn_id,
+                        ci,
+                        node,
+                        f'"conn_id":{conn_id},"client_id":{json.dumps(client_id)},',
+                        f'"listener":"127.0.0.1:{port}","upstream":"{upstream}",',
+                    )
                 )
-            )
-    return conns
+        return conns
 
 
-CONNS = _connections()
 API_NAMES = list(API_SPECS)
 _API_HEAD = [f'"api":"{s.name}","api_key":{s.key},"version":{s.version},' for s in API_SPECS.values()]
 
@@ -175,7 +201,7 @@ class _Columns:
     """One chunk of rows as Python lists (what the line formatter consumes)."""
 
     t_us: list[int]
-    conn: list[int]  # index into CONNS
+    conn: list[int]  # index into the deployment's conns
     api: list[int]  # index into API_NAMES
     req: list[int]
     resp: list[int]
@@ -183,13 +209,13 @@ class _Columns:
     err: list[int]  # 0 = none
 
 
-def _columns_numpy(rng: Any, n: int, t0_us: int, t1_us: int) -> _Columns:
+def _columns_numpy(rng: Any, n: int, t0_us: int, t1_us: int, dep: Deployment) -> _Columns:
     assert np is not None
     t = np.sort(rng.integers(t0_us, t1_us, size=n, endpoint=False))
-    weights = np.array([w for _c, _r, w in CLIENTS])
-    client = rng.choice(len(CLIENTS), size=n, p=weights / weights.sum())
+    weights = np.array([w for _c, _r, w in dep.clients])
+    client = rng.choice(len(dep.clients), size=n, p=weights / weights.sum())
     api = np.empty(n, dtype=np.int64)
-    for ci, (_cid, role, _w) in enumerate(CLIENTS):
+    for ci, (_cid, role, _w) in enumerate(dep.clients):
         rows = np.flatnonzero(client == ci)
         mix = ROLE_MIX[role]
         names = list(mix)
@@ -218,13 +244,13 @@ def _columns_numpy(rng: Any, n: int, t0_us: int, t1_us: int) -> _Columns:
     return _Columns(t.tolist(), conn.tolist(), api.tolist(), req.tolist(), resp.tolist(), lat.tolist(), err.tolist())
 
 
-def _columns_python(rnd: random.Random, n: int, t0_us: int, t1_us: int) -> _Columns:
+def _columns_python(rnd: random.Random, n: int, t0_us: int, t1_us: int, dep: Deployment) -> _Columns:
     t = sorted(rnd.randrange(t0_us, t1_us) for _ in range(n))
     specs = list(API_SPECS.values())
-    weights = [w for _c, _r, w in CLIENTS]
+    weights = [w for _c, _r, w in dep.clients]
     cols = _Columns(t, [], [], [], [], [], [])
-    for ci in rnd.choices(range(len(CLIENTS)), weights=weights, k=n):
-        mix = ROLE_MIX[CLIENTS[ci][1]]
+    for ci in rnd.choices(range(len(dep.clients)), weights=weights, k=n):
+        mix = ROLE_MIX[dep.clients[ci][1]]
         name = rnd.choices(list(mix), weights=list(mix.values()))[0]
         ai = API_NAMES.index(name)
         s = specs[ai]
@@ -244,23 +270,24 @@ def _columns_python(rnd: random.Random, n: int, t0_us: int, t1_us: int) -> _Colu
 class _Extensions:
     """The fields later access-log versions add, drawn per row (only with --extensions; tests use few rows)."""
 
-    def __init__(self, rnd: random.Random, rows: int, span_s: float) -> None:
+    def __init__(self, rnd: random.Random, rows: int, span_s: float, dep: Deployment) -> None:
         self.rnd = rnd
-        weight = dict((c, w) for c, _r, w in CLIENTS)["analytics-spark"] / sum(w for _c, _r, w in CLIENTS)
+        self.topics = dep.topics
+        weight = dict((c, w) for c, _r, w in dep.clients)["analytics-spark"] / sum(w for _c, _r, w in dep.clients)
         fetch = API_SPECS["Fetch"]
         mean_fetch = fetch.resp_median * math.exp(fetch.resp_sigma**2 / 2)  # mean of the log-normal
         # Fetches of "analytics-spark" are throttled; the target sits above their expected rate in the first half
         # and below it in the second, so the report shows a throttle that held and then did not.
         expected = rows * weight * ROLE_MIX["consumer"]["Fetch"] * mean_fetch / max(span_s, 1.0)
         self.targets = (int(expected * 1.3), int(expected * 0.9))
-        self.throttled_client = [c for c, _r, _w in CLIENTS].index("analytics-spark")
-        self.partition_weights = {t: [1.0 / (1 + p) for p in range(n)] for t, n in TOPICS}
+        self.throttled_client = [c for c, _r, _w in dep.clients].index("analytics-spark")
+        self.partition_weights = {t: [1.0 / (1 + p) for p in range(n)] for t, n in dep.topics}
 
     def fields(self, conn: _Conn, api: str, resp: int, req: int, first_half: bool) -> str:
         rnd = self.rnd
         out = []
         if api in ("Fetch", "Produce"):
-            topic, n = TOPICS[rnd.randrange(len(TOPICS))]
+            topic, n = self.topics[rnd.randrange(len(self.topics))]
             parts = sorted(set(rnd.choices(range(n), weights=self.partition_weights[topic], k=rnd.randint(1, 3))))
             payload = max(0, (resp if api == "Fetch" else req) - 80)
             shares = [0.0 if (api == "Fetch" and rnd.random() < 0.2) else rnd.random() for _ in parts]
@@ -279,7 +306,7 @@ class _Extensions:
 
 
 def _lines(cols: _Columns, corr: list[int], sec_cache: dict[int, str], ext: _Extensions | None,
-           mid_us: int) -> Iterator[str]:
+           mid_us: int, conns: list[_Conn]) -> Iterator[str]:
     decoded_api = [s.decoded for s in API_SPECS.values()]
     for t_us, ci, ai, req, resp, lat, err in zip(
         cols.t_us, cols.conn, cols.api, cols.req, cols.resp, cols.lat, cols.err, strict=True
@@ -288,7 +315,7 @@ def _lines(cols: _Columns, corr: list[int], sec_cache: dict[int, str], ext: _Ext
         prefix = sec_cache.get(sec)
         if prefix is None:
             prefix = sec_cache[sec] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        conn = CONNS[ci]
+        conn = conns[ci]
         corr[ci] += 1
         decoded = decoded_api[ai] or err != 0
         # Sluice rewrites addresses in decoded responses: the client-facing size differs a little from upstream's.
@@ -324,6 +351,7 @@ class _FileJob:
     span_s: float
     compress: bool
     extensions: bool
+    deployment: Deployment
 
 
 def _write_file(job: _FileJob) -> int:
@@ -332,9 +360,10 @@ def _write_file(job: _FileJob) -> int:
     rng = np.random.default_rng(seed) if np is not None else None
     t0 = START_EPOCH_S * 1_000_000
     span_us = max(1, int(job.span_s * 1_000_000))
-    corr = [0] * len(CONNS)
+    dep = job.deployment
+    corr = [0] * len(dep.conns)
     sec_cache: dict[int, str] = {}
-    ext = _Extensions(rnd, job.rows, job.span_s) if job.extensions else None
+    ext = _Extensions(rnd, job.rows, job.span_s, dep) if job.extensions else None
     # Malformed lines go after randomly chosen valid lines (positions drawn up front, so chunking does not matter).
     bad_after = sorted(rnd.randrange(max(job.rows, 1)) for _ in range(job.malformed))
     out: TextIO
@@ -354,8 +383,8 @@ def _write_file(job: _FileJob) -> int:
             # (sliced by row count, so the last, shorter chunk does not come out denser or sparser)
             c0 = t0 + span_us * (k * CHUNK_ROWS) // job.rows
             c1 = max(c0 + 1, t0 + span_us * (k * CHUNK_ROWS + n) // job.rows)
-            cols = _columns_numpy(rng, n, c0, c1) if rng is not None else _columns_python(rnd, n, c0, c1)
-            lines = list(_lines(cols, corr, sec_cache, ext, t0 + span_us // 2))
+            cols = _columns_numpy(rng, n, c0, c1, dep) if rng is not None else _columns_python(rnd, n, c0, c1, dep)
+            lines = list(_lines(cols, corr, sec_cache, ext, t0 + span_us // 2, dep.conns))
             here = []
             while bad_i < len(bad_after) and bad_after[bad_i] < written + n:
                 here.append((bad_after[bad_i] - written, bad_i % 3))
@@ -387,8 +416,10 @@ def generate(
     seed: int = 7,
     span_s: float = 3600.0,
     jobs: int | None = None,
+    deployment: Deployment | None = None,
 ) -> GenResult:
-    """Write ``rows`` valid lines (+ ``malformed`` bad ones) over ``files`` files in ``out_dir``."""
+    """Write ``rows`` valid lines (+ ``malformed`` bad ones) over ``files`` files in ``out_dir``, each file the
+    traffic of one sidecar serving ``deployment`` (default: ``Deployment()``, 8 clients and 3 topics)."""
     if files < 1 or rows < 0 or malformed < 0:
         raise ValueError("files >= 1, rows >= 0, malformed >= 0")
     started = time.monotonic()
@@ -404,6 +435,7 @@ def generate(
             span_s,
             compress,
             extensions,
+            deployment or Deployment(),
         )
         for i in range(files)
     ]
@@ -427,10 +459,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--span-s", type=float, default=3600.0, help="time span the lines cover, seconds")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--jobs", type=int, default=None, help="writer processes (default: one per core)")
+    ap.add_argument("--clients", type=int, default=None,
+                    help=f"client_ids per sidecar (default and minimum {len(CLIENTS)})")
+    ap.add_argument("--topics", type=int, default=None, help=f"topics (default and minimum {len(TOPICS)})")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sluice-gen-logs-") as scratch:
         result = generate(a.out or scratch, a.rows, files=a.files, compress=a.gzip, malformed=a.malformed,
-                          extensions=a.extensions, seed=a.seed, span_s=a.span_s, jobs=a.jobs)
+                          extensions=a.extensions, seed=a.seed, span_s=a.span_s, jobs=a.jobs,
+                          deployment=Deployment.sized(a.clients, a.topics))
     print(json.dumps(result.json()), flush=True)
 
 

@@ -3,13 +3,15 @@
 The events are scanned as few times as possible - each scan of 10M cached rows costs seconds:
 
 - ``rollup`` (one scan): requests, bytes, errors, throttle and session sums per fine time window, log file,
-  connection, client_id, API, listener and upstream. Its cardinality follows the deployment (windows x
-  connections x APIs), not the traffic, so 10M rows roll up to a few hundred thousand. ``traffic_over_time``,
-  ``by_connection``, ``inbound_rate``, ``throttle_over_time`` and ``session_savings`` are re-aggregations of it:
-  the window is a divisor of both the report's bucket and the rate window, so each coarser bucket is an exact
-  union of windows.
-- ``latency_by_api`` (percentiles need the values), ``error_codes`` (an array per row), and when the logs carry
-  them ``partition_bytes`` and ``fairness_over_time`` (an array per row) scan the events themselves.
+  connection, client_id, API, listener, upstream and list of error codes. Its cardinality follows the deployment
+  (windows x connections x APIs; error codes are rare), not the traffic, so 10M rows roll up to a few hundred
+  thousand. ``traffic_over_time``, ``by_connection``, ``inbound_rate``, ``throttle_over_time``,
+  ``session_savings`` and ``error_codes`` are re-aggregations of it: the window is a divisor of both the report's
+  bucket and the rate window, so each coarser bucket is an exact union of windows.
+- ``partition_rollup`` (one scan, when the logs carry ``partitions``): per-partition sums per window, the window a
+  divisor of both a minute and the report's bucket; ``topic_minute`` (live.py), ``partition_bytes`` and
+  ``fairness_over_time`` are re-aggregations of it.
+- ``latency_by_api`` scans the events itself (percentiles need the values).
 
 The remaining tables derive from written ones. Every table is written as Parquet under ``OUT/parquet/<name>/``;
 ``TABLES`` describes each for the report. Sums are of longs (no overflow before 2^63 bytes) and rates divide by
@@ -39,8 +41,9 @@ __all__ = [
     "inbound_rate",
     "latency_by_api",
     "partition_bytes",
-    "partition_bytes_from_minutes",
     "partition_fairness",
+    "partition_rollup",
+    "partition_rollup_window_s",
     "rebucket",
     "rollup",
     "rollup_window_s",
@@ -54,7 +57,10 @@ BYTE_COLUMNS = ("bytes_client_to_proxy", "bytes_proxy_to_upstream", "bytes_upstr
 PERCENTILES = (0.5, 0.95, 0.99)
 # percentile_approx's accuracy: relative rank error 1/10000, i.e. p99 of 10M requests is off by at most 1000 ranks.
 PERCENTILE_ACCURACY = 10_000
-ROLLUP_KEYS = ("window", "source", "conn_id", "client_id", "api", "listener", "upstream")
+# error_codes is a key so that error_codes() needs no scan of its own: most responses carry none, so it adds few
+# rows (an array key groups by its elements, in order).
+ROLLUP_KEYS = ("window", "source", "conn_id", "client_id", "api", "listener", "upstream", "error_codes")
+PARTITION_SUMS = ("fetch_bytes", "fetches", "empty_fetches", "produce_bytes", "produces")
 
 TABLES: dict[str, str] = {
     "traffic_over_time": "requests and bytes (4 directions) per time bucket, client_id and API",
@@ -99,7 +105,7 @@ def rollup_window_s(bucket_s: int, rate_window_s: int) -> int:
 
 
 def rollup(events: DataFrame, window_s: int) -> DataFrame:
-    """From the events: one row per (window, source, conn_id, client_id, api, listener, upstream)."""
+    """From the events: one row per (window, source, conn_id, client_id, api, listener, upstream, error_codes)."""
     throttled = F.col("throttle_target_bps").isNotNull()
     session = F.col("session_upstream_bytes").isNotNull()
     has_errors = F.coalesce(F.size(F.col("error_codes")), F.lit(0)) > 0
@@ -161,13 +167,14 @@ def latency_by_api(events: DataFrame) -> DataFrame:
     )
 
 
-def error_codes(events: DataFrame) -> DataFrame:
-    """One row per (api, error code): how many responses carried it (a response with two codes counts for each)."""
+def error_codes(rolled: DataFrame) -> DataFrame:
+    """One row per (api, error code): how many responses carried it (a response with two codes counts for each),
+    from the rollup, whose rows are per list of codes."""
     return (
-        events.filter(F.size(F.col("error_codes")) > 0)
-        .select("api", F.explode(F.col("error_codes")).alias("error_code"))
+        rolled.filter(F.size(F.col("error_codes")) > 0)
+        .select("api", F.explode(F.col("error_codes")).alias("error_code"), "requests")
         .groupBy("api", "error_code")
-        .agg(F.count(F.lit(1)).alias("responses"))
+        .agg(F.sum("requests").alias("responses"))
     )
 
 
@@ -244,21 +251,22 @@ def _jain(n: Column, total: Column, total_sq: Column) -> Column:
     return F.when(total_sq > 0, F.least(F.lit(1.0), (t * t) / (n.cast("double") * total_sq.cast("double"))))
 
 
-def _partition_rows(events: DataFrame, *extra: str) -> DataFrame:
-    return events.filter(F.col("partitions").isNotNull()).select(
-        "api", *extra, F.explode(F.col("partitions")).alias("p")
-    )
+def partition_rollup_window_s(bucket_s: int) -> int:
+    """The partition rollup's window: the largest that divides both a minute (``topic_minute``) and the bucket."""
+    return math.gcd(bucket_s, 60)
 
 
-def partition_bytes(events: DataFrame) -> DataFrame:
-    """From the events' optional ``partitions`` array. ``empty_fetches``: fetches that returned the partition no
-    bytes - many of them next to busy neighbours is what starvation looks like."""
+def partition_rollup(events: DataFrame, window_s: int) -> DataFrame:
+    """From the events' optional ``partitions`` array: one row per (window, topic, partition) with ``PARTITION_SUMS``.
+    ``empty_fetches``: fetches that returned the partition no bytes - many of them next to busy neighbours is what
+    starvation looks like. Rows of other APIs carrying partitions give the partition a row with zero sums."""
     is_fetch = F.col("api") == "Fetch"
     is_produce = F.col("api") == "Produce"
     b = F.coalesce(F.col("p.bytes"), F.lit(0))
     return (
-        _partition_rows(events)
-        .groupBy(F.col("p.topic").alias("topic"), F.col("p.partition").alias("partition"))
+        with_bucket(events.filter(F.col("partitions").isNotNull()), window_s, "window")
+        .select("window", "api", F.explode(F.col("partitions")).alias("p"))
+        .groupBy("window", F.col("p.topic").alias("topic"), F.col("p.partition").alias("partition"))
         .agg(
             F.sum(F.when(is_fetch, b).otherwise(0)).alias("fetch_bytes"),
             F.count_if(is_fetch).alias("fetches"),
@@ -269,10 +277,9 @@ def partition_bytes(events: DataFrame) -> DataFrame:
     )
 
 
-def partition_bytes_from_minutes(topic_minute: DataFrame) -> DataFrame:
-    """``partition_bytes`` from the per-minute table (live.minute_tables' ``topic_minute``): the same sums."""
-    return topic_minute.groupBy("topic", "partition").agg(
-        *_sum_all("fetch_bytes", "fetches", "empty_fetches", "produce_bytes", "produces"))
+def partition_bytes(parts: DataFrame) -> DataFrame:
+    """Totals per topic-partition, from ``partition_rollup`` (or a coarser re-aggregation of it: the same sums)."""
+    return parts.groupBy("topic", "partition").agg(*_sum_all(*PARTITION_SUMS))
 
 
 def partition_fairness(partitions: DataFrame) -> DataFrame:
@@ -292,12 +299,13 @@ def partition_fairness(partitions: DataFrame) -> DataFrame:
     )
 
 
-def fairness_over_time(bucketed: DataFrame) -> DataFrame:
-    """Jain's index across all fetched partitions, per bucket: a dip shows when some partitions fell behind."""
+def fairness_over_time(parts: DataFrame, bucket_s: int) -> DataFrame:
+    """Jain's index across all fetched partitions, per bucket: a dip shows when some partitions fell behind. From
+    ``partition_rollup`` (its window divides ``bucket_s``); a partition counts in a bucket if it was fetched in it."""
     per_partition = (
-        _partition_rows(bucketed.filter(F.col("api") == "Fetch"), "bucket")
-        .groupBy("bucket", F.col("p.topic"), F.col("p.partition"))
-        .agg(F.sum(F.coalesce(F.col("p.bytes"), F.lit(0))).cast("double").alias("_x"))
+        parts.groupBy(rebucket("window", bucket_s).alias("bucket"), "topic", "partition")
+        .agg(F.sum("fetch_bytes").cast("double").alias("_x"), F.sum("fetches").alias("_fetches"))
+        .filter(F.col("_fetches") > 0)
     )
     return (
         per_partition.groupBy("bucket")

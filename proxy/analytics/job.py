@@ -173,13 +173,14 @@ def run_job(
         events = inp.events
         write = _Writer(spark, parquet_root, say)
 
-        # The rollup is read by five tables: kept in memory while they are written (it is small, see aggregates).
+        # The rollup is read by six tables: kept in memory while they are written (it is small, see aggregates).
         window_s = agg.rollup_window_s(bucket_s, opts.rate_window_s)
         rolled = agg.rollup(events, window_s).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             traffic = write("traffic_over_time", agg.traffic_over_time(rolled, bucket_s))
             connections = write("by_connection", agg.by_connection(rolled))
             inbound = write("inbound_rate", agg.inbound_rate(rolled, opts.rate_window_s))
+            write("error_codes", agg.error_codes(rolled))
             if counts.has("throttle_target_bps"):
                 write("throttle_over_time", agg.throttle_over_time(rolled, bucket_s))
             if counts.has("session_upstream_bytes"):
@@ -195,13 +196,17 @@ def run_job(
         write("by_listener", agg.by_listener(connections))
         write("by_upstream", agg.by_upstream(connections))
         write("latency_by_api", agg.latency_by_api(events))
-        write("error_codes", agg.error_codes(events))
         if counts.has("partitions"):
-            # one scan of the partitions for both: the totals per partition are the minutes' sums
-            per_minute = write("topic_minute", live.minute_tables(events)["topic_minute"])
-            parts = write("partition_bytes", agg.partition_bytes_from_minutes(per_minute))
-            write("partition_fairness", agg.partition_fairness(parts))
-            write("fairness_over_time", agg.fairness_over_time(agg.with_bucket(events, bucket_s)))
+            # one scan of the partitions for all three: the per-minute and per-bucket sums re-aggregate its windows
+            parts = agg.partition_rollup(events, agg.partition_rollup_window_s(bucket_s)).persist(
+                StorageLevel.MEMORY_AND_DISK)
+            try:
+                per_minute = write("topic_minute", live.topic_minute(parts))
+                write("fairness_over_time", agg.fairness_over_time(parts, bucket_s))
+            finally:
+                parts.unpersist()
+            totals = write("partition_bytes", agg.partition_bytes(per_minute))
+            write("partition_fairness", agg.partition_fairness(totals))
         say(f"wrote {len(write.written)} tables under {parquet_root}")
     finally:
         inp.release()  # every later query reads the small Parquet tables, not the cached events

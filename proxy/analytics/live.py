@@ -41,11 +41,11 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from proxy.analytics.aggregates import BYTE_COLUMNS, rebucket, with_bucket
+from proxy.analytics.aggregates import BYTE_COLUMNS, PARTITION_SUMS, partition_rollup, rebucket, with_bucket
 from proxy.analytics.source import CLASSES, CORRUPT_COLUMN, InputCounts, KafkaTopic, classify, parse_kafka_rows
 
 __all__ = ["MINUTE_TABLES", "LiveTables", "current_tables", "lines_from_counts", "lines_table", "merge",
-           "minute_tables", "minute_tables_from_rollup", "run_stream"]
+           "minute_tables", "minute_tables_from_rollup", "run_stream", "topic_minute"]
 
 MINUTE_S = 60
 COMMITTED = "_COMMITTED"
@@ -77,7 +77,7 @@ MINUTE_TABLES: dict[str, TableSpec] = {
         ("minute", "client_id", "api"), ("requests", *BYTE_COLUMNS, "requests_with_errors")),
     "topic_minute": TableSpec(
         "per minute and topic-partition: fetched bytes, fetches, fetches without bytes (starvation), produced bytes",
-        ("minute", "topic", "partition"), ("fetch_bytes", "fetches", "empty_fetches", "produce_bytes", "produces")),
+        ("minute", "topic", "partition"), PARTITION_SUMS),
     "throttle_minute": TableSpec(
         "per minute and Sluice process: throttled bytes and requests, the throttle in force (largest, smallest)",
         ("minute", "source"), ("throttled_bytes", "requests"), ("target_bps",), ("min_target_bps",)),
@@ -96,20 +96,6 @@ def minute_tables(events: DataFrame) -> dict[str, DataFrame]:
     client = m.groupBy("minute", "client_id", "api").agg(
         F.count(F.lit(1)).alias("requests"), *(F.sum(c).alias(c) for c in BYTE_COLUMNS),
         F.count_if(has_errors).alias("requests_with_errors"))
-    is_fetch, is_produce = F.col("api") == "Fetch", F.col("api") == "Produce"
-    b = F.coalesce(F.col("p.bytes"), F.lit(0))
-    topic = (
-        m.filter(F.col("partitions").isNotNull())
-        .select("minute", "api", F.explode(F.col("partitions")).alias("p"))
-        .groupBy("minute", F.col("p.topic").alias("topic"), F.col("p.partition").alias("partition"))
-        .agg(
-            F.sum(F.when(is_fetch, b).otherwise(0)).alias("fetch_bytes"),
-            F.count_if(is_fetch).alias("fetches"),
-            F.count_if(is_fetch & (b == 0)).alias("empty_fetches"),
-            F.sum(F.when(is_produce, b).otherwise(0)).alias("produce_bytes"),
-            F.count_if(is_produce).alias("produces"),
-        )
-    )
     throttle = (
         m.filter(F.col("throttle_target_bps").isNotNull())
         .groupBy("minute", "source")
@@ -120,7 +106,14 @@ def minute_tables(events: DataFrame) -> dict[str, DataFrame]:
             F.min("throttle_target_bps").alias("min_target_bps"),
         )
     )
-    return {"client_minute": client, "topic_minute": topic, "throttle_minute": throttle}
+    return {"client_minute": client, "topic_minute": topic_minute(partition_rollup(events, MINUTE_S)),
+            "throttle_minute": throttle}
+
+
+def topic_minute(parts: DataFrame) -> DataFrame:
+    """``topic_minute`` from a partition rollup (``aggregates.partition_rollup``) whose window divides a minute."""
+    return parts.groupBy(rebucket("window", MINUTE_S).alias("minute"), "topic", "partition").agg(
+        *(F.sum(c).alias(c) for c in PARTITION_SUMS))
 
 
 def minute_tables_from_rollup(rolled: DataFrame, window_s: int) -> dict[str, DataFrame] | None:

@@ -37,7 +37,6 @@ from proxy.analytics.schema import (
     OPTIONAL_FIELDS,
     REQUIRED_FIELDS,
     SCHEMA_VERSION,
-    TIMESTAMP_FORMAT,
     access_log_schema,
 )
 
@@ -46,7 +45,8 @@ __all__ = ["CLASSES", "InputCounts", "KafkaTopic", "LogInput", "classify", "pars
 
 #: the line classes, in the order the report lists them
 CLASSES = ("valid", "malformed", "incomplete", "other_schema", "other_event")
-JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN, "timestampFormat": TIMESTAMP_FORMAT}
+# No timestampFormat: Spark's ISO-8601 parser reads `ts` (see schema.py).
+JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
 
 # What the aggregates read (besides the optional fields and the source file).
 CACHED_COLUMNS = (
