@@ -10,7 +10,10 @@ the generic *effects* below, which the connection core (:mod:`proxy.core.connect
   is relayed as bytes, or walked with ``streamer`` as it streams through;
 - ``reserve``: response bytes to reserve from the proxy-wide memory bound before the request goes upstream;
 - ``mute_s``: after the response, stop reading the client for so long (KIP-73 pacing, KIP-219 muting);
-- ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream).
+- ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream);
+- ``pending``: work Sluice must do itself before the request can go on (its own requests to the cluster, e.g.
+  :class:`~proxy.core.group_calls.GroupCall`): the connection waits for it, in order like the other waits, then
+  the chain resumes the policy that asked (:meth:`~proxy.core.policy.Policy.on_resume`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..wire.messages import RequestHeader
-from ..wire.views import request_view
+from ..wire.model import Message
+from ..wire.views import MessageRequest, request_view
 
 if TYPE_CHECKING:
     from ..metrics import RejectReason
@@ -48,6 +52,44 @@ class ConnectionInfo:
     listener: str
     #: the broker node the listener stands for (None: the bootstrap listener)
     node_id: int | None = None
+    #: the client's address (its host, as Sluice sees it; "" when unknown)
+    host: str = ""
+
+
+class Pending(Protocol):
+    """Work a request waits for (``Exchange.pending``): settled once, then its callbacks run."""
+
+    @property
+    def settled(self) -> bool: ...
+
+    def on_settled(self, callback: Callable[[], None]) -> None: ...
+
+    def cancel(self, callback: Callable[[], None]) -> None: ...
+
+
+@dataclass(eq=False)
+class Signal:
+    """A :class:`Pending` settled by whoever made it (once; callbacks added later run at once)."""
+
+    settled: bool = False
+    _callbacks: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def on_settled(self, callback: Callable[[], None]) -> None:
+        if self.settled:
+            callback()
+        else:
+            self._callbacks.append(callback)
+
+    def cancel(self, callback: Callable[[], None]) -> None:
+        self._callbacks = [c for c in self._callbacks if c != callback]  # bound methods compare by ==
+
+    def settle(self) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
 
 
 class Streamer(Protocol):
@@ -80,6 +122,7 @@ class Exchange:
     reserve: int = 0
     mute_s: float = 0.0
     resend: bool = False
+    pending: Pending | None = None
     #: set by the core before the response side runs: no other request is in flight behind this one, so it may
     #: go upstream again (``resend``) without breaking the order of responses
     may_resend: bool = False
@@ -116,6 +159,22 @@ class Exchange:
             self.view.replace_frame(frame)
         else:
             self.frame = frame
+
+    @property
+    def body(self) -> Message:
+        """The request's body, for APIs other than Fetch (decoded with :attr:`request`); a policy replaces it to
+        change the request (re-encoded once, after every policy ran)."""
+        view = self.request
+        if not isinstance(view, MessageRequest):
+            raise TypeError(f"{self.api} requests are read through Exchange.request")
+        return view.body
+
+    @body.setter
+    def body(self, body: Message) -> None:
+        view = self.request
+        if not isinstance(view, MessageRequest):
+            raise TypeError(f"{self.api} requests are edited through Exchange.request")
+        view.body = body
 
     @property
     def request(self) -> RequestView:
