@@ -15,11 +15,14 @@ assignment", for unmodified clients):
 - **ConsumerGroupHeartbeat** (KIP-848, ``group.protocol=consumer``): the assignment is the broker's, not a
   client's, so there is nothing to rewrite: a log event, a metric, no sharing, the request relayed untouched.
 
-Cooperative rebalancing (``cooperative-sticky``): a client keeps the partitions it still holds across a rebalance
-without reading their committed offsets again, so a slice that changed under a kept partition would be consumed
-from the old slice's position. Such partitions are left out of the member's assignment this generation and the
-member is made to rejoin: in the next generation they are new to it and it starts them from their committed
-offsets (what Kafka's cooperative protocol does for a partition that moves: revoke first, assign next round).
+A partition the client keeps across a rebalance: clients go on from their own position in it without reading its
+committed offset again (cooperative rebalancing always; kafka-python's eager rebalancing too:
+``SubscriptionState.assign_from_subscribed`` keeps the state of partitions in both assignments). With a new slice
+that holds keys the old one did not, that position may be past records of those keys no one consumed yet. Such
+partitions are left out of the member's assignment this generation and the member is made to rejoin: in the next
+generation the partition is new to it, and it starts from its slice's committed position (what Kafka's
+cooperative protocol does for a partition that moves: revoke first, assign in the next round). A new slice inside
+the old one needs none of this: every record of its keys below the client's position was this member's.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ if TYPE_CHECKING:
 log = get_logger("sluice.sharing")
 
 CONSUMER = "consumer"
-COOPERATIVE = "cooperative-sticky"
 HEARTBEAT = 12
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
@@ -79,6 +81,7 @@ def join_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket 
     body = ex.body
     if body.protocol_type != CONSUMER:
         return None
+    ex.collect = True  # the answer says the member id, and the leader's lists the members' markers
     if not p.opted_in(ex.client_id):
         return GroupTicket(None, False)  # not marked; the response may still be the leader's to clean
     m, collision = p.members.attach(_key(info, ex), info.conn_id, body.group_id, body.member_id, p.clock())
@@ -165,6 +168,9 @@ def sync_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket 
         m, collision = p.members.attach(_key(info, ex), info.conn_id, body.group_id, body.member_id, p.clock())
     if body.assignments:
         _rewrite(p, ex, body)
+    if m is None:
+        return None
+    ex.collect = True  # the answer holds the member's slices
     return GroupTicket(m, collision)
 
 
@@ -246,13 +252,13 @@ def sync_response(p: Sharing, ex: Exchange, response: ResponseView, info: Connec
     else:
         handed = {(t, part): (slices or {}).get((t, part), WHOLE)
                   for t, ps in parts.items() if t in m.marked and p.shareable(t) for part in ps}
-        before = m.partitions
-        if m.protocol == COOPERATIVE and before is not None:
-            drop = {tp for tp, s in handed.items() if tp in before and before[tp].slice != s}
-            for tp in drop:
-                del handed[tp]
-        old = before or {}
-        m.partitions = {tp: old[tp] if tp in old and old[tp].slice == s else PartitionState(s)
+        before = m.partitions or {}
+        # A partition the client keeps with a slice that is not inside its old one: the client would go on from
+        # its old position, past records of keys it did not hold (see the module docstring)
+        drop = {tp for tp, s in handed.items() if tp in before and not before[tp].slice.contains(s)}
+        for tp in drop:
+            del handed[tp]
+        m.partitions = {tp: before[tp].narrowed(s) if tp in before else PartitionState(s)
                         for tp, s in handed.items()}
         m.blocked = False
         m.generation = ex.body.generation_id

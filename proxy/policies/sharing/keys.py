@@ -82,6 +82,10 @@ class Slice:
         """Exclusive upper bound."""
         return bound(self.index + 1, self.count)
 
+    def contains(self, other: Slice) -> bool:
+        """Whether every hash of ``other`` is in this slice."""
+        return self.lo <= other.lo and other.hi <= self.hi
+
     def holds(self, h: int | None) -> bool:
         """Whether a record with key hash ``h`` (None: a null key) belongs to this slice."""
         if h is None:

@@ -38,6 +38,13 @@ class PartitionState:
     #: where the slice started (the position Sluice answered the client's OffsetFetch with)
     start: int = -1
 
+    def narrowed(self, s: Slice) -> PartitionState:
+        """This partition held with ``s``, a slice inside this one (the client goes on from its position)."""
+        if s == self.slice:
+            return self
+        table = self.frontier.done_table(s) if self.frontier is not None else None
+        return PartitionState(s, self.frontier, table, self.start)
+
 
 @dataclass(eq=False)
 class Member:

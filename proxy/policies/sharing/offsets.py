@@ -131,6 +131,7 @@ def _plan_fetch(p: Sharing, ex: Exchange, m: Member, group: str, topics: list[Me
     ticket = OffsetTicket(m, group, wanted)
     ticket.read = FrontierRead(p.calls, group, wanted, _layouts(m, wanted))
     ex.pending = ticket.read
+    ex.collect = True  # the answer is edited: each partition's slice start
     return ticket
 
 

@@ -1,0 +1,232 @@
+"""A real client consumer in a group, as a subprocess that reports everything it receives: for the tests and
+benches of cooperative consumption (proxy/policies/sharing/), which kill consumers (-9) and compare what each
+received with what was produced and committed.
+
+    python -m rig.group_consumer --client confluent --bootstrap 127.0.0.1:19092 --topic t --group g \\
+        --client-id c1 [--work-ms 1] [--strategy range]
+
+stdout, one JSON object per line, flushed as written (so a consumer killed with -9 has reported every poll it
+processed before it died):
+
+- ``{"assigned": [[topic, partition], ...]}`` after each rebalance (the client's own view);
+- ``{"rs": [[partition, offset, key, value], ...]}`` per poll, its records in delivery order (key and value as
+  text), once they are all processed;
+- ``{"committing": {"<partition>": offset}}`` just before a synchronous commit, and ``{"commit": {...}}`` after
+  it succeeded: every record reported before a ``commit``, of those partitions, below those offsets, is committed;
+  the records between a ``committing`` and a killed consumer's end may or may not be (the commit may have landed
+  before the kill).
+
+Commits are synchronous, after each poll's records are processed (``--work-ms`` per record, a wait as an I/O-bound
+job's call would be); confluent's at most every ``--commit-interval-s``. SIGTERM: the consumer closes (leaving
+the group) and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+CLIENTS = ("kafka-python", "confluent", "aiokafka")
+
+
+def _emit(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _text(b: bytes | None) -> str | None:
+    return None if b is None else b.decode("utf-8", "replace")
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.stopped = False
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, *_: Any) -> None:
+        self.stopped = True
+
+
+def _work(ms: float) -> None:
+    if ms > 0:
+        time.sleep(ms / 1000)
+
+
+def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
+    from kafka import KafkaConsumer
+    from kafka.consumer.subscription_state import ConsumerRebalanceListener
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+                 "cooperative-sticky": CooperativeStickyAssignor}
+    consumer = KafkaConsumer(bootstrap_servers=a.bootstrap, group_id=a.group, client_id=a.client_id,
+                             enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                             session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
+                             max_poll_records=a.max_poll_records,
+                             partition_assignment_strategy=[assignors[a.strategy]])
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked: Any) -> None:
+            pass
+
+        def on_partitions_assigned(self, assigned: Any) -> None:
+            _emit({"assigned": sorted([tp.topic, tp.partition] for tp in assigned)})
+
+    if a.assign:
+        from kafka import TopicPartition
+
+        consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
+        _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
+    else:
+        consumer.subscribe([a.topic], listener=Listener())
+    try:
+        while not stop.stopped:
+            batch = consumer.poll(timeout_ms=200)
+            if not batch:
+                continue
+            done = []
+            for msgs in batch.values():
+                for m in msgs:
+                    _work(a.work_ms)
+                    done.append([m.partition, m.offset, _text(m.key), _text(m.value)])
+            _emit({"rs": done})
+            positions = {str(tp.partition): consumer.position(tp) for tp in batch}
+            _emit({"committing": positions})
+            consumer.commit()
+            _emit({"commit": positions})
+    finally:
+        consumer.close()
+
+
+def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
+    from confluent_kafka import Consumer, KafkaException
+
+    def on_assign(_c: Any, parts: Any) -> None:
+        _emit({"assigned": sorted([p.topic, p.partition] for p in parts)})
+
+    consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
+                         "session.timeout.ms": a.session_timeout_ms, "heartbeat.interval.ms": 500,
+                         "partition.assignment.strategy": a.strategy})
+    if a.assign:
+        from confluent_kafka import TopicPartition
+
+        # committed offsets (else auto.offset.reset), as a subscribed consumer starts
+        consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
+        _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
+    else:
+        consumer.subscribe([a.topic], on_assign=on_assign)
+    pending: dict[int, int] = {}
+    next_commit = 0.0
+    try:
+        while not stop.stopped:
+            msgs = consumer.consume(a.max_poll_records, 0.2)
+            if not msgs:
+                continue
+            done: dict[int, int] = {}
+            records = []
+            for m in msgs:
+                if m.error():
+                    raise KafkaException(m.error())
+                partition, offset = m.partition(), m.offset()
+                assert partition is not None and offset is not None
+                _work(a.work_ms)
+                records.append([partition, offset, _text(m.key()), _text(m.value())])
+                done[partition] = offset + 1
+            _emit({"rs": records})
+            pending.update(done)
+            if time.monotonic() < next_commit:
+                continue
+            next_commit = time.monotonic() + a.commit_interval_s
+            _emit({"committing": {str(p): o for p, o in pending.items()}})
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as e:
+                _emit({"commit_failed": str(e)})
+                continue
+            _emit({"commit": {str(p): o for p, o in pending.items()}})
+            pending.clear()
+    finally:
+        consumer.close()
+
+
+def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: Any) -> None:
+            pass
+
+        async def on_partitions_assigned(self, assigned: Any) -> None:
+            _emit({"assigned": sorted([tp.topic, tp.partition] for tp in assigned)})
+
+    async def main() -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=a.bootstrap, group_id=a.group, client_id=a.client_id,
+                                    enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                                    session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
+                                    max_poll_records=a.max_poll_records,
+                                    partition_assignment_strategy=(assignors[a.strategy],))
+        consumer.subscribe([a.topic], listener=Listener())
+        await consumer.start()
+        try:
+            while not stop.stopped:
+                batch = await consumer.getmany(timeout_ms=200)
+                if not batch:
+                    continue
+                done = []
+                for msgs in batch.values():
+                    for m in msgs:
+                        _work(a.work_ms)
+                        done.append([m.partition, m.offset, _text(m.key), _text(m.value)])
+                _emit({"rs": done})
+                positions = {str(tp.partition): await consumer.position(tp) for tp in batch}
+                _emit({"committing": positions})
+                await consumer.commit()
+                _emit({"commit": positions})
+        finally:
+            await consumer.stop()
+
+    asyncio.run(main())
+
+
+RUNNERS: dict[str, Callable[[argparse.Namespace, _Stop], None]] = {
+    "kafka-python": run_kafka_python, "confluent": run_confluent, "aiokafka": run_aiokafka}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rig.group_consumer", description=__doc__.split("\n\n")[0])
+    p.add_argument("--client", choices=CLIENTS, required=True)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--client-id", required=True)
+    p.add_argument("--strategy", default="range",
+                   help="range, roundrobin, cooperative-sticky (kafka-python, confluent)")
+    p.add_argument("--work-ms", type=float, default=0.0, help="per-record work, a wait")
+    p.add_argument("--max-poll-records", type=int, default=100)
+    p.add_argument("--commit-interval-s", type=float, default=0.0,
+                   help="commit at most this often (confluent; 0: after every poll)")
+    p.add_argument("--session-timeout-ms", type=int, default=6000)
+    p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
+                   help="assign() partitions 0..PARTITIONS-1 instead of subscribing (kafka-python, confluent)")
+    a = p.parse_args(argv)
+    stop = _Stop()
+    RUNNERS[a.client](a, stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
