@@ -34,7 +34,7 @@ from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange
 from ...wire.compiler import skip_tags
 from ...wire.errors import CodecError
-from ...wire.messages import peek_request_header, response_codec
+from ...wire.messages import response_codec
 from ...wire.model import Message
 from ...wire.views import MessageResponse, ResponseView, local_response
 from . import assignor, marker
@@ -320,7 +320,6 @@ def consumer_group_heartbeat(p: Sharing, ex: Exchange, info: ConnectionInfo) -> 
             group = bytes(frame[pos + 1 : pos + 1 + length]).decode("utf-8", "replace")
     except (IndexError, CodecError):
         pass
-    peek_request_header(ex.frame)  # already checked by the chain; named for the reader: the header is v2
     member = m if m is not None else Member(key, group)
     member.kip848 = True
     member.partitions = {}
