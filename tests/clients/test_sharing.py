@@ -315,3 +315,32 @@ def test_transactions_only_committed_records_once(sluice: ProxyThread, kafka_bro
                 kept += batch
         wait_for_all(members, {v for _, v in kept})
         check_exactly_once(members, kept)  # the aborted transactions' records never show up (read_committed)
+
+
+def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: KafkaBroker, java_tools: JavaTools,
+                                                                unique_topic: str) -> None:
+    """Java (its own fetch sessions, Fetch v17) and confluent-kafka (session-less) consumers in one group (both
+    "range"), through a Sluice that also terminates fetch sessions, holds fetches to small KIP-74 budgets (4 KiB a
+    partition: many fetches, each filtered) and throttles these consumers: filtering comes first (right after
+    terminate builds the client's response), the throttle and the budgets apply to what is left."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    settings = {**SHARING, "sessions.mode": "terminate",
+                "size_limit.budgets": [{"client_id": "mix-*", "fetch_max_bytes": 16384,
+                                        "partition_max_bytes": 4096}],
+                "throttle.leader_rate_bytes": 50_000_000, "throttle.topics": [{"topic": "share-*"}],
+                "throttle.consumers": [{"client_id": "mix-*"}]}
+    with ProxyThread(kafka_broker.bootstrap, **settings) as proxy, members_of(
+            *(java_member(java_tools, proxy.bootstrap, topic, group, f"mix-java-{i}") for i in range(3)),
+            *(python_member("confluent", proxy.bootstrap, topic, group, f"mix-ck-{i}") for i in range(3))) as members:
+        settled(lambda: (proxy.total("sluice_sharing_partitions", group=group),
+                         proxy.total("sluice_sharing_assignments_total")))
+        assert proxy.total("sluice_sharing_partition_members", group=group) == 2
+        produced = produce(kafka_broker.bootstrap, topic, 1200, keys=60, tag="mix")
+        wait_for_all(members, {v for _, v in produced})
+        check_exactly_once(members, produced)
+        check_keys_at_one_consumer(members)
+        assert all(m.received for m in members), [len(m.received) for m in members]
+        assert proxy.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # Sluice's sessions
+        metered = proxy.total("sluice_throttle_bytes_total", side="leader")
+        assert 0 < metered < proxy.total("sluice_sharing_filtered_bytes_total")  # metered after filtering
