@@ -2,7 +2,7 @@
 is the bottleneck, 3 consumers against 6 consumers sharing 3 partitions through Sluice, in one run, on a real
 broker.
 
-``python -m bench.sharing [--records 24000] [--keys 6000] [--work-ms 1] [--client confluent]``
+``python -m bench.sharing [--records 24000] [--keys 6000] [--work-ms 1] [--client confluent] [--upstream H:P]``
 
 Goal: ``speedup_6_vs_3`` >= 1.8; also Sluice's CPU per MiB of record bytes it filtered.
 
@@ -33,6 +33,7 @@ JSON lines on stdout: per configuration ``{"bench": "sharing", "consumers", "rec
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -114,11 +115,11 @@ def produce(bootstrap: str, topic: str, records: int, keys: int) -> None:
         raise RuntimeError("records not acknowledged")
 
 
-def run(args: argparse.Namespace, broker: KafkaBroker, sluice: SluiceProcess, consumers: int) -> dict[str, Any]:
+def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, consumers: int) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"bench-sharing-{consumers}-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
     group = f"g-{topic}"
     members = [Consumer(args.client, sluice.bootstrap, topic, group, f"bench-{consumers}-{i}", args.work_ms)
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace, broker: KafkaBroker, sluice: SluiceProcess, co
             return held >= min(consumers, 2 * PARTITIONS) and time.monotonic() - last > SETTLE_S
         wait_until(settled, 120, "the group to settle")
         cpu0, bytes0 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
-        produce(broker.bootstrap, topic, args.records, args.keys)
+        produce(bootstrap, topic, args.records, args.keys)
         wait_until(lambda: sum(len(m.records) for m in members) >= args.records, 600, "every record consumed")
         cpu1, bytes1 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
         times = [t for m in members for t, _ in m.records]
@@ -159,13 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keys", type=int, default=6000)
     p.add_argument("--work-ms", type=float, default=1.0)
     p.add_argument("--client", default="confluent", choices=("confluent", "kafka-python", "aiokafka"))
+    p.add_argument("--upstream", help="host:port of a running broker (default: start one)")
     args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         config = Path(tmp) / "sluice.toml"
         config.write_text('[sharing]\nenabled = true\n[[sharing.topics]]\ntopic = "bench-sharing-*"\n')
-        with KafkaBroker() as broker, SluiceProcess(broker.bootstrap, {"SLUICE_CONFIG": str(config)}) as sluice:
-            three = run(args, broker, sluice, 3)
-            six = run(args, broker, sluice, 6)
+        bootstrap = args.upstream or stack.enter_context(KafkaBroker()).bootstrap
+        sluice = stack.enter_context(SluiceProcess(bootstrap, {"SLUICE_CONFIG": str(config)}))
+        three = run(args, bootstrap, sluice, 3)
+        six = run(args, bootstrap, sluice, 6)
     mib = six["filtered_mib"]
     emit({"summary": "sharing", "speedup_6_vs_3": round(six["records_per_s"] / three["records_per_s"], 3),
           "cpu_s_per_filtered_mib": round(six["sluice_cpu_s"] / mib, 4) if mib else None,

@@ -208,24 +208,40 @@ def test_every_sluice_killed_and_restarted_positions_come_back_from_kafka(kafka_
 # ------------------------------------------------------------------------------------- other members, other modes
 
 
+@pytest.mark.parametrize("leader", ["through-sluice", "without-sluice"])
 def test_mixed_group_member_without_sluice_never_gets_a_record_twice(sluice: ProxyThread, kafka_broker: KafkaBroker,
-                                                                    unique_topic: str) -> None:
+                                                                    leader: str, unique_topic: str) -> None:
+    """Five members through Sluice, one (kafka-python) straight to the broker. When the group's leader goes
+    through Sluice, the five share the partitions and the sixth gets none of them (it would read everything);
+    when the leader is the member without Sluice, it reads the markers, ignores them (as every client's reader
+    does) and assigns whole partitions: nothing is shared, nothing breaks."""
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     before = sluice.total("sluice_sharing_assignments_total")
-    first = python_member("confluent", sluice.bootstrap, topic, group, "mixed-0")  # the leader: through Sluice
-    wait_until(lambda: first.assignment is not None, 60, "the first member to join")
-    with members_of(first, *(python_member("confluent", sluice.bootstrap, topic, group, f"mixed-{i}")
-                             for i in range(1, 5)),
-                    python_member("kafka-python", kafka_broker.bootstrap, topic, group, "direct")) as members:
-        settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
-                         sluice.total("sluice_sharing_assignments_total") - before))
-        direct = members[-1]
-        assert direct.assignment == []  # a member without Sluice is never given a shared slice
+    def direct_member() -> Member:
+        return python_member("kafka-python", kafka_broker.bootstrap, topic, group, "direct")
+
+    def through(i: int) -> Member:
+        return python_member("confluent", sluice.bootstrap, topic, group, f"mixed-{i}")
+
+    first = direct_member() if leader == "without-sluice" else through(0)
+    wait_until(lambda: first.assignment is not None, 60, "the first member (the leader) to join")
+    others = [through(i) for i in range(1, 5)] + [through(0) if leader == "without-sluice" else direct_member()]
+    with members_of(first, *others) as members:
+        direct = next(m for m in members if m.client_id == "direct")
+        # settled: every member has an assignment and none changed for 3 s
+        settled(lambda: (float(all(m.assignment is not None for m in members)),
+                         float(hash(str([m.assignment for m in members])))), quiet_s=3)
         produced = produce(kafka_broker.bootstrap, topic, 600, keys=60, tag="mixed")
         wait_for_all(members, {v for _, v in produced})
         check_exactly_once(members, produced)
         check_keys_at_one_consumer(members)
+        if leader == "through-sluice":
+            assert direct.assignment == []  # a member without Sluice is never given a shared slice
+            assert sluice.total("sluice_sharing_assignments_total") > before
+        else:
+            assert sluice.total("sluice_sharing_assignments_total") == before  # nothing rewritten
+            assert direct.received  # the leader's own assignor gave it a whole partition
 
 
 def test_kip848_consumer_is_served_and_not_shared(sluice: ProxyThread, kafka_broker: KafkaBroker,
