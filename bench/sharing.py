@@ -35,16 +35,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rig.group_consumer import ConsumerProcess
 from rig.kafka import KafkaBroker
 from rig.sluice_process import SluiceProcess
 
@@ -59,40 +58,6 @@ def emit(line: dict[str, Any]) -> None:
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-class Consumer:
-    """One ``rig.group_consumer`` subprocess and what it reported."""
-
-    def __init__(self, client: str, bootstrap: str, topic: str, group: str, client_id: str, work_ms: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rig.group_consumer", "--client", client, "--bootstrap", bootstrap,
-             "--topic", topic, "--group", group, "--client-id", client_id, "--work-ms", str(work_ms),
-             *(["--commit-interval-s", "1"] if client == "confluent" else [])],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            cwd=str(Path(__file__).resolve().parent.parent))
-        self.records: list[tuple[float, str]] = []
-        self.assigned: list[tuple[float, list[Any]]] = []
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            event = json.loads(line)
-            if "rs" in event:
-                now = time.monotonic()
-                self.records.extend((now, r[3]) for r in event["rs"])
-            elif "assigned" in event:
-                self.assigned.append((time.monotonic(), event["assigned"]))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 def wait_until(condition: Any, timeout: float, what: str) -> None:
@@ -122,22 +87,26 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, consume
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
     group = f"g-{topic}"
-    members = [Consumer(args.client, sluice.bootstrap, topic, group, f"bench-{consumers}-{i}", args.work_ms)
-               for i in range(consumers)]
+    commit = ["--commit-interval-s", "1"] if args.client == "confluent" else []
+    members = [ConsumerProcess.spawn(args.client, sluice.bootstrap, topic, group, f"bench-{consumers}-{i}",
+                                     "--work-ms", str(args.work_ms), *commit) for i in range(consumers)]
     try:
         def settled() -> bool:
-            if not all(m.assigned for m in members):
+            assigned = [[(t, e["assigned"]) for t, e in m.timed_events() if "assigned" in e] for m in members]
+            if not all(assigned):
                 return False
-            last = max(m.assigned[-1][0] for m in members)
-            held = sum(len(m.assigned[-1][1]) for m in members)
+            last = max(a[-1][0] for a in assigned)
+            held = sum(len(a[-1][1]) for a in assigned)
             return held >= min(consumers, 2 * PARTITIONS) and time.monotonic() - last > SETTLE_S
         wait_until(settled, 120, "the group to settle")
         cpu0, bytes0 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
         produce(bootstrap, topic, args.records, args.keys)
-        wait_until(lambda: sum(len(m.records) for m in members) >= args.records, 600, "every record consumed")
+        wait_until(lambda: sum(len(m.timed_records()) for m in members) >= args.records, 600,
+                   "every record consumed")
         cpu1, bytes1 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
-        times = [t for m in members for t, _ in m.records]
-        values = Counter(v for m in members for _, v in m.records)
+        records = [m.timed_records() for m in members]
+        times = [t for rs in records for t, _ in rs]
+        values = Counter(r[3] for rs in records for _, r in rs)
         if len(values) != args.records or max(values.values()) != 1:
             raise RuntimeError(f"{len(values)} distinct records of {args.records}, "
                                f"{sum(values.values()) - len(values)} delivered twice")
@@ -145,7 +114,7 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, consume
         line = {"bench": "sharing", "client": args.client, "consumers": consumers, "partitions": PARTITIONS,
                 "records": args.records, "keys": args.keys, "work_ms": args.work_ms, "seconds": round(seconds, 3),
                 "records_per_s": round(args.records / seconds, 1),
-                "per_consumer": [len(m.records) for m in members],
+                "per_consumer": [len(rs) for rs in records],
                 "sluice_cpu_s": round(cpu1 - cpu0, 3), "filtered_mib": round((bytes1 - bytes0) / 2**20, 3)}
         emit(line)
         return line

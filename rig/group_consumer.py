@@ -16,6 +16,9 @@ processed before it died):
   the records between a ``committing`` and a killed consumer's end may or may not be (the commit may have landed
   before the kill).
 
+:class:`ConsumerProcess` runs one (or another tool printing records) and collects what it reports, for tests and
+benches.
+
 Commits are synchronous, after each poll's records are processed (``--work-ms`` per record, a wait as an I/O-bound
 job's call would be); confluent's at most every ``--commit-interval-s``. SIGTERM: the consumer closes (leaving
 the group) and the process exits 0.
@@ -27,10 +30,13 @@ import argparse
 import asyncio
 import json
 import signal
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Self
 
 CLIENTS = ("kafka-python", "confluent", "aiokafka")
 
@@ -57,6 +63,16 @@ class _Stop:
 def _work(ms: float) -> None:
     if ms > 0:
         time.sleep(ms / 1000)
+
+
+def _process(polled: Iterable[Iterable[Any]], work_ms: float) -> list[list[Any]]:
+    """A poll's records (kafka-python's and aiokafka's ``ConsumerRecord``), each "processed" in turn."""
+    done = []
+    for msgs in polled:
+        for m in msgs:
+            _work(work_ms)
+            done.append([m.partition, m.offset, _text(m.key), _text(m.value)])
+    return done
 
 
 def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
@@ -93,12 +109,7 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
             batch = consumer.poll(timeout_ms=200)
             if not batch:
                 continue
-            done = []
-            for msgs in batch.values():
-                for m in msgs:
-                    _work(a.work_ms)
-                    done.append([m.partition, m.offset, _text(m.key), _text(m.value)])
-            _emit({"rs": done})
+            _emit({"rs": _process(batch.values(), a.work_ms)})
             positions = {str(tp.partition): consumer.position(tp) for tp in batch}
             _emit({"committing": positions})
             consumer.commit()
@@ -186,12 +197,7 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
                 batch = await consumer.getmany(timeout_ms=200)
                 if not batch:
                     continue
-                done = []
-                for msgs in batch.values():
-                    for m in msgs:
-                        _work(a.work_ms)
-                        done.append([m.partition, m.offset, _text(m.key), _text(m.value)])
-                _emit({"rs": done})
+                _emit({"rs": _process(batch.values(), a.work_ms)})
                 positions = {str(tp.partition): await consumer.position(tp) for tp in batch}
                 _emit({"committing": positions})
                 await consumer.commit()
@@ -200,6 +206,67 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
             await consumer.stop()
 
     asyncio.run(main())
+
+
+class ConsumerProcess:
+    """A consumer subprocess (this module's, or any that prints one record per line: ``parse`` turns a line into an
+    event like this module's, or None to skip it) and every event it reported, with when it arrived."""
+
+    def __init__(self, proc: subprocess.Popen[str], parse: Callable[[str], dict[str, Any] | None] = json.loads,
+                 name: str = "") -> None:
+        self.proc = proc
+        self.name = name
+        self.events: list[tuple[float, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self._parse = parse
+        threading.Thread(target=self._read, name=f"consumer-{name}", daemon=True).start()
+
+    @classmethod
+    def spawn(cls, client: str, bootstrap: str, topic: str, group: str, client_id: str, *extra: str,
+              cwd: str | None = None) -> Self:
+        """``python -m rig.group_consumer`` with these arguments (and ``extra`` ones)."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rig.group_consumer", "--client", client, "--bootstrap", bootstrap,
+             "--topic", topic, "--group", group, "--client-id", client_id, *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            cwd=cwd or str(Path(__file__).resolve().parent.parent))
+        return cls(proc, name=client_id)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = self._parse(line)
+            if event is not None:
+                with self._lock:
+                    self.events.append((time.monotonic(), event))
+
+    def reported(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for _, e in self.events]
+
+    def timed_events(self) -> list[tuple[float, dict[str, Any]]]:
+        """(when it was reported, event) for every event, in order."""
+        with self._lock:
+            return list(self.events)
+
+    def timed_records(self) -> list[tuple[float, list[Any]]]:
+        """(when it was reported, [partition, offset, key, value]) for every record, in order."""
+        with self._lock:
+            return [(t, r) for t, e in self.events for r in e.get("rs", ())]
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        """SIGTERM (the consumer leaves its group), wait, then SIGKILL."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
 
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, _Stop], None]] = {

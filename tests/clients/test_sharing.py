@@ -77,6 +77,23 @@ def spawn(client: str, bootstrap: str, topic: str, group: str, client_id: str, t
                          strategy=kwargs.get("strategy", "range"))
 
 
+def settled_on(sluice: ProxyThread, group: str, assignments_before: float) -> None:
+    """The group has settled: this Sluice's shared partitions and assignments rewritten stopped changing."""
+    settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
+                     sluice.total("sluice_sharing_assignments_total") - assignments_before))
+
+
+def consumed_once(broker: KafkaBroker, topic: str, members: list[Member], tag: str,
+                  n: int = 600) -> list[tuple[str, str]]:
+    """Produce ``n`` records of 60 keys once the group settled: every one received exactly once, in order, each
+    key's records by one consumer. The records produced."""
+    produced = produce(broker.bootstrap, topic, n, keys=60, tag=tag)
+    wait_for_all(members, {v for _, v in produced})
+    check_exactly_once(members, produced)
+    check_keys_at_one_consumer(members)
+    return produced
+
+
 def shared_state(proxies: list[Any], group: str) -> tuple[float, float]:
     """What the Sluices say of the group: partitions shared by the members behind them, assignments rewritten."""
     return (sum(p.total("sluice_sharing_partitions", group=group) for p in proxies),
@@ -97,10 +114,7 @@ def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_
             spawn(client, p.bootstrap, topic, group, f"{client}-{i}", java_tools) for i, p in enumerate(proxies))))
         # each Sluice sees its own member: 6 shared slices in all, 2 per partition
         settled(lambda: shared_state(proxies, group) if shared_state(proxies, group)[0] == CONSUMERS else (0, 0))
-        produced = produce(kafka_broker.bootstrap, topic, 600, keys=60, tag=client)
-        wait_for_all(members, {v for _, v in produced})
-        check_exactly_once(members, produced)
-        check_keys_at_one_consumer(members)
+        consumed_once(kafka_broker, topic, members, client)
         assert all(m.received for m in members), [len(m.received) for m in members]
         assert sum(p.total("sluice_sharing_records_filtered_total", reason="other_slice") for p in proxies) > 0
 
@@ -114,8 +128,7 @@ def test_six_consumers_through_one_sluice_one_killed_mid_way(sluice: ProxyThread
     before = sluice.total("sluice_sharing_assignments_total")
     with members_of(*(spawn(client, sluice.bootstrap, topic, group, f"{client}-{i}", java_tools, work_ms=3)
                       for i in range(CONSUMERS))) as members:
-        settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
-                         sluice.total("sluice_sharing_assignments_total") - before))
+        settled_on(sluice, group, before)
         assert sluice.total("sluice_sharing_partition_members", group=group) == 2
         produced = produce(kafka_broker.bootstrap, topic, 1500, keys=90, tag=client)
         victim = members[1]
@@ -149,12 +162,8 @@ def test_java_cooperative_sticky_through_one_sluice(sluice: ProxyThread, kafka_b
     props = {"partition.assignment.strategy": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}
     with members_of(*(java_member(java_tools, sluice.bootstrap, topic, group, f"java-coop-{i}", props=props)
                       for i in range(CONSUMERS))) as members:
-        settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
-                         sluice.total("sluice_sharing_assignments_total") - before))
-        produced = produce(kafka_broker.bootstrap, topic, 600, keys=60, tag="coop")
-        wait_for_all(members, {v for _, v in produced})
-        check_exactly_once(members, produced)
-        check_keys_at_one_consumer(members)
+        settled_on(sluice, group, before)
+        consumed_once(kafka_broker, topic, members, "coop")
         assert all(m.received for m in members), [len(m.received) for m in members]
 
 
@@ -232,10 +241,7 @@ def test_mixed_group_member_without_sluice_never_gets_a_record_twice(sluice: Pro
         # settled: every member has an assignment and none changed for 3 s
         settled(lambda: (float(all(m.assignment is not None for m in members)),
                          float(hash(str([m.assignment for m in members])))), quiet_s=3)
-        produced = produce(kafka_broker.bootstrap, topic, 600, keys=60, tag="mixed")
-        wait_for_all(members, {v for _, v in produced})
-        check_exactly_once(members, produced)
-        check_keys_at_one_consumer(members)
+        consumed_once(kafka_broker, topic, members, "mixed")
         if leader == "through-sluice":
             assert direct.assignment == []  # a member without Sluice is never given a shared slice
             assert sluice.total("sluice_sharing_assignments_total") > before
@@ -266,12 +272,8 @@ def test_two_consumers_with_one_client_id_behind_one_sluice_are_not_shared(sluic
     assignments = sluice.total("sluice_sharing_assignments_total")
     with members_of(*(python_member("confluent", sluice.bootstrap, topic, group, cid)
                       for cid in ("same", "dup-1", "dup-2", "same", "dup-3", "dup-4"))) as members:
-        settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
-                         sluice.total("sluice_sharing_assignments_total") - assignments))
-        produced = produce(kafka_broker.bootstrap, topic, 600, keys=60, tag="dup")
-        wait_for_all(members, {v for _, v in produced})
-        check_exactly_once(members, produced)
-        check_keys_at_one_consumer(members)
+        settled_on(sluice, group, assignments)
+        consumed_once(kafka_broker, topic, members, "dup")
         # the two "same" consumers are never given a slice: a partition one of them read, it read whole
         for m in members:
             if m.client_id == "same":
@@ -302,7 +304,7 @@ def test_standalone_consumers_read_their_configured_slices(kafka_broker: KafkaBr
     request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])]
     committed = {tp.partition: tp.offset for tp in admin.list_consumer_group_offsets(request)[group].result(30)
                  .topic_partitions}
-    positions = [{int(p): o for e in m.events if "commit" in e for p, o in e["commit"].items()} for m in members]
+    positions = [{int(p): o for e in m.reported() if "commit" in e for p, o in e["commit"].items()} for m in members]
     assert committed == {p: min(pos[p] for pos in positions) for p in range(PARTITIONS)}
 
 
@@ -314,8 +316,7 @@ def test_transactions_only_committed_records_once(sluice: ProxyThread, kafka_bro
     # librdkafka reads read_committed by default (isolation.level)
     with members_of(*(python_member("confluent", sluice.bootstrap, topic, group, f"txn-{i}")
                       for i in range(CONSUMERS))) as members:
-        settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
-                         sluice.total("sluice_sharing_assignments_total") - before))
+        settled_on(sluice, group, before)
         producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": f"tx-{topic}"})
         producer.init_transactions(30)
         kept: list[tuple[str, str]] = []
@@ -349,13 +350,9 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
     with ProxyThread(kafka_broker.bootstrap, **settings) as proxy, members_of(
             *(java_member(java_tools, proxy.bootstrap, topic, group, f"mix-java-{i}") for i in range(3)),
             *(python_member("confluent", proxy.bootstrap, topic, group, f"mix-ck-{i}") for i in range(3))) as members:
-        settled(lambda: (proxy.total("sluice_sharing_partitions", group=group),
-                         proxy.total("sluice_sharing_assignments_total")))
+        settled_on(proxy, group, 0)
         assert proxy.total("sluice_sharing_partition_members", group=group) == 2
-        produced = produce(kafka_broker.bootstrap, topic, 1200, keys=60, tag="mix")
-        wait_for_all(members, {v for _, v in produced})
-        check_exactly_once(members, produced)
-        check_keys_at_one_consumer(members)
+        consumed_once(kafka_broker, topic, members, "mix", n=1200)
         assert all(m.received for m in members), [len(m.received) for m in members]
         assert proxy.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # Sluice's sessions
         metered = proxy.total("sluice_throttle_bytes_total", side="leader")

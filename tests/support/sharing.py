@@ -4,20 +4,16 @@ what it received, and the checks made of it from the clients' side."""
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 
+from rig.group_consumer import ConsumerProcess
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from tests.support.faults import wait_until
 
@@ -33,24 +29,20 @@ class Got:
     value: str
 
 
-@dataclass
-class Member:
+class Member(ConsumerProcess):
     """One consumer of the group, as a subprocess, and everything it reported, in order."""
 
-    client_id: str
-    proc: subprocess.Popen[str]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    @property
+    def client_id(self) -> str:
+        return self.name
 
     @property
     def received(self) -> list[Got]:
-        with self.lock:
-            return [Got(*r) for e in self.events for r in e.get("rs", ())]
+        return [Got(*r) for _, r in self.timed_records()]
 
     @property
     def assignment(self) -> list[Any] | None:
-        with self.lock:
-            found = [e["assigned"] for e in self.events if "assigned" in e]
+        found = [e["assigned"] for e in self.reported() if "assigned" in e]
         return found[-1] if found else None
 
     def committed(self) -> tuple[set[str], set[str]]:
@@ -58,9 +50,7 @@ class Member:
         done: set[str] = set()
         seen: list[Got] = []
         after: set[str] = set()
-        with self.lock:
-            events = list(self.events)
-        for e in events:
+        for e in self.reported():
             for r in e.get("rs", ()):
                 seen.append(Got(*r))
                 after.add(r[3])
@@ -71,40 +61,13 @@ class Member:
                 done |= {g.value for g in seen if g.partition in positions and g.offset < positions[g.partition]}
         return done, after
 
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-def _pump(member: Member, parse: Callable[[str], dict[str, Any] | None]) -> None:
-    assert member.proc.stdout is not None
-    for line in member.proc.stdout:
-        event = parse(line)
-        if event is not None:
-            with member.lock:
-                member.events.append(event)
-
 
 def python_member(client: str, bootstrap: str, topic: str, group: str, client_id: str, *, work_ms: float = 0,
                   strategy: str = "range", assign: int = 0) -> Member:
-    args = [sys.executable, "-m", "rig.group_consumer", "--client", client, "--bootstrap", bootstrap,
-            "--topic", topic, "--group", group, "--client-id", client_id, "--work-ms", str(work_ms),
-            "--strategy", strategy, "--max-poll-records", "20"]
+    extra = ["--work-ms", str(work_ms), "--strategy", strategy, "--max-poll-records", "20"]
     if assign:
-        args += ["--assign", str(assign)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
-    member = Member(client_id, proc)
-    threading.Thread(target=_pump, args=(member, json.loads), daemon=True).start()
-    return member
+        extra += ["--assign", str(assign)]
+    return Member.spawn(client, bootstrap, topic, group, client_id, *extra, cwd=str(REPO))
 
 
 def java_member(tools: JavaTools, bootstrap: str, topic: str, group: str, client_id: str, *,
@@ -117,7 +80,6 @@ def java_member(tools: JavaTools, bootstrap: str, topic: str, group: str, client
             "--consumer-property", "heartbeat.interval.ms=500", "--consumer-property", "session.timeout.ms=6000"]
     for k, v in (props or {}).items():
         args += ["--consumer-property", f"{k}={v}"]
-    proc = tools.spawn(CONSOLE_CONSUMER, args)
 
     def parse(line: str) -> dict[str, Any] | None:
         parts = line.rstrip("\n").split(SEP)
@@ -125,9 +87,7 @@ def java_member(tools: JavaTools, bootstrap: str, topic: str, group: str, client
             return None
         return {"rs": [[int(parts[0].split(":")[1]), int(parts[1].split(":")[1]), parts[2], parts[3]]]}
 
-    member = Member(client_id, proc)
-    threading.Thread(target=_pump, args=(member, parse), daemon=True).start()
-    return member
+    return Member(tools.spawn(CONSOLE_CONSUMER, args), parse, client_id)
 
 
 def produce(bootstrap: str, topic: str, n: int, keys: int, tag: str) -> list[tuple[str, str]]:
