@@ -2,22 +2,26 @@
 is the bottleneck, 3 consumers against 6 consumers sharing 3 partitions through Sluice, in one run, on a real
 broker.
 
-``python -m bench.sharing [--records 24000] [--keys 6000] [--work-ms 1] [--client confluent] [--upstream H:P]``
+``python -m bench.sharing [--records 24000] [--keys 6000] [--work-ms 1] [--client confluent]
+[--commit-interval-s 1] [--upstream H:P]``
 
 Goal: ``speedup_6_vs_3`` >= 1.8; also Sluice's CPU per MiB of record bytes it filtered.
 
-Setup: one rig broker (real Kafka 4.x, KRaft) and one Sluice subprocess (rig/sluice_process.py) with
-``[sharing] enabled`` for the bench's topics, all consumers through it. For each configuration (3 consumers, then
-6), a fresh topic of 3 partitions and a fresh group: the consumers (``python -m rig.group_consumer``, confluent-kafka
-by default, each its own client.id, range assignor, a synchronous commit after each poll of at most 100 records)
-start and join; once every consumer reports its assignment and the group has settled (the assignments are stable
-for 3 s), ``--records`` records of ``--keys`` keys (200-byte values) are produced. Keys spread over partitions and
-slices by their hash, so how evenly the work splits depends on how many there are: 6,000 keys of 4 records each
-give slices within a few percent of each other; a few hundred keys make the largest slice, which sets the pace,
-markedly larger than the average (a property of key hashing, not of Sluice). Each record costs
-``--work-ms`` of "work" in the consumer: a wait, as an I/O-bound job's call to a database would be, so the 2
-cores do not cap the consumers. With 3 consumers each holds a whole partition (no sharing: consumers do not
-outnumber partitions); with 6, two share each partition, one key-hash slice each.
+Setup: one rig broker (real Kafka 4.x, KRaft) and one Sluice subprocess (rig/sluice_process.py) with ``[sharing]
+enabled`` for the bench's topics, all consumers through it. For each configuration (3 consumers, then 6), a fresh
+topic of 3 partitions and a fresh group: the consumers (``python -m rig.group_consumer``, confluent-kafka by
+default, each its own client.id, range assignor, polls of at most 100 records, a synchronous commit at most every
+``--commit-interval-s``) start and join; once every consumer reports its assignment and the group has settled (the
+assignments are stable for 3 s), ``--records`` records of ``--keys`` keys (200-byte values) are produced. Keys
+spread over partitions and slices by their hash, so how evenly the work splits depends on how many there are: 6,000
+keys of 4 records each give slices within a few percent of each other; a few hundred keys make the largest slice,
+which sets the pace, markedly larger than the average (a property of key hashing, not of Sluice). Each record costs
+``--work-ms`` of "work" in the consumer: a wait, as an I/O-bound job's call to a database would be, so the 2 cores
+do not cap the consumers. With 3 consumers each holds a whole partition (no sharing: consumers do not outnumber
+partitions); with 6, two share each partition, one key-hash slice each. A commit of a shared partition costs more
+than a plain one (Sluice writes the slice's position, reads the other slices' and then commits the stable offset:
+three round trips to the coordinator in turn), so committing after every poll (``--commit-interval-s 0``) lowers the
+6 consumers' rate more than the 3's.
 
 Measured: the time from the first record handed to any consumer to the last record of the topic handed over
 (every record is checked to arrive exactly once), the records/s over it, and Sluice's CPU time (psutil) over the
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, consume
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
     group = f"g-{topic}"
-    commit = ["--commit-interval-s", "1"] if args.client == "confluent" else []
+    commit = ["--commit-interval-s", str(args.commit_interval_s)]
     members = [ConsumerProcess.spawn(args.client, sluice.bootstrap, topic, group, f"bench-{consumers}-{i}",
                                      "--work-ms", str(args.work_ms), *commit) for i in range(consumers)]
     try:
@@ -113,7 +117,7 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, consume
         seconds = max(times) - min(times)
         line = {"bench": "sharing", "client": args.client, "consumers": consumers, "partitions": PARTITIONS,
                 "records": args.records, "keys": args.keys, "work_ms": args.work_ms, "seconds": round(seconds, 3),
-                "records_per_s": round(args.records / seconds, 1),
+                "commit_interval_s": args.commit_interval_s, "records_per_s": round(args.records / seconds, 1),
                 "per_consumer": [len(rs) for rs in records],
                 "sluice_cpu_s": round(cpu1 - cpu0, 3), "filtered_mib": round((bytes1 - bytes0) / 2**20, 3)}
         emit(line)
@@ -129,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keys", type=int, default=6000)
     p.add_argument("--work-ms", type=float, default=1.0)
     p.add_argument("--client", default="confluent", choices=("confluent", "kafka-python", "aiokafka"))
+    p.add_argument("--commit-interval-s", type=float, default=1.0,
+                   help="each consumer commits at most this often (0: after every poll)")
     p.add_argument("--upstream", help="host:port of a running broker (default: start one)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:

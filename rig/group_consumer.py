@@ -20,7 +20,7 @@ processed before it died):
 benches.
 
 Commits are synchronous, after each poll's records are processed (``--work-ms`` per record, a wait as an I/O-bound
-job's call would be); confluent's at most every ``--commit-interval-s``. SIGTERM: the consumer closes (leaving
+job's call would be), or at most every ``--commit-interval-s``. SIGTERM: the consumer closes (leaving
 the group) and the process exits 0.
 """
 
@@ -65,6 +65,28 @@ def _work(ms: float) -> None:
         time.sleep(ms / 1000)
 
 
+class _Pacer:
+    """Synchronous commits at most every ``interval_s`` (0: after every poll) of the positions consumed since the
+    last one (``pending``, partition -> next offset)."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.pending: dict[str, int] = {}
+        self._next = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.interval_s
+        return True
+
+    def done(self) -> dict[str, int]:
+        """The positions just committed; none pending any more."""
+        done, self.pending = self.pending, {}
+        return done
+
+
 def _process(polled: Iterable[Iterable[Any]], work_ms: float) -> list[list[Any]]:
     """A poll's records (kafka-python's and aiokafka's ``ConsumerRecord``), each "processed" in turn."""
     done = []
@@ -104,16 +126,18 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
         _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
     else:
         consumer.subscribe([a.topic], listener=Listener())
+    pacer = _Pacer(a.commit_interval_s)
     try:
         while not stop.stopped:
             batch = consumer.poll(timeout_ms=200)
             if not batch:
                 continue
             _emit({"rs": _process(batch.values(), a.work_ms)})
-            positions = {str(tp.partition): consumer.position(tp) for tp in batch}
-            _emit({"committing": positions})
-            consumer.commit()
-            _emit({"commit": positions})
+            pacer.pending.update({str(tp.partition): consumer.position(tp) for tp in batch})
+            if pacer.due():
+                _emit({"committing": dict(pacer.pending)})
+                consumer.commit()  # every position consumed: the pending ones
+                _emit({"commit": pacer.done()})
     finally:
         consumer.close()
 
@@ -136,8 +160,7 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
         _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
     else:
         consumer.subscribe([a.topic], on_assign=on_assign)
-    pending: dict[int, int] = {}
-    next_commit = 0.0
+    pacer = _Pacer(a.commit_interval_s)
     try:
         while not stop.stopped:
             msgs = consumer.consume(a.max_poll_records, 0.2)
@@ -154,18 +177,16 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
                 records.append([partition, offset, _text(m.key()), _text(m.value())])
                 done[partition] = offset + 1
             _emit({"rs": records})
-            pending.update(done)
-            if time.monotonic() < next_commit:
+            pacer.pending.update({str(p): o for p, o in done.items()})
+            if not pacer.due():
                 continue
-            next_commit = time.monotonic() + a.commit_interval_s
-            _emit({"committing": {str(p): o for p, o in pending.items()}})
+            _emit({"committing": dict(pacer.pending)})
             try:
                 consumer.commit(asynchronous=False)
             except KafkaException as e:
                 _emit({"commit_failed": str(e)})
                 continue
-            _emit({"commit": {str(p): o for p, o in pending.items()}})
-            pending.clear()
+            _emit({"commit": pacer.done()})
     finally:
         consumer.close()
 
@@ -192,16 +213,18 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
                                     partition_assignment_strategy=(assignors[a.strategy],))
         consumer.subscribe([a.topic], listener=Listener())
         await consumer.start()
+        pacer = _Pacer(a.commit_interval_s)
         try:
             while not stop.stopped:
                 batch = await consumer.getmany(timeout_ms=200)
                 if not batch:
                     continue
                 _emit({"rs": _process(batch.values(), a.work_ms)})
-                positions = {str(tp.partition): await consumer.position(tp) for tp in batch}
-                _emit({"committing": positions})
-                await consumer.commit()
-                _emit({"commit": positions})
+                pacer.pending.update({str(tp.partition): await consumer.position(tp) for tp in batch})
+                if pacer.due():
+                    _emit({"committing": dict(pacer.pending)})
+                    await consumer.commit()  # every position consumed: the pending ones
+                    _emit({"commit": pacer.done()})
         finally:
             await consumer.stop()
 
@@ -285,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-ms", type=float, default=0.0, help="per-record work, a wait")
     p.add_argument("--max-poll-records", type=int, default=100)
     p.add_argument("--commit-interval-s", type=float, default=0.0,
-                   help="commit at most this often (confluent; 0: after every poll)")
+                   help="commit at most this often (0: after every poll)")
     p.add_argument("--session-timeout-ms", type=int, default=6000)
     p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
                    help="assign() partitions 0..PARTITIONS-1 instead of subscribing (kafka-python, confluent)")
