@@ -1,5 +1,6 @@
 """The only module that touches sockets: listeners, the pair of transports behind each client connection, the
-connects, Sluice's own lookups (brokers, topic names), shutdown.
+connects, Sluice's own lookups (brokers, topic names) and group requests (cooperative consumption's offsets),
+shutdown.
 
 Everything a connection decides (framing, order, waits, policies, backpressure rules, effects) is in the sans-IO
 core (:mod:`proxy.core.connection`); here each client connection is a :class:`_ClientProtocol` that feeds the
@@ -38,6 +39,7 @@ from .core.admission import Admission
 from .core.chain import Chain
 from .core.connection import Connection, Limits, Timer
 from .core.exchange import Buffer, ConnectionInfo
+from .core.group_calls import Committed, GroupCall, GroupCalls, TopicPartition
 from .core.memory import HeldBytes
 from .core.policy import Policy, Services
 from .core.proxy_protocol import ProxyHeader, ProxyProtocolError
@@ -49,7 +51,7 @@ from .metrics import Metrics
 from .policies import build as build_policies
 from .tls import TlsContexts
 from .wire.errors import CodecError
-from .wire.messages import decode_response, encode_request, request_header_version
+from .wire.messages import decode_response, encode_request, request_codec, request_header_version
 from .wire.model import Message
 from .wire.schema import check_specs
 
@@ -98,7 +100,12 @@ class Proxy:
         self.names = TopicNames(clock, on_lookup=self._lookup_wanted)
         #: the global bound on response bytes held (size_limit.global_max_bytes), shared by every connection
         self.memory = HeldBytes(settings.size_limit.global_max_bytes, on_change=self.metrics.response_bytes_held.set)
-        services = Services(self.metrics, clock, self.router, self.names)
+        #: Sluice's own group requests (proxy/core/group_calls.py), made by :meth:`_group_call`
+        self.group_calls = GroupCalls(on_work=self._group_calls_wanted)
+        self._coordinators: dict[str, Address] = {}
+        self._links: dict[Address, _Link] = {}
+        self._call_tasks: set[asyncio.Task[None]] = set()
+        services = Services(self.metrics, clock, self.router, self.names, self.group_calls)
         self.chain = Chain(build_policies(settings, services), self.metrics, self.names, self.access_log)
         limits = settings.limits
         self.limits = Limits(limits.max_frame_bytes, limits.write_high_water_bytes, limits.request_timeout_s,
@@ -181,6 +188,10 @@ class Proxy:
             self._lookup_task.cancel()
         if self._tls_task is not None:
             self._tls_task.cancel()
+        for task in list(self._call_tasks):
+            task.cancel()
+        for link in self._links.values():
+            link.close()
         sink = self.access_log_sink
         if sink is not None:
             # Every connection is closed: no more lines. Flushed with a bound (flush_timeout_s), off the loop.
@@ -340,6 +351,130 @@ class Proxy:
                 self.metrics.topic_lookups.labels("unknown").inc(len(ids) - len(found))
             self.names.settle(found, ids - found.keys())
 
+    # ------------------------------------------------------------------ group requests of Sluice's own
+
+    def _group_calls_wanted(self) -> None:
+        if self.loop is None:
+            return
+        for call in self.group_calls.take():
+            task = self.loop.create_task(self._group_call(call))
+            self._call_tasks.add(task)
+            task.add_done_callback(self._call_tasks.discard)
+
+    async def _group_call(self, call: GroupCall) -> None:
+        """Carry out one :class:`~proxy.core.group_calls.GroupCall`: commits, then reads, then descriptions, each
+        sent to the group's coordinator (FindCoordinator, cached; found again when a broker says it is not the
+        coordinator or is loading). Bounded: ``_GROUP_CALL_TIMEOUT_S`` in all."""
+        try:
+            await asyncio.wait_for(self._group_call_io(call), _GROUP_CALL_TIMEOUT_S)
+        except (TimeoutError, OSError, CodecError, _CoordinatorError) as e:
+            self.metrics.sharing_group_calls.labels("failed").inc()
+            log.warning("group_call_failed", groups=sorted({*call.commits, *call.reads, *call.describe}),
+                        error=str(e) or type(e).__name__)
+            call.fail(str(e) or type(e).__name__)
+        else:
+            self.metrics.sharing_group_calls.labels("ok").inc()
+            call.settle()
+
+    async def _group_call_io(self, call: GroupCall) -> None:
+        for attempt in range(_GROUP_CALL_ATTEMPTS):
+            retry = await self._group_call_once(call)
+            if not retry:
+                return
+            for group in retry:
+                self._coordinators.pop(group, None)
+            await asyncio.sleep(0.1 * (attempt + 1))  # the coordinator is moving or loading: ask again shortly
+        raise _CoordinatorError(f"no coordinator answered for {sorted(retry)}")
+
+    async def _group_call_once(self, call: GroupCall) -> set[str]:
+        """One pass over what is left of ``call``; the groups whose coordinator must be found again."""
+        retry: set[str] = set()
+        groups = {*call.commits, *call.reads, *call.describe}
+        where = await self._find_coordinators(groups - self._coordinators.keys())
+        where.update((g, self._coordinators[g]) for g in groups if g in self._coordinators)
+        retry |= groups - where.keys()
+        for group, offsets in call.commits.items():
+            if group in retry or group in call.committed:
+                continue
+            body = request_codec(_OFFSET_COMMIT, 8).default().replace(
+                group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                topics=[Message(name=topic, partitions=[
+                    Message(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata=md)
+                    for (t, p), (o, md) in sorted(offsets.items()) if t == topic])
+                    for topic in sorted({t for t, _ in offsets})])
+            answer = await self._link(where[group]).request(_OFFSET_COMMIT, 8, body)
+            codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
+            if any(c in _COORDINATOR_MOVED for c in codes.values()):
+                retry.add(group)
+            else:
+                call.committed[group] = codes
+        by_node: dict[Address, list[str]] = {}
+        for group in call.reads:
+            if group not in retry and group not in call.offsets:
+                by_node.setdefault(where[group], []).append(group)
+        for address, names in by_node.items():
+            body = request_codec(_OFFSET_FETCH, 8).default().replace(require_stable=False, groups=[
+                Message(group_id=g, topics=[Message(name=topic, partition_indexes=sorted(
+                    p for t, p in call.reads[g] if t == topic)) for topic in sorted({t for t, _ in call.reads[g]})])
+                for g in names])
+            answer = await self._link(address).request(_OFFSET_FETCH, 8, body)
+            for entry in answer.groups:
+                if entry.error_code in _COORDINATOR_MOVED:
+                    retry.add(entry.group_id)
+                    continue
+                if entry.error_code:
+                    raise _CoordinatorError(f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
+                read: dict[TopicPartition, Committed] = {}
+                for t in entry.topics:
+                    for p in t.partitions:
+                        if p.error_code in _COORDINATOR_MOVED:
+                            retry.add(entry.group_id)
+                        read[(t.name, p.partition_index)] = Committed(p.committed_offset, p.committed_leader_epoch,
+                                                                      p.metadata)
+                if entry.group_id not in retry:
+                    call.offsets[entry.group_id] = read
+        described: dict[Address, list[str]] = {}
+        for group in call.describe:
+            if group not in retry and group not in call.described:
+                described.setdefault(where[group], []).append(group)
+        for address, names in described.items():
+            body = request_codec(_DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
+            answer = await self._link(address).request(_DESCRIBE_GROUPS, 5, body)
+            for entry in answer.groups:
+                if entry.error_code in _COORDINATOR_MOVED:
+                    retry.add(entry.group_id)
+                else:
+                    call.described[entry.group_id] = entry
+        for group in retry:
+            self._coordinators.pop(group, None)
+        return retry
+
+    async def _find_coordinators(self, groups: set[str]) -> dict[str, Address]:
+        """FindCoordinator v4 (KIP-699: several keys in one request) for ``groups``, from the first bootstrap
+        server (then known broker) that answers; the groups without an answer yet (coordinator not available,
+        e.g. __consumer_offsets still being created) are left out."""
+        if not groups:
+            return {}
+        body = request_codec(_FIND_COORDINATOR, 4).default().replace(key_type=0, coordinator_keys=sorted(groups))
+        last: Exception | None = None
+        for host, port in [*self.bootstrap, *self.router.upstream.values()]:
+            try:
+                answer = await self._link((host, port)).request(_FIND_COORDINATOR, 4, body)
+            except (TimeoutError, OSError, CodecError) as e:
+                last = e
+                continue
+            found = {c.key: (c.host, c.port) for c in answer.coordinators if c.error_code == 0}
+            self._coordinators.update(found)
+            return found
+        raise last if last is not None else OSError("no upstream address")
+
+    def _link(self, address: Address) -> _Link:
+        link = self._links.get(address)
+        if link is None:
+            link = self._links[address] = _Link(address, self.settings.upstream.connect_timeout_s, self.tls.upstream,
+                                                 self.settings.upstream.sasl)
+        return link
+
     def connect_failed(self, node_id: int | None, error: str, upstream: Sequence[Address] = ()) -> None:
         """Log an upstream connect failure, at most once per broker per interval, with the count not logged."""
         suppressed = self._connect_log.allow(node_id)
@@ -471,45 +606,115 @@ def _tls_error(e: BaseException) -> str:
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 
 
+_FIND_COORDINATOR, _OFFSET_COMMIT, _OFFSET_FETCH, _DESCRIBE_GROUPS = 10, 8, 9, 15
+#: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: find the coordinator again, retry
+_COORDINATOR_MOVED = frozenset({16, 15, 14})
+_GROUP_CALL_ATTEMPTS = 8
+#: a group call's bound in all (a client's request waits for it; its request.timeout.ms is 30 s by default)
+_GROUP_CALL_TIMEOUT_S = 15.0
+
+
+class _CoordinatorError(Exception):
+    """A group request the cluster did not serve (after retries)."""
+
+
+class _OwnConnection:
+    """A connection of Sluice's own to one broker (its Metadata lookups, its group requests), over the upstream
+    TLS settings and authenticated first with Sluice's own identity when ``[upstream.sasl]`` names one (KIP-43
+    SaslHandshake v1, SaslAuthenticate v2): a broker's SASL listener closes a connection whose first request is
+    anything else. One request at a time."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: Address,
+                 timeout: float) -> None:
+        self._reader, self._writer = reader, writer
+        self.address, self.timeout = address, timeout
+        self._corr = 0
+
+    @classmethod
+    async def open(cls, address: Address, timeout: float, tls: ssl.SSLContext | None,
+                   sasl: UpstreamSaslSettings | None) -> _OwnConnection:
+        host, port = address
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls is not None else None), timeout)
+        conn = cls(reader, writer, address, timeout)
+        try:
+            if sasl is not None and sasl.mechanism:
+                await conn._login(sasl)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _login(self, sasl: UpstreamSaslSettings) -> None:
+        host, port = self.address
+        shake = await self.call(SASL_HANDSHAKE_KEY, 1, Message(mechanism=sasl.mechanism))
+        if shake.error_code:
+            raise OSError(f"{host}:{port} refused SASL mechanism {sasl.mechanism} (error {shake.error_code})")
+        client = SaslClient(sasl.mechanism, sasl.username, sasl.secret())
+        token: bytes | None = client.first()
+        while token is not None:
+            answer = await self.call(SASL_AUTHENTICATE_KEY, 2, Message(auth_bytes=token))
+            if answer.error_code:
+                # the broker's message names the failure, never the credential
+                raise OSError(f"{host}:{port}: Sluice's own SASL authentication failed: {answer.error_message}")
+            try:
+                token = client.next(bytes(answer.auth_bytes or b""))
+            except SaslClientError as e:
+                raise OSError(f"{host}:{port}: {e}") from None
+
+    async def call(self, api_key: int, version: int, body: Message) -> Message:
+        self._corr += 1
+        header = Message(request_api_key=api_key, request_api_version=version, correlation_id=self._corr,
+                         client_id="sluice")
+        frame = encode_request(header, body)
+        self._writer.write(len(frame).to_bytes(4, "big") + frame)
+        size = int.from_bytes(await asyncio.wait_for(self._reader.readexactly(4), self.timeout), "big")
+        data = await asyncio.wait_for(self._reader.readexactly(size), self.timeout)
+        return decode_response(api_key, version, data)[1]
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class _Link:
+    """Sluice's own connection to one broker for its group requests: opened on first use, one request at a
+    time, opened again after a failure."""
+
+    def __init__(self, address: Address, timeout: float, tls: ssl.SSLContext | None,
+                 sasl: UpstreamSaslSettings | None) -> None:
+        self.address, self.timeout, self._tls, self._sasl = address, timeout, tls, sasl
+        self._lock = asyncio.Lock()
+        self._conn: _OwnConnection | None = None
+
+    async def request(self, api_key: int, version: int, body: Message) -> Message:
+        async with self._lock:
+            for attempt in (1, 2):  # a connection the broker closed while idle: opened again, once
+                try:
+                    if self._conn is None:
+                        self._conn = await _OwnConnection.open(self.address, self.timeout, self._tls, self._sasl)
+                    return await self._conn.call(api_key, version, body)
+                except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+                    self.close()
+                    if attempt == 2:
+                        raise OSError(f"{self.address[0]}:{self.address[1]}: {e!r}") from None
+            raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
 async def _one_request(host: str, port: int, api_key: int, version: int, body: Message,
                        timeout: float, tls: ssl.SSLContext | None = None,
                        sasl: UpstreamSaslSettings | None = None) -> Message:
-    """A single request/response on a fresh connection (Sluice's own Metadata lookups), authenticated first with
-    Sluice's own identity when ``[upstream.sasl]`` names one (KIP-43 SaslHandshake v1, SaslAuthenticate v2)."""
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls is not None else None), timeout)
-    corr = 0
-
-    async def call(key: int, ver: int, message: Message) -> Message:
-        nonlocal corr
-        corr += 1
-        header = Message(request_api_key=key, request_api_version=ver, correlation_id=corr, client_id="sluice")
-        frame = encode_request(header, message)
-        writer.write(len(frame).to_bytes(4, "big") + frame)
-        size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), timeout), "big")
-        data = await asyncio.wait_for(reader.readexactly(size), timeout)
-        return decode_response(key, ver, data)[1]
-
+    """A single request/response on a fresh connection of Sluice's own (its Metadata lookups)."""
+    conn = await _OwnConnection.open((host, port), timeout, tls, sasl)
     try:
-        if sasl is not None and sasl.mechanism:
-            shake = await call(SASL_HANDSHAKE_KEY, 1, Message(mechanism=sasl.mechanism))
-            if shake.error_code:
-                raise OSError(f"{host}:{port} refused SASL mechanism {sasl.mechanism} (error {shake.error_code})")
-            client = SaslClient(sasl.mechanism, sasl.username, sasl.secret())
-            token: bytes | None = client.first()
-            while token is not None:
-                answer = await call(SASL_AUTHENTICATE_KEY, 2, Message(auth_bytes=token))
-                if answer.error_code:
-                    # the broker's message names the failure, never the credential
-                    raise OSError(f"{host}:{port}: Sluice's own SASL authentication failed: {answer.error_message}")
-                try:
-                    token = client.next(bytes(answer.auth_bytes or b""))
-                except SaslClientError as e:
-                    raise OSError(f"{host}:{port}: {e}") from None
         assert request_header_version(api_key, version) == 2
-        return await call(api_key, version, body)
+        return await conn.call(api_key, version, body)
     finally:
-        writer.close()
+        conn.close()
 
 
 # ---------------------------------------------------------------------------------------------- connections

@@ -7,7 +7,9 @@ Sans-IO: bytes and exchanges in, exchanges with their effects out.
   must learn before they run (the connection core waits for them).
 - :meth:`Chain.on_request` runs those policies in registration order (client side first). The request is decoded
   on first access by any of them and re-encoded once at the end, only if one changed it. A policy that answers
-  (``ex.answer``) ends the walk: the request never goes upstream.
+  (``ex.answer``) ends the walk: the request never goes upstream. A policy that asks for work of Sluice's own
+  first (``ex.pending``) pauses it: the connection core waits, then calls :meth:`Chain.on_request` again, which
+  resumes that policy (:meth:`~proxy.core.policy.Policy.on_resume`) and goes on with the next ones.
 - :meth:`Chain.on_response` decodes the response once into the API's view (:mod:`proxy.wire.views`), runs the
   policies that asked to see it in the reverse order (back towards the client), and encodes it once, only if
   one changed it. A policy asking for the request to go upstream again (``ex.resend``) ends the walk.
@@ -129,9 +131,17 @@ class Chain:
         finds it malformed or refuses it."""
         states = conn.states
         try:
-            for policy in ex.policies:
+            done = len(ex.states)
+            if ex.pending is not None:
+                # resumed: the work the last policy that ran asked for is settled (the core waited for it)
+                policy = ex.policies[done - 1]
+                ex.pending = None
+                ex.states[done - 1] = policy.on_resume(ex, states[policy], ex.states[done - 1])
+                if ex.answer is not None or ex.pending is not None:
+                    return
+            for policy in ex.policies[done:]:
                 ex.states.append(policy.on_request(ex, states[policy]))
-                if ex.answer is not None:
+                if ex.answer is not None or ex.pending is not None:
                     return
             view = ex.view
             if view is not None and view.changed:

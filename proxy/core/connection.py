@@ -17,8 +17,9 @@ close, start a timer). Everything in between is here:
   responses go to the client strictly in request order: answers Sluice makes itself wait for their turn, and
   an upstream response must belong to the oldest request awaiting one.
 - **Waits.** A request may wait, in order (the ones behind it wait too and the client is not read meanwhile),
-  for topic names Sluice must look up (:mod:`proxy.core.topic_names`) and for response memory
-  (:mod:`proxy.core.memory`, ``size_limit.global_max_bytes``).
+  for topic names Sluice must look up (:mod:`proxy.core.topic_names`), for response memory
+  (:mod:`proxy.core.memory`, ``size_limit.global_max_bytes``) and for work a policy asked of Sluice itself
+  (``Exchange.pending``, e.g. :mod:`proxy.core.group_calls`).
 - **The chain.** Each request goes through the policies (:mod:`proxy.core.chain`) once its waits are over; a
   response is relayed as bytes (streamed chunk by chunk as it arrives, never buffered whole), walked as it
   streams (``Exchange.streamer``), or collected whole for the policies (``Exchange.collect``).
@@ -128,7 +129,7 @@ class Connection:
         #: classified, not yet dispatched: the head may wait for topic names or memory, the rest behind it
         self._pending: deque[Exchange] = deque()
         self._head_ran = False  # the policies ran on _pending[0]
-        self._waiting: str | None = None  # what _pending[0] waits for: "names" or "memory"
+        self._waiting: str | None = None  # what _pending[0] waits for: "names", "pending" or "memory"
         #: dispatched, owed a response, in client order
         self.inflight: deque[Exchange] = deque()
         #: sent upstream, response not started, in send order
@@ -332,6 +333,14 @@ class Connection:
                 except Rejected as r:
                     self._reject(r.reason, r.detail)
                     return
+            if ex.pending is not None:
+                # a policy asked for work of Sluice's own first: wait for it, then the chain resumes that policy
+                self._head_ran = False
+                if not ex.pending.settled:
+                    self._wait("pending")
+                    ex.pending.on_settled(self._pending_settled)
+                    return
+                continue
             if ex.reserve and not ex.held and ex.answer is None:
                 if not self.memory.reserve(ex.reserve, self._memory_granted):
                     self.metrics.size_limit_waits.inc()
@@ -352,6 +361,12 @@ class Connection:
         if self.closed or self._waiting != "names":
             return
         self._pending[0].missing_names = frozenset()
+        self._waiting = None
+        self._pump()
+
+    def _pending_settled(self) -> None:
+        if self.closed or self._waiting != "pending":
+            return
         self._waiting = None
         self._pump()
 
@@ -688,6 +703,8 @@ class Connection:
             self.memory.cancel(self._memory_granted)
         elif self._waiting == "names":
             self.names.cancel(self._names_settled)
+        elif self._waiting == "pending" and self._pending and self._pending[0].pending is not None:
+            self._pending[0].pending.cancel(self._pending_settled)
         held = sum(ex.held for ex in self.inflight) + sum(ex.held for ex in self._pending) + self._release_on_drain
         self._release_on_drain = 0  # released here: a drain after the close (a transport flushing) is not another
         if held:

@@ -14,6 +14,9 @@ the generic *effects* below, which the connection core (:mod:`proxy.core.connect
 - ``bare_tokens``: after this response the connection carries bare SASL tokens (SaslHandshake v0, before
   KIP-152: a length and the token, no Kafka header, each answered by one such frame) until the
   :class:`BareTokens` says the exchange is over; the core relays them and hands each to it.
+- ``pending``: work Sluice must do itself before the request can go on (its own requests to the cluster, e.g.
+  :class:`~proxy.core.group_calls.GroupCall`): the connection waits for it, in order like the other waits, then
+  the chain resumes the policy that asked (:meth:`~proxy.core.policy.Policy.on_resume`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..wire.messages import RequestHeader
-from ..wire.views import request_view
+from ..wire.model import Message
+from ..wire.views import MessageRequest, request_view
 
 if TYPE_CHECKING:
     from ..metrics import RejectReason
@@ -69,6 +73,42 @@ class BareTokens(Protocol):
         ...
 
 
+class Pending(Protocol):
+    """Work a request waits for (``Exchange.pending``): settled once, then its callbacks run."""
+
+    @property
+    def settled(self) -> bool: ...
+
+    def on_settled(self, callback: Callable[[], None]) -> None: ...
+
+    def cancel(self, callback: Callable[[], None]) -> None: ...
+
+
+@dataclass(eq=False)
+class Signal:
+    """A :class:`Pending` settled by whoever made it (once; callbacks added later run at once)."""
+
+    settled: bool = False
+    _callbacks: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def on_settled(self, callback: Callable[[], None]) -> None:
+        if self.settled:
+            callback()
+        else:
+            self._callbacks.append(callback)
+
+    def cancel(self, callback: Callable[[], None]) -> None:
+        self._callbacks = [c for c in self._callbacks if c != callback]  # bound methods compare by ==
+
+    def settle(self) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
 class Streamer(Protocol):
     """Walks a response body as it streams through (e.g. :class:`~proxy.wire.fetch_stream.FetchStreamer`)."""
 
@@ -100,6 +140,7 @@ class Exchange:
     mute_s: float = 0.0
     resend: bool = False
     bare_tokens: BareTokens | None = None
+    pending: Pending | None = None
     #: set by the core before the response side runs: no other request is in flight behind this one, so it may
     #: go upstream again (``resend``) without breaking the order of responses
     may_resend: bool = False
@@ -146,6 +187,22 @@ class Exchange:
             self.view.replace_frame(frame)
         else:
             self.frame = frame
+
+    @property
+    def body(self) -> Message:
+        """The request's body, for APIs other than Fetch (decoded with :attr:`request`); a policy replaces it to
+        change the request (re-encoded once, after every policy ran)."""
+        view = self.request
+        if not isinstance(view, MessageRequest):
+            raise TypeError(f"{self.api} requests are read through Exchange.request")
+        return view.body
+
+    @body.setter
+    def body(self, body: Message) -> None:
+        view = self.request
+        if not isinstance(view, MessageRequest):
+            raise TypeError(f"{self.api} requests are edited through Exchange.request")
+        view.body = body
 
     @property
     def request(self) -> RequestView:

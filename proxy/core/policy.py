@@ -13,7 +13,10 @@ registration list, client side first). Modelled on Kroxylicious's filters (``sho
   wants to see the response, passed back to :meth:`Policy.on_response`. Requests go through the policies in
   registration order (towards the broker), responses in the reverse order (back towards the client).
 - It acts on the connection only through the effects on :class:`~proxy.core.exchange.Exchange` (answer,
-  collect, streamer, reserve, mute, resend); it never sees sockets or reads a clock (``services.clock``).
+  collect, streamer, reserve, mute, resend, pending); it never sees sockets or reads a clock
+  (``services.clock``). A policy that needs Sluice's own requests to the cluster first sets ``ex.pending`` in
+  :meth:`Policy.on_request`; once that work is settled the chain calls :meth:`Policy.on_resume` (which may ask
+  for more), then runs the policies after it.
 - :meth:`Policy.reconfigure` takes the run-time changeable settings (admin API, SIGHUP): the next requests
   see the new snapshot, requests already in flight keep theirs.
 """
@@ -21,10 +24,11 @@ registration list, client side first). Modelled on Kroxylicious's filters (``sho
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .exchange import ConnectionInfo, Exchange
+from .group_calls import GroupCalls
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -45,6 +49,8 @@ class Services:
     router: Router
     #: topic id -> name (Fetch v13+ names topics by id only)
     names: TopicNames
+    #: Sluice's own requests to group coordinators (cooperative consumption's offsets and group descriptions)
+    group_calls: GroupCalls = field(default_factory=lambda: GroupCalls())
 
 
 class Policy:
@@ -78,6 +84,11 @@ class Policy:
     def on_request(self, ex: Exchange, conn: Any) -> Any:
         """Act on a request; return the state to see its response with (None: not interested)."""
         return None
+
+    def on_resume(self, ex: Exchange, conn: Any, state: Any) -> Any:
+        """The work this policy asked for in :meth:`on_request` (``ex.pending``) is settled: act on the request
+        again (set ``ex.pending`` anew to wait for more); return the state to see the response with."""
+        return state
 
     def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
         """Act on the response (decoded view, edited in place; set ``response.changed`` when editing)."""

@@ -12,6 +12,7 @@ from ..core.policy import Policy, Services
 from .addresses import Addresses
 from .api_versions import ApiVersions
 from .sasl import Sasl
+from .sharing import Sharing
 from .size_limit import SizeLimit
 from .terminate import Terminate
 from .throttle import Throttle
@@ -25,5 +26,6 @@ def build(settings: Settings, services: Services) -> list[Policy]:
         Addresses(services),  # clients never learn a broker's real address
         SizeLimit(settings.size_limit, services),  # KIP-74 byte budgets
         Throttle(settings.throttle, services),  # KIP-73 replication throttles
+        Sharing(settings.sharing, services),  # seed 004: consumers share partitions by key-hash slice
         Terminate(settings.sessions, services),  # KIP-227: Sluice owns the fetch sessions (next to the broker)
     ]

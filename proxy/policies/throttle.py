@@ -58,14 +58,13 @@ What happens (ReplicationQuotaManager.scala, ReplicaManager.readFromLocalLog, Re
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..config import Settings, ThrottleSettings, topic_is_glob
+from ..config import Settings, ThrottleSettings
 from ..core.exchange import Exchange
 from ..core.policy import Policy, Services
 from ..core.selectors import ClientSelector
@@ -76,6 +75,7 @@ from ..wire.fetch_request_fast import FetchEdit
 from ..wire.records import complete_size, prefix_within
 from ..wire.views import FetchResponse, ResponseView
 from .quota import WindowedRate
+from .topic_rules import TopicRules
 
 #: fetcher id of a consumer (replica_id < 0) selected by a [[throttle.consumers]] glob
 CONSUMER = -1
@@ -126,8 +126,8 @@ class Throttles:
 
     ``topics`` maps each ``[[throttle.topics]]`` entry's topic, as configured (a name or a glob), to its replicas,
     in file order. :meth:`throttled` picks the entry for a topic name by the precedence in the module docstring
-    and remembers it per name (:attr:`RESOLVED_MAX`), so fnmatch runs once per topic name, not per partition per
-    fetch; the memo goes with the snapshot, which is replaced whole on every change."""
+    (:class:`~proxy.policies.topic_rules.TopicRules`, whose memo goes with the snapshot, replaced whole on every
+    change)."""
 
     leader_rate: int = 0
     follower_rate: int = 0
@@ -138,24 +138,14 @@ class Throttles:
     consumers: tuple[ClientSelector | str, ...] = ()
     #: the glob entries, in file order: part of equality, since with "first glob wins" their order is configuration
     globs: tuple[str, ...] = field(init=False, repr=False)
-    #: the entries naming a topic exactly
-    _exact: dict[str, ReplicaSet] = field(init=False, repr=False, compare=False)
-    #: topic name -> its entry's replicas (None: no entry). Starts with the exact names; a name resolved through
-    #: the globs is added on first use.
-    _resolved: dict[str, ReplicaSet | None] = field(init=False, repr=False, compare=False)
-
-    #: Names resolved through globs that are remembered at most (then the memo starts again from the exact names,
-    #: as the re module's cache does). A fetch may name any topic, so an unbounded memo would be unbounded memory;
-    #: 10,000 names are a megabyte or two, and more topics than one proxy usually sees fetched.
-    RESOLVED_MAX = 10_000
+    _rules: TopicRules[ReplicaSet] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "consumers", tuple(c if isinstance(c, ClientSelector) else ClientSelector(c)
                                                     for c in self.consumers))
-        exact = {t: r for t, r in self.topics.items() if not topic_is_glob(t)}
-        object.__setattr__(self, "globs", tuple(t for t in self.topics if t not in exact))
-        object.__setattr__(self, "_exact", exact)
-        object.__setattr__(self, "_resolved", dict(exact))
+        rules = TopicRules(self.topics)
+        object.__setattr__(self, "_rules", rules)
+        object.__setattr__(self, "globs", rules.globs)
 
     @classmethod
     def from_settings(cls, s: ThrottleSettings) -> Throttles:
@@ -181,26 +171,12 @@ class Throttles:
     def throttled(self, topic: str | None, partition: int, fetcher: int) -> bool:
         if topic is None:
             return False
-        replicas = self._resolved.get(topic)
-        if replicas is None and self.globs and topic not in self._resolved:
-            replicas = self._resolve(topic)
+        replicas = self._rules.get(topic)
         return replicas is not None and replicas.throttled(partition, fetcher)
 
     def entry(self, topic: str) -> str | None:
         """The ``[[throttle.topics]]`` topic (a name or a glob, as configured) whose replicas apply to ``topic``."""
-        if topic in self._exact:
-            return topic
-        return next((g for g in self.globs if fnmatch.fnmatchcase(topic, g)), None)
-
-    def _resolve(self, topic: str) -> ReplicaSet | None:
-        """A topic no exact entry names, the first time it is seen: the first glob matching it (or None)."""
-        entry = self.entry(topic)
-        replicas = self.topics[entry] if entry is not None else None
-        if len(self._resolved) >= len(self._exact) + self.RESOLVED_MAX:
-            self._resolved.clear()
-            self._resolved.update(self._exact)
-        self._resolved[topic] = replicas
-        return replicas
+        return self._rules.entry(topic)
 
 
 Key = tuple[str, int]  # (topic name, partition)

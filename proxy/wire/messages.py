@@ -40,13 +40,22 @@ def _api_names() -> dict[int, str]:
     return names
 
 
+@cache
+def _unspecified_apis() -> dict[int, str]:
+    """api key -> name of the APIs Kafka defines that kafka-python's specs do not describe yet
+    (proxy/codecs/manifest.json "unspecified"): relayed as bytes, never decoded."""
+    return {int(key): name for name, key in manifest().get("unspecified", {}).items()}
+
+
 def api_name(api_key: int) -> str:
-    """The API's name, or "Unknown(N)" for a key Kafka's specs (as shipped) do not describe."""
-    return _api_names().get(api_key, f"Unknown({api_key})")
+    """The API's name, or "Unknown(N)" for a key Kafka does not define (as far as Sluice knows)."""
+    name = _api_names().get(api_key) or _unspecified_apis().get(api_key)
+    return name or f"Unknown({api_key})"
 
 
 def known_api(api_key: int) -> bool:
-    return api_key in _api_names()
+    """Whether Kafka defines the API key: a spec describes it, or the manifest lists it as unspecified."""
+    return api_key in _api_names() or api_key in _unspecified_apis()
 
 
 @cache
@@ -171,7 +180,7 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
     # (KIP-896) yet still advertises Produce v0-2 (KAFKA-18659, ProduceRequest.json), which Sluice relays
     # and peeks at (wire/produce.py). Their header version is still known: flexibleVersions is always "N+",
     # so a removed version is older than any flexible one and uses header v1.
-    if known_api(api_key) and 0 <= api_version <= request_spec(api_key).valid.high:
+    if api_key in _api_names() and 0 <= api_version <= request_spec(api_key).valid.high:
         if request_header_version(api_key, api_version) >= 2:
             try:
                 pos = skip_tags(memoryview(frame), pos)  # request header v2 ends with a tag section
@@ -186,7 +195,7 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
 def decode_request(frame: bytes | bytearray | memoryview) -> tuple[Message, Message]:
     """Decode a whole request frame into (header, body)."""
     peek = peek_request_header(frame)
-    if not known_api(peek.api_key):
+    if peek.api_key not in _api_names():
         raise CodecError(f"unknown api key {peek.api_key}", api=peek.api_key, version=peek.api_version)
     stream = io.BytesIO(frame)
     header = header_codec("RequestHeader", request_header_version(peek.api_key, peek.api_version)).decode_from(

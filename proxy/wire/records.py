@@ -564,23 +564,43 @@ def encode_batch(batch: RecordBatch) -> bytes:
         payload = batch._orig_payload
     else:
         payload = compress(compression, body)
-    header = batch_header_codec().encode(Message(
-        base_offset=batch.base_offset,
-        batch_length=MIN_LENGTH_V2 + len(payload),
-        partition_leader_epoch=batch.partition_leader_epoch,
-        magic=MAGIC_V2,
-        crc=0,
-        attributes=batch.attributes,
-        last_offset_delta=batch.last_offset_delta,
-        base_timestamp=batch.base_timestamp,
-        max_timestamp=batch.max_timestamp,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        records_count=len(batch.records),
-    ))
+    return _write_batch(batch, len(batch.records), payload)
+
+
+def rebuild_batch(header: BatchHeader, records: bytes | bytearray | memoryview, count: int) -> bytes:
+    """The v2 batch ``header`` describes, holding ``count`` already-encoded records (each with its length
+    varint, as a records section lays them out) instead of its own: every header field is kept (BaseOffset,
+    LastOffsetDelta, the timestamps, the producer fields, the attributes and so the codec), the records are
+    compressed with the batch's codec, and Length, RecordsCount and the CRC-32C are recomputed. What a filter
+    over a batch's records writes (:mod:`proxy.wire.record_filter`); a batch left with no record stays a batch,
+    as compaction leaves them (DefaultRecordBatch: the last offset "is retained")."""
+    if header.magic != MAGIC_V2:
+        raise CodecError(f"cannot rebuild a record batch with magic {header.magic}")
+    compression = header.attributes & COMPRESSION_MASK
+    payload = bytes(records) if compression == COMPRESSION_NONE else compress(compression, records)
+    return _write_batch(header, count, payload)
+
+
+def _write_batch(fields: RecordBatch | BatchHeader, count: int, payload: bytes | memoryview) -> bytes:
+    """The header (proxy/codecs/RecordBatch.json) over ``payload``, with Length, RecordsCount and the CRC-32C
+    computed (over Attributes .. the end, DefaultRecordBatch.computeChecksum)."""
     if MIN_LENGTH_V2 + len(payload) > 0x7FFFFFFF:
         raise CodecError("record batch larger than 2 GiB")
+    header = batch_header_codec().encode(Message(
+        base_offset=fields.base_offset,
+        batch_length=MIN_LENGTH_V2 + len(payload),
+        partition_leader_epoch=fields.partition_leader_epoch,
+        magic=MAGIC_V2,
+        crc=0,
+        attributes=fields.attributes,
+        last_offset_delta=fields.last_offset_delta,
+        base_timestamp=fields.base_timestamp,
+        max_timestamp=fields.max_timestamp,
+        producer_id=fields.producer_id,
+        producer_epoch=fields.producer_epoch,
+        base_sequence=fields.base_sequence,
+        records_count=count,
+    ))
     out = bytearray(header)
     out += payload
     _CRC.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))

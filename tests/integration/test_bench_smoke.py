@@ -1,6 +1,6 @@
-"""bench.soak and bench.storm, run briefly against the session's broker: they complete and print the JSON lines
-their docstrings promise, with figures of the right kinds. Smoke tests so the benches do not rot: no figure is
-judged (the benches measure; a 2-core machine under a test suite is no place to judge a timing)."""
+"""bench.soak, bench.storm and bench.sharing, run briefly against the session's broker: they complete and print the
+JSON lines their docstrings promise, with figures of the right kinds. Smoke tests so the benches do not rot: no
+figure is judged (the benches measure; a 2-core machine under a test suite is no place to judge a timing)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bench import soak, storm
+from bench import sharing, soak, storm
 from rig.kafka import KafkaBroker
 
 pytestmark = pytest.mark.broker
@@ -49,3 +49,17 @@ def test_storm_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.Captur
     assert set(summary["upstream_wait_bound_ms"]) == {"p50", "p90", "p99", "max"}  # type: ignore[arg-type]
     assert set(summary["sluice_cpu_ms_per_client"]) == {"cold", "warm_connect", "warm_requests"}  # type: ignore[arg-type]
     assert summary["sluice_listen_backlog"] in ({}, {"bootstrap": 1024, "broker": 1024})
+
+
+def test_sharing_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sharing.main(["--records", "600", "--keys", "150", "--work-ms", "0",
+                         "--upstream", kafka_broker.bootstrap]) == 0
+    out = lines(capsys.readouterr().out)
+    runs = [ln for ln in out if ln.get("bench") == "sharing"]
+    assert [ln["consumers"] for ln in runs] == [3, 6]
+    for ln in runs:
+        assert sum(ln["per_consumer"]) == 600 and isinstance(ln["records_per_s"], float)  # every record once
+    assert runs[1]["filtered_mib"] > 0  # the 6 consumers shared partitions
+    summary = out[-1]
+    assert summary["summary"] == "sharing"
+    assert {"speedup_6_vs_3", "cpu_s_per_filtered_mib"} <= set(summary)

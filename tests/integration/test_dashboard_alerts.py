@@ -5,10 +5,11 @@ real thing:
   (config/prometheus/sluice-alerts.test.yml: every alert firing for an input that should fire it, and not for its
   look-alikes); ``promtool check config`` accepts both Prometheus configs with the rules they load;
 - a real Prometheus, started with config/prometheus.yml (so loading the rules through its rule_files), scrapes an
-  in-process Sluice while real clients produce and consume through it with a size budget, a throttle and
-  terminate-mode fetch sessions in force. Then every dashboard query (Grafana's variables substituted as
-  tests/support/grafana.py describes) and every rule's expression, "armed", return series; the template
-  variables have values; every rule evaluated without error; and no alert fires.
+  in-process Sluice while real clients produce and consume through it with a size budget, a throttle,
+  terminate-mode fetch sessions and cooperative consumption (a group of 4 consumers sharing 3 partitions) in
+  force. Then every dashboard query (Grafana's variables substituted as tests/support/grafana.py describes), as
+  Grafana runs it (a range query: over the traffic), and every rule's expression, "armed", return series; the
+  template variables have values; every rule evaluated without error; and no alert fires.
 
 "Armed" expression: an alert's expression returns series only while it fires, so each comparison in it is made a
 ``bool`` comparison (``x > 0`` -> ``x > bool 0``: 0 or 1 instead of a filter). A series then proves that every
@@ -35,6 +36,8 @@ from rig.proxy_thread import ProxyThread
 from tests.support.grafana import load_dashboard, parse_label_values, queries, substitute, variable_queries
 from tests.support.kafka import create_topic
 from tests.support.prometheus import REPO, Prometheus, prometheus_config, promtool, rule_files, scalar
+from tests.support.sharing import produce as produce_keyed
+from tests.support.sharing import python_member, wait_for_all
 
 RULES = REPO / "config" / "prometheus" / "sluice-alerts.yml"
 RULES_TEST = REPO / "config" / "prometheus" / "sluice-alerts.test.yml"
@@ -138,6 +141,8 @@ def test_armed_expressions() -> None:
 class Scraped:
     sluice: ProxyThread
     prometheus: Prometheus
+    #: when the traffic began (Unix time): dashboard panels are range queries from then
+    since: float
 
 
 def value_of(key: bytes) -> bytes:
@@ -175,6 +180,23 @@ def consume_all(bootstrap: str, topic: str, client_id: str) -> None:
     assert all(v == value_of(k) for k, v in got.items()), f"{client_id}: a record changed"
 
 
+def share(sluice: ProxyThread, prometheus: Prometheus, bootstrap: str, topic: str) -> None:
+    """4 consumers (confluent-kafka, committing after each poll) in one group share the 3 partitions of ``topic``
+    through Sluice until each has received records and Prometheus has scraped the group's gauges (which Sluice
+    removes once the group's members have left); then they leave."""
+    group = f"g-{topic}"
+    members = [python_member("confluent", sluice.bootstrap, topic, group, f"sharing-dashboard-{i}")
+               for i in range(4)]
+    try:
+        wait_until(lambda: sluice.total("sluice_sharing_partitions", group=group) > 0, "the group to share", 90)
+        produced = produce_keyed(bootstrap, topic, 300, keys=60, tag="dashboard")
+        wait_for_all(members, {v for _, v in produced})
+        prometheus.wait_for(f'sluice_sharing_stable_offset_lag{{group="{group}"}}', bool)
+    finally:
+        for m in members:
+            m.stop()
+
+
 def wait_until(condition: Any, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -189,7 +211,8 @@ def scraped(kafka_broker: KafkaBroker) -> Iterator[Scraped]:
     consume them through it. Yields once every client connection has closed (the counters stand still)."""
     stamp = uuid.uuid4().hex[:8]
     budgeted, throttled = f"dashboard-budgeted-{stamp}", f"dashboard-throttled-{stamp}"
-    for topic in (budgeted, throttled):
+    shared = f"dashboard-shared-{stamp}"
+    for topic in (budgeted, throttled, shared):
         create_topic(kafka_broker.bootstrap, topic, PARTITIONS)
     with ProxyThread(kafka_broker.bootstrap, **{
             "admin.enabled": True, "admin.port": 0,
@@ -198,8 +221,10 @@ def scraped(kafka_broker: KafkaBroker) -> Iterator[Scraped]:
             "size_limit.global_max_bytes": 1 << 20,
             "throttle.leader_rate_bytes": LEADER_RATE,
             "throttle.topics": [{"topic": throttled, "replicas": "*"}],
-            "throttle.consumers": [{"client_id": "backfill-*"}]}) as sluice:
+            "throttle.consumers": [{"client_id": "backfill-*"}],
+            "sharing.enabled": True, "sharing.topics": [{"topic": shared}]}) as sluice:
         prometheus = Prometheus(prometheus_config(sluice.admin_port))
+        since = time.time()
         try:
             prometheus.wait_ready()
             prometheus.wait_for('up{job="sluice"}', lambda r: scalar(r) == 1.0)
@@ -207,8 +232,9 @@ def scraped(kafka_broker: KafkaBroker) -> Iterator[Scraped]:
                 produce(sluice.bootstrap, topic)
             consume_all(sluice.bootstrap, budgeted, "reporting-dashboard")
             consume_all(sluice.bootstrap, throttled, "backfill-dashboard")
+            share(sluice, prometheus, kafka_broker.bootstrap, shared)
             wait_until(lambda: sluice.total("sluice_connections_open") == 0, "every connection closed")
-            yield Scraped(sluice, prometheus)
+            yield Scraped(sluice, prometheus, since)
         finally:
             prometheus.close()
 
@@ -226,6 +252,8 @@ MOVED: tuple[tuple[str, dict[str, str]], ...] = (
     ("sluice_throttle_left_out_partitions_total", {"side": "leader"}),
     ("sluice_upstream_fetch_requests_total", {"kind": "incremental"}),
     ("sluice_downstream_fetch_requests_total", {"kind": "incremental"}),
+    ("sluice_sharing_records_filtered_total", {"reason": "other_slice"}),
+    ("sluice_sharing_assignments_total", {}),
 )
 
 
@@ -235,7 +263,7 @@ def _equals(expected: float, result: list[dict[str, Any]]) -> bool:
 
 @pytest.mark.broker
 def test_prometheus_stored_what_the_traffic_did(scraped: Scraped) -> None:
-    """The budget, the throttle and the sessions all acted, and Prometheus holds exactly the proxy's counts."""
+    """The budget, the throttle, the sessions and sharing all acted, and Prometheus holds exactly the proxy's counts."""
     for name, labels in MOVED:
         expected = scraped.sluice.total(name, **labels)
         assert expected > 0, f"{name}{labels}: the traffic never moved it"
@@ -251,7 +279,7 @@ def test_every_dashboard_query_returns_series(scraped: Scraped) -> None:
     for title, expr in queries(dashboard):
         promql = substitute(expr)
         assert "$" not in promql, f"{title}: a Grafana variable tests/support/grafana.py does not know: {promql}"
-        scraped.prometheus.wait_for(promql, bool, timeout=15)
+        scraped.prometheus.wait_for(promql, bool, timeout=15, since=scraped.since)
 
 
 @pytest.mark.broker

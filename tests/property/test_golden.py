@@ -12,6 +12,7 @@ import pytest
 
 from proxy.wire.compiler import skip_tags, top_level_tags_locator
 from proxy.wire.messages import (
+    api_name,
     decode_consumer_protocol,
     decode_request,
     decode_response,
@@ -19,7 +20,6 @@ from proxy.wire.messages import (
     encode_request,
     encode_response,
     known_api,
-    request_spec,
     response_body_offset,
     response_spec,
 )
@@ -27,7 +27,7 @@ from proxy.wire.messages import (
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 FILES = sorted(GOLDEN.glob("*.bin"))
 NAME = re.compile(r"(?P<api>\w+)-v(?P<version>\d+)-(?P<direction>request|response)-\d+\.bin")
-API_KEYS = {request_spec(k).name[: -len("Request")]: k for k in range(100) if known_api(k)}
+API_KEYS = {api_name(k): k for k in range(100) if known_api(k)}
 
 
 def test_golden_set_covers_the_core_apis() -> None:

@@ -41,18 +41,23 @@ class SansIOProxy:
         self.chain = Chain(build(self.settings, services), self.metrics, self.names, access_log or AccessLog("off"))
         self.conn = self.connect()
 
-    def connect(self, conn_id: int = 1) -> ChainConnection:
-        return self.chain.connect(ConnectionInfo(conn_id, "bootstrap"))
+    def connect(self, conn_id: int = 1, host: str = "10.0.0.1") -> ChainConnection:
+        return self.chain.connect(ConnectionInfo(conn_id, "bootstrap", client_host=host))
 
     def policy(self, name: str) -> Any:
         found: list[Policy] = [p for p in self.chain.policies if p.name == name]
         return found[0]
 
     def request(self, frame: bytes, conn: ChainConnection | None = None) -> Exchange:
-        """Classify and run the request side (topic names must be known: tests teach ``names`` first)."""
-        ex = self.chain.classify(frame, self.clock())
+        """Classify and run the request side (topic names must be known: tests teach ``names`` first), resumed
+        after each piece of work a policy waits for, as the connection core does (the test's fakes must have
+        settled it: Services.group_calls' ``on_work``)."""
+        ex = self.chain.classify(frame, self.clock(), (conn or self.conn).info)
         assert not ex.missing_names, f"unknown topic ids {ex.missing_names}"
         self.chain.on_request(conn or self.conn, ex)
+        while ex.pending is not None:
+            assert ex.pending.settled, "a policy waits for work nothing did"
+            self.chain.on_request(conn or self.conn, ex)
         return ex
 
     def respond(self, ex: Exchange, frame: bytes | bytearray, conn: ChainConnection | None = None,

@@ -124,14 +124,23 @@ class Prometheus:
         result: list[dict[str, Any]] = data["result"]
         return result
 
-    def wait_for(self, promql: str, check: Callable[[list[dict[str, Any]]], bool], timeout: float = 30.0
-                 ) -> list[dict[str, Any]]:
+    def query_range(self, promql: str, start: float, step: float = 1.0) -> list[dict[str, Any]]:
+        """A range query from ``start`` (Unix time) to now, as Grafana queries a panel; the result matrix
+        ([{"metric": {...}, "values": [[ts, "v"], ...]}, ...])."""
+        data = self.api("query_range", [("query", promql), ("start", f"{start:.3f}"),
+                                        ("end", f"{time.time():.3f}"), ("step", str(step))])
+        assert data["resultType"] == "matrix", data
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def wait_for(self, promql: str, check: Callable[[list[dict[str, Any]]], bool], timeout: float = 30.0,
+                 since: float | None = None) -> list[dict[str, Any]]:
         """Poll `promql` until `check(result)` holds (Prometheus scrapes every second); AssertionError with the
-        last result otherwise."""
+        last result otherwise. An instant query, or with ``since`` a range query from then to now."""
         deadline = time.monotonic() + timeout
         last: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            last = self.query(promql)
+            last = self.query(promql) if since is None else self.query_range(promql, since)
             if check(last):
                 return last
             time.sleep(0.25)  # bounded poll of Prometheus' answer

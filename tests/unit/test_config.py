@@ -171,6 +171,18 @@ INVALID = [
     ('[logging.access_log_kafka]\nproperties = { "queue.buffering.max.messages" = "5" }',
      "logging.access_log_kafka.properties.queue.buffering.max.messages",
      "set by Sluice from logging.access_log_kafka.buffer_events"),
+    ("[sharing]\nenabled = true", "sharing.topics", "no topic may be shared"),
+    ('[[sharing.topics]]\ntopic = "orders/eu"', "sharing.topics[0].topic", "neither a topic name nor a glob"),
+    ('[[sharing.topics]]\ntopic = "o*"\n[[sharing.topics]]\ntopic = "o*"', "sharing.topics[1].topic",
+     "already sharing.topics[0]"),
+    ('[[sharing.standalone]]\nclient_id = "etl"\ntopic = "orders"\nslice = "2/2"', "sharing.standalone[0].slice",
+     "0 <= index < count"),
+    ('[[sharing.standalone]]\nclient_id = "etl"\ntopic = "orders-*"\nslice = "0/2"', "sharing.standalone[0].topic",
+     "is a glob"),
+    ('[[sharing.standalone]]\nclient_id = "a"\ntopic = "t"\nslice = "0/2"\n'
+     '[[sharing.standalone]]\nclient_id = "b"\ntopic = "t"\nslice = "1/3"', "sharing.standalone[1].slice",
+     "one count per topic"),
+    ("[sharing]\nmetadata_max_bytes = 10", "sharing.metadata_max_bytes", "greater than or equal to 256"),
 ]
 
 

@@ -9,13 +9,16 @@ actions (pause/resume reading, close, timers).
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from structlog.testing import capture_logs
 
 from bench.pipeline_cpu import request_frame, response_frame
+from proxy.core.chain import Chain
 from proxy.core.connection import Connection, Limits
+from proxy.core.exchange import Exchange, Signal
+from proxy.core.policy import Policy
 from proxy.policies.sessions import LEGACY, PartitionKey
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.fetch_request_fast import decode_fetch_request
@@ -834,3 +837,73 @@ def test_no_access_log_line_when_it_is_off() -> None:
     conn.client_data(sized(list_offsets(1)))
     conn.upstream_data(sized(list_offsets_response(1)))
     assert rig.log.getvalue() == "" and rig.metrics.total("sluice_requests_total") == 1
+
+
+# -------------------------------------------------------------------------- waits for Sluice's own work
+
+
+class _WaitsFirst(Policy):
+    """A policy that needs work of Sluice's own before a ListOffsets request goes on (as cooperative
+    consumption waits for its group calls), then sends the request as it was; ``signals`` are settled by the
+    test."""
+
+    name = "waits-first"
+    apis: ClassVar[frozenset[int]] = frozenset({LIST_OFFSETS})
+
+    def __init__(self) -> None:
+        self.signals: list[Signal] = []
+        self.resumed: list[int] = []
+
+    def on_request(self, ex: Exchange, conn: Any) -> Any:
+        ex.pending = signal = Signal()
+        self.signals.append(signal)
+        return "asked"
+
+    def on_resume(self, ex: Exchange, conn: Any, state: Any) -> Any:
+        self.resumed.append(ex.header.correlation_id)
+        return None
+
+
+def waiting_rig() -> tuple[CoreRig, _WaitsFirst]:
+    rig = make_rig()
+    policy = _WaitsFirst()
+    rig.proxy.chain = Chain([policy], rig.metrics, rig.names, rig.access_log)
+    return rig, policy
+
+
+def test_a_request_waits_for_the_work_a_policy_asked_for_and_those_behind_it_too() -> None:
+    rig, policy = waiting_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1), list_offsets(2)))
+    assert port.upstream == b"" and port.client_paused and conn.busy and policy.resumed == []
+    policy.signals[0].settle()
+    assert policy.resumed == [1]
+    assert correlation_ids(port.take_upstream(), request_side=True) == [1]  # the second waits for its own
+    policy.signals[1].settle()
+    assert correlation_ids(port.take_upstream(), request_side=True) == [2] and not port.client_paused
+    conn.upstream_data(sized(list_offsets_response(1), list_offsets_response(2)))
+    assert correlation_ids(port.take_client()) == [1, 2]
+
+
+def test_work_already_done_does_not_wait() -> None:
+    rig, policy = waiting_rig()
+    conn, port = rig.connect()
+    original = _WaitsFirst.on_request
+
+    def settled_at_once(self: _WaitsFirst, ex: Exchange, state: Any) -> Any:
+        out = original(self, ex, state)
+        self.signals[-1].settle()
+        return out
+
+    policy.on_request = settled_at_once.__get__(policy)  # type: ignore[method-assign]
+    conn.client_data(sized(list_offsets(1)))
+    assert correlation_ids(port.take_upstream(), request_side=True) == [1] and policy.resumed == [1]
+
+
+def test_closing_while_waiting_forgets_the_wait() -> None:
+    rig, policy = waiting_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1)))
+    conn.client_lost()
+    policy.signals[0].settle()  # the work ends after the client left: nothing is sent, nothing resumed
+    assert port.upstream == b"" and policy.resumed == []

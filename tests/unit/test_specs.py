@@ -19,7 +19,8 @@ from proxy.wire import schema
 from proxy.wire.schema import SpecsError, check_specs
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC_FILES = ("manifest.json", "RecordBatch.json", "Record.json")
+SPEC_FILES = ("manifest.json", "RecordBatch.json", "Record.json", "SharingSubscription.json", "SharingAssignment.json",
+              "SharingCommitMetadata.json")
 
 
 def clean_env() -> dict[str, str]:
@@ -107,4 +108,5 @@ def test_build_ships_the_specs_as_package_data(tmp_path: Path) -> None:
     shipped = out / "proxy" / "codecs"
     assert sorted(p.name for p in shipped.iterdir()) == sorted([*SPEC_FILES, "README.md"])
     manifest = json.loads(schema._strip_comments((shipped / "manifest.json").read_text()))
-    assert manifest["sluice"] == ["RecordBatch", "Record"]
+    assert manifest["sluice"] == ["RecordBatch", "Record", "SharingSubscription", "SharingAssignment",
+                                  "SharingCommitMetadata"]

@@ -18,6 +18,7 @@ from proxy.policies.throttle import (
     parse_replicas,
     plan_request,
 )
+from proxy.policies.topic_rules import TopicRules
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
 from proxy.wire.fetch_request_fast import FetchEdit, decode_fetch_request
 from proxy.wire.messages import encode_request, request_codec
@@ -137,7 +138,7 @@ def test_glob_resolution_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     calls: list[str] = []
     real = fnmatch.fnmatchcase
     monkeypatch.setattr(fnmatch, "fnmatchcase", lambda name, pattern: calls.append(name) or real(name, pattern))
-    monkeypatch.setattr(Throttles, "RESOLVED_MAX", 2)
+    monkeypatch.setattr(TopicRules, "RESOLVED_MAX", 2)
     t = globbed(("exact", ""), ("t-*", "*"))
     for name in ("t-1", "t-2", "t-1", "t-2"):
         assert t.throttled(name, 0, CONSUMER)

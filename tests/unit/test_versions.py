@@ -15,11 +15,14 @@ from proxy.wire.model import Message
 from proxy.wire.schema import Versions
 
 PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
-#: decoded at every version a client may pick (responses; Fetch requests too): both ends capped
-DECODED = {18: "ApiVersions", 3: "Metadata", 10: "FindCoordinator", 60: "DescribeCluster", 1: "Fetch"}
-#: in the manifest (their codecs are tested) but never decoded by the proxy: relayed as bytes, not capped
-RELAYED = {2: "ListOffsets", 8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat",
-           13: "LeaveGroup", 14: "SyncGroup"}
+#: decoded at every version a client may pick (responses; Fetch requests too; the group APIs cooperative
+#: consumption reads and rewrites): both ends capped
+DECODED = {18: "ApiVersions", 3: "Metadata", 10: "FindCoordinator", 60: "DescribeCluster", 1: "Fetch",
+           8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 14: "SyncGroup"}
+#: in the manifest (their codecs are tested) but never decoded from clients: relayed as bytes, not capped
+RELAYED = {2: "ListOffsets", 13: "LeaveGroup", 15: "DescribeGroups"}
+#: defined by Kafka, not described by kafka-python's specs: relayed as bytes, never capped
+UNSPECIFIED = {68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe"}
 DESCRIBE_CONFIGS = 32  # not in the manifest
 
 
@@ -47,8 +50,15 @@ def test_decoded_apis_capped_at_both_ends() -> None:
 
 
 def test_relayed_and_unlisted_apis_pass_through() -> None:
-    broker = dict.fromkeys([*RELAYED, DESCRIBE_CONFIGS], (0, 99))
+    broker = dict.fromkeys([*RELAYED, *UNSPECIFIED, DESCRIBE_CONFIGS], (0, 99))
     assert capped(broker) == broker
+
+
+def test_apis_kafka_python_does_not_describe_are_known_by_name() -> None:
+    # Kafka closes a connection that sends a key it does not define; Sluice relays these rather than refuse them.
+    for key, name in UNSPECIFIED.items():
+        assert messages.known_api(key) and messages.api_name(key) == name
+    assert not messages.known_api(70) and messages.api_name(70) == "Unknown(70)"
 
 
 def test_an_api_left_with_no_version_is_dropped() -> None:

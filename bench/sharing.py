@@ -1,0 +1,156 @@
+"""Cooperative consumption's speed-up (seed 004, proxy/policies/sharing/): a consumer group whose per-record work
+is the bottleneck, 3 consumers against 6 consumers sharing 3 partitions through Sluice, in one run, on a real
+broker.
+
+``python -m bench.sharing [--records 24000] [--keys 6000] [--work-ms 1] [--client confluent]
+[--commit-interval-s 1] [--upstream H:P]``
+
+Goal: ``speedup_6_vs_3`` >= 1.8; also Sluice's CPU per MiB of record bytes it filtered.
+
+Setup: one rig broker (real Kafka 4.x, KRaft) and one Sluice subprocess (rig/sluice_process.py) with ``[sharing]
+enabled`` for the bench's topics, all consumers through it. For each configuration (3 consumers, then 6), a fresh
+topic of 3 partitions and a fresh group: the consumers (``python -m rig.group_consumer``, confluent-kafka by
+default, each its own client.id, range assignor, polls of at most 100 records, a synchronous commit at most every
+``--commit-interval-s``) start and join; once every consumer reports its assignment and the group has settled (the
+assignments are stable for 3 s), ``--records`` records of ``--keys`` keys (200-byte values) are produced. Keys
+spread over partitions and slices by their hash, so how evenly the work splits depends on how many there are: 6,000
+keys of 4 records each give slices within a few percent of each other; a few hundred keys make the largest slice,
+which sets the pace, markedly larger than the average (a property of key hashing, not of Sluice). Each record costs
+``--work-ms`` of "work" in the consumer: a wait, as an I/O-bound job's call to a database would be, so the 2 cores
+do not cap the consumers. With 3 consumers each holds a whole partition (no sharing: consumers do not outnumber
+partitions); with 6, two share each partition, one key-hash slice each. A commit of a shared partition costs more
+than a plain one (Sluice writes the slice's position, reads the other slices' and then commits the stable offset:
+three round trips to the coordinator in turn), so committing after every poll (``--commit-interval-s 0``) lowers the
+6 consumers' rate more than the 3's.
+
+Measured: the time from the first record handed to any consumer to the last record of the topic handed over
+(every record is checked to arrive exactly once), the records/s over it, and Sluice's CPU time (psutil) over the
+same span against the record bytes it filtered (``sluice_sharing_filtered_bytes_total``: the shared partitions'
+record sets as fetched, before filtering). Benches here share 2 cores with everything else on the machine: figures
+are noisy; compare configurations within one run.
+
+JSON lines on stdout: per configuration ``{"bench": "sharing", "consumers", "records", "seconds",
+"records_per_s", "sluice_cpu_s", "filtered_mib", ...}``; last line ``{"summary": "sharing", "speedup_6_vs_3",
+"cpu_s_per_filtered_mib", ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rig.group_consumer import ConsumerProcess
+from rig.kafka import KafkaBroker
+from rig.sluice_process import SluiceProcess
+
+PARTITIONS = 3
+#: the group has settled when no consumer's assignment changed for this long
+SETTLE_S = 3.0
+
+
+def emit(line: dict[str, Any]) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(0.1)  # polling a real condition, bounded by the deadline
+
+
+def produce(bootstrap: str, topic: str, records: int, keys: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all"})
+    for i in range(records):
+        producer.produce(topic, key=f"key-{i % keys}".encode(), value=f"{i:08d}".encode() + b"v" * 192)
+        if i % 1000 == 0:
+            producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError("records not acknowledged")
+
+
+def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, consumers: int) -> dict[str, Any]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"bench-sharing-{consumers}-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    group = f"g-{topic}"
+    commit = ["--commit-interval-s", str(args.commit_interval_s)]
+    members = [ConsumerProcess.spawn(args.client, sluice.bootstrap, topic, group, f"bench-{consumers}-{i}",
+                                     "--work-ms", str(args.work_ms), *commit) for i in range(consumers)]
+    try:
+        def settled() -> bool:
+            assigned = [[(t, e["assigned"]) for t, e in m.timed_events() if "assigned" in e] for m in members]
+            if not all(assigned):
+                return False
+            last = max(a[-1][0] for a in assigned)
+            held = sum(len(a[-1][1]) for a in assigned)
+            return held >= min(consumers, 2 * PARTITIONS) and time.monotonic() - last > SETTLE_S
+        wait_until(settled, 120, "the group to settle")
+        cpu0, bytes0 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
+        produce(bootstrap, topic, args.records, args.keys)
+        wait_until(lambda: sum(len(m.timed_records()) for m in members) >= args.records, 600,
+                   "every record consumed")
+        cpu1, bytes1 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
+        records = [m.timed_records() for m in members]
+        times = [t for rs in records for t, _ in rs]
+        values = Counter(r[3] for rs in records for _, r in rs)
+        if len(values) != args.records or max(values.values()) != 1:
+            raise RuntimeError(f"{len(values)} distinct records of {args.records}, "
+                               f"{sum(values.values()) - len(values)} delivered twice")
+        seconds = max(times) - min(times)
+        line = {"bench": "sharing", "client": args.client, "consumers": consumers, "partitions": PARTITIONS,
+                "records": args.records, "keys": args.keys, "work_ms": args.work_ms, "seconds": round(seconds, 3),
+                "commit_interval_s": args.commit_interval_s, "records_per_s": round(args.records / seconds, 1),
+                "per_consumer": [len(rs) for rs in records],
+                "sluice_cpu_s": round(cpu1 - cpu0, 3), "filtered_mib": round((bytes1 - bytes0) / 2**20, 3)}
+        emit(line)
+        return line
+    finally:
+        for m in members:
+            m.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.sharing", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=int, default=24000)
+    p.add_argument("--keys", type=int, default=6000)
+    p.add_argument("--work-ms", type=float, default=1.0)
+    p.add_argument("--client", default="confluent", choices=("confluent", "kafka-python", "aiokafka"))
+    p.add_argument("--commit-interval-s", type=float, default=1.0,
+                   help="each consumer commits at most this often (0: after every poll)")
+    p.add_argument("--upstream", help="host:port of a running broker (default: start one)")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        config = Path(tmp) / "sluice.toml"
+        config.write_text('[sharing]\nenabled = true\n[[sharing.topics]]\ntopic = "bench-sharing-*"\n')
+        bootstrap = args.upstream or stack.enter_context(KafkaBroker()).bootstrap
+        sluice = stack.enter_context(SluiceProcess(bootstrap, {"SLUICE_CONFIG": str(config)}))
+        three = run(args, bootstrap, sluice, 3)
+        six = run(args, bootstrap, sluice, 6)
+    mib = six["filtered_mib"]
+    emit({"summary": "sharing", "speedup_6_vs_3": round(six["records_per_s"] / three["records_per_s"], 3),
+          "cpu_s_per_filtered_mib": round(six["sluice_cpu_s"] / mib, 4) if mib else None,
+          "records_per_s_3": three["records_per_s"], "records_per_s_6": six["records_per_s"],
+          "goal_speedup": 1.8})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""Cooperative consumption (seed 004): consumers share partitions by key-hash slice. See :mod:`.policy`."""
+
+from .policy import Sharing
+
+__all__ = ["Sharing"]

@@ -1,0 +1,328 @@
+"""The classic group protocol through a sharing-enabled Sluice (seed 004's "rebalance support for concurrent
+assignment", for unmodified clients):
+
+- a member's **JoinGroup** request: its subscription metadata is marked (the topics this Sluice lets it share) and
+  partitions it shares without holding slice 0 are left out of its OwnedPartitions (:mod:`.marker`);
+- the **JoinGroup** response to the leader: the markers are read (kept for its SyncGroup) and removed;
+- the leader's **SyncGroup** request: for each shared topic whose marked members outnumber its partitions, the
+  assignment is rewritten by the seed's key-range assignor (:mod:`.assignor`) and each marked member's slices
+  are appended to its assignment; the rewrite is logged (``sharing_assignment``);
+- a member's **SyncGroup** response: its slices are read and removed; the member's partitions of shared topics are
+  what its fetches are filtered by;
+- **Heartbeat**: a member whose slices this Sluice does not know (it restarted) is recovered from the group
+  (:func:`~.offsets.recover`); a member Sluice must make rejoin is answered REBALANCE_IN_PROGRESS, as the
+  coordinator answers when a rebalance starts (its client then sends JoinGroup);
+- **ConsumerGroupHeartbeat** (KIP-848, ``group.protocol=consumer``): the assignment is the broker's, not a
+  client's, so there is nothing to rewrite: a log event, a metric, no sharing, the request relayed untouched.
+
+A partition the client keeps across a rebalance: clients go on from their own position in it without reading its
+committed offset again (cooperative rebalancing always; kafka-python's eager rebalancing too:
+``SubscriptionState.assign_from_subscribed`` keeps the state of partitions in both assignments). With a new slice
+that holds keys the old one did not, that position may be past records of those keys no one consumed yet. Such
+partitions are left out of the member's assignment this generation and the member is made to rejoin: in the next
+generation the partition is new to it, and it starts from its slice's committed position (what Kafka's
+cooperative protocol does for a partition that moves: revoke first, assign in the next round). A new slice inside
+the old one needs none of this: every record of its keys below the client's position was this member's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...accesslog import get_logger
+from ...core.exchange import ConnectionInfo, Exchange
+from ...wire.compiler import skip_tags
+from ...wire.errors import CodecError
+from ...wire.messages import response_codec
+from ...wire.model import Message
+from ...wire.views import MessageResponse, ResponseView, local_response
+from . import assignor, marker
+from .keys import WHOLE
+from .members import Member, PartitionState
+
+if TYPE_CHECKING:
+    from .policy import Sharing
+
+log = get_logger("sluice.sharing")
+
+CONSUMER = "consumer"
+HEARTBEAT = 12
+REBALANCE_IN_PROGRESS = 27
+MEMBER_ID_REQUIRED = 79
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class LeaderRound:
+    """What the leader's JoinGroup response said, for its SyncGroup: each member's marker and subscription."""
+
+    generation: int
+    protocol: str
+    members: dict[str, assignor.MemberInfo]
+    marked: dict[str, frozenset[str]]
+    subscribed: dict[str, frozenset[str]]
+
+
+@dataclass(slots=True)
+class GroupTicket:
+    member: Member | None
+    collision: bool
+
+
+def _key(info: ConnectionInfo, ex: Exchange) -> tuple[str, str]:
+    return info.client_host, ex.client_id or ""
+
+
+# ------------------------------------------------------------------------------------------- JoinGroup
+
+
+def join_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket | None:
+    body = ex.body
+    if body.protocol_type != CONSUMER:
+        return None
+    ex.collect = True  # the answer says the member id, and the leader's lists the members' markers
+    if not p.opted_in(ex):
+        return GroupTicket(None, False)  # not marked; the response may still be the leader's to clean
+    m, collision = p.members.attach(_key(info, ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    if collision:
+        p.not_shared("client_id_collision", ex.client_id, body.group_id)
+        return GroupTicket(m, True)
+    holds = m.partitions or {}
+
+    def not_owned(tp: TopicPartition) -> bool:
+        state = holds.get(tp)
+        return state is not None and state.slice.index != 0
+
+    protocols = []
+    marked: frozenset[str] = frozenset()
+    for proto in body.protocols:
+        try:
+            metadata, topics = marker.mark_subscription(bytes(proto.metadata), p.shareable, not_owned)
+        except CodecError as e:
+            p.not_shared("bad_marker", ex.client_id, body.group_id, detail=f"subscription unreadable: {e}")
+            return GroupTicket(m, False)
+        marked |= topics
+        protocols.append(proto.replace(metadata=metadata))
+    m.marked = marked
+    if marked:
+        ex.body = body.replace(protocols=protocols)
+    return GroupTicket(m, False)
+
+
+def join_response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+                  ticket: GroupTicket) -> None:
+    assert isinstance(response, MessageResponse)
+    body = response.body
+    group = ex.body.group_id
+    if ticket.member is not None and body.member_id and not ticket.collision:
+        p.members.learn_member_id(ticket.member.key, info.conn_id, group, body.member_id)
+        ticket.member.member_id = body.member_id
+        if body.error_code == 0:
+            ticket.member.generation = body.generation_id
+            ticket.member.protocol = body.protocol_name or ""
+    elif ticket.member is not None and body.member_id:
+        p.members.learn_member_id(ticket.member.key, info.conn_id, group, body.member_id)
+    if body.error_code or not body.members:
+        return
+    # The leader's answer: every member's metadata. Markers are read for the leader's SyncGroup and removed.
+    members: dict[str, assignor.MemberInfo] = {}
+    marked: dict[str, frozenset[str]] = {}
+    subscribed: dict[str, frozenset[str]] = {}
+    changed = False
+    cleaned = []
+    for entry in body.members:
+        instance = entry.get("group_instance_id")
+        members[entry.member_id] = assignor.MemberInfo(entry.member_id, instance)
+        try:
+            metadata, topics = marker.strip_subscription(bytes(entry.metadata))
+        except CodecError as e:
+            p.not_shared("bad_marker", ex.client_id, group, detail=f"member {entry.member_id}: {e}")
+            cleaned.append(entry)
+            continue
+        if topics is not None:
+            marked[entry.member_id] = topics
+            entry = entry.replace(metadata=metadata)
+            changed = True
+        try:
+            subscribed[entry.member_id] = frozenset(marker.subscribed_topics(bytes(entry.metadata)))
+        except CodecError:
+            marked.pop(entry.member_id, None)
+        cleaned.append(entry)
+    p.rounds[group] = LeaderRound(body.generation_id, body.protocol_name or "", members, marked, subscribed)
+    if changed:
+        body.members = cleaned
+        response.changed = True
+
+
+# ------------------------------------------------------------------------------------------- SyncGroup
+
+
+def sync_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket | None:
+    body = ex.body
+    if body.get("protocol_type") not in (None, CONSUMER):
+        return None
+    m: Member | None = None
+    collision = False
+    if p.opted_in(ex):
+        m, collision = p.members.attach(_key(info, ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    if body.assignments:
+        _rewrite(p, ex, body)
+    if m is None:
+        return None
+    ex.collect = True  # the answer holds the member's slices
+    return GroupTicket(m, collision)
+
+
+def _rewrite(p: Sharing, ex: Exchange, body: Message) -> None:
+    """The leader's assignments, rewritten by the key-range assignor where marked members outnumber partitions."""
+    group = body.group_id
+    round_ = p.rounds.get(group)
+    if round_ is None or round_.generation != body.generation_id or not round_.marked:
+        return
+    decoded: dict[str, tuple[int, Message, dict[str, list[int]]]] = {}
+    for a in body.assignments:
+        try:
+            decoded[a.member_id] = marker.assigned(bytes(a.assignment))
+        except CodecError as e:
+            p.not_shared("bad_assignment", ex.client_id, group, detail=f"member {a.member_id}: {e}")
+            return
+    eligible: dict[str, list[str]] = {}
+    for topic in sorted({t for ts in round_.marked.values() for t in ts}):
+        if not p.shareable(topic):
+            continue
+        members = [m for m, ts in round_.marked.items()
+                   if topic in ts and topic in round_.subscribed.get(m, ()) and m in decoded]
+        eligible[topic] = assignor.ordered(round_.members[m] for m in members)
+    plan = assignor.rewrite(round_.protocol, {m: parts for m, (_, _, parts) in decoded.items()}, eligible)
+    if not plan.shared:
+        return
+    assignments = []
+    for a in body.assignments:
+        version, msg, parts = decoded[a.member_id]
+        new_parts = plan.partitions[a.member_id]
+        if a.member_id in round_.marked:
+            slices = {tp: s for tp, s in plan.slices.get(a.member_id, {}).items()}
+            data = marker.write_assignment(version, msg, new_parts, slices)
+        elif new_parts != parts:
+            data = marker.write_assignment(version, msg, new_parts, None)
+        else:
+            data = bytes(a.assignment)
+        assignments.append(a.replace(assignment=data))
+    ex.body = body.replace(assignments=assignments)
+    p.metrics.sharing_assignments.inc()
+    log.info("sharing_assignment", group=group, generation=body.generation_id, protocol=round_.protocol,
+             members=len(decoded), shared={t: {str(part): n for part, n in sorted(c.items())}
+                                           for t, c in sorted(plan.shared.items())},
+             slices={m: {f"{t}-{part}": str(s) for (t, part), s in sorted(ss.items())}
+                     for m, ss in sorted(plan.slices.items())})
+
+
+def sync_response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+                  ticket: GroupTicket) -> None:
+    assert isinstance(response, MessageResponse)
+    body = response.body
+    m = ticket.member
+    if m is None or body.error_code:
+        return
+    member_id = ex.body.member_id
+    data = bytes(body.assignment or b"")
+    try:
+        core, slices = marker.strip_assignment(data)
+    except CodecError as e:
+        # Slices this Sluice cannot read cannot be enforced: the member gets no records of shared topics until
+        # it has rejoined (its client ignores the trailer, like any reader)
+        p.not_shared("bad_assignment", ex.client_id, m.group, detail=str(e))
+        m.partitions, m.blocked = {}, True
+        m.rejoin.add(member_id)
+        return
+    parsed: tuple[int, Message, dict[str, list[int]]] | None = None
+    if core:
+        try:
+            parsed = marker.assigned(core)
+        except CodecError as e:
+            p.not_shared("bad_assignment", ex.client_id, m.group, detail=str(e))
+    parts = parsed[2] if parsed is not None else {}
+    drop: set[TopicPartition] = set()
+    if ticket.collision or p.members.collides(m.key):
+        # Two consumers behind one key: their fetches cannot be told apart, so no slice can be enforced. Slices
+        # given before the collision was seen are not consumed; the member rejoins, unmarked.
+        drop = {tp for tp, s in (slices or {}).items() if not s.whole}
+        m.partitions, m.blocked = {}, bool(drop)
+    else:
+        handed = {(t, part): (slices or {}).get((t, part), WHOLE)
+                  for t, ps in parts.items() if t in m.marked and p.shareable(t) for part in ps}
+        before = m.partitions or {}
+        # A partition the client keeps with a slice that is not inside its old one: the client would go on from
+        # its old position, past records of keys it did not hold (see the module docstring)
+        drop = {tp for tp, s in handed.items() if tp in before and not before[tp].slice.contains(s)}
+        for tp in drop:
+            del handed[tp]
+        m.partitions = {tp: before[tp].narrowed(s) if tp in before else PartitionState(s)
+                        for tp, s in handed.items()}
+        m.blocked = False
+        m.generation = ex.body.generation_id
+        if m.recovering is not None:  # the group said it anew: a recovery still running must not overwrite it
+            m.recovering.settle()
+            m.recovering = None
+    new: bytes | None = None
+    if drop and parsed is not None:
+        for t, part in drop:
+            if part in parts.get(t, []):
+                parts[t].remove(part)
+        new = marker.write_assignment(parsed[0], parsed[1], parts, None)
+        m.rejoin.add(member_id)
+        p.metrics.sharing_rejoins.inc()
+    elif core != data:
+        new = core
+    if new is not None:
+        body.assignment = new
+        response.changed = True
+    p.update_gauges(m.group)
+
+
+# -------------------------------------------------------------------------------------------- Heartbeat
+
+
+def heartbeat_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Any:
+    body = ex.body
+    if not p.opted_in(ex):
+        return None
+    m, _ = p.members.attach(_key(info, ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    if body.member_id in m.rejoin:
+        m.rejoin.discard(body.member_id)
+        h = ex.header
+        ex.answer = local_response(HEARTBEAT, h.api_version, h.correlation_id,
+                                   response_codec(HEARTBEAT, h.api_version).default().replace(
+                                       error_code=REBALANCE_IN_PROGRESS))
+        return None
+    if not m.known and m.recovering is None and not m.kip848:
+        p.recover(m)
+    return None
+
+
+# ------------------------------------------------------------------------------- KIP-848 (new protocol)
+
+
+def consumer_group_heartbeat(p: Sharing, ex: Exchange, info: ConnectionInfo) -> None:
+    """ConsumerGroupHeartbeat (API 68): kafka-python's specs do not describe it, so only its first field, the
+    GroupId (a compact string, after the v2 request header's tag section), is read."""
+    key = _key(info, ex)
+    m = p.members.get(key)
+    if m is not None and m.kip848:
+        return
+    group = ""
+    frame = memoryview(ex.frame)
+    try:
+        pos = skip_tags(frame, 8 + 2 + max(0, int.from_bytes(frame[8:10], "big", signed=True)))
+        length = frame[pos] - 1  # a compact string of < 127 bytes; longer ones are not named in the log
+        if 0 <= length < 127:
+            group = bytes(frame[pos + 1 : pos + 1 + length]).decode("utf-8", "replace")
+    except (IndexError, CodecError):
+        pass
+    member = m if m is not None else Member(key, group)
+    member.kip848 = True
+    member.partitions = {}
+    p.members.by_key[key] = member
+    p.not_shared("kip848_group", ex.client_id, group,
+                 detail="group.protocol=consumer (KIP-848): the broker assigns partitions, Sluice cannot share them")

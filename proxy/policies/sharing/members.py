@@ -1,0 +1,160 @@
+"""Which client connection is which group member, for one Sluice: the registry cooperative consumption keeps.
+
+A consumer's fetches go to partition leaders, on other connections than its group coordinator's, and an
+unmodified client says who it is only by its ``client.id`` and its address. So a member is keyed by
+(client host, client.id): its coordinator connection's group requests (JoinGroup, SyncGroup, Heartbeat,
+OffsetCommit, OffsetFetch) tell the registry its group, member id and slices; its fetch connections look it up by
+the same key. Consumers that share one Sluice need distinct client ids (the Java client's default,
+"consumer-<group>-<n>", is distinct within one process only; librdkafka's "rdkafka" never is): two live
+coordinator connections with one key and different members are a *collision* (:meth:`Members.attach`), and such a
+key gets no slices (its fetches cannot be told apart), instead of wrong filtering.
+
+A member whose coordinator connection closed stays known (its fetch connections may live on, and a reconnecting
+client names the same member id) until :data:`FORGET_AFTER_S` without one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...core.exchange import Signal
+from .frontier import DoneTable, Frontier
+from .keys import Slice
+
+MemberKey = tuple[str, str]  # (client host, client.id)
+TopicPartition = tuple[str, int]
+#: a member with no coordinator connection for this long is forgotten (its slices are learnt again if it returns)
+FORGET_AFTER_S = 600.0
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """What a member's Sluice knows of one partition it holds."""
+
+    slice: Slice
+    #: what was known consumed when the slice started (None: not read yet), and its committed-work filter
+    frontier: Frontier | None = None
+    table: DoneTable | None = None
+    #: where the slice started (the position Sluice answered the client's OffsetFetch with)
+    start: int = -1
+
+    def narrowed(self, s: Slice) -> PartitionState:
+        """This partition held with ``s``, a slice inside this one (the client goes on from its position)."""
+        if s == self.slice:
+            return self
+        table = self.frontier.done_table(s) if self.frontier is not None else None
+        return PartitionState(s, self.frontier, table, self.start)
+
+
+@dataclass(eq=False)
+class Member:
+    key: MemberKey
+    group: str
+    member_id: str = ""
+    generation: int = -1
+    #: the assignor the group chose (JoinGroup's protocol name)
+    protocol: str = ""
+    #: topics its JoinGroup marker listed (this Sluice let it share them)
+    marked: frozenset[str] = frozenset()
+    #: the shared-topic partitions its client holds, as handed to it (None: not known, e.g. after a restart)
+    partitions: dict[TopicPartition, PartitionState] | None = None
+    #: coordinator connections that carried its group requests and are open
+    conns: set[int] = field(default_factory=set)
+    detached_since: float | None = None
+    #: member ids (under this key) whose next heartbeat is answered REBALANCE_IN_PROGRESS (slices changed under
+    #: a partition its client keeps, or slices it was given cannot be enforced)
+    rejoin: set[str] = field(default_factory=set)
+    #: its fetches of shared topics get no records until it rejoins (slices it was given cannot be enforced)
+    blocked: bool = False
+    #: a configured standalone consumer (sharing.standalone), not a group member
+    standalone: bool = False
+    #: a consumer on the KIP-848 protocol: never shared
+    kip848: bool = False
+    #: the recovery of its slices from the group (after a Sluice restart), while it runs
+    recovering: Signal | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.partitions is not None
+
+
+class Members:
+    def __init__(self) -> None:
+        self.by_key: dict[MemberKey, Member] = {}
+        #: opted-in keys whose fetches were withheld while no member was known: since when
+        self.unknown_since: dict[MemberKey, float] = {}
+        #: per key, the open coordinator connections that made group requests for it, and who each spoke for
+        #: (group, member id; "" until the coordinator gave one)
+        self._claims: dict[MemberKey, dict[int, tuple[str, str]]] = {}
+        self._conn_keys: dict[int, set[MemberKey]] = {}
+
+    def get(self, key: MemberKey) -> Member | None:
+        return self.by_key.get(key)
+
+    def collides(self, key: MemberKey) -> bool:
+        """Whether two live consumers (or groups) speak under ``key``: a consumer has one coordinator connection
+        per group, so two open ones with different members (or one still without a member id) are two."""
+        claims = self._claims.get(key)
+        if not claims or len(claims) < 2:
+            return False
+        identities = {(group, member or f"conn-{conn}") for conn, (group, member) in claims.items()}
+        return len(identities) > 1
+
+    def attach(self, key: MemberKey, conn: int, group: str, member_id: str, now: float) -> tuple[Member, bool]:
+        """The member a group request on coordinator connection ``conn`` speaks for (made, or made anew when the
+        group or member id changed), and whether ``key`` is in a collision (see :meth:`collides`)."""
+        self._forget_stale(now)
+        claims = self._claims.setdefault(key, {})
+        _, known_id = claims.get(conn, ("", ""))
+        claims[conn] = (group, member_id or known_id)
+        self._conn_keys.setdefault(conn, set()).add(key)
+        collision = self.collides(key)
+        m = self.by_key.get(key)
+        if m is None or (not collision and (m.group != group or (member_id and m.member_id
+                                                                 and member_id != m.member_id))):
+            m = self.by_key[key] = Member(key, group, member_id)
+        elif member_id and not collision:
+            m.member_id = member_id
+        if m.group == group:
+            m.conns.add(conn)
+            m.detached_since = None
+        self.unknown_since.pop(key, None)
+        return m, collision
+
+    def learn_member_id(self, key: MemberKey, conn: int, group: str, member_id: str) -> None:
+        """The coordinator named the member id of the consumer on ``conn`` (JoinGroup's answer)."""
+        claims = self._claims.get(key)
+        if claims is not None and conn in claims:
+            claims[conn] = (group, member_id)
+
+    def standalone(self, key: MemberKey) -> Member:
+        m = self.by_key.get(key)
+        if m is None or not m.standalone:
+            m = self.by_key[key] = Member(key, "", standalone=True, partitions={})
+        return m
+
+    def detach(self, conn: int, now: float) -> list[Member]:
+        """Connection ``conn`` closed: the members it carried (still known, no longer live through it)."""
+        out = []
+        for key in self._conn_keys.pop(conn, ()):
+            claims = self._claims.get(key)
+            if claims is not None:
+                claims.pop(conn, None)
+                if not claims:
+                    del self._claims[key]
+            m = self.by_key.get(key)
+            if m is not None and conn in m.conns:
+                m.conns.discard(conn)
+                if not m.conns:
+                    m.detached_since = now
+                out.append(m)
+        return out
+
+    def _forget_stale(self, now: float) -> None:
+        stale = [k for k, m in self.by_key.items()
+                 if m.detached_since is not None and now - m.detached_since > FORGET_AFTER_S]
+        for k in stale:
+            del self.by_key[k]
+
+    def of_group(self, group: str) -> list[Member]:
+        return [m for m in self.by_key.values() if m.group == group and not m.standalone]

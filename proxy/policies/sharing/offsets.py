@@ -1,0 +1,350 @@
+"""Commits and committed offsets of shared partitions (the seed's individual commit, on today's brokers; see
+:mod:`.frontier` for what is stored where and why).
+
+- **OffsetFetch** of a member holding slices: before the request goes on, Sluice reads each partition's frontier
+  (:class:`~.reads.FrontierRead`); the broker's answer is then edited so the member gets its own slice's start
+  (the lowest frontier over its keys) with the metadata it committed, and the member's fetches are filtered from
+  then on by the committed-work filter of that frontier. If the read fails, the member is told to retry
+  (COORDINATOR_LOAD_IN_PROGRESS), never given an offset Sluice cannot vouch for.
+- **OffsetCommit** of such a member: its offset is its slice's position. Sluice commits it in the slice's group
+  (skipped when it is not past the slice's start: a commit behind changes nothing), reads the other slices'
+  positions in the same call, and the member's request goes on with the partition's stable offset instead (and
+  the layouts to remember in its metadata), so the group's commit, fenced by the coordinator with the member's
+  generation like any, never gets ahead of what every slice has consumed. If Sluice's own commit fails, the
+  client's commit fails with COORDINATOR_NOT_AVAILABLE (retriable) and nothing is written.
+- **Recovery** after a Sluice restart (:func:`recover`): a member's client keeps consuming while its new Sluice
+  knows nothing; its first group request names the group and member id, and Sluice reads the member's assignment
+  back from the group (DescribeGroups: the broker stores the assignment the leader sent, slices included) and the
+  partitions' frontiers, without a rebalance. Its fetches of shared topics get no records until then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ...accesslog import get_logger
+from ...core.exchange import ConnectionInfo, Exchange, Signal
+from ...core.group_calls import GroupCall
+from ...wire.errors import CodecError
+from ...wire.messages import response_codec
+from ...wire.model import Message
+from ...wire.views import MessageResponse, ResponseView, local_response
+from . import marker
+from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
+from .keys import WHOLE, Slice
+from .members import Member, PartitionState
+from .reads import FrontierRead
+
+if TYPE_CHECKING:
+    from .policy import Sharing
+
+log = get_logger("sluice.sharing")
+
+OFFSET_COMMIT = 8
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+TopicPartition = tuple[str, int]
+
+
+def _key(info: ConnectionInfo, ex: Exchange) -> tuple[str, str]:
+    return info.client_host, ex.client_id or ""
+
+
+def _member(p: Sharing, ex: Exchange, info: ConnectionInfo, group: str, member_id: str) -> Member | None:
+    """The member a group's offset request speaks for: a configured standalone consumer, or the group member
+    under this key (made if a member id says it is one, its slices then recovered)."""
+    key = _key(info, ex)
+    m = p.members.get(key)
+    if m is not None and m.kip848:
+        return None
+    if p.standalone_for(ex.client_id):
+        m = p.members.standalone(key)
+        m.group = group
+        return m
+    if m is None and not member_id:
+        return None
+    m, collision = p.members.attach(key, info.conn_id, group, member_id, p.clock())
+    if collision:
+        return None
+    if not m.known and m.recovering is None and member_id:
+        p.recover(m)
+    return m
+
+
+@dataclass(slots=True)
+class OffsetTicket:
+    member: Member
+    group: str
+    wanted: dict[TopicPartition, Slice]
+    read: FrontierRead | None = None
+    #: OffsetCommit: per partition, the offset and metadata the client committed
+    commits: dict[TopicPartition, tuple[int, str | None]] = field(default_factory=dict)
+
+
+def _slice_for(p: Sharing, m: Member, tp: TopicPartition) -> Slice | None:
+    if m.standalone:
+        s = p.standalone_slice(m.key[1], tp)
+        if s is not None and m.partitions is not None and tp not in m.partitions:
+            m.partitions[tp] = PartitionState(s)
+        return s
+    state = (m.partitions or {}).get(tp)
+    return state.slice if state is not None else None
+
+
+# ------------------------------------------------------------------------------------------ OffsetFetch
+
+
+def _requested(body: Message) -> list[tuple[str, list[Message] | None]]:
+    """(group, topics or None for all) of an OffsetFetch request, any version."""
+    if "groups" in body.fields():
+        return [(g.group_id, g.topics) for g in body.groups]
+    return [(body.group_id, body.topics)]
+
+
+def offset_fetch_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> OffsetTicket | None:
+    body = ex.body
+    requested = _requested(body)
+    if len(requested) != 1:
+        return None  # several groups in one request: an admin tool, not a member
+    group, topics = requested[0]
+    member_id = body.groups[0].get("member_id") or "" if "groups" in body.fields() else ""
+    m = _member(p, ex, info, group, member_id)
+    if m is None:
+        return None
+    if not m.known:
+        if m.recovering is None:
+            return None
+        ex.pending = m.recovering  # recovered first, then read as any member's
+        return OffsetTicket(m, group, {})
+    return _plan_fetch(p, ex, m, group, topics)
+
+
+def _plan_fetch(p: Sharing, ex: Exchange, m: Member, group: str, topics: list[Message] | None) -> OffsetTicket | None:
+    if topics is None:
+        wanted_tps = list(m.partitions or {})
+    else:
+        wanted_tps = [(t.name, part) for t in topics for part in t.partition_indexes]
+    wanted = {tp: s for tp in wanted_tps if (s := _slice_for(p, m, tp)) is not None}
+    if not wanted:
+        return None
+    ticket = OffsetTicket(m, group, wanted)
+    ticket.read = FrontierRead(p.calls, group, wanted, _layouts(m, wanted))
+    ex.pending = ticket.read
+    ex.collect = True  # the answer is edited: each partition's slice start
+    return ticket
+
+
+def _layouts(m: Member, tps: Any) -> dict[TopicPartition, set[int]]:
+    out: dict[TopicPartition, set[int]] = {}
+    for tp in tps:
+        state = (m.partitions or {}).get(tp)
+        if state is not None and state.frontier is not None:
+            out[tp] = state.frontier.layouts
+    return out
+
+
+def offset_fetch_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
+    if ticket.read is None:  # waited for the member's recovery
+        if not ticket.member.known:
+            return None
+        group, topics = _requested(ex.body)[0]
+        return _plan_fetch(p, ex, ticket.member, group, topics)
+    return ticket
+
+
+def offset_fetch_response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+                          ticket: OffsetTicket) -> None:
+    assert isinstance(response, MessageResponse)
+    body = response.body
+    read = ticket.read
+    if read is None:
+        return
+    m = ticket.member
+    if read.error is not None:
+        log.warning("sharing_offsets_unavailable", group=ticket.group, client_id=ex.client_id, error=read.error)
+        if "groups" in body.fields():
+            for g in body.groups:
+                g.error_code = COORDINATOR_LOAD_IN_PROGRESS
+        else:
+            body.error_code = COORDINATOR_LOAD_IN_PROGRESS
+            for t in body.topics:
+                for part in t.partitions:
+                    part.error_code = COORDINATOR_LOAD_IN_PROGRESS
+        response.changed = True
+        return
+    topics = body.groups[0].topics if "groups" in body.fields() else body.topics
+    for t in topics:
+        for part in t.partitions:
+            tp = (t.name, part.partition_index)
+            s = ticket.wanted.get(tp)
+            if s is None or part.error_code:
+                continue
+            f = read.frontiers[tp]
+            start = f.start(s)
+            if m.partitions is not None:
+                m.partitions[tp] = PartitionState(s, f, f.done_table(s), start)
+            plain = read.plain[tp]
+            if s.whole:
+                meta = decode_metadata(plain.metadata)
+                client_md = meta[1] if meta is not None else plain.metadata
+            else:
+                own = read.read[tp].get(s)
+                client_md = own.metadata if own is not None and own.offset >= 0 else plain_client(plain.metadata)
+            part.committed_offset = start
+            if "committed_leader_epoch" in part.fields():
+                part.committed_leader_epoch = plain.leader_epoch if start == plain.offset else -1
+            part.metadata = client_md if client_md is not None else ""
+    response.changed = True
+
+
+def plain_client(metadata: str | None) -> str | None:
+    meta = decode_metadata(metadata)
+    return meta[1] if meta is not None else metadata
+
+
+# ----------------------------------------------------------------------------------------- OffsetCommit
+
+
+def offset_commit_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> OffsetTicket | None:
+    body = ex.body
+    m = _member(p, ex, info, body.group_id, body.member_id)
+    if m is None:
+        return None
+    if not m.known:
+        if m.recovering is None:
+            return None
+        ex.pending = m.recovering
+        return OffsetTicket(m, body.group_id, {})
+    return _plan_commit(p, ex, m, body)
+
+
+def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTicket | None:
+    group = body.group_id
+    commits: dict[TopicPartition, tuple[int, str | None]] = {}
+    wanted: dict[TopicPartition, Slice] = {}
+    for t in body.topics:
+        for part in t.partitions:
+            tp = (t.name, part.partition_index)
+            s = _slice_for(p, m, tp)
+            if s is None:
+                continue
+            state = (m.partitions or {}).get(tp)
+            if s.whole and state is not None and state.frontier is not None and not state.frontier.positions:
+                continue  # a whole partition no slice ever consumed: the client's commit is the plain one
+            wanted[tp] = s
+            commits[tp] = (part.committed_offset, part.committed_metadata)
+    if not wanted:
+        return None
+    own: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
+    for tp, s in wanted.items():
+        offset, metadata = commits[tp]
+        state = (m.partitions or {}).get(tp)
+        start = state.start if state is not None else -1
+        if not s.whole and offset > start and offset >= 0:
+            own.setdefault(slice_group(group, s), {})[tp] = (offset, metadata)
+    ticket = OffsetTicket(m, group, wanted, commits=commits)
+    ticket.read = FrontierRead(p.calls, group, wanted, _layouts(m, wanted), commits=own)
+    ex.pending = ticket.read
+    return ticket
+
+
+def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
+    body = ex.body
+    if ticket.read is None:  # waited for the member's recovery
+        return _plan_commit(p, ex, ticket.member, body) if ticket.member.known else None
+    read = ticket.read
+    if read.error is not None:
+        log.warning("sharing_commit_failed", group=ticket.group, client_id=ex.client_id, error=read.error)
+        h = ex.header
+        answer = response_codec(OFFSET_COMMIT, h.api_version).default().replace(topics=[
+            Message(name=t.name, partitions=[Message(partition_index=part.partition_index,
+                                                     error_code=COORDINATOR_NOT_AVAILABLE)
+                                             for part in t.partitions]) for t in body.topics])
+        ex.answer = local_response(OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
+        return None
+    lag = p.stable_lag.setdefault(ticket.group, {})
+    topics = []
+    for t in body.topics:
+        parts = []
+        for part in t.partitions:
+            tp = (t.name, part.partition_index)
+            s = ticket.wanted.get(tp)
+            if s is not None:
+                offset, client_md = ticket.commits[tp]
+                f: Frontier = read.frontiers[tp]
+                if offset >= 0:
+                    f = f.with_position(s, offset)
+                stable = f.stable()
+                lag[tp] = max(0, f.furthest() - stable)
+                metadata = encode_metadata(f.worth_keeping(s.count), client_md if s.whole else None,
+                                           p.settings.metadata_max_bytes)
+                fields = {"committed_offset": stable, "committed_metadata": metadata}
+                if "committed_leader_epoch" in part.fields():
+                    fields["committed_leader_epoch"] = -1
+                part = part.replace(**fields)
+            parts.append(part)
+        topics.append(t.replace(partitions=parts))
+    ex.body = body.replace(topics=topics)
+    p.metrics.sharing_stable_lag.labels(ticket.group).set(sum(lag.values()))
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ recovery
+
+
+def recover(p: Sharing, m: Member) -> Signal:
+    """Learn ``m``'s slices and frontiers back from the group (after a Sluice restart): DescribeGroups for its
+    assignment as the leader sent it (slices included), then the frontiers of its shared partitions."""
+    done = m.recovering = Signal()
+    call = p.calls.submit(GroupCall(describe={m.group}))
+
+    def described() -> None:
+        if m.recovering is not done:
+            done.settle()
+            return
+        entry = call.described.get(m.group) if call.error is None else None
+        found = None
+        if entry is not None:
+            found = next((x for x in entry.members if x.member_id == m.member_id), None)
+        if found is None or not found.member_assignment:
+            # not in the group (any more), or the group is rebalancing: its SyncGroup will say
+            m.recovering = None
+            done.settle()
+            return
+        try:
+            _, marked = marker.strip_subscription(bytes(found.member_metadata))
+            core, slices = marker.strip_assignment(bytes(found.member_assignment))
+            _, _, parts = marker.assigned(core)
+        except CodecError as e:
+            p.not_shared("bad_assignment", m.key[1], m.group, detail=f"recovery: {e}")
+            m.recovering = None
+            done.settle()
+            return
+        assert entry is not None
+        m.protocol = entry.protocol_data or ""
+        m.marked = marked or frozenset()
+        handed = {(t, part): (slices or {}).get((t, part), WHOLE)
+                  for t, ps in parts.items() if t in m.marked and p.shareable(t) for part in ps}
+        if not handed:
+            m.partitions = {}
+            m.recovering = None
+            done.settle()
+            return
+        read = FrontierRead(p.calls, m.group, handed)
+
+        def frontiers() -> None:
+            if m.recovering is done and read.error is None:
+                m.partitions = {tp: PartitionState(s, read.frontiers[tp], read.frontiers[tp].done_table(s),
+                                                   read.frontiers[tp].start(s)) for tp, s in handed.items()}
+                log.info("sharing_member_recovered", group=m.group, member_id=m.member_id, client_id=m.key[1],
+                         partitions={f"{t}-{part}": str(s) for (t, part), s in sorted(handed.items())})
+                p.update_gauges(m.group)
+            if m.recovering is done:
+                m.recovering = None
+            done.settle()
+
+        read.on_settled(frontiers)
+
+    call.on_settled(described)
+    return done

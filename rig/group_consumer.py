@@ -1,0 +1,322 @@
+"""A real client consumer in a group, as a subprocess that reports everything it receives: for the tests and
+benches of cooperative consumption (proxy/policies/sharing/), which kill consumers (-9) and compare what each
+received with what was produced and committed.
+
+    python -m rig.group_consumer --client confluent --bootstrap 127.0.0.1:19092 --topic t --group g \\
+        --client-id c1 [--work-ms 1] [--strategy range]
+
+stdout, one JSON object per line, flushed as written (so a consumer killed with -9 has reported every poll it
+processed before it died):
+
+- ``{"assigned": [[topic, partition], ...]}`` after each rebalance (the client's own view);
+- ``{"rs": [[partition, offset, key, value], ...]}`` per poll, its records in delivery order (key and value as
+  text), once they are all processed;
+- ``{"committing": {"<partition>": offset}}`` just before a synchronous commit, and ``{"commit": {...}}`` after
+  it succeeded: every record reported before a ``commit``, of those partitions, below those offsets, is committed;
+  the records between a ``committing`` and a killed consumer's end may or may not be (the commit may have landed
+  before the kill).
+
+:class:`ConsumerProcess` runs one (or another tool printing records) and collects what it reports, for tests and
+benches.
+
+Commits are synchronous, after each poll's records are processed (``--work-ms`` per record, a wait as an I/O-bound
+job's call would be), or at most every ``--commit-interval-s``. SIGTERM: the consumer closes (leaving
+the group) and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Self
+
+CLIENTS = ("kafka-python", "confluent", "aiokafka")
+
+
+def _emit(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _text(b: bytes | None) -> str | None:
+    return None if b is None else b.decode("utf-8", "replace")
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.stopped = False
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, *_: Any) -> None:
+        self.stopped = True
+
+
+def _work(ms: float) -> None:
+    if ms > 0:
+        time.sleep(ms / 1000)
+
+
+class _Pacer:
+    """Synchronous commits at most every ``interval_s`` (0: after every poll) of the positions consumed since the
+    last one (``pending``, partition -> next offset)."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.pending: dict[str, int] = {}
+        self._next = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.interval_s
+        return True
+
+    def done(self) -> dict[str, int]:
+        """The positions just committed; none pending any more."""
+        done, self.pending = self.pending, {}
+        return done
+
+
+def _process(polled: Iterable[Iterable[Any]], work_ms: float) -> list[list[Any]]:
+    """A poll's records (kafka-python's and aiokafka's ``ConsumerRecord``), each "processed" in turn."""
+    done = []
+    for msgs in polled:
+        for m in msgs:
+            _work(work_ms)
+            done.append([m.partition, m.offset, _text(m.key), _text(m.value)])
+    return done
+
+
+def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
+    from kafka import KafkaConsumer
+    from kafka.consumer.subscription_state import ConsumerRebalanceListener
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+                 "cooperative-sticky": CooperativeStickyAssignor}
+    consumer = KafkaConsumer(bootstrap_servers=a.bootstrap, group_id=a.group, client_id=a.client_id,
+                             enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                             session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
+                             max_poll_records=a.max_poll_records,
+                             partition_assignment_strategy=[assignors[a.strategy]])
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked: Any) -> None:
+            pass
+
+        def on_partitions_assigned(self, assigned: Any) -> None:
+            _emit({"assigned": sorted([tp.topic, tp.partition] for tp in assigned)})
+
+    if a.assign:
+        from kafka import TopicPartition
+
+        consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
+        _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
+    else:
+        consumer.subscribe([a.topic], listener=Listener())
+    pacer = _Pacer(a.commit_interval_s)
+    try:
+        while not stop.stopped:
+            batch = consumer.poll(timeout_ms=200)
+            if not batch:
+                continue
+            _emit({"rs": _process(batch.values(), a.work_ms)})
+            pacer.pending.update({str(tp.partition): consumer.position(tp) for tp in batch})
+            if pacer.due():
+                _emit({"committing": dict(pacer.pending)})
+                consumer.commit()  # every position consumed: the pending ones
+                _emit({"commit": pacer.done()})
+    finally:
+        consumer.close()
+
+
+def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
+    from confluent_kafka import Consumer, KafkaException
+
+    def on_assign(_c: Any, parts: Any) -> None:
+        _emit({"assigned": sorted([p.topic, p.partition] for p in parts)})
+
+    consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
+                         "session.timeout.ms": a.session_timeout_ms, "heartbeat.interval.ms": 500,
+                         "partition.assignment.strategy": a.strategy})
+    if a.assign:
+        from confluent_kafka import TopicPartition
+
+        # committed offsets (else auto.offset.reset), as a subscribed consumer starts
+        consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
+        _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
+    else:
+        consumer.subscribe([a.topic], on_assign=on_assign)
+    pacer = _Pacer(a.commit_interval_s)
+    try:
+        while not stop.stopped:
+            msgs = consumer.consume(a.max_poll_records, 0.2)
+            if not msgs:
+                continue
+            done: dict[int, int] = {}
+            records = []
+            for m in msgs:
+                if m.error():
+                    raise KafkaException(m.error())
+                partition, offset = m.partition(), m.offset()
+                assert partition is not None and offset is not None
+                _work(a.work_ms)
+                records.append([partition, offset, _text(m.key()), _text(m.value())])
+                done[partition] = offset + 1
+            _emit({"rs": records})
+            pacer.pending.update({str(p): o for p, o in done.items()})
+            if not pacer.due():
+                continue
+            _emit({"committing": dict(pacer.pending)})
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as e:
+                _emit({"commit_failed": str(e)})
+                continue
+            _emit({"commit": pacer.done()})
+    finally:
+        consumer.close()
+
+
+def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: Any) -> None:
+            pass
+
+        async def on_partitions_assigned(self, assigned: Any) -> None:
+            _emit({"assigned": sorted([tp.topic, tp.partition] for tp in assigned)})
+
+    async def main() -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=a.bootstrap, group_id=a.group, client_id=a.client_id,
+                                    enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                                    session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
+                                    max_poll_records=a.max_poll_records,
+                                    partition_assignment_strategy=(assignors[a.strategy],))
+        consumer.subscribe([a.topic], listener=Listener())
+        await consumer.start()
+        pacer = _Pacer(a.commit_interval_s)
+        try:
+            while not stop.stopped:
+                batch = await consumer.getmany(timeout_ms=200)
+                if not batch:
+                    continue
+                _emit({"rs": _process(batch.values(), a.work_ms)})
+                pacer.pending.update({str(tp.partition): await consumer.position(tp) for tp in batch})
+                if pacer.due():
+                    _emit({"committing": dict(pacer.pending)})
+                    await consumer.commit()  # every position consumed: the pending ones
+                    _emit({"commit": pacer.done()})
+        finally:
+            await consumer.stop()
+
+    asyncio.run(main())
+
+
+class ConsumerProcess:
+    """A consumer subprocess (this module's, or any that prints one record per line: ``parse`` turns a line into an
+    event like this module's, or None to skip it) and every event it reported, with when it arrived."""
+
+    def __init__(self, proc: subprocess.Popen[str], parse: Callable[[str], dict[str, Any] | None] = json.loads,
+                 name: str = "") -> None:
+        self.proc = proc
+        self.name = name
+        self.events: list[tuple[float, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self._parse = parse
+        threading.Thread(target=self._read, name=f"consumer-{name}", daemon=True).start()
+
+    @classmethod
+    def spawn(cls, client: str, bootstrap: str, topic: str, group: str, client_id: str, *extra: str,
+              cwd: str | None = None) -> Self:
+        """``python -m rig.group_consumer`` with these arguments (and ``extra`` ones)."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rig.group_consumer", "--client", client, "--bootstrap", bootstrap,
+             "--topic", topic, "--group", group, "--client-id", client_id, *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            cwd=cwd or str(Path(__file__).resolve().parent.parent))
+        return cls(proc, name=client_id)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = self._parse(line)
+            if event is not None:
+                with self._lock:
+                    self.events.append((time.monotonic(), event))
+
+    def reported(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for _, e in self.events]
+
+    def timed_events(self) -> list[tuple[float, dict[str, Any]]]:
+        """(when it was reported, event) for every event, in order."""
+        with self._lock:
+            return list(self.events)
+
+    def timed_records(self) -> list[tuple[float, list[Any]]]:
+        """(when it was reported, [partition, offset, key, value]) for every record, in order."""
+        with self._lock:
+            return [(t, r) for t, e in self.events for r in e.get("rs", ())]
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        """SIGTERM (the consumer leaves its group), wait, then SIGKILL."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+RUNNERS: dict[str, Callable[[argparse.Namespace, _Stop], None]] = {
+    "kafka-python": run_kafka_python, "confluent": run_confluent, "aiokafka": run_aiokafka}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rig.group_consumer", description=__doc__.split("\n\n")[0])
+    p.add_argument("--client", choices=CLIENTS, required=True)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--client-id", required=True)
+    p.add_argument("--strategy", default="range",
+                   help="range, roundrobin, cooperative-sticky (kafka-python, confluent)")
+    p.add_argument("--work-ms", type=float, default=0.0, help="per-record work, a wait")
+    p.add_argument("--max-poll-records", type=int, default=100)
+    p.add_argument("--commit-interval-s", type=float, default=0.0,
+                   help="commit at most this often (0: after every poll)")
+    p.add_argument("--session-timeout-ms", type=int, default=6000)
+    p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
+                   help="assign() partitions 0..PARTITIONS-1 instead of subscribing (kafka-python, confluent)")
+    a = p.parse_args(argv)
+    stop = _Stop()
+    RUNNERS[a.client](a, stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

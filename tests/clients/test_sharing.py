@@ -1,0 +1,359 @@
+"""Cooperative consumption (seed 004, proxy/policies/sharing/) with real clients against the real broker: the
+Java client (Kafka's console consumer), confluent-kafka, kafka-python and aiokafka, 6 consumers of a 3-partition
+topic, each with its own Sluice and all through one Sluice; a consumer killed with -9; every Sluice killed and
+restarted; a member without Sluice; a KIP-848 consumer; two consumers with one client.id; standalone consumers
+(assign()); transactions.
+
+Everything is judged from the clients' side (tests/support/sharing.py): every consumer receives records; together
+they receive every record exactly once, unchanged; each consumer gets each partition's records in offset order;
+while the group does not change, each key's records go to one consumer. After a kill -9, nothing is lost and no
+record the killed consumer had committed is delivered again (records it had not committed may be: at least once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from rig.java_tools import JavaTools
+from rig.kafka import KafkaBroker
+from rig.proxy_thread import ProxyThread
+from rig.sluice_process import SluiceProcess
+from tests.support.faults import wait_until
+from tests.support.sharing import (
+    Member,
+    check_exactly_once,
+    check_in_order,
+    check_keys_at_one_consumer,
+    java_member,
+    produce,
+    python_member,
+    settled,
+    wait_for_all,
+)
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 3
+CONSUMERS = 6
+SHARING = {"sharing.enabled": True, "sharing.topics": [{"topic": "share-*"}]}
+PYTHON_CLIENTS = ["confluent", "kafka-python", "aiokafka"]
+
+
+def new_topic(broker: KafkaBroker, name: str) -> str:
+    topic = f"share-{name}"[:200]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    return topic
+
+
+@pytest.fixture(scope="module")
+def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
+    with ProxyThread(kafka_broker.bootstrap, **SHARING) as p:
+        yield p
+
+
+@contextlib.contextmanager
+def members_of(*members: Member) -> Iterator[list[Member]]:
+    try:
+        yield list(members)
+    finally:
+        for m in members:
+            m.stop()
+
+
+def spawn(client: str, bootstrap: str, topic: str, group: str, client_id: str, tools: JavaTools,
+          **kwargs: Any) -> Member:
+    if client == "java":
+        return java_member(tools, bootstrap, topic, group, client_id, props=kwargs.get("props"))
+    return python_member(client, bootstrap, topic, group, client_id, work_ms=kwargs.get("work_ms", 0),
+                         strategy=kwargs.get("strategy", "range"))
+
+
+def settled_on(sluice: ProxyThread, group: str, assignments_before: float) -> None:
+    """The group has settled: this Sluice's shared partitions and assignments rewritten stopped changing."""
+    settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
+                     sluice.total("sluice_sharing_assignments_total") - assignments_before))
+
+
+def consumed_once(broker: KafkaBroker, topic: str, members: list[Member], tag: str,
+                  n: int = 600) -> list[tuple[str, str]]:
+    """Produce ``n`` records of 60 keys once the group settled: every one received exactly once, in order, each
+    key's records by one consumer. The records produced."""
+    produced = produce(broker.bootstrap, topic, n, keys=60, tag=tag)
+    wait_for_all(members, {v for _, v in produced})
+    check_exactly_once(members, produced)
+    check_keys_at_one_consumer(members)
+    return produced
+
+
+def shared_state(proxies: list[Any], group: str) -> tuple[float, float]:
+    """What the Sluices say of the group: partitions shared by the members behind them, assignments rewritten."""
+    return (sum(p.total("sluice_sharing_partitions", group=group) for p in proxies),
+            sum(p.total("sluice_sharing_assignments_total") for p in proxies))
+
+
+# --------------------------------------------------------------------------- 6 consumers, 6 Sluices / 1 Sluice
+
+
+@pytest.mark.parametrize("client", ["java", *PYTHON_CLIENTS])
+def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_tools: JavaTools, client: str,
+                                                unique_topic: str) -> None:
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with contextlib.ExitStack() as stack:
+        proxies = [stack.enter_context(ProxyThread(kafka_broker.bootstrap, **SHARING)) for _ in range(CONSUMERS)]
+        members = stack.enter_context(members_of(*(
+            spawn(client, p.bootstrap, topic, group, f"{client}-{i}", java_tools) for i, p in enumerate(proxies))))
+        # each Sluice sees its own member: 6 shared slices in all, 2 per partition
+        settled(lambda: shared_state(proxies, group) if shared_state(proxies, group)[0] == CONSUMERS else (0, 0))
+        consumed_once(kafka_broker, topic, members, client)
+        assert all(m.received for m in members), [len(m.received) for m in members]
+        assert sum(p.total("sluice_sharing_records_filtered_total", reason="other_slice") for p in proxies) > 0
+
+
+@pytest.mark.parametrize("client", PYTHON_CLIENTS)
+def test_six_consumers_through_one_sluice_one_killed_mid_way(sluice: ProxyThread, kafka_broker: KafkaBroker,
+                                                           java_tools: JavaTools, client: str,
+                                                           unique_topic: str) -> None:
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    before = sluice.total("sluice_sharing_assignments_total")
+    with members_of(*(spawn(client, sluice.bootstrap, topic, group, f"{client}-{i}", java_tools, work_ms=3)
+                      for i in range(CONSUMERS))) as members:
+        settled_on(sluice, group, before)
+        assert sluice.total("sluice_sharing_partition_members", group=group) == 2
+        produced = produce(kafka_broker.bootstrap, topic, 1500, keys=90, tag=client)
+        victim = members[1]
+        wait_until(lambda: len(victim.received) >= 60, 60, "the victim to consume")
+        victim.kill()
+        survivors = [m for m in members if m is not victim]
+        wait_for_all(members, {v for _, v in produced})
+        committed, uncommitted = victim.committed()
+        assert committed, "the victim committed nothing before it was killed"
+        again = {g.value for m in survivors for g in m.received}
+        assert not committed & again, "records the killed consumer had committed were delivered again"
+        assert uncommitted <= again, "records the killed consumer had not committed were lost"
+        # every other record exactly once
+        counts: dict[str, int] = {}
+        for m in members:
+            for g in m.received:
+                counts[g.value] = counts.get(g.value, 0) + 1
+        victims = {g.value for g in victim.received}
+        assert not [v for v, n in counts.items() if n > 1 and v not in victims]
+        assert set(counts) == {v for _, v in produced}
+        for m in members:
+            check_in_order(m)
+        assert all(m.received for m in survivors)
+
+
+def test_java_cooperative_sticky_through_one_sluice(sluice: ProxyThread, kafka_broker: KafkaBroker,
+                                                    java_tools: JavaTools, unique_topic: str) -> None:
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    before = sluice.total("sluice_sharing_assignments_total")
+    props = {"partition.assignment.strategy": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}
+    with members_of(*(java_member(java_tools, sluice.bootstrap, topic, group, f"java-coop-{i}", props=props)
+                      for i in range(CONSUMERS))) as members:
+        settled_on(sluice, group, before)
+        consumed_once(kafka_broker, topic, members, "coop")
+        assert all(m.received for m in members), [len(m.received) for m in members]
+
+
+# ------------------------------------------------------------------------------------- every Sluice restarted
+
+
+def test_every_sluice_killed_and_restarted_positions_come_back_from_kafka(kafka_broker: KafkaBroker,
+                                                                          java_tools: JavaTools,
+                                                                          unique_topic: str) -> None:
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        config = Path(tmp) / "sluice.toml"
+        config.write_text('[sharing]\nenabled = true\n[[sharing.topics]]\ntopic = "share-*"\n')
+        # 3 Sluices, 2 consumers each
+        sluices = [stack.enter_context(SluiceProcess(kafka_broker.bootstrap, {"SLUICE_CONFIG": str(config)}))
+                   for _ in range(3)]
+        members = stack.enter_context(members_of(*(
+            python_member("confluent", sluices[i % 3].bootstrap, topic, group, f"restart-{i}", work_ms=3)
+            for i in range(CONSUMERS))))
+
+        def state() -> tuple[float, float]:
+            return (sum(s.metric("sluice_sharing_partitions", {"group": group}) for s in sluices),
+                    sum(s.metric("sluice_sharing_assignments_total") for s in sluices))
+
+        settled(state)
+        produced = produce(kafka_broker.bootstrap, topic, 1500, keys=90, tag="restart")
+        wait_until(lambda: sum(len(m.received) for m in members) >= 300, 60, "consumption to start")
+        for s in sluices:
+            s.kill()
+        for s in sluices:
+            s.restart()
+        wait_for_all(members, {v for _, v in produced})
+        # Positions came back from Kafka (every Sluice learnt its members' slices again from the group): no record
+        # a consumer had committed is delivered again; uncommitted ones may be, once, to their slice's owner.
+        committed: set[str] = set()
+        for m in members:
+            committed |= m.committed()[0]
+        seen: dict[str, int] = {}
+        for m in members:
+            for g in m.received:
+                seen[g.value] = seen.get(g.value, 0) + 1
+        assert set(seen) == {v for _, v in produced}
+        assert not [v for v, n in seen.items() if n > 1 and v in committed]
+        for m in members:
+            check_in_order(m)
+        recovered = sum(1 for s in sluices for e in s.log_events() if e.get("event") == "sharing_member_recovered")
+        assert recovered >= 1
+
+
+# ------------------------------------------------------------------------------------- other members, other modes
+
+
+@pytest.mark.parametrize("leader", ["through-sluice", "without-sluice"])
+def test_mixed_group_member_without_sluice_never_gets_a_record_twice(sluice: ProxyThread, kafka_broker: KafkaBroker,
+                                                                    leader: str, unique_topic: str) -> None:
+    """Five members through Sluice, one (kafka-python) straight to the broker. When the group's leader goes
+    through Sluice, the five share the partitions and the sixth gets none of them (it would read everything);
+    when the leader is the member without Sluice, it reads the markers, ignores them (as every client's reader
+    does) and assigns whole partitions: nothing is shared, nothing breaks."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    before = sluice.total("sluice_sharing_assignments_total")
+    def direct_member() -> Member:
+        return python_member("kafka-python", kafka_broker.bootstrap, topic, group, "direct")
+
+    def through(i: int) -> Member:
+        return python_member("confluent", sluice.bootstrap, topic, group, f"mixed-{i}")
+
+    first = direct_member() if leader == "without-sluice" else through(0)
+    wait_until(lambda: first.assignment is not None, 60, "the first member (the leader) to join")
+    others = [through(i) for i in range(1, 5)] + [through(0) if leader == "without-sluice" else direct_member()]
+    with members_of(first, *others) as members:
+        direct = next(m for m in members if m.client_id == "direct")
+        # settled: every member has an assignment and none changed for 3 s
+        settled(lambda: (float(all(m.assignment is not None for m in members)),
+                         float(hash(str([m.assignment for m in members])))), quiet_s=3)
+        consumed_once(kafka_broker, topic, members, "mixed")
+        if leader == "through-sluice":
+            assert direct.assignment == []  # a member without Sluice is never given a shared slice
+            assert sluice.total("sluice_sharing_assignments_total") > before
+        else:
+            assert sluice.total("sluice_sharing_assignments_total") == before  # nothing rewritten
+            assert direct.received  # the leader's own assignor gave it a whole partition
+
+
+def test_kip848_consumer_is_served_and_not_shared(sluice: ProxyThread, kafka_broker: KafkaBroker,
+                                                  java_tools: JavaTools, unique_topic: str) -> None:
+    topic = new_topic(kafka_broker, unique_topic)
+    produced = produce(kafka_broker.bootstrap, topic, 300, keys=30, tag="848")
+    before = sluice.total("sluice_sharing_not_shared_total", reason="kip848_group")
+    lines = java_tools.console_consume(sluice.bootstrap, topic, max_messages=300, group=f"g-{topic}",
+                                       consumer_props={"group.protocol": "consumer", "client.id": "java-848"},
+                                       timeout=90)
+    assert sorted(lines) == sorted(v for _, v in produced)  # every record once: nothing broken
+    assert sluice.total("sluice_sharing_not_shared_total", reason="kip848_group") == before + 1
+    assert sluice.total("sluice_frames_rejected_total", reason="unknown_api") == 0
+
+
+def test_two_consumers_with_one_client_id_behind_one_sluice_are_not_shared(sluice: ProxyThread,
+                                                                         kafka_broker: KafkaBroker,
+                                                                         unique_topic: str) -> None:
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    before = sluice.total("sluice_sharing_not_shared_total", reason="client_id_collision")
+    assignments = sluice.total("sluice_sharing_assignments_total")
+    with members_of(*(python_member("confluent", sluice.bootstrap, topic, group, cid)
+                      for cid in ("same", "dup-1", "dup-2", "same", "dup-3", "dup-4"))) as members:
+        settled_on(sluice, group, assignments)
+        consumed_once(kafka_broker, topic, members, "dup")
+        # the two "same" consumers are never given a slice: a partition one of them read, it read whole
+        for m in members:
+            if m.client_id == "same":
+                mine = {g.partition for g in m.received}
+                others = {g.partition for o in members if o is not m for g in o.received}
+                assert not mine & others, f"a consumer behind a colliding client.id shared partitions {mine & others}"
+    assert sluice.total("sluice_sharing_not_shared_total", reason="client_id_collision") > before
+
+
+def test_standalone_consumers_read_their_configured_slices(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    produced = produce(kafka_broker.bootstrap, topic, 600, keys=60, tag="standalone")
+    standalone = [{"client_id": "slice-0", "topic": topic, "slice": "0/2"},
+                  {"client_id": "slice-1", "topic": topic, "slice": "1/2"}]
+    with ProxyThread(kafka_broker.bootstrap, **SHARING, **{"sharing.standalone": standalone}) as proxy, \
+            members_of(*(python_member("confluent", proxy.bootstrap, topic, group, f"slice-{i}", assign=PARTITIONS)
+                         for i in range(2))) as members:
+        wait_for_all(members, {v for _, v in produced})
+        check_exactly_once(members, produced)
+        check_keys_at_one_consumer(members)
+        assert all(m.received for m in members)
+        wait_until(lambda: all(m.committed()[0] >= {g.value for g in m.received} for m in members), 30,
+                   "the last commits")
+    # The group's own committed offset is each partition's stable offset: the lower of the two slices' positions
+    # (what each consumer last committed for the partition)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])]
+    committed = {tp.partition: tp.offset for tp in admin.list_consumer_group_offsets(request)[group].result(30)
+                 .topic_partitions}
+    positions = [{int(p): o for e in m.reported() if "commit" in e for p, o in e["commit"].items()} for m in members]
+    assert committed == {p: min(pos[p] for pos in positions) for p in range(PARTITIONS)}
+
+
+def test_transactions_only_committed_records_once(sluice: ProxyThread, kafka_broker: KafkaBroker,
+                                                 unique_topic: str) -> None:
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    before = sluice.total("sluice_sharing_assignments_total")
+    # librdkafka reads read_committed by default (isolation.level)
+    with members_of(*(python_member("confluent", sluice.bootstrap, topic, group, f"txn-{i}")
+                      for i in range(CONSUMERS))) as members:
+        settled_on(sluice, group, before)
+        producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": f"tx-{topic}"})
+        producer.init_transactions(30)
+        kept: list[tuple[str, str]] = []
+        for t in range(6):
+            producer.begin_transaction()
+            batch = [(f"key-{i % 30}", f"txn{t}-{i:04d}") for i in range(100)]
+            for k, v in batch:
+                producer.produce(topic, key=k.encode(), value=v.encode())
+            if t % 3 == 1:
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+                kept += batch
+        wait_for_all(members, {v for _, v in kept})
+        check_exactly_once(members, kept)  # the aborted transactions' records never show up (read_committed)
+
+
+def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: KafkaBroker, java_tools: JavaTools,
+                                                                unique_topic: str) -> None:
+    """Java (its own fetch sessions, Fetch v17) and confluent-kafka (session-less) consumers in one group (both
+    "range"), through a Sluice that also terminates fetch sessions, holds fetches to small KIP-74 budgets (4 KiB a
+    partition: many fetches, each filtered) and throttles these consumers: filtering comes first (right after
+    terminate builds the client's response), the throttle and the budgets apply to what is left."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    settings = {**SHARING, "sessions.mode": "terminate",
+                "size_limit.budgets": [{"client_id": "mix-*", "fetch_max_bytes": 16384,
+                                        "partition_max_bytes": 4096}],
+                "throttle.leader_rate_bytes": 50_000_000, "throttle.topics": [{"topic": "share-*"}],
+                "throttle.consumers": [{"client_id": "mix-*"}]}
+    with ProxyThread(kafka_broker.bootstrap, **settings) as proxy, members_of(
+            *(java_member(java_tools, proxy.bootstrap, topic, group, f"mix-java-{i}") for i in range(3)),
+            *(python_member("confluent", proxy.bootstrap, topic, group, f"mix-ck-{i}") for i in range(3))) as members:
+        settled_on(proxy, group, 0)
+        assert proxy.total("sluice_sharing_partition_members", group=group) == 2
+        consumed_once(kafka_broker, topic, members, "mix", n=1200)
+        assert all(m.received for m in members), [len(m.received) for m in members]
+        assert proxy.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # Sluice's sessions
+        metered = proxy.total("sluice_throttle_bytes_total", side="leader")
+        assert 0 < metered < proxy.total("sluice_sharing_filtered_bytes_total")  # metered after filtering

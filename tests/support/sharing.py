@@ -1,0 +1,153 @@
+"""Consumer groups of real clients for the cooperative consumption tests (tests/clients/test_sharing.py): each
+consumer a subprocess (rig/group_consumer.py for the Python clients, Kafka's console consumer for Java) reporting
+what it received, and the checks made of it from the clients' side."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from rig.group_consumer import ConsumerProcess
+from rig.java_tools import CONSOLE_CONSUMER, JavaTools
+from tests.support.faults import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+SEP = "|"
+
+
+@dataclass(frozen=True)
+class Got:
+    partition: int
+    offset: int
+    key: str
+    value: str
+
+
+class Member(ConsumerProcess):
+    """One consumer of the group, as a subprocess, and everything it reported, in order."""
+
+    @property
+    def client_id(self) -> str:
+        return self.name
+
+    @property
+    def received(self) -> list[Got]:
+        return [Got(*r) for _, r in self.timed_records()]
+
+    @property
+    def assignment(self) -> list[Any] | None:
+        found = [e["assigned"] for e in self.reported() if "assigned" in e]
+        return found[-1] if found else None
+
+    def committed(self) -> tuple[set[str], set[str]]:
+        """(values certainly committed, values reported after the last commit attempt: certainly not)."""
+        done: set[str] = set()
+        seen: list[Got] = []
+        after: set[str] = set()
+        for e in self.reported():
+            for r in e.get("rs", ()):
+                seen.append(Got(*r))
+                after.add(r[3])
+            if "committing" in e:
+                after = set()
+            if "commit" in e:
+                positions = {int(p): o for p, o in e["commit"].items()}
+                done |= {g.value for g in seen if g.partition in positions and g.offset < positions[g.partition]}
+        return done, after
+
+
+def python_member(client: str, bootstrap: str, topic: str, group: str, client_id: str, *, work_ms: float = 0,
+                  strategy: str = "range", assign: int = 0) -> Member:
+    extra = ["--work-ms", str(work_ms), "--strategy", strategy, "--max-poll-records", "20"]
+    if assign:
+        extra += ["--assign", str(assign)]
+    return Member.spawn(client, bootstrap, topic, group, client_id, *extra, cwd=str(REPO))
+
+
+def java_member(tools: JavaTools, bootstrap: str, topic: str, group: str, client_id: str, *,
+                props: dict[str, str] | None = None) -> Member:
+    """Kafka's console consumer (the Java client) in ``group``, printing "Partition:P|Offset:O|key|value"."""
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
+            "--property", "print.partition=true", "--property", "print.offset=true", "--property", "print.key=true",
+            "--property", f"key.separator={SEP}",
+            "--consumer-property", f"client.id={client_id}", "--consumer-property", "auto.offset.reset=earliest",
+            "--consumer-property", "heartbeat.interval.ms=500", "--consumer-property", "session.timeout.ms=6000"]
+    for k, v in (props or {}).items():
+        args += ["--consumer-property", f"{k}={v}"]
+
+    def parse(line: str) -> dict[str, Any] | None:
+        parts = line.rstrip("\n").split(SEP)
+        if len(parts) != 4 or not parts[0].startswith("Partition:"):
+            return None
+        return {"rs": [[int(parts[0].split(":")[1]), int(parts[1].split(":")[1]), parts[2], parts[3]]]}
+
+    return Member(tools.spawn(CONSOLE_CONSUMER, args), parse, client_id)
+
+
+def produce(bootstrap: str, topic: str, n: int, keys: int, tag: str) -> list[tuple[str, str]]:
+    """``n`` records of ``keys`` keys, acknowledged by the broker: [(key, value)], values unique."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    out = [(f"key-{i % keys}", f"{tag}-{i:06d}") for i in range(n)]
+    for k, v in out:
+        producer.produce(topic, key=k.encode(), value=v.encode())
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return out
+
+
+def settled(metrics: Callable[[], tuple[float, float]], timeout: float = 90.0, quiet_s: float = 2.0) -> None:
+    """Wait until the group has settled: ``metrics()`` (e.g. shared partitions and assignments rewritten, summed
+    over the Sluices) unchanged for ``quiet_s`` and its first figure non-zero."""
+    last: list[Any] = [None, 0.0]
+
+    def quiet() -> bool:
+        now = metrics()
+        if now != last[0]:
+            last[0], last[1] = now, time.monotonic()
+            return False
+        return bool(now[0]) and time.monotonic() - last[1] >= quiet_s
+
+    wait_until(quiet, timeout, lambda: f"the group to settle (last {last[0]})")
+
+
+def wait_for_all(members: Iterable[Member], values: set[str], timeout: float = 90.0) -> None:
+    members = list(members)
+    wait_until(lambda: values <= {g.value for m in members for g in m.received}, timeout,
+               lambda: f"{len(values - {g.value for m in members for g in m.received})} records not received")
+
+
+def check_exactly_once(members: Iterable[Member], produced: list[tuple[str, str]]) -> None:
+    """Every record received once, unchanged, by one consumer; each consumer got records in offset order."""
+    members = list(members)
+    counts = Counter(g.value for m in members for g in m.received)
+    key_of = dict((v, k) for k, v in produced)
+    assert set(counts) == set(key_of), "records missing or unknown"
+    twice = [v for v, n in counts.items() if n > 1]
+    assert not twice, f"{len(twice)} records delivered twice: {twice[:5]}"
+    for m in members:
+        assert all(key_of[g.value] == g.key for g in m.received), "a record changed"
+        check_in_order(m)
+
+
+def check_in_order(m: Member) -> None:
+    """Within each partition, a consumer gets records in increasing offsets (so each key's in produced order)."""
+    last: dict[int, int] = {}
+    for g in m.received:
+        assert g.offset > last.get(g.partition, -1), f"{m.client_id}: partition {g.partition} went back"
+        last[g.partition] = g.offset
+
+
+def check_keys_at_one_consumer(members: Iterable[Member]) -> None:
+    """In a group that did not change while consuming, each key's records all went to one consumer."""
+    where: dict[str, set[str]] = defaultdict(set)
+    for m in members:
+        for g in m.received:
+            where[g.key].add(m.client_id)
+    split = {k: sorted(v) for k, v in where.items() if len(v) > 1}
+    assert not split, f"keys consumed by several consumers: {split}"

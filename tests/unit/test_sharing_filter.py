@@ -1,0 +1,140 @@
+"""What a member sharing a partition receives (proxy/policies/sharing/fetch.py over proxy/wire/record_filter.py):
+the records of its key slice only, every batch kept with its offsets, timestamps, producer fields and codec,
+CRC-32C valid; empty batches kept; control batches untouched; committed work left out; the decoded-batch cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.policies.sharing.fetch import BatchCache, filter_records
+from proxy.policies.sharing.frontier import Frontier
+from proxy.policies.sharing.keys import WHOLE, Slice, key_hash
+from proxy.wire.records import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    CONTROL_MASK,
+    TRANSACTIONAL_MASK,
+    Record,
+    decode_batches,
+    encode_batch,
+    iter_batches,
+    new_batch,
+)
+
+CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY, "lz4": COMPRESSION_LZ4,
+          "zstd": COMPRESSION_ZSTD}
+
+
+def records(n: int, first: int = 0) -> list[Record]:
+    return [Record(offset_delta=i, timestamp_delta=10 * i, key=None if i % 9 == 4 else b"key-%d" % ((first + i) % 13),
+                   value=b"value-%d" % (first + i), headers=[("h", b"%d" % i)] if i % 2 else [])
+            for i in range(n)]
+
+
+def batch(base: int, n: int, compression: int = COMPRESSION_NONE, attributes: int = 0) -> bytes:
+    return encode_batch(new_batch(records(n, base), base_offset=base, base_timestamp=1_700_000_000_000 + base,
+                                  compression=compression, attributes=attributes, producer_id=42, producer_epoch=3,
+                                  base_sequence=base))
+
+
+def in_slice(key: bytes | None, s: Slice) -> bool:
+    return s.holds(key_hash(key))
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_each_slice_gets_its_keys_and_batches_keep_their_fields(codec: str) -> None:
+    data = batch(100, 30, CODECS[codec]) + batch(130, 20, CODECS[codec])
+    original = decode_batches(data)
+    received: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = []
+    for s in (Slice(0, 3), Slice(1, 3), Slice(2, 3)):
+        out = filter_records(memoryview(data), s, None, BatchCache(0), "t", 0)
+        assert out.changed and out.other_slice > 0
+        got = decode_batches(out.records)  # every CRC-32C verified
+        assert len(got) == 2
+        for b, o in zip(got, original, strict=True):
+            assert b.attributes & 0x07 == CODECS[codec]  # the same codec
+            assert (b.base_offset, b.last_offset_delta, b.base_timestamp, b.max_timestamp, b.producer_id,
+                    b.producer_epoch, b.base_sequence) == (o.base_offset, o.last_offset_delta, o.base_timestamp,
+                                                           o.max_timestamp, o.producer_id, o.producer_epoch,
+                                                           o.base_sequence)
+            for r in b.records:
+                assert in_slice(r.key, s)
+                received.append((b.base_offset + r.offset_delta, r.key, r.value, r.headers,
+                                 b.base_timestamp + r.timestamp_delta))
+    # the three slices together: every record once, unchanged (offset, key, value, headers, timestamp)
+    expected = [(o.base_offset + r.offset_delta, r.key, r.value, r.headers, o.base_timestamp + r.timestamp_delta)
+                for o in original for r in o.records]
+    assert sorted(received, key=lambda x: x[0]) == expected
+
+
+def test_a_batch_left_without_records_stays_as_an_empty_batch() -> None:
+    data = batch(10, 1)  # one record
+    (rec,) = decode_batches(data)[0].records
+    other = Slice(1, 2) if in_slice(rec.key, Slice(0, 2)) else Slice(0, 2)
+    out = filter_records(memoryview(data), other, None, BatchCache(0), "t", 0)
+    (empty,) = decode_batches(out.records)
+    assert empty.records == [] and empty.base_offset == 10 and empty.last_offset == 10  # the consumer moves on
+
+
+def test_control_and_transactional_batches() -> None:
+    control = encode_batch(new_batch([Record(key=b"\x00\x00\x00\x01", value=b"\x00\x00\x00\x00\x00\x05")],
+                                     base_offset=20, attributes=CONTROL_MASK | TRANSACTIONAL_MASK, producer_id=42))
+    txn = batch(10, 10, attributes=TRANSACTIONAL_MASK)
+    data = txn + control
+    out = filter_records(memoryview(data), Slice(0, 2), None, BatchCache(0), "t", 0)
+    _, kept_control = list(iter_batches(out.records))
+    assert bytes(out.records[kept_control.start : kept_control.end]) == control  # untouched, byte for byte
+    (b, c) = decode_batches(out.records)
+    assert b.is_transactional and b.producer_id == 42 and c.is_control
+
+
+def test_committed_work_is_left_out() -> None:
+    data = batch(100, 30)
+    # an earlier layout of 2 slices: slice 0/2 committed up to 120, slice 1/2 up to 105
+    f = Frontier(100, {Slice(0, 2): 120, Slice(1, 2): 105})
+    out = filter_records(memoryview(data), WHOLE, f.done_table(WHOLE), BatchCache(0), "t", 0)
+    got = [(b.base_offset + r.offset_delta, r.key) for b in decode_batches(out.records) for r in b.records]
+    for offset, key in got:
+        assert offset >= (120 if in_slice(key, Slice(0, 2)) else 105)
+    expected = [(100 + r.offset_delta, r.key) for r in records(30, 100)
+                if 100 + r.offset_delta >= (120 if in_slice(r.key, Slice(0, 2)) else 105)]
+    assert got == expected and out.committed == 30 - len(expected)
+
+
+def test_whole_partition_with_nothing_committed_above_is_not_decoded() -> None:
+    data = memoryview(batch(100, 10))
+    cache = BatchCache(1 << 20)
+    out = filter_records(data, WHOLE, None, cache, "t", 0)
+    assert not out.changed and out.records is data and len(cache) == 0
+
+
+def test_cache_serves_the_other_members_of_a_partition() -> None:
+    hits: list[bool] = []
+    cache = BatchCache(1 << 20, on_lookup=hits.append)
+    data = memoryview(batch(100, 30, COMPRESSION_LZ4))
+    filter_records(data, Slice(0, 2), None, cache, "t", 0)
+    filter_records(data, Slice(1, 2), None, cache, "t", 0)
+    assert hits == [False, True] and cache.bytes > 0
+
+
+def test_cache_is_bounded() -> None:
+    sizes: list[int] = []
+    cache = BatchCache(20_000, on_change=sizes.append)
+    for base in range(0, 1000, 50):
+        filter_records(memoryview(batch(base, 50)), Slice(0, 2), None, cache, "t", 0)
+    assert 0 < cache.bytes <= 20_000 and max(sizes) <= 20_000 and 1 < len(cache) < 20
+
+
+def test_truncated_tail_dropped_and_undecodable_batch_passed_through() -> None:
+    good = batch(0, 5)
+    corrupt = bytearray(batch(5, 5))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches: the client reports it as it would from the broker
+    data = good + bytes(corrupt) + batch(10, 5)[:40]
+    out = filter_records(memoryview(data), Slice(0, 2), None, BatchCache(0), "t", 0)
+    assert out.undecodable == 1
+    headers = list(iter_batches(out.records))
+    assert len(headers) == 2 and bytes(out.records[headers[1].start : headers[1].end]) == bytes(corrupt)
+    assert headers[-1].end == len(out.records)  # no truncated tail

@@ -1,0 +1,436 @@
+"""Cooperative consumption through the chain, sans-IO (proxy/policies/sharing/): the group protocol as a broker
+would answer it, Sluice's own group requests served by an in-memory stand-in for the coordinators (a fake, as unit
+tests of sans-IO logic may use; the real broker is in tests/clients/test_sharing.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from proxy.core.chain import ChainConnection
+from proxy.core.exchange import Exchange
+from proxy.core.group_calls import Committed, GroupCall, GroupCalls
+from proxy.policies.sharing import Sharing, marker
+from proxy.policies.sharing.frontier import decode_metadata, encode_metadata, slice_group
+from proxy.policies.sharing.keys import Slice, key_hash
+from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
+from proxy.wire.messages import (
+    decode_request,
+    decode_response,
+    encode_consumer_protocol,
+    encode_request,
+    encode_response,
+    request_codec,
+    response_codec,
+)
+from proxy.wire.model import Message
+from proxy.wire.records import Record, decode_batches, encode_batch, new_batch
+from tests.support.chain import SansIOProxy
+
+GROUP, TOPIC = "g", "orders"
+JOIN, SYNC, HEARTBEAT, OFFSET_FETCH, OFFSET_COMMIT, FETCH = 11, 14, 12, 9, 8, 1
+V_JOIN, V_SYNC, V_HB, V_OF, V_OC, V_FETCH = 9, 5, 4, 9, 9, 12  # versions Java 4.x uses (Fetch v12: names)
+
+
+class FakeCoordinators:
+    """Group offsets and descriptions in memory, served as the server would (proxy/server.py)."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
+        self.described: dict[str, Message] = {}
+        self.calls: list[GroupCall] = []
+        self.down = False
+
+    def attach(self, calls: GroupCalls) -> None:
+        calls.on_work = lambda: self.run(calls.take())
+
+    def run(self, calls: Iterable[GroupCall]) -> None:
+        for call in calls:
+            self.calls.append(call)
+            if self.down:
+                call.fail("coordinator down")
+                continue
+            for group, commits in call.commits.items():
+                for tp, (offset, md) in commits.items():
+                    self.offsets.setdefault(group, {})[tp] = Committed(offset, -1, md)
+                call.committed[group] = dict.fromkeys(commits, 0)
+            for group, tps in call.reads.items():
+                call.offsets[group] = {tp: self.offsets.get(group, {}).get(tp, Committed()) for tp in tps}
+            for group in call.describe:
+                call.described[group] = self.described.get(group, Message(members=[], protocol_data=""))
+            call.settle()
+
+
+class Client:
+    """One consumer's connections through the proxy (its coordinator and fetch connections are one here)."""
+
+    def __init__(self, proxy: SansIOProxy, client_id: str, conn_id: int) -> None:
+        self.proxy, self.client_id = proxy, client_id
+        self.conn: ChainConnection = proxy.connect(conn_id)
+        self.corr = 0
+        self.member_id = ""
+
+    def send(self, api: int, version: int, body: Message) -> Exchange:
+        self.corr += 1
+        header = Message(request_api_key=api, request_api_version=version, correlation_id=self.corr,
+                         client_id=self.client_id)
+        return self.proxy.request(encode_request(header, body), self.conn)
+
+    def answer(self, ex: Exchange, body: Message) -> Message:
+        h = ex.header
+        frame = encode_response(h.api_key, h.api_version, Message(correlation_id=h.correlation_id), body)
+        reply = self.proxy.respond(ex, frame, self.conn)
+        return decode_response(h.api_key, h.api_version, reply[4:])[1]
+
+
+def sent(ex: Exchange) -> Message:
+    """The request as it goes upstream."""
+    return decode_request(ex.frame)[1]
+
+
+def subscription(topics: list[str], owned: dict[str, list[int]] | None = None) -> bytes:
+    return encode_consumer_protocol("subscription", 1, Message(
+        topics=topics, user_data=None,
+        owned_partitions=[Message(topic=t, partitions=ps) for t, ps in (owned or {}).items()]))
+
+
+def assignment(parts: dict[str, list[int]]) -> bytes:
+    return encode_consumer_protocol("assignment", 0, Message(
+        assigned_partitions=[Message(topic=t, partitions=ps) for t, ps in parts.items()], user_data=None))
+
+
+def sharing_proxy(**overrides: Any) -> tuple[SansIOProxy, FakeCoordinators]:
+    proxy = SansIOProxy({"sharing.enabled": True, "sharing.topics": [{"topic": "orders*"}],
+                         "sharing.clients": ["app-*"], **overrides})
+    fake = FakeCoordinators()
+    fake.attach(proxy.policy("sharing").calls)
+    return proxy, fake
+
+
+def join(c: Client, protocol: str = "range", owned: dict[str, list[int]] | None = None) -> Exchange:
+    body = request_codec(JOIN, V_JOIN).default().replace(
+        group_id=GROUP, session_timeout_ms=10000, rebalance_timeout_ms=30000, member_id=c.member_id,
+        group_instance_id=None, protocol_type="consumer", reason=None,
+        protocols=[Message(name=protocol, metadata=subscription([TOPIC], owned))])
+    return c.send(JOIN, V_JOIN, body)
+
+
+def join_answer(c: Client, ex: Exchange, members: list[tuple[str, bytes]], generation: int = 1,
+                protocol: str = "range", leader: str = "") -> Message:
+    body = response_codec(JOIN, V_JOIN).default().replace(
+        error_code=0, generation_id=generation, protocol_type="consumer", protocol_name=protocol,
+        leader=leader or c.member_id, skip_assignment=False, member_id=c.member_id,
+        members=[Message(member_id=m, group_instance_id=None, metadata=md) for m, md in members])
+    return c.answer(ex, body)
+
+
+def sync(c: Client, generation: int, assignments: dict[str, bytes]) -> Exchange:
+    body = request_codec(SYNC, V_SYNC).default().replace(
+        group_id=GROUP, generation_id=generation, member_id=c.member_id, group_instance_id=None,
+        protocol_type="consumer", protocol_name="range",
+        assignments=[Message(member_id=m, assignment=a) for m, a in assignments.items()])
+    return c.send(SYNC, V_SYNC, body)
+
+
+def sync_answer(c: Client, ex: Exchange, data: bytes) -> bytes:
+    body = response_codec(SYNC, V_SYNC).default().replace(error_code=0, protocol_type="consumer",
+                                                          protocol_name="range", assignment=data)
+    return bytes(c.answer(ex, body).assignment)
+
+
+def form_group(proxy: SansIOProxy, n: int, partitions: int = 3) -> tuple[list[Client], dict[str, bytes]]:
+    """``n`` members join (member ids m1..mn, m1 the leader); the leader's client assigns with a range assignor
+    (whole partitions); returns the clients and what each member's client got from its SyncGroup."""
+    clients = [Client(proxy, f"app-{i + 1}", i + 1) for i in range(n)]
+    for i, c in enumerate(clients):
+        c.member_id = f"m{i + 1}"
+    exchanges = [join(c) for c in clients]
+    joined = [(c.member_id, bytes(sent(ex).protocols[0].metadata)) for c, ex in zip(clients, exchanges, strict=True)]
+    for c, ex in zip(clients[1:], exchanges[1:], strict=True):
+        join_answer(c, ex, [], leader="m1")
+    seen = join_answer(clients[0], exchanges[0], joined)
+    for m in seen.members:  # the leader client sees every member's metadata without its marker
+        assert bytes(m.metadata) == subscription([TOPIC])
+    client_plan = {c.member_id: assignment({TOPIC: [i]} if i < partitions else {}) for i, c in enumerate(clients)}
+    return clients, sync_all(clients, 1, client_plan)
+
+
+#: what the broker stores for each member (the leader's SyncGroup as it went upstream), by member id
+STORED: dict[str, bytes] = {}
+
+
+def sync_all(clients: list[Client], generation: int, plan: dict[str, bytes]) -> dict[str, bytes]:
+    """The leader (the first client) sends ``plan``; every member's SyncGroup is answered with what the broker
+    stored for it (kept in :data:`STORED`). What each client got."""
+    leader_ex = sync(clients[0], generation, plan)
+    stored = {a.member_id: bytes(a.assignment) for a in sent(leader_ex).assignments}
+    STORED.clear()
+    STORED.update(stored)
+    got = {clients[0].member_id: sync_answer(clients[0], leader_ex, stored[clients[0].member_id])}
+    for c in clients[1:]:
+        got[c.member_id] = sync_answer(c, sync(c, generation, {}), stored[c.member_id])
+    return got
+
+
+def records(n: int) -> bytes:
+    return encode_batch(new_batch([Record(offset_delta=i, key=b"k%d" % i, value=b"v%d" % i) for i in range(n)],
+                                  base_offset=100))
+
+
+def fetch(c: Client, data: bytes) -> list[tuple[int, bytes]]:
+    body = request_codec(FETCH, V_FETCH).default().replace(
+        replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+        session_epoch=-1, rack_id="", forgotten_topics_data=[], topics=[Message(topic=TOPIC, partitions=[
+            Message(partition=0, current_leader_epoch=-1, fetch_offset=100, last_fetched_epoch=-1,
+                    log_start_offset=-1, partition_max_bytes=1 << 20)])])
+    ex = c.send(FETCH, V_FETCH, body)
+    view = FetchResponseView(V_FETCH, topics=[FetchTopic(TOPIC, partitions=[
+        FetchPartition(0, high_watermark=100 + 50, last_stable_offset=150, log_start_offset=0, records=data)])])
+    buffers, _ = view.encode_frame(ex.header.correlation_id)
+    reply = c.proxy.respond(ex, b"".join(bytes(b) for b in buffers)[4:], c.conn)
+    out = decode_frame(reply[4:], V_FETCH)[2]
+    ((_, part),) = out.partitions()
+    return [(b.base_offset + r.offset_delta, r.key or b"") for b in decode_batches(part.records or b"")
+            for r in b.records]
+
+
+# --------------------------------------------------------------------------------------------------- tests
+
+
+def test_five_members_share_three_partitions_as_the_seed_assigns_them() -> None:
+    proxy, _ = sharing_proxy()
+    clients, got = form_group(proxy, 5)
+    # range: contiguous runs, the first partitions one member more: p0 m1 m2, p1 m3 m4, p2 m5
+    expected = {"m1": (0, Slice(0, 2)), "m2": (0, Slice(1, 2)), "m3": (1, Slice(0, 2)), "m4": (1, Slice(1, 2)),
+                "m5": (2, Slice(0, 1))}
+    policy: Sharing = proxy.policy("sharing")
+    for c in clients:
+        part, s = expected[c.member_id]
+        # the client sees a plain assignment, without Sluice's trailer
+        assert got[c.member_id] == assignment({TOPIC: [part]})
+        m = policy.members.get(("10.0.0.1", c.client_id))
+        assert m is not None and {tp: st.slice for tp, st in (m.partitions or {}).items()} == {(TOPIC, part): s}
+    assert proxy.metrics.total("sluice_sharing_assignments_total") == 1
+    assert proxy.metrics.total("sluice_sharing_partitions", group=GROUP) == 2
+
+
+def test_each_member_gets_only_its_keys() -> None:
+    proxy, _ = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    data = records(40)
+    m1, m2 = fetch(clients[0], data), fetch(clients[1], data)
+    assert all(Slice(0, 2).holds(key_hash(k)) for _, k in m1) and all(Slice(1, 2).holds(key_hash(k)) for _, k in m2)
+    assert sorted(m1 + m2) == [(100 + i, b"k%d" % i) for i in range(40)]
+    assert proxy.metrics.total("sluice_sharing_records_filtered_total", reason="other_slice") == 40
+
+
+def offset_fetch(c: Client, partitions: list[int]) -> Exchange:
+    body = request_codec(OFFSET_FETCH, V_OF).default().replace(require_stable=True, groups=[Message(
+        group_id=GROUP, member_id=c.member_id, member_epoch=-1,
+        topics=[Message(name=TOPIC, partition_indexes=partitions)])])
+    return c.send(OFFSET_FETCH, V_OF, body)
+
+
+def offset_fetch_answer(c: Client, ex: Exchange, offsets: dict[int, int]) -> dict[int, tuple[int, str]]:
+    body = response_codec(OFFSET_FETCH, V_OF).default().replace(groups=[Message(
+        group_id=GROUP, error_code=0, topics=[Message(name=TOPIC, partitions=[
+            Message(partition_index=p, committed_offset=o, committed_leader_epoch=5, metadata="", error_code=0)
+            for p, o in offsets.items()])])])
+    out = c.answer(ex, body)
+    return {p.partition_index: (p.committed_offset, p.metadata) for p in out.groups[0].topics[0].partitions}
+
+
+def commit(c: Client, offsets: dict[int, int], metadata: str = "mine") -> Exchange:
+    body = request_codec(OFFSET_COMMIT, V_OC).default().replace(
+        group_id=GROUP, generation_id_or_member_epoch=1, member_id=c.member_id, group_instance_id=None,
+        topics=[Message(name=TOPIC, partitions=[Message(partition_index=p, committed_offset=o,
+                                                        committed_leader_epoch=-1, committed_metadata=metadata)
+                                                for p, o in offsets.items()])])
+    return c.send(OFFSET_COMMIT, V_OC, body)
+
+
+def test_commits_store_slice_positions_and_the_group_gets_the_stable_offset() -> None:
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    m1, m2 = clients[0], clients[1]
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, 3, None)}  # committed before the group grew
+    for c in (m1, m2):
+        ex = offset_fetch(c, [0])
+        assert offset_fetch_answer(c, ex, {0: 100}) == {0: (100, "")}
+    ex = commit(m1, {0: 130})
+    # m1's position is its slice's; the group's commit goes on with the stable offset: m2's slice is at 100
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)] == Committed(130, -1, "mine")
+    part = sent(ex).topics[0].partitions[0]
+    assert part.committed_offset == 100 and decode_metadata(part.committed_metadata) == ([2], None)
+    fake.offsets[GROUP][(TOPIC, 0)] = Committed(100, -1, part.committed_metadata)
+    ex = commit(m2, {0: 120})
+    part = sent(ex).topics[0].partitions[0]
+    assert part.committed_offset == 120  # min(130, 120)
+    assert proxy.metrics.total("sluice_sharing_stable_offset_lag", group=GROUP) == 10
+    # a commit behind the slice's start changes nothing
+    calls = len(fake.calls)
+    ex = commit(m1, {0: 90})
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 130
+    assert sent(ex).topics[0].partitions[0].committed_offset >= 100 and len(fake.calls) == calls + 1
+
+
+def test_offset_fetch_answers_each_member_its_slices_position() -> None:
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, "x")}
+    fake.offsets[slice_group(GROUP, Slice(0, 2))] = {(TOPIC, 0): Committed(140, -1, "m1's")}
+    ex = offset_fetch(clients[0], [0])
+    assert offset_fetch_answer(clients[0], ex, {0: 100}) == {0: (140, "m1's")}
+    ex = offset_fetch(clients[1], [0])
+    assert offset_fetch_answer(clients[1], ex, {0: 100}) == {0: (100, "x")}
+
+
+def test_a_new_layout_filters_what_an_earlier_one_committed() -> None:
+    # an earlier generation had 2 members on partition 0 (slices 0/2 at 130, 1/2 at 110); now it is whole
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 3)
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(110, -1, encode_metadata([2], None, 4096))}
+    fake.offsets[slice_group(GROUP, Slice(0, 2))] = {(TOPIC, 0): Committed(130, -1, None)}
+    fake.offsets[slice_group(GROUP, Slice(1, 2))] = {(TOPIC, 0): Committed(110, -1, None)}
+    ex = offset_fetch(clients[0], [0])
+    assert offset_fetch_answer(clients[0], ex, {0: 110}) == {0: (110, "")}
+    got = fetch(clients[0], records(40))
+    expected = [(100 + i, b"k%d" % i) for i in range(40)
+                if 100 + i >= (130 if Slice(0, 2).holds(key_hash(b"k%d" % i)) else 110)]
+    assert got == expected  # nothing committed is delivered again, nothing else left out
+    assert proxy.metrics.total("sluice_sharing_records_filtered_total", reason="committed") == 40 - len(expected)
+
+
+def test_failed_own_requests_fail_commits_and_offset_fetches_retriably() -> None:
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    fake.down = True
+    ex = commit(clients[0], {0: 130})
+    assert ex.answer is not None  # answered by Sluice: the group's commit is not sent without the slice's
+    answer = decode_response(OFFSET_COMMIT, V_OC, ex.answer[4:])[1]
+    assert answer.topics[0].partitions[0].error_code == 15  # COORDINATOR_NOT_AVAILABLE: the client retries
+    assert not fake.offsets
+    ex = offset_fetch(clients[0], [0])
+    body = response_codec(OFFSET_FETCH, V_OF).default().replace(groups=[Message(
+        group_id=GROUP, error_code=0, topics=[Message(name=TOPIC, partitions=[Message(
+            partition_index=0, committed_offset=100, committed_leader_epoch=-1, metadata="", error_code=0)])])])
+    assert clients[0].answer(ex, body).groups[0].error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS: retried
+
+
+def test_a_partition_kept_with_a_grown_slice_is_left_out_and_its_member_rejoins() -> None:
+    proxy, _ = sharing_proxy()
+    clients, _ = form_group(proxy, 5)  # m1 holds slice 0/2 of partition 0
+    # the next generation has 3 members: no sharing, m1 gets partition 0 whole. Its client goes on from its
+    # position in the partition, past records of the other half of the keys: the partition is left out this
+    # generation, and m1 is made to rejoin, so that it starts it from the committed offset next time.
+    m1, m3, m4 = clients[0], clients[2], clients[3]
+    ex = join(m1)
+    members = [(m1.member_id, bytes(sent(ex).protocols[0].metadata))]
+    members += [(c.member_id, bytes(sent(join(c)).protocols[0].metadata)) for c in (m3, m4)]
+    join_answer(m1, ex, members, generation=2)
+    got = sync_all([m1, m3, m4], 2, {"m1": assignment({TOPIC: [0]}), "m3": assignment({TOPIC: [1]}),
+                                      "m4": assignment({TOPIC: [2]})})
+    assert got["m1"] == assignment({})  # partition 0 left out this generation
+    assert got["m3"] == assignment({})  # so is partition 1 for m3 (slice 0/2 before)
+    assert got["m4"] == assignment({TOPIC: [2]})  # 1/2 of partition 1 -> partition 2 whole: a new partition
+    hb = m1.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
+        group_id=GROUP, generation_id=2, member_id="m1", group_instance_id=None))
+    assert hb.answer is not None
+    assert decode_response(HEARTBEAT, V_HB, hb.answer[4:])[1].error_code == 27  # REBALANCE_IN_PROGRESS
+    assert proxy.metrics.total("sluice_sharing_rejoins_total") == 2
+    # in the generation after, the same assignment: partition 0 is new to m1's client, nothing left out
+    ex = join(m1)
+    members = [(m1.member_id, bytes(sent(ex).protocols[0].metadata))]
+    members += [(c.member_id, bytes(sent(join(c)).protocols[0].metadata)) for c in (m3, m4)]
+    join_answer(m1, ex, members, generation=3)
+    got = sync_all([m1, m3, m4], 3, {"m1": assignment({TOPIC: [0]}), "m3": assignment({TOPIC: [1]}),
+                                      "m4": assignment({TOPIC: [2]})})
+    assert got["m1"] == assignment({TOPIC: [0]})
+
+
+def test_collision_two_consumers_with_one_client_id_are_not_marked() -> None:
+    proxy, _ = sharing_proxy()
+    a, b = Client(proxy, "app-same", 1), Client(proxy, "app-same", 2)
+    a.member_id = "ma"
+    first = sent(join(a)).protocols[0].metadata
+    b.member_id = "mb"
+    second = sent(join(b)).protocols[0].metadata
+    assert marker.strip_subscription(bytes(first))[1] == {TOPIC}
+    assert marker.strip_subscription(bytes(second))[1] is None  # not marked
+    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="client_id_collision") >= 1
+
+
+def test_clients_not_opted_in_and_topics_not_shared_are_not_marked() -> None:
+    proxy, _ = sharing_proxy(**{"sharing.topics": [{"topic": "orders*"}, {"topic": "orders", "shared": False}]})
+    c = Client(proxy, "app-1", 1)
+    assert marker.strip_subscription(bytes(sent(join(c)).protocols[0].metadata))[1] is None  # exempt topic
+    proxy, _ = sharing_proxy()
+    c = Client(proxy, "other", 1)
+    assert marker.strip_subscription(bytes(sent(join(c)).protocols[0].metadata))[1] is None  # not opted in
+
+
+def test_clients_opt_in_by_principal_or_address_as_well_as_client_id() -> None:
+    """``sharing.clients`` takes client selectors: who authenticated (SASL principal) or where the client is."""
+    proxy, _ = sharing_proxy(**{"sharing.clients": [{"principal": "etl-*"}, {"client_address": "10.9.0.0/16"}]})
+    by_principal, by_address, neither = Client(proxy, "any-1", 1), Client(proxy, "any-2", 2), Client(proxy, "any-3", 3)
+    by_principal.conn.info.principal = "etl-orders"
+    by_address.conn = proxy.connect(2, host="10.9.4.2")
+    marks = [marker.strip_subscription(bytes(sent(join(c)).protocols[0].metadata))[1]
+             for c in (by_principal, by_address, neither)]
+    assert marks == [{TOPIC}, {TOPIC}, None]
+
+
+def test_malformed_marker_in_the_leaders_answer_is_logged_and_left() -> None:
+    proxy, _ = sharing_proxy()
+    leader = Client(proxy, "app-1", 1)
+    leader.member_id = "m1"
+    ex = join(leader)
+    garbage = subscription([TOPIC]) + b"\x00\x00S\xff\xff" + (5).to_bytes(4, "big") + marker.MAGIC
+    seen = join_answer(leader, ex, [("m1", bytes(sent(ex).protocols[0].metadata)), ("m2", garbage)])
+    assert bytes(seen.members[1].metadata) == garbage  # unreadable: left as it is (clients ignore it)
+    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="bad_marker") == 1
+
+
+def test_unknown_member_fetches_are_withheld_then_pass_after_member_wait() -> None:
+    proxy, _ = sharing_proxy(**{"sharing.member_wait_s": 5.0})
+    c = Client(proxy, "app-9", 1)
+    assert fetch(c, records(10)) == []
+    assert proxy.metrics.total("sluice_sharing_withheld_partitions_total") == 1
+    proxy.clock.now += 6
+    assert len(fetch(c, records(10))) == 10  # no group member ever showed up: not a group consumer
+    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="member_unknown") == 1
+
+
+def test_restarted_sluice_recovers_slices_from_the_group() -> None:
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    m1_metadata = bytes(sent(join(clients[0])).protocols[0].metadata)
+    # A new Sluice (restarted): the member's client goes on fetching; its next heartbeat names the member, and
+    # Sluice reads its assignment back from the group: the broker keeps it as the leader sent it, slices included
+    restarted, fake2 = sharing_proxy()
+    fake2.offsets = fake.offsets
+    fake2.described[GROUP] = Message(protocol_data="range", members=[Message(
+        member_id="m1", member_metadata=m1_metadata, member_assignment=STORED["m1"])])
+    m1 = Client(restarted, "app-1", 7)
+    m1.member_id = "m1"
+    assert fetch(m1, records(10)) == []  # not known yet: withheld, not delivered unfiltered
+    m1.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
+        group_id=GROUP, generation_id=1, member_id="m1", group_instance_id=None))
+    got = fetch(m1, records(40))
+    assert got and all(Slice(0, 2).holds(key_hash(k)) for _, k in got)
+    assert [e for e in fake2.calls if e.describe == {GROUP}]
+
+
+def test_kip848_consumer_is_logged_and_not_shared() -> None:
+    proxy, _ = sharing_proxy()
+    c = Client(proxy, "app-848", 1)
+    # ConsumerGroupHeartbeat v0: header v2 (flexible), then GroupId as a compact string (kafka-python's specs do
+    # not describe the API; Sluice relays it as bytes)
+    client_id = c.client_id.encode()
+    frame = (68).to_bytes(2, "big") + (0).to_bytes(2, "big") + (1).to_bytes(4, "big") \
+        + len(client_id).to_bytes(2, "big") + client_id + b"\x00" + bytes([len(GROUP) + 1]) + GROUP.encode() \
+        + b"\x01\x00\x00\x00\x00"
+    ex = proxy.request(frame, c.conn)
+    assert ex.frame == frame and ex.answer is None  # relayed untouched
+    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="kip848_group") == 1
+    assert len(fetch(c, records(10))) == 10  # its fetches are not withheld nor filtered
