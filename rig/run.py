@@ -86,12 +86,12 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int | None:
 
 def _banner(kafka: KafkaBroker | KafkaCluster, bootstrap: str, metrics_url: str, log: Path, stream_logs: bool) -> str:
     cp = classpath(kafka.libs_dir)
-    brokers = kafka.brokers if isinstance(kafka, KafkaCluster) else [kafka]
-    if len(brokers) == 1:
-        what = f"a real Kafka {brokers[0].bootstrap} (node {brokers[0].node_id})"
+    if isinstance(kafka, KafkaCluster):
+        what = f"a real Kafka cluster of {len(kafka.brokers)} brokers (KRaft, one controller)"
+        logs = "\n".join(f"  broker {b.node_id}:              {b.bootstrap}, log {b.log_path}" for b in kafka.brokers)
     else:
-        what = f"a real Kafka cluster of {len(brokers)} brokers (KRaft, one controller)"
-    logs = "\n".join(f"  broker {b.node_id}:              {b.bootstrap}, log {b.log_path}" for b in brokers)
+        what = f"a real Kafka {kafka.bootstrap} (node {kafka.node_id})"
+        logs = f"  broker log:            {kafka.log_path}"
     return f"""
 Sluice is running in front of {what}.
 

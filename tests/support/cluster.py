@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterable
 
 import psutil
 
+from rig.java_tools import VERIFIABLE_PRODUCER
 from rig.sluice_process import SluiceProcess
 
-VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
+__all__ = ["VERIFIABLE_PRODUCER", "Reader", "acked_records", "check_at_least_once_in_order", "check_exactly",
+           "remote_ports", "sluice_node_ports"]
 
 Record = tuple[int, int, str]  # (partition, offset, value)
 
