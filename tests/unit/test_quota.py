@@ -57,6 +57,22 @@ def test_idle_gap_forgets_old_samples() -> None:
     assert q.rate(11.6) == pytest.approx(50.0)
 
 
+def test_idle_time_earns_no_burst_credit() -> None:
+    """Kafka's window runs from the oldest sample, bytes or not: zeros recorded (fetches with nothing throttled) and
+    samples reset by a read (a scrape) during an idle spell let the next burst through at up to the whole window's
+    bound. Sluice's window starts at the oldest sample that recorded bytes."""
+    q = WindowedRate(bound=100, samples=11, window_s=1.0)
+    q.record(5000, now=0.0)
+    assert q.rate(12.0) == 0.0  # a scrape: every sample obsolete
+    for t in range(13, 22):
+        q.record(0, now=float(t))  # idle fetches
+    assert q.headroom(22.0) == pytest.approx(100.0)  # one window's worth, not 10 s of it
+    q.record(100, now=22.0)
+    assert not q.exceeded(22.5) and q.headroom(22.5) == pytest.approx(0.0)
+    q.record(1, now=22.5)
+    assert q.exceeded(22.6)
+
+
 def test_throttle_time_is_time_until_rate_falls_to_bound() -> None:
     q = WindowedRate(bound=100, samples=11, window_s=1.0)
     q.record(300, now=0.0)
