@@ -28,8 +28,11 @@ _CORR = struct.Struct(">i")
 
 @cache
 def _api_names() -> dict[int, str]:
-    """api key -> API name ("Fetch"), from every *Request.json spec kafka-python ships."""
-    names: dict[int, str] = {}
+    """api key -> API name ("Fetch"), from every *Request.json spec kafka-python ships, and from kio for the keys
+    kafka-python does not know yet (proxy/wire/kio_specs.py): every API Kafka defines is a Kafka API to Sluice."""
+    from .kio_specs import kio_api_names
+
+    names: dict[int, str] = dict(kio_api_names())
     pkg = resources.files("kafka.protocol.schemas.resources")
     for entry in pkg.iterdir():
         fname = entry.name
