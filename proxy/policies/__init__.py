@@ -19,7 +19,7 @@ from .throttle import Throttle
 def build(settings: Settings, services: Services) -> list[Policy]:
     """The policies of one proxy, in chain order."""
     return [
-        ApiVersions(),  # clients negotiate only versions Sluice reads
+        ApiVersions(services),  # clients negotiate only versions Sluice reads
         Addresses(services),  # clients never learn a broker's real address
         SizeLimit(settings.size_limit, services),  # KIP-74 byte budgets
         Throttle(settings.throttle, services),  # KIP-73 replication throttles

@@ -55,7 +55,7 @@ def _classes(api: str, kind: str) -> dict[int, type]:
     snake = next((s for s in schema_name_map if _camel(s) == api), None)
     if snake is None:
         return {}
-    entity = EntityType.request if kind == "request" else EntityType.response
+    entity: Any = EntityType.request if kind == "request" else EntityType.response
     return {int(v): resolve_name(types_[entity]) for v, types_ in schema_name_map[snake].items() if entity in types_}
 
 
@@ -103,7 +103,7 @@ def _field(name: str, by_version: dict[int, tuple[dataclasses.Field[Any], Any]])
     is_array = typing.get_origin(inner) is tuple
     element = typing.get_args(inner)[0] if is_array else inner
     children: tuple[FieldSpec, ...] = ()
-    if dataclasses.is_dataclass(element):
+    if isinstance(element, type) and dataclasses.is_dataclass(element):
         wire = element.__name__
         nested: dict[int, type] = {}
         for v, (_, ann) in by_version.items():

@@ -26,7 +26,7 @@ DESCRIBE_CONFIGS = 32  # not in the manifest
 def capped(ranges: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
     body = Message(error_code=0, throttle_time_ms=0,
                    api_keys=[Message(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in ranges.items()])
-    return {e.api_key: (e.min_version, e.max_version) for e in versions.intersect(body).api_keys}
+    return {e.api_key: (e.min_version, e.max_version) for e in versions.intersect(body)[0].api_keys}
 
 
 def test_produce_keeps_the_broker_min() -> None:
