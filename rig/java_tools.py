@@ -39,6 +39,10 @@ CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
 
 VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
+CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
+SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 
 # KIP-1147 (Kafka 4.2) renamed the tools' options to one scheme; the old names still work but print a deprecation line
 # on stdout, the stream tests parse records from. Callers write the names every supported release knows (4.1's);
@@ -46,6 +50,8 @@ VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
 RENAMED_OPTIONS: dict[str, dict[str, str]] = {
     CONSOLE_CONSUMER: {"--property": "--formatter-property", "--consumer-property": "--command-property",
                        "--consumer.config": "--command-config"},
+    CONSOLE_SHARE_CONSUMER: {"--property": "--formatter-property", "--consumer-property": "--command-property",
+                             "--consumer-config": "--command-config"},
     CONSOLE_PRODUCER: {"--property": "--reader-property", "--producer-property": "--command-property",
                        "--producer.config": "--command-config"},
     CONSUMER_PERFORMANCE: {"--messages": "--num-records", "--consumer.config": "--command-config"},
