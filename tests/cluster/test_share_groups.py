@@ -44,7 +44,7 @@ def _received(readers: list[LineReader], want: set[str], within: float, what: st
         missing = want - {ln for r in readers for ln in r.lines}
         assert time.monotonic() < deadline, f"{what}: {len(missing)} of {len(want)} records never arrived"
         for r in readers:
-            r.wait_for(len(r.lines) + 1, 0.25)
+            r.wait_for(len(r.lines) + len(want), 0.1)  # what has arrived (up to 0.1 s for more), not one line
 
 
 def test_share_consumers_receive_every_record_and_follow_a_leader_move(
