@@ -55,14 +55,16 @@ class WindowedRate:
         bound, so a throttle raised from 10 to 20 MB/s after 10 s let ~100 MB through at once (the whole window
         re-measured against 20 MB/s; bench.reassign's live change): here the new rate holds from the next window
         on, which is what an operator who changes it mid-move expects (KIP-73: "speed up or slow down replica
-        movement"). A new sample shape restarts the history (Kafka re-creates the sensor)."""
+        movement"). Bytes recorded while there was no bound (0) are measured against the new one: what exceeds it
+        is a debt (Kafka's quota, exceeded at once), what it leaves unused is no credit. A new sample shape restarts
+        the history (Kafka re-creates the sensor)."""
         if (samples, window_s) != (self.samples, self.window_s):
             if samples < 1 or window_s <= 0:
                 raise ValueError("samples must be >= 1 and window_s > 0")
             self.samples, self.window_s = samples, window_s
             self._samples, self._current = [], 0
         elif bound != self.bound and now is not None and self._samples:
-            debt = self.total(now) - self.bound * self.window_size(now) if self.bound else 0
+            debt = self.total(now) - (self.bound or bound) * self.window_size(now)
             self._samples = [_Sample(now, int(debt))] if debt > 0 else []
             self._current = 0
         self.bound = bound

@@ -102,3 +102,16 @@ def test_a_changed_bound_applies_from_the_change() -> None:
     q2.record(500, now=0.0)
     q2.reconfigure(50, 11, 1.0, now=1.0)
     assert q2.total(1.0) == 400 and q2.exceeded(1.0)
+
+
+def test_bytes_sent_with_no_bound_are_measured_against_the_first_one() -> None:
+    """From no bound (0) to one: what the window holds beyond the new bound is owed (exceeded at once, as Kafka's
+    quota is), what it leaves unused is no credit."""
+    q = WindowedRate(bound=0)
+    q.record(1000, now=0.0)
+    q.reconfigure(2, 11, 1.0, now=1.0)
+    assert q.total(1.0) == 1000 - 2 and q.exceeded(1.0)
+    idle = WindowedRate(bound=0)
+    idle.record(10, now=0.0)
+    idle.reconfigure(100, 11, 1.0, now=5.0)
+    assert idle.total(5.0) == 0 and idle.headroom(5.0) == pytest.approx(100.0)
