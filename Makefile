@@ -1,7 +1,8 @@
 # Thin wrappers around the project's commands (see README / ARCHITECTURE.md).
 #   make install   venv + `pip install -e .[dev,analytics]` + Kafka jars + Prometheus + Chromium (idempotent)
-#   make test      the whole test suite against a real Kafka broker
-#   make run       a real Kafka broker with Sluice in front of it, until Ctrl-C
+#   make test      the whole test suite against real Kafka (the newest release the rig runs, rig/kafka.py)
+#   make test-kafka-oldest  the same suite against the oldest release Sluice supports
+#   make run       a real Kafka broker with Sluice in front of it, until Ctrl-C (BROKERS=3: a 3-broker cluster)
 #   make bench     every bench/*.py module, JSON lines on stdout
 #   make lint      ruff + mypy
 #   make test-image  the container image + docker-compose rig, built and run with Podman, checked from the host
@@ -16,19 +17,19 @@ STAMP  := $(VENV)/.sluice-installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 && echo $$d; done)
 
-.PHONY: install test run bench lint lint-only test-image
+.PHONY: install test test-kafka-oldest run bench lint lint-only test-image
 
 install: $(STAMP)
 
 # 1. the venv (Python 3.11's bundled pip does editable pyproject installs; checked in a fresh venv)
 # 2. the package with its dev and analytics extras (pyspark + matplotlib: the report tests run the real job)
-# 3. the Kafka jars (KAFKA_HOME, else the cache, else Maven Central); prints where they are
+# 3. the Kafka jars of every release the rig runs (KAFKA_HOME, else the cache, else Maven Central); prints where
 # 4. Prometheus + promtool (a test scrapes the proxy with a real Prometheus), from Debian, only if missing
 # 5. Chromium (the analytics report is checked in a real headless browser), from Debian, only if missing
 $(STAMP): pyproject.toml rig/pom.xml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[dev,analytics]'
-	$(PY) -m rig.kafka fetch
+	$(PY) -m rig.kafka fetch --all
 	if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
 	    $(SUDO) apt-get update -q && \
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; \
@@ -43,8 +44,12 @@ $(STAMP): pyproject.toml rig/pom.xml
 test: install lint-only
 	$(PY) -m pytest -q tests/
 
+# The broker tests on the oldest supported Kafka (KAFKA_OLDEST in rig/kafka.py); the version is one setting.
+test-kafka-oldest: install
+	SLUICE_KAFKA_VERSION=$$($(PY) -c 'from rig.kafka import KAFKA_OLDEST; print(KAFKA_OLDEST)') $(PY) -m pytest -q tests/
+
 run: install
-	$(PY) -m rig.run
+	$(PY) -m rig.run $(if $(BROKERS),--brokers $(BROKERS))
 
 bench: install
 	@set -e; for f in bench/*.py; do \

@@ -110,6 +110,10 @@ class Metrics:
             "sluice_responses_rewritten_total",
             "Responses the proxy re-encoded (address rewriting, policies) instead of relaying the upstream bytes.",
             ["api"], registry=r)
+        self.api_withheld = Counter(
+            "sluice_api_withheld_total",
+            "APIs left out of ApiVersions responses to clients (no version both Sluice and the broker speak), by API.",
+            ["api"], registry=r)
         self.frames_rejected = Counter("sluice_frames_rejected_total",
                                        "Frames the proxy refused or could not deliver, by reason.",
                                        ["reason"], registry=r)

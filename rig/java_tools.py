@@ -38,6 +38,37 @@ PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
 
+VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
+CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
+SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+
+# KIP-1147 (Kafka 4.2) renamed the tools' options to one scheme; the old names still work but print a deprecation line
+# on stdout, the stream tests parse records from. Callers write the names every supported release knows (4.1's);
+# `command()` passes the new names to a release that has them. (main class -> old name -> new name)
+RENAMED_OPTIONS: dict[str, dict[str, str]] = {
+    CONSOLE_CONSUMER: {"--property": "--formatter-property", "--consumer-property": "--command-property",
+                       "--consumer.config": "--command-config"},
+    CONSOLE_SHARE_CONSUMER: {"--property": "--formatter-property", "--consumer-property": "--command-property",
+                             "--consumer-config": "--command-config"},
+    CONSOLE_PRODUCER: {"--property": "--reader-property", "--producer-property": "--command-property",
+                       "--producer.config": "--command-config"},
+    CONSUMER_PERFORMANCE: {"--messages": "--num-records", "--consumer.config": "--command-config"},
+    VERIFIABLE_PRODUCER: {"--producer.config": "--command-config"},
+}
+RENAMED_IN = (4, 2)
+
+
+def libs_version(libs_dir: Path) -> tuple[int, ...]:
+    """The Kafka release of a libs dir, from its kafka-clients jar's name (e.g. (4, 3, 1))."""
+    for jar in libs_dir.glob("kafka-clients-*.jar"):
+        digits = re.match(r"kafka-clients-(\d+)\.(\d+)\.(\d+)", jar.name)
+        if digits:
+            return tuple(int(d) for d in digits.groups())
+    raise RigError(f"no kafka-clients-X.Y.Z.jar in {libs_dir}")
+
+
 # Short-lived tools: start-up dominates, so C1 only (TieredStopAtLevel=1), no GC threads, small heap. Measured on
 # the 2-core machine, C1-only saves roughly a third of a console tool's wall time.
 FAST_JVM_OPTS: tuple[str, ...] = (
@@ -152,6 +183,7 @@ class JavaTools:
         self._log4j = self._tmp / "log4j2.properties"
         self._log4j.write_text(_LOG4J2_TOOLS)
         self._counter = 0
+        self.version = libs_version(self.libs_dir)
         atexit.register(self.close)
 
     def close(self) -> None:
@@ -181,8 +213,12 @@ class JavaTools:
             "-cp",
             classpath(self.libs_dir),
             main_class,
-            *args,
+            *self._current_options(main_class, args),
         ]
+
+    def _current_options(self, main_class: str, args: Sequence[str]) -> list[str]:
+        renamed = RENAMED_OPTIONS.get(main_class) if self.version >= RENAMED_IN else None
+        return [renamed.get(a, a) for a in args] if renamed else list(args)
 
     def run(
         self,

@@ -43,8 +43,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-# The version the rig is tested with; SLUICE_KAFKA_VERSION tries another 4.x release (the pom takes it too).
-KAFKA_VERSION: str = os.environ.get("SLUICE_KAFKA_VERSION", "4.1.2")
+# The Kafka releases the rig runs: the oldest Sluice supports and the newest whose jars (with every dependency)
+# Maven Central serves. 4.4.0 is listed there, but its broker's dependency jetty-ee10-servlets 12.0.39 is not, so
+# no 4.4.0 broker can be assembled from it. `make test` runs on the newest, `make test-kafka-oldest` on the oldest;
+# `make install` fetches both.
+KAFKA_OLDEST = "4.1.2"
+KAFKA_NEWEST = "4.3.1"
+KAFKA_VERSIONS: tuple[str, ...] = (KAFKA_OLDEST, KAFKA_NEWEST)
+# The one setting that picks the release (the pom takes it too): SLUICE_KAFKA_VERSION, default the newest.
+KAFKA_VERSION: str = os.environ.get("SLUICE_KAFKA_VERSION", KAFKA_NEWEST)
 SCALA_VERSION = "2.13"
 
 POM_PATH = Path(__file__).resolve().parent / "pom.xml"
@@ -531,11 +538,14 @@ class KafkaBroker:
         port: int | None = None,
         controller_port: int | None = None,
         work_dir: Path | str | None = None,
-        overrides: Mapping[str, str | int | float | bool] | None = None,
+        overrides: Mapping[str, str | int | float | bool | None] | None = None,
         jvm_opts: Sequence[str] | None = None,
         startup_timeout: float = 60.0,
         stop_timeout: float = 30.0,
         keep_work_dir: bool | None = None,
+        process_roles: str = "broker,controller",
+        cluster_id: str | None = None,
+        controller_voters: str | None = None,
     ) -> None:
         self._libs_dir = Path(libs_dir).resolve() if libs_dir is not None else find_libs()
         self._java = find_java()
@@ -565,7 +575,15 @@ class KafkaBroker:
         self._keep_work_dir = (
             keep_work_dir if keep_work_dir is not None else os.environ.get("SLUICE_KEEP_KAFKA_DIR") == "1"
         )
-        self._cluster_id = random_cluster_id()
+        # A node of a cluster (rig/cluster.py) shares the cluster's id and voters and has one role; alone, it is
+        # both broker and its own single controller.
+        if process_roles not in ("broker,controller", "broker", "controller"):
+            raise RigError(f"process_roles {process_roles!r}: broker,controller | broker | controller")
+        if process_roles != "broker,controller" and not controller_voters:
+            raise RigError("a broker-only or controller-only node needs controller_voters")
+        self._roles = process_roles
+        self._voters = controller_voters or f"{node_id}@127.0.0.1:{self._controller_port}"
+        self._cluster_id = cluster_id or random_cluster_id()
         self._proc: subprocess.Popen[bytes] | None = None
         self._stdout: IO[bytes] | None = None
         # A CDS archive this JVM writes at exit; kept only if it exits by itself or on SIGTERM (see stop()).
@@ -639,17 +657,41 @@ class KafkaBroker:
 
     # ---- configuration -----------------------------------------------------------------------------------
 
+    @property
+    def process_roles(self) -> str:
+        return self._roles
+
     def server_properties(self) -> dict[str, str]:
-        """The broker config, overrides applied last."""
+        """The broker config, overrides applied last (an override of None removes the key)."""
         p, c = self._port, self._controller_port
-        props: dict[str, Any] = {
-            "process.roles": "broker,controller",
+        if self._roles == "controller":
+            # A dedicated controller (rig/cluster.py): the CONTROLLER listener only, none of the broker's settings.
+            props: dict[str, Any] = {
+                "process.roles": "controller",
+                "node.id": self._node_id,
+                "controller.quorum.voters": self._voters,
+                "listeners": f"CONTROLLER://127.0.0.1:{c}",
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+                "log.dirs": str(self.data_dir),
+                # The controller fences a broker whose heartbeats stop: after a kill -9, leaders move once this
+                # has passed (9 s by default; 4 s as for the single node below).
+                "broker.session.timeout.ms": 4000,
+                "num.network.threads": 1,
+                "num.io.threads": 2,
+            }
+            return self._apply_overrides(props)
+        listeners = f"PLAINTEXT://127.0.0.1:{p}"
+        if self._roles == "broker,controller":
+            listeners += f",CONTROLLER://127.0.0.1:{c}"
+        props = {
+            "process.roles": self._roles,
             "node.id": self._node_id,
             # A static voter set (KIP-595) rather than controller.quorum.bootstrap.servers + `format --standalone`
             # (KIP-853): both work in 4.1, but with static voters the formatted data dir holds no controller
             # endpoint, so nothing in it depends on the port.
-            "controller.quorum.voters": f"{self._node_id}@127.0.0.1:{c}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
+            "controller.quorum.voters": self._voters,
+            "listeners": listeners,
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -683,8 +725,14 @@ class KafkaBroker:
             "num.network.threads": 2,
             "num.io.threads": 4,
         }
+        return self._apply_overrides(props)
+
+    def _apply_overrides(self, props: dict[str, Any]) -> dict[str, str]:
         for key, value in self._overrides.items():
-            props[key] = value
+            if value is None:
+                props.pop(key, None)
+            else:
+                props[key] = value
         return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in props.items()}
 
     def _write_config(self) -> None:
@@ -782,6 +830,11 @@ class KafkaBroker:
             if code is not None:
                 raise RigError(f"Kafka broker exited with code {code} during startup\n{self.log_tail()}")
             try:
+                if self._roles == "controller":
+                    # A controller serves no Metadata to clients; it is up once its listener accepts (the brokers'
+                    # own readiness, registered and unfenced, proves the quorum works).
+                    with socket.create_connection((self.host, self._controller_port), timeout=2.0):
+                        return
                 brokers = metadata_brokers(self.host, self._port, timeout=2.0)
                 if any(b[0] == self._node_id and b[2] == self._port for b in brokers):
                     return
@@ -941,6 +994,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_fetch = sub.add_parser("fetch", help="make sure the Kafka jars are present; print the libs dir")
     p_fetch.add_argument("--force", action="store_true", help="download again even if cached")
+    p_fetch.add_argument("--all", action="store_true", help=f"every release the rig runs ({', '.join(KAFKA_VERSIONS)})")
     p_start = sub.add_parser("start", help="start a broker, print its bootstrap address, run until Ctrl-C")
     p_start.add_argument("--port", type=int, default=None, help="broker listener port (default: a free one)")
     p_start.add_argument("--keep", action="store_true", help="keep the broker's temp dir after exit")
@@ -948,11 +1002,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.command == "fetch":
-            libs = fetch_kafka(KAFKA_VERSION, force=True) if args.force else find_libs()
+            versions = sorted(set(KAFKA_VERSIONS) | {KAFKA_VERSION}) if args.all else [KAFKA_VERSION]
+            for version in versions:
+                libs = fetch_kafka(version, force=True) if args.force else find_libs(version)
+                print(libs)
             if not os.environ.get("KAFKA_HOME"):
                 # A cache fetched from Maven must still be usable by the JVM; check Java is there too.
                 find_java()
-            print(libs)
             return 0
         # Ctrl-C -> KeyboardInterrupt even if a non-interactive shell started us with SIGINT ignored.
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -1,9 +1,10 @@
-"""`make run`: a real Kafka broker with Sluice in front of it, until Ctrl-C.
+"""`make run`: a real Kafka broker (`make run BROKERS=3`: a KRaft cluster) with Sluice in front of it, until Ctrl-C.
 
-Starts the rig's broker, then `sluice run --config config/sluice.toml` as a subprocess with its upstream pointed
-at the broker (env override SLUICE_UPSTREAM__BOOTSTRAP_SERVERS, the SLUICE_<SECTION>__<KEY> form), waits until
-the proxy answers Kafka requests on its bootstrap listener, prints where to connect, and on Ctrl-C stops the
-proxy first (so clients see the proxy go, not the broker behind it) and then the broker.
+Starts the rig's broker (``--brokers N`` > 1: N brokers and one controller, rig/cluster.py), then
+`sluice run --config config/sluice.toml` as a subprocess with its upstream pointed at the broker(s) (env override
+SLUICE_UPSTREAM__BOOTSTRAP_SERVERS, the SLUICE_<SECTION>__<KEY> form), waits until the proxy answers Kafka requests
+on its bootstrap listener, prints where to connect, and on Ctrl-C stops the proxy first (so clients see the proxy
+go, not the brokers behind it) and then the brokers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from rig.cluster import KafkaCluster
 from rig.kafka import KafkaBroker, RigError, classpath, metadata_brokers, set_pdeathsig, tail_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,15 +84,21 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> int | None:
     return proc.returncode
 
 
-def _banner(broker: KafkaBroker, bootstrap: str, metrics_url: str, log: Path, stream_logs: bool) -> str:
-    cp = classpath(broker.libs_dir)
+def _banner(kafka: KafkaBroker | KafkaCluster, bootstrap: str, metrics_url: str, log: Path, stream_logs: bool) -> str:
+    cp = classpath(kafka.libs_dir)
+    if isinstance(kafka, KafkaCluster):
+        what = f"a real Kafka cluster of {len(kafka.brokers)} brokers (KRaft, one controller)"
+        logs = "\n".join(f"  broker {b.node_id}:              {b.bootstrap}, log {b.log_path}" for b in kafka.brokers)
+    else:
+        what = f"a real Kafka {kafka.bootstrap} (node {kafka.node_id})"
+        logs = f"  broker log:            {kafka.log_path}"
     return f"""
-Sluice is running in front of a real Kafka {broker.bootstrap} (node {broker.node_id}).
+Sluice is running in front of {what}.
 
   bootstrap (use this):  {bootstrap}
   metrics:               {metrics_url}
   proxy log:             {"this terminal" if stream_logs else log}
-  broker log:            {broker.log_path}
+{logs}
 
 Produce a few records (type lines, Ctrl-D to end):
   java -cp '{cp}' org.apache.kafka.tools.ConsoleProducer --bootstrap-server {bootstrap} --topic demo
@@ -101,7 +109,7 @@ Or from Python (kafka-python):
   {sys.executable} -c "from kafka import KafkaProducer as P; p=P(bootstrap_servers='{bootstrap}'); \\
        p.send('demo', b'hello'); p.flush()"
 
-Ctrl-C stops the proxy, then the broker.
+Ctrl-C stops the proxy, then Kafka.
 """
 
 
@@ -112,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--metrics-url", default=DEFAULT_METRICS_URL)
     parser.add_argument("--logs", action="store_true", help="stream the proxy's logs here instead of a file")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the proxy to answer")
+    parser.add_argument("--brokers", type=int, default=int(os.environ.get("BROKERS") or 1),
+                        help="brokers to start (default 1, or $BROKERS; > 1: a KRaft cluster with one controller)")
     args = parser.parse_args(argv)
 
     # Ctrl-C must raise KeyboardInterrupt even when started from a shell that ignores SIGINT for background
@@ -120,12 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     log_dir = Path(tempfile.mkdtemp(prefix="sluice-run-"))
     proxy_log = log_dir / "sluice.log"
-    broker = KafkaBroker()
+    if args.brokers < 1:
+        parser.error("--brokers must be at least 1")
+    broker: KafkaBroker | KafkaCluster = KafkaBroker() if args.brokers == 1 else KafkaCluster(args.brokers)
     proxy: subprocess.Popen[bytes] | None = None
     out: IO[bytes] | None = None
     clean = False  # keep the proxy log for a post-mortem unless the user stopped us
     try:
-        print("starting Kafka ...", flush=True)
+        print(f"starting Kafka ({args.brokers} broker{'s' if args.brokers > 1 else ''}) ...", flush=True)
         broker.start()
         print(f"Kafka ready at {broker.bootstrap} in {broker.last_start_seconds:.1f}s; starting Sluice ...", flush=True)
         env = dict(os.environ, SLUICE_UPSTREAM__BOOTSTRAP_SERVERS=broker.bootstrap)
@@ -152,9 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"sluice exited with code {code}\n{'' if args.logs else tail_file(proxy_log, 40)}", file=sys.stderr
                 )
                 return 1
-            if not broker.is_running:
-                print(f"Kafka exited unexpectedly\n{broker.log_tail()}", file=sys.stderr)
-                return 1
+            for node in broker.brokers if isinstance(broker, KafkaCluster) else [broker]:
+                if not node.is_running:
+                    print(f"Kafka node {node.node_id} exited unexpectedly\n{node.log_tail()}", file=sys.stderr)
+                    return 1
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proxy.wait(timeout=1.0)
     except KeyboardInterrupt:

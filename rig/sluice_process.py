@@ -35,12 +35,12 @@ from typing import Any
 
 from rig.kafka import RigError, _set_pdeathsig, free_ports
 
-__all__ = ["SluiceProcess"]
+__all__ = ["SluiceProcess", "pick_ports"]
 
 _POLL_S = 0.05
 
 
-def _pick_ports(node_id: int) -> tuple[int, int, int]:
+def pick_ports(node_id: int) -> tuple[int, int, int]:
     """(bootstrap port, broker port base, admin port): all free, and base above bootstrap as the config
     requires (broker node N listens on base + N, so base + node_id is the free port picked for it)."""
     for _ in range(20):
@@ -68,10 +68,13 @@ class SluiceProcess:
         node_id: int = 1,
         start_timeout: float = 30.0,
         python: str | None = None,
+        ports: tuple[int, int, int] | None = None,
     ) -> None:
         self.upstream = upstream
         self.node_id = node_id
-        self.bootstrap_port, self.broker_port_base, self.admin_port = _pick_ports(node_id)
+        # ``ports``: picked beforehand (``pick_ports``), e.g. because a broker's config must name the sidecar's port
+        # before either starts (rig/cluster.py)
+        self.bootstrap_port, self.broker_port_base, self.admin_port = ports or pick_ports(node_id)
         self._tmp = Path(tempfile.mkdtemp(prefix="sluice-proc-"))
         self._stderr_path = self._tmp / "stderr.log"
         self._stdout_path = self._tmp / "stdout.log"

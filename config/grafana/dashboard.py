@@ -225,6 +225,13 @@ ROWS = [
               "sluice_frames_rejected_total: each closed one connection (too_large, malformed, unknown_api, "
               "unsupported_version, request_timeout, upstream_closed). Alert: SluiceFramesRejected.",
               [(rate("sluice_frames_rejected_total", by="reason"), "{{reason}}")]),
+        Panel("APIs withheld from clients/s by API", "cps",
+              "sluice_api_withheld_total: ApiVersions responses that left an API out (no version both Sluice and "
+              "the broker speak); clients then never use it. The log's api_withheld event gives both ranges. "
+              "0 while nothing was ever withheld.",
+              # An API's series exists only once it was withheld (the label values are whatever the broker offers),
+              # so a healthy Sluice has none: 0 then, rather than "No data".
+              [(rate("sluice_api_withheld_total", by="api") + " or on() vector(0)", "{{api}}")]),
         Panel("Access-log events dropped/s by reason", "cps",
               "sluice_access_log_dropped_total: access-log events lost: write_failed (file or stdout), and the "
               "Kafka sink's buffer_full, delivery_failed, stopped. Alert: SluiceAccessLogDropping.",

@@ -22,7 +22,7 @@ def build(settings: Settings, services: Services) -> list[Policy]:
     """The policies of one proxy, in chain order."""
     return [
         Sasl(services),  # SASL relayed untouched; the accepted principal's name becomes the connection's
-        ApiVersions(),  # clients negotiate only versions Sluice reads
+        ApiVersions(services),  # clients negotiate only versions Sluice reads
         Addresses(services),  # clients never learn a broker's real address
         SizeLimit(settings.size_limit, services),  # KIP-74 byte budgets
         Throttle(settings.throttle, services),  # KIP-73 replication throttles

@@ -1,8 +1,10 @@
 """Clients never learn a broker's real address: every response that carries one is rewritten to Sluice's
 advertised host and the port of the node's listener (rules in :mod:`proxy.core.routing`).
 
-Metadata (brokers), FindCoordinator (coordinators, batched or not), DescribeCluster (brokers) and, since KIP-951,
-the NodeEndpoints tagged field of Fetch (v16+) and Produce (v10+) responses. A Fetch v16+ response streams
+Metadata (brokers), FindCoordinator (coordinators, batched or not), DescribeCluster (brokers), since KIP-951 the
+NodeEndpoints tagged field of Fetch (v16+) and Produce (v10+) responses, and the NodeEndpoints of ShareFetch and
+ShareAcknowledge responses (KIP-932, every version: a partition's new leader after NOT_LEADER_OR_FOLLOWER; measured
+on Kafka 4.3 with them relayed, a share consumer connected to the broker's real address). A Fetch v16+ response streams
 through with only its final tag section held back and rewritten (:mod:`proxy.wire.fetch_stream`) unless another
 policy collects it whole; a Produce response's tag section is skimmed and the response relayed untouched when it
 carries no endpoints (they appear only after a leadership change).
@@ -21,13 +23,15 @@ from ..wire.messages import negotiable_versions
 from ..wire.views import FetchResponse, MessageResponse, MetadataHead, ResponseView
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 0, 1, 3, 10, 60
+SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
 #: the first Produce version with KIP-951 NodeEndpoints (ProduceResponse.json)
 FIRST_PRODUCE_ENDPOINTS = 10
 
 
 class Addresses(Policy):
     name = "addresses"
-    apis: ClassVar[frozenset[int]] = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, FETCH, PRODUCE})
+    apis: ClassVar[frozenset[int]] = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, FETCH, PRODUCE,
+                                                SHARE_FETCH, SHARE_ACKNOWLEDGE})
 
     def __init__(self, services: Services) -> None:
         self.router = services.router
@@ -77,4 +81,9 @@ class Addresses(Policy):
             router.rewrite_find_coordinator(response.body)
         elif key == DESCRIBE_CLUSTER:
             router.rewrite_describe_cluster(response.body)
+        elif key in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
+            # a regular field here, empty unless a partition's leader moved: re-encode only then
+            if not response.body.node_endpoints:
+                return
+            router.rewrite_node_endpoints(response.body)
         response.changed = True

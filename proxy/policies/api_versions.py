@@ -2,27 +2,37 @@
 
 The broker's ranges are capped to what Sluice decodes; an ApiVersions request version Sluice does not know is
 answered the way Kafka does (error 35, UNSUPPORTED_VERSION, in the v0 layout, naming the supported range).
+
+An API withheld from a client (no version both Sluice and the broker speak) is never silent: each ApiVersions
+response that leaves one out counts it in ``sluice_api_withheld_total{api}``, and the first time per API the
+operational log says which, with both ranges (``api_withheld``). A client finding an API missing logs it, if at all,
+at DEBUG ("The node does not support SHARE_FETCH").
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from ..accesslog import get_logger
 from ..core.exchange import Exchange
-from ..core.policy import Policy
-from ..wire.messages import API_VERSIONS_KEY, decoded_versions
+from ..core.policy import Policy, Services
+from ..wire.messages import API_VERSIONS_KEY, api_name, decoded_versions, negotiable_versions
 from ..wire.versions import intersect, unsupported_api_versions_body
 from ..wire.views import MessageResponse, ResponseView, local_response
+
+_log = get_logger("sluice.api_versions")
 
 
 class ApiVersions(Policy):
     name = "api_versions"
     apis: ClassVar[frozenset[int]] = frozenset({API_VERSIONS_KEY})
 
-    def __init__(self) -> None:
+    def __init__(self, services: Services) -> None:
         ours = decoded_versions(API_VERSIONS_KEY)
         assert ours is not None
         self._high = ours.high
+        self.metrics = services.metrics
+        self._logged: set[int] = set()  # APIs whose withholding was logged (once per API per proxy)
 
     def on_request(self, ex: Exchange, conn: Any) -> Any:
         h = ex.header
@@ -35,5 +45,14 @@ class ApiVersions(Policy):
     def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
         assert isinstance(response, MessageResponse)
         body = response.body
-        body.api_keys = intersect(body).api_keys
+        capped, withheld = intersect(body)
+        body.api_keys = capped.api_keys
         response.changed = True
+        for key, low, high in withheld:
+            name = api_name(key)
+            self.metrics.api_withheld.labels(api=name).inc()
+            if key not in self._logged:
+                self._logged.add(key)
+                ours = negotiable_versions(key)
+                _log.warning("api_withheld", api=name, api_key=key, broker_versions=f"{low}-{high}",
+                             sluice_versions=f"{ours.low}-{ours.high}" if ours else None, client_id=ex.client_id)

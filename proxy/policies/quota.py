@@ -15,6 +15,12 @@ Arithmetic, following org.apache.kafka.common.metrics.stats.{SampledStat, Rate, 
   oldest live sample began, but never less than one window. So a partial first window is measured as a whole
   window, and a burst right after start is not divided by a tiny elapsed time (unlike ``Rate``, which pretends
   ``samples - 1`` full windows have passed and so lets ten windows' worth through at first).
+- One departure from Kafka: the window runs from the oldest sample *that recorded bytes*. Kafka's window also
+  runs over empty samples (recorded zeros, or obsolete samples reset to the time a rate was read: a metrics
+  scrape, or the quota check of a fetch with nothing throttled), so after an idle spell the next burst gets
+  ``bound x idle time`` of credit, up to the whole 11 s window: a throttled move that began a few seconds after
+  the previous one ran its first ~25-100 MB at full speed under a 10 MB/s throttle (bench.reassign). Idle time
+  earns no credit here; the rate is bounded from the first byte.
 - ``exceeded(now)``: ``rate(now) > bound`` (ReplicationQuotaManager.isQuotaExceeded); a bound of 0 means none
   (Kafka's default is Long.MAX_VALUE).
 """
@@ -43,14 +49,25 @@ class WindowedRate:
         self._samples: list[_Sample] = []
         self._current = 0
 
-    def reconfigure(self, bound: int, samples: int, window_s: float) -> None:
-        """New bound (applies at once); a new sample shape restarts the history (Kafka re-creates the sensor)."""
-        self.bound = bound
+    def reconfigure(self, bound: int, samples: int, window_s: float, now: float | None = None) -> None:
+        """A new bound applies from ``now``: the window restarts there, carrying the bytes recorded beyond the old
+        bound (a debt) but not the credit it left unused. Kafka keeps the history and compares it with the new
+        bound, so a throttle raised from 10 to 20 MB/s after 10 s let ~100 MB through at once (the whole window
+        re-measured against 20 MB/s; bench.reassign's live change): here the new rate holds from the next window
+        on, which is what an operator who changes it mid-move expects (KIP-73: "speed up or slow down replica
+        movement"). Bytes recorded while there was no bound (0) are measured against the new one: what exceeds it
+        is a debt (Kafka's quota, exceeded at once), what it leaves unused is no credit. A new sample shape restarts
+        the history (Kafka re-creates the sensor)."""
         if (samples, window_s) != (self.samples, self.window_s):
             if samples < 1 or window_s <= 0:
                 raise ValueError("samples must be >= 1 and window_s > 0")
             self.samples, self.window_s = samples, window_s
             self._samples, self._current = [], 0
+        elif bound != self.bound and now is not None and self._samples:
+            debt = self.total(now) - (self.bound or bound) * self.window_size(now)
+            self._samples = [_Sample(now, int(debt))] if debt > 0 else []
+            self._current = 0
+        self.bound = bound
 
     # ------------------------------------------------------------------ SampledStat
 
@@ -70,6 +87,9 @@ class WindowedRate:
 
     def _purge(self, now: float) -> None:
         expire = self.samples * self.window_s
+        if self._samples and all(now - s.start >= expire for s in self._samples):
+            self._samples, self._current = [], 0  # all idle: no history, no credit (module docstring)
+            return
         for i, s in enumerate(self._samples):
             if now - s.start >= expire:
                 self._samples[i] = _Sample(now)  # Sample.reset(now)
@@ -81,8 +101,11 @@ class WindowedRate:
     def window_size(self, now: float) -> float:
         """SimpleRate.windowSize: time since the oldest live sample began, at least one window."""
         self._purge(now)
-        oldest = min((s.start for s in self._samples), default=now)
-        return max(now - oldest, self.window_s)
+        return max(now - self._oldest(now), self.window_s)
+
+    def _oldest(self, now: float) -> float:
+        """When the oldest sample that recorded bytes began (``now`` if none did: no history)."""
+        return min((s.start for s in self._samples if s.total), default=now)
 
     # ------------------------------------------------------------------ Rate / quota
 
@@ -104,5 +127,5 @@ class WindowedRate:
         expire meanwhile only lower it). 0 when not exceeded. Used to pace a fetcher that got nothing back."""
         if not self.exceeded(now):
             return 0.0
-        total, elapsed = self.total(now), now - min(s.start for s in self._samples)
+        total, elapsed = self.total(now), now - self._oldest(now)
         return max(0.0, total / self.bound - elapsed)

@@ -194,10 +194,11 @@ class ThrottleState:
         #: (topic, partition, fetcher) -> (lag, when): entries older than the quota's whole window are stale
         self._lag: dict[tuple[str, int, int], tuple[int, float]] = {}
 
-    def reconfigure(self, t: Throttles) -> None:
-        """A new snapshot: bounds apply at once; the rate history stays unless the sample shape changed."""
-        self.leader.reconfigure(t.leader_rate, t.samples, t.window_s)
-        self.follower.reconfigure(t.follower_rate, t.samples, t.window_s)
+    def reconfigure(self, t: Throttles, now: float | None = None) -> None:
+        """A new snapshot: a changed bound applies from ``now`` (:meth:`WindowedRate.reconfigure`); an unchanged
+        one keeps its history, a new sample shape restarts it."""
+        self.leader.reconfigure(t.leader_rate, t.samples, t.window_s, now)
+        self.follower.reconfigure(t.follower_rate, t.samples, t.window_s, now)
         self._lag.clear()
         self.high_watermarks.clear()
 
@@ -403,7 +404,7 @@ class Throttle(Policy):
     def reconfigure(self, settings: Settings) -> None:
         self.throttles = Throttles.from_settings(settings.throttle)
         self._active = self.throttles.active
-        self.state.reconfigure(self.throttles)
+        self.state.reconfigure(self.throttles, self.clock())
         self.metrics.bind_throttle(self.state, self.throttles, self.clock)
 
     def applies(self, ex: Exchange) -> bool:

@@ -28,8 +28,11 @@ _CORR = struct.Struct(">i")
 
 @cache
 def _api_names() -> dict[int, str]:
-    """api key -> API name ("Fetch"), from every *Request.json spec kafka-python ships."""
-    names: dict[int, str] = {}
+    """api key -> API name ("Fetch"), from every *Request.json spec kafka-python ships, and from kio for the keys
+    kafka-python does not know yet (proxy/wire/kio_specs.py): every API Kafka defines is a Kafka API to Sluice."""
+    from .kio_specs import kio_api_names
+
+    names: dict[int, str] = dict(kio_api_names())
     pkg = resources.files("kafka.protocol.schemas.resources")
     for entry in pkg.iterdir():
         fname = entry.name
@@ -40,22 +43,14 @@ def _api_names() -> dict[int, str]:
     return names
 
 
-@cache
-def _unspecified_apis() -> dict[int, str]:
-    """api key -> name of the APIs Kafka defines that kafka-python's specs do not describe yet
-    (proxy/codecs/manifest.json "unspecified"): relayed as bytes, never decoded."""
-    return {int(key): name for name, key in manifest().get("unspecified", {}).items()}
-
-
 def api_name(api_key: int) -> str:
     """The API's name, or "Unknown(N)" for a key Kafka does not define (as far as Sluice knows)."""
-    name = _api_names().get(api_key) or _unspecified_apis().get(api_key)
-    return name or f"Unknown({api_key})"
+    return _api_names().get(api_key) or f"Unknown({api_key})"
 
 
 def known_api(api_key: int) -> bool:
-    """Whether Kafka defines the API key: a spec describes it, or the manifest lists it as unspecified."""
-    return api_key in _api_names() or api_key in _unspecified_apis()
+    """Whether Kafka defines the API key (a spec in kafka-python or kio describes it)."""
+    return api_key in _api_names()
 
 
 @cache

@@ -213,11 +213,18 @@ def _spec(raw: dict[str, Any]) -> MessageSpec:
 
 @cache
 def kafka_spec(name: str) -> MessageSpec:
-    """Kafka's own spec for ``name`` (e.g. "FetchResponse"), loaded from kafka-python's resources."""
+    """Kafka's own spec for ``name`` (e.g. "FetchResponse"), loaded from kafka-python's resources, or for the APIs
+    kafka-python does not ship yet (share groups, KIP-848, telemetry...) rebuilt from kio's classes, generated from
+    the same JSON files (:mod:`proxy.wire.kio_specs`)."""
     try:
         return _spec(load_json(name))
     except FileNotFoundError:
-        raise CodecError(f"no Kafka message spec named {name!r} in kafka-python") from None
+        from .kio_specs import kio_spec
+
+        spec = kio_spec(name)
+        if spec is None:
+            raise CodecError(f"no Kafka message spec named {name!r} in kafka-python or kio") from None
+        return spec
 
 
 def _strip_comments(text: str) -> str:

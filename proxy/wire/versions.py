@@ -11,9 +11,11 @@ ProduceRequest.json), because librdkafka before 2.11.1 turns compression off whe
 Sluice relays Produce v0-9 as bytes, so the broker's min reaches clients unchanged. APIs the manifest does
 not list (never decoded) pass through untouched.
 
-ShareFetch/ShareAcknowledge (KIP-932) responses carry broker endpoints in NodeEndpoints, and the specs
-Sluice loads (kafka-python's copy of Kafka's) do not describe them yet, so Sluice cannot rewrite those
-addresses: it withholds those APIs rather than let a client learn a real broker address.
+An API whose broker range and Sluice's do not overlap is withheld from clients (left out of the response): they then
+never send it. :func:`intersect` says which, so the proxy can log and count it (a client that finds an API
+missing says so, if at all, only at DEBUG: a share consumer with no ShareFetch spun at a full core receiving
+nothing). ShareFetch/ShareAcknowledge (KIP-932), once withheld for want of a spec, are decoded now
+(proxy/wire/kio_specs.py) and their NodeEndpoints rewritten.
 """
 
 from __future__ import annotations
@@ -21,26 +23,24 @@ from __future__ import annotations
 from .messages import API_VERSIONS_KEY, negotiable_versions, request_spec
 from .model import Message
 
-#: APIs whose responses carry broker addresses that Sluice's specs cannot rewrite (see module docstring).
-WITHHELD_APIS = frozenset({78, 79})  # ShareFetch, ShareAcknowledge
-
 UNSUPPORTED_VERSION = 35
 
 
-def intersect(body: Message) -> Message:
-    """Cap the broker's advertised version ranges to what Sluice decodes or relays; drop APIs left with none."""
+def intersect(body: Message) -> tuple[Message, list[tuple[int, int, int]]]:
+    """Cap the broker's advertised version ranges to what Sluice decodes or relays; drop APIs left with none.
+    Returns the new body and the APIs dropped, as (api key, broker's min, broker's max)."""
     kept = []
+    withheld = []
     for entry in body.api_keys:
-        if entry.api_key in WITHHELD_APIS:
-            continue
         ours = negotiable_versions(entry.api_key)
         if ours is not None:
             lo, hi = max(entry.min_version, ours.low), min(entry.max_version, ours.high)
             if lo > hi:
+                withheld.append((entry.api_key, entry.min_version, entry.max_version))
                 continue
             entry = entry.replace(min_version=lo, max_version=hi)
         kept.append(entry)
-    return body.replace(api_keys=kept)
+    return body.replace(api_keys=kept), withheld
 
 
 def unsupported_api_versions_body() -> Message:

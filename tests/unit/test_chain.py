@@ -14,7 +14,7 @@ from proxy.wire.messages import (
     response_codec,
 )
 from proxy.wire.model import Message
-from proxy.wire.versions import UNSUPPORTED_VERSION, WITHHELD_APIS
+from proxy.wire.versions import UNSUPPORTED_VERSION
 from tests.support.chain import SansIOProxy
 from tests.support.legacy_produce import produce_v0_2_frame
 
@@ -105,11 +105,23 @@ def test_api_versions_intersected_and_withheld() -> None:
     body.api_keys = [
         Message(api_key=1, min_version=0, max_version=99),  # Fetch: Sluice decodes 4..18
         Message(api_key=32, min_version=0, max_version=99),  # DescribeConfigs: not decoded, passes through
-        *[Message(api_key=k, min_version=0, max_version=1) for k in sorted(WITHHELD_APIS)],
+        Message(api_key=78, min_version=1, max_version=2),  # ShareFetch: decoded (KIP-932)
+        Message(api_key=3, min_version=90, max_version=99),  # Metadata: no version in common -> withheld
     ]
     out = respond(p, req_frame(18, 3, Message(client_software_name="t", client_software_version="1")), body)
     ranges = {k.api_key: (k.min_version, k.max_version) for k in out.api_keys}
-    assert ranges == {1: (4, 18), 32: (0, 99)}
+    assert ranges == {1: (4, 18), 32: (0, 99), 78: (1, 2)}
+    assert p.metrics.total("sluice_api_withheld_total", api="Metadata") == 1
+
+
+def test_share_fetch_node_endpoints_rewritten() -> None:
+    """KIP-932: a ShareFetch answered NOT_LEADER_OR_FOLLOWER names the new leader's address in NodeEndpoints."""
+    p = proxy()
+    for version in (1, 2):
+        body = response_codec(78, version).default()
+        body.node_endpoints = [Message(node_id=2, host="10.0.0.2", port=9092, rack=None)]
+        out = respond(p, req_frame(78, version, request_codec(78, version).default().replace(group_id="g")), body)
+        assert [(n.node_id, n.host, n.port) for n in out.node_endpoints] == [(2, "proxy.example", 20002)]
 
 
 def test_unknown_api_versions_version_answered_locally_like_kafka() -> None:

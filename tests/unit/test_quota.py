@@ -57,6 +57,22 @@ def test_idle_gap_forgets_old_samples() -> None:
     assert q.rate(11.6) == pytest.approx(50.0)
 
 
+def test_idle_time_earns_no_burst_credit() -> None:
+    """Kafka's window runs from the oldest sample, bytes or not: zeros recorded (fetches with nothing throttled) and
+    samples reset by a read (a scrape) during an idle spell let the next burst through at up to the whole window's
+    bound. Sluice's window starts at the oldest sample that recorded bytes."""
+    q = WindowedRate(bound=100, samples=11, window_s=1.0)
+    q.record(5000, now=0.0)
+    assert q.rate(12.0) == 0.0  # a scrape: every sample obsolete
+    for t in range(13, 22):
+        q.record(0, now=float(t))  # idle fetches
+    assert q.headroom(22.0) == pytest.approx(100.0)  # one window's worth, not 10 s of it
+    q.record(100, now=22.0)
+    assert not q.exceeded(22.5) and q.headroom(22.5) == pytest.approx(0.0)
+    q.record(1, now=22.5)
+    assert q.exceeded(22.6)
+
+
 def test_throttle_time_is_time_until_rate_falls_to_bound() -> None:
     q = WindowedRate(bound=100, samples=11, window_s=1.0)
     q.record(300, now=0.0)
@@ -68,25 +84,34 @@ def test_throttle_time_is_time_until_rate_falls_to_bound() -> None:
 def test_reconfigure_keeps_history_unless_the_shape_changes() -> None:
     q = WindowedRate(bound=100)
     q.record(1000, now=0.0)
-    q.reconfigure(2000, 11, 1.0)
-    assert q.total(0.5) == 1000 and not q.exceeded(0.5)
-    q.reconfigure(2000, 5, 2.0)
+    q.reconfigure(100, 11, 1.0, now=0.5)  # same bound (e.g. only the topics changed): history kept
+    assert q.total(0.5) == 1000 and q.exceeded(0.5)
+    q.reconfigure(2000, 5, 2.0, now=0.5)
     assert q.total(0.5) == 0
 
 
-def test_invalid_shape_rejected() -> None:
-    with pytest.raises(ValueError):
-        WindowedRate(samples=0)
-    with pytest.raises(ValueError):
-        WindowedRate(window_s=0)
+def test_a_changed_bound_applies_from_the_change() -> None:
+    """Raised mid-move, the new bound holds from the change on: no re-measurement of the past 10 s against it."""
+    q = WindowedRate(bound=100)
+    for t in range(10):
+        q.record(100, now=float(t))  # at the bound for 10 s
+    q.reconfigure(200, 11, 1.0, now=10.0)
+    assert q.headroom(10.0) == pytest.approx(200.0)  # one window of the new bound, not 10 s of unused credit
+    # lowered while over the bound: the excess is still owed
+    q2 = WindowedRate(bound=100)
+    q2.record(500, now=0.0)
+    q2.reconfigure(50, 11, 1.0, now=1.0)
+    assert q2.total(1.0) == 400 and q2.exceeded(1.0)
 
 
-def test_headroom_is_what_may_be_recorded_with_the_rate_at_the_bound() -> None:
-    r = WindowedRate(1000, samples=11, window_s=1.0)
-    assert r.headroom(0.0) == 1000  # one window's worth: the rate is measured over at least one window
-    r.record(600, 0.0)
-    assert r.headroom(0.5) == 400
-    r.record(400, 0.5)
-    assert r.headroom(0.5) == 0 and not r.exceeded(0.5)
-    assert r.headroom(2.0) == 1000  # two seconds since the first sample: 2000 B allowed, 1000 B recorded
-    assert WindowedRate(0).headroom(0.0) == float("inf")
+def test_bytes_sent_with_no_bound_are_measured_against_the_first_one() -> None:
+    """From no bound (0) to one: what the window holds beyond the new bound is owed (exceeded at once, as Kafka's
+    quota is), what it leaves unused is no credit."""
+    q = WindowedRate(bound=0)
+    q.record(1000, now=0.0)
+    q.reconfigure(2, 11, 1.0, now=1.0)
+    assert q.total(1.0) == 1000 - 2 and q.exceeded(1.0)
+    idle = WindowedRate(bound=0)
+    idle.record(10, now=0.0)
+    idle.reconfigure(100, 11, 1.0, now=5.0)
+    assert idle.total(5.0) == 0 and idle.headroom(5.0) == pytest.approx(100.0)

@@ -305,8 +305,8 @@ def heartbeat_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Any:
 
 
 def consumer_group_heartbeat(p: Sharing, ex: Exchange, info: ConnectionInfo) -> None:
-    """ConsumerGroupHeartbeat (API 68): kafka-python's specs do not describe it, so only its first field, the
-    GroupId (a compact string, after the v2 request header's tag section), is read."""
+    """ConsumerGroupHeartbeat (API 68): not among the APIs Sluice decodes (proxy/codecs/manifest.json), so only its
+    first field, the GroupId (a compact string, after the v2 request header's tag section), is read."""
     key = _key(info, ex)
     m = p.members.get(key)
     if m is not None and m.kip848:
