@@ -833,6 +833,17 @@ def check_topic_or_glob(text: str) -> str:
     return text
 
 
+def _one_entry_per_topic(section: str, topics: list[str], hint: str = "") -> None:
+    """Two entries with the same topic (or glob) would leave one silently unused: an exact name and the first
+    matching glob each pick one entry, entries are never merged (policies/topic_rules.py, TopicRules)."""
+    first: dict[str, int] = {}
+    for i, topic in enumerate(topics):
+        if topic in first:
+            raise KeyedValueError(f"topics[{i}].topic", f"{topic!r} is already {section}.topics[{first[topic]}]: one "
+                                                        f"entry per topic name or glob{hint}")
+        first[topic] = i
+
+
 class ClientSelectorSettings(Section):
     """A client selector (proxy/core/selectors.py), e.g. one ``[[throttle.consumers]]`` entry: consumers
     (replica_id < 0) a rule applies to; the selectors given must all match."""
@@ -882,17 +893,7 @@ class ThrottleSettings(Section):
 
     @model_validator(mode="after")
     def _one_entry_per_topic(self) -> Self:
-        # Two entries with the same topic (or glob) would leave one silently unused: an exact name and the first
-        # matching glob each pick one entry, entries are never merged (policies/throttle.py, Throttles).
-        first: dict[str, int] = {}
-        for i, t in enumerate(self.topics):
-            if t.topic in first:
-                raise KeyedValueError(
-                    f"topics[{i}].topic",
-                    f"{t.topic!r} is already throttle.topics[{first[t.topic]}]: one entry per topic name or glob "
-                    "(list all its replicas in that entry)",
-                )
-            first[t.topic] = i
+        _one_entry_per_topic("throttle", [t.topic for t in self.topics], " (list all its replicas in that entry)")
         return self
 
 
@@ -1028,12 +1029,7 @@ class SharingSettings(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        first: dict[str, int] = {}
-        for i, t in enumerate(self.topics):
-            if t.topic in first:
-                raise KeyedValueError(f"topics[{i}].topic", f"{t.topic!r} is already sharing.topics[{first[t.topic]}]:"
-                                                            " one entry per topic name or glob")
-            first[t.topic] = i
+        _one_entry_per_topic("sharing", [t.topic for t in self.topics])
         if self.enabled and not any(t.shared for t in self.topics):
             raise KeyedValueError("topics", "sharing is enabled but no topic may be shared: add a "
                                             '[[sharing.topics]] entry, e.g. topic = "orders-*"')
