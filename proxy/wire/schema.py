@@ -43,7 +43,7 @@ def codecs_dir() -> Path:
 
 def _read_spec_file(path: Path) -> Any:
     try:
-        return json.loads(_strip_comments(path.read_text(encoding="utf-8")))
+        return parse_spec_text(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecsError(
             f"Sluice's wire specs are missing: {path} not found (they ship inside the proxy package as "
@@ -227,14 +227,15 @@ def kafka_spec(name: str) -> MessageSpec:
         return spec
 
 
-def _strip_comments(text: str) -> str:
-    return re.sub(r"(?m)^\s*//.*\n?", "", text)
-
-
 @cache
 def sluice_spec(name: str) -> MessageSpec:
     """One of Sluice's own specs from proxy/codecs/NAME.json (same format as Kafka's, comments allowed)."""
-    raw = _read_spec_file(codecs_dir() / f"{name}.json")
+    return spec_from_json(_read_spec_file(codecs_dir() / f"{name}.json"))
+
+
+def spec_from_json(raw: dict[str, Any]) -> MessageSpec:
+    """A spec from its parsed JSON in Kafka's format, its ``commonStructs`` inlined where a field names one (as
+    kafka-python's ``load_json`` does for the specs it ships)."""
     common = {s["name"]: s["fields"] for s in raw.get("commonStructs", [])}
 
     def inline(fields: list[dict[str, Any]]) -> None:
@@ -246,6 +247,11 @@ def sluice_spec(name: str) -> MessageSpec:
 
     inline(raw.get("fields", []))
     return _spec(raw)
+
+
+def parse_spec_text(text: str) -> Any:
+    """Kafka's spec JSON (``//`` comment lines allowed) as Python values."""
+    return json.loads(re.sub(r"(?m)^\s*//.*\n?", "", text))
 
 
 @cache

@@ -5,17 +5,15 @@ in (and its tag) must agree; so must each API's valid and flexible versions."""
 
 from __future__ import annotations
 
-import json
 import re
 import zipfile
 from functools import cache
-from typing import Any
 
 import pytest
 
 from proxy.wire.kio_specs import kio_spec
 from proxy.wire.messages import response_spec
-from proxy.wire.schema import FieldSpec, MessageSpec, Versions, _spec, kafka_spec
+from proxy.wire.schema import FieldSpec, MessageSpec, Versions, kafka_spec, parse_spec_text, spec_from_json
 from rig.kafka import KAFKA_NEWEST, find_libs
 
 #: the APIs Sluice must know on Kafka 4.3 that kafka-python 3.0.12 has no spec for (all of them are checked)
@@ -31,18 +29,7 @@ def _jar() -> zipfile.ZipFile:
 
 
 def kafka_json(name: str) -> MessageSpec:
-    raw = json.loads(re.sub(r"(?m)^\s*//.*\n?", "", _jar().read(f"common/message/{name}.json").decode()))
-    common = {s["name"]: s["fields"] for s in raw.get("commonStructs", [])}
-
-    def inline(fields: list[dict[str, Any]]) -> None:
-        for f in fields:
-            inner = f["type"][2:] if f["type"].startswith("[]") else f["type"]
-            if inner in common and "fields" not in f:
-                f["fields"] = common[inner]
-            inline(f.get("fields", []))
-
-    inline(raw["fields"])
-    return _spec(raw)
+    return spec_from_json(parse_spec_text(_jar().read(f"common/message/{name}.json").decode()))
 
 
 def _missing_from_kafka_python() -> list[str]:
@@ -51,7 +38,7 @@ def _missing_from_kafka_python() -> list[str]:
         m = re.fullmatch(r"common/message/(\w+)(Request|Response)\.json", entry)
         if not m:
             continue
-        raw = json.loads(re.sub(r"(?m)^\s*//.*\n?", "", _jar().read(entry).decode()))
+        raw = parse_spec_text(_jar().read(entry).decode())
         if "broker" not in raw.get("listeners", ()):
             continue
         try:
