@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from proxy.policies import sessions
+from proxy.policies.terminate import sessions
 from proxy.wire.fetch_fast import FetchResponseView
 from proxy.wire.fetch_layout import FIRST_SESSION
 from proxy.wire.fetch_request_fast import decode_fetch_request, encode_fetch_request

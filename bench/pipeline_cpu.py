@@ -40,7 +40,17 @@ from pathlib import Path
 from typing import Any
 
 from proxy.config import load_settings
-from proxy.policies.sessions import LEGACY, FetchMetadata, FetchParams, PartitionKey, UpstreamPlan
+
+try:
+    from proxy.policies.terminate.sessions import LEGACY, FetchMetadata, FetchParams, PartitionKey, UpstreamPlan
+except ImportError:  # pragma: no cover - revisions before the policy packages (--compare)
+    from proxy.policies.sessions import (  # type: ignore[no-redef]
+        LEGACY,
+        FetchMetadata,
+        FetchParams,
+        PartitionKey,
+        UpstreamPlan,
+    )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
@@ -54,13 +64,21 @@ CASES = ("relay", "size_limit", "terminate_sessionless", "terminate_session")
 Fetch = Callable[[bytes, bytes], bytes]
 
 
+def _module(name: str, before: str) -> Any:
+    """Module ``name`` of this tree, or ``before``, its name in revisions before the policy packages."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return importlib.import_module(before)
+
+
 def _apply_plan() -> Any:
     """The construct-model request builder (rig/fetch_oracle.py; in revisions before the chain,
     proxy.policies.sessions)."""
     try:
         return importlib.import_module("rig.fetch_oracle").apply_plan
     except ImportError:
-        return importlib.import_module("proxy.policies.sessions").apply_plan
+        return _module("proxy.policies.terminate.sessions", "proxy.policies.sessions").apply_plan
 
 
 def request_frame(version: int, corr: int, offsets: dict[PartitionKey, int], meta: FetchMetadata) -> bytes:
@@ -139,10 +157,11 @@ def _pipeline_engine(case: str) -> Fetch:  # pragma: no cover - runs only agains
     router = importlib.import_module("proxy.routing").Router("127.0.0.1", 0, open_listener=lambda node: 0)
     settings = load_settings(None, env={}).with_overrides(overrides(case))
     if case == "size_limit":
-        limits = importlib.import_module("proxy.policies.size_limit").SizeLimits.from_settings(settings.size_limit)
+        size_limit = _module("proxy.policies.size_limit.policy", "proxy.policies.size_limit")
+        limits = size_limit.SizeLimits.from_settings(settings.size_limit)
         pl = pipeline.Pipeline(router, limits)
     elif case.startswith("terminate"):
-        modes = importlib.import_module("proxy.policies.terminate").SessionModes("terminate")
+        modes = _module("proxy.policies.terminate.policy", "proxy.policies.terminate").SessionModes("terminate")
         pl = pipeline.Pipeline(router, session_modes=modes)
     else:
         pl = pipeline.Pipeline(router)

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.cli_throttle import parse_size
-from proxy.policies.throttle_sizing import move_time_s
+from proxy.policies.throttle.sizing import move_time_s
 from rig.cluster import KafkaCluster
 from rig.java_tools import JavaTools
 from rig.reassign import clear_throttles, create_on, fill, log_bytes, put_throttles, reassign, verify, wait_in_sync

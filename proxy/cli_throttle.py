@@ -37,7 +37,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from proxy.policies.throttle_sizing import move_time_s, safe_range
+from proxy.policies.throttle.sizing import move_time_s, safe_range
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

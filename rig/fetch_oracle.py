@@ -12,7 +12,7 @@ import io
 from functools import cache
 from typing import Any
 
-from proxy.policies.sessions import (
+from proxy.policies.terminate.sessions import (
     Decision,
     SessionServer,
     UpstreamPlan,

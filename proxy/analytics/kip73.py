@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from proxy.analytics.units import fmt_bytes, fmt_duration, fmt_rate
-from proxy.policies.throttle_sizing import move_time_s, required_throttle_bps, safe_range
+from proxy.policies.throttle.sizing import move_time_s, required_throttle_bps, safe_range
 
 __all__ = [
     "InboundRate",

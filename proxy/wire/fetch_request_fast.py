@@ -1,7 +1,7 @@
 """The Fetch *request* fast path: decode a client's Fetch request into partition keys and fetch parameters, and
 re-encode it with other partitions and session fields, without the construct reference codec.
 
-Why: the fetch-session policies (:mod:`proxy.policies.sessions`, :mod:`proxy.policies.terminate`)
+Why: the fetch-session policies (:mod:`proxy.policies.terminate.sessions`, :mod:`proxy.policies.terminate`)
 read every client Fetch request and rewrite it for the upstream session. Through the construct codec that
 costs ~8.5 us per partition to decode and ~12 us to rewrite, which a consumer with 10,000 partitions pays on
 every fetch. Like the response side (:mod:`proxy.wire.fetch_fast`), this is a hand-written per-version layout
@@ -25,7 +25,7 @@ What is kept byte for byte: the request header, the fixed top-level fields (only
 replaced on encode), RackId and the whole top-level tag section (ClusterId, ReplicaState, unknown tags), and
 each partition's tag section (in :attr:`FetchParams.tags`). What is not: the topic-level and forgotten-topic
 tag sections (the spec defines no field there; the topics are regrouped on encode, so there is no entry to
-attach them to), like :func:`proxy.policies.sessions.apply_plan`, which builds fresh topic entries.
+attach them to), like :func:`proxy.policies.terminate.sessions.apply_plan`, which builds fresh topic entries.
 
 The request-side policies (KIP-74 size limits, KIP-73 throttles, KIP-227 terminate mode) share one decode and
 at most one encode per request through :class:`FetchEdit`.
@@ -90,7 +90,7 @@ _new = tuple.__new__
 
 class FetchParams(NamedTuple):
     """What a client asks of one partition (Kafka's FetchRequest.PartitionData), with the partition's raw tag
-    section. The fetch-session policies use this type (proxy.policies.sessions imports it from here). A
+    section. The fetch-session policies use this type (proxy.policies.terminate.sessions imports it from here). A
     NamedTuple rather than a frozen dataclass because it is built once per partition on the hot path (a fifth
     of the cost).
 
@@ -147,7 +147,7 @@ class FetchRequestView:
 
     def partitions(self) -> dict[PartitionKey, FetchParams]:
         """The partitions in request order; a repeated partition keeps its first position and its last
-        parameters (Kafka reads them into a map; :func:`proxy.policies.sessions.request_partitions`). A new
+        parameters (Kafka reads them into a map; :func:`proxy.policies.terminate.sessions.request_partitions`). A new
         dict on each call."""
         return dict(self._partitions)
 

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Consumer, Producer
 
 from proxy import metrics
-from proxy.policies.sessions import FetchMetadata
+from proxy.policies.terminate.sessions import FetchMetadata
 from proxy.wire.records import decode_batches, walk_batches
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread

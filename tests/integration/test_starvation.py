@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from proxy.policies import size_limit
+from proxy.policies.size_limit import policy as size_limit
 from proxy.wire.records import walk_batches
 from rig.proxy_thread import ProxyThread
 from tests.support.kafka import create_topic, produce_values

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from specgen import TEXT, message_strategy
 
-from proxy.policies import sessions
+from proxy.policies.terminate import sessions
 from proxy.wire.compiler import KafkaStruct, struct_for
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import parse_tags

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from bench.pipeline_cpu import request_frame, response_frame
-from proxy.policies.sessions import LEGACY
+from proxy.policies.terminate.sessions import LEGACY
 from proxy.wire.fetch_fast import FetchResponseView, NodeEndpoint
 from proxy.wire.fetch_request_fast import FetchParams
 from tests.support.connection import CoreRig, sized

@@ -19,7 +19,16 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from proxy.policies.sessions import (
+from proxy.policies.terminate.policy import (
+    UpstreamSessions,
+    build_client_response,
+    plan_request,
+    plan_session_request,
+    replan,
+    sessionless_delta,
+    set_baseline,
+)
+from proxy.policies.terminate.sessions import (
     FINAL_EPOCH,
     FetchMetadata,
     FetchParams,
@@ -28,15 +37,6 @@ from proxy.policies.sessions import (
     SessionCache,
     SessionServer,
     UpstreamPlan,
-)
-from proxy.policies.terminate import (
-    UpstreamSessions,
-    build_client_response,
-    plan_request,
-    plan_session_request,
-    replan,
-    sessionless_delta,
-    set_baseline,
 )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView
 from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request

@@ -47,7 +47,7 @@ from hypothesis import strategies as st
 from proxy.core.connection import Connection, Limits
 from proxy.core.exchange import ConnectionInfo, Exchange
 from proxy.metrics import REJECT_REASONS
-from proxy.policies import sessions
+from proxy.policies.terminate import sessions
 from proxy.wire import fetch_fast
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import (

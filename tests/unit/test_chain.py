@@ -231,7 +231,7 @@ def test_access_log_partitions_include_those_without_bytes() -> None:
 
     from bench.pipeline_cpu import request_frame, response_frame
     from proxy.accesslog import AccessLog
-    from proxy.policies.sessions import LEGACY
+    from proxy.policies.terminate.sessions import LEGACY
 
     keys = [("t", i) for i in range(5)]
     p = SansIOProxy({"sessions.mode": "terminate"}, access_log=AccessLog(io.StringIO()))
@@ -242,7 +242,7 @@ def test_access_log_partitions_include_those_without_bytes() -> None:
 
 def test_access_log_partitions_are_not_gathered_when_the_access_log_is_off() -> None:
     from bench.pipeline_cpu import request_frame, response_frame
-    from proxy.policies.sessions import LEGACY
+    from proxy.policies.terminate.sessions import LEGACY
 
     keys = [("t", i) for i in range(5)]
     p = SansIOProxy({"sessions.mode": "terminate"})

@@ -19,7 +19,7 @@ from proxy.core.chain import Chain
 from proxy.core.connection import Connection, Limits
 from proxy.core.exchange import Exchange, Signal
 from proxy.core.policy import Policy
-from proxy.policies.sessions import LEGACY, PartitionKey
+from proxy.policies.terminate.sessions import LEGACY, PartitionKey
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.fetch_request_fast import decode_fetch_request
 from proxy.wire.messages import decode_response, request_codec

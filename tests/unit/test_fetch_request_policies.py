@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from proxy.core.exchange import Exchange
-from proxy.policies.size_limit import Budget
-from proxy.policies.throttle import Ticket
+from proxy.policies.size_limit.policy import Budget
+from proxy.policies.throttle.policy import Ticket
 from proxy.wire import fetch_request_fast, views
 from proxy.wire.fetch_request_fast import (
     FetchParams,
@@ -127,7 +127,7 @@ def test_a_10000_partition_size_limited_request_is_decoded_once_and_encoded_once
     encodes = Calls(encode_fetch_request)
     monkeypatch.setattr(views, "decode_fetch_request", decodes)
     monkeypatch.setattr(fetch_request_fast, "encode_fetch_request", encodes)  # FetchEdit.encode
-    monkeypatch.setattr("proxy.policies.terminate.encode_fetch_request", encodes)
+    monkeypatch.setattr("proxy.policies.terminate.policy.encode_fetch_request", encodes)
     p = proxy(terminate)
     frame = large_frame(12, 10_000)
     ex = p.request(frame)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.policies.sessions import (
+from proxy.policies.terminate.sessions import (
     FETCH_SESSION_ID_NOT_FOUND,
     FETCH_SESSION_TOPIC_ID_ERROR,
     FINAL_EPOCH,

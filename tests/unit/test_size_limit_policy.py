@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.core.memory import HeldBytes
-from proxy.policies.size_limit import (
+from proxy.policies.size_limit.policy import (
     Budget,
     BudgetRule,
     Fairness,

@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 from proxy import reconfigure
 from proxy.config import ConfigError, apply_state_file, load_settings, read_state, save_state_section, write_state
-from proxy.policies.throttle import CONSUMER
+from proxy.policies.throttle.policy import CONSUMER
 from tests.support.admin import admin_over
 from tests.unit.test_config import clean_env, sluice
 

@@ -9,17 +9,7 @@ from typing import NamedTuple
 import pytest
 
 from proxy.core.exchange import Exchange
-from proxy.policies.sessions import (
-    FINAL_EPOCH,
-    FetchMetadata,
-    FetchParams,
-    Kind,
-    PartitionKey,
-    SessionCache,
-    SessionServer,
-    UpstreamPlan,
-)
-from proxy.policies.terminate import (
+from proxy.policies.terminate.policy import (
     SessionModes,
     SessionTicket,
     UpstreamSessions,
@@ -30,6 +20,16 @@ from proxy.policies.terminate import (
     replan,
     retriable_answer,
     uses_session,
+)
+from proxy.policies.terminate.sessions import (
+    FINAL_EPOCH,
+    FetchMetadata,
+    FetchParams,
+    Kind,
+    PartitionKey,
+    SessionCache,
+    SessionServer,
+    UpstreamPlan,
 )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.fetch_layout import topic_key

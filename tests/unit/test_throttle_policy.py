@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.config import ConfigError, load_settings
-from proxy.policies.throttle import (
+from proxy.policies.throttle.policy import (
     CONSUMER,
     ReplicaSet,
     Throttles,

@@ -33,15 +33,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..config import Settings, SizeLimitSettings
-from ..core.exchange import Exchange
-from ..core.policy import Policy, Services
-from ..core.selectors import ClientSelector
-from ..wire.fetch_fast import FetchPartition, FetchResponseView
-from ..wire.fetch_layout import PartitionKey, topic_key
-from ..wire.fetch_request_fast import FetchEdit, FetchParams
-from ..wire.records import prefix_within
-from ..wire.views import FetchResponse, ResponseView
+from ...config import Settings, SizeLimitSettings
+from ...core.exchange import Exchange
+from ...core.policy import Policy, Services
+from ...core.selectors import ClientSelector
+from ...wire.fetch_fast import FetchPartition, FetchResponseView
+from ...wire.fetch_layout import PartitionKey, topic_key
+from ...wire.fetch_request_fast import FetchEdit, FetchParams
+from ...wire.records import prefix_within
+from ...wire.views import FetchResponse, ResponseView
 
 #: replica.fetch.response.max.bytes' default: the budget of a replica-fetcher rule that names none
 REPLICA_DEFAULT_MAX_BYTES = 10 * 1024 * 1024

@@ -2,7 +2,7 @@
 connection, so the upstream link carries only changed partitions whatever the client does.
 
 Upstream, per client connection (which has exactly one upstream connection), an :class:`UpstreamSessions`: a
-:class:`~proxy.policies.sessions.SessionClient` (the Java consumer's FetchSessionHandler) and the latest
+:class:`~proxy.policies.terminate.sessions.SessionClient` (the Java consumer's FetchSessionHandler) and the latest
 :class:`~proxy.wire.fetch_fast.FetchPartition` of every partition of the session (an incremental response
 omits partitions with no news, so the last known state is kept).
 
@@ -12,7 +12,7 @@ Downstream, two kinds of client:
   partition): :func:`plan_request` takes the request's partitions as the session's wanted set, and the client
   gets a full response for every partition it asked for;
 - clients with their own sessions (the Java consumer, kafka-python): :func:`plan_session_request` hands the
-  request to Sluice's :class:`~proxy.policies.sessions.SessionServer` (one cache per proxy, Kafka's FetchManager
+  request to Sluice's :class:`~.sessions.SessionServer` (one cache per proxy, Kafka's FetchManager
   rules), whose decision names every partition of the client's session with its fetch parameters; that is the
   wanted set. The client's session and Sluice's upstream session are independent (their own ids and epochs):
   the client gets exactly the partitions Kafka would include in its incremental response, built from Sluice's
@@ -54,11 +54,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from ..config import SessionsSettings
-from ..core.exchange import ConnectionInfo, Exchange
-from ..core.policy import Policy, Services
-from ..metrics import SESSION_ERROR_NAMES
-from ..wire.fetch_fast import (
+from ...config import SessionsSettings
+from ...core.exchange import ConnectionInfo, Exchange
+from ...core.policy import Policy, Services
+from ...metrics import SESSION_ERROR_NAMES
+from ...wire.fetch_fast import (
     Buffer,
     EncodedTopics,
     FetchPartition,
@@ -67,15 +67,15 @@ from ..wire.fetch_fast import (
     topic_head,
     topic_tail,
 )
-from ..wire.fetch_layout import FIRST_SESSION, FIRST_TOPIC_ID, PartitionKey, partition_keys, topic_key
-from ..wire.fetch_request_fast import (
+from ...wire.fetch_layout import FIRST_SESSION, FIRST_TOPIC_ID, PartitionKey, partition_keys, topic_key
+from ...wire.fetch_request_fast import (
     Baseline,
     FetchEdit,
     FetchParams,
     FetchRequestView,
     encode_fetch_request,
 )
-from ..wire.views import FetchResponse, ResponseView
+from ...wire.views import FetchResponse, ResponseView
 from .sessions import (
     FINAL_EPOCH,
     INITIAL,

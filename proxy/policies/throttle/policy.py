@@ -2,7 +2,7 @@
 
 Sans-IO: :class:`Throttle` is the policy on the chain; it hands decoded Fetch requests (a
 :class:`~proxy.wire.fetch_request_fast.FetchEdit`) and responses and ``now`` to :func:`plan_request` and
-:func:`enforce`, which return decisions and edit in place. The quotas (:class:`~proxy.policies.quota.WindowedRate`)
+:func:`enforce`, which return decisions and edit in place. The quotas (:class:`~.quota.WindowedRate`)
 and the lag table live in one :class:`ThrottleState` shared by every connection (Kafka has one LeaderReplication
 and one FollowerReplication quota per broker); the configuration is an immutable :class:`Throttles` snapshot,
 swapped whole on reload. Fetch v13+ names topics by id: the policy asks for their names before it runs
@@ -64,18 +64,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..config import Settings, ThrottleSettings
-from ..core.exchange import Exchange
-from ..core.policy import Policy, Services
-from ..core.selectors import ClientSelector
-from ..wire.errors import CodecError
-from ..wire.fetch_fast import FetchResponseView
-from ..wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
-from ..wire.fetch_request_fast import FetchEdit
-from ..wire.records import complete_size, prefix_within
-from ..wire.views import FetchResponse, ResponseView
+from ...config import Settings, ThrottleSettings
+from ...core.exchange import Exchange
+from ...core.policy import Policy, Services
+from ...core.selectors import ClientSelector
+from ...wire.errors import CodecError
+from ...wire.fetch_fast import FetchResponseView
+from ...wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
+from ...wire.fetch_request_fast import FetchEdit
+from ...wire.records import complete_size, prefix_within
+from ...wire.views import FetchResponse, ResponseView
+from ..topic_rules import TopicRules
 from .quota import WindowedRate
-from .topic_rules import TopicRules
 
 #: fetcher id of a consumer (replica_id < 0) selected by a [[throttle.consumers]] glob
 CONSUMER = -1
@@ -295,7 +295,7 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
     applies the quota to every partition it returns (ReplicaManager records the size of all throttled
     partitions after responding).
 
-    What passes is what the quota's headroom allows (:meth:`~proxy.policies.quota.WindowedRate.headroom`), cut
+    What passes is what the quota's headroom allows (:meth:`~proxy.policies.throttle.quota.WindowedRate.headroom`), cut
     at batch boundaries: nothing once the bound is reached (Kafka's shouldLeaderThrottle), the whole response
     while far below it, and in between the batches that fit. A broker's response is bounded by the follower's
     replica.fetch.max.bytes (1 MiB); a consumer's can be 50 MiB, which at a 1 MB/s throttle would arrive as one

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 
-from ..wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
-from ..wire.fetch_layout import (
+from ...wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
+from ...wire.fetch_layout import (
     DIVERGING_EPOCH_TAG,
     FIRST_REPLICA_STATE,
     FIRST_TOPIC_ID,
@@ -48,8 +48,8 @@ from ..wire.fetch_layout import (
     TopicKey,
     partition_keys,
 )
-from ..wire.fetch_request_fast import FetchParams, FetchRequestView
-from ..wire.model import Message
+from ...wire.fetch_request_fast import FetchParams, FetchRequestView
+from ...wire.model import Message
 
 # ------------------------------------------------------------------------------------------- constants
 

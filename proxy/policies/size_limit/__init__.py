@@ -1,0 +1,5 @@
+"""size_limit"""
+
+from .policy import SizeLimit
+
+__all__ = ["SizeLimit"]

@@ -1,0 +1,5 @@
+"""terminate"""
+
+from .policy import Terminate
+
+__all__ = ["Terminate"]

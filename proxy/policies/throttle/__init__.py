@@ -1,0 +1,5 @@
+"""throttle"""
+
+from .policy import Throttle
+
+__all__ = ["Throttle"]
