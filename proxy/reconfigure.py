@@ -1,13 +1,14 @@
 """Run-time reconfiguration: the admin API's policy endpoints and SIGHUP reloads.
 
-Listeners and upstream addresses need a restart; policies do not. Every change is validated as a whole
+Listeners and upstream addresses need a restart; the sections policies register as dynamic (``dynamic=True``,
+proxy/policies/__init__.py) do not. Every change is validated as a whole
 (``Settings.with_overrides``/``load_settings``) before it is applied, so a bad change is refused with one
 message naming the key, and the running configuration stays as it was. Applying swaps immutable snapshots
 (``Proxy.apply_dynamic``): no connection is dropped and requests already classified keep the snapshot they
 were classified with.
 
-With ``admin.state_file`` set, every admin change (PUT /throttles, PUT /size-limits) is saved there before it
-is applied (proxy/config.py ``save_state_section``: the whole section, atomically; a change that cannot be saved
+With ``admin.state_file`` set, every admin change (a PUT of a section) is saved there before it is applied
+(proxy/config/state.py ``save_state_section``: the whole section, atomically; a change that cannot be saved
 is refused with 500 and not applied, so what runs is what a restart brings back). Precedence, at start-up
 (``sluice run``) and on every SIGHUP alike: state file (the last admin change of a section) > environment >
 config file > defaults. A SIGHUP re-reads the config file and then re-applies the state file, so a throttle set
@@ -25,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from .accesslog import get_logger
-from .config import DYNAMIC_SECTIONS, ConfigError, apply_state_file, load_settings, save_state_section
-from .policies.throttle import Throttle
+from .config import ConfigError, apply_state_file, load_settings, save_state_section
+from .core.registration import Registration
 
 if TYPE_CHECKING:
     from .admin import AdminServer
@@ -34,29 +35,33 @@ if TYPE_CHECKING:
 
 log = get_logger("sluice.reconfigure")
 
-__all__ = ["DYNAMIC_SECTIONS", "add_routes", "add_section_routes", "reload_file", "throttle_status"]
+__all__ = ["add_routes", "add_section_routes", "reload_file"]
 
 
 def add_routes(admin: AdminServer, proxy: Proxy) -> None:
-    """GET/PUT /size-limits (the [size_limit] section) and /throttles (the [throttle] section), JSON."""
-    lock = asyncio.Lock()  # one for both: each PUT reads, changes and rewrites the one state file
-    add_section_routes(admin, proxy, "/size-limits", "size_limit", lock)
-    add_section_routes(admin, proxy, "/throttles", "throttle", lock)
+    """GET/PUT of every dynamic section at its registration's ``admin_path`` (JSON), e.g. /size-limits for
+    [size_limit] and /throttles for [throttle]."""
+    lock = asyncio.Lock()  # one for all: each PUT reads, changes and rewrites the one state file
+    for registration in proxy.settings.policies:
+        if registration.dynamic:
+            add_section_routes(admin, proxy, registration, lock)
 
 
-def add_section_routes(admin: AdminServer, proxy: Proxy, path: str, section: str,
+def add_section_routes(admin: AdminServer, proxy: Proxy, registration: Registration,
                        lock: asyncio.Lock | None = None) -> None:
-    """GET/PUT ``path`` for one dynamic settings section (JSON). PUT replaces the whole section (keys left out
-    take their defaults), is validated as a whole, needs the bearer token when one is set, is saved in
-    ``admin.state_file`` when one is set (500, and not applied, if that fails), and answers with the section now
-    in force; GET shows the section as configured (entries as written, globs included) and, for the throttle,
-    what its policy measures (``status``). ``lock`` serialises PUTs that share a state file."""
+    """GET/PUT ``registration.admin_path`` for its dynamic settings section (JSON). PUT replaces the whole section
+    (keys left out take their defaults), is validated as a whole, needs the bearer token when one is set, is saved
+    in ``admin.state_file`` when one is set (500, and not applied, if that fails), and answers with the section now
+    in force; GET shows the section as configured (entries as written, globs included) and, when the registration
+    has a ``status``, what its policy measures (``"status"``). ``lock`` serialises PUTs that share a state file."""
     lock = lock or asyncio.Lock()
+    section, status = registration.section, registration.status
 
     async def get(_request: web.Request) -> web.Response:
         body = getattr(proxy.settings, section).model_dump()
-        if section == "throttle":
-            body["status"] = throttle_status(proxy)
+        if status is not None:
+            # build() makes one policy per registration, in list order
+            body["status"] = status(proxy.chain.policies[proxy.settings.policies.index(registration)])
         return web.json_response(body)
 
     async def put(request: web.Request) -> web.Response:
@@ -64,7 +69,7 @@ def add_section_routes(admin: AdminServer, proxy: Proxy, path: str, section: str
             body: Any = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             return web.json_response({"error": f"body is not JSON: {e}"}, status=400)
-        if section == "throttle" and isinstance(body, dict):
+        if status is not None and isinstance(body, dict):
             body.pop("status", None)  # what GET answered may be PUT back as is
         async with lock:
             try:
@@ -74,26 +79,17 @@ def add_section_routes(admin: AdminServer, proxy: Proxy, path: str, section: str
             state_file = proxy.settings.admin.state_file
             if state_file:
                 try:  # in a thread: fsync may take a while, and the loop carries every client's traffic
-                    await asyncio.to_thread(save_state_section, state_file, section, updated.model_dump())
+                    await asyncio.to_thread(save_state_section, state_file, section, updated.model_dump(),
+                                            proxy.settings.dynamic_sections)
                 except ConfigError as e:
                     log.error("state_file_not_saved", section=section, error=str(e))
                     return web.json_response({"error": str(e), "key": e.key}, status=500)
-            # This section only: a SIGHUP while the file was written may have changed the other one.
+            # This section only: a SIGHUP while the file was written may have changed the others.
             proxy.apply_dynamic(proxy.settings.model_copy(update={section: updated}))
         return web.json_response(updated.model_dump())
 
-    admin.add_route("GET", path, get)
-    admin.add_route("PUT", path, put, mutating=True)
-
-
-def throttle_status(proxy: Proxy) -> dict[str, Any]:
-    """The throttle quotas as measured now (bytes/s over the window) and the sum of lag of throttled partitions."""
-    throttle = proxy.policy("throttle")
-    assert isinstance(throttle, Throttle)
-    state, now = throttle.state, throttle.clock()
-    return {"leader_rate": state.leader.rate(now), "follower_rate": state.follower.rate(now),
-            "leader_exceeded": state.leader.exceeded(now), "follower_exceeded": state.follower.exceeded(now),
-            "sum_lag": state.sum_lag(now)}
+    admin.add_route("GET", registration.admin_path, get)
+    admin.add_route("PUT", registration.admin_path, put, mutating=True)
 
 
 def reload_file(proxy: Proxy, path: str | None) -> bool:
@@ -112,7 +108,7 @@ def reload_file(proxy: Proxy, path: str | None) -> bool:
         return False
     static_changed = [
         name for name in type(fresh).model_fields
-        if name not in DYNAMIC_SECTIONS and getattr(fresh, name) != getattr(proxy.settings, name)
+        if name not in fresh.dynamic_sections and getattr(fresh, name) != getattr(proxy.settings, name)
     ]
     if static_changed:
         log.warning("reload_needs_restart", sections=static_changed)

@@ -49,6 +49,7 @@ from .core.sasl_client import SaslClient, SaslClientError
 from .core.topic_names import TopicNames
 from .metrics import Metrics
 from .policies import build as build_policies
+from .policies import memory_bound
 from .tls import TlsContexts
 from .wire.errors import CodecError
 from .wire.messages import decode_response, encode_request, request_codec, request_header_version
@@ -98,8 +99,8 @@ class Proxy:
         self.router = Router(settings.listen.advertised_host, settings.listen.broker_port_base,
                              open_listener=self.open_listener)
         self.names = TopicNames(clock, on_lookup=self._lookup_wanted)
-        #: the global bound on response bytes held (size_limit.global_max_bytes), shared by every connection
-        self.memory = HeldBytes(settings.size_limit.global_max_bytes, on_change=self.metrics.response_bytes_held.set)
+        #: the global bound on response bytes held (set by a policy's section), shared by every connection
+        self.memory = HeldBytes(memory_bound(settings), on_change=self.metrics.response_bytes_held.set)
         #: Sluice's own group requests (proxy/core/group_calls.py), made by :meth:`_group_call`
         self.group_calls = GroupCalls(on_work=self._group_calls_wanted)
         self._coordinators: dict[str, Address] = {}
@@ -159,13 +160,13 @@ class Proxy:
         return {n: int(s.sockets[0].getsockname()[1]) for n, s in self._servers.items()}
 
     def apply_dynamic(self, settings: Settings) -> None:
-        """Apply the run-time changeable settings (size limits, throttles) without dropping a connection.
-        Requests already in flight keep the snapshot they started with; the next ones see the new one."""
-        self.settings = self.settings.model_copy(update={"size_limit": settings.size_limit,
-                                                         "throttle": settings.throttle})
+        """Apply the run-time changeable sections of ``settings`` (``Settings.dynamic_sections``) without dropping a
+        connection. Requests already in flight keep the snapshot they started with; the next ones see the new one."""
+        dynamic = {name: getattr(settings, name) for name in self.settings.dynamic_sections}
+        self.settings = self.settings.model_copy(update=dynamic)
         self.chain.reconfigure(self.settings)
-        self.memory.set_limit(settings.size_limit.global_max_bytes)
-        log.info("reconfigured", size_limit=settings.size_limit.model_dump(), throttle=settings.throttle.model_dump())
+        self.memory.set_limit(memory_bound(self.settings))
+        log.info("reconfigured", **{name: section.model_dump() for name, section in dynamic.items()})
 
     async def stop(self, drain_timeout: float | None = None) -> None:
         """Graceful shutdown: stop accepting, let in-flight requests finish (bounded), then close."""

@@ -1,31 +1,48 @@
-"""Sans-IO policies over decoded messages, one module each, and the one place they are registered.
+"""Sans-IO policies over decoded messages, one module or package each, and the one list that registers them.
 
-:func:`build` lists the chain's policies in order, client side first: requests go through them top to bottom
-(towards the broker), responses bottom to top (see :mod:`proxy.core.chain`). Adding a policy is a module here
-(a :class:`~proxy.core.policy.Policy`) and one line below.
+:data:`POLICIES` lists the chain's policies in order, client side first: requests go through them top to bottom
+(towards the broker), responses bottom to top (see :mod:`proxy.core.chain`). Each entry is a
+:class:`~proxy.core.registration.Registration`: the policy, its config section and settings model, whether the
+section changes at run time, its metrics. The settings model (``proxy.config``), the proxy, the admin API and
+the state file are composed from this list. Adding a policy is a package here and one line below.
 """
 
 from __future__ import annotations
 
-from ..config import Settings
+from typing import TYPE_CHECKING
+
 from ..core.policy import Policy, Services
+from ..core.registration import Registration
+from . import sharing, size_limit, terminate, throttle
 from .addresses import Addresses
 from .api_versions import ApiVersions
 from .sasl import Sasl
-from .sharing import Sharing
-from .size_limit import SizeLimit
-from .terminate import Terminate
-from .throttle import Throttle
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+POLICIES: tuple[Registration, ...] = (
+    # SASL relayed untouched; the accepted principal's name becomes the connection's
+    Registration(lambda _settings, services, _metrics: Sasl(services)),
+    Registration(lambda _settings, services, _metrics: ApiVersions(services)),  # only versions Sluice reads
+    Registration(lambda _settings, services, _metrics: Addresses(services)),  # no broker's real address leaks
+    size_limit.REGISTRATION,  # KIP-74 byte budgets
+    throttle.REGISTRATION,  # KIP-73 replication throttles
+    sharing.REGISTRATION,  # cooperative consumption: consumers share partitions by key-hash slice
+    terminate.REGISTRATION,  # KIP-227: Sluice owns the fetch sessions (next to the broker)
+)
 
 
 def build(settings: Settings, services: Services) -> list[Policy]:
-    """The policies of one proxy, in chain order."""
-    return [
-        Sasl(services),  # SASL relayed untouched; the accepted principal's name becomes the connection's
-        ApiVersions(services),  # clients negotiate only versions Sluice reads
-        Addresses(services),  # clients never learn a broker's real address
-        SizeLimit(settings.size_limit, services),  # KIP-74 byte budgets
-        Throttle(settings.throttle, services),  # KIP-73 replication throttles
-        Sharing(settings.sharing, services),  # seed 004: consumers share partitions by key-hash slice
-        Terminate(settings.sessions, services),  # KIP-227: Sluice owns the fetch sessions (next to the broker)
-    ]
+    """The policies of one proxy, in chain order: those its settings model was composed from
+    (``settings.policies``), each given its section and its metrics, made on the proxy's registry."""
+    registry = services.metrics.registry
+    return [r.make(getattr(settings, r.section) if r.section else None, services,
+                   r.metrics(registry) if r.metrics is not None else None)
+            for r in settings.policies]
+
+
+def memory_bound(settings: Settings) -> int:
+    """The proxy-wide bound on response bytes held (proxy/core/memory.py) that the sections set; 0 = none."""
+    bounds = [r.memory_bound(getattr(settings, r.section)) for r in settings.policies if r.memory_bound is not None]
+    return min((b for b in bounds if b), default=0)

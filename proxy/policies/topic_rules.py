@@ -14,7 +14,7 @@ import fnmatch
 from collections.abc import Mapping
 from typing import Generic, TypeVar
 
-from ..config import topic_is_glob
+from ..config.base import topic_is_glob
 
 T = TypeVar("T")
 

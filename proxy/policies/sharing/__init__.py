@@ -1,5 +1,10 @@
-"""Cooperative consumption (seed 004): consumers share partitions by key-hash slice. See :mod:`.policy`."""
+"""Cooperative consumption: consumers share partitions by key-hash slice. See :mod:`.policy`."""
 
+from ...core.registration import Registration
+from .metrics import SharingMetrics
 from .policy import Sharing
+from .settings import SharingSettings
 
-__all__ = ["Sharing"]
+REGISTRATION = Registration(Sharing, "sharing", SharingSettings, metrics=SharingMetrics)
+
+__all__ = ["REGISTRATION", "Sharing", "SharingSettings"]

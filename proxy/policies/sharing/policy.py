@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...accesslog import LogLimiter, get_logger
-from ...config import SharingSettings
 from ...core.exchange import ConnectionInfo, Exchange, Signal
 from ...core.policy import Policy, Services
 from ...core.selectors import ClientSelector
@@ -38,6 +37,8 @@ from . import groups, offsets
 from .fetch import BatchCache, filter_records
 from .keys import Slice
 from .members import Member, Members
+from .metrics import SharingMetrics
+from .settings import SharingSettings
 
 log = get_logger("sluice.sharing")
 
@@ -73,10 +74,10 @@ class Sharing(Policy):
                                                 SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT})
     decodes_fetch: ClassVar[bool] = True
 
-    def __init__(self, settings: SharingSettings, services: Services) -> None:
+    def __init__(self, settings: SharingSettings, services: Services, metrics: SharingMetrics) -> None:
         self.settings = settings
         self.enabled = settings.enabled
-        self.metrics = services.metrics
+        self.metrics = metrics
         self.clock = services.clock
         self.names = services.names
         self.calls = services.group_calls

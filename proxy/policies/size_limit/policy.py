@@ -31,9 +31,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...config import Settings, SizeLimitSettings
 from ...core.exchange import Exchange
 from ...core.policy import Policy, Services
 from ...core.selectors import ClientSelector
@@ -42,6 +41,11 @@ from ...wire.fetch_layout import PartitionKey, topic_key
 from ...wire.fetch_request_fast import FetchEdit, FetchParams
 from ...wire.records import prefix_within
 from ...wire.views import FetchResponse, ResponseView
+from .metrics import SizeLimitMetrics
+from .settings import SizeLimitSettings
+
+if TYPE_CHECKING:
+    from ...config import Settings
 
 #: replica.fetch.response.max.bytes' default: the budget of a replica-fetcher rule that names none
 REPLICA_DEFAULT_MAX_BYTES = 10 * 1024 * 1024
@@ -235,8 +239,8 @@ class SizeLimit(Policy):
     apis: ClassVar[frozenset[int]] = frozenset({1})
     decodes_fetch: ClassVar[bool] = True
 
-    def __init__(self, settings: SizeLimitSettings, services: Services) -> None:
-        self.metrics = services.metrics
+    def __init__(self, settings: SizeLimitSettings, services: Services, metrics: SizeLimitMetrics) -> None:
+        self.metrics = metrics
         self._set(SizeLimits.from_settings(settings))
 
     def _set(self, limits: SizeLimits) -> None:
@@ -279,6 +283,6 @@ class SizeLimit(Policy):
         assert isinstance(response, FetchResponse)
         budget, fairness = state
         outcome = enforce(response.view, budget, fairness)
-        self.metrics.observe_size_limit(outcome.trimmed_bytes, outcome.deferred_partitions)
+        self.metrics.observe(outcome.trimmed_bytes, outcome.deferred_partitions)
         if outcome.limited:
             response.changed = True

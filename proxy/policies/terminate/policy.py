@@ -54,10 +54,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from ...config import SessionsSettings
 from ...core.exchange import ConnectionInfo, Exchange
 from ...core.policy import Policy, Services
-from ...metrics import SESSION_ERROR_NAMES
 from ...wire.fetch_fast import (
     Buffer,
     EncodedTopics,
@@ -76,6 +74,7 @@ from ...wire.fetch_request_fast import (
     encode_fetch_request,
 )
 from ...wire.views import FetchResponse, ResponseView
+from .metrics import SESSION_ERROR_NAMES, SessionMetrics
 from .sessions import (
     FINAL_EPOCH,
     INITIAL,
@@ -90,6 +89,7 @@ from .sessions import (
     SessionStats,
     UpstreamPlan,
 )
+from .settings import SessionsSettings
 
 TERMINATE, PASSTHROUGH = "terminate", "passthrough"
 
@@ -512,8 +512,8 @@ class Terminate(Policy):
     apis: ClassVar[frozenset[int]] = frozenset({1})
     decodes_fetch: ClassVar[bool] = True
 
-    def __init__(self, settings: SessionsSettings, services: Services) -> None:
-        self.metrics = services.metrics
+    def __init__(self, settings: SessionsSettings, services: Services, metrics: SessionMetrics) -> None:
+        self.metrics = metrics
         self.clock = services.clock
         self.modes = SessionModes.from_settings(settings)
         self._active = self.modes.active  # asked on every Fetch; [sessions] needs a restart to change

@@ -62,9 +62,8 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...config import Settings, ThrottleSettings
 from ...core.exchange import Exchange
 from ...core.policy import Policy, Services
 from ...core.selectors import ClientSelector
@@ -75,7 +74,12 @@ from ...wire.fetch_request_fast import FetchEdit
 from ...wire.records import complete_size, prefix_within
 from ...wire.views import FetchResponse, ResponseView
 from ..topic_rules import TopicRules
+from .metrics import ThrottleMetrics
 from .quota import WindowedRate
+from .settings import ThrottleSettings
+
+if TYPE_CHECKING:
+    from ...config import Settings
 
 #: fetcher id of a consumer (replica_id < 0) selected by a [[throttle.consumers]] glob
 CONSUMER = -1
@@ -390,8 +394,8 @@ class Throttle(Policy):
     apis: ClassVar[frozenset[int]] = frozenset({1})
     decodes_fetch: ClassVar[bool] = True
 
-    def __init__(self, settings: ThrottleSettings, services: Services) -> None:
-        self.metrics = services.metrics
+    def __init__(self, settings: ThrottleSettings, services: Services, metrics: ThrottleMetrics) -> None:
+        self.metrics = metrics
         self.clock = services.clock
         self.names = services.names
         #: the configuration snapshot (swapped whole by :meth:`reconfigure`) and the quotas every connection
@@ -399,13 +403,21 @@ class Throttle(Policy):
         self.throttles = Throttles.from_settings(settings)
         self._active = self.throttles.active  # asked on every Fetch: computed once per snapshot
         self.state = ThrottleState(self.throttles)
-        self.metrics.bind_throttle(self.state, self.throttles, self.clock)
+        self.metrics.bind(self.state, self.throttles, self.clock)
 
     def reconfigure(self, settings: Settings) -> None:
         self.throttles = Throttles.from_settings(settings.throttle)
         self._active = self.throttles.active
         self.state.reconfigure(self.throttles, self.clock())
-        self.metrics.bind_throttle(self.state, self.throttles, self.clock)
+        self.metrics.bind(self.state, self.throttles, self.clock)
+
+    def status(self) -> dict[str, Any]:
+        """The quotas as measured now (bytes/s over the window) and the sum of lag of throttled partitions: what
+        the admin API's GET /throttles adds as ``status``."""
+        state, now = self.state, self.clock()
+        return {"leader_rate": state.leader.rate(now), "follower_rate": state.follower.rate(now),
+                "leader_exceeded": state.leader.exceeded(now), "follower_exceeded": state.follower.exceeded(now),
+                "sum_lag": state.sum_lag(now)}
 
     def applies(self, ex: Exchange) -> bool:
         return self._active

@@ -1,0 +1,485 @@
+"""Sluice's core settings sections: where clients connect and where the cluster is, limits, shutdown, the admin
+server, logging. Policies bring their own sections (``proxy/policies/<name>/settings.py``); the loader composes
+both into :class:`~proxy.config.loader.Settings`.
+
+Models are strict (a TOML string ``"19092"`` is not a port) and forbid unknown keys, so a misspelt key fails
+loudly instead of silently keeping its default. They are frozen: code that needs other settings makes a copy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from .base import (
+    FilePath,
+    FrameBytes,
+    HostPort,
+    KeyedValueError,
+    Port,
+    Seconds,
+    Section,
+    check_finite,
+    check_host,
+    check_pair,
+    check_topic_name,
+    parse_host_port,
+)
+
+TlsVersion = Literal["TLSv1.2", "TLSv1.3"]
+
+
+class ServerTlsSettings(Section):
+    """``[listen.tls]``: TLS on the client-facing listeners (bootstrap and every broker port). The files are
+    re-read when they change (checked every ``reload_interval_s``) and on SIGHUP: new connections get the new
+    certificate, open ones keep theirs. Needs a restart to turn on or off."""
+
+    enabled: bool = Field(default=False, description="Clients connect with TLS (security.protocol SSL or SASL_SSL).")
+    cert_file: FilePath = Field(default="", description="PEM certificate chain the listeners present (leaf first).")
+    key_file: FilePath = Field(default="", description="PEM private key of cert_file (unencrypted, or see "
+                                                       "key_password_file).")
+    key_password_file: FilePath = Field(default="", description="File holding the key's password (empty = the key "
+                                                                "is not encrypted).")
+    ca_file: FilePath = Field(default="", description="PEM CA bundle client certificates must chain to (mTLS); "
+                                                      "needed when client_auth is not none.")
+    client_auth: Literal["none", "requested", "required"] = Field(
+        default="none", description="Client certificates (Kafka's ssl.client.auth): none, requested (verified "
+                                    "when sent), required (mTLS: a client without one is refused).")
+    min_version: TlsVersion = Field(default="TLSv1.2", description="Lowest TLS version accepted.")
+    max_version: TlsVersion = Field(default="TLSv1.3", description="Highest TLS version accepted.")
+    reload_interval_s: Annotated[float, Field(ge=0, le=86_400)] = Field(
+        default=30.0, description="How often the certificate files are checked for changes; 0 = only on SIGHUP.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.enabled:
+            if not self.cert_file:
+                raise KeyedValueError("cert_file", "is needed when TLS is enabled")
+            if not self.key_file:
+                raise KeyedValueError("key_file", "is needed when TLS is enabled")
+        if self.client_auth != "none" and not self.ca_file:
+            raise KeyedValueError("ca_file", f"is needed with client_auth = {self.client_auth!r} (the CA bundle "
+                                             "client certificates are verified against)")
+        if self.min_version > self.max_version:
+            raise KeyedValueError("max_version", f"is below min_version ({self.min_version})")
+        return self
+
+
+class ListenerSettings(Section):
+    """One ``[[listen.listeners]]`` entry: settings of the listeners whose name matches ``listener`` (first match
+    wins), over ``[listen]``/``[listen.tls]``'s."""
+
+    listener: str = Field(description='Listener name or glob: "bootstrap", "broker-3", "broker-*".')
+    proxy_protocol: Literal["off", "v1", "v2", "any"] | None = Field(
+        default=None, description="PROXY protocol on these listeners (default: listen.proxy_protocol).")
+    cert_file: FilePath = Field(default="", description="Certificate these listeners present instead of "
+                                                       "listen.tls.cert_file (with key_file).")
+    key_file: FilePath = Field(default="", description="Private key of cert_file.")
+
+    @field_validator("listener")
+    @classmethod
+    def _listener(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9*?\[\]!-]+", value):
+            raise ValueError('must be "bootstrap", "broker-N" or a glob of them, e.g. "broker-*"')
+        return value
+
+    @model_validator(mode="after")
+    def _pair(self) -> Self:
+        check_pair(self.cert_file, self.key_file)
+        return self
+
+
+class ClientTlsSettings(Section):
+    """``[upstream.tls]``: TLS from Sluice to the brokers (also for Sluice's own Metadata lookups)."""
+
+    enabled: bool = Field(default=False, description="Connect to the brokers with TLS (their SSL / SASL_SSL "
+                                                     "listener).")
+    ca_file: FilePath = Field(default="", description="PEM CA bundle the brokers' certificates must chain to "
+                                                      "(empty = the system's CAs).")
+    check_hostname: bool = Field(default=True, description="Verify that a broker's certificate names the host "
+                                                           "Sluice connects to (Kafka's "
+                                                           "ssl.endpoint.identification.algorithm=https).")
+    cert_file: FilePath = Field(default="", description="Client certificate Sluice presents (brokers with "
+                                                       "ssl.client.auth), with key_file.")
+    key_file: FilePath = Field(default="", description="Private key of cert_file.")
+    key_password_file: FilePath = Field(default="", description="File holding the key's password.")
+    min_version: TlsVersion = Field(default="TLSv1.2", description="Lowest TLS version Sluice offers.")
+
+    @model_validator(mode="after")
+    def _pair(self) -> Self:
+        check_pair(self.cert_file, self.key_file)
+        return self
+
+
+class UpstreamSaslSettings(Section):
+    """``[upstream.sasl]``: Sluice's own SASL identity for the requests it makes itself (Metadata lookups of the
+    brokers and of topic names) when the brokers' listener requires SASL. Clients' credentials are never used:
+    they are relayed untouched."""
+
+    mechanism: Literal["", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        default="", description='Mechanism of Sluice\'s own authentication; "" = none.')
+    username: str = Field(default="", description="Sluice's user.")
+    # repr=False: never in a repr or a ConfigError message
+    password: str = Field(default="", repr=False, description="Its password (set it through "
+                                                              "SLUICE_UPSTREAM__SASL__PASSWORD, or password_file).")
+    password_file: FilePath = Field(default="", description="File holding the password; exclusive with password.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.password and self.password_file:
+            raise KeyedValueError("password_file", "set either password or password_file, not both")
+        if self.mechanism and not self.username:
+            raise KeyedValueError("username", f"is needed with mechanism = {self.mechanism!r}")
+        if self.mechanism and not (self.password or self.password_file):
+            raise KeyedValueError("password", f"is needed with mechanism = {self.mechanism!r} (or password_file)")
+        return self
+
+    def secret(self) -> str:
+        """The password in force (read from password_file now, if that is where it is)."""
+        if not self.password_file:
+            return self.password
+        with open(self.password_file, encoding="utf-8") as fh:
+            return fh.read().strip()
+
+
+class UpstreamSettings(Section):
+    """Where the real Kafka cluster is."""
+
+    bootstrap_servers: list[HostPort] = Field(
+        default_factory=lambda: ["127.0.0.1:9092"],
+        description="Upstream bootstrap brokers, host:port; the rest of the cluster is learnt from Metadata.",
+    )
+    connect_timeout_s: Seconds = Field(default=10.0, description="TCP connect timeout to an upstream broker.")
+    tls: ClientTlsSettings = Field(default_factory=lambda: ClientTlsSettings(),
+                                   description="TLS to the brokers (off by default).")
+    sasl: UpstreamSaslSettings = Field(default_factory=lambda: UpstreamSaslSettings(),
+                                       description="Sluice's own SASL identity for its lookups (off by default).")
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _servers(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("needs at least one host:port")
+        return value
+
+    @field_validator("connect_timeout_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        return check_finite(value)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """``bootstrap_servers`` parsed into ``(host, port)`` pairs."""
+        return [parse_host_port(s) for s in self.bootstrap_servers]
+
+
+class ListenSettings(Section):
+    """Where clients connect. Changing these needs a restart."""
+
+    host: str = Field(default="127.0.0.1", description="Address the bootstrap and broker listeners bind.")
+    bootstrap_port: Port = Field(default=19092, description="Port clients bootstrap from.")
+    broker_port_base: Port = Field(
+        default=19093,
+        description="Upstream broker node N is served on broker_port_base + N; 0 = free port per node.",
+    )
+    advertised_host: str = Field(
+        default="127.0.0.1", description="Host clients are told in Metadata/FindCoordinator/DescribeCluster."
+    )
+    proxy_protocol: Literal["off", "v1", "v2", "any"] = Field(
+        default="off", description="Read a PROXY protocol header (HAProxy's v1 / v2 / either) at the start of "
+                                   "every client connection: behind a load balancer the real client address is "
+                                   "then the one logged, selected on and limited. A connection without one is "
+                                   "closed.")
+    tls: ServerTlsSettings = Field(default_factory=lambda: ServerTlsSettings(),
+                                   description="TLS for clients (off by default).")
+    listeners: list[ListenerSettings] = Field(default_factory=list,
+                                              description="Per-listener settings, first match wins.")
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_host(value)
+
+    @field_validator("advertised_host")
+    @classmethod
+    def _advertised(cls, value: str) -> str:
+        check_host(value)
+        # Clients would try to connect to the wildcard address itself; this is the classic
+        # advertised.listeners mistake, so refuse it here rather than let clients fail later.
+        if value in ("0.0.0.0", "::", "[::]"):
+            raise ValueError("must be an address clients can connect to, not a wildcard bind address")
+        return value
+
+    @field_validator("broker_port_base")
+    @classmethod
+    def _base(cls, value: int, info: ValidationInfo) -> int:
+        bootstrap = info.data.get("bootstrap_port")
+        # base + node id must never land on the bootstrap port; node ids are only known at run time, so the
+        # one rule that is always safe is "bootstrap below the broker range".
+        if value and bootstrap and bootstrap >= value:
+            raise ValueError(
+                f"must be above listen.bootstrap_port ({bootstrap}): broker node N listens on base+N "
+                "and must not collide with the bootstrap port"
+            )
+        return value
+
+
+class LimitsSettings(Section):
+    """Memory and frame bounds (the proxy never buffers without bound)."""
+
+    max_frame_bytes: FrameBytes = Field(
+        default=104857600,
+        description="Largest frame accepted from either side (broker: socket.request.max.bytes).",
+    )
+    write_high_water_bytes: Annotated[int, Field(gt=0)] = Field(
+        default=4194304, description="Pause reading the other side when a write buffer grows past this."
+    )
+    write_low_water_bytes: Annotated[int, Field(ge=0)] = Field(
+        default=1048576, description="Resume reading once the write buffer has drained below this."
+    )
+    request_timeout_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=30.0,
+        description="Close a client connection whose request frame stays incomplete this long after its first "
+        "byte (Kafka clients' request.timeout.ms default: 30 s).",
+    )
+
+    max_connections: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Client connections open at once; more are closed at accept (Kafka's "
+                               "max.connections). 0 = no bound.")
+    max_connections_per_address: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Client connections open at once from one client address (Kafka's "
+                               "max.connections.per.ip). 0 = no bound.")
+    max_inflight_requests: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Requests a connection may have owed a response; then it is not read until one "
+                               "goes out (Kafka's channel muting, queued.max.requests). 0 = no bound.")
+    idle_timeout_s: Annotated[float, Field(ge=0, le=86_400)] = Field(
+        default=600.0, description="Close a client connection with nothing in flight and no bytes from the client "
+                                   "for this long (Kafka's connections.max.idle.ms, 10 min). 0 = never.")
+
+    @field_validator("write_low_water_bytes")
+    @classmethod
+    def _low_below_high(cls, value: int, info: ValidationInfo) -> int:
+        high = info.data.get("write_high_water_bytes")
+        if high is not None and value >= high:
+            raise ValueError(f"must be below limits.write_high_water_bytes ({high})")
+        return value
+
+
+class ShutdownSettings(Section):
+    """Graceful shutdown."""
+
+    drain_timeout_s: Annotated[float, Field(ge=0)] = Field(
+        default=10.0,
+        description="On SIGTERM, how long in-flight requests may take before connections are closed.",
+    )
+
+    @field_validator("drain_timeout_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        return check_finite(value)
+
+
+class AdminSettings(Section):
+    """The admin HTTP server (/metrics, /healthz, /readyz, and the endpoints of the run-time changeable sections)."""
+
+    enabled: bool = Field(default=True, description="Serve the admin HTTP endpoints.")
+    host: str = Field(default="127.0.0.1", description="Admin bind address.")
+    port: Port = Field(default=9644, description="Admin port; 0 = a free port.")
+    # repr=False keeps the token out of reprs and ConfigError messages.
+    token: str = Field(
+        default="", repr=False, description="Bearer token for mutating endpoints (set it from the environment, "
+                                            "SLUICE_ADMIN__TOKEN, or use token_file); empty = no check."
+    )
+    token_file: FilePath = Field(default="", description="File holding the bearer token (e.g. a mounted secret); "
+                                                         "exclusive with token.")
+    auth_reads: bool = Field(default=False, description="Require the token for GET endpoints too (/healthz and "
+                                                        "/readyz stay open for probes).")
+    tls_cert_file: FilePath = Field(default="", description="Serve the admin API over HTTPS with this PEM "
+                                                           "certificate (with tls_key_file).")
+    tls_key_file: FilePath = Field(default="", description="Private key of tls_cert_file.")
+    state_file: str = Field(
+        default="",
+        description="File where admin API changes to [throttle] and [size_limit] are saved (atomically) and "
+                    "re-applied over the config file at start-up and on SIGHUP; empty = not saved.",
+    )
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_host(value)
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: str) -> str:
+        # A token with spaces could never be sent in an "Authorization: Bearer <token>" header.
+        if value != value.strip() or any(c.isspace() for c in value):
+            raise ValueError("must not contain whitespace")
+        return value
+
+    @model_validator(mode="after")
+    def _token_source(self) -> Self:
+        if self.token and self.token_file:
+            raise KeyedValueError("token_file", "set either token or token_file, not both")
+        if self.token_file:
+            read_token_file(self.token_file)
+        check_pair(self.tls_cert_file, self.tls_key_file, "tls_")
+        return self
+
+    def bearer_token(self) -> str:
+        """The token in force: ``token``, or the contents of ``token_file`` (read now)."""
+        return read_token_file(self.token_file) if self.token_file else self.token
+
+    @field_validator("state_file")
+    @classmethod
+    def _state_file(cls, value: str) -> str:
+        if value and (value != value.strip() or "\0" in value):
+            raise ValueError("must be a file path without leading or trailing spaces (empty = not saved)")
+        if value.endswith(("/", os.sep)):
+            raise ValueError(f"must name a file, not a directory, got {value!r}")
+        return value
+
+
+def read_token_file(path: str) -> str:
+    """The bearer token in ``path`` (surrounding whitespace and a final newline stripped). ValueError (never
+    echoing the contents) if it is empty or holds whitespace inside."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KeyedValueError("token_file", f"cannot read {path}: {exc}") from None
+    if not token or any(c.isspace() for c in token):
+        raise KeyedValueError("token_file", f"{path} must hold one token without whitespace")
+    return token
+
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+#: librdkafka properties the access-log sink sets from its own keys; ``properties`` may not set them again (one
+#: place per setting, and the bound on the buffer must stay the one ``buffer_events``/``buffer_bytes`` say).
+KAFKA_SINK_MANAGED = {
+    "bootstrap.servers": "bootstrap_servers",
+    "queue.buffering.max.messages": "buffer_events",
+    "queue.buffering.max.kbytes": "buffer_bytes",
+    "linger.ms": "linger_ms",
+    "compression.type": "compression",
+    "compression.codec": "compression",
+    "message.timeout.ms": "delivery_timeout_s",
+    "delivery.timeout.ms": "delivery_timeout_s",
+    "delivery.report.only.error": "",
+    "dr_cb": "",
+    "dr_msg_cb": "",
+    "on_delivery": "",
+    "error_cb": "",
+    "logger": "",
+}
+#: Substrings of librdkafka property names whose values are secrets (never logged).
+_SECRET_PROPERTY_PARTS = ("password", "secret", "jaas", "token", ".pem", "credentials")
+
+
+
+class AccessLogKafkaSettings(Section):
+    """``[logging.access_log_kafka]``: the access log also produced to a Kafka topic (the same JSON line per request,
+    the same schema), from a bounded buffer that never blocks the proxy: when the buffer is full the event is
+    dropped and counted (``sluice_access_log_dropped_total``). Needs a restart."""
+
+    enabled: bool = Field(default=False, description="Produce every access-log event to `topic`.")
+    bootstrap_servers: list[HostPort] = Field(
+        default_factory=list,
+        description="The cluster the events go to, host:port; empty = the upstream cluster "
+                    "(upstream.bootstrap_servers).",
+    )
+    topic: str = Field(default="sluice-access-log", description="Topic the events are produced to.")
+    key: str = Field(
+        default="",
+        description="Message key of every event: names this Sluice process in the analytics (its `source`, as the "
+                    "file name does for files) and keeps its events in one partition, in order; empty = "
+                    '"<hostname>:<pid>".',
+    )
+    buffer_events: Annotated[int, Field(ge=1, le=10_000_000)] = Field(
+        default=100_000, description="Events held while the cluster is slow or down; beyond it events are dropped."
+    )
+    buffer_bytes: Annotated[int, Field(ge=1024, le=2**31 - 1)] = Field(
+        default=67_108_864, description="Bytes held (the same buffer, bounded in bytes too); beyond it events "
+                                        "are dropped."
+    )
+    linger_ms: Annotated[int, Field(ge=0, le=60_000)] = Field(
+        default=100, description="How long events wait to be batched before they are sent."
+    )
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = Field(
+        default="lz4", description="Batch compression (JSON lines compress about 10x)."
+    )
+    delivery_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
+        default=120.0, description="An event the cluster has not taken this long after it was buffered is "
+                                   "dropped (counted as delivery_failed)."
+    )
+    flush_timeout_s: Annotated[float, Field(ge=0, le=3600)] = Field(
+        default=5.0, description="At shutdown, how long buffered events may take to be sent; the rest are "
+                                 "dropped (counted as stopped)."
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="Further librdkafka producer properties, e.g. security.protocol, sasl.mechanism, "
+                    "sasl.username, sasl.password, ssl.ca.location (checked when Sluice starts).",
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        return check_topic_name(value)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if value != value.strip():
+            raise ValueError("must not start or end with spaces")
+        return value
+
+    @field_validator("delivery_timeout_s", "flush_timeout_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        return check_finite(value)
+
+    @field_validator("properties")
+    @classmethod
+    def _properties(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name in KAFKA_SINK_MANAGED:
+                own = KAFKA_SINK_MANAGED[name]
+                raise KeyedValueError(
+                    name, f"is set by Sluice{f' from logging.access_log_kafka.{own}' if own else ''}; "
+                          "it cannot be overridden")
+            if not name or any(c.isspace() for c in name):
+                raise ValueError(f"{name!r} is not a property name")
+        return value
+
+    def redacted_properties(self) -> dict[str, str]:
+        return {k: "***" if any(p in k.lower() for p in _SECRET_PROPERTY_PARTS) else v
+                for k, v in self.properties.items()}
+
+
+class LoggingSettings(Section):
+    """Operational log (stderr) and access log."""
+
+    level: LogLevel = Field(default="info", description="Operational log level.")
+    access_log: str = Field(
+        default="-", description='Access log destination: "-" stdout, "off", or a file path.'
+    )
+    format: Literal["json", "console"] = Field(default="json", description="Operational log format.")
+    access_log_kafka: AccessLogKafkaSettings = Field(
+        default_factory=lambda: AccessLogKafkaSettings(),
+        description="The access log also produced to a Kafka topic (off by default).")
+
+    @field_validator("level", "format", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("access_log")
+    @classmethod
+    def _access_log(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError('must be "-" (stdout), "off", or a file path')
+        return value
