@@ -1,4 +1,5 @@
-"""The admin HTTP server (aiohttp): /metrics, /healthz, /readyz, and later the mutating /throttles.
+"""The admin HTTP server (aiohttp): /metrics, /healthz, /readyz, and the routes others add (proxy/reconfigure.py:
+GET/PUT of each run-time changeable section).
 
 ============  ======  ==================================================================================
 route         method  answer
@@ -9,8 +10,8 @@ route         method  answer
                       readiness raises or takes longer than 5 s: a probe must answer, not hang)
 ============  ======  ==================================================================================
 
-Extension point for mutating routes (``PUT /throttles`` later): before :meth:`AdminServer.start`, call
-``admin.add_route("PUT", "/throttles", handler, mutating=True)``; ``mutating=True`` wraps the handler in
+Extension point for mutating routes: before :meth:`AdminServer.start`, call
+``admin.add_route("PUT", path, handler, mutating=True)``; ``mutating=True`` wraps the handler in
 :func:`require_token`, so a configured ``[admin] token`` is enforced in one place. A handler that needs the
 check for only some requests (GET open, PUT guarded on one path) calls ``require_token(request)`` itself.
 

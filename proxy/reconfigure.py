@@ -11,7 +11,7 @@ With ``admin.state_file`` set, every admin change (a PUT of a section) is saved 
 (proxy/config/state.py ``save_state_section``: the whole section, atomically; a change that cannot be saved
 is refused with 500 and not applied, so what runs is what a restart brings back). Precedence, at start-up
 (``sluice run``) and on every SIGHUP alike: state file (the last admin change of a section) > environment >
-config file > defaults. A SIGHUP re-reads the config file and then re-applies the state file, so a throttle set
+config file > defaults. A SIGHUP re-reads the config file and then re-applies the state file, so a change made
 in an emergency through the admin API is not lost to an unrelated edit of the file; to hand a section back to
 the file, delete the state file (or its section) and send SIGHUP.
 """
@@ -39,8 +39,7 @@ __all__ = ["add_routes", "add_section_routes", "reload_file"]
 
 
 def add_routes(admin: AdminServer, proxy: Proxy) -> None:
-    """GET/PUT of every dynamic section at its registration's ``admin_path`` (JSON), e.g. /size-limits for
-    [size_limit] and /throttles for [throttle]."""
+    """GET/PUT of every dynamic section at its registration's ``admin_path`` (JSON)."""
     lock = asyncio.Lock()  # one for all: each PUT reads, changes and rewrites the one state file
     for registration in proxy.settings.policies:
         if registration.dynamic:

@@ -177,12 +177,12 @@ _GLOB_CHARS = "*?["
 
 
 def topic_is_glob(text: str) -> bool:
-    """Whether a ``[[throttle.topics]]`` topic is a glob (has ``*``, ``?`` or ``[``) rather than a topic name."""
+    """Whether a topic entry's topic is a glob (has ``*``, ``?`` or ``[``) rather than a topic name."""
     return any(c in _GLOB_CHARS for c in text)
 
 
 def check_topic_or_glob(text: str) -> str:
-    """A ``[[throttle.topics]]`` topic: a Kafka topic name (Topic.java's rules) or an fnmatch glob that can match
+    """A topic entry's topic: a Kafka topic name (Topic.java's rules) or an fnmatch glob that can match
     one: ``*`` (any run), ``?`` (one character), ``[...]``/``[!...]`` (one character in / not in a set, ``a-z``
     ranges). ValueError naming the problem otherwise, e.g. a character no topic name has (a literal that could
     never match is a typo, not a pattern: silently matching nothing is what this check exists to prevent)."""
@@ -241,7 +241,7 @@ def one_entry_per_topic(section: str, topics: list[str], hint: str = "") -> None
 
 
 class ClientSelectorSettings(Section):
-    """A client selector (proxy/core/selectors.py), e.g. one ``[[throttle.consumers]]`` entry: consumers
+    """A client selector (proxy/core/selectors.py), e.g. one entry of a policy's list of consumers: consumers
     (replica_id < 0) a rule applies to; the selectors given must all match."""
 
     client_id: str | None = Field(default=None, description='client.id glob, e.g. "backfill-*".')

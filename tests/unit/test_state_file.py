@@ -1,5 +1,5 @@
 """admin.state_file: admin API changes to [throttle] and [size_limit] are saved atomically and applied over the
-config file at start-up and on every SIGHUP (proxy/config.py, proxy/reconfigure.py); a corrupt state file is one
+config file at start-up and on every SIGHUP (proxy/config/state.py, proxy/reconfigure.py); a corrupt state file is one
 error naming the key, exit code 2."""
 
 from __future__ import annotations
