@@ -1,6 +1,7 @@
 """A new policy is its package and one line in the registration list (proxy/policies/__init__.py), nothing else.
 
-This module plays a policy package: a settings model with one setting, one metric, the chain hook, and its
+This module plays a policy package: a settings model with one setting, one metric, the chain hooks with one
+request of Sluice's own to the cluster (a group description, through ``Services.group_calls``), and its
 :class:`~proxy.core.registration.Registration`. Added with one line to a copy of ``POLICIES``, it gets its config
 section (TOML, env overrides, error messages naming its key), its metric on the proxy's /metrics, its admin
 endpoint (GET/PUT, the state file) and run-time reconfiguration, from code that names no policy.
@@ -21,6 +22,7 @@ from pydantic import Field
 from proxy.config import ConfigError, apply_state_file, compose, load_settings
 from proxy.config.base import Section
 from proxy.core.exchange import ConnectionInfo, Exchange
+from proxy.core.group_calls import GroupCall
 from proxy.core.policy import Policy, Services
 from proxy.core.registration import Registration
 from proxy.policies import POLICIES
@@ -33,14 +35,16 @@ from tests.support.admin import admin_over
 
 
 class MarkSettings(Section):
-    """``[mark]``: which clients' ApiVersions requests are counted."""
+    """``[mark]``: the clients whose ApiVersions requests are counted, once their group is described (the
+    example's stand-in for a policy that needs a broker's answer first: the client.id names the group)."""
 
     client_id: str = Field(default="", description='client.id glob ("" = none).')
 
 
 class MarkMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.marked = Counter("sluice_mark_requests_total", "ApiVersions requests of the clients [mark] selects.",
+        self.marked = Counter("sluice_mark_requests_total",
+                              "ApiVersions requests of the clients [mark] selects whose group was described.",
                               registry=registry)
 
 
@@ -51,12 +55,20 @@ class Mark(Policy):
     def __init__(self, settings: MarkSettings, services: Services, metrics: MarkMetrics) -> None:
         self.glob = settings.client_id
         self.metrics = metrics
+        self.group_calls = services.group_calls
 
     def reconfigure(self, settings: Any) -> None:
         self.glob = settings.mark.client_id
 
     def on_request(self, ex: Exchange, conn: Any) -> Any:
-        if self.glob and fnmatch.fnmatchcase(ex.client_id or "", self.glob):
+        if not (self.glob and fnmatch.fnmatchcase(ex.client_id or "", self.glob)):
+            return None
+        # the request waits for the description; the call is this request's state, handed to on_resume
+        call = ex.pending = self.group_calls.submit(GroupCall(describe={ex.client_id or ""}))
+        return call
+
+    def on_resume(self, ex: Exchange, conn: Any, state: Any) -> Any:
+        if state.ok and state.described[ex.client_id].group_state == "Stable":
             self.metrics.marked.inc()
         return None
 
@@ -71,12 +83,23 @@ Settings = compose(POLICIES_WITH_MARK)
 # ------------------------------------------------------------------------------------------------ the tests
 
 
-def api_versions_from(proxy: Proxy, client_id: str) -> None:
-    """One ApiVersions request of ``client_id`` through the proxy's chain (request side)."""
+def api_versions_from(proxy: Proxy, client_id: str) -> list[set[str]]:
+    """One ApiVersions request of ``client_id`` through the proxy's chain (request side), resumed as the connection
+    core does after the group calls it waited for; the groups each call described. The proxy is not started, so
+    the calls are answered here, as the server would: every group Stable."""
     header = Message(request_api_key=18, request_api_version=3, correlation_id=1, client_id=client_id)
     info = ConnectionInfo(1, "bootstrap")
+    conn = proxy.chain.connect(info)
     ex = proxy.chain.classify(encode_request(header, request_codec(18, 3).default()), 0.0, info)
-    proxy.chain.on_request(proxy.chain.connect(info), ex)
+    proxy.chain.on_request(conn, ex)
+    described: list[set[str]] = []
+    while ex.pending is not None:
+        for call in proxy.group_calls.take():
+            described.append(set(call.describe))
+            call.described = {group: Message(group_id=group, group_state="Stable") for group in call.describe}
+            call.settle()
+        proxy.chain.on_request(conn, ex)
+    return described
 
 
 def test_the_section_is_loaded_from_toml_and_env_with_errors_naming_its_key(tmp_path: Path) -> None:
@@ -104,8 +127,8 @@ async def test_metric_admin_endpoint_state_file_and_reconfiguration(tmp_path: Pa
         {"mark.client_id": "etl-*", "admin.state_file": str(state_file)})
     async with admin_over(settings) as (proxy, url), aiohttp.ClientSession() as http:
         assert isinstance(proxy.policy("mark"), Mark)
-        api_versions_from(proxy, "etl-1")
-        api_versions_from(proxy, "web-1")
+        assert api_versions_from(proxy, "etl-1") == [{"etl-1"}]
+        assert api_versions_from(proxy, "web-1") == []
         async with http.get(f"{url}/metrics") as r:
             assert "sluice_mark_requests_total 1.0" in (await r.text()).splitlines()
 
@@ -113,9 +136,9 @@ async def test_metric_admin_endpoint_state_file_and_reconfiguration(tmp_path: Pa
             assert await r.json() == {"client_id": "etl-*"}
         async with http.put(f"{url}/mark", json={"client_id": "web-*"}) as r:
             assert r.status == 200 and await r.json() == {"client_id": "web-*"}
-        api_versions_from(proxy, "etl-1")
-        api_versions_from(proxy, "web-1")
-        api_versions_from(proxy, "web-2")
+        assert api_versions_from(proxy, "etl-1") == []
+        assert api_versions_from(proxy, "web-1") == [{"web-1"}]
+        assert api_versions_from(proxy, "web-2") == [{"web-2"}]
         assert proxy.metrics.total("sluice_mark_requests_total") == 3
         async with http.put(f"{url}/mark", json={"client_id": 7}) as r:
             assert r.status == 400 and (await r.json())["key"] == "mark.client_id"
