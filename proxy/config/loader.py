@@ -126,6 +126,10 @@ class CoreSettings(Section):
 def compose(policies: Sequence[Registration]) -> type[CoreSettings]:
     """The settings model of a proxy with ``policies``: the core sections and each policy's section (after them,
     in list order), defaults included."""
+    names = [r.section for r in policies if r.section]
+    taken = {n for n in names if names.count(n) > 1 or n in CoreSettings.model_fields}
+    if taken:
+        raise ValueError(f"sections registered twice: {', '.join(sorted(taken))}")
     sections: dict[str, Any] = {r.section: (r.settings, r.settings()) for r in policies if r.settings is not None}
     model = create_model("Settings", __base__=CoreSettings, __module__=__name__, **sections)
     model.policies = tuple(policies)

@@ -147,3 +147,10 @@ async def test_metric_admin_endpoint_state_file_and_reconfiguration(tmp_path: Pa
     assert json.loads(state_file.read_text())["mark"] == {"client_id": "web-*"}
     # a restart (or SIGHUP) brings the admin change back over the configuration
     assert apply_state_file(settings).mark.client_id == "web-*"
+
+
+def test_a_section_is_registered_once() -> None:
+    with pytest.raises(ValueError, match=r"^sections registered twice: mark$"):
+        compose((*POLICIES_WITH_MARK, MARK))
+    with pytest.raises(ValueError, match=r"^sections registered twice: listen$"):
+        compose((*POLICIES, Registration(Mark, "listen", MarkSettings)))
