@@ -302,8 +302,8 @@ class AdminSettings(Section):
     tls_key_file: FilePath = Field(default="", description="Private key of tls_cert_file.")
     state_file: str = Field(
         default="",
-        description="File where admin API changes to [throttle] and [size_limit] are saved (atomically) and "
-                    "re-applied over the config file at start-up and on SIGHUP; empty = not saved.",
+        description="File where admin API changes to the run-time changeable sections are saved (atomically) "
+                    "and re-applied over the config file at start-up and on SIGHUP; empty = not saved.",
     )
 
     @field_validator("host")
