@@ -101,7 +101,7 @@ def reload_file(proxy: Proxy, path: str | None) -> bool:
         log.warning("reload_ignored", reason="no config file was given at start-up")
         return False
     try:
-        fresh = apply_state_file(load_settings(path, os.environ), proxy.settings.admin.state_file)
+        fresh = apply_state_file(load_settings(path, os.environ, type(proxy.settings)), proxy.settings.admin.state_file)
     except ConfigError as e:
         log.error("reload_refused", path=path, error=str(e))
         return False

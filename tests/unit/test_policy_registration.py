@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,6 +27,7 @@ from proxy.core.group_calls import GroupCall
 from proxy.core.policy import Policy, Services
 from proxy.core.registration import Registration
 from proxy.policies import POLICIES
+from proxy.reconfigure import reload_file
 from proxy.server import Proxy
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
@@ -147,6 +149,20 @@ async def test_metric_admin_endpoint_state_file_and_reconfiguration(tmp_path: Pa
     assert json.loads(state_file.read_text())["mark"] == {"client_id": "web-*"}
     # a restart (or SIGHUP) brings the admin change back over the configuration
     assert apply_state_file(settings).mark.client_id == "web-*"
+
+
+def test_sighup_reload_applies_the_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in [v for v in os.environ if v.upper().startswith("SLUICE_") and "__" in v]:
+        monkeypatch.delenv(var)  # the reload reads the process environment, as a SIGHUP does
+    toml = tmp_path / "sluice.toml"
+    toml.write_text('[mark]\nclient_id = "etl-*"\n')
+    proxy = Proxy(load_settings(toml, env={}, model=Settings))
+    toml.write_text('[mark]\nclient_id = "web-*"\n')
+    assert reload_file(proxy, str(toml))
+    assert proxy.settings.mark.client_id == "web-*"
+    assert api_versions_from(proxy, "etl-1") == []
+    assert api_versions_from(proxy, "web-1") == [{"web-1"}]
+    assert proxy.metrics.total("sluice_mark_requests_total") == 1
 
 
 def test_a_section_is_registered_once() -> None:
