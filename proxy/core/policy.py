@@ -49,8 +49,9 @@ class Services:
     router: Router
     #: topic id -> name (Fetch v13+ names topics by id only)
     names: TopicNames
-    #: Sluice's own requests to group coordinators (cooperative consumption's offsets and group descriptions)
-    group_calls: GroupCalls = field(default_factory=lambda: GroupCalls())
+    #: Sluice's own group requests (commit a group's offsets, read them, describe groups), made by the I/O layer
+    #: for any policy that submits a :class:`~proxy.core.group_calls.GroupCall`
+    group_requests: GroupCalls = field(default_factory=lambda: GroupCalls())
 
 
 class Policy:
