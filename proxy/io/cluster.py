@@ -1,20 +1,23 @@
 """Sluice's own requests to the cluster, made once here for every policy: the broker list and topic names
 (:mod:`proxy.core.topic_names`), and group requests (:mod:`proxy.core.group_calls`: commits and reads of group
-offsets, group descriptions).
+offsets, group descriptions), each group's sent to its coordinator (FindCoordinator v4, KIP-699: several groups
+in one request; cached, found again when a broker says it is not the coordinator or is loading).
 
-Which client makes which request, and why:
+They go over Sluice's own hand-written connections (:mod:`proxy.io.own_connection`), not confluent-kafka's
+AdminClient, because the AdminClient cannot make the calls as they are needed:
 
-- Group offsets (OffsetCommit with metadata, OffsetFetch with metadata and leader epoch): confluent-kafka's
-  AdminClient (:mod:`proxy.io.group_offsets`), which finds the coordinators and logs in with every SASL mechanism
-  librdkafka has.
-- DescribeGroups: hand-written (:mod:`proxy.io.own_connection`), sent to the group's coordinator found with
-  FindCoordinator v4 (KIP-699). Cooperative consumption reads each member's raw subscription and assignment bytes
-  (its marker travels in their user data); the AdminClient's ``describe_consumer_groups`` hands back the
-  assignment decoded into partitions and neither the subscription nor the user data.
-- Metadata (the broker list, topic names by id): hand-written, Metadata v12 naming topics by id (KIP-516). The
-  AdminClient's ``describe_topics`` takes topic names only, and ``list_topics`` returns no ids. The broker list
-  comes with the same request; a cluster that is down fails it at once (connection refused), where librdkafka
-  would retry until its timeout: a client connecting to a node Sluice does not know yet waits on this lookup.
+- Metadata naming topics by id (v12+, KIP-516): ``describe_topics`` takes topic names only, and ``list_topics``
+  returns no ids. The broker list comes with the same request.
+- DescribeGroups with each member's raw subscription and assignment bytes (cooperative consumption's marker
+  travels in their user data): ``describe_consumer_groups`` hands back the assignment decoded into partitions,
+  and neither the subscription nor any user data.
+- OffsetFetch with the committed metadata: ``list_consumer_group_offsets`` answers, but confluent-kafka's
+  TopicPartition copies librdkafka's metadata (a buffer with a length, not NUL-terminated) as a C string, so what
+  Python gets runs past its end: a commit's metadata came back with foreign bytes after it (a
+  UnicodeDecodeError on cooperative consumption's own base64 metadata, with confluent-kafka 2.16.1). The
+  metadata is where cooperative consumption keeps the layouts to read back.
+- OffsetCommit alone it could make; a second client, with its own connections and login, only for the commits of
+  calls whose reads and descriptions go over these connections, would add a path and buy nothing.
 """
 
 from __future__ import annotations
@@ -23,14 +26,13 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..accesslog import get_logger
-from ..core.group_calls import GroupCall, GroupCalls
+from ..core.group_calls import Committed, GroupCall, GroupCalls, TopicPartition
 from ..core.routing import Address, Router
 from ..core.topic_names import TopicNames
 from ..metrics import Metrics
 from ..wire.errors import CodecError
 from ..wire.messages import request_codec
 from ..wire.model import Message
-from .group_offsets import GroupOffsets
 from .own_connection import Link, one_request
 
 if TYPE_CHECKING:
@@ -44,7 +46,7 @@ log = get_logger("sluice.server")
 METADATA_KEY = 3
 #: Metadata v12: the first version whose request may name topics by id (MetadataRequest.json)
 METADATA_BY_ID_VERSION = 12
-_FIND_COORDINATOR, _DESCRIBE_GROUPS = 10, 15
+_FIND_COORDINATOR, _OFFSET_COMMIT, _OFFSET_FETCH, _DESCRIBE_GROUPS = 10, 8, 9, 15
 #: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: find the coordinator again, retry
 _COORDINATOR_MOVED = frozenset({16, 15, 14})
 _GROUP_CALL_ATTEMPTS = 8
@@ -69,7 +71,6 @@ class OwnRequests:
         names.on_lookup = self._lookup_wanted
         group_calls.on_work = self._group_calls_wanted
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._offsets = GroupOffsets(upstream, group_call_timeout)
         self._coordinators: dict[str, Address] = {}
         self._links: dict[Address, Link] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -78,14 +79,13 @@ class OwnRequests:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
 
-    async def close(self) -> None:
+    def close(self) -> None:
         if self._lookup_task is not None:
             self._lookup_task.cancel()
         for task in list(self._tasks):
             task.cancel()
         for link in self._links.values():
             link.close()
-        await self._offsets.close()
 
     # ------------------------------------------------------------------ Metadata: brokers, topic names
 
@@ -167,47 +167,63 @@ class OwnRequests:
             retry = await self._group_call_once(call)
             if not retry:
                 return
+            for group in retry:
+                self._coordinators.pop(group, None)
             await asyncio.sleep(0.1 * (attempt + 1))  # the coordinator is moving or loading: ask again shortly
         raise _CoordinatorError(f"no coordinator answered for {sorted(retry)}")
 
     async def _group_call_once(self, call: GroupCall) -> set[str]:
-        """One pass over what is left of ``call``; the groups to ask again (their coordinator is moving or
-        loading)."""
+        """One pass over what is left of ``call``; the groups whose coordinator must be found again."""
         retry: set[str] = set()
+        groups = {*call.commits, *call.reads, *call.describe}
+        where = await self._find_coordinators(groups - self._coordinators.keys())
+        where.update((g, self._coordinators[g]) for g in groups if g in self._coordinators)
+        retry |= groups - where.keys()
         for group, offsets in call.commits.items():
-            if group in call.committed:
+            if group in retry or group in call.committed:
                 continue
-            codes = await self._offsets.commit(group, offsets)
+            body = request_codec(_OFFSET_COMMIT, 8).default().replace(
+                group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                topics=[Message(name=topic, partitions=[
+                    Message(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata=md)
+                    for (t, p), (o, md) in sorted(offsets.items()) if t == topic])
+                    for topic in sorted({t for t, _ in offsets})])
+            answer = await self._link(where[group]).request(_OFFSET_COMMIT, 8, body)
+            codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
             if any(c in _COORDINATOR_MOVED for c in codes.values()):
                 retry.add(group)
             else:
                 call.committed[group] = codes
-        for group, partitions in call.reads.items():
-            if group in retry or group in call.offsets:
-                continue
-            read, errors = await self._offsets.read(group, partitions)
-            if any(c in _COORDINATOR_MOVED for c in errors.values()):
-                retry.add(group)
-            elif errors:
-                raise _CoordinatorError(f"OffsetFetch of {group}: errors {sorted(set(errors.values()))}")
-            else:
-                call.offsets[group] = read
-        retry |= await self._describe(call)
-        return retry
-
-    async def _describe(self, call: GroupCall) -> set[str]:
-        """DescribeGroups of the groups of ``call`` not described yet, each at its coordinator; the groups whose
-        coordinator must be found again."""
-        groups = call.describe - call.described.keys()
-        if not groups:
-            return set()
-        where = await self._find_coordinators(groups - self._coordinators.keys())
-        where.update((g, self._coordinators[g]) for g in groups if g in self._coordinators)
-        retry = groups - where.keys()
         by_node: dict[Address, list[str]] = {}
-        for group in groups & where.keys():
-            by_node.setdefault(where[group], []).append(group)
+        for group in call.reads:
+            if group not in retry and group not in call.offsets:
+                by_node.setdefault(where[group], []).append(group)
         for address, names in by_node.items():
+            body = request_codec(_OFFSET_FETCH, 8).default().replace(require_stable=False, groups=[
+                Message(group_id=g, topics=[Message(name=topic, partition_indexes=sorted(
+                    p for t, p in call.reads[g] if t == topic)) for topic in sorted({t for t, _ in call.reads[g]})])
+                for g in names])
+            answer = await self._link(address).request(_OFFSET_FETCH, 8, body)
+            for entry in answer.groups:
+                if entry.error_code in _COORDINATOR_MOVED:
+                    retry.add(entry.group_id)
+                    continue
+                if entry.error_code:
+                    raise _CoordinatorError(f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
+                read: dict[TopicPartition, Committed] = {}
+                for t in entry.topics:
+                    for p in t.partitions:
+                        if p.error_code in _COORDINATOR_MOVED:
+                            retry.add(entry.group_id)
+                        read[(t.name, p.partition_index)] = Committed(p.committed_offset, p.committed_leader_epoch,
+                                                                      p.metadata)
+                if entry.group_id not in retry:
+                    call.offsets[entry.group_id] = read
+        described: dict[Address, list[str]] = {}
+        for group in call.describe:
+            if group not in retry and group not in call.described:
+                described.setdefault(where[group], []).append(group)
+        for address, names in described.items():
             body = request_codec(_DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
             answer = await self._link(address).request(_DESCRIBE_GROUPS, 5, body)
             for entry in answer.groups:

@@ -1,7 +1,5 @@
-"""Sluice's own hand-written connection to a broker, for the two requests of its own that confluent-kafka's
-AdminClient cannot make (:mod:`proxy.io.cluster` says which and why): Metadata naming topics by id, and
-DescribeGroups with the members' raw metadata and assignment bytes (plus FindCoordinator, to send the latter to
-each group's coordinator).
+"""Sluice's own hand-written connection to a broker, for the requests it makes itself (:mod:`proxy.io.cluster`
+says which, and why not through confluent-kafka's AdminClient).
 
 Over the upstream TLS settings, and authenticated first with Sluice's own identity when ``[upstream.sasl]`` names
 one (KIP-43: SaslHandshake v1, then SaslAuthenticate v2): a broker's SASL listener closes a connection whose first
