@@ -160,7 +160,7 @@ class Proxy:
                 await asyncio.wait_for(server.wait_closed(), 1.0)
         if self._tls_task is not None:
             self._tls_task.cancel()
-        self.own.close()
+        await self.own.close()
         sink = self.access_log_sink
         if sink is not None:
             # Every connection is closed: no more lines. Flushed with a bound (flush_timeout_s), off the loop.

@@ -79,11 +79,12 @@ class OwnRequests:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
 
-    def close(self) -> None:
-        if self._lookup_task is not None:
-            self._lookup_task.cancel()
-        for task in list(self._tasks):
+    async def close(self) -> None:
+        """Stop: the calls in flight are cancelled (each fails, its connection closed), then the links closed."""
+        tasks = [t for t in (self._lookup_task, *self._tasks) if t is not None]
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for link in self._links.values():
             link.close()
 
@@ -154,7 +155,11 @@ class OwnRequests:
         Bounded: ``group_call_timeout`` in all; what came of it is the caller's to count (it sees the call
         settle)."""
         try:
-            await asyncio.wait_for(self._group_call_io(call), self.group_call_timeout)
+            async with asyncio.timeout(self.group_call_timeout):
+                await self._group_call_io(call)
+        except asyncio.CancelledError:  # Sluice is stopping: whoever waits for the call learns it failed
+            call.fail("cancelled: Sluice is stopping")
+            raise
         except (TimeoutError, OSError, CodecError, _CoordinatorError) as e:
             log.warning("group_call_failed", groups=sorted({*call.commits, *call.reads, *call.describe}),
                         error=str(e) or type(e).__name__)

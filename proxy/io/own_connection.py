@@ -80,8 +80,10 @@ class OwnConnection:
         frame = encode_request(header, body)
         try:
             self._writer.write(len(frame).to_bytes(4, "big") + frame)
-            size = int.from_bytes(await asyncio.wait_for(self._reader.readexactly(4), self.timeout), "big")
-            data = await asyncio.wait_for(self._reader.readexactly(size), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                size = int.from_bytes(await self._reader.readexactly(4), "big")
+            async with asyncio.timeout(self.timeout):
+                data = await self._reader.readexactly(size)
             head, answer = decode_response(api_key, version, data)
             if head.correlation_id != corr:
                 raise OSError(f"{self.address[0]}:{self.address[1]}: answer with correlation id "

@@ -6,67 +6,33 @@ answer."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from proxy.io.own_connection import Link, OwnConnection
-from proxy.wire.messages import decode_request, encode_response, response_codec
+from proxy.wire.messages import response_codec
 from proxy.wire.model import Message
+from tests.support.misbehaving_broker import Broker, frame, running
 
 DESCRIBE_GROUPS, V = 15, 5
-
-#: what the broker does with a request: (header, group named, writer) -> awaited
-Behaviour = Callable[[Message, str, asyncio.StreamWriter], Awaitable[None]]
 
 
 def answer(correlation_id: int, group: str) -> bytes:
     body = response_codec(DESCRIBE_GROUPS, V).default().replace(throttle_time_ms=0, groups=[Message(
         error_code=0, group_id=group, group_state="Empty", protocol_type="", protocol_data="", members=[],
         authorized_operations=-2147483648)])
-    frame = encode_response(DESCRIBE_GROUPS, V, Message(correlation_id=correlation_id), body)
-    return len(frame).to_bytes(4, "big") + frame
+    return frame(DESCRIBE_GROUPS, V, correlation_id, body)
 
 
-async def right(header: Message, group: str, writer: asyncio.StreamWriter) -> None:
-    writer.write(answer(header.correlation_id, group))
-
-
-class Broker:
-    """A local socket server speaking just enough Kafka: each request is handed to ``behave``."""
-
-    def __init__(self) -> None:
-        self.behave: Behaviour = right
-        self.connections = 0
-        #: set when a connection of the client's is closed (the broker reads EOF)
-        self.client_closed = asyncio.Event()
-        self.server: asyncio.Server | None = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                size = int.from_bytes(await reader.readexactly(4), "big")
-                header, body = decode_request(await reader.readexactly(size))
-                await self.behave(header, body.groups[0], writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            self.client_closed.set()
-        finally:
-            writer.close()
-
-    @property
-    def address(self) -> tuple[str, int]:
-        assert self.server is not None
-        host, port = self.server.sockets[0].getsockname()[:2]
-        return host, port
+async def right(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
+    writer.write(answer(header.correlation_id, body.groups[0]))
 
 
 @pytest.fixture
 async def broker() -> AsyncIterator[Broker]:
-    b = Broker()
-    b.server = await asyncio.start_server(b._serve, "127.0.0.1", 0)
-    yield b
-    b.server.close()
+    async with running(right) as b:
+        yield b
 
 
 def describe(group: str) -> Message:
@@ -74,8 +40,8 @@ def describe(group: str) -> Message:
 
 
 async def test_an_answer_cut_off_mid_way_times_out_and_closes_the_connection(broker: Broker) -> None:
-    async def half(header: Message, group: str, writer: asyncio.StreamWriter) -> None:
-        data = answer(header.correlation_id, group)
+    async def half(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
+        data = answer(header.correlation_id, body.groups[0])
         writer.write(data[:len(data) // 2])  # and the rest never comes
 
     broker.behave = half
@@ -89,7 +55,7 @@ async def test_an_answer_cut_off_mid_way_times_out_and_closes_the_connection(bro
 async def test_a_cancelled_call_closes_its_connection(broker: Broker) -> None:
     asked = asyncio.Event()
 
-    async def silent(header: Message, group: str, writer: asyncio.StreamWriter) -> None:
+    async def silent(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
         asked.set()
 
     broker.behave = silent
@@ -104,8 +70,8 @@ async def test_a_cancelled_call_closes_its_connection(broker: Broker) -> None:
 
 
 async def test_a_broker_that_closes_mid_call_fails_the_call_and_the_connection(broker: Broker) -> None:
-    async def hang_up(header: Message, group: str, writer: asyncio.StreamWriter) -> None:
-        writer.write(answer(header.correlation_id, group)[:6])
+    async def hang_up(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer(header.correlation_id, body.groups[0])[:6])
         writer.close()
 
     broker.behave = hang_up
@@ -118,8 +84,8 @@ async def test_a_broker_that_closes_mid_call_fails_the_call_and_the_connection(b
 
 
 async def test_an_answer_with_another_correlation_id_is_refused_and_closes_the_connection(broker: Broker) -> None:
-    async def other(header: Message, group: str, writer: asyncio.StreamWriter) -> None:
-        writer.write(answer(header.correlation_id + 7, group))
+    async def other(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer(header.correlation_id + 7, body.groups[0]))
 
     broker.behave = other
     conn = await OwnConnection.open(broker.address, 30.0, None, None)
@@ -134,11 +100,11 @@ async def test_after_a_call_cancelled_mid_read_the_next_call_on_the_link_gets_it
     call read the cancelled call's answer as its own."""
     asked, release = asyncio.Event(), asyncio.Event()
 
-    async def late_for_a(header: Message, group: str, writer: asyncio.StreamWriter) -> None:
-        if group == "a":
+    async def late_for_a(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
+        if body.groups[0] == "a":
             asked.set()
             await release.wait()
-        writer.write(answer(header.correlation_id, group))
+        writer.write(answer(header.correlation_id, body.groups[0]))
 
     broker.behave = late_for_a
     link = Link(broker.address, 30.0, None, None)
