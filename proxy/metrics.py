@@ -50,7 +50,7 @@ THROTTLE_SIDES: Final[tuple[str, ...]] = ("leader", "follower")
 SESSION_ERROR_NAMES: Final[dict[int, str]] = {70: "FETCH_SESSION_ID_NOT_FOUND", 71: "INVALID_FETCH_SESSION_EPOCH",
                                               106: "FETCH_SESSION_TOPIC_ID_ERROR"}
 TOPIC_LOOKUP_OUTCOMES: Final[tuple[str, ...]] = ("resolved", "unknown", "failed")
-#: why a client connection was closed before its first request was read (proxy/server.py)
+#: why a client connection was closed before its first request was read (proxy/io/listeners.py)
 REFUSE_REASONS: Final[tuple[str, ...]] = ("max_connections", "max_connections_per_address", "proxy_protocol",
                                           "tls_handshake")
 #: why Sluice closed a client connection it had served (limits)

@@ -1,7 +1,7 @@
 """Requests Sluice makes to the cluster's group coordinators on a policy's behalf: commits and reads of group
 offsets, and group descriptions. Sans-IO, like :mod:`proxy.core.topic_names`: a policy builds a
 :class:`GroupCall`, :meth:`GroupCalls.submit`\\s it and (if a request must wait for it) sets it as the exchange's
-``pending``; :mod:`proxy.server` is told through ``on_work`` that calls are queued, takes them
+``pending``; :mod:`proxy.io.cluster` is told through ``on_work`` that calls are queued, takes them
 (:meth:`GroupCalls.take`), does the I/O (FindCoordinator, then OffsetCommit / OffsetFetch / DescribeGroups to
 each group's coordinator) and settles each call (:meth:`GroupCall.settle`, or :meth:`GroupCall.fail`), which
 runs its callbacks.
