@@ -74,7 +74,7 @@ class Proxy:
         self.names = TopicNames(clock)
         #: the global bound on response bytes held (size_limit.global_max_bytes), shared by every connection
         self.memory = HeldBytes(settings.size_limit.global_max_bytes, on_change=self.metrics.response_bytes_held.set)
-        #: Sluice's own group requests (proxy/core/group_calls.py), made by :attr:`own`
+        #: Sluice's own group requests (proxy/core/group_calls.py), made by :attr:`own_requests`
         self.group_requests = GroupCalls()
         services = Services(self.metrics, clock, self.router, self.names, self.group_requests)
         self.chain = Chain(build_policies(settings, services), self.metrics, self.names, self.access_log)
@@ -88,8 +88,8 @@ class Proxy:
         self._tls_task: asyncio.Task[None] | None = None
         self.bootstrap: list[Address] = [_parse_address(a) for a in settings.upstream.bootstrap_servers]
         #: Sluice's own requests to the cluster: brokers, topic names, group requests
-        self.own = OwnRequests(settings.upstream, self.tls, self.router, self.names, self.group_requests,
-                               self.metrics, self.bootstrap)
+        self.own_requests = OwnRequests(settings.upstream, self.tls, self.router, self.names, self.group_requests,
+                                        self.metrics, self.bootstrap)
         self._servers: dict[int | None, Listener] = {}  # None: the bootstrap listener
         self._clients: set[ClientProtocol] = set()
         self._conn_ids = itertools.count(1)
@@ -109,7 +109,7 @@ class Proxy:
     async def start(self) -> None:
         check_specs()  # SpecsError before a listener opens: never a proxy that closes every connection it accepts
         self.loop = asyncio.get_running_loop()
-        self.own.start(self.loop)
+        self.own_requests.start(self.loop)
         if self.access_log_sink is not None:
             self.access_log_sink.start(self.loop)
             self.access_log.attach_sink(self.access_log_sink)
@@ -160,7 +160,7 @@ class Proxy:
                 await asyncio.wait_for(server.wait_closed(), 1.0)
         if self._tls_task is not None:
             self._tls_task.cancel()
-        await self.own.close()
+        await self.own_requests.close()
         sink = self.access_log_sink
         if sink is not None:
             # Every connection is closed: no more lines. Flushed with a bound (flush_timeout_s), off the loop.
@@ -220,7 +220,7 @@ class Proxy:
 
     async def refresh_brokers(self) -> None:
         """Ask the cluster for its broker list and open their listeners."""
-        await self.own.refresh_brokers()
+        await self.own_requests.refresh_brokers()
 
     def connect_failed(self, node_id: int | None, error: str, upstream: Sequence[Address] = ()) -> None:
         """Log an upstream connect failure, at most once per broker per interval, with the count not logged."""
