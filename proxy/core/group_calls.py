@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .exchange import Signal
 
@@ -67,8 +67,16 @@ class GroupCall(Signal):
             self.settle()
 
 
+class GroupRequests(Protocol):
+    """What a policy may ask of Sluice's own group requests (``Services.group_requests``): a :class:`GroupCall` -
+    commit these offsets for these groups, then read these groups' offsets, then describe these groups - which
+    the I/O layer carries out and settles. Names no policy."""
+
+    def submit(self, call: GroupCall) -> GroupCall: ...
+
+
 class GroupCalls:
-    """The queue of calls between the policies and the server (one per proxy)."""
+    """The queue of calls between the policies and the I/O layer (one per proxy): a :class:`GroupRequests`."""
 
     def __init__(self, on_work: Callable[[], None] | None = None) -> None:
         #: called when a call is queued and none was (the server then :meth:`take`\\s them)

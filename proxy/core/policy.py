@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .exchange import ConnectionInfo, Exchange
-from .group_calls import GroupCalls
+from .group_calls import GroupCalls, GroupRequests
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -51,7 +51,7 @@ class Services:
     names: TopicNames
     #: Sluice's own group requests (commit a group's offsets, read them, describe groups), made by the I/O layer
     #: for any policy that submits a :class:`~proxy.core.group_calls.GroupCall`
-    group_requests: GroupCalls = field(default_factory=lambda: GroupCalls())
+    group_requests: GroupRequests = field(default_factory=lambda: GroupCalls())
 
 
 class Policy:

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from ...accesslog import LogLimiter, get_logger
 from ...config import SharingSettings
 from ...core.exchange import ConnectionInfo, Exchange, Signal
-from ...core.group_calls import GroupCall
+from ...core.group_calls import GroupCall, GroupRequests
 from ...core.policy import Policy, Services
 from ...core.selectors import ClientSelector
 from ...wire.fetch_request_fast import FetchEdit
@@ -81,7 +81,7 @@ class Sharing(Policy):
         self.clock = services.clock
         self.names = services.names
         #: Sluice's own group requests (submitted through :meth:`submit`, which counts what came of each)
-        self.calls = services.group_requests
+        self.calls: GroupRequests = services.group_requests
         self.rules: TopicRules[bool] = TopicRules({t.topic: t.shared for t in settings.topics})
         self.clients = tuple(ClientSelector(c) if isinstance(c, str) else ClientSelector.of(c)
                              for c in settings.clients)
