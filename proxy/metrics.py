@@ -49,7 +49,7 @@ REJECT_REASONS: Final[tuple[RejectReason, ...]] = (
     "request_timeout",
 )
 TOPIC_LOOKUP_OUTCOMES: Final[tuple[str, ...]] = ("resolved", "unknown", "failed")
-#: why a client connection was closed before its first request was read (proxy/server.py)
+#: why a client connection was closed before its first request was read (proxy/io/listeners.py)
 REFUSE_REASONS: Final[tuple[str, ...]] = ("max_connections", "max_connections_per_address", "proxy_protocol",
                                           "tls_handshake")
 #: why Sluice closed a client connection it had served (limits)
@@ -190,12 +190,6 @@ class Metrics:
             "sluice_access_log_buffered_events",
             "Access-log events in the Kafka sink's buffer, not yet acknowledged by the cluster.", registry=r)
 
-        # ------------------------------------------ Sluice's own group requests (proxy/core/group_calls.py)
-        self.sharing_group_calls = Counter(
-            "sluice_sharing_group_calls_total",
-            "Group requests of Sluice's own (slice positions and group descriptions), by outcome: ok or failed.",
-            ["outcome"], registry=r)
-
         # ------------------------------------------------------------ children known up front, pre-bound
         for direction in DIRECTIONS:
             self.bytes.labels(direction)
@@ -214,8 +208,6 @@ class Metrics:
             self.connections_closed.labels(closed)
         for outcome in TLS_RELOAD_OUTCOMES:
             self.tls_reloads.labels(outcome)
-        for outcome in ("ok", "failed"):
-            self.sharing_group_calls.labels(outcome)
 
         self.bytes_client_to_proxy = self.bytes.labels("client_to_proxy")
         self.bytes_proxy_to_upstream = self.bytes.labels("proxy_to_upstream")

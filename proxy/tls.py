@@ -2,7 +2,7 @@
 ``[[listen.listeners]]``) and the broker-facing one (``[upstream.tls]``), built from PEM files, and rebuilt when
 those files change.
 
-No sockets here: :mod:`proxy.server` hands the current context to each connection it accepts or makes. Reload
+No sockets here: :mod:`proxy.io` hands the current context to each connection it accepts or makes. Reload
 swaps the contexts whole: a connection takes the context in force when it starts, so new connections get the new
 certificate and open ones keep the session they have (a TLS session is bound to its context's certificate at the
 handshake). A reload that fails (a half-written file, a key that does not match its certificate) is logged and

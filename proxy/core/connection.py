@@ -1,5 +1,5 @@
 """A client connection and its upstream connection as a sans-IO state machine, h11-style: bytes and events in,
-bytes and actions out. :mod:`proxy.server` owns the sockets and only moves bytes between them and this core.
+bytes and actions out. :mod:`proxy.io` owns the sockets and only moves bytes between them and this core.
 
 Events in (called by the server): :meth:`Connection.client_data`, :meth:`~Connection.upstream_ready`,
 :meth:`~Connection.upstream_data`, the four write-buffer signals (``*_write_paused`` / ``*_write_resumed``),

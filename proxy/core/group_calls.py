@@ -1,7 +1,7 @@
 """Requests Sluice makes to the cluster's group coordinators on a policy's behalf: commits and reads of group
 offsets, and group descriptions. Sans-IO, like :mod:`proxy.core.topic_names`: a policy builds a
 :class:`GroupCall`, :meth:`GroupCalls.submit`\\s it and (if a request must wait for it) sets it as the exchange's
-``pending``; :mod:`proxy.server` is told through ``on_work`` that calls are queued, takes them
+``pending``; :mod:`proxy.io.cluster` is told through ``on_work`` that calls are queued, takes them
 (:meth:`GroupCalls.take`), does the I/O (FindCoordinator, then OffsetCommit / OffsetFetch / DescribeGroups to
 each group's coordinator) and settles each call (:meth:`GroupCall.settle`, or :meth:`GroupCall.fail`), which
 runs its callbacks.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .exchange import Signal
 
@@ -67,8 +67,16 @@ class GroupCall(Signal):
             self.settle()
 
 
+class GroupRequests(Protocol):
+    """What a policy may ask of Sluice's own group requests (``Services.group_requests``): a :class:`GroupCall` -
+    commit these offsets for these groups, then read these groups' offsets, then describe these groups - which
+    the I/O layer carries out and settles. Names no policy."""
+
+    def submit(self, call: GroupCall) -> GroupCall: ...
+
+
 class GroupCalls:
-    """The queue of calls between the policies and the server (one per proxy)."""
+    """The queue of calls between the policies and the I/O layer (one per proxy): a :class:`GroupRequests`."""
 
     def __init__(self, on_work: Callable[[], None] | None = None) -> None:
         #: called when a call is queued and none was (the server then :meth:`take`\\s them)

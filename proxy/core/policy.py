@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .exchange import ConnectionInfo, Exchange
-from .group_calls import GroupCalls
+from .group_calls import GroupCalls, GroupRequests
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -49,8 +49,9 @@ class Services:
     router: Router
     #: topic id -> name (Fetch v13+ names topics by id only)
     names: TopicNames
-    #: Sluice's own requests to group coordinators (cooperative consumption's offsets and group descriptions)
-    group_calls: GroupCalls = field(default_factory=lambda: GroupCalls())
+    #: Sluice's own group requests (commit a group's offsets, read them, describe groups), made by the I/O layer
+    #: for any policy that submits a :class:`~proxy.core.group_calls.GroupCall`
+    group_requests: GroupRequests = field(default_factory=lambda: GroupCalls())
 
 
 class Policy:

@@ -1,6 +1,6 @@
 """The PROXY protocol header a load balancer puts in front of a client's bytes (HAProxy's "The PROXY protocol",
 versions 1 and 2), parsed sans-IO: bytes in, the client's real address (or a need for more bytes, or an error)
-out. :mod:`proxy.server` reads the header off the accepted socket before anything else (before TLS: the header
+out. :mod:`proxy.io.listeners` reads the header off the accepted socket before anything else (before TLS: the header
 travels in clear ahead of the handshake) and hands the rest of the connection to the usual path.
 
 Rules followed (spec sections in brackets):

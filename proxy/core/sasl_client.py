@@ -1,6 +1,7 @@
 """Sluice's own SASL client, for the requests Sluice makes itself (its Metadata lookups of brokers and topic
-names) to brokers whose listener requires SASL: ``[upstream.sasl]``, a service account of Sluice's, never a
-client's credentials (those are only relayed: :mod:`proxy.policies.sasl`). Sans-IO: messages in, messages out.
+names, its group requests) to brokers whose listener requires SASL: ``[upstream.sasl]``, a service account of
+Sluice's, never a client's credentials (those are only relayed: :mod:`proxy.policies.sasl`). Sans-IO: messages
+in, messages out.
 
 - PLAIN (RFC 4616): one message, ``NUL user NUL password``.
 - SCRAM-SHA-256/512 (RFC 5802, RFC 7677; KIP-84): client-first ``n,,n=user,r=nonce``; from the server-first

@@ -9,7 +9,7 @@ request waits for the answer (:meth:`TopicNames.wait`). Names are cached for the
 never reused: a re-created topic gets a new one). An id the cluster does not know, or a lookup that failed, is
 not waited for again for ``retry_after_s``; such topics are shown as Kafka prints ids (base64url, no padding).
 
-Only :mod:`proxy.server` does the I/O: it is told through ``on_lookup`` that ids are wanted, takes them with
+Only :mod:`proxy.io.cluster` does the I/O: it is told through ``on_lookup`` that ids are wanted, takes them with
 :meth:`take`, and reports with :meth:`settle`.
 """
 

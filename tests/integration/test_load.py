@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.server import LISTEN_BACKLOG
+from proxy.io.listeners import LISTEN_BACKLOG
 from proxy.wire.fetch_fast import decode_frame
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message

@@ -33,8 +33,8 @@ from confluent_kafka.admin import AdminClient as CKAdmin
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
-from proxy import server
 from proxy.core.connection import Connection
+from proxy.io import transports
 from proxy.wire.messages import decode_response, peek_request_header
 from proxy.wire.model import Message
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
@@ -58,7 +58,7 @@ class Tap:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         original_on_request = Connection._on_request
-        original_send = server._ClientProtocol.send_client
+        original_send = transports.ClientProtocol.send_client
         tap = self
 
         def on_request(conn: Connection, frame: bytes) -> None:
@@ -71,7 +71,7 @@ class Tap:
                     tap.requests[conn.info.conn_id][h.correlation_id] = (h.api_key, h.api_version)
             original_on_request(conn, frame)
 
-        def send_client(client: server._ClientProtocol, buffers: Any) -> None:
+        def send_client(client: transports.ClientProtocol, buffers: Any) -> None:
             buffers = list(buffers)
             if client.transport is not None and not client._torn_down:
                 with tap.lock:
@@ -80,7 +80,7 @@ class Tap:
             original_send(client, buffers)
 
         monkeypatch.setattr(Connection, "_on_request", on_request)
-        monkeypatch.setattr(server._ClientProtocol, "send_client", send_client)
+        monkeypatch.setattr(transports.ClientProtocol, "send_client", send_client)
 
     def frames(self) -> Iterator[tuple[int, int, bytes]]:
         """(api_key, api_version, response frame without its size prefix) for every complete response."""

@@ -1,7 +1,7 @@
 """A new policy is its package and one line in the registration list (proxy/policies/__init__.py), nothing else.
 
 This module plays a policy package: a settings model with one setting, one metric, the chain hooks with one
-request of Sluice's own to the cluster (a group description, through ``Services.group_calls``), and its
+request of Sluice's own to the cluster (a group description, through ``Services.group_requests``), and its
 :class:`~proxy.core.registration.Registration`. Added with one line to a copy of ``POLICIES``, it gets its config
 section (TOML, env overrides, error messages naming its key), its metric on the proxy's /metrics, its admin
 endpoint (GET/PUT, the state file) and run-time reconfiguration, from code that names no policy.
@@ -57,7 +57,7 @@ class Mark(Policy):
     def __init__(self, settings: MarkSettings, services: Services, metrics: MarkMetrics) -> None:
         self.glob = settings.client_id
         self.metrics = metrics
-        self.group_calls = services.group_calls
+        self.group_calls = services.group_requests
 
     def reconfigure(self, settings: Any) -> None:
         self.glob = settings.mark.client_id
@@ -96,7 +96,7 @@ def api_versions_from(proxy: Proxy, client_id: str) -> list[set[str]]:
     proxy.chain.on_request(conn, ex)
     described: list[set[str]] = []
     while ex.pending is not None:
-        for call in proxy.group_calls.take():
+        for call in proxy.group_requests.take():
             described.append(set(call.describe))
             call.described = {group: Message(group_id=group, group_state="Stable") for group in call.describe}
             call.settle()

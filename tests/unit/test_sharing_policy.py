@@ -33,7 +33,7 @@ V_JOIN, V_SYNC, V_HB, V_OF, V_OC, V_FETCH = 9, 5, 4, 9, 9, 12  # versions Java 4
 
 
 class FakeCoordinators:
-    """Group offsets and descriptions in memory, served as the server would (proxy/server.py)."""
+    """Group offsets and descriptions in memory, served as the I/O layer would (proxy/io/cluster.py)."""
 
     def __init__(self) -> None:
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}

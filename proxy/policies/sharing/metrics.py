@@ -65,6 +65,12 @@ class SharingMetrics:
         self.sharing_cache_lookups = Counter(
             "sluice_sharing_cache_lookups_total", "Decoded-batch cache lookups, by outcome: hit or miss.",
             ["outcome"], registry=r)
+        self.sharing_group_calls = Counter(
+            "sluice_sharing_group_calls_total",
+            "Group requests of Sluice's own (slice positions and group descriptions), by outcome: ok or failed.",
+            ["outcome"], registry=r)
+        for outcome in ("ok", "failed"):
+            self.sharing_group_calls.labels(outcome)
         for not_shared in NOT_SHARED_REASONS:
             self.sharing_not_shared.labels(not_shared)
         for filtered in FILTER_REASONS:

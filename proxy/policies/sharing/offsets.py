@@ -129,7 +129,7 @@ def _plan_fetch(p: Sharing, ex: Exchange, m: Member, group: str, topics: list[Me
     if not wanted:
         return None
     ticket = OffsetTicket(m, group, wanted)
-    ticket.read = FrontierRead(p.calls, group, wanted, _layouts(m, wanted))
+    ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted))
     ex.pending = ticket.read
     ex.collect = True  # the answer is edited: each partition's slice start
     return ticket
@@ -244,7 +244,7 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
         if not s.whole and offset > start and offset >= 0:
             own.setdefault(slice_group(group, s), {})[tp] = (offset, metadata)
     ticket = OffsetTicket(m, group, wanted, commits=commits)
-    ticket.read = FrontierRead(p.calls, group, wanted, _layouts(m, wanted), commits=own)
+    ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted), commits=own)
     ex.pending = ticket.read
     return ticket
 
@@ -297,7 +297,7 @@ def recover(p: Sharing, m: Member) -> Signal:
     """Learn ``m``'s slices and frontiers back from the group (after a Sluice restart): DescribeGroups for its
     assignment as the leader sent it (slices included), then the frontiers of its shared partitions."""
     done = m.recovering = Signal()
-    call = p.calls.submit(GroupCall(describe={m.group}))
+    call = p.submit(GroupCall(describe={m.group}))
 
     def described() -> None:
         if m.recovering is not done:
@@ -331,7 +331,7 @@ def recover(p: Sharing, m: Member) -> Signal:
             m.recovering = None
             done.settle()
             return
-        read = FrontierRead(p.calls, m.group, handed)
+        read = FrontierRead(p.submit, m.group, handed)
 
         def frontiers() -> None:
             if m.recovering is done and read.error is None:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from ...accesslog import LogLimiter, get_logger
 from ...core.exchange import ConnectionInfo, Exchange, Signal
+from ...core.group_calls import GroupCall, GroupRequests
 from ...core.policy import Policy, Services
 from ...core.selectors import ClientSelector
 from ...wire.fetch_request_fast import FetchEdit
@@ -80,7 +81,8 @@ class Sharing(Policy):
         self.metrics = metrics
         self.clock = services.clock
         self.names = services.names
-        self.calls = services.group_calls
+        #: Sluice's own group requests (submitted through :meth:`submit`, which counts what came of each)
+        self.calls: GroupRequests = services.group_requests
         self.rules: TopicRules[bool] = TopicRules({t.topic: t.shared for t in settings.topics})
         self.clients = tuple(ClientSelector(c) if isinstance(c, str) else ClientSelector.of(c)
                              for c in settings.clients)
@@ -104,6 +106,13 @@ class Sharing(Policy):
         info = ex.info
         principal, host = (info.principal, info.client_host) if info is not None else (None, "")
         return any(c.matches(ex.client_id, principal, host) for c in self.clients)
+
+    def submit(self, call: GroupCall) -> GroupCall:
+        """Hand ``call`` to Sluice's own group requests; once it settles, counted as ``ok`` or ``failed`` (the
+        I/O failed as a whole) in ``sluice_sharing_group_calls_total``."""
+        call.on_settled(lambda: self.metrics.sharing_group_calls.labels("ok" if call.error is None else "failed")
+                        .inc())
+        return self.calls.submit(call)
 
     def shareable(self, topic: str) -> bool:
         return bool(self.rules.get(topic))

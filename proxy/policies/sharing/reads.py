@@ -1,16 +1,16 @@
 """Reading a shared partition's :class:`~proxy.policies.sharing.frontier.Frontier` from Kafka: the group's own
 committed offset (and in its metadata, the layouts to read), and the position of every slice of the current and
 remembered layouts, each in its slice's group. Two rounds at most: the layouts named in the metadata are known only
-once it is read. Sans-IO: each round is a :class:`~proxy.core.group_calls.GroupCall` the server carries out; a
+once it is read. Sans-IO: each round is a :class:`~proxy.core.group_calls.GroupCall` the I/O layer carries out; a
 :class:`FrontierRead` is the :class:`~proxy.core.exchange.Pending` a request (or a recovery) waits for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ...core.exchange import Signal
-from ...core.group_calls import Committed, GroupCall, GroupCalls
+from ...core.group_calls import Committed, GroupCall
 from .frontier import Frontier, decode_metadata, slice_group
 from .keys import Slice
 
@@ -24,11 +24,11 @@ def _groups(group: str, tp: TopicPartition, layouts: set[int]) -> list[tuple[str
 class FrontierRead(Signal):
     """The frontiers of ``slices``' partitions in ``group`` (after ``commits``, made first in the same call)."""
 
-    def __init__(self, calls: GroupCalls, group: str, slices: Mapping[TopicPartition, Slice],
+    def __init__(self, submit: Callable[[GroupCall], GroupCall], group: str, slices: Mapping[TopicPartition, Slice],
                  layouts: Mapping[TopicPartition, set[int]] | None = None,
                  commits: dict[str, dict[TopicPartition, tuple[int, str | None]]] | None = None) -> None:
         super().__init__()
-        self.calls = calls
+        self.submit = submit
         self.group = group
         self.slices = dict(slices)
         #: the outcome: per partition, the frontier, the group's own commit, and each slice's commit as read
@@ -48,7 +48,7 @@ class FrontierRead(Signal):
             for name, _ in _groups(self.group, tp, ks):
                 reads.setdefault(name, set()).add(tp)
         call = GroupCall(commits=commits or {}, reads=reads)
-        self.calls.submit(call)
+        self.submit(call)
         call.on_settled(lambda: self._settled(call, layouts, first))
 
     def _settled(self, call: GroupCall, layouts: Mapping[TopicPartition, set[int]], first: bool) -> None:

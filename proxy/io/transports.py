@@ -1,0 +1,206 @@
+"""The transports of a client connection: the client's (:class:`ClientProtocol`), the upstream connection made for
+it (:class:`UpstreamProtocol`), and the :class:`~proxy.core.connection.Port` through which the sans-IO core acts
+on both.
+
+Everything a connection decides (framing, order, waits, policies, backpressure rules, effects) is in the core
+(:mod:`proxy.core.connection`); here each client connection feeds the core with what its two transports deliver
+and carries out what the core asks.
+
+- asyncio Protocols, not streams: a relay spends its time moving bytes, and Protocol callbacks avoid the
+  per-read task wakeups and buffer copies of StreamReader (measured here: about 3x less CPU for relaying).
+- One upstream connection per client connection, to the broker whose listener the client connected to (the
+  bootstrap listener goes to any bootstrap server). Kafka matches responses to requests by order on a
+  connection, so a 1:1 pairing keeps pipelining intact without rewriting correlation ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..core.connection import Connection, Timer
+from ..core.exchange import Buffer, ConnectionInfo
+from ..wire.errors import CodecError
+
+if TYPE_CHECKING:
+    from ..server import Proxy
+
+__all__ = ["ClientProtocol", "UpstreamProtocol", "tls_error"]
+
+
+def tls_error(e: BaseException) -> str:
+    """A handshake failure in one line: OpenSSL's reason (e.g. TLSV1_ALERT_UNKNOWN_CA, CERTIFICATE_VERIFY_FAILED
+    with its verify message, PEER_DID_NOT_RETURN_A_CERTIFICATE)."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return f"{e.reason}: {e.verify_message}"
+    if isinstance(e, ssl.SSLError):
+        return str(e.reason or e)
+    if isinstance(e, TimeoutError):
+        return "handshake timed out"
+    return str(e) or type(e).__name__
+
+
+def configure(transport: Any, limits: Any) -> None:
+    transport.set_write_buffer_limits(limits.write_high_water_bytes, limits.write_low_water_bytes)
+    with contextlib.suppress(OSError, AttributeError):
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class ClientProtocol(asyncio.Protocol):
+    """A client's connection to one of Sluice's listeners, the upstream connection made for it, and the
+    :class:`~proxy.core.connection.Port` through which the core acts on both."""
+
+    def __init__(self, proxy: Proxy, node_id: int | None, host: str = "", port: int = 0) -> None:
+        self.proxy = proxy
+        self.node_id = node_id
+        self.transport: Any = None  # uvloop's TCPTransport is not an asyncio.Transport
+        self.upstream: Any = None
+        self._connect_task: asyncio.Task[None] | None = None
+        self._torn_down = False
+        #: admitted by proxy.io.listeners.accepted (the limits count it until teardown)
+        self.host = host
+        info = ConnectionInfo(next(proxy._conn_ids), "bootstrap" if node_id is None else f"broker-{node_id}",
+                              node_id, host, port)
+        self.conn = Connection(info, proxy.chain, self, memory=proxy.memory, names=proxy.names,
+                               metrics=proxy.metrics, access_log=proxy.access_log, clock=proxy.clock,
+                               limits=proxy.limits)
+
+    # ------------------------------------------------------------------ the client's transport
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        configure(transport, self.proxy.settings.limits)
+        self.proxy._clients.add(self)
+        m = self.proxy.metrics
+        m.client_connections.inc()
+        m.client_connections_open.inc()
+        self._connect_task = asyncio.get_running_loop().create_task(self._connect())
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.client_data(data)
+
+    def pause_writing(self) -> None:
+        self.conn.client_write_paused()
+
+    def resume_writing(self) -> None:
+        self.conn.client_write_resumed()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.client_lost()
+        self._teardown(abort=False)
+
+    async def _connect(self) -> None:
+        proxy, conn = self.proxy, self.conn
+        loop = asyncio.get_running_loop()
+        timeout = proxy.settings.upstream.connect_timeout_s
+        try:
+            addresses = await proxy.upstream_address(self.node_id)
+        except (TimeoutError, OSError, CodecError) as e:
+            proxy.metrics.upstream_connect_errors.inc()
+            proxy.connect_failed(self.node_id, str(e))
+            conn.upstream_failed(str(e))
+            return
+        last: BaseException | None = None
+        tls = proxy.tls.upstream
+        for host, port in addresses:
+            try:
+                if tls is None:
+                    await asyncio.wait_for(loop.create_connection(lambda: UpstreamProtocol(self), host, port),
+                                           timeout)
+                else:
+                    await asyncio.wait_for(loop.create_connection(
+                        lambda: UpstreamProtocol(self), host, port, ssl=tls, server_hostname=host,
+                        ssl_handshake_timeout=timeout), timeout)
+            except (TimeoutError, OSError) as e:
+                proxy.metrics.upstream_connect_errors.inc()
+                last = e
+                continue
+            if conn.closed:
+                self._teardown(abort=False)
+                return
+            conn.upstream_ready(f"{host}:{port}")
+            return
+        proxy.connect_failed(self.node_id, tls_error(last) if last is not None else "", addresses)
+        conn.upstream_failed(str(last))
+
+    # ------------------------------------------------------------------ Port: what the core asks
+
+    def send_client(self, buffers: Sequence[Buffer]) -> None:
+        if self.transport is not None and not self._torn_down:
+            self.transport.writelines(buffers)
+
+    def send_upstream(self, buffers: Sequence[Buffer]) -> None:
+        if self.upstream is not None and not self._torn_down:
+            self.upstream.writelines(buffers)
+
+    def pause_client(self) -> None:
+        if self.transport is not None and not self._torn_down:
+            self.transport.pause_reading()
+
+    def resume_client(self) -> None:
+        if self.transport is not None and not self._torn_down:
+            self.transport.resume_reading()
+
+    def pause_upstream(self) -> None:
+        if self.upstream is not None and not self._torn_down:
+            self.upstream.pause_reading()
+
+    def resume_upstream(self) -> None:
+        if self.upstream is not None and not self._torn_down:
+            self.upstream.resume_reading()
+
+    def close(self, abort: bool) -> None:
+        self._teardown(abort)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+    def _teardown(self, abort: bool) -> None:
+        if self._torn_down:
+            return
+        self._torn_down = True
+        self.proxy._clients.discard(self)
+        self.proxy.admission.release(self.host)
+        self.proxy.metrics.client_connections_open.dec()
+        if self.transport is not None:
+            (self.transport.abort if abort else self.transport.close)()
+        if self.upstream is not None:
+            self.upstream.close()
+        if self._connect_task is not None and not self._connect_task.done():
+            self._connect_task.cancel()
+
+
+class UpstreamProtocol(asyncio.Protocol):
+    """Sluice's connection to a broker on behalf of one client connection."""
+
+    def __init__(self, client: ClientProtocol) -> None:
+        self.client = client
+        self.conn = client.conn
+
+    def connection_made(self, transport: Any) -> None:
+        client = self.client
+        configure(transport, client.proxy.settings.limits)
+        m = client.proxy.metrics
+        m.upstream_connections.inc()
+        m.upstream_connections_open.inc()
+        if client._torn_down:
+            transport.close()
+            return
+        client.upstream = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.upstream_data(data)
+
+    def pause_writing(self) -> None:
+        self.conn.upstream_write_paused()
+
+    def resume_writing(self) -> None:
+        self.conn.upstream_write_resumed()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.proxy.metrics.upstream_connections_open.dec()
+        self.conn.upstream_lost(str(exc) if exc else None)
