@@ -19,6 +19,7 @@ from proxy.policies.terminate.sessions import (
     _check_key,
     _topic_field,
 )
+from proxy.wire.api_keys import ApiKey
 from proxy.wire.compiler import KafkaStruct, _default_value, struct_for
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import (
@@ -31,7 +32,7 @@ from proxy.wire.fetch_fast import (
     build_tags,
     parse_tags,
 )
-from proxy.wire.fetch_layout import FETCH_KEY, FIRST_FLEXIBLE, FIRST_NODE_ENDPOINTS, FIRST_TOPIC_ID, NODE_ENDPOINTS_TAG
+from proxy.wire.fetch_layout import FIRST_FLEXIBLE, FIRST_NODE_ENDPOINTS, FIRST_TOPIC_ID, NODE_ENDPOINTS_TAG
 from proxy.wire.messages import request_codec, request_spec, response_spec
 from proxy.wire.model import Message
 
@@ -56,7 +57,7 @@ class _Structs:
     """The construct structs of one Fetch response version, for the tagged fields the fast path keeps raw."""
 
     def __init__(self, version: int) -> None:
-        top = struct_for(response_spec(FETCH_KEY), version)
+        top = struct_for(response_spec(ApiKey.FETCH), version)
         self.top = top
         self.topic: KafkaStruct = _element(top, "responses")
         self.partition: KafkaStruct = _element(self.topic, "partitions")

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..accesslog import AccessLog
 from ..metrics import Metrics
+from ..wire.api_keys import ApiKey
 from ..wire.errors import CodecError
 from ..wire.fetch_layout import FIRST_TOPIC_ID
 from ..wire.fetch_request_fast import FetchEdit
@@ -31,10 +32,8 @@ from ..wire.messages import api_name, known_api, peek_request_header
 from ..wire.produce import produce_acks
 from ..wire.views import FetchResponse, response_view
 from .exchange import ConnectionInfo, Exchange, Rejected
-from .policy import Policy
+from .policy import Policy, versions_read
 from .topic_names import TopicNames
-
-PRODUCE, FETCH = 0, 1
 
 
 class ChainConnection:
@@ -60,6 +59,8 @@ class Chain:
             for api in policy.apis:
                 by_api.setdefault(api, []).append(policy)
         self._by_api = {api: tuple(ps) for api, ps in by_api.items()}
+        #: per API a policy declares, the versions all of them read: ApiVersions offers clients no others
+        self._versions = {api: range(v.low, v.high + 1) for api, v in versions_read(self.policies).items()}
         self._on_sent = frozenset(p for p in self.policies if type(p).on_sent is not Policy.on_sent)
         #: the policies that may need topic names (to read them, or to have the access log show them)
         self._name_readers = frozenset(p for p in self.policies if p.decodes_fetch
@@ -93,16 +94,22 @@ class Chain:
             # connection on one too (SocketServer: InvalidRequestException, "Unknown API key").
             raise Rejected("unknown_api", f"api key {key} is not a Kafka API")
         ex = Exchange(header, api_name(key), len(frame) + 4, frame, now, info=info)
-        if key == PRODUCE:
+        if key == ApiKey.PRODUCE:
             try:
                 ex.expects_response = produce_acks(frame, header) != 0
             except CodecError as e:
                 raise Rejected("malformed", str(e)) from None
         candidates = self._by_api.get(key)
         if candidates:
+            if header.api_version not in self._versions[key]:
+                # Sluice's ApiVersions never offered this version: a policy would be handed a layout it does not
+                # read. Kafka closes the connection on a version it has not enabled (SocketServer
+                # parseRequestHeader: InvalidRequestException), and so does Sluice, rather than relay it unread.
+                raise Rejected("unsupported_version", f"{ex.api} v{header.api_version} is outside the versions "
+                                                      f"Sluice's policies read ({_span(self._versions[key])})")
             applying = [p for p in candidates if p.applies(ex)]
             ex.policies = tuple(applying)
-            if key == FETCH and header.api_version >= FIRST_TOPIC_ID \
+            if key == ApiKey.FETCH and header.api_version >= FIRST_TOPIC_ID \
                     and not self._name_readers.isdisjoint(applying) and self._names_wanted(ex, applying):
                 # Fetch v13+ names topics by id only
                 request = self._request(ex)
@@ -198,3 +205,7 @@ class Chain:
         if unknown:
             names.note(unknown)  # known by the next response
         return out
+
+
+def _span(versions: range) -> str:
+    return f"{versions.start}-{versions.stop - 1}" if versions else "none"

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from ..config import Settings
-from ..core.policy import Policy, Services
+from ..core.policy import Policy, Services, versions_read
 from .addresses import Addresses
 from .api_versions import ApiVersions
 from .sasl import Sasl
@@ -20,12 +20,15 @@ from .throttle import Throttle
 
 def build(settings: Settings, services: Services) -> list[Policy]:
     """The policies of one proxy, in chain order."""
-    return [
+    api_versions = ApiVersions(services)
+    policies: list[Policy] = [
         Sasl(services),  # SASL relayed untouched; the accepted principal's name becomes the connection's
-        ApiVersions(services),  # clients negotiate only versions Sluice reads
+        api_versions,  # clients negotiate only versions Sluice reads
         Addresses(services),  # clients never learn a broker's real address
         SizeLimit(settings.size_limit, services),  # KIP-74 byte budgets
         Throttle(settings.throttle, services),  # KIP-73 replication throttles
         Sharing(settings.sharing, services),  # seed 004: consumers share partitions by key-hash slice
         Terminate(settings.sessions, services),  # KIP-227: Sluice owns the fetch sessions (next to the broker)
     ]
+    api_versions.offer(versions_read(policies))  # per API, only the versions every policy on it reads
+    return policies

@@ -39,12 +39,12 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+from .api_keys import ApiKey
 from .compiler import tag_section_at, uvarint_at
 from .errors import CodecError, codec_errors
 from .fetch_fast import _EMPTY_TAGS, _bad, _compact_string, _uv, parse_tags
 from .fetch_layout import (
     CLUSTER_ID_TAG,
-    FETCH_KEY,
     FIRST_FLEXIBLE,
     FIRST_LEADER_EPOCH,
     FIRST_LOG_START,
@@ -239,7 +239,7 @@ def decode_fetch_request(frame: Buffer) -> FetchRequestView:
     mv = frame if isinstance(frame, memoryview) else memoryview(frame)
     head = peek_request_header(mv)
     version = head.api_version
-    if head.api_key != FETCH_KEY:
+    if head.api_key != ApiKey.FETCH:
         raise CodecError(f"api key {head.api_key} is not Fetch", api=head.api_key, version=version)
     if not MIN_VERSION <= version <= MAX_VERSION or head.body_offset is None:
         raise CodecError(f"Fetch request version {version} outside {MIN_VERSION}-{MAX_VERSION}",

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange
+from ...wire.api_keys import ApiKey
 from ...wire.compiler import skip_tags
 from ...wire.errors import CodecError
 from ...wire.messages import response_codec
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 log = get_logger("sluice.sharing")
 
 CONSUMER = "consumer"
-HEARTBEAT = 12
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
 TopicPartition = tuple[str, int]
@@ -292,8 +292,8 @@ def heartbeat_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Any:
     if body.member_id in m.rejoin:
         m.rejoin.discard(body.member_id)
         h = ex.header
-        ex.answer = local_response(HEARTBEAT, h.api_version, h.correlation_id,
-                                   response_codec(HEARTBEAT, h.api_version).default().replace(
+        ex.answer = local_response(ApiKey.HEARTBEAT, h.api_version, h.correlation_id,
+                                   response_codec(ApiKey.HEARTBEAT, h.api_version).default().replace(
                                        error_code=REBALANCE_IN_PROGRESS))
         return None
     if not m.known and m.recovering is None and not m.kip848:

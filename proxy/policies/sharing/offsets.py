@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange, Signal
 from ...core.group_calls import GroupCall
+from ...wire.api_keys import ApiKey
 from ...wire.errors import CodecError
 from ...wire.messages import response_codec
 from ...wire.model import Message
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 log = get_logger("sluice.sharing")
 
-OFFSET_COMMIT = 8
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 TopicPartition = tuple[str, int]
@@ -257,11 +257,11 @@ def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket:
     if read.error is not None:
         log.warning("sharing_commit_failed", group=ticket.group, client_id=ex.client_id, error=read.error)
         h = ex.header
-        answer = response_codec(OFFSET_COMMIT, h.api_version).default().replace(topics=[
+        answer = response_codec(ApiKey.OFFSET_COMMIT, h.api_version).default().replace(topics=[
             Message(name=t.name, partitions=[Message(partition_index=part.partition_index,
                                                      error_code=COORDINATOR_NOT_AVAILABLE)
                                              for part in t.partitions]) for t in body.topics])
-        ex.answer = local_response(OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
+        ex.answer = local_response(ApiKey.OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
         return None
     lag = p.stable_lag.setdefault(ticket.group, {})
     topics = []

@@ -35,8 +35,9 @@ from typing import Any, ClassVar
 
 from ...config import Settings, SizeLimitSettings
 from ...core.exchange import Exchange
-from ...core.policy import Policy, Services
+from ...core.policy import Policy, Services, reads
 from ...core.selectors import ClientSelector
+from ...wire.api_keys import ApiKey
 from ...wire.fetch_fast import FetchPartition, FetchResponseView
 from ...wire.fetch_layout import PartitionKey, topic_key
 from ...wire.fetch_request_fast import FetchEdit, FetchParams
@@ -232,10 +233,10 @@ class SizeLimit(Policy):
     """The KIP-74 policy on the chain: clamp and reorder the request, enforce the budget on the response."""
 
     name = "size_limit"
-    apis: ClassVar[frozenset[int]] = frozenset({1})
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: SizeLimitSettings, services: Services) -> None:
+        self.apis = reads(ApiKey.FETCH)
         self.metrics = services.metrics
         self._set(SizeLimits.from_settings(settings))
 

@@ -56,8 +56,9 @@ from typing import Any, ClassVar
 
 from ...config import SessionsSettings
 from ...core.exchange import ConnectionInfo, Exchange
-from ...core.policy import Policy, Services
+from ...core.policy import Policy, Services, reads
 from ...metrics import SESSION_ERROR_NAMES
+from ...wire.api_keys import ApiKey
 from ...wire.fetch_fast import (
     Buffer,
     EncodedTopics,
@@ -509,10 +510,10 @@ class Terminate(Policy):
     client's (the later policies then edit that)."""
 
     name = "terminate"
-    apis: ClassVar[frozenset[int]] = frozenset({1})
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: SessionsSettings, services: Services) -> None:
+        self.apis = reads(ApiKey.FETCH)
         self.metrics = services.metrics
         self.clock = services.clock
         self.modes = SessionModes.from_settings(settings)

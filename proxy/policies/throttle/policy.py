@@ -66,8 +66,9 @@ from typing import Any, ClassVar
 
 from ...config import Settings, ThrottleSettings
 from ...core.exchange import Exchange
-from ...core.policy import Policy, Services
+from ...core.policy import Policy, Services, reads
 from ...core.selectors import ClientSelector
+from ...wire.api_keys import ApiKey
 from ...wire.errors import CodecError
 from ...wire.fetch_fast import FetchResponseView
 from ...wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
@@ -387,10 +388,10 @@ class Throttle(Policy):
     """The KIP-73 policy on the chain."""
 
     name = "throttle"
-    apis: ClassVar[frozenset[int]] = frozenset({1})
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: ThrottleSettings, services: Services) -> None:
+        self.apis = reads(ApiKey.FETCH)
         self.metrics = services.metrics
         self.clock = services.clock
         self.names = services.names
