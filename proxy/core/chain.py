@@ -214,9 +214,6 @@ class Chain:
 
     # -------------------------------------------------------------------------------------- responses
 
-    def wants_response(self, ex: Exchange) -> bool:
-        return any(state is not None for state in ex.states)
-
     def on_response(self, conn: ChainConnection, ex: Exchange, frame: bytes | bytearray) -> None:
         """Run the interested policies on a collected response frame (no size prefix) in reverse order. Sets
         ``ex.reply`` (and the access-log fields), or ``ex.resend``. CodecError if the response is malformed."""

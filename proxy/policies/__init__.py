@@ -27,7 +27,7 @@ def build(settings: Settings, services: Services) -> list[Policy]:
         Addresses(services),  # clients never learn a broker's real address
         SizeLimit(settings.size_limit, services),  # KIP-74 byte budgets
         Throttle(settings.throttle, services),  # KIP-73 replication throttles
-        Sharing(settings.sharing, services),  # seed 004: consumers share partitions by key-hash slice
+        Sharing(settings.sharing, services),  # cooperative consumption: consumers share partitions by key-hash slice
         Terminate(settings.sessions, services),  # KIP-227: Sluice owns the fetch sessions (next to the broker)
     ]
     api_versions.offer(versions_read(policies))  # per API, only the versions every policy on it reads

@@ -49,17 +49,3 @@ class Message:
         copy = Message(**self.__dict__)
         copy.__dict__.update(changes)
         return copy
-
-    def to_dict(self) -> dict[str, Any]:
-        """Deep conversion to plain dicts/lists (for logs, JSON and differential tests)."""
-
-        def conv(v: Any) -> Any:
-            if isinstance(v, Message):
-                return {k: conv(x) for k, x in v.__dict__.items()}
-            if isinstance(v, list):
-                return [conv(x) for x in v]
-            if isinstance(v, memoryview):
-                return bytes(v)
-            return v
-
-        return {k: conv(v) for k, v in self.__dict__.items()}

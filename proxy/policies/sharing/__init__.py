@@ -1,4 +1,4 @@
-"""Cooperative consumption (seed 004): consumers share partitions by key-hash slice. See :mod:`.policy`."""
+"""Cooperative consumption: consumers share partitions by key-hash slice. See :mod:`.policy`."""
 
 from .policy import Sharing
 

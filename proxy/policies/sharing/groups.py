@@ -1,11 +1,11 @@
-"""The classic group protocol through a sharing-enabled Sluice (seed 004's "rebalance support for concurrent
-assignment", for unmodified clients):
+"""The classic group protocol through a sharing-enabled Sluice (rebalances that hand one partition to several
+members at once, for unmodified clients):
 
 - a member's **JoinGroup** request: its subscription metadata is marked (the topics this Sluice lets it share) and
   partitions it shares without holding slice 0 are left out of its OwnedPartitions (:mod:`.marker`);
 - the **JoinGroup** response to the leader: the markers are read (kept for its SyncGroup) and removed;
 - the leader's **SyncGroup** request: for each shared topic whose marked members outnumber its partitions, the
-  assignment is rewritten by the seed's key-range assignor (:mod:`.assignor`) and each marked member's slices
+  assignment is rewritten by the key-range assignor (:mod:`.assignor`) and each marked member's slices
   are appended to its assignment; the rewrite is logged (``sharing_assignment``);
 - a member's **SyncGroup** response: its slices are read and removed; the member's partitions of shared topics are
   what its fetches are filtered by;

@@ -1,4 +1,4 @@
-"""Commits and committed offsets of shared partitions (the seed's individual commit, on today's brokers; see
+"""Commits and committed offsets of shared partitions (an individual commit per slice, on today's brokers; see
 :mod:`.frontier` for what is stored where and why).
 
 - **OffsetFetch** of a member holding slices: before the request goes on, Sluice reads each partition's frontier

@@ -1,8 +1,8 @@
-"""Cooperative consumption (seed 004) as a policy on the chain: consumers share a partition by key-hash slice,
+"""Cooperative consumption as a policy on the chain: consumers share a partition by key-hash slice,
 for unmodified clients, with commits that stay safe. The pieces, one concept each:
 
 - :mod:`.keys`: Kafka's key hash (murmur2) and the even slices of the hash space;
-- :mod:`.assignor`: the seed's key-range assignor over the leader client's assignment;
+- :mod:`.assignor`: the key-range assignor over the leader client's assignment;
 - :mod:`.marker`: what travels inside the group protocol (the JoinGroup marker, the SyncGroup slices);
 - :mod:`.groups`: JoinGroup / SyncGroup / Heartbeat / ConsumerGroupHeartbeat through Sluice;
 - :mod:`.frontier`, :mod:`.reads`, :mod:`.offsets`: where positions are stored (one group per slice), the stable
@@ -10,7 +10,7 @@ for unmodified clients, with commits that stay safe. The pieces, one concept eac
 - :mod:`.members`: which connection is which member (client host + client.id);
 - :mod:`.fetch`: the records each member gets, and the decoded-batch cache.
 
-The three switches of the seed's "multiple restrictions": ``sharing.enabled`` (this Sluice), ``sharing.topics``
+The three switches (several restrictions, all must allow): ``sharing.enabled`` (this Sluice), ``sharing.topics``
 (per topic, resolved like ``[[throttle.topics]]``), ``sharing.clients`` (per consumer, client.id globs). A member
 is marked only when all three allow it, and the leader's Sluice shares a topic only if its own switches allow it
 too. Consumers that use ``assign()`` get their slices from ``[[sharing.standalone]]``.

@@ -5,7 +5,7 @@ Sans-IO: :class:`SizeLimit` is the policy on the chain; it hands decoded Fetch r
 :func:`clamp_request`, :func:`reorder_request` and :func:`enforce`, which return decisions and edit in place,
 and never touch sockets or clocks.
 
-Rules (seed 000/002 and shipped Kafka, reference/kafka-semantics.md section A):
+Rules (KIP-74 and shipped Kafka: KafkaApis, ReplicaManager, LogSegment):
 
 - Request side: the request's top-level ``max_bytes`` (v3+) and every ``partition_max_bytes`` are clamped
   to the client's budget, so the broker itself does the work (KafkaApis: fetchMaxBytes = min(request,
@@ -102,10 +102,6 @@ class SizeLimits:
     @property
     def active(self) -> bool:
         return any(not r.budget.unlimited for r in self.rules)
-
-    @property
-    def needs_replica_id(self) -> bool:
-        return any(r.replicas for r in self.rules)
 
     def budget_for(self, client_id: str | None, replica_id: int, principal: str | None = None,
                    host: str = "") -> Budget | None:

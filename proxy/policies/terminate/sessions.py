@@ -4,8 +4,7 @@ session *client* of the broker.
 Nothing here does I/O or reads a clock: callers pass decoded Fetch requests/responses, ``now`` (seconds, any
 monotonic origin) and, for session ids, an injected ``random.Random``. Rules are Kafka's, read from
 ``core/.../kafka/server/FetchSession.scala`` (FetchManager.newContext, CachedPartition.maybeUpdateResponseData,
-FetchSessionCacheShard), ``clients/.../requests/FetchMetadata.java`` and ``clients/.../FetchSessionHandler.java``
-(reference/kafka-semantics.md section B).
+FetchSessionCacheShard), ``clients/.../requests/FetchMetadata.java`` and ``clients/.../FetchSessionHandler.java``.
 
 Downstream (:class:`SessionServer`), in two steps so the proxy can fetch in between:
 

@@ -8,7 +8,7 @@ and one FollowerReplication quota per broker); the configuration is an immutable
 swapped whole on reload. Fetch v13+ names topics by id: the policy asks for their names before it runs
 (:mod:`proxy.core.topic_names`, a lookup of Sluice's own when no client told it).
 
-Who is throttled (reference/kafka-semantics.md section C):
+Who is throttled (KIP-73; Kafka's ReplicationQuotaManager and ReplicaManager):
 
 - ``[[throttle.topics]]`` lists a topic's throttled replicas in KIP-73's syntax: ``"*"`` (every partition, every
   fetcher), ``""`` (none) or ``"partition:broker,..."``. For a replica fetch (replica_id >= 0, a follower broker)
