@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+#: a partition named by its topic's name, as group offsets and assignments name it
+TopicPartition = tuple[str, int]
+
 
 class Message:
     """One Kafka struct (a request/response body, a header, or a nested struct)."""

@@ -29,12 +29,12 @@ from ...core.group_calls import GroupCall
 from ...wire.api_keys import ApiKey
 from ...wire.errors import CodecError
 from ...wire.messages import response_codec
-from ...wire.model import Message
+from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView, local_response
 from . import marker
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .keys import WHOLE, Slice
-from .members import Member, PartitionState
+from .members import Member, PartitionState, member_key
 from .reads import FrontierRead
 
 if TYPE_CHECKING:
@@ -44,17 +44,12 @@ log = get_logger("sluice.sharing")
 
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
-TopicPartition = tuple[str, int]
-
-
-def _key(info: ConnectionInfo, ex: Exchange) -> tuple[str, str]:
-    return info.client_host, ex.client_id or ""
 
 
 def _member(p: Sharing, ex: Exchange, info: ConnectionInfo, group: str, member_id: str) -> Member | None:
     """The member a group's offset request speaks for: a configured standalone consumer, or the group member
     under this key (made if a member id says it is one, its slices then recovered)."""
-    key = _key(info, ex)
+    key = member_key(ex)
     m = p.members.get(key)
     if m is not None and m.kip848:
         return None

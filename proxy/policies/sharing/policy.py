@@ -33,12 +33,13 @@ from ...core.policy import ANY_VERSION, Policy, Services, capped, reads
 from ...core.selectors import ClientSelector
 from ...wire.api_keys import ApiKey
 from ...wire.fetch_request_fast import FetchEdit
+from ...wire.model import TopicPartition
 from ...wire.views import FetchResponse, ResponseView
 from ..topic_rules import TopicRules
 from . import groups, offsets
 from .fetch import BatchCache, filter_records
 from .keys import Slice
-from .members import Member, Members
+from .members import Member, Members, member_key
 
 log = get_logger("sluice.sharing")
 
@@ -51,7 +52,6 @@ _LOG_INTERVAL_S = 60.0
 #: fetching again at once in a loop (as throttle.py paces fetchers that got only throttled partitions)
 _WITHHELD_PAUSE_S = 0.5
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(slots=True)
@@ -214,7 +214,7 @@ class Sharing(Policy):
         assert isinstance(edit, FetchEdit)
         if edit.view.replica_id >= 0:
             return None
-        key = (info.client_host, ex.client_id or "")
+        key = member_key(ex)
         m = self.members.get(key)
         if m is not None and m.kip848:
             return None
