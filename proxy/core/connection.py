@@ -259,11 +259,8 @@ class Connection:
     def _on_request(self, frame: bytes) -> None:
         try:
             ex = self.chain.classify(frame, self.clock(), self.info)
-        except Rejected as r:
-            self._reject(r.reason, r.detail)
-            return
-        except PolicyFailed as failure:
-            self._policy_failed(failure)
+        except (Rejected, PolicyFailed) as e:
+            self._refuse(e)
             return
         self.client_id = ex.client_id
         self._pending.append(ex)
@@ -340,11 +337,8 @@ class Connection:
                 self._head_ran = True
                 try:
                     self.chain.on_request(self.policies, ex)
-                except Rejected as r:
-                    self._reject(r.reason, r.detail)
-                    return
-                except PolicyFailed as failure:
-                    self._policy_failed(failure)
+                except (Rejected, PolicyFailed) as e:
+                    self._refuse(e)
                     return
             if ex.pending is not None:
                 # a policy asked for work of Sluice's own first: wait for it, then the chain resumes that policy
@@ -682,6 +676,13 @@ class Connection:
         log.warning("frame_rejected", conn=self.info.conn_id, listener=self.info.listener, reason=reason,
                     detail=detail, client_id=self.client_id)
         self.close(abort=True)
+
+    def _refuse(self, e: Rejected | PolicyFailed) -> None:
+        """The chain refused a request (a counted rejection), or a policy failed on it: this connection closes."""
+        if isinstance(e, Rejected):
+            self._reject(e.reason, e.detail)
+        else:
+            self._policy_failed(e)
 
     def _policy_failed(self, failure: PolicyFailed) -> None:
         """A policy raised: this connection only is closed (the chain logs and counts it)."""
