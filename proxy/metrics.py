@@ -108,6 +108,10 @@ class Metrics:
             "sluice_api_withheld_total",
             "APIs left out of ApiVersions responses to clients (no version both Sluice and the broker speak), by API.",
             ["api"], registry=r)
+        self.policy_errors = Counter(
+            "sluice_policy_errors_total",
+            "Exceptions raised inside a policy (each closed its client connection only), by policy and Kafka API.",
+            ["policy", "api"], registry=r)
         self.frames_rejected = Counter("sluice_frames_rejected_total",
                                        "Frames the proxy refused or could not deliver, by reason.",
                                        ["reason"], registry=r)

@@ -16,9 +16,9 @@ from proxy.policies.terminate.sessions import (
     Decision,
     SessionServer,
     UpstreamPlan,
-    _check_key,
     _topic_field,
 )
+from proxy.wire.api_keys import ApiKey
 from proxy.wire.compiler import KafkaStruct, _default_value, struct_for
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import (
@@ -31,7 +31,8 @@ from proxy.wire.fetch_fast import (
     build_tags,
     parse_tags,
 )
-from proxy.wire.fetch_layout import FETCH_KEY, FIRST_FLEXIBLE, FIRST_NODE_ENDPOINTS, FIRST_TOPIC_ID, NODE_ENDPOINTS_TAG
+from proxy.wire.fetch_layout import FIRST_FLEXIBLE, FIRST_NODE_ENDPOINTS, FIRST_TOPIC_ID, NODE_ENDPOINTS_TAG
+from proxy.wire.fetch_request_fast import check_topic_key
 from proxy.wire.messages import request_codec, request_spec, response_spec
 from proxy.wire.model import Message
 
@@ -56,7 +57,7 @@ class _Structs:
     """The construct structs of one Fetch response version, for the tagged fields the fast path keeps raw."""
 
     def __init__(self, version: int) -> None:
-        top = struct_for(response_spec(FETCH_KEY), version)
+        top = struct_for(response_spec(ApiKey.FETCH), version)
         self.top = top
         self.topic: KafkaStruct = _element(top, "responses")
         self.partition: KafkaStruct = _element(self.topic, "partitions")
@@ -232,7 +233,7 @@ def apply_plan(request: Message, version: int, plan: UpstreamPlan) -> Message:
     topics: list[Message] = []
     last: Any = None
     for (topic, partition), params in plan.to_send.items():
-        _check_key(topic, by_id)
+        check_topic_key(topic, by_id)
         if not topics or topic != last:
             topics.append(topic_st.default().replace(**{tf: topic, "partitions": []}))
             last = topic
@@ -246,7 +247,7 @@ def apply_plan(request: Message, version: int, plan: UpstreamPlan) -> Message:
     forgotten: list[Message] = []
     findex: dict[Any, Message] = {}
     for topic, partition in plan.to_forget:
-        _check_key(topic, by_id)
+        check_topic_key(topic, by_id)
         fentry = findex.get(topic)
         if fentry is None:
             fentry = findex[topic] = forgot_st.default().replace(**{tf: topic, "partitions": []})

@@ -14,27 +14,33 @@ Sans-IO: bytes and exchanges in, exchanges with their effects out.
   policies that asked to see it in the reverse order (back towards the client), and encodes it once, only if
   one changed it. A policy asking for the request to go upstream again (``ex.resend``) ends the walk.
 
+A policy's hook that raises (anything but a rejection or a CodecError) becomes :class:`PolicyFailed`, naming the
+policy and the hook: the connection core closes that connection only and :meth:`Chain.report` logs and counts it,
+so a policy's bug never reaches the event loop's fatal-error path and never concerns other connections.
+
 Which policies exist, in which order, is decided in one place: ``proxy/policies/__init__.py``.
 """
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from ..accesslog import AccessLog
+from ..accesslog import AccessLog, get_logger
 from ..metrics import Metrics
+from ..wire.api_keys import ApiKey
 from ..wire.errors import CodecError
 from ..wire.fetch_layout import FIRST_TOPIC_ID
 from ..wire.fetch_request_fast import FetchEdit
 from ..wire.messages import api_name, known_api, peek_request_header
 from ..wire.produce import produce_acks
 from ..wire.views import FetchResponse, response_view
-from .exchange import ConnectionInfo, Exchange, Rejected
-from .policy import Policy
+from .exchange import ConnectionInfo, Exchange, PolicyFailed, Rejected
+from .policy import Policy, versions_read
 from .topic_names import TopicNames
 
-PRODUCE, FETCH = 0, 1
+_log = get_logger("sluice.chain")
 
 
 class ChainConnection:
@@ -60,6 +66,8 @@ class Chain:
             for api in policy.apis:
                 by_api.setdefault(api, []).append(policy)
         self._by_api = {api: tuple(ps) for api, ps in by_api.items()}
+        #: per API a policy declares, the versions all of them read: ApiVersions offers clients no others
+        self._versions = {api: range(v.low, v.high + 1) for api, v in versions_read(self.policies).items()}
         self._on_sent = frozenset(p for p in self.policies if type(p).on_sent is not Policy.on_sent)
         #: the policies that may need topic names (to read them, or to have the access log show them)
         self._name_readers = frozenset(p for p in self.policies if p.decodes_fetch
@@ -68,11 +76,36 @@ class Chain:
     # ------------------------------------------------------------------------------------ connections
 
     def connect(self, info: ConnectionInfo) -> ChainConnection:
-        return ChainConnection(info, {p: p.open(info) for p in self.policies})
+        """The policies' states for a new connection; PolicyFailed if one's ``open`` raises (those opened
+        already are closed again)."""
+        states: dict[Policy, Any] = {}
+        for policy in self.policies:
+            try:
+                states[policy] = policy.open(info)
+            except Exception as e:
+                self.disconnect(ChainConnection(info, states))
+                raise PolicyFailed(policy.name, "open", None, e) from e
+        return ChainConnection(info, states)
 
     def disconnect(self, conn: ChainConnection) -> None:
+        """Each policy's ``close``; one that raises is reported and the others still close."""
         for policy, state in conn.states.items():
-            policy.close(state)
+            try:
+                policy.close(state)
+            except Exception as e:
+                self.report(PolicyFailed(policy.name, "close", None, e), conn.info)
+
+    def report(self, failure: PolicyFailed, info: ConnectionInfo, client_id: str | None = None) -> None:
+        """One ``policy_failed`` event and ``sluice_policy_errors_total{policy,api}`` (the traceback at DEBUG)."""
+        api = failure.api or "none"
+        self.metrics.policy_errors.labels(failure.policy, api).inc()
+        error = failure.error
+        _log.error("policy_failed", policy=failure.policy, hook=failure.hook, api=failure.api,
+                   version=failure.version, conn=info.conn_id, listener=info.listener, client_id=client_id,
+                   client=info.client_host or None, principal=info.principal, error_type=type(error).__name__,
+                   error=str(error)[:500])
+        _log.debug("policy_failed_traceback", policy=failure.policy, conn=info.conn_id,
+                   traceback="".join(traceback.format_exception(error)))
 
     def reconfigure(self, settings: Any) -> None:
         for policy in self.policies:
@@ -93,16 +126,29 @@ class Chain:
             # connection on one too (SocketServer: InvalidRequestException, "Unknown API key").
             raise Rejected("unknown_api", f"api key {key} is not a Kafka API")
         ex = Exchange(header, api_name(key), len(frame) + 4, frame, now, info=info)
-        if key == PRODUCE:
+        if key == ApiKey.PRODUCE:
             try:
                 ex.expects_response = produce_acks(frame, header) != 0
             except CodecError as e:
                 raise Rejected("malformed", str(e)) from None
         candidates = self._by_api.get(key)
         if candidates:
-            applying = [p for p in candidates if p.applies(ex)]
+            if header.api_version not in self._versions[key]:
+                # Sluice's ApiVersions never offered this version: a policy would be handed a layout it does not
+                # read. Kafka closes the connection on a version it has not enabled (SocketServer
+                # parseRequestHeader: InvalidRequestException), and so does Sluice, rather than relay it unread.
+                raise Rejected("unsupported_version", f"{ex.api} v{header.api_version} is outside the versions "
+                                                      f"Sluice's policies read ({_span(self._versions[key])})")
+            applying = []
+            for policy in candidates:
+                try:
+                    if policy.applies(ex):
+                        applying.append(policy)
+                except Exception as e:
+                    _blame(policy, "applies", ex, e)
+                    raise
             ex.policies = tuple(applying)
-            if key == FETCH and header.api_version >= FIRST_TOPIC_ID \
+            if key == ApiKey.FETCH and header.api_version >= FIRST_TOPIC_ID \
                     and not self._name_readers.isdisjoint(applying) and self._names_wanted(ex, applying):
                 # Fetch v13+ names topics by id only
                 request = self._request(ex)
@@ -114,10 +160,18 @@ class Chain:
         """A policy reads topic names, or the access log will list this Fetch's partitions (a policy may decode
         its response): then a Fetch v13+ waits for the names of its ids (a connection that never sends Metadata
         would otherwise be throttled and logged without them)."""
-        readers = [p for p in applying if p in self._name_readers]
         log = self.access_log
         logged = log is not None and log.enabled
-        return any(p.needs_topic_names(ex) or (logged and p.decodes_fetch) for p in readers)
+        for policy in applying:
+            if policy not in self._name_readers:
+                continue
+            try:
+                if policy.needs_topic_names(ex) or (logged and policy.decodes_fetch):
+                    return True
+            except Exception as e:
+                _blame(policy, "needs_topic_names", ex, e)
+                raise
+        return False
 
     @staticmethod
     def _request(ex: Exchange) -> Any:
@@ -130,29 +184,35 @@ class Chain:
         """Run the policies on the request (after any topic-name lookup it waited for). Rejected if a policy
         finds it malformed or refuses it."""
         states = conn.states
+        running: Policy | None = None  # the policy whose hook runs: a failure is its own
+        hook = "on_request"
         try:
             done = len(ex.states)
             if ex.pending is not None:
                 # resumed: the work the last policy that ran asked for is settled (the core waited for it)
-                policy = ex.policies[done - 1]
+                running = policy = ex.policies[done - 1]
+                hook = "on_resume"
                 ex.pending = None
                 ex.states[done - 1] = policy.on_resume(ex, states[policy], ex.states[done - 1])
                 if ex.answer is not None or ex.pending is not None:
                     return
+                hook = "on_request"
             for policy in ex.policies[done:]:
+                running = policy
                 ex.states.append(policy.on_request(ex, states[policy]))
                 if ex.answer is not None or ex.pending is not None:
                     return
+            running = None
             view = ex.view
             if view is not None and view.changed:
                 ex.frame = view.encode()
         except CodecError as e:
             raise Rejected("malformed", str(e)) from None
+        except Exception as e:
+            _blame(running, hook, ex, e)
+            raise
 
     # -------------------------------------------------------------------------------------- responses
-
-    def wants_response(self, ex: Exchange) -> bool:
-        return any(state is not None for state in ex.states)
 
     def on_response(self, conn: ChainConnection, ex: Exchange, frame: bytes | bytearray) -> None:
         """Run the interested policies on a collected response frame (no size prefix) in reverse order. Sets
@@ -161,19 +221,29 @@ class Chain:
         response = response_view(h.api_key, h.api_version, frame)
         states = conn.states
         ran = ex.policies[: len(ex.states)]
-        for policy, state in zip(reversed(ran), reversed(ex.states), strict=True):
-            if state is None:
-                continue
-            policy.on_response(ex, response, states[policy], state)
-            if ex.resend:
-                return
-        ex.reply, ex.client_bytes = response.encode()
-        ex.error_codes = response.error_codes()
-        ex.decoded = True
-        if self._on_sent:
-            for policy, state in zip(ran, ex.states, strict=True):
-                if state is not None and policy in self._on_sent:
-                    policy.on_sent(ex, states[policy], state)
+        running: Policy | None = None  # the policy whose hook runs: a failure is its own
+        hook = "on_response"
+        try:
+            for policy, state in zip(reversed(ran), reversed(ex.states), strict=True):
+                if state is None:
+                    continue
+                running = policy
+                policy.on_response(ex, response, states[policy], state)
+                if ex.resend:
+                    return
+            running = None
+            ex.reply, ex.client_bytes = response.encode()
+            ex.error_codes = response.error_codes()
+            ex.decoded = True
+            if self._on_sent:
+                hook = "on_sent"
+                for policy, state in zip(ran, ex.states, strict=True):
+                    if state is not None and policy in self._on_sent:
+                        running = policy
+                        policy.on_sent(ex, states[policy], state)
+        except Exception as e:
+            _blame(running, hook, ex, e)
+            raise
         if response.changed:
             self.metrics.rewritten(ex.api)
         if isinstance(response, FetchResponse) and self.access_log is not None and self.access_log.enabled:
@@ -198,3 +268,14 @@ class Chain:
         if unknown:
             names.note(unknown)  # known by the next response
         return out
+
+
+def _blame(policy: Policy | None, hook: str, ex: Exchange, error: Exception) -> None:
+    """Raise PolicyFailed for ``error`` raised in ``policy``'s ``hook``, unless it is one of the chain's defined
+    outcomes (a rejection, a CodecError: handled by the caller) or no policy was running (the chain's own)."""
+    if policy is not None and not isinstance(error, (Rejected, CodecError)):
+        raise PolicyFailed(policy.name, hook, ex, error) from error
+
+
+def _span(versions: range) -> str:
+    return f"{versions.start}-{versions.stop - 1}" if versions else "none"

@@ -12,7 +12,8 @@ close, start a timer). Everything in between is here:
   ``socket.request.max.bytes``) -> ``too_large``. A frame still incomplete ``limits.request_timeout_s`` after
   its first byte (counted while Sluice reads) -> ``request_timeout``: a client cannot hold a connection and its
   buffer open by trickling a frame (Slowloris). Each rejection closes this connection only, with a log event and
-  ``sluice_frames_rejected_total{reason}``.
+  ``sluice_frames_rejected_total{reason}``. A policy whose hook raises closes this connection too
+  (:class:`~proxy.core.exchange.PolicyFailed`: one ``policy_failed`` event, ``sluice_policy_errors_total``).
 - **Order.** Kafka answers requests on a connection in order (and matches them by correlation id), so
   responses go to the client strictly in request order: answers Sluice makes itself wait for their turn, and
   an upstream response must belong to the oldest request awaiting one.
@@ -43,6 +44,7 @@ close, start a timer). Everything in between is here:
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -52,8 +54,8 @@ from typing import Protocol
 from ..accesslog import AccessLog, get_logger
 from ..metrics import Metrics, RejectReason
 from ..wire.errors import CodecError
-from .chain import Chain
-from .exchange import BareTokens, Buffer, ConnectionInfo, Exchange, Rejected, Streamer
+from .chain import Chain, ChainConnection
+from .exchange import BareTokens, Buffer, ConnectionInfo, Exchange, PolicyFailed, Rejected, Streamer
 from .memory import HeldBytes
 from .topic_names import TopicNames
 
@@ -118,7 +120,12 @@ class Connection:
         self.access_log = access_log
         self.clock = clock
         self.limits = limits
-        self.policies = chain.connect(info)
+        try:
+            self.policies = chain.connect(info)
+        except PolicyFailed as failure:
+            # closed as soon as the connection is set up (the server is still making it)
+            self.policies = ChainConnection(info, {})
+            port.call_later(0, functools.partial(self._policy_failed, failure))
         self.client_id: str | None = None
         self.upstream_name = ""
         self.closed = False
@@ -252,8 +259,8 @@ class Connection:
     def _on_request(self, frame: bytes) -> None:
         try:
             ex = self.chain.classify(frame, self.clock(), self.info)
-        except Rejected as r:
-            self._reject(r.reason, r.detail)
+        except (Rejected, PolicyFailed) as e:
+            self._refuse(e)
             return
         self.client_id = ex.client_id
         self._pending.append(ex)
@@ -330,8 +337,8 @@ class Connection:
                 self._head_ran = True
                 try:
                     self.chain.on_request(self.policies, ex)
-                except Rejected as r:
-                    self._reject(r.reason, r.detail)
+                except (Rejected, PolicyFailed) as e:
+                    self._refuse(e)
                     return
             if ex.pending is not None:
                 # a policy asked for work of Sluice's own first: wait for it, then the chain resumes that policy
@@ -531,6 +538,9 @@ class Connection:
                 # Relaying what Sluice cannot read could hand the client a real broker address: close instead.
                 self._fail(f"undecodable {ex.api} v{ex.header.api_version} response: {e}")
                 return
+            except PolicyFailed as failure:
+                self._policy_failed(failure)
+                return
             if ex.resend:
                 # Nothing went to the client, and no other request is in flight behind this one: the same
                 # request goes up again and the client's response waits for its answer.
@@ -665,6 +675,20 @@ class Connection:
         self.metrics.frames_rejected.labels(reason).inc()
         log.warning("frame_rejected", conn=self.info.conn_id, listener=self.info.listener, reason=reason,
                     detail=detail, client_id=self.client_id)
+        self.close(abort=True)
+
+    def _refuse(self, e: Rejected | PolicyFailed) -> None:
+        """The chain refused a request (a counted rejection), or a policy failed on it: this connection closes."""
+        if isinstance(e, Rejected):
+            self._reject(e.reason, e.detail)
+        else:
+            self._policy_failed(e)
+
+    def _policy_failed(self, failure: PolicyFailed) -> None:
+        """A policy raised: this connection only is closed (the chain logs and counts it)."""
+        if self.closed:
+            return
+        self.chain.report(failure, self.info, self.client_id)
         self.close(abort=True)
 
     def _fail(self, detail: str) -> None:

@@ -46,6 +46,20 @@ class Rejected(Exception):
         self.detail = detail
 
 
+class PolicyFailed(Exception):
+    """A policy's hook raised: a bug in that policy, or input it did not expect. The connection core closes that
+    client connection only, with one ``policy_failed`` event and ``sluice_policy_errors_total{policy,api}``
+    (:meth:`proxy.core.chain.Chain.report`); the process and every other connection carry on."""
+
+    def __init__(self, policy: str, hook: str, ex: Exchange | None, error: Exception) -> None:
+        super().__init__(f"policy {policy} failed in {hook}: {type(error).__name__}: {error}")
+        self.policy = policy
+        self.hook = hook
+        self.api = ex.api if ex is not None else None
+        self.version = ex.header.api_version if ex is not None else None
+        self.error = error
+
+
 @dataclass(slots=True)
 class ConnectionInfo:
     """Who a client connection is, as policies may select on it (client selectors: ``client_host`` and

@@ -19,10 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..wire.model import TopicPartition
 from .exchange import Signal
-
-#: (topic, partition)
-TopicPartition = tuple[str, int]
 
 
 @dataclass(slots=True)

@@ -4,9 +4,14 @@ A policy is one module under ``proxy/policies/`` and one line in ``proxy/policie
 registration list, client side first). Modelled on Kroxylicious's filters (``shouldHandleRequest`` /
 ``onRequest`` / ``onResponse``):
 
-- :attr:`Policy.apis` declares the APIs it may act on; requests of other APIs never reach it, and an API no
-  policy declares is relayed as bytes, never decoded. :meth:`Policy.applies` then decides per request from the
-  header alone (version, client id), before anything is decoded.
+- :attr:`Policy.apis` declares the APIs it may act on and, per API, the versions it reads (:func:`reads`):
+  requests of other APIs never reach it, an API no policy declares is relayed as bytes, never decoded, and the
+  chain never hands it a version it did not declare. ApiVersions offers clients, per API, only the versions
+  every policy declaring it reads (:func:`versions_read`); a request at another version, from a client that
+  ignored ApiVersions, closes its connection as Kafka does for a version it has not enabled (SocketServer's
+  parseRequestHeader: InvalidRequestException), so no request bypasses a policy unread.
+  :meth:`Policy.applies` then decides per request from the header alone (version, client id), before anything
+  is decoded.
 - :meth:`Policy.open` / :meth:`Policy.close` give it a state of its own per client connection.
 - :meth:`Policy.on_request` sees the request (``ex.request``: decoded on first access, once for all policies,
   re-encoded once at the end if any changed it) and returns its per-request state; a non-None state means it
@@ -23,10 +28,13 @@ registration list, client side first). Modelled on Kroxylicious's filters (``sho
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..wire.messages import negotiable_versions
+from ..wire.schema import Versions
 from .exchange import ConnectionInfo, Exchange
 from .group_calls import GroupCalls, GroupRequests
 
@@ -36,6 +44,40 @@ if TYPE_CHECKING:
     from ..wire.views import ResponseView
     from .routing import Router
     from .topic_names import TopicNames
+
+
+#: a version range for a policy that reads no more of a request than its header: every version of the API
+ANY_VERSION = Versions.parse("0+")
+
+
+def reads(*api_keys: int, **up_to: int) -> dict[int, Versions]:
+    """A policy's declaration: each API at every version Sluice decodes or relays (proxy/codecs/manifest.json,
+    :func:`~proxy.wire.messages.negotiable_versions`) -- the versions a policy written against Kafka's specs reads."""
+    declared: dict[int, Versions] = {}
+    for key in api_keys:
+        ours = negotiable_versions(key)
+        if ours is None:
+            raise ValueError(f"API {key} is not in proxy/codecs/manifest.json: Sluice decodes none of its versions")
+        declared[key] = ours
+    return declared
+
+
+def capped(declared: Mapping[int, Versions], api_key: int, high: int) -> dict[int, Versions]:
+    """``declared`` with ``api_key`` read only up to version ``high`` (a layout the policy does not read yet)."""
+    ours = declared[api_key]
+    return {**declared, api_key: Versions(ours.low, min(ours.high, high))}
+
+
+def versions_read(policies: Iterable[Policy]) -> dict[int, Versions]:
+    """Per API some policy declares, the versions every policy declaring it reads (the intersection of their
+    ranges): what clients may use, and all the chain lets through."""
+    out: dict[int, Versions] = {}
+    for policy in policies:
+        for key, versions in policy.apis.items():
+            have = out.get(key)
+            out[key] = versions if have is None else Versions(max(have.low, versions.low),
+                                                               min(have.high, versions.high))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +101,9 @@ class Policy:
 
     #: short name (logs, metrics, docs)
     name: ClassVar[str] = "policy"
-    #: the API keys whose requests this policy may act on
-    apis: ClassVar[frozenset[int]] = frozenset()
+    #: the APIs whose requests this policy may act on, each with the versions it reads (:func:`reads`); a policy
+    #: may set its own per instance (one switched off declares none, so it caps nothing)
+    apis: Mapping[int, Versions] = MappingProxyType({})
     #: whether, applying to a Fetch, it may collect the response whole (decoded): the access log then lists the
     #: response's partitions by topic name, so while the access log is written a Fetch v13+ it applies to waits
     #: for the names of its topic ids as for :meth:`needs_topic_names`

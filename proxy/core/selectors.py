@@ -34,11 +34,6 @@ class ClientSelector:
         """From a settings entry with ``client_id``, ``principal`` and ``client_address`` keys."""
         return cls(entry.client_id, entry.principal, entry.client_address)
 
-    @property
-    def needs_connection(self) -> bool:
-        """Whether matching reads the connection (principal, address), not only the request header."""
-        return self.principal is not None or self.network is not None
-
     def matches(self, client_id: str | None, principal: str | None = None, host: str = "") -> bool:
         if self.client_id is not None and not fnmatch.fnmatchcase(client_id or "", self.client_id):
             return False

@@ -26,13 +26,14 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..accesslog import get_logger
-from ..core.group_calls import Committed, GroupCall, GroupCalls, TopicPartition
+from ..core.group_calls import Committed, GroupCall, GroupCalls
 from ..core.routing import Address, Router
 from ..core.topic_names import TopicNames
 from ..metrics import Metrics
+from ..wire.api_keys import ApiKey
 from ..wire.errors import CodecError
 from ..wire.messages import request_codec
-from ..wire.model import Message
+from ..wire.model import Message, TopicPartition
 from .own_connection import Link, one_request
 
 if TYPE_CHECKING:
@@ -43,10 +44,8 @@ __all__ = ["GROUP_CALL_TIMEOUT_S", "OwnRequests"]
 
 log = get_logger("sluice.server")
 
-METADATA_KEY = 3
 #: Metadata v12: the first version whose request may name topics by id (MetadataRequest.json)
 METADATA_BY_ID_VERSION = 12
-_FIND_COORDINATOR, _OFFSET_COMMIT, _OFFSET_FETCH, _DESCRIBE_GROUPS = 10, 8, 9, 15
 #: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: find the coordinator again, retry
 _COORDINATOR_MOVED = frozenset({16, 15, 14})
 _GROUP_CALL_ATTEMPTS = 8
@@ -99,7 +98,7 @@ class OwnRequests:
         last: Exception | None = None
         for address in self._servers():
             try:
-                return await one_request(address, METADATA_KEY, METADATA_BY_ID_VERSION, body,
+                return await one_request(address, ApiKey.METADATA, METADATA_BY_ID_VERSION, body,
                                          self.upstream.connect_timeout_s, self.tls.upstream, self.upstream.sasl)
             except (TimeoutError, OSError, CodecError, EOFError) as e:
                 # EOFError: a listener that closes on requests it does not take before authentication (SASL)
@@ -187,13 +186,13 @@ class OwnRequests:
         for group, offsets in call.commits.items():
             if group in retry or group in call.committed:
                 continue
-            body = request_codec(_OFFSET_COMMIT, 8).default().replace(
+            body = request_codec(ApiKey.OFFSET_COMMIT, 8).default().replace(
                 group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
                 topics=[Message(name=topic, partitions=[
                     Message(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata=md)
                     for (t, p), (o, md) in sorted(offsets.items()) if t == topic])
                     for topic in sorted({t for t, _ in offsets})])
-            answer = await self._link(where[group]).request(_OFFSET_COMMIT, 8, body)
+            answer = await self._link(where[group]).request(ApiKey.OFFSET_COMMIT, 8, body)
             codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
             if any(c in _COORDINATOR_MOVED for c in codes.values()):
                 retry.add(group)
@@ -204,11 +203,11 @@ class OwnRequests:
             if group not in retry and group not in call.offsets:
                 by_node.setdefault(where[group], []).append(group)
         for address, names in by_node.items():
-            body = request_codec(_OFFSET_FETCH, 8).default().replace(require_stable=False, groups=[
+            body = request_codec(ApiKey.OFFSET_FETCH, 8).default().replace(require_stable=False, groups=[
                 Message(group_id=g, topics=[Message(name=topic, partition_indexes=sorted(
                     p for t, p in call.reads[g] if t == topic)) for topic in sorted({t for t, _ in call.reads[g]})])
                 for g in names])
-            answer = await self._link(address).request(_OFFSET_FETCH, 8, body)
+            answer = await self._link(address).request(ApiKey.OFFSET_FETCH, 8, body)
             for entry in answer.groups:
                 if entry.error_code in _COORDINATOR_MOVED:
                     retry.add(entry.group_id)
@@ -229,8 +228,8 @@ class OwnRequests:
             if group not in retry and group not in call.described:
                 described.setdefault(where[group], []).append(group)
         for address, names in described.items():
-            body = request_codec(_DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
-            answer = await self._link(address).request(_DESCRIBE_GROUPS, 5, body)
+            body = request_codec(ApiKey.DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
+            answer = await self._link(address).request(ApiKey.DESCRIBE_GROUPS, 5, body)
             for entry in answer.groups:
                 if entry.error_code in _COORDINATOR_MOVED:
                     retry.add(entry.group_id)
@@ -246,11 +245,11 @@ class OwnRequests:
         e.g. __consumer_offsets still being created) are left out."""
         if not groups:
             return {}
-        body = request_codec(_FIND_COORDINATOR, 4).default().replace(key_type=0, coordinator_keys=sorted(groups))
+        body = request_codec(ApiKey.FIND_COORDINATOR, 4).default().replace(key_type=0, coordinator_keys=sorted(groups))
         last: Exception | None = None
         for address in self._servers():
             try:
-                answer = await self._link(address).request(_FIND_COORDINATOR, 4, body)
+                answer = await self._link(address).request(ApiKey.FIND_COORDINATOR, 4, body)
             except (TimeoutError, OSError, CodecError) as e:
                 last = e
                 continue

@@ -18,12 +18,12 @@ import ssl
 from ..config import UpstreamSaslSettings
 from ..core.routing import Address
 from ..core.sasl_client import SaslClient, SaslClientError
+from ..wire.api_keys import ApiKey
 from ..wire.messages import decode_response, encode_request
 from ..wire.model import Message
 
 __all__ = ["Link", "OwnConnection", "one_request"]
 
-SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 
 
 class OwnConnection:
@@ -53,13 +53,13 @@ class OwnConnection:
 
     async def _login(self, sasl: UpstreamSaslSettings) -> None:
         host, port = self.address
-        shake = await self.call(SASL_HANDSHAKE_KEY, 1, Message(mechanism=sasl.mechanism))
+        shake = await self.call(ApiKey.SASL_HANDSHAKE, 1, Message(mechanism=sasl.mechanism))
         if shake.error_code:
             raise OSError(f"{host}:{port} refused SASL mechanism {sasl.mechanism} (error {shake.error_code})")
         client = SaslClient(sasl.mechanism, sasl.username, sasl.secret())
         token: bytes | None = client.first()
         while token is not None:
-            answer = await self.call(SASL_AUTHENTICATE_KEY, 2, Message(auth_bytes=token))
+            answer = await self.call(ApiKey.SASL_AUTHENTICATE, 2, Message(auth_bytes=token))
             if answer.error_code:
                 # the broker's message names the failure, never the credential
                 raise OSError(f"{host}:{port}: Sluice's own SASL authentication failed: {answer.error_message}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.policy import Policy, Services
+from ..core.policy import Policy, Services, versions_read
 from ..core.registration import Registration
 from . import sharing, size_limit, terminate, throttle
 from .addresses import Addresses
@@ -37,9 +37,13 @@ def build(settings: Settings, services: Services) -> list[Policy]:
     """The policies of one proxy, in chain order: those its settings model was composed from
     (``settings.policies``), each given its section and its metrics, made on the proxy's registry."""
     registry = services.metrics.registry
-    return [r.make(getattr(settings, r.section) if r.section else None, services,
-                   r.metrics(registry) if r.metrics is not None else None)
-            for r in settings.policies]
+    policies = [r.make(getattr(settings, r.section) if r.section else None, services,
+                       r.metrics(registry) if r.metrics is not None else None)
+                for r in settings.policies]
+    for policy in policies:
+        if isinstance(policy, ApiVersions):
+            policy.offer(versions_read(policies))  # per API, only the versions every policy on it reads
+    return policies
 
 
 def memory_bound(settings: Settings) -> int:

@@ -13,49 +13,39 @@ carries no endpoints (they appear only after a leadership change).
 from __future__ import annotations
 
 import functools
-from typing import Any, ClassVar
+from typing import Any
 
-from ..core.exchange import Exchange, Rejected
-from ..core.policy import Policy, Services
+from ..core.exchange import Exchange
+from ..core.policy import Policy, Services, reads
+from ..wire.api_keys import ApiKey
 from ..wire.fetch_layout import FIRST_NODE_ENDPOINTS, MAX_VERSION
 from ..wire.fetch_stream import FetchStreamer
-from ..wire.messages import negotiable_versions
 from ..wire.views import FetchResponse, MessageResponse, MetadataHead, ResponseView
 
-PRODUCE, FETCH, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 0, 1, 3, 10, 60
-SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
 #: the first Produce version with KIP-951 NodeEndpoints (ProduceResponse.json)
 FIRST_PRODUCE_ENDPOINTS = 10
 
 
 class Addresses(Policy):
     name = "addresses"
-    apis: ClassVar[frozenset[int]] = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, FETCH, PRODUCE,
-                                                SHARE_FETCH, SHARE_ACKNOWLEDGE})
 
     def __init__(self, services: Services) -> None:
+        self.apis = reads(ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.FETCH,
+                          ApiKey.PRODUCE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
         self.router = services.router
         rewrite = self.router.rewrite_nodes
         #: Fetch v16+ response walkers, one factory per version (made once, not per request)
         self._streamers = {v: functools.partial(FetchStreamer, v, rewrite=rewrite)
                            for v in range(FIRST_NODE_ENDPOINTS, MAX_VERSION + 1)}
-        #: per API, the versions Sluice decodes or relays as bytes (Produce v0-9, KAFKA-18659)
-        self._versions = {key: negotiable_versions(key) for key in self.apis}
 
     def on_request(self, ex: Exchange, conn: Any) -> Any:
         key, version = ex.header.api_key, ex.header.api_version
-        ours = self._versions[key]
-        if ours is None or not ours.low <= version <= ours.high:
-            # A client that read Sluice's ApiVersions never sends this; its response could not be read, and
-            # relaying it unread could hand the client a broker address.
-            raise Rejected("unsupported_version",
-                           f"{ex.api} v{version} is outside the versions Sluice decodes ({ours})")
-        if key == FETCH:
+        if key == ApiKey.FETCH:
             if version < FIRST_NODE_ENDPOINTS:
                 return None  # no NodeEndpoints before KIP-951: relay as bytes
             ex.streamer = self._streamers[version]
             return True
-        if key == PRODUCE and version < FIRST_PRODUCE_ENDPOINTS:
+        if key == ApiKey.PRODUCE and version < FIRST_PRODUCE_ENDPOINTS:
             return None
         ex.collect = True
         return True
@@ -73,15 +63,15 @@ class Addresses(Policy):
             return
         assert isinstance(response, MessageResponse)
         key = ex.header.api_key
-        if key == PRODUCE:
+        if key == ApiKey.PRODUCE:
             if response.top_level_tags_empty():
                 return
             router.rewrite_node_endpoints(response.body)
-        elif key == FIND_COORDINATOR:
+        elif key == ApiKey.FIND_COORDINATOR:
             router.rewrite_find_coordinator(response.body)
-        elif key == DESCRIBE_CLUSTER:
+        elif key == ApiKey.DESCRIBE_CLUSTER:
             router.rewrite_describe_cluster(response.body)
-        elif key in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
+        elif key in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE):
             # a regular field here, empty unless a partition's leader moved: re-encode only then
             if not response.body.node_endpoints:
                 return

@@ -11,13 +11,17 @@ at DEBUG ("The node does not support SHARE_FETCH").
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 from ..accesslog import get_logger
 from ..core.exchange import Exchange
-from ..core.policy import Policy, Services
-from ..wire.messages import API_VERSIONS_KEY, api_name, decoded_versions, negotiable_versions
-from ..wire.versions import intersect, unsupported_api_versions_body
+from ..core.policy import ANY_VERSION, Policy, Services
+from ..wire.api_keys import ApiKey, api_name
+from ..wire.messages import decoded_versions
+from ..wire.schema import Versions
+from ..wire.versions import intersect, offered, unsupported_api_versions_body
 from ..wire.views import MessageResponse, ResponseView, local_response
 
 _log = get_logger("sluice.api_versions")
@@ -25,19 +29,27 @@ _log = get_logger("sluice.api_versions")
 
 class ApiVersions(Policy):
     name = "api_versions"
-    apis: ClassVar[frozenset[int]] = frozenset({API_VERSIONS_KEY})
+    #: every version: one Sluice does not know is answered here, as Kafka answers it (not refused by the chain)
+    apis = MappingProxyType({ApiKey.API_VERSIONS: ANY_VERSION})
 
     def __init__(self, services: Services) -> None:
-        ours = decoded_versions(API_VERSIONS_KEY)
+        ours = decoded_versions(ApiKey.API_VERSIONS)
         assert ours is not None
         self._high = ours.high
         self.metrics = services.metrics
         self._logged: set[int] = set()  # APIs whose withholding was logged (once per API per proxy)
+        #: per API a policy declares, the versions the policies read (the chain refuses others)
+        self._read: Mapping[int, Versions] = {}
+
+    def offer(self, read: Mapping[int, Versions]) -> None:
+        """Offer clients, per API, only the versions ``read`` (:func:`~proxy.core.policy.versions_read` of the
+        chain's policies) on top of what the codecs decode or relay."""
+        self._read = read
 
     def on_request(self, ex: Exchange, conn: Any) -> Any:
         h = ex.header
         if h.api_version > self._high:
-            ex.answer = local_response(API_VERSIONS_KEY, 0, h.correlation_id, unsupported_api_versions_body())
+            ex.answer = local_response(ApiKey.API_VERSIONS, 0, h.correlation_id, unsupported_api_versions_body())
             return None
         ex.collect = True
         return True
@@ -45,7 +57,7 @@ class ApiVersions(Policy):
     def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
         assert isinstance(response, MessageResponse)
         body = response.body
-        capped, withheld = intersect(body)
+        capped, withheld = intersect(body, self._read)
         body.api_keys = capped.api_keys
         response.changed = True
         for key, low, high in withheld:
@@ -53,6 +65,6 @@ class ApiVersions(Policy):
             self.metrics.api_withheld.labels(api=name).inc()
             if key not in self._logged:
                 self._logged.add(key)
-                ours = negotiable_versions(key)
+                ours = offered(key, self._read)
                 _log.warning("api_withheld", api=name, api_key=key, broker_versions=f"{low}-{high}",
                              sluice_versions=f"{ours.low}-{ours.high}" if ours else None, client_id=ex.client_id)

@@ -20,17 +20,16 @@ begin again, and would then relay requests it never read. Clients that read ApiV
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from ..accesslog import get_logger
 from ..core.exchange import ConnectionInfo, Exchange
-from ..core.policy import Policy, Services
+from ..core.policy import Policy, Services, reads
 from ..core.sasl_principal import MECHANISMS, SaslExchange
+from ..wire.api_keys import ApiKey
 from ..wire.model import Message
+from ..wire.versions import UNSUPPORTED_VERSION
 from ..wire.views import MessageRequest, MessageResponse, ResponseView, local_response
-
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-UNSUPPORTED_VERSION = 35
 
 log = get_logger("sluice.sasl")
 
@@ -68,9 +67,8 @@ class _State:
 
 class Sasl(Policy):
     name = "sasl"
-    apis: ClassVar[frozenset[int]] = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
-
     def __init__(self, services: Services) -> None:
+        self.apis = reads(ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
         self.metrics = services.metrics
 
     def open(self, info: ConnectionInfo) -> _State:
@@ -79,13 +77,13 @@ class Sasl(Policy):
     def on_request(self, ex: Exchange, conn: _State) -> Any:
         request = ex.request
         assert isinstance(request, MessageRequest)
-        if ex.header.api_key == SASL_HANDSHAKE:
+        if ex.header.api_key == ApiKey.SASL_HANDSHAKE:
             mechanism = (request.body.mechanism or "").upper()
             if ex.header.api_version == 0 and mechanism not in MECHANISMS:
                 info = conn.info
                 log.warning("sasl_handshake_v0_refused", conn=info.conn_id, listener=info.listener,
                             client=info.client_host, client_id=ex.client_id, mechanism=mechanism[:40])
-                ex.answer = local_response(SASL_HANDSHAKE, 0, ex.header.correlation_id,
+                ex.answer = local_response(ApiKey.SASL_HANDSHAKE, 0, ex.header.correlation_id,
                                            Message(error_code=UNSUPPORTED_VERSION, mechanisms=[]))
                 return None
             conn.exchange.handshake(mechanism)
@@ -100,7 +98,7 @@ class Sasl(Policy):
     def on_response(self, ex: Exchange, response: ResponseView, conn: _State, state: Any) -> None:
         assert isinstance(response, MessageResponse)
         body = response.body
-        if ex.header.api_key == SASL_HANDSHAKE:
+        if ex.header.api_key == ApiKey.SASL_HANDSHAKE:
             if body.error_code == 0:
                 ex.bare_tokens = conn
             return

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-FETCH_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 18
 FIRST_LOG_START = 5  # FetchPartition.LogStartOffset (request) / PartitionData.LogStartOffset (response) "5+"

@@ -39,12 +39,12 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+from .api_keys import ApiKey
 from .compiler import tag_section_at, uvarint_at
 from .errors import CodecError, codec_errors
 from .fetch_fast import _EMPTY_TAGS, _bad, _compact_string, _uv, parse_tags
 from .fetch_layout import (
     CLUSTER_ID_TAG,
-    FETCH_KEY,
     FIRST_FLEXIBLE,
     FIRST_LEADER_EPOCH,
     FIRST_LOG_START,
@@ -239,7 +239,7 @@ def decode_fetch_request(frame: Buffer) -> FetchRequestView:
     mv = frame if isinstance(frame, memoryview) else memoryview(frame)
     head = peek_request_header(mv)
     version = head.api_version
-    if head.api_key != FETCH_KEY:
+    if head.api_key != ApiKey.FETCH:
         raise CodecError(f"api key {head.api_key} is not Fetch", api=head.api_key, version=version)
     if not MIN_VERSION <= version <= MAX_VERSION or head.body_offset is None:
         raise CodecError(f"Fetch request version {version} outside {MIN_VERSION}-{MAX_VERSION}",
@@ -676,7 +676,9 @@ def encode_fetch_request(view: FetchRequestView, session_id: int, session_epoch:
     return b"".join((view.header, head, *body, view._tail))
 
 
-def _check_key(topic: object, by_id: bool) -> None:
+def check_topic_key(topic: object, by_id: bool) -> None:
+    """A Fetch key must match its version's topic addressing (FetchRequest.json: Topic "0-12", TopicId "13+";
+    Sluice reads v4+): a name where ids are used, or the reverse, would encode garbage."""
     if by_id:
         if not isinstance(topic, bytes) or len(topic) != 16:
             raise CodecError(f"v13+ keys are 16-byte topic ids, got {topic!r}")
@@ -706,7 +708,7 @@ def _encode_classic(version: int, to_send: Mapping[PartitionKey, FetchParams],
         if not ntopics or topic != last:
             if ntopics:
                 out[slot] += pack_i32(count)
-            _check_key(topic, False)
+            check_topic_key(topic, False)
             name = topic.encode("utf-8")  # type: ignore[union-attr]  # checked: a str
             slot = len(out)
             out.append(_I16.pack(len(name)) + name)
@@ -728,7 +730,7 @@ def _encode_classic(version: int, to_send: Mapping[PartitionKey, FetchParams],
         groups = _forgotten_groups(to_forget)
         out.append(pack_i32(len(groups)))
         for topic, parts in groups.items():
-            _check_key(topic, False)
+            check_topic_key(topic, False)
             name = topic.encode("utf-8")  # type: ignore[union-attr]
             out.append(_I16.pack(len(name)) + name + struct.pack(f">i{len(parts)}i", len(parts), *parts))
     return out
@@ -775,7 +777,7 @@ def _encode_flexible(version: int, to_send: Mapping[PartitionKey, FetchParams],
 
 
 def _topic_bytes(topic: object, by_id: bool) -> bytes:
-    _check_key(topic, by_id)
+    check_topic_key(topic, by_id)
     if by_id:
         return topic  # type: ignore[return-value]  # checked: 16 bytes
     name = topic.encode("utf-8")  # type: ignore[attr-defined]  # checked: a str

@@ -24,7 +24,7 @@ import typing
 from functools import cache
 from typing import Any
 
-from .schema import NONE, FieldSpec, MessageSpec, Versions, _default
+from .spec_types import NONE, FieldSpec, MessageSpec, Versions, _default
 
 #: kio's Python-facing types -> the spec's wire types
 _WIRE = {"error_code": "int16", "timedelta_i32": "int32", "timedelta_i64": "int64", "datetime_i64": "int64"}

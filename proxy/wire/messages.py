@@ -12,59 +12,32 @@ import io
 import struct
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any, cast
 
+from .api_keys import ApiKey, api_names
+from .api_keys import api_name as api_name  # re-exported: the frame helpers' callers name APIs too
+from .api_keys import known_api as known_api
 from .compiler import Codec, compiled_for, skip_tags
 from .errors import CodecError
 from .model import Message
 from .schema import NONE, MessageSpec, Versions, kafka_spec, manifest
-
-API_VERSIONS_KEY = 18
 
 _HDR = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _CORR = struct.Struct(">i")
 
 
 @cache
-def _api_names() -> dict[int, str]:
-    """api key -> API name ("Fetch"), from every *Request.json spec kafka-python ships, and from kio for the keys
-    kafka-python does not know yet (proxy/wire/kio_specs.py): every API Kafka defines is a Kafka API to Sluice."""
-    from .kio_specs import kio_api_names
-
-    names: dict[int, str] = dict(kio_api_names())
-    pkg = resources.files("kafka.protocol.schemas.resources")
-    for entry in pkg.iterdir():
-        fname = entry.name
-        if fname.endswith("Request.json"):
-            spec = kafka_spec(fname[: -len(".json")])
-            if spec.api_key is not None:
-                names[spec.api_key] = fname[: -len("Request.json")]
-    return names
-
-
-def api_name(api_key: int) -> str:
-    """The API's name, or "Unknown(N)" for a key Kafka does not define (as far as Sluice knows)."""
-    return _api_names().get(api_key) or f"Unknown({api_key})"
-
-
-def known_api(api_key: int) -> bool:
-    """Whether Kafka defines the API key (a spec in kafka-python or kio describes it)."""
-    return api_key in _api_names()
-
-
-@cache
 def request_spec(api_key: int) -> MessageSpec:
-    if api_key not in _api_names():
+    if api_key not in api_names():
         raise CodecError(f"unknown api key {api_key}", api=api_key)
-    return kafka_spec(_api_names()[api_key] + "Request")
+    return kafka_spec(api_names()[api_key] + "Request")
 
 
 @cache
 def response_spec(api_key: int) -> MessageSpec:
-    if api_key not in _api_names():
+    if api_key not in api_names():
         raise CodecError(f"unknown api key {api_key}", api=api_key)
-    return kafka_spec(_api_names()[api_key] + "Response")
+    return kafka_spec(api_names()[api_key] + "Response")
 
 
 def request_codec(api_key: int, version: int) -> Codec:
@@ -76,10 +49,8 @@ def response_codec(api_key: int, version: int) -> Codec:
 
 
 def _manifest_entry(api_key: int) -> dict[str, Any] | None:
-    for entry in manifest()["apis"].values():
-        if entry["key"] == api_key:
-            return cast(dict[str, Any], entry)
-    return None
+    entry = manifest()["apis"].get(api_name(api_key))
+    return None if entry is None else cast(dict[str, Any], entry)
 
 
 @cache
@@ -127,7 +98,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     return 1 if api_version in response_spec(api_key).flexible else 0
 
@@ -175,7 +146,7 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
     # (KIP-896) yet still advertises Produce v0-2 (KAFKA-18659, ProduceRequest.json), which Sluice relays
     # and peeks at (wire/produce.py). Their header version is still known: flexibleVersions is always "N+",
     # so a removed version is older than any flexible one and uses header v1.
-    if api_key in _api_names() and 0 <= api_version <= request_spec(api_key).valid.high:
+    if api_key in api_names() and 0 <= api_version <= request_spec(api_key).valid.high:
         if request_header_version(api_key, api_version) >= 2:
             try:
                 pos = skip_tags(memoryview(frame), pos)  # request header v2 ends with a tag section
@@ -190,7 +161,7 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
 def decode_request(frame: bytes | bytearray | memoryview) -> tuple[Message, Message]:
     """Decode a whole request frame into (header, body)."""
     peek = peek_request_header(frame)
-    if peek.api_key not in _api_names():
+    if peek.api_key not in api_names():
         raise CodecError(f"unknown api key {peek.api_key}", api=peek.api_key, version=peek.api_version)
     stream = io.BytesIO(frame)
     header = header_codec("RequestHeader", request_header_version(peek.api_key, peek.api_version)).decode_from(

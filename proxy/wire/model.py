@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+#: a partition named by its topic's name, as group offsets and assignments name it
+TopicPartition = tuple[str, int]
+
 
 class Message:
     """One Kafka struct (a request/response body, a header, or a nested struct)."""
@@ -49,17 +52,3 @@ class Message:
         copy = Message(**self.__dict__)
         copy.__dict__.update(changes)
         return copy
-
-    def to_dict(self) -> dict[str, Any]:
-        """Deep conversion to plain dicts/lists (for logs, JSON and differential tests)."""
-
-        def conv(v: Any) -> Any:
-            if isinstance(v, Message):
-                return {k: conv(x) for k, x in v.__dict__.items()}
-            if isinstance(v, list):
-                return [conv(x) for x in v]
-            if isinstance(v, memoryview):
-                return bytes(v)
-            return v
-
-        return {k: conv(v) for k, v in self.__dict__.items()}

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import struct
 
+from .api_keys import ApiKey
 from .compiler import uvarint_at
 from .errors import CodecError, codec_errors
 from .messages import RequestHeader, request_spec
 
-PRODUCE_KEY = 0
 #: ProduceRequest.json: TransactionalId "versions": "3+"
 FIRST_TRANSACTIONAL_VERSION = 3
 
@@ -43,7 +43,7 @@ def produce_acks(frame: bytes | bytearray | memoryview, header: RequestHeader) -
     buf = memoryview(frame)
     with codec_errors("ProduceRequest", api="Produce", version=version):
         if version >= FIRST_TRANSACTIONAL_VERSION:
-            if version in request_spec(PRODUCE_KEY).flexible:
+            if version in request_spec(ApiKey.PRODUCE).flexible:
                 n, pos = uvarint_at(buf, pos)
                 n -= 1
             else:

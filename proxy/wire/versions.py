@@ -20,19 +20,37 @@ nothing). ShareFetch/ShareAcknowledge (KIP-932), once withheld for want of a spe
 
 from __future__ import annotations
 
-from .messages import API_VERSIONS_KEY, negotiable_versions, request_spec
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from .api_keys import ApiKey
+from .messages import negotiable_versions, request_spec
 from .model import Message
+from .schema import Versions
 
 UNSUPPORTED_VERSION = 35
 
 
-def intersect(body: Message) -> tuple[Message, list[tuple[int, int, int]]]:
-    """Cap the broker's advertised version ranges to what Sluice decodes or relays; drop APIs left with none.
+def offered(api_key: int, read: Mapping[int, Versions] = MappingProxyType({})) -> Versions | None:
+    """The versions of ``api_key`` clients may use through Sluice: what it decodes or relays, and of those, for an
+    API its policies declare, only the versions they all read (``read``; proxy/core/policy.py). None: not capped."""
+    ours = negotiable_versions(api_key)
+    policies = read.get(api_key)
+    if policies is None:
+        return ours
+    if ours is None:
+        return policies
+    return Versions(max(ours.low, policies.low), min(ours.high, policies.high))
+
+
+def intersect(body: Message, read: Mapping[int, Versions] = MappingProxyType({})) -> tuple[Message,
+                                                                                          list[tuple[int, int, int]]]:
+    """Cap the broker's advertised version ranges to what Sluice :func:`offered`; drop APIs left with none.
     Returns the new body and the APIs dropped, as (api key, broker's min, broker's max)."""
     kept = []
     withheld = []
     for entry in body.api_keys:
-        ours = negotiable_versions(entry.api_key)
+        ours = offered(entry.api_key, read)
         if ours is not None:
             lo, hi = max(entry.min_version, ours.low), min(entry.max_version, ours.high)
             if lo > hi:
@@ -47,8 +65,8 @@ def unsupported_api_versions_body() -> Message:
     """Kafka's answer to an ApiVersions request version it does not know (ApiVersionsRequest
     .getErrorResponse): error UNSUPPORTED_VERSION and, so the client can retry, the ApiVersions range the
     server does support. Always written at version 0 (with response header v0)."""
-    valid = request_spec(API_VERSIONS_KEY).valid
+    valid = request_spec(ApiKey.API_VERSIONS).valid
     return Message(
         error_code=UNSUPPORTED_VERSION,
-        api_keys=[Message(api_key=API_VERSIONS_KEY, min_version=valid.low, max_version=valid.high)],
+        api_keys=[Message(api_key=ApiKey.API_VERSIONS, min_version=valid.low, max_version=valid.high)],
     )

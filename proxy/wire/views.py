@@ -21,11 +21,11 @@ import io
 import struct
 
 from . import fetch_fast
+from .api_keys import ApiKey
 from .compiler import head_codec, top_level_tags_locator
 from .fetch_fast import FetchResponseView
 from .fetch_request_fast import FetchEdit, decode_fetch_request
 from .messages import (
-    API_VERSIONS_KEY,
     decode_request,
     decode_response,
     encode_request,
@@ -34,9 +34,8 @@ from .messages import (
     response_spec,
 )
 from .model import Message
+from .versions import UNSUPPORTED_VERSION
 
-FETCH, METADATA, PRODUCE = 1, 3, 0
-UNSUPPORTED_VERSION = 35
 _I16 = struct.Struct(">h")
 
 Buffer = bytes | bytearray | memoryview
@@ -100,7 +99,7 @@ RequestView = FetchEdit | MessageRequest
 
 def request_view(api_key: int, frame: bytes) -> RequestView:
     """The view policies edit for a request of ``api_key`` (frame without size prefix)."""
-    if api_key == FETCH:
+    if api_key == ApiKey.FETCH:
         return FetchEdit(decode_fetch_request(frame))
     return MessageRequest(frame)
 
@@ -116,7 +115,7 @@ class MessageResponse:
     __slots__ = ("_body", "_header", "api_key", "changed", "frame", "version")
 
     def __init__(self, api_key: int, version: int, frame: Buffer) -> None:
-        if (api_key == API_VERSIONS_KEY and len(frame) >= 6
+        if (api_key == ApiKey.API_VERSIONS and len(frame) >= 6
                 and _I16.unpack_from(frame, 4)[0] == UNSUPPORTED_VERSION):
             version = 0
         self.api_key = api_key
@@ -166,9 +165,9 @@ class MetadataHead:
         view = memoryview(frame)
         self.frame = frame
         self.version = version
-        self._start = response_body_offset(METADATA, version, view)
+        self._start = response_body_offset(ApiKey.METADATA, version, view)
         stream = io.BytesIO(view[self._start :])
-        self.head: Message = head_codec(response_spec(METADATA), version, "brokers").decode_from(stream)
+        self.head: Message = head_codec(response_spec(ApiKey.METADATA), version, "brokers").decode_from(stream)
         self._rest = view[self._start + stream.tell() :]
         self.changed = False
 
@@ -182,7 +181,7 @@ class MetadataHead:
     def encode(self) -> tuple[list[Buffer], int]:
         if not self.changed:
             return _framed(self.frame)
-        new_head = head_codec(response_spec(METADATA), self.version, "brokers").encode(self.head)
+        new_head = head_codec(response_spec(ApiKey.METADATA), self.version, "brokers").encode(self.head)
         view = memoryview(self.frame)
         size = self._start + len(new_head) + len(self._rest)
         return [size.to_bytes(4, "big"), view[: self._start], new_head, self._rest], size + 4
@@ -213,9 +212,9 @@ ResponseView = FetchResponse | MetadataHead | MessageResponse
 
 def response_view(api_key: int, version: int, frame: Buffer) -> ResponseView:
     """The view policies edit for a response of (``api_key``, ``version``) (frame without size prefix)."""
-    if api_key == FETCH:
+    if api_key == ApiKey.FETCH:
         return FetchResponse(version, frame)
-    if api_key == METADATA:
+    if api_key == ApiKey.METADATA:
         return MetadataHead(version, frame)
     return MessageResponse(api_key, version, frame)
 

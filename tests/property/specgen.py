@@ -12,6 +12,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from proxy.wire.api_keys import api_key
 from proxy.wire.messages import decoded_versions
 from proxy.wire.model import Message
 from proxy.wire.schema import FieldSpec, MessageSpec, kafka_spec, manifest, sluice_spec
@@ -125,8 +126,8 @@ def all_cases() -> list[tuple[str, MessageSpec, int]]:
     versions), its data and header specs, and Sluice's own record specs."""
     cases: list[tuple[str, MessageSpec, int]] = []
     m = manifest()
-    for name, entry in m["apis"].items():
-        versions = decoded_versions(entry["key"])
+    for name in m["apis"]:
+        versions = decoded_versions(api_key(name))
         assert versions is not None
         for side in ("Request", "Response"):
             spec = kafka_spec(name + side)

@@ -9,7 +9,7 @@ actions (pause/resume reading, close, timers).
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -18,7 +18,7 @@ from bench.pipeline_cpu import request_frame, response_frame
 from proxy.core.chain import Chain
 from proxy.core.connection import Connection, Limits
 from proxy.core.exchange import Exchange, Signal
-from proxy.core.policy import Policy
+from proxy.core.policy import Policy, reads
 from proxy.policies.terminate.sessions import LEGACY, PartitionKey
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.fetch_request_fast import decode_fetch_request
@@ -848,7 +848,7 @@ class _WaitsFirst(Policy):
     test."""
 
     name = "waits-first"
-    apis: ClassVar[frozenset[int]] = frozenset({LIST_OFFSETS})
+    apis = reads(LIST_OFFSETS)
 
     def __init__(self) -> None:
         self.signals: list[Signal] = []

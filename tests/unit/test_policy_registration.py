@@ -13,7 +13,8 @@ import fnmatch
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from types import MappingProxyType
+from typing import Any
 
 import aiohttp
 import pytest
@@ -24,11 +25,12 @@ from proxy.config import ConfigError, apply_state_file, compose, load_settings
 from proxy.config.base import Section
 from proxy.core.exchange import ConnectionInfo, Exchange
 from proxy.core.group_calls import GroupCall
-from proxy.core.policy import Policy, Services
+from proxy.core.policy import ANY_VERSION, Policy, Services
 from proxy.core.registration import Registration
 from proxy.policies import POLICIES
 from proxy.reconfigure import reload_file
 from proxy.server import Proxy
+from proxy.wire.api_keys import ApiKey
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from tests.support.admin import admin_over
@@ -52,7 +54,7 @@ class MarkMetrics:
 
 class Mark(Policy):
     name = "mark"
-    apis: ClassVar[frozenset[int]] = frozenset({18})  # ApiVersions
+    apis = MappingProxyType({ApiKey.API_VERSIONS: ANY_VERSION})  # the header only is read
 
     def __init__(self, settings: MarkSettings, services: Services, metrics: MarkMetrics) -> None:
         self.glob = settings.client_id

@@ -1,16 +1,16 @@
-"""The seed's key-range assignor, applied over whatever assignment the group leader's client computed.
+"""The key-range assignor, applied over whatever assignment the group leader's client computed.
 
-For each shared topic whose opted-in members outnumber its partitions (the seed's criterion: "if number of
-consumers m > number of partitions n, we would do the assignment based off partitions instead of consumers"),
+For each shared topic whose opted-in members outnumber its partitions (with m consumers > n partitions
+the assignment goes by partitions instead of by consumers),
 every partition of the topic is given to one or more of those members, each holding an even key-hash slice of it
 (:class:`~proxy.policies.sharing.keys.Slice`); members that did not opt in get none of the topic's partitions
 (they would read everything). Other topics keep the client's assignment. The shape follows the assignor the group
-chose, as the seed says ("we always attempt to do a reverse-assign"):
+chose (the client's assignor, reversed onto slices):
 
 - ``range`` (Kafka's RangeAssignor: contiguous ranges): members in contiguous runs per partition, the first
   ``m % n`` partitions one member more. 5 members over 2 partitions: p0 c1 c2 c3, p1 c4 c5.
-- any other (roundrobin, cooperative-sticky, sticky, custom ones): round robin over the partitions, the seed's
-  KeyRangeBasedRoundRobinAssignor: member j goes to partition j % n. 5 members, 3 partitions: p0 M1 M4, p1 M2 M5,
+- any other (roundrobin, cooperative-sticky, sticky, custom ones): round robin over the partitions, a key-range
+  round-robin assignor: member j goes to partition j % n. 5 members, 3 partitions: p0 M1 M4, p1 M2 M5,
   p2 M3.
 
 Members are ordered as Kafka's assignors order them (AbstractPartitionAssignor.MemberInfo: by group instance id

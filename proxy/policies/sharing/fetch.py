@@ -1,8 +1,7 @@
 """Fetch responses for a member that shares partitions: the records outside its key slice, and those an earlier
 slice already committed, are removed from each batch (:mod:`proxy.wire.record_filter`), and a bounded cache of
-decoded batches serves the other members of the same partition in this Sluice (the seed: "cache the filter
-results of one batch of data so that when other fetch requests fall into this range, we could serve in-memory
-result instead of doing a repetitive fetch"; ``sharing.cache_max_bytes``, the seed's max.bytes.key.range.cache).
+decoded batches serves the other members of the same partition in this Sluice (a batch filtered once serves the
+other fetches that fall into its range from memory instead of a repeated fetch; ``sharing.cache_max_bytes``).
 
 What is kept as it came: control batches (transaction markers: their consumers must see them), message format
 v0/v1 entries (not decodable here; Kafka 4 writes none, KIP-724), a batch that cannot be decoded (the client then

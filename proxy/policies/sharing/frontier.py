@@ -1,7 +1,7 @@
 """What is already consumed in a shared partition, from what Kafka stores: the stable offset, each slice's start,
 the committed-work filter, and the commit metadata that lets any Sluice find it all again.
 
-The seed's individual commits ("a generic offset commit model beyond partition -> single offset"), on today's
+Individual commits per slice (an offset commit model beyond one offset per partition), on today's
 brokers: one writer per slice. A member's commit for a shared partition is its slice's position, stored as the
 partition's committed offset in a group of the slice's own (:func:`slice_group`, a "simple" commit: generation
 -1, no member id); only the member holding the slice writes it. What is known done in the partition is then
@@ -18,10 +18,10 @@ So ``frontier(h)`` = max(base, the position of every known slice holding hash ``
 - the **stable offset** = min over all hashes of ``frontier(h)``: every record below it is done. It is what the
   group's plain commit holds, so lag tools and a member without Sluice see a safe position. Positions read late
   are lower than the truth, never higher, so a stale read only lowers it: never ahead of the true minimum.
-- a new slice **starts** at min over its hashes of ``frontier(h)`` (the seed: "a new range starts at the stable
-  offset", refined to the slice), and the records of its keys at or above that start but below ``frontier(h)``
-  were committed by an earlier slice: they are filtered out (:meth:`Frontier.done_table`) - the seed's "individual
-  offsets serve as a reference when user calls poll()". No gap, no duplicate for committed work.
+- a new slice **starts** at min over its hashes of ``frontier(h)`` (a new range starts at the stable offset,
+  refined to the slice), and the records of its keys at or above that start but below ``frontier(h)``
+  were committed by an earlier slice: they are filtered out (:meth:`Frontier.done_table`) - the slices' own
+  offsets are the reference when the client polls. No gap, no duplicate for committed work.
 
 Which slices to read is the list of *layouts* (slice counts) in the plain commit's metadata
 (proto/codecs/SharingCommitMetadata.json), trimmed to those with a position above the stable offset and to

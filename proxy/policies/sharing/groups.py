@@ -1,11 +1,11 @@
-"""The classic group protocol through a sharing-enabled Sluice (seed 004's "rebalance support for concurrent
-assignment", for unmodified clients):
+"""The classic group protocol through a sharing-enabled Sluice (rebalances that hand one partition to several
+members at once, for unmodified clients):
 
 - a member's **JoinGroup** request: its subscription metadata is marked (the topics this Sluice lets it share) and
   partitions it shares without holding slice 0 are left out of its OwnedPartitions (:mod:`.marker`);
 - the **JoinGroup** response to the leader: the markers are read (kept for its SyncGroup) and removed;
 - the leader's **SyncGroup** request: for each shared topic whose marked members outnumber its partitions, the
-  assignment is rewritten by the seed's key-range assignor (:mod:`.assignor`) and each marked member's slices
+  assignment is rewritten by the key-range assignor (:mod:`.assignor`) and each marked member's slices
   are appended to its assignment; the rewrite is logged (``sharing_assignment``);
 - a member's **SyncGroup** response: its slices are read and removed; the member's partitions of shared topics are
   what its fetches are filtered by;
@@ -32,14 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange
+from ...wire.api_keys import ApiKey
 from ...wire.compiler import skip_tags
 from ...wire.errors import CodecError
 from ...wire.messages import response_codec
-from ...wire.model import Message
+from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView, local_response
 from . import assignor, marker
 from .keys import WHOLE
-from .members import Member, PartitionState
+from .members import Member, PartitionState, member_key
 
 if TYPE_CHECKING:
     from .policy import Sharing
@@ -47,10 +48,8 @@ if TYPE_CHECKING:
 log = get_logger("sluice.sharing")
 
 CONSUMER = "consumer"
-HEARTBEAT = 12
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
-TopicPartition = tuple[str, int]
 
 
 @dataclass(slots=True)
@@ -70,10 +69,6 @@ class GroupTicket:
     collision: bool
 
 
-def _key(info: ConnectionInfo, ex: Exchange) -> tuple[str, str]:
-    return info.client_host, ex.client_id or ""
-
-
 # ------------------------------------------------------------------------------------------- JoinGroup
 
 
@@ -84,7 +79,7 @@ def join_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket 
     ex.collect = True  # the answer says the member id, and the leader's lists the members' markers
     if not p.opted_in(ex):
         return GroupTicket(None, False)  # not marked; the response may still be the leader's to clean
-    m, collision = p.members.attach(_key(info, ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
     if collision:
         p.not_shared("client_id_collision", ex.client_id, body.group_id)
         return GroupTicket(m, True)
@@ -165,7 +160,7 @@ def sync_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket 
     m: Member | None = None
     collision = False
     if p.opted_in(ex):
-        m, collision = p.members.attach(_key(info, ex), info.conn_id, body.group_id, body.member_id, p.clock())
+        m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
     if body.assignments:
         _rewrite(p, ex, body)
     if m is None:
@@ -288,12 +283,12 @@ def heartbeat_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Any:
     body = ex.body
     if not p.opted_in(ex):
         return None
-    m, _ = p.members.attach(_key(info, ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    m, _ = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
     if body.member_id in m.rejoin:
         m.rejoin.discard(body.member_id)
         h = ex.header
-        ex.answer = local_response(HEARTBEAT, h.api_version, h.correlation_id,
-                                   response_codec(HEARTBEAT, h.api_version).default().replace(
+        ex.answer = local_response(ApiKey.HEARTBEAT, h.api_version, h.correlation_id,
+                                   response_codec(ApiKey.HEARTBEAT, h.api_version).default().replace(
                                        error_code=REBALANCE_IN_PROGRESS))
         return None
     if not m.known and m.recovering is None and not m.kip848:
@@ -307,7 +302,7 @@ def heartbeat_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Any:
 def consumer_group_heartbeat(p: Sharing, ex: Exchange, info: ConnectionInfo) -> None:
     """ConsumerGroupHeartbeat (API 68): not among the APIs Sluice decodes (proxy/codecs/manifest.json), so only its
     first field, the GroupId (a compact string, after the v2 request header's tag section), is read."""
-    key = _key(info, ex)
+    key = member_key(ex)
     m = p.members.get(key)
     if m is not None and m.kip848:
         return

@@ -4,8 +4,8 @@
   .partitionForKey``: ``Utils.toPositive(Utils.murmur2(key))``, i.e. 32-bit MurmurHash2 with seed 0x9747b28c,
   as Apache Kafka's ``Utils.murmur2`` computes it, masked with 0x7fffffff). So a key's records that one
   partition holds stay together, and the hash space is [0, 2^31).
-- A partition shared by ``count`` members is split into ``count`` even slices of that space (the seed's "split
-  key ranges by Long.MAX and number of shares", over Kafka's 31-bit positive hash instead): slice ``index`` is
+- A partition shared by ``count`` members is split into ``count`` even slices of that space (key ranges split by
+  the number of shares, over Kafka's 31-bit positive hash): slice ``index`` is
   [ceil(index * 2^31 / count), ceil((index + 1) * 2^31 / count)), so a hash ``h`` is in slice
   ``(h * count) >> 31`` exactly (no rounding case is left over), and slices of every count tile the space.
 - A record with a null key has no hash: it goes to slice 0 (documented; any fixed slice keeps such records

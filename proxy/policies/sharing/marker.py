@@ -29,7 +29,7 @@ from functools import cache
 from ...wire.compiler import Codec, compiled_for
 from ...wire.errors import CodecError
 from ...wire.messages import decode_consumer_protocol, encode_consumer_protocol
-from ...wire.model import Message
+from ...wire.model import Message, TopicPartition
 from ...wire.schema import sluice_spec
 from .keys import Slice
 
@@ -40,7 +40,6 @@ SUBSCRIPTION, ASSIGNMENT = "SharingSubscription", "SharingAssignment"
 #: the version of each spec this Sluice writes (a newer one read is refused: its fields are unknown here)
 VERSION = 0
 
-TopicPartition = tuple[str, int]
 
 
 class MarkerError(CodecError):

@@ -17,12 +17,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...core.exchange import Signal
+from ...core.exchange import Exchange, Signal
+from ...wire.model import TopicPartition
 from .frontier import DoneTable, Frontier
 from .keys import Slice
 
 MemberKey = tuple[str, str]  # (client host, client.id)
-TopicPartition = tuple[str, int]
+
+
+def member_key(ex: Exchange) -> MemberKey:
+    """Which consumer a request comes from: its connection's client host and its client.id (unmodified clients
+    say nothing else about themselves, and a consumer fetches on other connections than its coordinator's)."""
+    return ex.client_host, ex.client_id or ""
 #: a member with no coordinator connection for this long is forgotten (its slices are learnt again if it returns)
 FORGET_AFTER_S = 600.0
 

@@ -1,4 +1,4 @@
-"""Commits and committed offsets of shared partitions (the seed's individual commit, on today's brokers; see
+"""Commits and committed offsets of shared partitions (an individual commit per slice, on today's brokers; see
 :mod:`.frontier` for what is stored where and why).
 
 - **OffsetFetch** of a member holding slices: before the request goes on, Sluice reads each partition's frontier
@@ -26,14 +26,15 @@ from typing import TYPE_CHECKING, Any
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange, Signal
 from ...core.group_calls import GroupCall
+from ...wire.api_keys import ApiKey
 from ...wire.errors import CodecError
 from ...wire.messages import response_codec
-from ...wire.model import Message
+from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView, local_response
 from . import marker
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .keys import WHOLE, Slice
-from .members import Member, PartitionState
+from .members import Member, PartitionState, member_key
 from .reads import FrontierRead
 
 if TYPE_CHECKING:
@@ -41,20 +42,14 @@ if TYPE_CHECKING:
 
 log = get_logger("sluice.sharing")
 
-OFFSET_COMMIT = 8
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
-TopicPartition = tuple[str, int]
-
-
-def _key(info: ConnectionInfo, ex: Exchange) -> tuple[str, str]:
-    return info.client_host, ex.client_id or ""
 
 
 def _member(p: Sharing, ex: Exchange, info: ConnectionInfo, group: str, member_id: str) -> Member | None:
     """The member a group's offset request speaks for: a configured standalone consumer, or the group member
     under this key (made if a member id says it is one, its slices then recovered)."""
-    key = _key(info, ex)
+    key = member_key(ex)
     m = p.members.get(key)
     if m is not None and m.kip848:
         return None
@@ -257,11 +252,11 @@ def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket:
     if read.error is not None:
         log.warning("sharing_commit_failed", group=ticket.group, client_id=ex.client_id, error=read.error)
         h = ex.header
-        answer = response_codec(OFFSET_COMMIT, h.api_version).default().replace(topics=[
+        answer = response_codec(ApiKey.OFFSET_COMMIT, h.api_version).default().replace(topics=[
             Message(name=t.name, partitions=[Message(partition_index=part.partition_index,
                                                      error_code=COORDINATOR_NOT_AVAILABLE)
                                              for part in t.partitions]) for t in body.topics])
-        ex.answer = local_response(OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
+        ex.answer = local_response(ApiKey.OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
         return None
     lag = p.stable_lag.setdefault(ticket.group, {})
     topics = []

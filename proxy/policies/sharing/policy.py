@@ -10,7 +10,7 @@ for unmodified clients, with commits that stay safe. The pieces, one concept eac
 - :mod:`.members`: which connection is which member (client host + client.id);
 - :mod:`.fetch`: the records each member gets, and the decoded-batch cache.
 
-Three switches: ``sharing.enabled`` (this Sluice), ``sharing.topics``
+The three switches (several restrictions, all must allow): ``sharing.enabled`` (this Sluice), ``sharing.topics``
 (per topic, resolved like ``[[throttle.topics]]``), ``sharing.clients`` (per consumer, client.id globs). A member
 is marked only when all three allow it, and the leader's Sluice shares a topic only if its own switches allow it
 too. Consumers that use ``assign()`` get their slices from ``[[sharing.standalone]]``.
@@ -29,30 +29,31 @@ from typing import Any, ClassVar
 from ...accesslog import LogLimiter, get_logger
 from ...core.exchange import ConnectionInfo, Exchange, Signal
 from ...core.group_calls import GroupCall, GroupRequests
-from ...core.policy import Policy, Services
+from ...core.policy import ANY_VERSION, Policy, Services, capped, reads
 from ...core.selectors import ClientSelector
+from ...wire.api_keys import ApiKey
 from ...wire.fetch_request_fast import FetchEdit
+from ...wire.model import TopicPartition
 from ...wire.views import FetchResponse, ResponseView
 from ..topic_rules import TopicRules
 from . import groups, offsets
 from .fetch import BatchCache, filter_records
 from .keys import Slice
-from .members import Member, Members
+from .members import Member, Members, member_key
 from .metrics import SharingMetrics
 from .settings import SharingSettings
 
 log = get_logger("sluice.sharing")
 
-FETCH, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, SYNC_GROUP = 1, 8, 9, 11, 12, 14
-CONSUMER_GROUP_HEARTBEAT = 68
-_GROUP_APIS = frozenset({JOIN_GROUP, SYNC_GROUP})
+#: the last OffsetFetch/OffsetCommit version naming topics by name ("Name" versions "8-9" / "0-9")
+_LAST_TOPIC_NAMES = 9
+_GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
 #: how often one kind of event is logged per group at most (a misconfigured consumer repeats it every rebalance)
 _LOG_INTERVAL_S = 60.0
 #: a withheld fetch's client is not read from again for up to this long (its max_wait_ms if shorter), instead of
 #: fetching again at once in a loop (as throttle.py paces fetchers that got only throttled partitions)
 _WITHHELD_PAUSE_S = 0.5
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(slots=True)
@@ -71,13 +72,21 @@ class StandaloneRule:
 
 class Sharing(Policy):
     name = "sharing"
-    apis: ClassVar[frozenset[int]] = frozenset({FETCH, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT,
-                                                SYNC_GROUP, CONSUMER_GROUP_HEARTBEAT})
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: SharingSettings, services: Services, metrics: SharingMetrics) -> None:
         self.settings = settings
         self.enabled = settings.enabled
+        if self.enabled:
+            # OffsetFetch/OffsetCommit v10 name topics by id only (KIP-848; OffsetFetchRequest.json,
+            # OffsetCommitRequest.json): offsets.py reads names, so clients get v9 at most. The cap goes when
+            # offsets.py reads topic ids.
+            declared = reads(ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP,
+                             ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP)
+            declared = capped(capped(declared, ApiKey.OFFSET_FETCH, _LAST_TOPIC_NAMES), ApiKey.OFFSET_COMMIT,
+                              _LAST_TOPIC_NAMES)
+            # ConsumerGroupHeartbeat: only the header and the group id are read (groups.consumer_group_heartbeat)
+            self.apis = {**declared, ApiKey.CONSUMER_GROUP_HEARTBEAT: ANY_VERSION}
         self.metrics = metrics
         self.clock = services.clock
         self.names = services.names
@@ -159,7 +168,7 @@ class Sharing(Policy):
         return key in _GROUP_APIS or self.opted_in(ex) or self.standalone_for(ex.client_id)
 
     def needs_topic_names(self, ex: Exchange) -> bool:
-        return ex.header.api_key == FETCH
+        return ex.header.api_key == ApiKey.FETCH
 
     def open(self, info: ConnectionInfo) -> ConnectionInfo:
         return info
@@ -173,39 +182,39 @@ class Sharing(Policy):
 
     def on_request(self, ex: Exchange, info: ConnectionInfo) -> Any:
         key = ex.header.api_key
-        if key == FETCH:
+        if key == ApiKey.FETCH:
             return self._fetch_request(ex, info)
-        if key == JOIN_GROUP:
+        if key == ApiKey.JOIN_GROUP:
             return groups.join_request(self, ex, info)
-        if key == SYNC_GROUP:
+        if key == ApiKey.SYNC_GROUP:
             return groups.sync_request(self, ex, info)
-        if key == HEARTBEAT:
+        if key == ApiKey.HEARTBEAT:
             return groups.heartbeat_request(self, ex, info)
-        if key == OFFSET_FETCH:
+        if key == ApiKey.OFFSET_FETCH:
             return offsets.offset_fetch_request(self, ex, info)
-        if key == OFFSET_COMMIT:
+        if key == ApiKey.OFFSET_COMMIT:
             return offsets.offset_commit_request(self, ex, info)
-        if key == CONSUMER_GROUP_HEARTBEAT and self.opted_in(ex):
+        if key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self.opted_in(ex):
             groups.consumer_group_heartbeat(self, ex, info)
         return None
 
     def on_resume(self, ex: Exchange, info: ConnectionInfo, state: Any) -> Any:
         key = ex.header.api_key
-        if key == OFFSET_FETCH:
+        if key == ApiKey.OFFSET_FETCH:
             return offsets.offset_fetch_resume(self, ex, info, state)
-        if key == OFFSET_COMMIT:
+        if key == ApiKey.OFFSET_COMMIT:
             return offsets.offset_commit_resume(self, ex, info, state)
         return state
 
     def on_response(self, ex: Exchange, response: ResponseView, info: ConnectionInfo, state: Any) -> None:
         key = ex.header.api_key
-        if key == FETCH:
+        if key == ApiKey.FETCH:
             self._fetch_response(ex, response, state)
-        elif key == JOIN_GROUP:
+        elif key == ApiKey.JOIN_GROUP:
             groups.join_response(self, ex, response, info, state)
-        elif key == SYNC_GROUP:
+        elif key == ApiKey.SYNC_GROUP:
             groups.sync_response(self, ex, response, info, state)
-        elif key == OFFSET_FETCH:
+        elif key == ApiKey.OFFSET_FETCH:
             offsets.offset_fetch_response(self, ex, response, info, state)
 
     # -------------------------------------------------------------------------------------------- Fetch
@@ -215,7 +224,7 @@ class Sharing(Policy):
         assert isinstance(edit, FetchEdit)
         if edit.view.replica_id >= 0:
             return None
-        key = (info.client_host, ex.client_id or "")
+        key = member_key(ex)
         m = self.members.get(key)
         if m is not None and m.kip848:
             return None

@@ -11,10 +11,9 @@ from collections.abc import Callable, Mapping
 
 from ...core.exchange import Signal
 from ...core.group_calls import Committed, GroupCall
+from ...wire.model import TopicPartition
 from .frontier import Frontier, decode_metadata, slice_group
 from .keys import Slice
-
-TopicPartition = tuple[str, int]
 
 
 def _groups(group: str, tp: TopicPartition, layouts: set[int]) -> list[tuple[str, Slice]]:

@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core.exchange import Exchange
-from ...core.policy import Policy, Services
+from ...core.policy import Policy, Services, reads
 from ...core.selectors import ClientSelector
+from ...wire.api_keys import ApiKey
 from ...wire.fetch_fast import FetchPartition, FetchResponseView
 from ...wire.fetch_layout import PartitionKey, topic_key
 from ...wire.fetch_request_fast import FetchEdit, FetchParams
@@ -105,10 +106,6 @@ class SizeLimits:
     @property
     def active(self) -> bool:
         return any(not r.budget.unlimited for r in self.rules)
-
-    @property
-    def needs_replica_id(self) -> bool:
-        return any(r.replicas for r in self.rules)
 
     def budget_for(self, client_id: str | None, replica_id: int, principal: str | None = None,
                    host: str = "") -> Budget | None:
@@ -236,10 +233,10 @@ class SizeLimit(Policy):
     """The KIP-74 policy on the chain: clamp and reorder the request, enforce the budget on the response."""
 
     name = "size_limit"
-    apis: ClassVar[frozenset[int]] = frozenset({1})
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: SizeLimitSettings, services: Services, metrics: SizeLimitMetrics) -> None:
+        self.apis = reads(ApiKey.FETCH)
         self.metrics = metrics
         self._set(SizeLimits.from_settings(settings))
 

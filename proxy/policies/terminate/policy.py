@@ -55,7 +55,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ...core.exchange import ConnectionInfo, Exchange
-from ...core.policy import Policy, Services
+from ...core.policy import Policy, Services, reads
+from ...wire.api_keys import ApiKey
 from ...wire.fetch_fast import (
     Buffer,
     EncodedTopics,
@@ -509,10 +510,10 @@ class Terminate(Policy):
     client's (the later policies then edit that)."""
 
     name = "terminate"
-    apis: ClassVar[frozenset[int]] = frozenset({1})
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: SessionsSettings, services: Services, metrics: SessionMetrics) -> None:
+        self.apis = reads(ApiKey.FETCH)
         self.metrics = metrics
         self.clock = services.clock
         self.modes = SessionModes.from_settings(settings)

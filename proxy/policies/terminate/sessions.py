@@ -4,8 +4,7 @@ session *client* of the broker.
 Nothing here does I/O or reads a clock: callers pass decoded Fetch requests/responses, ``now`` (seconds, any
 monotonic origin) and, for session ids, an injected ``random.Random``. Rules are Kafka's, read from
 ``core/.../kafka/server/FetchSession.scala`` (FetchManager.newContext, CachedPartition.maybeUpdateResponseData,
-FetchSessionCacheShard), ``clients/.../requests/FetchMetadata.java`` and ``clients/.../FetchSessionHandler.java``
-(reference/kafka-semantics.md section B).
+FetchSessionCacheShard), ``clients/.../requests/FetchMetadata.java`` and ``clients/.../FetchSessionHandler.java``.
 
 Downstream (:class:`SessionServer`), in two steps so the proxy can fetch in between:
 
@@ -48,7 +47,7 @@ from ...wire.fetch_layout import (
     TopicKey,
     partition_keys,
 )
-from ...wire.fetch_request_fast import FetchParams, FetchRequestView
+from ...wire.fetch_request_fast import FetchParams, FetchRequestView, check_topic_key
 from ...wire.model import Message
 
 # ------------------------------------------------------------------------------------------- constants
@@ -562,16 +561,8 @@ def _view(version: int, throttle_time_ms: int, error_code: int, session_id: int,
     return FetchResponseView(version, throttle_time_ms, error_code, session_id, topics)
 
 
-def _check_key(topic: object, by_id: bool) -> None:
-    """Keys must match the version's topic addressing (a name where ids are used would encode garbage)."""
-    if by_id and not (isinstance(topic, bytes) and len(topic) == 16):
-        raise ValueError(f"v13+ keys are 16-byte topic ids, got {topic!r}")
-    if not by_id and not isinstance(topic, str):
-        raise ValueError(f"v7-12 keys are topic names, got {topic!r}")
-
-
 def _response_topic(topic: TopicKey, by_id: bool) -> FetchTopic:
-    _check_key(topic, by_id)
+    check_topic_key(topic, by_id)
     if isinstance(topic, bytes):
         return FetchTopic(topic_id=topic)
     return FetchTopic(topic=topic)

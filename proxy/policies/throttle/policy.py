@@ -8,7 +8,7 @@ and one FollowerReplication quota per broker); the configuration is an immutable
 swapped whole on reload. Fetch v13+ names topics by id: the policy asks for their names before it runs
 (:mod:`proxy.core.topic_names`, a lookup of Sluice's own when no client told it).
 
-Who is throttled (KIP-73; ReplicationQuotaManager.scala):
+Who is throttled (KIP-73; Kafka's ReplicationQuotaManager and ReplicaManager):
 
 - ``[[throttle.topics]]`` lists a topic's throttled replicas in KIP-73's syntax: ``"*"`` (every partition, every
   fetcher), ``""`` (none) or ``"partition:broker,..."``. For a replica fetch (replica_id >= 0, a follower broker)
@@ -65,8 +65,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core.exchange import Exchange
-from ...core.policy import Policy, Services
+from ...core.policy import Policy, Services, reads
 from ...core.selectors import ClientSelector
+from ...wire.api_keys import ApiKey
 from ...wire.errors import CodecError
 from ...wire.fetch_fast import FetchResponseView
 from ...wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
@@ -391,10 +392,10 @@ class Throttle(Policy):
     """The KIP-73 policy on the chain."""
 
     name = "throttle"
-    apis: ClassVar[frozenset[int]] = frozenset({1})
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: ThrottleSettings, services: Services, metrics: ThrottleMetrics) -> None:
+        self.apis = reads(ApiKey.FETCH)
         self.metrics = metrics
         self.clock = services.clock
         self.names = services.names
