@@ -37,6 +37,7 @@ from tests.support.sharing import (
     python_member,
     settled,
     wait_for_all,
+    wait_for_end_commits,
 )
 
 pytestmark = pytest.mark.broker
@@ -45,6 +46,7 @@ PARTITIONS = 3
 CONSUMERS = 6
 SHARING = {"sharing.enabled": True, "sharing.topics": [{"topic": "share-*"}]}
 PYTHON_CLIENTS = ["confluent", "kafka-python", "aiokafka"]
+GO_CLIENTS = ["franz-go"]
 
 
 def new_topic(broker: KafkaBroker, name: str) -> str:
@@ -103,7 +105,7 @@ def shared_state(proxies: list[Any], group: str) -> tuple[float, float]:
 # --------------------------------------------------------------------------- 6 consumers, 6 Sluices / 1 Sluice
 
 
-@pytest.mark.parametrize("client", ["java", *PYTHON_CLIENTS])
+@pytest.mark.parametrize("client", ["java", *PYTHON_CLIENTS, *GO_CLIENTS])
 def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_tools: JavaTools, client: str,
                                                 unique_topic: str) -> None:
     topic = new_topic(kafka_broker, unique_topic)
@@ -117,6 +119,9 @@ def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_
         consumed_once(kafka_broker, topic, members, client)
         assert all(m.received for m in members), [len(m.received) for m in members]
         assert sum(p.total("sluice_sharing_records_filtered_total", reason="other_slice") for p in proxies) > 0
+        # the stable offset reaches the end, whether the client commits its position or its last record + 1 (the
+        # console consumer auto-commits every 5 s)
+        wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
 @pytest.mark.parametrize("client", PYTHON_CLIENTS)

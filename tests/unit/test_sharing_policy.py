@@ -475,3 +475,24 @@ def test_offset_fetch_and_commit_v10_name_topics_by_id() -> None:
     assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 150
     topic = sent(ex).topics[0]
     assert topic.topic_id == TOPIC_ID and topic.partitions[0].committed_offset == 100  # the stable offset
+
+
+def test_a_commit_of_last_record_plus_one_moves_past_what_was_left_out() -> None:
+    """franz-go and kafka-go commit "last record received + 1": the slice's position moves past the offsets
+    Sluice left out of the member's fetches right after it (the other slice's records), so the stable offset
+    reaches the partition's end; a commit within what the member was handed stays where it is."""
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    m1, m2 = clients[0], clients[1]
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    for c in (m1, m2):
+        offset_fetch_answer(c, offset_fetch(c, [0]), {0: 100})
+    got = {c.member_id: [o for o, _ in fetch(c, records(40))] for c in (m1, m2)}
+    # slice 0/2 holds 102, 106, ..., 139; slice 1/2 100, 101, 103, ..., 133
+    assert got["m1"][:2] == [102, 106] and got["m1"][-1] == 139 and got["m2"][-1] == 133
+    commit(m1, {0: 103})  # one past its first record: 103-105 were the other slice's
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 106
+    commit(m1, {0: 140})
+    ex = commit(m2, {0: 134})  # its last record + 1: 134-139 were the other slice's
+    assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 140
+    assert sent(ex).topics[0].partitions[0].committed_offset == 140  # the stable offset: the partition's end

@@ -31,6 +31,7 @@ from ...wire.messages import response_codec
 from ...wire.model import Message
 from ...wire.views import MessageResponse, ResponseView, local_response
 from . import marker
+from .fetch import skip_filtered
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .keys import WHOLE, Slice
 from .members import Member, PartitionState
@@ -263,7 +264,10 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
             if s.whole and state is not None and state.frontier is not None and not state.frontier.positions:
                 continue  # a whole partition no slice ever consumed: the client's commit is the plain one
             wanted[tp] = s
-            commits[tp] = (part.committed_offset, part.committed_metadata)
+            offset = part.committed_offset
+            if state is not None and offset >= 0:
+                offset = skip_filtered(state.skips, offset)
+            commits[tp] = (offset, part.committed_metadata)
     if not wanted:
         return None
     own: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}

@@ -35,7 +35,7 @@ from ...wire.fetch_request_fast import FetchEdit
 from ...wire.views import FetchResponse, ResponseView
 from ..topic_rules import TopicRules
 from . import groups, offsets
-from .fetch import BatchCache, filter_records
+from .fetch import BatchCache, filter_records, note_gaps
 from .keys import Slice
 from .members import Member, Members
 
@@ -265,6 +265,8 @@ class Sharing(Policy):
                 out = filter_records(records, s, state.table if state is not None else None, self.cache, tkey,
                                      part.partition_index)
                 undecodable += out.undecodable
+                if out.gaps and state is not None:
+                    note_gaps(state.skips, out.gaps)
                 if out.changed:
                     part.records = out.records
                     other_slice += out.other_slice
