@@ -46,7 +46,7 @@ PARTITIONS = 3
 CONSUMERS = 6
 SHARING = {"sharing.enabled": True, "sharing.topics": [{"topic": "share-*"}]}
 PYTHON_CLIENTS = ["confluent", "kafka-python", "aiokafka"]
-GO_CLIENTS = ["franz-go"]
+GO_CLIENTS = ["franz-go", "kafka-go"]
 
 
 def new_topic(broker: KafkaBroker, name: str) -> str:
