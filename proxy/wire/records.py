@@ -588,6 +588,16 @@ def rebuild_batch(header: BatchHeader, records: bytes | bytearray | memoryview, 
     return _write_batch(header, count, payload)
 
 
+def extend_batch(batch: bytes | memoryview, header: BatchHeader, next_offset: int) -> bytes:
+    """The v2 batch ``batch`` (``header`` its header) covering offsets up to ``next_offset`` - 1: LastOffsetDelta
+    moved there and the CRC-32C recomputed, its records untouched. Offsets past its last record hold none, as
+    compaction leaves batches; a consumer fetches on from ``next_offset``."""
+    if header.magic != MAGIC_V2:
+        raise CodecError(f"cannot extend a record batch with magic {header.magic}")
+    moved = header._replace(last_offset_delta=next_offset - 1 - header.base_offset)
+    return _write_batch(moved, header.records_count, memoryview(batch)[HEADER_SIZE:])
+
+
 def _write_batch(fields: RecordBatch | BatchHeader, count: int, payload: bytes | memoryview) -> bytes:
     """The header (proxy/codecs/RecordBatch.json) over ``payload``, with Length, RecordsCount and the CRC-32C
     computed (over Attributes .. the end, DefaultRecordBatch.computeChecksum)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from rig.java_tools import JavaTools
@@ -157,6 +157,51 @@ def test_six_consumers_through_one_sluice_one_killed_mid_way(sluice: ProxyThread
         for m in members:
             check_in_order(m)
         assert all(m.received for m in survivors)
+
+
+def stable_members(bootstrap: str, group: str) -> int:
+    """How many members the group has, once it is Stable (0 before)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        described = admin.describe_consumer_groups([group])[group].result(30)
+    except KafkaException:  # not loaded by its coordinator yet
+        return 0
+    return len(described.members) if described.state == ConsumerGroupState.STABLE else 0
+
+
+#: the client kinds of one group (kafka-go as its group's leader cannot read the others' subscriptions: "unable to
+#: read metadata for member", so it has a group of its own)
+GROUPS = {"mixed": ["java", *PYTHON_CLIENTS, "franz-go", "franz-go"], "kafka-go": ["kafka-go"] * CONSUMERS}
+
+
+@pytest.mark.parametrize("kinds", list(GROUPS))
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_batches_filtered_empty_are_read_by_every_client(sluice: ProxyThread, kafka_broker: KafkaBroker,
+                                                         java_tools: JavaTools, codec: str, kinds: str,
+                                                         unique_topic: str) -> None:
+    """One record per batch, compressed with ``codec``: every batch of the other slice reaches a member filtered
+    empty, and every client kind reads past it (franz-go stalled on an empty snappy batch, kafka-go on any empty
+    batch followed by others), and the group's commits reach the end."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    before = sluice.total("sluice_sharing_assignments_total")
+    filtered = sluice.total("sluice_sharing_records_filtered_total", reason="other_slice")
+    clients = GROUPS[kinds]
+    with members_of(*(spawn(kind, sluice.bootstrap, topic, group, f"{codec}-{kind}-{i}", java_tools)
+                      for i, kind in enumerate(clients))) as members:
+        # all six in the group first (a client that found no coordinator yet retries after its own backoff)
+        wait_until(lambda: stable_members(kafka_broker.bootstrap, group) == len(clients), 90, "all six in the group")
+        settled_on(sluice, group, before)
+        produced = produce(kafka_broker.bootstrap, topic, 300, keys=60, tag=codec,
+                           config={"compression.type": codec, "batch.num.messages": 1, "linger.ms": 0})
+        # every record reaches a consumer (a client that cannot read what Sluice sends stalls on it); exactly once
+        # is the other tests' business: a client that restarts a partition's reader (kafka-go) reads some again
+        wait_for_all(members, {v for _, v in produced})
+        # franz-go reports each partition's fetch errors (kafka-go's log also has its group's retries)
+        assert not [e for m in members if "franz-go" in m.client_id for e in m.reported() if "fetch_error" in e]
+        # every record of the other slice went out as a batch of its own left empty
+        assert sluice.total("sluice_sharing_records_filtered_total", reason="other_slice") - filtered >= 300
+        wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
 def test_java_cooperative_sticky_through_one_sluice(sluice: ProxyThread, kafka_broker: KafkaBroker,

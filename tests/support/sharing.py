@@ -90,9 +90,11 @@ def java_member(tools: JavaTools, bootstrap: str, topic: str, group: str, client
     return Member(tools.spawn(CONSOLE_CONSUMER, args), parse, client_id)
 
 
-def produce(bootstrap: str, topic: str, n: int, keys: int, tag: str) -> list[tuple[str, str]]:
-    """``n`` records of ``keys`` keys, acknowledged by the broker: [(key, value)], values unique."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+def produce(bootstrap: str, topic: str, n: int, keys: int, tag: str,
+            config: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """``n`` records of ``keys`` keys, acknowledged by the broker: [(key, value)], values unique (``config``: more
+    producer settings)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **(config or {})})
     out = [(f"key-{i % keys}", f"{tag}-{i:06d}") for i in range(n)]
     for k, v in out:
         producer.produce(topic, key=k.encode(), value=v.encode())

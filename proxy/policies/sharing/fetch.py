@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ...wire.errors import CodecError
 from ...wire.record_filter import ParsedBatch, keep_records, parse_batch
-from ...wire.records import iter_batches
+from ...wire.records import BatchHeader, extend_batch, iter_batches
 from .frontier import DoneTable
 from .keys import Slice, key_hash
 
@@ -108,6 +108,10 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     ``table``."""
     out = Filtered(records)
     pieces: list[bytes | memoryview] = []
+    #: per piece: its header when it is a data batch that keeps records (one whose last offset may be moved)
+    data: list[BatchHeader | None] = []
+    #: a batch left with no record since the last piece (see below)
+    empty: tuple[BatchHeader, bytes] | None = None
     end = 0
     index, count = s.index, s.count
     gaps = out.gaps
@@ -121,10 +125,14 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
         last_next = h.next_offset
         view = records[h.start : h.end]
         if h.is_control:  # a transaction marker is no record a client is handed: the run goes on past it
+            empty = None
             pieces.append(view)
+            data.append(None)
             continue
         if h.is_legacy or (count == 1 and (table is None or h.base_offset >= table.ceiling)):
+            empty = None
             pieces.append(view)
+            data.append(None if h.is_legacy else h)
             if cursor is not None and h.base_offset > cursor:
                 gaps.append((cursor, h.base_offset))
             cursor = None if h.is_legacy else h.next_offset
@@ -133,7 +141,9 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
             entry = cache.decoded((topic, partition, h.base_offset, h.crc), view)
         except CodecError:
             out.undecodable += 1
+            empty = None
             pieces.append(view)
+            data.append(None)
             cursor = None
             continue
         offsets, hashes = entry.batch.offsets, entry.hashes
@@ -148,11 +158,25 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
                 if cursor is not None and offsets[i] > cursor:
                     gaps.append((cursor, offsets[i]))
                 cursor = offsets[i] + 1
-        if len(kept) == len(hashes):
-            pieces.append(view)
+        out.changed = out.changed or len(kept) < len(hashes)
+        if not kept and hashes:
+            empty = (h, keep_records(entry.batch, kept))
+            continue
+        empty = None
+        pieces.append(view if len(kept) == len(hashes) else keep_records(entry.batch, kept))
+        data.append(h)
+    if empty is not None:
+        # Batches left with no record are not sent, except to move the client past the end: kafka-go reads a
+        # record from every batch, records count or not (an empty batch before others stalls it for good),
+        # while a batch's LastOffsetDelta past its last record is what Kafka's compaction leaves and every client
+        # fetches on from there. So the last batch that keeps records is stretched over the empty ones after it
+        # (its offset range only: the records stay); an empty batch goes out only when no such batch precedes it.
+        h, rebuilt = empty
+        prev = data[-1] if data else None
+        if prev is not None:
+            pieces[-1] = extend_batch(pieces[-1], prev, h.next_offset)
         else:
-            pieces.append(keep_records(entry.batch, kept))
-            out.changed = True
+            pieces.append(rebuilt)
     if cursor is not None and last_next > cursor:
         gaps.append((cursor, last_next))  # the filtered tail: the client fetches from the last batch's end next
     if end != len(records):
