@@ -105,8 +105,7 @@ func runFranz(ctx context.Context, a args) error {
 	if err != nil {
 		return err
 	}
-	defer cl.LeaveGroup()
-	defer cl.Close()
+	defer cl.Close() // leaves the group
 	p := &pacer{interval: time.Duration(a.commitIntervalS * float64(time.Second)), pending: map[string]int64{}}
 	for ctx.Err() == nil {
 		pollCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
