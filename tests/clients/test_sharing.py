@@ -124,7 +124,7 @@ def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_
         wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
-@pytest.mark.parametrize("client", [*PYTHON_CLIENTS, "franz-go"])
+@pytest.mark.parametrize("client", PYTHON_CLIENTS)
 def test_six_consumers_through_one_sluice_one_killed_mid_way(sluice: ProxyThread, kafka_broker: KafkaBroker,
                                                            java_tools: JavaTools, client: str,
                                                            unique_topic: str) -> None:
