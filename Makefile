@@ -15,6 +15,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.sluice-installed
 # Run apt-get through sudo only when not already root.
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The Go consumer's source and where `make install` builds it (rig/group_consumer.py runs it from there)
+GO_CONSUMER_SRC := rig/go/consumer/go.mod rig/go/consumer/go.sum rig/go/consumer/main.go
+GO_CONSUMER := $(VENV)/bin/sluice-go-consumer
 LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 && echo $$d; done)
 
 .PHONY: install test test-kafka-oldest run bench lint lint-only test-image
@@ -26,7 +29,8 @@ install: $(STAMP)
 # 3. the Kafka jars of every release the rig runs (KAFKA_HOME, else the cache, else Maven Central); prints where
 # 4. Prometheus + promtool (a test scrapes the proxy with a real Prometheus), from Debian, only if missing
 # 5. Chromium (the analytics report is checked in a real headless browser), from Debian, only if missing
-$(STAMP): pyproject.toml rig/pom.xml
+# 6. the Go consumer (franz-go, kafka-go: rig/go/consumer/) the sharing tests run, built into the venv
+$(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[dev,analytics]'
 	$(PY) -m rig.kafka fetch --all
@@ -38,6 +42,7 @@ $(STAMP): pyproject.toml rig/pom.xml
 	    $(SUDO) apt-get update -q && \
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; \
 	fi
+	cd rig/go/consumer && go build -o $(CURDIR)/$(GO_CONSUMER) .
 	touch $@
 
 # Lint first: main stays ruff- and mypy-clean (cheap next to the suite).

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=24000)
     p.add_argument("--keys", type=int, default=6000)
     p.add_argument("--work-ms", type=float, default=1.0)
-    p.add_argument("--client", default="confluent", choices=("confluent", "kafka-python", "aiokafka"))
+    p.add_argument("--client", default="confluent", choices=("confluent", "kafka-python", "aiokafka", "franz-go"))
     p.add_argument("--commit-interval-s", type=float, default=1.0,
                    help="each consumer commits at most this often (0: after every poll)")
     p.add_argument("--upstream", help="host:port of a running broker (default: start one)")

@@ -39,6 +39,9 @@ from pathlib import Path
 from typing import Any, Self
 
 CLIENTS = ("kafka-python", "confluent", "aiokafka")
+#: Go clients, one program (rig/go/consumer/, built by `make install` into the venv) reporting the same lines
+GO_CLIENTS = ("franz-go", "kafka-go")
+GO_CONSUMER = Path(sys.prefix) / "bin" / "sluice-go-consumer"
 
 
 def _emit(obj: Any) -> None:
@@ -247,9 +250,11 @@ class ConsumerProcess:
     @classmethod
     def spawn(cls, client: str, bootstrap: str, topic: str, group: str, client_id: str, *extra: str,
               cwd: str | None = None) -> Self:
-        """``python -m rig.group_consumer`` with these arguments (and ``extra`` ones)."""
+        """``python -m rig.group_consumer`` with these arguments (and ``extra`` ones); the Go consumer for a Go
+        client."""
+        program = [str(GO_CONSUMER)] if client in GO_CLIENTS else [sys.executable, "-m", "rig.group_consumer"]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rig.group_consumer", "--client", client, "--bootstrap", bootstrap,
+            [*program, "--client", client, "--bootstrap", bootstrap,
              "--topic", topic, "--group", group, "--client-id", client_id, *extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             cwd=cwd or str(Path(__file__).resolve().parent.parent))

@@ -62,12 +62,6 @@ def reads(*api_keys: int, **up_to: int) -> dict[int, Versions]:
     return declared
 
 
-def capped(declared: Mapping[int, Versions], api_key: int, high: int) -> dict[int, Versions]:
-    """``declared`` with ``api_key`` read only up to version ``high`` (a layout the policy does not read yet)."""
-    ours = declared[api_key]
-    return {**declared, api_key: Versions(ours.low, min(ours.high, high))}
-
-
 def versions_read(policies: Iterable[Policy]) -> dict[int, Versions]:
     """Per API some policy declares, the versions every policy declaring it reads (the intersection of their
     ranges): what clients may use, and all the chain lets through."""

@@ -573,12 +573,29 @@ def rebuild_batch(header: BatchHeader, records: bytes | bytearray | memoryview, 
     LastOffsetDelta, the timestamps, the producer fields, the attributes and so the codec), the records are
     compressed with the batch's codec, and Length, RecordsCount and the CRC-32C are recomputed. What a filter
     over a batch's records writes (:mod:`proxy.wire.record_filter`); a batch left with no record stays a batch,
-    as compaction leaves them (DefaultRecordBatch: the last offset "is retained")."""
+    as compaction leaves them (DefaultRecordBatch: the last offset "is retained").
+
+    A batch left with no record is written uncompressed, with no records section at all: a codec's stream of
+    nothing is not something every client decodes (franz-go's snappy reader rejects the 16-byte stream of an empty
+    input, "s2: corrupt input", and the partition stalls), while an uncompressed batch of no records is what
+    Kafka's own log cleaner may leave, which every client reads and moves past (its LastOffsetDelta)."""
     if header.magic != MAGIC_V2:
         raise CodecError(f"cannot rebuild a record batch with magic {header.magic}")
+    if count == 0:
+        return _write_batch(header._replace(attributes=header.attributes & ~COMPRESSION_MASK), 0, b"")
     compression = header.attributes & COMPRESSION_MASK
     payload = bytes(records) if compression == COMPRESSION_NONE else compress(compression, records)
     return _write_batch(header, count, payload)
+
+
+def extend_batch(batch: bytes | memoryview, header: BatchHeader, next_offset: int) -> bytes:
+    """The v2 batch ``batch`` (``header`` its header) covering offsets up to ``next_offset`` - 1: LastOffsetDelta
+    moved there and the CRC-32C recomputed, its records untouched. Offsets past its last record hold none, as
+    compaction leaves batches; a consumer fetches on from ``next_offset``."""
+    if header.magic != MAGIC_V2:
+        raise CodecError(f"cannot extend a record batch with magic {header.magic}")
+    moved = header._replace(last_offset_delta=next_offset - 1 - header.base_offset)
+    return _write_batch(moved, header.records_count, memoryview(batch)[HEADER_SIZE:])
 
 
 def _write_batch(fields: RecordBatch | BatchHeader, count: int, payload: bytes | memoryview) -> bytes:

@@ -69,12 +69,17 @@ def test_a_policy_reads_every_version_it_declares(policy: str, api_key: int, ver
                 p.names.learn(tid, data.draw(st.sampled_from(NAMES), label="topic name"))
             chain.on_request(conn, ex)
             calls = p.policy("sharing").calls
-            while ex.pending is not None:  # Sluice's own group calls: answered, or failed as a whole
-                for call in calls.take():
+            while ex.pending is not None:  # Sluice's own work: group calls and topic-name lookups
+                for call in calls.take():  # answered, or failed as a whole
                     if data.draw(st.booleans(), label="group call fails"):
                         call.fail("coordinator unavailable")
                     else:
                         call.settle()
+                wanted = p.names.take()  # OffsetFetch/OffsetCommit v10+ name topics by id: found, or unknown
+                if wanted:
+                    known = data.draw(st.booleans(), label="topic names found")
+                    p.names.settle({tid: data.draw(st.sampled_from(NAMES), label="topic name") for tid in wanted}
+                                   if known else {}, () if known else wanted)
                 assert ex.pending.settled
                 chain.on_request(conn, ex)
             if ex.answer is not None or not ex.expects_response:

@@ -90,9 +90,11 @@ def java_member(tools: JavaTools, bootstrap: str, topic: str, group: str, client
     return Member(tools.spawn(CONSOLE_CONSUMER, args), parse, client_id)
 
 
-def produce(bootstrap: str, topic: str, n: int, keys: int, tag: str) -> list[tuple[str, str]]:
-    """``n`` records of ``keys`` keys, acknowledged by the broker: [(key, value)], values unique."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+def produce(bootstrap: str, topic: str, n: int, keys: int, tag: str,
+            config: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """``n`` records of ``keys`` keys, acknowledged by the broker: [(key, value)], values unique (``config``: more
+    producer settings)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **(config or {})})
     out = [(f"key-{i % keys}", f"{tag}-{i:06d}") for i in range(n)]
     for k, v in out:
         producer.produce(topic, key=k.encode(), value=v.encode())
@@ -151,3 +153,33 @@ def check_keys_at_one_consumer(members: Iterable[Member]) -> None:
             where[g.key].add(m.client_id)
     split = {k: sorted(v) for k, v in where.items() if len(v) > 1}
     assert not split, f"keys consumed by several consumers: {split}"
+
+
+def committed_and_end_offsets(bootstrap: str, topic: str, group: str,
+                              partitions: int) -> tuple[dict[int, int], dict[int, int]]:
+    """(the group's committed offset per partition, read from the broker; each partition's end offset)."""
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(30)
+    committed = {tp.partition: tp.offset for tp in found.topic_partitions}
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-watermarks"})
+    try:
+        ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
+    finally:
+        reader.close()
+    return committed, ends
+
+
+def wait_for_end_commits(bootstrap: str, topic: str, group: str, partitions: int, timeout: float = 60.0) -> None:
+    """Until the group's committed offsets (read from the broker) equal the partitions' end offsets: the stable
+    offset reached the end (lag tools show no gap)."""
+    last: list[Any] = [None]
+
+    def at_end() -> bool:
+        last[0] = committed_and_end_offsets(bootstrap, topic, group, partitions)
+        return last[0][0] == last[0][1]
+
+    wait_until(at_end, timeout, lambda: f"committed offsets to reach the end (committed, end: {last[0]})")

@@ -3,6 +3,7 @@ the chain never hands a policy another one (a client that ignores ApiVersions is
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
@@ -35,10 +36,10 @@ def offered(overrides: dict[str, Any] | None) -> dict[int, tuple[int, int]]:
     return {k.api_key: (k.min_version, k.max_version) for k in out.api_keys}
 
 
-def test_sharing_caps_offset_fetch_and_commit_at_the_last_version_with_topic_names() -> None:
-    # OffsetFetch/OffsetCommit v10 name topics by id (KIP-848): sharing's offsets code reads names
+def test_sharing_reads_every_offset_fetch_and_commit_version_topics_by_name_or_id() -> None:
+    # OffsetFetch/OffsetCommit v10 name topics by id: sharing's offsets code reads both forms, so nothing is capped
     on = offered(SHARING_ON)
-    assert on[ApiKey.OFFSET_FETCH] == (1, 9) and on[ApiKey.OFFSET_COMMIT] == (2, 9)
+    assert on[ApiKey.OFFSET_FETCH] == (1, 10) and on[ApiKey.OFFSET_COMMIT] == (2, 10)
     assert on[ApiKey.FETCH] == (4, 18) and on[ApiKey.JOIN_GROUP] == (0, 9)
     assert on[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 99)  # only its header is read: never capped
 
@@ -49,15 +50,26 @@ def test_without_sharing_nothing_is_capped_for_it() -> None:
 
 
 def test_a_version_a_policy_does_not_read_closes_the_connection() -> None:
-    """franz-go's OffsetFetch v10 (topics by id) once reached sharing's name-reading code; now it is refused
-    before any policy runs, as Kafka refuses a version it has not enabled."""
+    """A Fetch v3 (before KIP-98's record batches: the policies on Fetch read v4+) from a client that ignores
+    ApiVersions is refused before any policy runs, as Kafka refuses a version it has not enabled (franz-go's
+    OffsetFetch v10 once reached sharing's code written for names only)."""
+    p = SansIOProxy(SHARING_ON)
+    # Kafka 4's specs start Fetch at v4, so the frame is written by hand: request header v1, a v3 body
+    header = struct.pack(">hhih", ApiKey.FETCH, 3, 7, 1) + b"c"
+    body = struct.pack(">iiiii", -1, 0, 1, 1 << 20, 0)  # replica, max wait, min bytes, max bytes, no topics
+    with pytest.raises(Rejected) as e:
+        p.request(header + body)
+    assert e.value.reason == "unsupported_version" and "Fetch v3" in e.value.detail
+
+
+def test_sharing_reads_offset_fetch_v10_topics_by_id() -> None:
+    """franz-go's OffsetFetch v10 (topics by id) reaches sharing, which reads it (no AttributeError)."""
     p = SansIOProxy(SHARING_ON)
     body = request_codec(ApiKey.OFFSET_FETCH, 10).default().replace(groups=[
         Message(group_id="g", member_id=None, member_epoch=-1,
                 topics=[Message(topic_id=b"\x01" * 16, partition_indexes=[0])])])
-    with pytest.raises(Rejected) as e:
-        p.request(req_frame(ApiKey.OFFSET_FETCH, 10, body))
-    assert e.value.reason == "unsupported_version" and "OffsetFetch v10" in e.value.detail
+    ex = p.request(req_frame(ApiKey.OFFSET_FETCH, 10, body))
+    assert [policy.name for policy in ex.policies] == ["sharing"]
 
 
 def test_without_sharing_offset_fetch_v10_is_relayed_unread() -> None:

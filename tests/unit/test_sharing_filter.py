@@ -53,13 +53,18 @@ def test_each_slice_gets_its_keys_and_batches_keep_their_fields(codec: str) -> N
         out = filter_records(memoryview(data), s, None, BatchCache(0), "t", 0)
         assert out.changed and out.other_slice > 0
         got = decode_batches(out.records)  # every CRC-32C verified
-        assert len(got) == 2
-        for b, o in zip(got, original, strict=True):
-            assert b.attributes & 0x07 == CODECS[codec]  # the same codec
-            assert (b.base_offset, b.last_offset_delta, b.base_timestamp, b.max_timestamp, b.producer_id,
-                    b.producer_epoch, b.base_sequence) == (o.base_offset, o.last_offset_delta, o.base_timestamp,
+        # batches left empty are left out, but the client still moves past the end: the last batch reaches it
+        assert got[-1].last_offset == original[-1].last_offset
+        by_base = {o.base_offset: o for o in original}
+        for b in got:
+            o = by_base[b.base_offset]
+            # the same codec; a batch left empty uncompressed (every client decodes that)
+            assert b.attributes & 0x07 == (CODECS[codec] if b.records else COMPRESSION_NONE)
+            assert (b.base_offset, b.base_timestamp, b.max_timestamp, b.producer_id,
+                    b.producer_epoch, b.base_sequence) == (o.base_offset, o.base_timestamp,
                                                            o.max_timestamp, o.producer_id, o.producer_epoch,
                                                            o.base_sequence)
+            assert b.last_offset == o.last_offset or b is got[-1]
             for r in b.records:
                 assert in_slice(r.key, s)
                 received.append((b.base_offset + r.offset_delta, r.key, r.value, r.headers,
@@ -77,6 +82,20 @@ def test_a_batch_left_without_records_stays_as_an_empty_batch() -> None:
     out = filter_records(memoryview(data), other, None, BatchCache(0), "t", 0)
     (empty,) = decode_batches(out.records)
     assert empty.records == [] and empty.base_offset == 10 and empty.last_offset == 10  # the consumer moves on
+
+
+def test_batches_left_empty_are_left_out_and_the_last_kept_one_reaches_the_end() -> None:
+    """kafka-go reads a record from every batch, records count or not: an empty batch goes out only when no batch
+    that keeps records precedes it; otherwise that batch's offset range is stretched over the empty ones."""
+    data = b"".join(batch(10 + i, 1) for i in range(8))  # one record per batch
+    keys = [r.key for b in decode_batches(data) for r in b.records]
+    for s in (Slice(0, 2), Slice(1, 2)):
+        mine = [i for i, k in enumerate(keys) if in_slice(k, s)]
+        assert mine and len(mine) < 8  # each slice has some records, not all
+        got = decode_batches(filter_records(memoryview(data), s, None, BatchCache(0), "t", 0).records)
+        assert [b.base_offset for b in got] == [10 + i for i in mine]  # no empty batch: one per record kept
+        assert got[-1].last_offset == 17 and all(len(b.records) == 1 for b in got)
+        assert [b.base_offset + b.records[0].offset_delta for b in got] == [10 + i for i in mine]
 
 
 def test_control_and_transactional_batches() -> None:

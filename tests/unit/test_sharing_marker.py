@@ -109,3 +109,17 @@ def test_garbage_assignments_and_subscriptions_are_codec_errors() -> None:
     with pytest.raises(CodecError):  # slices that are no slice (index >= count)
         marker.strip_assignment(marker.append(assignment(0, {}), marker.ASSIGNMENT, Message(topics=[
             Message(topic="t", partitions=[Message(partition=0, index=3, count=2)])])))
+
+
+def test_a_version_1_subscription_without_owned_partitions_is_read_with_defaults() -> None:
+    """kafka-go writes version 1 (topics, user data) without v1's OwnedPartitions: read with none owned, marked,
+    and the leader's client gets the bytes as the member wrote them."""
+    written = b"\x00\x01" + b"\x00\x00\x00\x01" + b"\x00\x06orders" + b"\xff\xff\xff\xff"  # version, topics, null
+    marked, topics = marker.mark_subscription(written, lambda t: True, lambda tp: False)
+    assert topics == {"orders"}
+    assert marker.strip_subscription(marked) == (written, frozenset({"orders"}))
+    assert marker.subscribed_topics(written) == ["orders"]
+    version, sub = marker.read_subscription(written)
+    assert version == 1 and sub.owned_partitions == [] and sub.user_data is None
+    with pytest.raises(CodecError):
+        marker.read_subscription(written[:-2])  # no layout reads a struct cut inside a field

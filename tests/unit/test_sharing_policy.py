@@ -434,3 +434,65 @@ def test_kip848_consumer_is_logged_and_not_shared() -> None:
     assert ex.frame == frame and ex.answer is None  # relayed untouched
     assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="kip848_group") == 1
     assert len(fetch(c, records(10))) == 10  # its fetches are not withheld nor filtered
+
+
+TOPIC_ID = bytes(range(16))
+
+
+def test_offset_fetch_and_commit_v10_name_topics_by_id() -> None:
+    """OffsetFetch/OffsetCommit v10 (Kafka 4.2+; franz-go 1.22 uses them) name topics by id only: read like names
+    (the id looked up while the request waits), answered in the id form the client used."""
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    m1 = clients[0]
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    fake.offsets[slice_group(GROUP, Slice(0, 2))] = {(TOPIC, 0): Committed(140, -1, None)}
+    names = proxy.policy("sharing").names
+    body = request_codec(OFFSET_FETCH, 10).default().replace(require_stable=True, groups=[Message(
+        group_id=GROUP, member_id=m1.member_id, member_epoch=-1,
+        topics=[Message(topic_id=TOPIC_ID, partition_indexes=[0])])])
+    m1.corr += 1
+    header = Message(request_api_key=OFFSET_FETCH, request_api_version=10, correlation_id=m1.corr,
+                     client_id=m1.client_id)
+    ex = proxy.chain.classify(encode_request(header, body), proxy.clock(), m1.conn.info)
+    proxy.chain.on_request(m1.conn, ex)
+    assert ex.pending is not None and not ex.pending.settled  # waits for the id's name
+    assert names.take() == {TOPIC_ID}
+    names.settle({TOPIC_ID: TOPIC})
+    while ex.pending is not None:
+        assert ex.pending.settled
+        proxy.chain.on_request(m1.conn, ex)
+    answer = response_codec(OFFSET_FETCH, 10).default().replace(groups=[Message(
+        group_id=GROUP, error_code=0, topics=[Message(topic_id=TOPIC_ID, partitions=[Message(
+            partition_index=0, committed_offset=100, committed_leader_epoch=-1, metadata="", error_code=0)])])])
+    got = m1.answer(ex, answer).groups[0].topics[0]
+    assert got.topic_id == TOPIC_ID and got.partitions[0].committed_offset == 140  # its slice's position
+    body = request_codec(OFFSET_COMMIT, 10).default().replace(
+        group_id=GROUP, generation_id_or_member_epoch=1, member_id=m1.member_id, group_instance_id=None,
+        topics=[Message(topic_id=TOPIC_ID, partitions=[Message(partition_index=0, committed_offset=150,
+                                                               committed_leader_epoch=-1, committed_metadata="")])])
+    ex = m1.send(OFFSET_COMMIT, 10, body)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 150
+    topic = sent(ex).topics[0]
+    assert topic.topic_id == TOPIC_ID and topic.partitions[0].committed_offset == 100  # the stable offset
+
+
+def test_a_commit_of_last_record_plus_one_moves_past_what_was_left_out() -> None:
+    """franz-go and kafka-go commit "last record received + 1": the slice's position moves past the offsets
+    Sluice left out of the member's fetches right after it (the other slice's records), so the stable offset
+    reaches the partition's end; a commit within what the member was handed stays where it is."""
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    m1, m2 = clients[0], clients[1]
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    for c in (m1, m2):
+        offset_fetch_answer(c, offset_fetch(c, [0]), {0: 100})
+    got = {c.member_id: [o for o, _ in fetch(c, records(40))] for c in (m1, m2)}
+    # slice 0/2 holds 102, 106, ..., 139; slice 1/2 100, 101, 103, ..., 133
+    assert got["m1"][:2] == [102, 106] and got["m1"][-1] == 139 and got["m2"][-1] == 133
+    commit(m1, {0: 103})  # one past its first record: 103-105 were the other slice's
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 106
+    commit(m1, {0: 140})
+    ex = commit(m2, {0: 134})  # its last record + 1: 134-139 were the other slice's
+    assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 140
+    assert sent(ex).topics[0].partitions[0].committed_offset == 140  # the stable offset: the partition's end

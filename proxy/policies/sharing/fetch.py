@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...wire.errors import CodecError
 from ...wire.record_filter import ParsedBatch, keep_records, parse_batch
-from ...wire.records import iter_batches
+from ...wire.records import BatchHeader, extend_batch, iter_batches
 from .frontier import DoneTable
 from .keys import Slice, key_hash
 
@@ -95,6 +95,10 @@ class Filtered:
     committed: int = 0
     undecodable: int = 0
     changed: bool = False
+    #: (a, b): the member was handed no record at offsets a..b-1, and a is one past a record it was handed (or
+    #: where the response's records start): a client committing "last record received + 1" commits a, and its
+    #: slice's position may be b (see :func:`skip_filtered`)
+    gaps: list[tuple[int, int]] = field(default_factory=list)
 
 
 def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache: BatchCache,
@@ -103,19 +107,43 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     ``table``."""
     out = Filtered(records)
     pieces: list[bytes | memoryview] = []
+    #: per piece: its header when it is a data batch that keeps records (one whose last offset may be moved)
+    data: list[BatchHeader | None] = []
+    #: a batch left with no record since the last piece (see below)
+    empty: tuple[BatchHeader, bytes] | None = None
     end = 0
     index, count = s.index, s.count
+    gaps = out.gaps
+    #: one past the last record handed to the member (None: not known, e.g. after a legacy entry)
+    cursor: int | None = None
+    last_next = -1
     for h in iter_batches(records):
+        if not end and not h.is_legacy:
+            cursor = h.base_offset
         end = h.end
+        last_next = h.next_offset
         view = records[h.start : h.end]
-        if h.is_legacy or h.is_control or (count == 1 and (table is None or h.base_offset >= table.ceiling)):
+        if h.is_control:  # a transaction marker is no record a client is handed: the run goes on past it
+            empty = None
             pieces.append(view)
+            data.append(None)
+            continue
+        if h.is_legacy or (count == 1 and (table is None or h.base_offset >= table.ceiling)):
+            empty = None
+            pieces.append(view)
+            data.append(None if h.is_legacy else h)
+            if cursor is not None and h.base_offset > cursor:
+                gaps.append((cursor, h.base_offset))
+            cursor = None if h.is_legacy else h.next_offset
             continue
         try:
             entry = cache.decoded((topic, partition, h.base_offset, h.crc), view)
         except CodecError:
             out.undecodable += 1
+            empty = None
             pieces.append(view)
+            data.append(None)
+            cursor = None
             continue
         offsets, hashes = entry.batch.offsets, entry.hashes
         kept: list[int] = []
@@ -126,13 +154,61 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
                 out.committed += 1
             else:
                 kept.append(i)
-        if len(kept) == len(hashes):
-            pieces.append(view)
+                if cursor is not None and offsets[i] > cursor:
+                    gaps.append((cursor, offsets[i]))
+                cursor = offsets[i] + 1
+        out.changed = out.changed or len(kept) < len(hashes)
+        if not kept and hashes:
+            empty = (h, keep_records(entry.batch, kept))
+            continue
+        empty = None
+        pieces.append(view if len(kept) == len(hashes) else keep_records(entry.batch, kept))
+        data.append(h)
+    if empty is not None:
+        # Batches left with no record are not sent, except to move the client past the end: kafka-go reads a
+        # record from every batch, records count or not (an empty batch before others stalls it for good),
+        # while a batch's LastOffsetDelta past its last record is what Kafka's compaction leaves and every client
+        # fetches on from there. So the last batch that keeps records is stretched over the empty ones after it
+        # (its offset range only: the records stay); an empty batch goes out only when no such batch precedes it.
+        h, rebuilt = empty
+        prev = data[-1] if data else None
+        if prev is not None:
+            pieces[-1] = extend_batch(pieces[-1], prev, h.next_offset)
         else:
-            pieces.append(keep_records(entry.batch, kept))
-            out.changed = True
+            pieces.append(rebuilt)
+    if cursor is not None and last_next > cursor:
+        gaps.append((cursor, last_next))  # the filtered tail: the client fetches from the last batch's end next
     if end != len(records):
         out.changed = True  # a truncated trailing batch: dropped, as clients drop it
     if out.changed:
         out.records = b"".join(pieces)
     return out
+
+
+#: gaps remembered per partition a member holds, the oldest forgotten first (forgetting one only leaves a
+#: position where the client put it)
+_GAPS_MAX = 1024
+
+
+def note_gaps(skips: dict[int, int], gaps: list[tuple[int, int]]) -> None:
+    """Remember a fetch's :attr:`Filtered.gaps` for the member's next commits."""
+    for a, b in gaps:
+        skips[a] = max(b, skips.get(a, b))
+    while len(skips) > _GAPS_MAX:
+        del skips[next(iter(skips))]
+
+
+def skip_filtered(skips: dict[int, int], offset: int) -> int:
+    """The slice's position for a commit of ``offset``: moved past the offsets Sluice left out of the member's
+    fetches right there. Clients that commit "last record received + 1" (franz-go, kafka-go) would otherwise
+    leave their slice's position before the other slices' records that follow their last one, and the stable
+    offset (the minimum over the slices) would stay short of the partition's end for good; those offsets hold
+    no record of the member's slice that it was not handed, so nothing is skipped that it had to consume (the
+    same reason Java's position, its next fetch offset, moves past them). Gaps below the result are forgotten."""
+    seen = 0
+    while offset in skips and seen < _GAPS_MAX:
+        offset = skips[offset]
+        seen += 1
+    for a in [a for a in skips if a < offset]:
+        del skips[a]
+    return offset

@@ -30,7 +30,7 @@ from ...wire.compiler import Codec, compiled_for
 from ...wire.errors import CodecError
 from ...wire.messages import decode_consumer_protocol, encode_consumer_protocol
 from ...wire.model import Message, TopicPartition
-from ...wire.schema import sluice_spec
+from ...wire.schema import kafka_spec, sluice_spec
 from .keys import Slice
 
 MAGIC = b"\x00SLUICE\x00"
@@ -108,7 +108,7 @@ def mark_subscription(metadata: bytes, shareable: Callable[[str], bool],
     from OwnedPartitions. Returns the new metadata and the topics marked (none: ``metadata`` unchanged).
     CodecError if the metadata is not a consumer protocol subscription Sluice can read."""
     core, _ = read(metadata, SUBSCRIPTION)  # a client never writes a marker; one left by a bug is replaced
-    version, sub = decode_consumer_protocol("subscription", core)
+    version, sub = read_subscription(core)
     topics = frozenset(t for t in sub.topics if shareable(t))
     if not topics:
         return metadata, topics
@@ -133,7 +133,30 @@ def strip_subscription(metadata: bytes) -> tuple[bytes, frozenset[str] | None]:
 
 def subscribed_topics(metadata: bytes) -> list[str]:
     """The topics of a (trailer-free) consumer protocol subscription."""
-    return list(decode_consumer_protocol("subscription", metadata)[1].topics)
+    return list(read_subscription(metadata)[1].topics)
+
+
+def read_subscription(data: bytes) -> tuple[int, Message]:
+    """A (trailer-free) consumer protocol subscription: (version as written, struct). A struct that ends before
+    its version's trailing fields (kafka-go writes version 1 without OwnedPartitions) is read with the layout of
+    the newest older version its bytes fill exactly, the missing fields at their defaults (no partition owned,
+    no rack, generation -1): what the member means by it, and safe to act on, since Sluice rewrites a
+    subscription only to take owned partitions out (there are none) and leaders get the bytes as written.
+    CodecError when no layout reads it."""
+    try:
+        return decode_consumer_protocol("subscription", data)
+    except CodecError as e:
+        error = e
+    version = int.from_bytes(data[:2], "big", signed=True) if len(data) >= 2 else -1
+    for older in range(min(version, kafka_spec("ConsumerProtocolSubscription").valid.high) - 1, -1, -1):
+        try:
+            _, sub = decode_consumer_protocol("subscription", older.to_bytes(2, "big") + data[2:])
+        except CodecError:
+            continue
+        # the struct of its own version, the fields its bytes lack at their defaults
+        return version, decode_consumer_protocol("subscription",
+                                                 encode_consumer_protocol("subscription", version, sub))[1]
+    raise error
 
 
 # ------------------------------------------------------------------------------------------- assignment

@@ -43,6 +43,8 @@ class PartitionState:
     table: DoneTable | None = None
     #: where the slice started (the position Sluice answered the client's OffsetFetch with)
     start: int = -1
+    #: offsets left out of its fetches, for its commits (fetch.note_gaps / fetch.skip_filtered)
+    skips: dict[int, int] = field(default_factory=dict)
 
     def narrowed(self, s: Slice) -> PartitionState:
         """This partition held with ``s``, a slice inside this one (the client goes on from its position)."""

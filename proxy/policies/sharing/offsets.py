@@ -32,6 +32,7 @@ from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView, local_response
 from . import marker
+from .fetch import skip_filtered
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .keys import WHOLE, Slice
 from .members import Member, PartitionState, member_key
@@ -77,6 +78,26 @@ class OffsetTicket:
     commits: dict[TopicPartition, tuple[int, str | None]] = field(default_factory=dict)
 
 
+def _name(p: Sharing, t: Message) -> str | None:
+    """A request's or response's topic by name: OffsetFetch and OffsetCommit v10+ (Kafka 4.2+, KIP-848) name topics
+    by id only, resolved like Fetch v13+'s through the topic names Sluice knows or looks up (the answer keeps the
+    form the client used)."""
+    return t.name if "name" in t.fields() else p.names.get(bytes(t.topic_id))
+
+
+def _wait_for_names(p: Sharing, ex: Exchange, topics: list[Message] | None) -> Signal | None:
+    """A Signal settled once the names of the topic ids among ``topics`` are known (or given up on), set as the
+    request's wait; None when nothing is missing (names, or v9- topics by name)."""
+    ids = [bytes(t.topic_id) for t in topics or () if "name" not in t.fields()]
+    missing = p.names.missing(ids)
+    if not missing:
+        return None
+    done = Signal()
+    p.names.wait(missing, done.settle)
+    ex.pending = done
+    return done
+
+
 def _slice_for(p: Sharing, m: Member, tp: TopicPartition) -> Slice | None:
     if m.standalone:
         s = p.standalone_slice(m.key[1], tp)
@@ -112,6 +133,8 @@ def offset_fetch_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Offs
             return None
         ex.pending = m.recovering  # recovered first, then read as any member's
         return OffsetTicket(m, group, {})
+    if _wait_for_names(p, ex, topics) is not None:
+        return OffsetTicket(m, group, {})  # planned when the names are known
     return _plan_fetch(p, ex, m, group, topics)
 
 
@@ -119,7 +142,7 @@ def _plan_fetch(p: Sharing, ex: Exchange, m: Member, group: str, topics: list[Me
     if topics is None:
         wanted_tps = list(m.partitions or {})
     else:
-        wanted_tps = [(t.name, part) for t in topics for part in t.partition_indexes]
+        wanted_tps = [(name, part) for t in topics if (name := _name(p, t)) for part in t.partition_indexes]
     wanted = {tp: s for tp in wanted_tps if (s := _slice_for(p, m, tp)) is not None}
     if not wanted:
         return None
@@ -140,10 +163,12 @@ def _layouts(m: Member, tps: Any) -> dict[TopicPartition, set[int]]:
 
 
 def offset_fetch_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
-    if ticket.read is None:  # waited for the member's recovery
+    if ticket.read is None:  # waited for the member's recovery or for topic names
         if not ticket.member.known:
             return None
         group, topics = _requested(ex.body)[0]
+        if _wait_for_names(p, ex, topics) is not None:
+            return ticket
         return _plan_fetch(p, ex, ticket.member, group, topics)
     return ticket
 
@@ -170,8 +195,9 @@ def offset_fetch_response(p: Sharing, ex: Exchange, response: ResponseView, info
         return
     topics = body.groups[0].topics if "groups" in body.fields() else body.topics
     for t in topics:
+        name = _name(p, t)
         for part in t.partitions:
-            tp = (t.name, part.partition_index)
+            tp = (name or "", part.partition_index)
             s = ticket.wanted.get(tp)
             if s is None or part.error_code:
                 continue
@@ -211,6 +237,8 @@ def offset_commit_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Off
             return None
         ex.pending = m.recovering
         return OffsetTicket(m, body.group_id, {})
+    if _wait_for_names(p, ex, body.topics) is not None:
+        return OffsetTicket(m, body.group_id, {})  # planned when the names are known
     return _plan_commit(p, ex, m, body)
 
 
@@ -219,8 +247,11 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
     commits: dict[TopicPartition, tuple[int, str | None]] = {}
     wanted: dict[TopicPartition, Slice] = {}
     for t in body.topics:
+        name = _name(p, t)
+        if not name:
+            continue
         for part in t.partitions:
-            tp = (t.name, part.partition_index)
+            tp = (name, part.partition_index)
             s = _slice_for(p, m, tp)
             if s is None:
                 continue
@@ -228,7 +259,10 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
             if s.whole and state is not None and state.frontier is not None and not state.frontier.positions:
                 continue  # a whole partition no slice ever consumed: the client's commit is the plain one
             wanted[tp] = s
-            commits[tp] = (part.committed_offset, part.committed_metadata)
+            offset = part.committed_offset
+            if state is not None and offset >= 0:
+                offset = skip_filtered(state.skips, offset)
+            commits[tp] = (offset, part.committed_metadata)
     if not wanted:
         return None
     own: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
@@ -246,24 +280,29 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
 
 def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
     body = ex.body
-    if ticket.read is None:  # waited for the member's recovery
-        return _plan_commit(p, ex, ticket.member, body) if ticket.member.known else None
+    if ticket.read is None:  # waited for the member's recovery or for topic names
+        if not ticket.member.known:
+            return None
+        if _wait_for_names(p, ex, body.topics) is not None:
+            return ticket
+        return _plan_commit(p, ex, ticket.member, body)
     read = ticket.read
     if read.error is not None:
         log.warning("sharing_commit_failed", group=ticket.group, client_id=ex.client_id, error=read.error)
         h = ex.header
         answer = response_codec(ApiKey.OFFSET_COMMIT, h.api_version).default().replace(topics=[
-            Message(name=t.name, partitions=[Message(partition_index=part.partition_index,
-                                                     error_code=COORDINATOR_NOT_AVAILABLE)
-                                             for part in t.partitions]) for t in body.topics])
+            Message(**{k: t.fields()[k] for k in ("name", "topic_id") if k in t.fields()},
+                    partitions=[Message(partition_index=part.partition_index, error_code=COORDINATOR_NOT_AVAILABLE)
+                                for part in t.partitions]) for t in body.topics])
         ex.answer = local_response(ApiKey.OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
         return None
     lag = p.stable_lag.setdefault(ticket.group, {})
     topics = []
     for t in body.topics:
         parts = []
+        name = _name(p, t)
         for part in t.partitions:
-            tp = (t.name, part.partition_index)
+            tp = (name or "", part.partition_index)
             s = ticket.wanted.get(tp)
             if s is not None:
                 offset, client_md = ticket.commits[tp]

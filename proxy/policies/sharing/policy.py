@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from ...accesslog import LogLimiter, get_logger
 from ...core.exchange import ConnectionInfo, Exchange, Signal
 from ...core.group_calls import GroupCall, GroupRequests
-from ...core.policy import ANY_VERSION, Policy, Services, capped, reads
+from ...core.policy import ANY_VERSION, Policy, Services, reads
 from ...core.selectors import ClientSelector
 from ...wire.api_keys import ApiKey
 from ...wire.fetch_request_fast import FetchEdit
@@ -37,7 +37,7 @@ from ...wire.model import TopicPartition
 from ...wire.views import FetchResponse, ResponseView
 from ..topic_rules import TopicRules
 from . import groups, offsets
-from .fetch import BatchCache, filter_records
+from .fetch import BatchCache, filter_records, note_gaps
 from .keys import Slice
 from .members import Member, Members, member_key
 from .metrics import SharingMetrics
@@ -45,8 +45,6 @@ from .settings import SharingSettings
 
 log = get_logger("sluice.sharing")
 
-#: the last OffsetFetch/OffsetCommit version naming topics by name ("Name" versions "8-9" / "0-9")
-_LAST_TOPIC_NAMES = 9
 _GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
 #: how often one kind of event is logged per group at most (a misconfigured consumer repeats it every rebalance)
 _LOG_INTERVAL_S = 60.0
@@ -78,13 +76,10 @@ class Sharing(Policy):
         self.settings = settings
         self.enabled = settings.enabled
         if self.enabled:
-            # OffsetFetch/OffsetCommit v10 name topics by id only (KIP-848; OffsetFetchRequest.json,
-            # OffsetCommitRequest.json): offsets.py reads names, so clients get v9 at most. The cap goes when
-            # offsets.py reads topic ids.
+            # OffsetFetch/OffsetCommit v10+ name topics by id only (OffsetFetchRequest.json,
+            # OffsetCommitRequest.json): offsets.py reads both forms (ids through the topic names)
             declared = reads(ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP,
                              ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP)
-            declared = capped(capped(declared, ApiKey.OFFSET_FETCH, _LAST_TOPIC_NAMES), ApiKey.OFFSET_COMMIT,
-                              _LAST_TOPIC_NAMES)
             # ConsumerGroupHeartbeat: only the header and the group id are read (groups.consumer_group_heartbeat)
             self.apis = {**declared, ApiKey.CONSUMER_GROUP_HEARTBEAT: ANY_VERSION}
         self.metrics = metrics
@@ -284,6 +279,8 @@ class Sharing(Policy):
                 out = filter_records(records, s, state.table if state is not None else None, self.cache, tkey,
                                      part.partition_index)
                 undecodable += out.undecodable
+                if out.gaps and state is not None:
+                    note_gaps(state.skips, out.gaps)
                 if out.changed:
                     part.records = out.records
                     other_slice += out.other_slice

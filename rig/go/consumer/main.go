@@ -1,0 +1,246 @@
+// A real Go client consumer in a group (franz-go or kafka-go), reporting everything it receives in the JSON-line
+// format of rig/group_consumer.py's Python runners, so the cooperative consumption tests and benches run it as
+// one more client kind:
+//
+//	{"assigned": [[topic, partition], ...]}      after each rebalance (the client's own view; franz-go only)
+//	{"rs": [[partition, offset, key, value], ...]}  per poll, once its records are processed
+//	{"committing": {"<partition>": offset}}      before a synchronous commit, {"commit": {...}} after it succeeded
+//	{"commit_failed": "..."}, {"fetch_error": "..."}
+//
+// Commits are each client's own "last record received + 1" (franz-go's CommitUncommittedOffsets, kafka-go's
+// CommitMessages). SIGTERM: the consumer leaves its group and the process exits 0.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+type args struct {
+	client, bootstrap, topic, group, clientID, strategy string
+	workMs                                              float64
+	maxPollRecords                                      int
+	commitIntervalS                                     float64
+	sessionTimeoutMs                                    int
+}
+
+var out = json.NewEncoder(os.Stdout)
+var outMu sync.Mutex
+
+func emit(v any) {
+	outMu.Lock()
+	defer outMu.Unlock()
+	if err := out.Encode(v); err != nil {
+		os.Exit(1)
+	}
+}
+
+func work(ms float64) {
+	if ms > 0 {
+		time.Sleep(time.Duration(ms * float64(time.Millisecond)))
+	}
+}
+
+func text(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// pacer: synchronous commits at most every interval (0: after every poll) of the positions consumed since.
+type pacer struct {
+	interval time.Duration
+	next     time.Time
+	pending  map[string]int64
+}
+
+func (p *pacer) due() bool {
+	now := time.Now()
+	if now.Before(p.next) {
+		return false
+	}
+	p.next = now.Add(p.interval)
+	return true
+}
+
+func (p *pacer) snapshot() map[string]int64 {
+	c := make(map[string]int64, len(p.pending))
+	for k, v := range p.pending {
+		c[k] = v
+	}
+	return c
+}
+
+func runFranz(ctx context.Context, a args) error {
+	balancers := map[string]kgo.GroupBalancer{"range": kgo.RangeBalancer(), "roundrobin": kgo.RoundRobinBalancer(),
+		"cooperative-sticky": kgo.CooperativeStickyBalancer()}
+	b, ok := balancers[a.strategy]
+	if !ok {
+		return fmt.Errorf("unknown strategy %q", a.strategy)
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(a.bootstrap), kgo.ClientID(a.clientID), kgo.ConsumerGroup(a.group), kgo.ConsumeTopics(a.topic),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(200*time.Millisecond), kgo.Balancers(b),
+		kgo.SessionTimeout(time.Duration(a.sessionTimeoutMs)*time.Millisecond),
+		kgo.HeartbeatInterval(500*time.Millisecond),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+			emit(map[string]any{"assigned": sorted(assigned)})
+		}),
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close() // leaves the group
+	p := &pacer{interval: time.Duration(a.commitIntervalS * float64(time.Second)), pending: map[string]int64{}}
+	for ctx.Err() == nil {
+		pollCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		fetches := cl.PollRecords(pollCtx, a.maxPollRecords)
+		cancel()
+		fetches.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				emit(map[string]any{"fetch_error": err.Error()})
+			}
+		})
+		records := [][]any{}
+		fetches.EachRecord(func(r *kgo.Record) {
+			work(a.workMs)
+			records = append(records, []any{r.Partition, r.Offset, text(r.Key), text(r.Value)})
+			p.pending[strconv.Itoa(int(r.Partition))] = r.Offset + 1
+		})
+		if len(records) == 0 {
+			continue
+		}
+		emit(map[string]any{"rs": records})
+		if !p.due() {
+			continue
+		}
+		emit(map[string]any{"committing": p.snapshot()})
+		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+			emit(map[string]any{"commit_failed": err.Error()})
+			continue
+		}
+		emit(map[string]any{"commit": p.snapshot()})
+		p.pending = map[string]int64{}
+	}
+	return nil
+}
+
+func runKafkaGo(ctx context.Context, a args) error {
+	balancers := map[string]kafka.GroupBalancer{"range": kafka.RangeGroupBalancer{},
+		"roundrobin": kafka.RoundRobinGroupBalancer{}}
+	b, ok := balancers[a.strategy]
+	if !ok {
+		return fmt.Errorf("unknown strategy %q", a.strategy)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: []string{a.bootstrap}, GroupID: a.group, Topic: a.topic,
+		Dialer:         &kafka.Dialer{ClientID: a.clientID, Timeout: 10 * time.Second, DualStack: true},
+		GroupBalancers: []kafka.GroupBalancer{b}, StartOffset: kafka.FirstOffset, MaxWait: 200 * time.Millisecond,
+		SessionTimeout: time.Duration(a.sessionTimeoutMs) * time.Millisecond, HeartbeatInterval: 500 * time.Millisecond,
+		MinBytes: 1, MaxBytes: 1 << 20,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			emit(map[string]any{"fetch_error": fmt.Sprintf(msg, args...)})
+		}),
+	})
+	defer r.Close()
+	p := &pacer{interval: time.Duration(a.commitIntervalS * float64(time.Second)), pending: map[string]int64{}}
+	var held []kafka.Message
+	for ctx.Err() == nil {
+		// a "poll": the first message waited for up to 200 ms, then those already fetched
+		var polled []kafka.Message
+		wait := 200 * time.Millisecond
+		for len(polled) < a.maxPollRecords {
+			fctx, cancel := context.WithTimeout(ctx, wait)
+			m, err := r.FetchMessage(fctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			polled = append(polled, m)
+			wait = 5 * time.Millisecond
+		}
+		if len(polled) == 0 {
+			continue
+		}
+		records := make([][]any, 0, len(polled))
+		for _, m := range polled {
+			work(a.workMs)
+			records = append(records, []any{m.Partition, m.Offset, text(m.Key), text(m.Value)})
+			p.pending[strconv.Itoa(m.Partition)] = m.Offset + 1
+		}
+		emit(map[string]any{"rs": records})
+		held = append(held, polled...)
+		if !p.due() {
+			continue
+		}
+		emit(map[string]any{"committing": p.snapshot()})
+		if err := r.CommitMessages(ctx, held...); err != nil {
+			emit(map[string]any{"commit_failed": err.Error()})
+			continue
+		}
+		emit(map[string]any{"commit": p.snapshot()})
+		p.pending = map[string]int64{}
+		held = nil
+	}
+	return nil
+}
+
+func sorted(assigned map[string][]int32) [][]any {
+	var tps [][]any
+	for t, ps := range assigned {
+		for _, p := range ps {
+			tps = append(tps, []any{t, p})
+		}
+	}
+	sort.Slice(tps, func(i, j int) bool {
+		if tps[i][0].(string) != tps[j][0].(string) {
+			return tps[i][0].(string) < tps[j][0].(string)
+		}
+		return tps[i][1].(int32) < tps[j][1].(int32)
+	})
+	if tps == nil {
+		tps = [][]any{}
+	}
+	return tps
+}
+
+func main() {
+	var a args
+	flag.StringVar(&a.client, "client", "franz-go", "franz-go or kafka-go")
+	flag.StringVar(&a.bootstrap, "bootstrap", "", "host:port")
+	flag.StringVar(&a.topic, "topic", "", "")
+	flag.StringVar(&a.group, "group", "", "")
+	flag.StringVar(&a.clientID, "client-id", "", "")
+	flag.StringVar(&a.strategy, "strategy", "range", "range, roundrobin, cooperative-sticky (franz-go)")
+	flag.Float64Var(&a.workMs, "work-ms", 0, "per-record work, a wait")
+	flag.IntVar(&a.maxPollRecords, "max-poll-records", 100, "")
+	flag.Float64Var(&a.commitIntervalS, "commit-interval-s", 0, "commit at most this often (0: after every poll)")
+	flag.IntVar(&a.sessionTimeoutMs, "session-timeout-ms", 6000, "")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	run := map[string]func(context.Context, args) error{"franz-go": runFranz, "kafka-go": runKafkaGo}[a.client]
+	if run == nil {
+		fmt.Fprintf(os.Stderr, "unknown client %q\n", a.client)
+		os.Exit(2)
+	}
+	if err := run(ctx, a); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
