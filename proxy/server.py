@@ -670,7 +670,11 @@ class _OwnConnection:
         self._writer.write(len(frame).to_bytes(4, "big") + frame)
         size = int.from_bytes(await asyncio.wait_for(self._reader.readexactly(4), self.timeout), "big")
         data = await asyncio.wait_for(self._reader.readexactly(size), self.timeout)
-        return decode_response(api_key, version, data)[1]
+        header, body = decode_response(api_key, version, data)
+        if header.correlation_id != self._corr:  # the answer to another request: this connection is out of step
+            raise OSError(f"{self.address[0]}:{self.address[1]}: answer to correlation id {header.correlation_id}, "
+                          f"expected {self._corr}")
+        return body
 
     def close(self) -> None:
         self._writer.close()
@@ -697,6 +701,11 @@ class _Link:
                     self.close()
                     if attempt == 2:
                         raise OSError(f"{self.address[0]}:{self.address[1]}: {e!r}") from None
+                except BaseException:
+                    # Cancelled (the group call's bound) or failed while the answer was still due: that answer
+                    # would be read as the next request's, and every later one as the one before it.
+                    self.close()
+                    raise
             raise AssertionError("unreachable")
 
     def close(self) -> None:
