@@ -54,6 +54,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker
+from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 
 GIB = float(1 << 30)
@@ -349,8 +350,8 @@ class Load:
                 with socket.create_connection((host, int(port)), timeout=30) as s:
                     for correlation_id, frame in enumerate(frames, start=1):
                         s.sendall(frame)
-                        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-                        if struct.unpack(">i", _recv_exact(s, size)[:4])[0] != correlation_id:
+                        size = struct.unpack(">i", recv_exact(s, 4))[0]
+                        if struct.unpack(">i", recv_exact(s, size)[:4])[0] != correlation_id:
                             raise RuntimeError("churn: answer out of order")
                 self.churned += 1
             n += 1
@@ -393,15 +394,6 @@ def _churn_frames(topic: str) -> list[bytes]:
         out.append(struct.pack(">i", len(frame)) + frame)
     return out
 
-
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
 
 
 # ------------------------------------------------------------------------------------------ the run

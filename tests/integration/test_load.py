@@ -34,6 +34,7 @@ from proxy.wire.model import Message
 from proxy.wire.records import decode_batches
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 from tests.integration.test_sessions_terminate import create_topic
 from tests.support.faults import wait_until
@@ -264,13 +265,3 @@ def test_storm_is_queued_by_the_kernel_while_sluice_is_busy(kafka_broker: KafkaB
             assert struct.unpack(">i", recv_exact(s, size)[:4])[0] == 7
             s.close()
         assert sluice.total("sluice_connections_total", side="client") == STORM
-
-
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
-        out += chunk
-    return bytes(out)
