@@ -286,9 +286,12 @@ class ConsumerProcess:
         fd, path = tempfile.mkstemp(prefix=f"consumer-{name}-", suffix=".stderr")
         os.close(fd)
         self.stderr_path = Path(path)
-        threading.Thread(target=self._read, name=f"consumer-{name}", daemon=True).start()
+        self._readers = [threading.Thread(target=self._read, name=f"consumer-{name}", daemon=True)]
         if proc.stderr is not None:
-            threading.Thread(target=self._keep_stderr, name=f"consumer-{name}-stderr", daemon=True).start()
+            self._readers.append(threading.Thread(target=self._keep_stderr, name=f"consumer-{name}-stderr",
+                                                  daemon=True))
+        for t in self._readers:
+            t.start()
 
     @classmethod
     def spawn(cls, client: str, bootstrap: str, topic: str, group: str, client_id: str, *extra: str,
@@ -316,8 +319,16 @@ class ConsumerProcess:
                 out.write(line)
                 out.flush()
 
+    def _drained(self) -> None:
+        """Once the process has ended: until its pipes are read to the end (bounded), so what it wrote last is
+        there to show."""
+        if self.proc.poll() is not None:
+            for t in self._readers:
+                t.join(5)
+
     def stderr_text(self, lines: int = 40) -> str:
         """The last ``lines`` lines the process wrote to stderr."""
+        self._drained()
         return "\n".join(self.stderr_path.read_text(errors="replace").splitlines()[-lines:])
 
     def check_alive(self) -> None:
@@ -330,6 +341,7 @@ class ConsumerProcess:
         """Where this consumer is: running or its exit code, what it reported last, its stderr's end."""
         code = self.proc.poll()
         state = "running" if code is None else f"exited {code}" + (" (asked to)" if self.ended else "")
+        self._drained()
         with self._lock:
             count, last = len(self.events), (self.events[-1][1] if self.events else None)
         last_text = json.dumps(last)[:300] if last is not None else "nothing"
