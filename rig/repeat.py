@@ -5,8 +5,10 @@ is found here, not in a red build that passes on rerun.
     python -m rig.repeat --runs 10 -k "sharing and kafka" -m broker tests/clients
 
 Every run's JUnit XML is read for each test's outcome (passed, failed: failures and errors both, skipped); a run
-that ends without its XML (killed by ``--run-timeout``, a crash) is a row of its own. Exit status 1 if anything
-failed, so a target looping the suite is red when a flake showed up once.
+that ends without its XML (killed by ``--run-timeout``, a crash) is a row of its own. The XML (with each test's
+captured log and output) and the output of every run that failed are kept in ``--keep`` (default: a new
+directory in the temporary directory, named at the end): a flake seen once must be diagnosable from that run.
+Exit status 1 if anything failed, so a target looping the suite is red when a flake showed up once.
 """
 
 from __future__ import annotations
@@ -62,22 +64,31 @@ class Table:
         return out
 
 
-def run_once(run: int, pytest_args: list[str], out_dir: Path, timeout: float | None, table: Table) -> None:
-    junit = out_dir / f"run-{run}.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *pytest_args]
+def run_once(run: int, pytest_args: list[str], keep: Path, timeout: float | None, table: Table) -> None:
+    junit = keep / f"run-{run}.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "junit_logging=all",
+           f"--junitxml={junit}", *pytest_args]
     started = time.monotonic()
+    output = ""
     try:
         proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=timeout)
         code: int | str = proc.returncode
-        tail = proc.stdout.strip().splitlines()[-1:] if proc.stdout else []
-    except subprocess.TimeoutExpired:
-        code, tail = "timed out", []
+        output = proc.stdout or ""
+    except subprocess.TimeoutExpired as e:
+        code = "timed out"
+        output = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+    tail = output.strip().splitlines()[-1:]
     table.runs += 1
+    failures = sum(table.failed.values())
     if junit.exists():
         table.read(run, junit)
     else:
         table.lost.append((run, f"exit {code}"))
+    if code != 0 or sum(table.failed.values()) != failures:
+        (keep / f"run-{run}.out").write_text(output)
+    else:
+        junit.unlink(missing_ok=True)
     print(f"# run {run}: exit {code} in {time.monotonic() - started:.0f} s {tail[0] if tail else ''}",
           file=sys.stderr, flush=True)
 
@@ -86,13 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rig.repeat", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", "-n", type=int, default=10)
     p.add_argument("--run-timeout", type=float, default=None, help="seconds; a run over it is killed")
+    p.add_argument("--keep", type=Path, default=None, help="where failing runs' XML and output are kept")
     a, pytest_args = p.parse_known_args(argv)
+    keep: Path = a.keep or Path(tempfile.mkdtemp(prefix="sluice-repeat-"))
+    keep.mkdir(parents=True, exist_ok=True)
     table = Table()
-    with tempfile.TemporaryDirectory(prefix="sluice-repeat-") as tmp:
-        for run in range(1, a.runs + 1):
-            run_once(run, pytest_args, Path(tmp), a.run_timeout, table)
+    for run in range(1, a.runs + 1):
+        run_once(run, pytest_args, keep, a.run_timeout, table)
     print("\n".join(table.lines()))
-    return 1 if table.failed or table.lost else 0
+    failed = bool(table.failed or table.lost)
+    if failed:
+        print(f"# the failing runs' JUnit XML (captured logs included) and output: {keep}")
+    elif a.keep is None and not any(keep.iterdir()):
+        keep.rmdir()
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
