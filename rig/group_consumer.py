@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -410,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
                    help="assign() partitions 0..PARTITIONS-1 instead of subscribing (kafka-python, confluent)")
     a = p.parse_args(argv)
+    # the client's own account (joins, assignments, heartbeats, retries) on stderr, kept in a file by
+    # ConsumerProcess and shown when a test fails: where a consumer stopped is then in its own words
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = _Stop()
     RUNNERS[a.client](a, stop)
     return 0
