@@ -330,6 +330,8 @@ class ConsumerProcess:
     def stderr_text(self, lines: int = 40) -> str:
         """The last ``lines`` lines the process wrote to stderr."""
         self._drained()
+        if not self.stderr_path.exists():  # removed once the consumer was stopped
+            return ""
         return "\n".join(self.stderr_path.read_text(errors="replace").splitlines()[-lines:])
 
     def check_alive(self) -> None:
@@ -373,9 +375,10 @@ class ConsumerProcess:
         stop_all([self])
 
 
-def stop_all(consumers: Iterable[ConsumerProcess], timeout: float = 40.0) -> None:
+def stop_all(consumers: Iterable[ConsumerProcess], timeout: float = 40.0, *, keep_stderr: bool = False) -> None:
     """Stop ``consumers`` together: SIGTERM to every one (each leaves its group), then wait for them all within
-    one ``timeout``, and SIGKILL those still running (one at a time, a group of six took up to six times as long)."""
+    one ``timeout``, and SIGKILL those still running (one at a time, a group of six took up to six times as long).
+    Their stderr files are removed unless ``keep_stderr`` (a failed test's, for a look at the whole of them)."""
     consumers = list(consumers)
     for c in consumers:
         c.ended = True
@@ -388,6 +391,10 @@ def stop_all(consumers: Iterable[ConsumerProcess], timeout: float = 40.0) -> Non
         except subprocess.TimeoutExpired:
             c.proc.kill()
             c.proc.wait(10)
+    if not keep_stderr:
+        for c in consumers:
+            c._drained()
+            c.stderr_path.unlink(missing_ok=True)
 
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, _Stop], None]] = {

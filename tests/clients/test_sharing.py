@@ -64,13 +64,15 @@ def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
 
 @contextlib.contextmanager
 def members_of(*members: Member) -> Iterator[list[Member]]:
+    failed = False
     try:
         yield list(members)
     except BaseException as e:
+        failed = True
         e.add_note(describe_members(members))  # which consumer stopped, and where
         raise
     finally:
-        stop_all(members)
+        stop_all(members, keep_stderr=failed)
 
 
 def spawn(client: str, bootstrap: str, topic: str, group: str, client_id: str, tools: JavaTools,

@@ -25,6 +25,8 @@ def test_a_consumer_that_died_is_named_with_its_exit_code_and_stderr() -> None:
         c.check_alive()
     description = c.describe()
     assert "exited 3" in description and '"rs"' in description and "the client gave up" in description
+    stop_all([c])
+    assert not c.stderr_path.exists()  # removed with the stopped consumer
 
 
 def test_one_told_to_end_is_not_a_failure_and_stop_all_ends_them_together() -> None:
