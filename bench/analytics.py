@@ -13,14 +13,17 @@ malformed.
 
 Each job runs in its own process with its own Spark session (a fresh JVM): first an unmeasured warm-up job over 100k
 rows (the JVM compiles the hot paths during its first job; that is start-up cost, not throughput), then the measured
-job: read, classify, every Parquet table, the HTML report - ``run_job`` end to end. ``--compare REV`` first runs the
-job of git revision REV (its ``proxy/`` package, extracted from git) the same way, then this tree's.
+job: read, classify, every Parquet table, the HTML report - ``run_job`` end to end. ``--compare REV`` also runs the
+job of git revision REV (its ``proxy/`` package, extracted from git) the same way, twice each, in the order REV,
+this tree, this tree, REV (ABBA: whatever the machine's state drifts by, e.g. a page cache warmed by the first job,
+lands on both sides alike); each side's figures are the mean of its two jobs.
 
 Prints JSON lines: the data set (generated or cached), one line per job - seconds and rows/s, the phases (read:
 parse + classify + counts; tables; report), and the Spark JVM's CPU seconds in each phase, which say more than wall
 seconds on a shared machine - and a last line ``{"summary": "analytics", "rows": ..., "rows_per_s": ...,
-"baseline_rows_per_s": ..., "speedup": ..., "tables_equal": ...}``. ``tables_equal``: every Parquet table of the
-two jobs holds the same rows (floats to 9 significant digits), so a faster job that changed a result shows here.
+"baseline_rows_per_s": ..., "speedup": ..., "tables_equal": ...}``. ``tables_equal``, the check: every Parquet
+table of every job holds the same rows (floats to 9 significant digits), so a faster job that changed a result
+shows here; the exit status is 1 when they differ.
 
 Measured figures are in the README's Analytics section.
 """
@@ -216,7 +219,15 @@ def run_worker(code: Path, logs: Path, warmup: Path, scratch: Path, master: str)
 # ------------------------------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> None:
+def mean_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side's figures over its jobs: the first job's line with rows/s, seconds and CPU seconds averaged."""
+    out = dict(runs[0])
+    for key in ("rows_per_s", "job_s", "job_cpu_s"):
+        out[key] = round(sum(r[key] for r in runs) / len(runs), 3)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000, help="request lines (default 10M)")
     ap.add_argument("--files", type=int, default=4, help="log files, one per sidecar (default 4)")
@@ -234,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.worker is not None:
         print(json.dumps(worker(a.worker, a.logs, a.warmup, a.out, a.master)), flush=True)
-        return
+        return 0
 
     cache = Path(a.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
@@ -246,37 +257,40 @@ def main(argv: list[str] | None = None) -> None:
 
     scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-"))
     try:
-        jobs: list[tuple[str, Path, str]] = []
+        current = ("current", REPO, "working tree")
+        jobs: list[tuple[str, Path, str]] = [current]
         if a.compare:
             code = scratch / "baseline"
-            jobs.append(("baseline", code, extract_revision(a.compare, code)))
-        jobs.append(("current", REPO, "working tree"))
-        results: dict[str, dict[str, Any]] = {}
+            baseline = ("baseline", code, extract_revision(a.compare, code))
+            jobs = [baseline, current, current, baseline]  # ABBA
+        runs: dict[str, list[dict[str, Any]]] = {}
         for name, code, rev in jobs:
             r = run_worker(code, logs, warmup, scratch, a.master)
-            results[name] = r
+            runs.setdefault(name, []).append(r)
             emit({"bench": "analytics", "job": name, "revision": rev, "rows": a.rows,
                   "load_avg_1m": round(os.getloadavg()[0], 2), **r})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
+    results = {name: mean_of(rs) for name, rs in runs.items()}
     cur = results["current"]
     summary: dict[str, Any] = {"summary": "analytics", "rows": cur["lines"], "rows_per_s": cur["rows_per_s"],
                                "job_s": cur["job_s"], "job_cpu_s": cur["job_cpu_s"], "goal_rows_per_s": GOAL_ROWS_PER_S,
                                "goal_met": cur["rows_per_s"] >= GOAL_ROWS_PER_S}
     base = results.get("baseline")
+    every = [r["tables"] for rs in runs.values() for r in rs]
+    differing = sorted(n for n in set().union(*every) if len({t.get(n) for t in every}) > 1)
+    summary.update({"tables_equal": not differing, "tables_differing": differing})
     if base is not None:
-        differing = sorted(n for n in set(base["tables"]) | set(cur["tables"])
-                           if base["tables"].get(n) != cur["tables"].get(n))
         summary.update({
             "baseline_rows_per_s": base["rows_per_s"],
             "speedup": round(cur["rows_per_s"] / base["rows_per_s"], 2),
             "cpu_ratio": round(base["job_cpu_s"] / cur["job_cpu_s"], 2) if cur["job_cpu_s"] else None,
-            "tables_equal": not differing,
-            "tables_differing": differing,
+            "order": "ABBA",
         })
     emit(summary)
+    return 0 if not differing else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

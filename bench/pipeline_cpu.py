@@ -8,11 +8,12 @@ One JSON line per case, all in one run: ``{"bench": "pipeline_cpu", "case", "par
 "ms_per_fetch"}`` (request + response side, the median of ``--fetches`` fetches, each timed alone, every frame
 built beforehand), then ``{"summary": "pipeline_cpu", ...}`` with every case's figure.
 
-``--compare REV`` runs this very file first against REV's code (a temporary ``git worktree`` of REV; revisions
-from before the policy chain are driven through their ``proxy.pipeline.Pipeline``, see :func:`engine`), then
-against this tree's, and ends with ``{"summary": "pipeline_cpu_compare", "before": {...}, "after": {...},
-"ratio": {...}}`` (after / before per case): before and after in one run, the same harness, the same machine
-state. Cases:
+``--compare REV`` runs this very file against REV's code (a temporary ``git worktree`` of REV; revisions from
+before the policy chain are driven through their ``proxy.pipeline.Pipeline``, see :func:`engine`) and against this
+tree's, each in a process of its own, twice each in the order REV, this tree, this tree, REV (ABBA: a drift of the
+machine's state lands on both sides alike), and ends with ``{"summary": "pipeline_cpu_compare", "before": {...},
+"after": {...}, "ratio": {...}, "order": "ABBA"}`` (each side the mean of its two runs; after / before per case):
+before and after in one run, the same harness. Cases:
 
 - ``relay``: no policy applies (the request is classified and relayed; Fetch responses below v16 are not opened);
 - ``size_limit``: a KIP-74 budget for the client (request clamped and reordered, response collected and enforced);
@@ -209,24 +210,34 @@ def run_case(case: str, partitions: int, version: int, fetches: int) -> float:
     return statistics.median(times) * 1000
 
 
-def before(rev: str, argv: list[str]) -> dict[str, float]:
-    """Run this file against ``rev``'s code (a temporary worktree) with ``argv``; its summary."""
+def measure(tree: Path, argv: list[str], side: str) -> dict[str, float]:
+    """Run this file against ``tree``'s code in a process of its own with ``argv``; its summary."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-m", "bench.pipeline_cpu", *argv], cwd=tree, env=env,
+                         check=True, capture_output=True, text=True).stdout
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    for line in lines:
+        print(json.dumps({**line, "side": side}), flush=True)
+    summary = lines[-1]
+    return {case: summary[case] for case in CASES}
+
+
+def compare(rev: str, argv: list[str]) -> dict[str, dict[str, float]]:
+    """Per side ("before": ``rev``'s code in a temporary worktree, "after": this tree's), per case, the mean of two
+    runs made in the order before, after, after, before."""
     root = Path(__file__).resolve().parent.parent
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="pipeline-cpu-") as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
         try:
             shutil.copy(Path(__file__), tree / "bench" / "pipeline_cpu.py")  # the same harness for both
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            out = subprocess.run([sys.executable, "-m", "bench.pipeline_cpu", *argv], cwd=tree, env=env,
-                                 check=True, capture_output=True, text=True).stdout
+            for side in ("before", "after", "after", "before"):  # ABBA
+                runs[side].append(measure(tree if side == "before" else root, argv, side))
         finally:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=True)
-    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    for line in lines:
-        print(json.dumps({**line, "rev": rev}), flush=True)
-    summary = lines[-1]
-    return {case: summary[case] for case in CASES}
+    return {side: {case: round(sum(r[case] for r in rs) / len(rs), 4) for case in CASES}
+            for side, rs in runs.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -237,19 +248,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--compare", metavar="REV", help="run the same harness against REV's code first, then compare")
     args = ap.parse_args(argv)
     common = ["--partitions", str(args.partitions), "--version", str(args.version), "--fetches", str(args.fetches)]
-    old = before(args.compare, common) if args.compare else None
+    if args.compare:
+        sides = compare(args.compare, common)
+        old, new = sides["before"], sides["after"]
+        ratio = {case: round(new[case] / old[case], 3) if old[case] else None for case in CASES}
+        print(json.dumps({"summary": "pipeline_cpu_compare", "rev": args.compare, "version": args.version,
+                          "before": old, "after": new, "ratio": ratio, "order": "ABBA"}), flush=True)
+        return
     summary: dict[str, object] = {"summary": "pipeline_cpu", "partitions": args.partitions}
-    after: dict[str, float] = {}
     for case in CASES:
         ms = run_case(case, args.partitions, args.version, args.fetches)
         print(json.dumps({"bench": "pipeline_cpu", "case": case, "partitions": args.partitions,
                           "version": args.version, "ms_per_fetch": round(ms, 4)}), flush=True)
-        summary[case] = after[case] = round(ms, 4)
+        summary[case] = round(ms, 4)
     print(json.dumps(summary), flush=True)
-    if old is not None:
-        ratio = {case: round(after[case] / old[case], 3) if old[case] else None for case in CASES}
-        print(json.dumps({"summary": "pipeline_cpu_compare", "rev": args.compare, "version": args.version,
-                          "before": old, "after": after, "ratio": ratio}), flush=True)
 
 
 if __name__ == "__main__":

@@ -36,15 +36,18 @@ during each move against the producer's says whether the move took from the clie
 JSON lines: one per mode ``{"bench": "reassign", "mode", "bytes", "throttle_bps", "plan_s", "move_s",
 "move_vs_plan", "left_out", "throttled_bytes", "consumer_bps", "producer_bps"}`` (``sluice-change``: also
 ``rate_before_bps``, ``rate_after_bps``, per second ``rates``); last line ``{"summary": "reassign", "move_vs_plan":
-{"leader", "follower"}, "move_vs_kafka_throttle": {"leader", "follower"}, "consumer_vs_producer", ...}``. The
-machine is shared (2 cores: the cluster, the sidecars, the clients and the bench itself, and other work); the
-unthrottled move says how much headroom it had.
+{"leader", "follower"}, "move_vs_kafka_throttle": {"leader", "follower"}, "consumer_vs_producer", "cpus",
+"load_1m_at_start", "every_byte_counted", ...}``: ``every_byte_counted``, the check, says each throttled move's
+bytes were all metered by the throttle that moved them (the exit status is 1 otherwise). The machine may be shared
+(the cluster, the sidecars, the clients and the bench itself, and other work: ``cpus`` and the load average at the
+start are measured); the unthrottled move says how much headroom it had.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -206,15 +209,21 @@ def _change_midway(cluster: KafkaCluster, sidecar: SluiceProcess, topic: str, si
         if len(inside) >= 2:
             rates.append(round(inside[-1] - inside[0]) * len(inside) // max(len(inside) - 1, 1))
     assert changed_at is not None
-    before = [m for t, m in samples if changed_at - 3 <= t <= changed_at]
+    before = [(t, m) for t, m in samples if changed_at - 3 <= t <= changed_at]
     after = [(t, m) for t, m in samples if changed_at + 1 <= t <= changed_at + 4]
     return t1, {
         "changed_at_s": round(changed_at, 2),
-        "rate_before_bps": round((before[-1] - before[0]) / 3) if len(before) > 1 else None,
-        "rate_after_bps": round((after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0]))
-        if len(after) > 1 else None,
+        "rate_before_bps": _rate(before),
+        "rate_after_bps": _rate(after),
         "rates": rates,
     }
+
+
+def _rate(samples: list[tuple[float, float]]) -> int | None:
+    """Bytes per second between the first and the last (time, bytes) sample: over the time they span."""
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return None
+    return round((samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if unknown := set(modes) - set(MODES):
         parser.error(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
+    load_at_start = round(os.getloadavg()[0], 2)  # the machine is shared: how busy it was, measured
     tools = JavaTools()
     work = Path(tempfile.mkdtemp(prefix="bench-reassign-"))
     results: dict[str, dict[str, Any]] = {}
@@ -241,8 +251,11 @@ def main(argv: list[str] | None = None) -> int:
                 emit(results[mode])
         finally:
             live.stop()
+    # the check: every byte a throttled move carried was metered by the throttle that moved it
+    counted = {m: r["throttled_bytes"] >= r["bytes"] for m, r in results.items() if m.startswith("sluice-")}
     summary: dict[str, Any] = {"summary": "reassign", "mb": args.mb, "throttle_bps": throttle,
-                               "machine": "2 cores, shared with other work"}
+                               "cpus": os.cpu_count(), "load_1m_at_start": load_at_start,
+                               "every_byte_counted": all(counted.values()), "counted": counted}
     summary["move_vs_plan"] = {side: results[f"sluice-{side}"]["move_vs_plan"]
                                for side in ("leader", "follower") if f"sluice-{side}" in results}
     if "kafka" in results:
@@ -255,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["consumer_vs_producer"] = {m: round(r["consumer_bps"] / r["producer_bps"], 3)
                                        for m, r in results.items() if r["producer_bps"]}
     emit(summary)
-    return 0
+    return 0 if summary["every_byte_counted"] else 1
 
 
 if __name__ == "__main__":

@@ -26,13 +26,16 @@ The proxy's CPU is its event-loop thread's CPU time (``time.thread_time()`` read
 run in this process too, so process CPU would count them) per client Fetch request.
 
 JSON lines: one per (client, mode); per client ``{"bench": "sessions", "client": ..., "partitions": ...,
-"upstream_ratio": ..., "cpu_ms_per_fetch_direct": ..., "cpu_ms_per_fetch_terminate": ...}``; last line (when
-confluent is measured) ``{"summary": "sessions", "partitions": ..., "upstream_ratio": ...,
-"cpu_ms_per_fetch_terminate": ...}`` where upstream_ratio = confluent-kafka's upstream bytes/s in terminate mode /
-in direct mode (requests + responses) and cpu_ms_per_fetch_terminate its proxy CPU per fetch in terminate mode.
-Each client line also has ``upstream_bytes_per_record_ratio`` and ``upstream_bytes_per_fetch_ratio``: the same
-ratio per record delivered and per client fetch (a client's fetch rate depends on its own speed, which differs
-between runs: more fetches cost more bytes whoever serves them).
+"upstream_bytes_per_fetch_ratio": ..., "upstream_bytes_per_record_ratio": ..., "upstream_bytes_per_s_ratio": ...,
+"cpu_ms_per_fetch_direct": ..., "cpu_ms_per_fetch_terminate": ...}``; last line, whatever the clients,
+``{"summary": "sessions", "partitions": ..., "upstream_bytes_per_fetch_ratio": {client: ...},
+"upstream_bytes_per_record_ratio": {client: ...}, "cpu_ms_per_fetch_terminate": {client: ...}, "lost": ...,
+"duplicated": ...}``. The headline ratios are terminate mode's upstream bytes (requests + responses) over direct
+mode's, per client fetch and per record delivered: what a user's link carries for the same work. Bytes per second
+are only in the client lines: a client's fetch rate depends on its own speed, which differs between runs, so a
+slower client would "improve" them. The check: each client gets the busy partitions' records from where it
+started without a gap (``lost``) or a record twice (``duplicated``), in both modes; the exit status is 1 unless
+both are 0.
 
 ``--min-bytes`` sets the clients' fetch min bytes (``fetch.min.bytes`` / ``fetch_min_bytes``, default 1). Set
 above what the busy partitions write in ``fetch.wait.max.ms`` (500 ms), every fetch waits its full 500 ms in both
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -106,7 +110,26 @@ def proxy_cpu(sluice: ProxyThread) -> float:
     return sluice.call(_loop_thread_cpu())
 
 
+class Order:
+    """Each partition's offsets as delivered: from the first one seen, every next one must follow it."""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[str, int], int] = {}
+        self.lost = self.duplicated = 0
+
+    def see(self, topic: str, partition: int, offset: int) -> None:
+        last = self.last.get((topic, partition))
+        if last is not None:
+            if offset <= last:
+                self.duplicated += 1
+                return
+            self.lost += offset - last - 1
+        self.last[(topic, partition)] = offset
+
+
 class Client(Protocol):
+    order: Order
+
     def poll(self) -> int:
         """Poll for up to ~0.1 s; the number of records received."""
 
@@ -122,10 +145,14 @@ class ConfluentClient:
                                    "enable.auto.commit": False, "fetch.wait.max.ms": 500,
                                    "fetch.min.bytes": min_bytes})
         self._consumer.assign([TopicPartition(t, p, -1) for t, n in topics for p in range(n)])  # -1: from the end
+        self.order = Order()
 
     def poll(self) -> int:
         m = self._consumer.poll(0.1)
-        return 1 if m is not None and not m.error() else 0
+        if m is None or m.error():
+            return 0
+        self.order.see(m.topic() or "", m.partition() or 0, m.offset() or 0)
+        return 1
 
     def close(self) -> None:
         self._consumer.close()
@@ -140,9 +167,15 @@ class KafkaPythonClient:
                                        fetch_min_bytes=min_bytes)
         self._consumer.assign([KafkaTopicPartition(t, p) for t, n in topics for p in range(n)])
         self._consumer.seek_to_end()  # lazy: the offsets are looked up on the first polls (the warm-up)
+        self.order = Order()
 
     def poll(self) -> int:
-        return sum(len(msgs) for msgs in self._consumer.poll(timeout_ms=100).values())
+        n = 0
+        for tp, msgs in self._consumer.poll(timeout_ms=100).items():
+            for m in msgs:
+                self.order.see(tp.topic, tp.partition, m.offset)
+            n += len(msgs)
+        return n
 
     def close(self) -> None:
         self._consumer.close()
@@ -184,6 +217,7 @@ def run_mode(client_name: str, mode: str, broker: KafkaBroker, topics: list[tupl
             after, cpu1, t1 = snapshot(sluice), proxy_cpu(sluice), time.monotonic()
         finally:
             client.close()
+    order = client.order
     d = {k: after[k] - before[k] for k in after}
     span = t1 - t0
     fetches = max(d["fetches"], 1.0)
@@ -194,12 +228,13 @@ def run_mode(client_name: str, mode: str, broker: KafkaBroker, topics: list[tupl
             "upstream_response_bytes_per_s": round(d["upstream_to_proxy"] / span),
             "client_bytes_per_s": round((d["client_to_proxy"] + d["proxy_to_client"]) / span),
             "upstream_full_fetches": int(d["full"]), "upstream_incremental_fetches": int(d["incremental"]),
-            "proxy_cpu_ms_per_fetch": round((cpu1 - cpu0) * 1000 / fetches, 3)}
+            "proxy_cpu_ms_per_fetch": round((cpu1 - cpu0) * 1000 / fetches, 3),
+            "lost": order.lost, "duplicated": order.duplicated}
     emit(line)
     return line
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--busy", type=int, default=3)
@@ -223,36 +258,44 @@ def main(argv: list[str] | None = None) -> None:
         first, first_n = topics[0]
         busy = [p * (first_n // max(args.busy, 1)) for p in range(args.busy)]
         traffic = Traffic(broker.bootstrap, first, busy)
-        ratios: dict[str, float] = {}
+        per_fetch: dict[str, float] = {}
+        per_record: dict[str, float] = {}
         cpu: dict[str, float] = {}
+        lost = duplicated = 0
         try:
             for name in clients:
                 direct = run_mode(name, "direct", broker, topics, args.partitions, args.warmup, args.seconds,
                                   args.min_bytes)
                 term = run_mode(name, "terminate", broker, topics, args.partitions, args.warmup, args.seconds,
                                   args.min_bytes)
-                ratios[name] = term["upstream_bytes_per_s"] / max(direct["upstream_bytes_per_s"], 1)
-                # Per record delivered too: a client's fetch rate (and so its bytes/s) depends on how fast it
-                # processes responses, which differs between the runs (kafka-python at 10,000 partitions is
-                # CPU-bound in itself); bytes per record compare the same work.
-                per_record = (term["upstream_bytes_per_s"] * term["seconds"] / max(term["records"], 1)) / max(
-                    direct["upstream_bytes_per_s"] * direct["seconds"] / max(direct["records"], 1), 1)
-                per_fetch = (term["upstream_bytes_per_s"] * term["seconds"] / max(term["fetches"], 1)) / max(
-                    direct["upstream_bytes_per_s"] * direct["seconds"] / max(direct["fetches"], 1), 1)
+                # Per client fetch and per record delivered: a client's fetch rate (and so its bytes/s) depends
+                # on how fast it processes responses, which differs between the runs (kafka-python at 10,000
+                # partitions is CPU-bound in itself); bytes per fetch and per record compare the same work.
+                per_fetch[name] = _per(term, "fetches") / max(_per(direct, "fetches"), 1)
+                per_record[name] = _per(term, "records") / max(_per(direct, "records"), 1)
                 cpu[name] = term["proxy_cpu_ms_per_fetch"]
+                lost += direct["lost"] + term["lost"]
+                duplicated += direct["duplicated"] + term["duplicated"]
                 emit({"bench": "sessions", "client": name, "partitions": args.partitions, "min_bytes": args.min_bytes,
-                      "upstream_ratio": round(ratios[name], 4),
-                      "upstream_bytes_per_record_ratio": round(per_record, 4),
-                      "upstream_bytes_per_fetch_ratio": round(per_fetch, 4),
+                      "upstream_bytes_per_fetch_ratio": round(per_fetch[name], 4),
+                      "upstream_bytes_per_record_ratio": round(per_record[name], 4),
+                      "upstream_bytes_per_s_ratio": round(
+                          term["upstream_bytes_per_s"] / max(direct["upstream_bytes_per_s"], 1), 4),
                       "cpu_ms_per_fetch_direct": direct["proxy_cpu_ms_per_fetch"],
                       "cpu_ms_per_fetch_terminate": term["proxy_cpu_ms_per_fetch"]})
         finally:
             traffic.stop()
-    # The summary keeps its historical meaning (confluent-kafka, session-less) and stays the last line.
-    if "confluent" in ratios:
-        emit({"summary": "sessions", "partitions": args.partitions, "upstream_ratio": round(ratios["confluent"], 4),
-              "cpu_ms_per_fetch_terminate": cpu["confluent"]})
+    emit({"summary": "sessions", "partitions": args.partitions,
+          "upstream_bytes_per_fetch_ratio": {k: round(v, 4) for k, v in per_fetch.items()},
+          "upstream_bytes_per_record_ratio": {k: round(v, 4) for k, v in per_record.items()},
+          "cpu_ms_per_fetch_terminate": cpu, "lost": lost, "duplicated": duplicated})
+    return 0 if lost == 0 and duplicated == 0 else 1
+
+
+def _per(line: dict[str, Any], what: str) -> float:
+    """Upstream bytes per ``what`` (client fetches, records delivered) of one mode's line."""
+    return float(line["upstream_bytes_per_s"] * line["seconds"] / max(line[what], 1))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,7 +16,8 @@ partition — greedy on purpose) each drain the whole topic through it, while ps
 
 JSON lines per configuration; last line
 ``{"summary": "size_limit", "base_rss_mb": ..., "global_bound_mb": ..., "peak_rss_budget_mb": ...,
-"peak_rss_nobudget_mb": ...}``. Goal: peak_rss_budget_mb <= base_rss_mb + 1.5 x global_bound_mb.
+"peak_rss_nobudget_mb": ..., "goal_peak_rss_budget_mb": ..., "met": ...}``. Goal (``met``):
+peak_rss_budget_mb <= base_rss_mb + 1.5 x global_bound_mb; the exit status is 1 when it is not met.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import asyncio
 import json
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -154,7 +156,7 @@ def run_config(name: str, broker: KafkaBroker, topic: str, ends: dict[int, int],
             return line
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--consumers", type=int, default=50)
     ap.add_argument("--mib", type=int, default=32, help="backlog size")
@@ -171,11 +173,12 @@ def main(argv: list[str] | None = None) -> None:
             '[[size_limit.budgets]]\nclient_id = "*"\nfetch_max_bytes = 1048576\n'))
     base = min(nobudget["base_rss_mb"], budget["base_rss_mb"])
     goal = base + 1.5 * bound / MB
-    emit({"bench": "size_limit", "goal_peak_rss_budget_mb": round(goal, 1),
-          "met": budget["peak_rss_mb"] <= goal})
+    met = budget["peak_rss_mb"] <= goal
     emit({"summary": "size_limit", "base_rss_mb": base, "global_bound_mb": round(bound / MB, 1),
-          "peak_rss_budget_mb": budget["peak_rss_mb"], "peak_rss_nobudget_mb": nobudget["peak_rss_mb"]})
+          "peak_rss_budget_mb": budget["peak_rss_mb"], "peak_rss_nobudget_mb": nobudget["peak_rss_mb"],
+          "goal_peak_rss_budget_mb": round(goal, 1), "met": met})
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

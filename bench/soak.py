@@ -23,9 +23,11 @@ proxy_to_client + proxy_to_upstream), and the records produced and consumed.
 
 After the run the producers stop, the consumers drain, and one line reports per consumer the acknowledged records
 it never got (``lost``) and those it got twice (``duplicates``). The last line is ``{"summary": "soak",
-"rss_growth_mb": ..., "fd_growth": ..., "p99_ms_last_minute": ..., "cpu_s_per_gib": ...}``: growth from the end of
-the first interval (warm-up) to the end of the last, the last interval's p99 (all but Fetch), and CPU per GiB over
-every interval after the first. Goal: RSS and fds flat after the warm-up.
+"rss_growth_mb": ..., "fd_growth": ..., "p99_ms_last_minute": ..., "cpu_s_per_gib": ..., "lost": ...,
+"duplicated": ...}``: growth from the end of the first interval (warm-up) to the end of the last, the last
+interval's p99 (all but Fetch), CPU per GiB over every interval after the first, and the records lost and
+duplicated over both consumers (the exit status is 1 unless both are 0). Goal: RSS and fds flat after the
+warm-up.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker
+from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 
 GIB = float(1 << 30)
@@ -189,9 +192,10 @@ def interval_line(n: int, prev: Sample, cur: Sample) -> dict[str, Any]:
     }
 
 
-def summary(samples: list[Sample]) -> dict[str, Any]:
+def summary(samples: list[Sample], lost: int, duplicated: int) -> dict[str, Any]:
     """Growth from the end of the first interval (warm-up) to the end of the last; the last interval's p99 (all but
-    Fetch); CPU per GiB over the intervals after the first. ``samples[0]`` is the state before the first interval."""
+    Fetch); CPU per GiB over the intervals after the first; the check, records ``lost`` and ``duplicated``.
+    ``samples[0]`` is the state before the first interval."""
     if len(samples) < 2:
         raise ValueError("a soak needs at least one interval")
     warm = samples[1] if len(samples) > 2 else samples[0]
@@ -204,6 +208,8 @@ def summary(samples: list[Sample]) -> dict[str, Any]:
         "fd_growth": last.fds - warm.fds,
         "p99_ms_last_minute": _ms(quantile(0.99, delta(last.all_but_fetch, samples[-2].all_but_fetch))),
         "cpu_s_per_gib": round((last.cpu_s - warm.cpu_s) / gib, 2) if gib > 0 else None,
+        "lost": lost,
+        "duplicated": duplicated,
     }
 
 
@@ -344,8 +350,8 @@ class Load:
                 with socket.create_connection((host, int(port)), timeout=30) as s:
                     for correlation_id, frame in enumerate(frames, start=1):
                         s.sendall(frame)
-                        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-                        if struct.unpack(">i", _recv_exact(s, size)[:4])[0] != correlation_id:
+                        size = struct.unpack(">i", recv_exact(s, 4))[0]
+                        if struct.unpack(">i", recv_exact(s, size)[:4])[0] != correlation_id:
                             raise RuntimeError("churn: answer out of order")
                 self.churned += 1
             n += 1
@@ -389,15 +395,6 @@ def _churn_frames(topic: str) -> list[bytes]:
     return out
 
 
-def _recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
-
 
 # ------------------------------------------------------------------------------------------ the run
 
@@ -409,7 +406,9 @@ def take_sample(sluice: SluiceProcess, t0: float, load: Load) -> Sample:
     return s
 
 
-def soak(upstream: str, minutes: float, interval_s: float, rate: int, env: Mapping[str, str]) -> list[Sample]:
+def soak(upstream: str, minutes: float, interval_s: float, rate: int,
+         env: Mapping[str, str]) -> tuple[list[Sample], dict[str, Any]]:
+    """The samples, and the outcome line (what each consumer lost and got twice)."""
     intervals = max(1, math.ceil(minutes * 60.0 / interval_s))
     topic = f"soak-{uuid.uuid4().hex[:8]}"
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -432,8 +431,9 @@ def soak(upstream: str, minutes: float, interval_s: float, rate: int, env: Mappi
         finally:
             load.stop_producing()
             load.drain(120)
-        emit(load.outcome())
-    return samples
+        outcome = load.outcome()
+        emit(outcome)
+    return samples, outcome
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -450,12 +450,14 @@ def main(argv: list[str] | None = None) -> int:
         config.write_text(CONFIG_TOML)
         env = {"SLUICE_CONFIG": str(config)}
         if args.upstream:
-            samples = soak(args.upstream, args.minutes, args.interval_s, args.rate, env)
+            samples, outcome = soak(args.upstream, args.minutes, args.interval_s, args.rate, env)
         else:
             with KafkaBroker() as broker:
-                samples = soak(broker.bootstrap, args.minutes, args.interval_s, args.rate, env)
-    emit(summary(samples))
-    return 0
+                samples, outcome = soak(broker.bootstrap, args.minutes, args.interval_s, args.rate, env)
+    consumers = [v for k, v in outcome.items() if k.endswith("_consumer")]
+    line = summary(samples, sum(c["lost"] for c in consumers), sum(c["duplicates"] for c in consumers))
+    emit(line)
+    return 0 if line["lost"] == 0 and line["duplicated"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""The test rig: a real Apache Kafka 4.x broker (KRaft, single node) and Kafka's Java client tools.
+"""The test rig: real Apache Kafka 4.x brokers (KRaft: one node, or N brokers and a controller in cluster.py),
+Kafka's Java client tools, Sluice in-process and as a subprocess, real client consumers, the raw Kafka client
+(raw.py) and the Fetch oracles: the support code tests and benches share (tests/support/ holds what only tests use).
 
-Tests, benches and `make run` get Kafka from here, never from a mock. See ARCHITECTURE.md, "The real broker (rig)".
+Tests, benches and `make run` get Kafka from here, never from a mock. See ARCHITECTURE.md ("Layout", rig/).
 """
 
 from __future__ import annotations

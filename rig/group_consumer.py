@@ -14,7 +14,14 @@ processed before it died):
 - ``{"committing": {"<partition>": offset}}`` just before a synchronous commit, and ``{"commit": {...}}`` after
   it succeeded: every record reported before a ``commit``, of those partitions, below those offsets, is committed;
   the records between a ``committing`` and a killed consumer's end may or may not be (the commit may have landed
-  before the kill).
+  before the kill); ``{"commit_failed": "<error>"}`` when the client said the commit failed (the positions stay
+  pending: the next commit carries them).
+
+Every call into a client is bounded (``CALL_TIMEOUT_S``): a client that cannot get an answer fails with its own
+error on stderr, and the process exits non-zero, rather than retrying for ever (kafka-python's ``position()`` and
+``commit()`` without a timeout retry a retriable error while the heartbeat thread keeps the member in the group).
+The positions committed are the ones the records reported say (last offset + 1), as the client's own commit
+would take them, so no call beyond poll and commit is needed.
 
 :class:`ConsumerProcess` runs one (or another tool printing records) and collects what it reports, for tests and
 benches.
@@ -29,9 +36,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -42,6 +52,9 @@ CLIENTS = ("kafka-python", "confluent", "aiokafka")
 #: Go clients, one program (rig/go/consumer/, built by `make install` into the venv) reporting the same lines
 GO_CLIENTS = ("franz-go", "kafka-go")
 GO_CONSUMER = Path(sys.prefix) / "bin" / "sluice-go-consumer"
+#: the bound of each call into a client other than poll (commit, close): above the clients' request timeouts
+#: (30 s by default), so a bounded call that fails is the client's own failure, with its own error
+CALL_TIMEOUT_S = 45.0
 
 
 def _emit(obj: Any) -> None:
@@ -100,6 +113,11 @@ def _process(polled: Iterable[Iterable[Any]], work_ms: float) -> list[list[Any]]
     return done
 
 
+def _next_offsets(records: list[list[Any]]) -> dict[str, int]:
+    """partition -> the offset after the last record reported of it (what a commit of these records stores)."""
+    return {str(partition): offset + 1 for partition, offset, _, _ in records}
+
+
 def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
     from kafka import KafkaConsumer
     from kafka.consumer.subscription_state import ConsumerRebalanceListener
@@ -129,20 +147,31 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
         _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
     else:
         consumer.subscribe([a.topic], listener=Listener())
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.errors import KafkaError
+    from kafka.structs import OffsetAndMetadata
+
     pacer = _Pacer(a.commit_interval_s)
     try:
         while not stop.stopped:
             batch = consumer.poll(timeout_ms=200)
             if not batch:
                 continue
-            _emit({"rs": _process(batch.values(), a.work_ms)})
-            pacer.pending.update({str(tp.partition): consumer.position(tp) for tp in batch})
+            records = _process(batch.values(), a.work_ms)
+            _emit({"rs": records})
+            pacer.pending.update(_next_offsets(records))
             if pacer.due():
                 _emit({"committing": dict(pacer.pending)})
-                consumer.commit()  # every position consumed: the pending ones
+                offsets = {KafkaTopicPartition(a.topic, int(p)): OffsetAndMetadata(o, "", -1)
+                           for p, o in pacer.pending.items()}
+                try:
+                    consumer.commit(offsets, timeout_ms=int(CALL_TIMEOUT_S * 1000))
+                except KafkaError as e:  # a rebalance (CommitFailedError), a timeout: the next commit carries them
+                    _emit({"commit_failed": repr(e)})
+                    continue
                 _emit({"commit": pacer.done()})
     finally:
-        consumer.close()
+        consumer.close(timeout_ms=int(CALL_TIMEOUT_S * 1000))
 
 
 def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
@@ -195,9 +224,10 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
 
 
 def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
-    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
     from aiokafka.coordinator.assignors.range import RangePartitionAssignor
     from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from aiokafka.errors import KafkaError
 
     assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
 
@@ -215,37 +245,57 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
                                     max_poll_records=a.max_poll_records,
                                     partition_assignment_strategy=(assignors[a.strategy],))
         consumer.subscribe([a.topic], listener=Listener())
-        await consumer.start()
+        await asyncio.wait_for(consumer.start(), CALL_TIMEOUT_S)
         pacer = _Pacer(a.commit_interval_s)
         try:
             while not stop.stopped:
                 batch = await consumer.getmany(timeout_ms=200)
                 if not batch:
                     continue
-                _emit({"rs": _process(batch.values(), a.work_ms)})
-                pacer.pending.update({str(tp.partition): await consumer.position(tp) for tp in batch})
+                records = _process(batch.values(), a.work_ms)
+                _emit({"rs": records})
+                pacer.pending.update(_next_offsets(records))
                 if pacer.due():
                     _emit({"committing": dict(pacer.pending)})
-                    await consumer.commit()  # every position consumed: the pending ones
+                    offsets = {TopicPartition(a.topic, int(p)): o for p, o in pacer.pending.items()}
+                    try:
+                        await asyncio.wait_for(consumer.commit(offsets), CALL_TIMEOUT_S)
+                    except (KafkaError, TimeoutError) as e:  # a rebalance, a timeout: the next commit carries them
+                        _emit({"commit_failed": repr(e)})
+                        continue
                     _emit({"commit": pacer.done()})
         finally:
-            await consumer.stop()
+            await asyncio.wait_for(consumer.stop(), CALL_TIMEOUT_S)
 
     asyncio.run(main())
 
 
 class ConsumerProcess:
     """A consumer subprocess (this module's, or any that prints one record per line: ``parse`` turns a line into an
-    event like this module's, or None to skip it) and every event it reported, with when it arrived."""
+    event like this module's, or None to skip it) and every event it reported, with when it arrived.
+
+    Its stderr is kept in a file (``stderr_path``, drained from the pipe as written, so a chatty client never
+    blocks on a full pipe); :meth:`check_alive` fails, naming the consumer, its exit code and its stderr, once the
+    process has ended without being told to; :meth:`describe` says where each one is, for a failing test."""
 
     def __init__(self, proc: subprocess.Popen[str], parse: Callable[[str], dict[str, Any] | None] = json.loads,
                  name: str = "") -> None:
         self.proc = proc
         self.name = name
         self.events: list[tuple[float, dict[str, Any]]] = []
+        #: the end was asked for (:meth:`kill`, :meth:`stop`): not a failure
+        self.ended = False
         self._lock = threading.Lock()
         self._parse = parse
-        threading.Thread(target=self._read, name=f"consumer-{name}", daemon=True).start()
+        fd, path = tempfile.mkstemp(prefix=f"consumer-{name}-", suffix=".stderr")
+        os.close(fd)
+        self.stderr_path = Path(path)
+        self._readers = [threading.Thread(target=self._read, name=f"consumer-{name}", daemon=True)]
+        if proc.stderr is not None:
+            self._readers.append(threading.Thread(target=self._keep_stderr, name=f"consumer-{name}-stderr",
+                                                  daemon=True))
+        for t in self._readers:
+            t.start()
 
     @classmethod
     def spawn(cls, client: str, bootstrap: str, topic: str, group: str, client_id: str, *extra: str,
@@ -256,7 +306,7 @@ class ConsumerProcess:
         proc = subprocess.Popen(
             [*program, "--client", client, "--bootstrap", bootstrap,
              "--topic", topic, "--group", group, "--client-id", client_id, *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             cwd=cwd or str(Path(__file__).resolve().parent.parent))
         return cls(proc, name=client_id)
 
@@ -267,6 +317,44 @@ class ConsumerProcess:
             if event is not None:
                 with self._lock:
                     self.events.append((time.monotonic(), event))
+
+    def _keep_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        with self.stderr_path.open("a") as out:
+            for line in self.proc.stderr:
+                out.write(line)
+                out.flush()
+
+    def _drained(self) -> None:
+        """Once the process has ended: until its pipes are read to the end (bounded), so what it wrote last is
+        there to show."""
+        if self.proc.poll() is not None:
+            for t in self._readers:
+                t.join(5)
+
+    def stderr_text(self, lines: int = 40) -> str:
+        """The last ``lines`` lines the process wrote to stderr."""
+        self._drained()
+        if not self.stderr_path.exists():  # removed once the consumer was stopped
+            return ""
+        return "\n".join(self.stderr_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def check_alive(self) -> None:
+        """AssertionError naming this consumer if its process ended without being told to."""
+        code = self.proc.poll()
+        if code is not None and not self.ended:
+            raise AssertionError(f"consumer {self.name} exited with {code}:\n{self.stderr_text()}")
+
+    def describe(self) -> str:
+        """Where this consumer is: running or its exit code, what it reported last, its stderr's end."""
+        code = self.proc.poll()
+        state = "running" if code is None else f"exited {code}" + (" (asked to)" if self.ended else "")
+        self._drained()
+        with self._lock:
+            count, last = len(self.events), (self.events[-1][1] if self.events else None)
+        last_text = json.dumps(last)[:300] if last is not None else "nothing"
+        return (f"consumer {self.name}: {state}; {count} events, the last {last_text}; stderr "
+                f"({self.stderr_path}):\n{self.stderr_text(20)}")
 
     def reported(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -283,18 +371,35 @@ class ConsumerProcess:
             return [(t, r) for t, e in self.events for r in e.get("rs", ())]
 
     def kill(self) -> None:
+        self.ended = True
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
 
     def stop(self) -> None:
         """SIGTERM (the consumer leaves its group), wait, then SIGKILL."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_all([self])
+
+
+def stop_all(consumers: Iterable[ConsumerProcess], timeout: float = 40.0, *, keep_stderr: bool = False) -> None:
+    """Stop ``consumers`` together: SIGTERM to every one (each leaves its group), then wait for them all within
+    one ``timeout``, and SIGKILL those still running (one at a time, a group of six took up to six times as long).
+    Their stderr files are removed unless ``keep_stderr`` (a failed test's, for a look at the whole of them)."""
+    consumers = list(consumers)
+    for c in consumers:
+        c.ended = True
+        if c.proc.poll() is None:
+            c.proc.terminate()
+    deadline = time.monotonic() + timeout
+    for c in consumers:
+        try:
+            c.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            c.proc.kill()
+            c.proc.wait(10)
+    if not keep_stderr:
+        for c in consumers:
+            c._drained()
+            c.stderr_path.unlink(missing_ok=True)
 
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, _Stop], None]] = {
@@ -318,6 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
                    help="assign() partitions 0..PARTITIONS-1 instead of subscribing (kafka-python, confluent)")
     a = p.parse_args(argv)
+    # the client's own account (joins, assignments, heartbeats, retries) on stderr, kept in a file by
+    # ConsumerProcess and shown when a test fails: where a consumer stopped is then in its own words
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = _Stop()
     RUNNERS[a.client](a, stop)
     return 0

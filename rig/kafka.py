@@ -431,16 +431,6 @@ def tail_file(path: Path, lines: int) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed by the broker")
-        buf += chunk
-    return bytes(buf)
-
-
 def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> list[tuple[int, str, int]]:
     """One Metadata round trip over a raw socket; returns the (node_id, host, port) the broker advertises.
 
@@ -454,10 +444,12 @@ def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> list[tuple[i
     # body v4: topics = empty array (no topics: cheapest), allow_auto_topic_creation = false
     body = struct.pack(">i?", 0, False)
     frame = header + body
+    from rig.raw import recv_exact  # here: `python -m rig.kafka fetch` needs nothing beyond the standard library
+
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(struct.pack(">i", len(frame)) + frame)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        resp = _recv_exact(sock, size)
+        (size,) = struct.unpack(">i", recv_exact(sock, 4))
+        resp = recv_exact(sock, size)
     # response header v0: correlation_id; body v4: throttle_time_ms, brokers[node_id, host, port, rack?], ...
     correlation_id, _throttle, count = struct.unpack_from(">iii", resp, 0)
     if correlation_id != 1:

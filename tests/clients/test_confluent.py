@@ -21,7 +21,7 @@ from proxy.wire.records import (
 )
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
-from tests.support.raw import RawClient
+from rig.raw import RawClient
 from tests.support.records import Rec, assert_same_records, make_records
 
 pytestmark = pytest.mark.broker

@@ -24,9 +24,9 @@ from proxy.core.sasl_client import SaslClientError
 from rig.java_tools import JavaTools
 from rig.pki import CA
 from rig.proxy_thread import ProxyThread
+from rig.raw import RawClient
 from rig.secure_broker import SASL_USERS, SecureBroker, create_scram_user
 from tests.support.consume import consume_values
-from tests.support.raw import RawClient
 
 RECORDS = 120
 VALUES = [f"v{i:04d}-".encode() + b"x" * 90 for i in range(RECORDS)]

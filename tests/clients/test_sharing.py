@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import ConsumerGroupState, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from rig.group_consumer import stop_all
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
@@ -32,6 +33,7 @@ from tests.support.sharing import (
     check_exactly_once,
     check_in_order,
     check_keys_at_one_consumer,
+    describe_members,
     java_member,
     produce,
     python_member,
@@ -64,11 +66,15 @@ def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
 
 @contextlib.contextmanager
 def members_of(*members: Member) -> Iterator[list[Member]]:
+    failed = False
     try:
         yield list(members)
+    except BaseException as e:
+        failed = True
+        e.add_note(describe_members(members))  # which consumer stopped, and where
+        raise
     finally:
-        for m in members:
-            m.stop()
+        stop_all(members, keep_stderr=failed)
 
 
 def spawn(client: str, bootstrap: str, topic: str, group: str, client_id: str, tools: JavaTools,

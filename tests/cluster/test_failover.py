@@ -32,6 +32,7 @@ from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, new_batch
 from rig.cluster import KafkaCluster, PartitionState
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
+from rig.raw import RawClient
 from rig.sluice_process import SluiceProcess
 from tests.clients.test_sessions_clients import LineReader
 from tests.support.cluster import (
@@ -43,7 +44,6 @@ from tests.support.cluster import (
     remote_ports,
     sluice_node_ports,
 )
-from tests.support.raw import RawClient
 
 pytestmark = pytest.mark.broker
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from rig.raw import RawClient
 from tests.integration.test_throttle_admin import http, partition_bytes
 from tests.support.kafka import create_topic, produce_values
-from tests.support.raw import RawClient
 from tests.support.subprocess_proxy import SubprocessProxy
 
 pytestmark = pytest.mark.broker

@@ -33,7 +33,8 @@ def test_soak_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.Capture
     summary = out[-1]
     assert summary["summary"] == "soak"
     assert set(summary) == {"summary", "minutes", "rss_growth_mb", "fd_growth", "p99_ms_last_minute",
-                            "cpu_s_per_gib"}
+                            "cpu_s_per_gib", "lost", "duplicated"}
+    assert summary["lost"] == 0 and summary["duplicated"] == 0
 
 
 def test_storm_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,10 +57,12 @@ def test_sharing_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.Capt
                          "--upstream", kafka_broker.bootstrap]) == 0
     out = lines(capsys.readouterr().out)
     runs = [ln for ln in out if ln.get("bench") == "sharing"]
-    assert [ln["consumers"] for ln in runs] == [3, 6]
+    assert [ln["path"] for ln in runs] == ["direct", "no-sharing", "sharing"]
     for ln in runs:
         assert sum(ln["per_consumer"]) == 600 and isinstance(ln["records_per_s"], float)  # every record once
-    assert runs[1]["filtered_mib"] > 0  # the 6 consumers shared partitions
+        assert ln["lost"] == 0 and ln["duplicated"] == 0
+    assert runs[2]["filtered_mib"] > 0 and runs[1]["filtered_mib"] == 0  # only the shared topic was filtered
     summary = out[-1]
     assert summary["summary"] == "sharing"
-    assert {"speedup_6_vs_3", "cpu_s_per_filtered_mib"} <= set(summary)
+    assert {"speedup_vs_no_sharing", "speedup_vs_direct", "cpu_s_per_filtered_mib"} <= set(summary)
+    assert summary["lost"] == 0 and summary["duplicated"] == 0

@@ -49,6 +49,7 @@ from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from proxy.wire.records import walk_batches
 from rig.kafka import KafkaBroker
+from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 from tests.clients.test_sessions_clients import (
     PARTITIONS,
@@ -217,16 +218,6 @@ def fetch_frame(topic: str, correlation_id: int, client_id: str) -> bytes:
         rack_id="")
     frame = encode_request(header, body)
     return struct.pack(">i", len(frame)) + frame
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(min(n - len(out), 1 << 20))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
-        out += chunk
-    return bytes(out)
 
 
 def vanish(port: int, topic: str, i: int, sent: threading.Barrier, errors: list[str]) -> None:

@@ -34,6 +34,7 @@ from proxy.wire.model import Message
 from proxy.wire.records import decode_batches
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 from tests.integration.test_sessions_terminate import create_topic
 from tests.support.faults import wait_until
@@ -131,9 +132,10 @@ class Idle:
 
 
 async def consume(port: int, topic: str, partition: int, client_id: str,
-                  gate: asyncio.Barrier) -> list[tuple[int, bytes]]:
+                  gate: asyncio.Barrier, release: asyncio.Event) -> list[tuple[int, bytes]]:
     """Fetch ``partition`` from offset 0 until PER_PARTITION records: (offset, value) in the order received. After
-    its first fetch each consumer waits at ``gate`` until every consumer (and the coordinator) is there."""
+    its first fetch each consumer waits at ``gate`` until every consumer (and the coordinator) is there, then
+    until ``release``: held open while the coordinator looks at Sluice's gauges."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     got: list[tuple[int, bytes]] = []
     try:
@@ -141,6 +143,7 @@ async def consume(port: int, topic: str, partition: int, client_id: str,
         while len(got) < PER_PARTITION:
             if correlation_id == 1:
                 await gate.wait()
+                await release.wait()
             correlation_id += 1
             writer.write(fetch(correlation_id, topic, partition, len(got), client_id))
             data = await answer(reader, correlation_id)
@@ -166,14 +169,20 @@ async def thousand_connections(sluice: SluiceProcess, topic: str) -> dict[str, f
     port = sluice.broker_port()
     idle = [Idle(port, topic) for _ in range(IDLE)]
     gate = asyncio.Barrier(ACTIVE + 1)
+    release = asyncio.Event()
     try:
         for i in range(0, IDLE, 100):  # in waves of 100: a storm is the other test's subject
             await asyncio.gather(*(c.open() for c in idle[i : i + 100]))
-        consumers = asyncio.gather(*(consume(port, topic, i % PARTITIONS, f"load-active-{i}", gate)
+        consumers = asyncio.gather(*(consume(port, topic, i % PARTITIONS, f"load-active-{i}", gate, release)
                                      for i in range(ACTIVE)))
-        # every consumer has connected and fetched once: all 1,000 connections are open now
+        # every consumer has connected and fetched once: all 1,000 connections are open now, and stay open until
+        # ``release``: the gauges are read while nothing can close (read after the release, the consumers that
+        # had already finished had closed, and the two gauges, read one after the other, told two moments apart)
         await asyncio.wait_for(gate.wait(), 120)
-        peak = await asyncio.to_thread(open_connections, sluice)
+        try:
+            peak = await asyncio.to_thread(open_connections, sluice)
+        finally:
+            release.set()
         results = await consumers
         for i, got in enumerate(results):
             p = i % PARTITIONS
@@ -256,13 +265,3 @@ def test_storm_is_queued_by_the_kernel_while_sluice_is_busy(kafka_broker: KafkaB
             assert struct.unpack(">i", recv_exact(s, size)[:4])[0] == 7
             s.close()
         assert sluice.total("sluice_connections_total", side="client") == STORM
-
-
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
-        out += chunk
-    return bytes(out)

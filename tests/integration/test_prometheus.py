@@ -21,6 +21,7 @@ from kafka.admin import NewTopic
 from proxy.wire.messages import encode_request
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker
+from rig.raw import recv_exact
 from tests.support.prometheus import Prometheus, binary, by_label, prometheus_config, promtool, scalar
 from tests.support.subprocess_proxy import SubprocessProxy
 
@@ -29,15 +30,6 @@ pytestmark = pytest.mark.broker
 # ApiVersions versions to send, with repeats: the per-version counts are what Prometheus must report.
 API_VERSIONS_SENT = (0, 1, 2, 3, 3, 4, 4, 4, 4)
 PRODUCE_COUNT = 25
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        assert chunk, "connection closed by the proxy"
-        buf += chunk
-    return bytes(buf)
 
 
 def send_api_versions(port: int, versions: tuple[int, ...]) -> int:
@@ -51,8 +43,8 @@ def send_api_versions(port: int, versions: tuple[int, ...]) -> int:
                                            client_id="sluice-prom-test"), body)
             sock.sendall(struct.pack(">i", len(frame)) + frame)
             sent += 4 + len(frame)
-            (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-            response = _recv_exact(sock, size)
+            (size,) = struct.unpack(">i", recv_exact(sock, 4))
+            response = recv_exact(sock, size)
             (got_corr, error_code) = struct.unpack_from(">ih", response, 0)
             assert (got_corr, error_code) == (corr, 0), f"ApiVersions v{version}: {response[:16].hex()}"
     return sent

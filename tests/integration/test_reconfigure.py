@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from proxy.wire.records import walk_batches
+from rig.raw import RawClient
 from tests.support.kafka import create_topic, produce_values
-from tests.support.raw import RawClient
 from tests.support.subprocess_proxy import SubprocessProxy
 
 pytestmark = pytest.mark.broker

@@ -28,8 +28,8 @@ from proxy.policies.terminate.sessions import FetchMetadata
 from proxy.wire.records import decode_batches, walk_batches
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from rig.raw import RawClient
 from tests.support import kafka
-from tests.support.raw import RawClient
 
 pytestmark = pytest.mark.broker
 

@@ -24,6 +24,7 @@ from kafka.admin import NewTopic
 from proxy.wire.messages import decode_response, encode_request
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker
+from rig.raw import recv_exact
 from tests.support.subprocess_proxy import SubprocessProxy
 
 pytestmark = pytest.mark.broker
@@ -53,16 +54,6 @@ def fetch_frame(topic: str, max_wait_ms: int) -> bytes:
                    forgotten_topics_data=[], rack_id="")
     frame = encode_request(header, body)
     return struct.pack(">i", len(frame)) + frame
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
 
 
 def assert_eof(sock: socket.socket) -> None:

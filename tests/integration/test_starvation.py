@@ -15,8 +15,8 @@ from confluent_kafka import Consumer
 from proxy.policies.size_limit import policy as size_limit
 from proxy.wire.records import walk_batches
 from rig.proxy_thread import ProxyThread
+from rig.raw import RawClient
 from tests.support.kafka import create_topic, produce_values
-from tests.support.raw import RawClient
 
 pytestmark = pytest.mark.broker
 

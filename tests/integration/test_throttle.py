@@ -32,8 +32,8 @@ from proxy.wire.records import walk_batches
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from rig.raw import RawClient
 from tests.support.kafka import create_topic, produce_values
-from tests.support.raw import RawClient
 
 pytestmark = pytest.mark.broker
 

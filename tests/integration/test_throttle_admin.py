@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from rig.raw import RawClient
 from tests.integration.test_reconfigure import http as _http
 from tests.support.kafka import create_topic, produce_values
-from tests.support.raw import RawClient
 from tests.support.subprocess_proxy import SubprocessProxy
 
 pytestmark = pytest.mark.broker

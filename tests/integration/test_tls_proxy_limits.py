@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 from proxy.core.proxy_protocol import V2_SIGNATURE
 from rig.pki import CA, Issued
 from rig.proxy_thread import ProxyThread
+from rig.raw import recv_exact
 from rig.secure_broker import SecureBroker
 from tests.support.consume import consume_values
 
@@ -56,16 +57,6 @@ def round_trip(sock: socket.socket, corr: int = 1) -> int:
     head = recv_exact(sock, 4)
     data = recv_exact(sock, struct.unpack(">i", head)[0])
     return int(struct.unpack(">i", data[:4])[0])
-
-
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
 
 
 def closed_by_peer(sock: socket.socket, timeout: float = 10.0) -> bool:

@@ -2,7 +2,7 @@
 id only (KIP-516) and a replica fetcher never asks for Metadata, so Sluice looks the ids up itself
 (``Proxy._lookup_topic_names``) before a policy that reads names runs, and for the access log.
 
-The fetching client here is a raw one (tests/support/raw.py) that sends nothing but Fetch through Sluice: the
+The fetching client here is a raw one (rig/raw.py) that sends nothing but Fetch through Sluice: the
 topic id it fetches by comes from a Metadata v12 request sent straight to the broker, so Sluice never sees a
 Metadata response naming the topic.
 """
@@ -20,8 +20,8 @@ from proxy.wire.records import walk_batches
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from rig.raw import RawClient
 from tests.support.kafka import create_topic, produce_values
-from tests.support.raw import RawClient
 
 pytestmark = pytest.mark.broker
 

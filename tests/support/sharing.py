@@ -5,6 +5,7 @@ what it received, and the checks made of it from the clients' side."""
 from __future__ import annotations
 
 import time
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -15,10 +16,13 @@ from confluent_kafka import Producer
 
 from rig.group_consumer import ConsumerProcess
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
-from tests.support.faults import wait_until
+from tests.support.faults import POLL_S, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SEP = "|"
+#: how long consumers are still watched once every expected record has arrived, for a record delivered again
+#: just after: many fetch rounds of each (fetch.max.wait 200 ms for the Python runners, 500 ms Java's default)
+LATE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,12 @@ class Got:
 
 
 class Member(ConsumerProcess):
-    """One consumer of the group, as a subprocess, and everything it reported, in order."""
+    """One consumer of the group, as a subprocess, and everything it reported, in order. Every member made and not
+    told to end must stay alive: the waits below fail at once, naming it, when one has died."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _members.add(self)
 
     @property
     def client_id(self) -> str:
@@ -60,6 +69,20 @@ class Member(ConsumerProcess):
                 positions = {int(p): o for p, o in e["commit"].items()}
                 done |= {g.value for g in seen if g.partition in positions and g.offset < positions[g.partition]}
         return done, after
+
+
+_members: weakref.WeakSet[Member] = weakref.WeakSet()
+
+
+def check_members_alive() -> None:
+    """AssertionError naming the first member that ended without being told to (its exit code and stderr)."""
+    for m in list(_members):
+        m.check_alive()
+
+
+def describe_members(members: Iterable[Member]) -> str:
+    """Where each member is (running or its exit code, its last report, its stderr): for a failing test."""
+    return "\n".join(m.describe() for m in members)
 
 
 def python_member(client: str, bootstrap: str, topic: str, group: str, client_id: str, *, work_ms: float = 0,
@@ -109,6 +132,7 @@ def settled(metrics: Callable[[], tuple[float, float]], timeout: float = 90.0, q
     last: list[Any] = [None, 0.0]
 
     def quiet() -> bool:
+        check_members_alive()
         now = metrics()
         if now != last[0]:
             last[0], last[1] = now, time.monotonic()
@@ -118,10 +142,22 @@ def settled(metrics: Callable[[], tuple[float, float]], timeout: float = 90.0, q
     wait_until(quiet, timeout, lambda: f"the group to settle (last {last[0]})")
 
 
-def wait_for_all(members: Iterable[Member], values: set[str], timeout: float = 90.0) -> None:
+def wait_for_all(members: Iterable[Member], values: set[str], timeout: float = 90.0,
+                 late_s: float = LATE_S) -> None:
+    """Wait until ``values`` have all been received, then go on watching the consumers, still polling, for
+    ``late_s`` or until one of ``values`` has arrived twice: a verdict taken the moment the last record arrived
+    would never see a duplicate delivered a moment later."""
     members = list(members)
-    wait_until(lambda: values <= {g.value for m in members for g in m.received}, timeout,
-               lambda: f"{len(values - {g.value for m in members for g in m.received})} records not received")
+
+    def received() -> Counter[str]:
+        check_members_alive()
+        return Counter(g.value for m in members for g in m.received)
+
+    wait_until(lambda: values <= received().keys(), timeout,
+               lambda: f"{len(values - received().keys())} records not received\n{describe_members(members)}")
+    deadline = time.monotonic() + late_s
+    while time.monotonic() < deadline and not any(n > 1 for v, n in received().items() if v in values):
+        time.sleep(POLL_S)  # an observation window (bounded in time, ended by the first duplicate), not a wait
 
 
 def check_exactly_once(members: Iterable[Member], produced: list[tuple[str, str]]) -> None:

@@ -58,8 +58,9 @@ def sample(t: float, rss_mb: float, fds: int, cpu_s: float, written_gib: float, 
 def test_summary_measures_growth_after_the_warm_up_interval() -> None:
     samples = [sample(0, 50, 20, 0.0, 0.0, 0.0), sample(60, 60, 25, 10.0, 0.5, 100.0),
                sample(120, 61, 25, 20.0, 1.0, 200.0), sample(180, 61.5, 26, 30.0, 1.5, 200.0)]
-    out = soak.summary(samples)
+    out = soak.summary(samples, lost=0, duplicated=2)
     assert out["summary"] == "soak" and out["minutes"] == 3.0
+    assert out["lost"] == 0 and out["duplicated"] == 2  # the check travels with the figures
     assert out["rss_growth_mb"] == 1.5 and out["fd_growth"] == 1  # from the end of minute 1, not from the start
     assert out["cpu_s_per_gib"] == 20.0
     # the last interval saw no new observations at all: no p99 rather than a made-up one
@@ -68,7 +69,7 @@ def test_summary_measures_growth_after_the_warm_up_interval() -> None:
     assert line["rss_mb"] == 60.0 and line["fds"] == 25 and line["cpu_s_per_gib"] == 20.0
     assert line["p99_ms"] == pytest.approx(1.0 + 99.0 * 99 / 100)  # 100 new ones, all in (1 ms, 100 ms]
     with pytest.raises(ValueError):
-        soak.summary(samples[:1])
+        soak.summary(samples[:1], lost=0, duplicated=0)
 
 
 def test_storm_percentiles_are_nearest_rank() -> None:

@@ -1,5 +1,6 @@
-"""A raw Kafka client on one socket, built from Sluice's own codecs: for tests that must control exactly
-what is sent (a fetch loop that never rotates, a long poll, ...)."""
+"""A raw Kafka client on one socket, built from Sluice's own codecs: for tests and benches that must control
+exactly what is sent (a fetch loop that never rotates, a long poll, ...); and :func:`recv_exact`, the one way
+they read a length-prefixed frame off a blocking socket."""
 
 from __future__ import annotations
 
@@ -10,6 +11,17 @@ from typing import Any
 from proxy.wire.fetch_fast import FetchResponseView, decode_frame
 from proxy.wire.messages import decode_response, encode_request, request_codec
 from proxy.wire.model import Message
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``sock``; ConnectionError if the peer closes first."""
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(min(n - len(out), 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(out)} of {n} bytes")
+        out += chunk
+    return bytes(out)
 
 
 class RawClient:
@@ -27,15 +39,6 @@ class RawClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _recv_exact(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError(f"connection closed after {len(out)} of {n} bytes")
-            out += chunk
-        return bytes(out)
-
     def send(self, api_key: int, version: int, body: Message) -> int:
         self._corr += 1
         header = Message(request_api_key=api_key, request_api_version=version, correlation_id=self._corr,
@@ -45,8 +48,8 @@ class RawClient:
         return self._corr
 
     def receive(self) -> bytes:
-        (size,) = struct.unpack(">i", self._recv_exact(4))
-        return self._recv_exact(size)
+        (size,) = struct.unpack(">i", recv_exact(self.sock, 4))
+        return recv_exact(self.sock, size)
 
     def request(self, api_key: int, version: int, body: Message) -> Message:
         self.send(api_key, version, body)
