@@ -1,4 +1,4 @@
-"""Cooperative consumption's speed-up (seed 004, proxy/policies/sharing/): a consumer group whose per-record work
+"""Cooperative consumption's speed-up (proxy/policies/sharing/): a consumer group whose per-record work
 is the bottleneck, 6 consumers of 3 partitions sharing them through Sluice against the same 6 consumers without
 sharing (through Sluice, the topic not shared) and straight to the broker, in one run, on a real broker.
 

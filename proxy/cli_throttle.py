@@ -16,7 +16,7 @@ such as ``'orders-*'``) where it stands, or appends one; REPLICAS defaults to ``
 ``status`` and ``set`` print the entries as configured (globs as written, in order: an exact name wins over
 globs, among globs the first matching one).
 
-``plan`` is KIP-73's Q&A (seed 003): a move of B bytes with inbound (produce) traffic IN on the busiest broker
+``plan`` is KIP-73's sizing: a move of B bytes with inbound (produce) traffic IN on the busiest broker
 takes B / (T - IN) at throttle T, since the throttle carries both catch-up and keep-up traffic; and the safe
 range on a network of throughput N with replication factor R is ``IN < T < N - IN/R``. Exit code 0 when T is in
 the safe range (or N is not given and T > IN), 1 with a warning otherwise.
@@ -79,7 +79,7 @@ def duration(seconds: float) -> str:
 
 def plan(move_bytes: int, inbound: int, throttle: int, network: int | None = None,
          replication_factor: int = 3) -> tuple[float | None, list[str]]:
-    """(move time in seconds or None when it never finishes, warnings). KIP-73 Q&A 1 and 4."""
+    """(move time in seconds or None when it never finishes, warnings). KIP-73's sizing formulas."""
     warnings: list[str] = []
     seconds: float | None = None
     time_s = move_time_s(move_bytes, throttle, inbound)

@@ -173,7 +173,7 @@ ROWS = [
               [(f"max({sel('sluice_throttle_topics')})", "topic entries"),
                (f"max({sel('sluice_throttle_window_seconds')})", "window (s)")], width=8, kind="stat"),
     ]),
-    Row("Cooperative consumption (seed 004)", [
+    Row("Cooperative consumption", [
         Panel("Shared partitions and members per partition", "none",
               "sluice_sharing_partitions: partitions split into key-hash slices among each group's members (as the "
               "members behind this Sluice hold them); sluice_sharing_partition_members: members sharing each.",

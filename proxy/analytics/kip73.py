@@ -1,11 +1,11 @@
-"""Replication-throttle sizing from observed inbound rates, with KIP-73's formulas (its Q&A 1 and 4).
+"""Replication-throttle sizing from observed inbound rates, with KIP-73's sizing formulas.
 
 KIP-73 ("Replication Quotas") gives an operator two rules for picking the throttle T (bytes/s per broker):
 
-- Move time (Q&A 1): ``move time = bytes to move / (T - IN)``, IN the broker's inbound (keep-up) rate. Throttled
+- Move time: ``move time = bytes to move / (T - IN)``, IN the broker's inbound (keep-up) rate. Throttled
   replication must first keep up with new writes; only what is left over, T - IN, moves the backlog. As T
   approaches IN the move never finishes.
-- Safe range (Q&A 4): ``IN < T < N - IN/R``, N the network throughput and R the replication factor. Above IN so
+- Safe range: ``IN < T < N - IN/R``, N the network throughput and R the replication factor. Above IN so
   catch-up and keep-up traffic both fit; below N - IN/R so the (unthrottled) inbound traffic of the leaders a
   broker may end up with still fits on the link.
 
@@ -100,16 +100,16 @@ def recommend(rates: list[InboundRate], inputs: ThrottleInputs) -> Recommendatio
     n_text = f"N = {fmt_rate(inputs.network_bps)}, R = {inputs.replication_factor}"
     if feasible:
         text.append(
-            f"Safe throttle range (KIP-73 Q&A 4, IN < T < N - IN/R, {n_text}): "
+            f"Safe throttle range (KIP-73, IN < T < N - IN/R, {n_text}): "
             f"{fmt_rate(low)} < T < {fmt_rate(high)}."
         )
     else:
         text.append(
-            f"No safe throttle exists (KIP-73 Q&A 4 needs IN < N - IN/R, {n_text}): inbound traffic alone is "
+            f"No safe throttle exists (KIP-73 needs IN < N - IN/R, {n_text}): inbound traffic alone is "
             f"too close to the network's capacity. Add capacity or move load before moving replicas."
         )
     text.append(
-        "Move time (KIP-73 Q&A 1): time = bytes to move / (T - IN). Replication first keeps up with new writes "
+        "Move time (KIP-73): time = bytes to move / (T - IN). Replication first keeps up with new writes "
         "(IN); only T - IN moves the backlog, so a throttle at or below IN never finishes."
     )
 

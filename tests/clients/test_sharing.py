@@ -1,4 +1,4 @@
-"""Cooperative consumption (seed 004, proxy/policies/sharing/) with real clients against the real broker: the
+"""Cooperative consumption (proxy/policies/sharing/) with real clients against the real broker: the
 Java client (Kafka's console consumer), confluent-kafka, kafka-python and aiokafka, 6 consumers of a 3-partition
 topic, each with its own Sluice and all through one Sluice; a consumer killed with -9; every Sluice killed and
 restarted; a member without Sluice; a KIP-848 consumer; two consumers with one client.id; standalone consumers

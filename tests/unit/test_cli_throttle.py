@@ -1,4 +1,4 @@
-"""`sluice throttle plan` (KIP-73 Q&A: move time = bytes / (T - IN), safe range IN < T < N - IN/R), sizes, and
+"""`sluice throttle plan` (KIP-73's sizing: move time = bytes / (T - IN), safe range IN < T < N - IN/R), sizes, and
 `set`/`status` against the admin API (entries shown as configured)."""
 
 from __future__ import annotations

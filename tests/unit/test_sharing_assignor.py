@@ -1,4 +1,4 @@
-"""The seed's key-range assignor (proxy/policies/sharing/assignor.py)."""
+"""The key-range assignor of the cooperative-consumption draft KIP (proxy/policies/sharing/assignor.py)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ def by_partition(out: dict[str, tuple[int, Slice]]) -> dict[int, list[str]]:
 
 
 def test_seed_round_robin_example() -> None:
-    # Seed 004: 5 consumers, 1 topic of 3 partitions -> tp1: M1, M4; tp2: M2, M5; tp3: M3
+    # The draft KIP's example: 5 consumers, 1 topic of 3 partitions -> tp1: M1, M4; tp2: M2, M5; tp3: M3
     out = split("roundrobin", [0, 1, 2], ["M1", "M2", "M3", "M4", "M5"])
     assert by_partition(out) == {0: ["M1", "M4"], 1: ["M2", "M5"], 2: ["M3"]}
     assert out["M1"] == (0, Slice(0, 2)) and out["M4"] == (0, Slice(1, 2)) and out["M3"] == (2, Slice(0, 1))
 
 
 def test_seed_range_reverse_assign_example() -> None:
-    # Seed 004: 5 consumers over topics of 2 and 3 partitions, "reverse-assign" (contiguous):
+    # The draft KIP's example: 5 consumers over topics of 2 and 3 partitions, "reverse-assign" (contiguous):
     # t1p0: c1, c2, c3; t1p1: c4, c5 / t2p0: c1, c2; t2p1: c3, c4; t2p2: c5
     members = ["c1", "c2", "c3", "c4", "c5"]
     assert by_partition(split("range", [0, 1], members)) == {0: ["c1", "c2", "c3"], 1: ["c4", "c5"]}

@@ -21,7 +21,7 @@ def test_murmur2_vectors(key: bytes, expected: int) -> None:
 
 
 def test_partition_of_a_key_matches_kafkas_default_partitioner() -> None:
-    # reference/kafka-semantics.md section D: "abc" on 12 partitions -> 3
+    # Kafka's DefaultPartitioner (Utils.murmur2): "abc" on 12 partitions -> 3
     assert key_hash(b"abc") == 479470107
     assert key_hash(b"abc") % 12 == 3  # type: ignore[operator]
     assert key_hash(b"21") == -973932308 & 0x7FFFFFFF
