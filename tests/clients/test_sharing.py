@@ -36,6 +36,7 @@ from tests.support.sharing import (
     describe_members,
     java_member,
     produce,
+    produce_tail,
     python_member,
     settled,
     wait_for_all,
@@ -127,6 +128,7 @@ def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_
         assert sum(p.total("sluice_sharing_records_filtered_total", reason="other_slice") for p in proxies) > 0
         # the stable offset reaches the end, whether the client commits its position or its last record + 1 (the
         # console consumer auto-commits every 5 s)
+        wait_for_all(members, {v for _, v in produce_tail(kafka_broker.bootstrap, topic, PARTITIONS, 2, client)})
         wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
@@ -207,6 +209,8 @@ def test_batches_filtered_empty_are_read_by_every_client(sluice: ProxyThread, ka
         assert not [e for m in members if "franz-go" in m.client_id for e in m.reported() if "fetch_error" in e]
         # every record of the other slice went out as a batch of its own left empty
         assert sluice.total("sluice_sharing_records_filtered_total", reason="other_slice") - filtered >= 300
+        tail = produce_tail(kafka_broker.bootstrap, topic, PARTITIONS, 2, codec, {"compression.type": codec})
+        wait_for_all(members, {v for _, v in tail})
         wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
@@ -343,6 +347,7 @@ def test_standalone_consumers_read_their_configured_slices(kafka_broker: KafkaBr
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     produced = produce(kafka_broker.bootstrap, topic, 600, keys=60, tag="standalone")
+    produced += produce_tail(kafka_broker.bootstrap, topic, PARTITIONS, 2, "standalone")
     standalone = [{"client_id": "slice-0", "topic": topic, "slice": "0/2"},
                   {"client_id": "slice-1", "topic": topic, "slice": "1/2"}]
     with ProxyThread(kafka_broker.bootstrap, **SHARING, **{"sharing.standalone": standalone}) as proxy, \

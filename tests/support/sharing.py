@@ -4,6 +4,7 @@ what it received, and the checks made of it from the clients' side."""
 
 from __future__ import annotations
 
+import itertools
 import time
 import weakref
 from collections import Counter, defaultdict
@@ -14,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from proxy.policies.sharing.keys import key_hash, slice_of
 from rig.group_consumer import ConsumerProcess
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from tests.support.faults import POLL_S, wait_until
@@ -207,6 +209,33 @@ def committed_and_end_offsets(bootstrap: str, topic: str, group: str,
     finally:
         reader.close()
     return committed, ends
+
+
+def produce_tail(bootstrap: str, topic: str, partitions: int, slices: int, tag: str,
+                 config: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """Close each partition with one batch holding one record of each of its ``slices`` key-hash slices.
+
+    A slice's position moves past the records Sluice left out of its member's fetches right after the member's last
+    record only when they come in the same response (the member's commit then covers them); a member whose slice
+    gets no record later never commits again, so its slice's position, and the group's stable offset, stay where
+    they are (README, cooperative consumption's limits). Whether the last records of a partition come in one
+    response is up to timing; one batch is appended and fetched whole, so after this tail every slice's member
+    sees its record and the other slices' after it together, and the stable offset can reach the end."""
+    keys: dict[int, str] = {}
+    for i in itertools.count():
+        key = f"tail-{tag}-{i}"
+        keys.setdefault(slice_of(key_hash(key.encode()), slices), key)
+        if len(keys) == slices:
+            break
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100, "acks": "all", **(config or {})})
+    out = []
+    for p in range(partitions):
+        for s in range(slices):
+            record = (keys[s], f"{tag}-tail-{p}-{s}")
+            producer.produce(topic, key=record[0].encode(), value=record[1].encode(), partition=p)
+            out.append(record)
+    assert producer.flush(60) == 0
+    return out
 
 
 def wait_for_end_commits(bootstrap: str, topic: str, group: str, partitions: int, timeout: float = 60.0) -> None:
