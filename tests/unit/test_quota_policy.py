@@ -8,13 +8,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import aiohttp
 import pytest
 
 from bench.pipeline_cpu import request_frame, response_frame
 from proxy.config import ConfigError, load_settings
 from proxy.core.rate import WindowedRate
+from proxy.policies.quota.book import QuotaBook, Quotas
 from proxy.policies.terminate.sessions import LEGACY
 from proxy.wire.messages import decode_response, request_codec, response_codec
+from tests.support.admin import admin_over
 from tests.support.connection import CoreRig, request, response, sized
 
 PRODUCE, FETCH = 0, 1
@@ -245,3 +248,32 @@ def test_quota_metrics_carry_the_entry_name() -> None:
     conn.client_data(sized(produce(1)))
     assert rig.metrics.total("sluice_quota_requests_total", entry="etl", api="Produce") == 1
 
+
+
+def test_idle_clients_rates_are_forgotten() -> None:
+    quotas = Quotas.from_settings(load_settings(None, env={}).with_overrides(
+        {"quota.entries": [{"client_id": "*", "produce_rate_bytes": 100}]}).quota)
+    book = QuotaBook(quotas)
+    [entry] = quotas.entries
+    for i in range(1024):
+        book.record(entry, "produce", 10, f"job-{i}", None, 0.0)
+    book.record(entry, "produce", 10, "job-0", None, 20.0)  # still there, active again
+    assert len(book.rates) == 1024
+    book.record(entry, "produce", 10, "new", None, 20.0)  # the 1025th: the idle ones go (11 s window passed)
+    assert set(book.rates) == {("entries[0]", "produce", None, "job-0"), ("entries[0]", "produce", None, "new")}
+
+
+async def test_quotas_change_at_run_time_through_the_admin_api() -> None:
+    settings = load_settings(None, env={}).with_overrides(
+        {"quota.entries": [{"name": "etl", "client_id": "etl-*", "produce_rate_bytes": 1000}]})
+    async with admin_over(settings) as (proxy, url), aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/quotas") as r:
+            body = await r.json()
+        assert body["entries"][0]["produce_rate_bytes"] == 1000 and body["status"] == {"rates": {}}
+        body["entries"][0]["produce_rate_bytes"] = -5
+        async with http.put(f"{url}/quotas", json=body) as r:
+            assert r.status == 400 and (await r.json())["key"] == "quota.entries[0].produce_rate_bytes"
+        body["entries"][0]["produce_rate_bytes"] = 2000
+        async with http.put(f"{url}/quotas", json=body) as r:
+            assert r.status == 200
+        assert proxy.policy("quota").book.quotas.entries[0].produce == 2000

@@ -72,6 +72,7 @@ class QuotaBook:
     def __init__(self, quotas: Quotas) -> None:
         self.quotas = quotas
         self.rates: dict[RateKey, WindowedRate] = {}
+        self._sweep_at = _SWEEP_MIN
 
     def reconfigure(self, quotas: Quotas, now: float) -> None:
         """A new snapshot: a rate whose entry keeps a quota of its kind carries on under the new bound
@@ -95,10 +96,19 @@ class QuotaBook:
         key: RateKey = (entry.name, kind, None, None) if entry.shared else (entry.name, kind, principal, client_id)
         rate = self.rates.get(key)
         if rate is None:
+            if len(self.rates) >= self._sweep_at:
+                self._sweep(now)
             q = self.quotas
             rate = self.rates[key] = WindowedRate(_scaled(kind, bound), q.samples, q.window_s)
         rate.record(amount * _scale(kind), now)
         return min(rate.throttle_time(now), rate.samples * rate.window_s)
+
+    def _sweep(self, now: float) -> None:
+        """Forget the rates with nothing left in their window: an idle rate earns no credit
+        (:mod:`proxy.core.rate`), so a new one is the same, and clients that come and go (a client.id per
+        process, per job) do not pile up. Kafka expires its idle quota sensors likewise."""
+        self.rates = {k: r for k, r in self.rates.items() if r.total(now)}
+        self._sweep_at = max(_SWEEP_MIN, 2 * len(self.rates))
 
     def rates_now(self, now: float) -> dict[str, dict[str, float]]:
         """Per entry and kind, the highest rate measured now (bytes/s, requests/s): the admin API's status."""
@@ -109,6 +119,8 @@ class QuotaBook:
         return out
 
 
+#: rates kept before idle ones are swept (then twice the number left)
+_SWEEP_MIN = 1024
 #: request rates are counted in thousandths, so that a fractional requests/s quota is an integer bound
 _REQUEST_SCALE = 1000
 
