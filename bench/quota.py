@@ -136,7 +136,7 @@ def produce_confluent(bootstrap: str, topic: str, client_id: str, acks: Acks, se
 
 def produce_kafka_python(bootstrap: str, topic: str, client_id: str, acks: Acks, seconds: int) -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, enable_idempotence=True,
-                             linger_ms=5, buffer_memory=4 << 20, max_block_ms=120_000)
+                             linger_ms=5, max_block_ms=120_000)
     value = b"q" * RECORD
     deadline = time.monotonic() + START_TIMEOUT_S
     i = 0

@@ -1,11 +1,13 @@
 """Client quotas (proxy/policies/quota) through Sluice, on the real broker, with real clients: every record
 produced is acknowledged and consumed once, in order; the throttle time reaches the client (librdkafka's
-throttle callback, the Java producer's produce-throttle-time-avg, kafka-python's throttle-time metrics); a raw
+throttle callback, the Java producer's produce-throttle-time-avg, kafka-python's throttle-time metrics, the
+access log for aiokafka, which has no such metric); a raw
 client that ignores throttle_time_ms is held all the same (Sluice does not read its next request before the
 throttle time it was told has passed)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaException, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
@@ -171,3 +174,38 @@ def test_a_client_that_ignores_throttle_time_is_held(sluice: ProxyThread, access
 
 def _ts(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+
+
+async def test_aiokafka_is_throttled_and_loses_nothing(sluice: ProxyThread, access_log: Path,
+                                                       unique_topic: str) -> None:
+    # aiokafka exposes no throttle metric: what it was told is read from the access log
+    create_topic(sluice.bootstrap, unique_topic, 2)
+    records = make_records(N, 2, value_size=VALUE_SIZE, tag="aio")
+    producer = AIOKafkaProducer(bootstrap_servers=sluice.bootstrap, client_id="quota-p-aio", acks="all",
+                                linger_ms=5)
+    await producer.start()
+    try:
+        batch = [await producer.send(unique_topic, value=r.value, key=r.key, partition=r.partition,
+                                     timestamp_ms=r.timestamp_ms, headers=list(r.headers)) for r in records]
+        acked = await asyncio.gather(*batch)
+    finally:
+        await producer.stop()
+    assert len(acked) == N and all(md.offset >= 0 for md in acked)
+    consumer = AIOKafkaConsumer(unique_topic, bootstrap_servers=sluice.bootstrap, client_id="quota-c-aio",
+                                group_id=f"g-{unique_topic}", auto_offset_reset="earliest",
+                                enable_auto_commit=False, max_partition_fetch_bytes=100_000)
+    await consumer.start()
+    got: list[Rec] = []
+    try:
+        async with asyncio.timeout(90):
+            while len(got) < N:
+                for _tp, msgs in (await consumer.getmany(timeout_ms=500)).items():
+                    got += [Rec(m.partition, m.key, m.value, tuple(m.headers), m.timestamp) for m in msgs]
+    finally:
+        await consumer.stop()
+    assert_same_records(records, got)
+    sluice.proxy.access_log.flush()
+    lines = [json.loads(line) for line in access_log.read_text().splitlines()]
+    told = {c: max((ln.get("quota_throttle_time_ms", 0) for ln in lines if ln["client_id"] == c), default=0)
+            for c in ("quota-p-aio", "quota-c-aio")}
+    assert all(told.values()), told
