@@ -1,9 +1,8 @@
 """Client quotas (proxy/policies/quota) through Sluice, on the real broker, with real clients: every record
 produced is acknowledged and consumed once, in order; the throttle time reaches the client (librdkafka's
-throttle callback, the Java producer's produce-throttle-time-avg, kafka-python's throttle-time metrics, the
-access log for aiokafka, which has no such metric); a raw
-client that ignores throttle_time_ms is held all the same (Sluice does not read its next request before the
-throttle time it was told has passed)."""
+throttle callback, the Java producer's produce-throttle-time-avg, kafka-python's throttle-time metrics, and for
+aiokafka, which has no such metric, the access log); a raw client that ignores throttle_time_ms is held all the
+same (Sluice does not read its next request before the throttle time it was told has passed)."""
 
 from __future__ import annotations
 
