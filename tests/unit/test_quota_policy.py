@@ -17,6 +17,8 @@ from proxy.core.rate import WindowedRate
 from proxy.policies.quota.book import QuotaBook, Quotas
 from proxy.policies.terminate.sessions import LEGACY
 from proxy.wire.messages import decode_response, request_codec, response_codec
+from proxy.wire.throttle_time import set_throttle_time_ms, throttle_time_ms
+from proxy.wire.views import MessageResponse, response_view
 from tests.support.admin import admin_over
 from tests.support.connection import CoreRig, request, response, sized
 
@@ -277,3 +279,23 @@ async def test_quotas_change_at_run_time_through_the_admin_api() -> None:
         async with http.put(f"{url}/quotas", json=body) as r:
             assert r.status == 200
         assert proxy.policy("quota").book.quotas.entries[0].produce == 2000
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_fetch_response_carries_the_time_whether_or_not_a_policy_changed_it(changed: bool) -> None:
+    frame = response_frame(12, 7, [("t", 0)], 5, 0)
+    view = response_view(FETCH, 12, frame)
+    view.changed = changed  # another policy edited the view: the time goes out in its encoding
+    assert throttle_time_ms(FETCH, 12, view) == 0
+    set_throttle_time_ms(FETCH, 12, view, 1234)
+    buffers, _ = view.encode()
+    assert throttle_of(b"".join(bytes(b) for b in buffers), FETCH, 12) == 1234
+
+
+def test_a_decoded_produce_response_carries_the_time_in_its_body() -> None:
+    view = response_view(PRODUCE, 11, produce_response(3, 11, throttle_ms=7))
+    assert isinstance(view, MessageResponse) and view.body.throttle_time_ms == 7  # decoded by another policy
+    assert throttle_time_ms(PRODUCE, 11, view) == 7
+    set_throttle_time_ms(PRODUCE, 11, view, 900)
+    buffers, _ = view.encode()
+    assert throttle_of(b"".join(bytes(b) for b in buffers), PRODUCE, 11) == 900
