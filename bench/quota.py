@@ -2,7 +2,7 @@
 client quotas (proxy/policies/quota, KIP-13 enforced as KIP-219), per second and per 11 s window, per client kind.
 
 ``python -m bench.quota [--seconds 33] [--rate 5] [--mib 600] [--producers confluent,kafka-python]
-[--consumers kafka-python,java,confluent] [--smoke]``
+[--consumers kafka-python,java,confluent] [--smoke] [--upstream HOST:PORT]``
 
 Goal: every 11 s window after the first within +/-5% of the quota (``worst_window_error`` <= 0.05).
 
@@ -24,6 +24,11 @@ first (the quota's warm-up), sliding by 1 s; ``mean_bytes_s`` over seconds 11 to
 ``worst_window_error`` = max over the windows of |window bytes / 11 s / quota - 1|. The client counts record bytes,
 Sluice meters request and response frames (batch and record headers, ~0.4% more for 16 KiB records).
 
+A request (or a response) is the quota's unit, as in Kafka: its bytes are counted at once and the throttle time
+follows it, so a window can be off by about one request's bytes. The consumers read with their clients' defaults
+(up to 1 MB per partition: a 4-partition response of ~4 MB is most of a second at 5 MB/s, ~7% of a window); the
+producers use batches of 64 KiB (librdkafka's default, 1 MB per partition, would make 4 MB requests too).
+
 The Java producer is left out: its perf tool reports 5 s averages, not the records' acknowledgement times.
 
 JSON lines on stdout (logs on stderr): per run and second ``{"bench": "quota", "side", "client", "second",
@@ -37,6 +42,7 @@ it runs (no window is counted).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import threading
@@ -67,6 +73,7 @@ from rig.sluice_process import SluiceProcess
 
 PRODUCERS = ("confluent", "kafka-python")
 CLIENT_ID_PREFIX = "bench-quota-"
+OUTSTANDING = 256  # records a producer has unacknowledged at most: 4 MiB, as for librdkafka's queue below
 
 
 def log(message: str) -> None:
@@ -107,8 +114,10 @@ def create_topic(bootstrap: str, topic: str) -> None:
 
 
 def produce_confluent(bootstrap: str, topic: str, client_id: str, acks: Acks, seconds: int) -> None:
+    # batch.size as kafka-python's order of magnitude (librdkafka's default is 1 MB per partition): a request is
+    # the quota's unit, and one of 4 MB is most of a second at 5 MB/s (see the module docstring)
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "enable.idempotence": True,
-                         "linger.ms": 5, "queue.buffering.max.kbytes": 4096})
+                         "linger.ms": 5, "queue.buffering.max.kbytes": 4096, "batch.size": 65536})
     value = b"q" * RECORD
 
     def delivered(err: KafkaError | None, _msg: object) -> None:
@@ -139,6 +148,18 @@ def produce_kafka_python(bootstrap: str, topic: str, client_id: str, acks: Acks,
                              linger_ms=5, max_block_ms=120_000)
     value = b"q" * RECORD
     deadline = time.monotonic() + START_TIMEOUT_S
+    # kafka-python's send() queues without bound: at most OUTSTANDING records unacknowledged, as librdkafka's
+    # queue.buffering.max.kbytes bounds the other producer (a queue hours long would expire records instead)
+    room = threading.Semaphore(OUTSTANDING)
+
+    def ok(_md: object) -> None:
+        acks.ok(RECORD)
+        room.release()
+
+    def failed(error: object) -> None:
+        acks.fail(error)
+        room.release()
+
     i = 0
     try:
         while True:
@@ -146,9 +167,11 @@ def produce_kafka_python(bootstrap: str, topic: str, client_id: str, acks: Acks,
             if (first is not None and time.monotonic() >= first + seconds) \
                     or (first is None and time.monotonic() > deadline):
                 break
-            future = producer.send(topic, value=value, partition=i % PARTITIONS)  # blocks while the buffer is full
-            future.add_callback(lambda _md: acks.ok(RECORD))
-            future.add_errback(acks.fail)
+            if not room.acquire(timeout=0.1):
+                continue
+            future = producer.send(topic, value=value, partition=i % PARTITIONS)
+            future.add_callback(ok)
+            future.add_errback(failed)
             i += 1
         producer.flush(timeout=120)
     finally:
@@ -250,6 +273,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--producers", default=",".join(PRODUCERS), help=f"of: {', '.join(PRODUCERS)}")
     ap.add_argument("--consumers", default=",".join(CLIENTS), help=f"of: {', '.join(CLIENTS)}")
     ap.add_argument("--smoke", action="store_true", help="3 s runs, one producer and one consumer, 16 MiB")
+    ap.add_argument("--upstream", default="", help="a running broker's bootstrap (default: start one from rig/)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.seconds, args.mib, args.producers, args.consumers = 3, 16, "confluent", "confluent"
@@ -266,14 +290,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     target = int(args.rate * MB)
     lines: list[dict[str, Any]] = []
-    with KafkaBroker() as broker, tempfile.TemporaryDirectory(prefix="bench-quota-") as tmp:
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.upstream or stack.enter_context(KafkaBroker()).bootstrap
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-quota-")))
         for name in args.producers:
-            lines.append(run_producer(broker.bootstrap, name, target, args.seconds, Path(tmp)))
+            lines.append(run_producer(bootstrap, name, target, args.seconds, tmp))
         if args.consumers:
             topic = f"bench-quota-backlog-{int(time.time() * 1000)}"
-            ends = produce_backlog(broker.bootstrap, topic, args.mib)
+            ends = produce_backlog(bootstrap, topic, args.mib)
             for name in args.consumers:
-                lines.append(run_consumer(broker.bootstrap, topic, ends, name, target, args.seconds, Path(tmp)))
+                lines.append(run_consumer(bootstrap, topic, ends, name, target, args.seconds, tmp))
     out = summary(lines, args, target)
     emit(out)
     return 1 if out["lost"] or out["errors"] else 0
