@@ -191,20 +191,17 @@ def end_offsets(bootstrap: str, topic: str) -> int:
 
 def result(side: str, name: str, samples: list[tuple[float, int]], first: float | None, target: int,
            seconds: int) -> dict[str, Any]:
+    """Emit the run's per-second lines; its figures (the caller adds to them and emits them)."""
     base: dict[str, Any] = {"bench": "quota", "side": side, "client": name, "target_bytes_s": target}
     if first is None:
-        line = {**base, "mean_bytes_s": 0, "ratio": 0.0, "worst_window_error": 1.0, "windows": 0,
+        return {**base, "mean_bytes_s": 0, "ratio": 0.0, "worst_window_error": 1.0, "windows": 0,
                 "error": f"no record within {START_TIMEOUT_S:.0f} s"}
-        emit(line)
-        return line
     stats = analyse([(t - first, n) for t, n in samples], seconds, target)
     for i, n in enumerate(stats.per_second):
         emit({**base, "second": i, "measured_bytes_s": n})
-    line = {**base, "mean_bytes_s": round(stats.mean_bytes_s), "ratio": round(stats.mean_bytes_s / target, 4),
+    return {**base, "mean_bytes_s": round(stats.mean_bytes_s), "ratio": round(stats.mean_bytes_s / target, 4),
             "worst_window_error": round(stats.worst_window_error, 4), "windows": stats.windows,
             "basis": stats.basis, "records": len(samples)}
-    emit(line)
-    return line
 
 
 def run_producer(bootstrap: str, name: str, target: int, seconds: int, tmp: Path) -> dict[str, Any]:
@@ -222,6 +219,7 @@ def run_producer(bootstrap: str, name: str, target: int, seconds: int, tmp: Path
     if acks.failed or stored != len(acks.samples):
         line["lost"] = f"{len(acks.samples)} acknowledged, {stored} stored, {len(acks.failed)} failed: " \
                        f"{acks.failed[:3]}"
+    emit(line)
     return line
 
 
@@ -240,6 +238,7 @@ def run_consumer(bootstrap: str, topic: str, ends: dict[int, int], name: str, ta
     line = result("fetch", name, arrivals.samples, arrivals.first, target, seconds)
     if arrivals.exhausted_at is not None:
         line["note"] = "reached the end of the backlog: the quota did not hold it"
+    emit(line)
     return line
 
 
