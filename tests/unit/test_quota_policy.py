@@ -246,6 +246,10 @@ def test_two_entries_with_one_name_are_an_error() -> None:
 
 def test_quota_metrics_carry_the_entry_name() -> None:
     rig = CoreRig({"quota.entries": [{"name": "etl", "client_id": "etl-*", "request_rate": 100}]})
+    samples = {(s.name, tuple(sorted(s.labels.items()))) for m in rig.metrics.registry.collect()
+               for s in m.samples if s.name.startswith("sluice_quota_throttle_seconds_total")}
+    assert samples == {("sluice_quota_throttle_seconds_total", (("api", api), ("entry", "etl")))
+                       for api in ("Produce", "Fetch")}  # shown at 0 before anything is throttled
     conn, _ = rig.connect()
     conn.client_data(sized(produce(1)))
     assert rig.metrics.total("sluice_quota_requests_total", entry="etl", api="Produce") == 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter
 
 
@@ -22,3 +25,13 @@ class QuotaMetrics:
         self.throttled = Counter(
             "sluice_quota_throttled_total", "Responses (or acks=0 Produce requests) throttled by an entry.",
             ["entry", "api"], registry=r)
+
+    def show(self, entries: Iterable[Any]) -> None:
+        """Every configured entry's series, at 0 until it counts something (dashboards and alerts see them)."""
+        for entry in entries:
+            for kind in ("produce", "fetch"):
+                self.bytes.labels(entry.name, kind)
+            for api in ("Produce", "Fetch"):
+                self.requests.labels(entry.name, api)
+                self.throttle_seconds.labels(entry.name, api)
+                self.throttled.labels(entry.name, api)

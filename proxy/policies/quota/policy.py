@@ -56,9 +56,11 @@ class Quota(Policy):
         self.clock = services.clock
         self.metrics = metrics
         self.book = QuotaBook(Quotas.from_settings(settings))
+        self.metrics.show(self.book.quotas.entries)
 
     def reconfigure(self, settings: Settings) -> None:
         self.book.reconfigure(Quotas.from_settings(settings.quota), self.clock())
+        self.metrics.show(self.book.quotas.entries)
 
     def status(self) -> dict[str, Any]:
         """Per entry and kind, the highest rate measured now: what GET /quotas adds as ``status``."""
