@@ -2,7 +2,7 @@
 client quotas (proxy/policies/quota, KIP-13 enforced as KIP-219), per second and per 11 s window, per client kind.
 
 ``python -m bench.quota [--seconds 33] [--rate 5] [--mib 600] [--producers confluent,kafka-python]
-[--consumers kafka-python,java,confluent] [--smoke] [--upstream HOST:PORT]``
+[--consumers kafka-python,java,confluent] [--no-unquoted] [--smoke] [--upstream HOST:PORT]``
 
 Goal: every 11 s window after the first within +/-5% of the quota (``worst_window_error`` <= 0.05).
 
@@ -29,14 +29,19 @@ follows it, so a window can be off by about one request's bytes. The consumers r
 (up to 1 MB per partition: a 4-partition response of ~4 MB is most of a second at 5 MB/s, ~7% of a window); the
 producers use batches of 64 KiB (librdkafka's default, 1 MB per partition, would make 4 MB requests too).
 
+Unquoted clients alongside (``--no-unquoted`` skips it): a confluent producer no entry selects runs alone through
+the same Sluice, then beside a quoted producer; ``ratio`` = its rate beside / alone (goal: within 5%; on a shared
+2-core machine the two producers also compete for CPU, which no quota governs).
+
 The Java producer is left out: its perf tool reports 5 s averages, not the records' acknowledgement times.
 
 JSON lines on stdout (logs on stderr): per run and second ``{"bench": "quota", "side", "client", "second",
 "target_bytes_s", "measured_bytes_s"}``; per run ``{"bench": "quota", "side", "client", "target_bytes_s",
 "mean_bytes_s", "ratio", "worst_window_error", "windows", ...}``; last line ``{"summary": "quota",
 "worst_window_error": <max over every run>, "goal", "within_goal", "by_side": {side: {client: {...}}}, "lost",
-"errors"}``. ``--smoke``: 3 s runs with one producer and one consumer, a 16 MiB backlog, for a quick check that
-it runs (no window is counted).
+"errors", "unquoted_alongside_vs_alone"}``; the unquoted run's line ``{"bench": "quota", "side": "unquoted",
+"alone_bytes_s", "alongside_bytes_s", "quoted_alongside_bytes_s", "ratio"}``. ``--smoke``: 3 s runs with one
+producer and one consumer, a 16 MiB backlog, for a quick check that it runs (no window is counted).
 """
 
 from __future__ import annotations
@@ -214,11 +219,60 @@ def run_producer(bootstrap: str, name: str, target: int, seconds: int, tmp: Path
     with SluiceProcess(bootstrap, extra_env={"SLUICE_CONFIG": str(config)}) as sluice:
         PRODUCE[name](sluice.bootstrap, topic, f"{CLIENT_ID_PREFIX}p-{name}", acks, seconds)
     line = result("produce", name, acks.samples, acks.first, target, seconds)
+    check_stored(bootstrap, topic, acks, line)
+    emit(line)
+    return line
+
+
+def check_stored(bootstrap: str, topic: str, acks: Acks, line: dict[str, Any]) -> None:
+    """The topic holds exactly the records acknowledged (idempotent producers), else the line says what was lost."""
     stored = end_offsets(bootstrap, topic)
     line["acknowledged"], line["stored"] = len(acks.samples), stored
     if acks.failed or stored != len(acks.samples):
         line["lost"] = f"{len(acks.samples)} acknowledged, {stored} stored, {len(acks.failed)} failed: " \
                        f"{acks.failed[:3]}"
+
+
+def run_unquoted(bootstrap: str, target: int, seconds: int, tmp: Path) -> dict[str, Any]:
+    """A producer no entry selects (client.id ``bench-free-*``), alone through the Sluice, then alongside a quoted
+    one: its rate should not change (the quota holds only the clients it selects)."""
+    stamp = int(time.time() * 1000)
+    topics = [f"bench-quota-free-{stamp}-{i}" for i in range(3)]
+    for topic in topics:
+        create_topic(bootstrap, topic)
+    config = tmp / "sluice-unquoted.toml"
+    config.write_text(sluice_config(target))
+    alone, alongside, quoted = Acks(), Acks(), Acks()
+    log(f"unquoted producer: {seconds} s alone, then {seconds} s beside a quoted one")
+    with SluiceProcess(bootstrap, extra_env={"SLUICE_CONFIG": str(config)}) as sluice:
+        produce_confluent(sluice.bootstrap, topics[0], "bench-free-alone", alone, seconds)
+        beside = threading.Thread(target=produce_confluent, name="quoted-producer",
+                                  args=(sluice.bootstrap, topics[2], f"{CLIENT_ID_PREFIX}p-beside", quoted, seconds))
+        beside.start()
+        try:
+            produce_confluent(sluice.bootstrap, topics[1], "bench-free-alongside", alongside, seconds)
+        finally:
+            beside.join()
+
+    def mean(acks: Acks) -> float:
+        first = acks.first
+        return 0.0 if first is None else analyse([(t - first, n) for t, n in acks.samples], seconds,
+                                                 target).mean_bytes_s
+
+    line: dict[str, Any] = {"bench": "quota", "side": "unquoted", "client": "confluent",
+                            "alone_bytes_s": round(mean(alone)), "alongside_bytes_s": round(mean(alongside)),
+                            "quoted_alongside_bytes_s": round(mean(quoted))}
+    line["ratio"] = round(line["alongside_bytes_s"] / line["alone_bytes_s"], 4) if line["alone_bytes_s"] else 0.0
+    lost: list[str] = []
+    for topic, acks in zip(topics, (alone, alongside, quoted), strict=True):
+        check: dict[str, Any] = {}
+        check_stored(bootstrap, topic, acks, check)
+        line["acknowledged"] = line.get("acknowledged", 0) + check["acknowledged"]
+        line["stored"] = line.get("stored", 0) + check["stored"]
+        if "lost" in check:
+            lost.append(f"{topic}: {check['lost']}")
+    if lost:
+        line["lost"] = "; ".join(lost)
     emit(line)
     return line
 
@@ -244,13 +298,16 @@ def run_consumer(bootstrap: str, topic: str, ends: dict[int, int], name: str, ta
 
 def summary(lines: list[dict[str, Any]], args: argparse.Namespace, target: int) -> dict[str, Any]:
     by_side: dict[str, dict[str, Any]] = {}
-    for x in lines:
+    quoted = [x for x in lines if x["side"] != "unquoted"]
+    for x in quoted:
         by_side.setdefault(x["side"], {})[x["client"]] = {"ratio": x["ratio"],
                                                          "worst_window_error": x["worst_window_error"]}
-    worst = max((x["worst_window_error"] for x in lines), default=1.0)
+    worst = max((x["worst_window_error"] for x in quoted), default=1.0)
+    unquoted = [x["ratio"] for x in lines if x["side"] == "unquoted"]
     return {"summary": "quota", "worst_window_error": worst, "goal": GOAL, "within_goal": worst <= GOAL,
             "target_bytes_s": target, "seconds": args.seconds, "by_side": by_side,
-            "lost": [f"{x['client']}: {x['lost']}" for x in lines if "lost" in x],
+            "unquoted_alongside_vs_alone": unquoted[0] if unquoted else None,
+            "lost": [f"{x['side']}/{x['client']}: {x['lost']}" for x in lines if "lost" in x],
             "errors": [f"{x['side']}/{x['client']}: {x['error']}" for x in lines if "error" in x]}
 
 
@@ -271,11 +328,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mib", type=int, default=600, help="MiB of records the consumers read from (default 600)")
     ap.add_argument("--producers", default=",".join(PRODUCERS), help=f"of: {', '.join(PRODUCERS)}")
     ap.add_argument("--consumers", default=",".join(CLIENTS), help=f"of: {', '.join(CLIENTS)}")
+    ap.add_argument("--no-unquoted", dest="unquoted", action="store_false",
+                    help="skip the unquoted producer's runs (alone, then beside a quoted one)")
     ap.add_argument("--smoke", action="store_true", help="3 s runs, one producer and one consumer, 16 MiB")
     ap.add_argument("--upstream", default="", help="a running broker's bootstrap (default: start one from rig/)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.seconds, args.mib, args.producers, args.consumers = 3, 16, "confluent", "confluent"
+        args.unquoted = False
     elif args.seconds < 2 * WINDOW:
         ap.error(f"--seconds must be at least {2 * WINDOW}: a warm-up window and one counted window")
     if args.rate <= 0:
@@ -294,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-quota-")))
         for name in args.producers:
             lines.append(run_producer(bootstrap, name, target, args.seconds, tmp))
+        if args.unquoted:
+            lines.append(run_unquoted(bootstrap, target, args.seconds, tmp))
         if args.consumers:
             topic = f"bench-quota-backlog-{int(time.time() * 1000)}"
             ends = produce_backlog(bootstrap, topic, args.mib)
