@@ -52,6 +52,10 @@ field                       type          meaning
 ``principal``               string        optional, only on connections whose SASL authentication the broker
                                           accepted: the principal's name (PLAIN user, SCRAM ``n=``, the
                                           OAUTHBEARER token's ``sub``), never a credential
+``quota_throttle_time_ms``  int           optional, only for requests a ``[[quota.entries]]`` entry selects:
+                                          the throttle time Sluice applied (0: within quota), milliseconds;
+                                          the response's ``throttle_time_ms`` is the larger of it and the
+                                          broker's (KIP-219)
 ==========================  ============  ====================================================================
 
 Cost: ``record()`` formats the line itself, from its arguments, in one f-string: the timestamp's seconds are
@@ -286,6 +290,7 @@ class AccessLog:
         session_upstream_bytes: int | None = None,
         client_address: str | None = None,
         principal: str | None = None,
+        quota_throttle_time_ms: int | None = None,
     ) -> None:
         """Write one access-log line (see the module docstring for the schema). Never raises on I/O errors."""
         if not self.enabled:
@@ -314,7 +319,8 @@ class AccessLog:
             f'"decoded":{"true" if decoded else "false"}'
             f"{_partitions_json(partitions, js) if partitions is not None else ''}"
             f"{_optional_json(throttle_target_bps, throttled_bytes, session_upstream_bytes)}"
-            f"{_who_json(client_address, principal, js)}}}\n"
+            f"{_who_json(client_address, principal, js)}"
+            f"{'' if quota_throttle_time_ms is None else _quota_json(quota_throttle_time_ms)}}}\n"
         )
 
     def flush(self) -> None:
@@ -360,6 +366,11 @@ def _who_json(client_address: str | None, principal: str | None, js: Callable[[s
     if principal is not None:
         out += f',"principal":{js(principal)}'
     return out
+
+
+def _quota_json(quota_throttle_time_ms: int) -> str:
+    """The optional ``quota_throttle_time_ms`` field (only on requests a quota entry selects)."""
+    return f',"quota_throttle_time_ms":{quota_throttle_time_ms}'
 
 
 def _partitions_json(partitions: list[tuple[str, int, int]], js: Callable[[str | None], str]) -> str:

@@ -354,8 +354,10 @@ class JavaTools:
         throughput: int = -1,
         producer_props: Mapping[str, object] | None = None,
         timeout: float = 300.0,
+        print_metrics: bool = False,
     ) -> PerfResult:
-        """ProducerPerformance (`throughput=-1`: as fast as possible). Returns its final summary."""
+        """ProducerPerformance (`throughput=-1`: as fast as possible). Returns its final summary (with
+        `print_metrics`, the client's metrics follow it in its stdout: `group:name:{tags} : value` lines)."""
         props = {"bootstrap.servers": bootstrap, **(producer_props or {})}
         args = [
             "--topic", topic,
@@ -364,6 +366,8 @@ class JavaTools:
             "--throughput", str(throughput),
             "--producer-props", *(f"{k}={_prop_value(v)}" for k, v in props.items()),
         ]  # fmt: skip
+        if print_metrics:
+            args.append("--print-metrics")
         proc = self.run(PRODUCER_PERFORMANCE, args, timeout=timeout, jvm_opts=PERF_JVM_OPTS)
         return parse_producer_perf(proc.stdout, proc.stderr)
 

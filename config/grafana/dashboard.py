@@ -173,6 +173,21 @@ ROWS = [
               [(f"max({sel('sluice_throttle_topics')})", "topic entries"),
                (f"max({sel('sluice_throttle_window_seconds')})", "window (s)")], width=8, kind="stat"),
     ]),
+    Row("Client quotas (KIP-13, KIP-219)", [
+        Panel("Quota bytes/s by entry", "Bps",
+              "sluice_quota_bytes_total: Produce request bytes and Fetch response bytes of the clients each "
+              "[[quota.entries]] entry selects, counted against its quota.",
+              [(rate("sluice_quota_bytes_total", by="entry, kind"), "{{entry}} {{kind}}")], width=8),
+        Panel("Quota requests/s by entry", "reqps",
+              "sluice_quota_requests_total: Produce and Fetch requests of the clients each entry selects.",
+              [(rate("sluice_quota_requests_total", by="entry, api"), "{{entry}} {{api}}")], width=8),
+        Panel("Share of time throttled by entry", "percentunit",
+              "sluice_quota_throttle_seconds_total: throttle time applied per second (1 = one client held all the "
+              "time; above 1, several); sluice_quota_throttled_total: throttled responses/s. Alert: "
+              "SluiceQuotaHoldsClient.",
+              [(rate("sluice_quota_throttle_seconds_total", by="entry, api"), "{{entry}} {{api}} held"),
+               (rate("sluice_quota_throttled_total", by="entry, api"), "{{entry}} {{api}} throttled/s")], width=8),
+    ]),
     Row("Cooperative consumption", [
         Panel("Shared partitions and members per partition", "none",
               "sluice_sharing_partitions: partitions split into key-hash slices among each group's members (as the "

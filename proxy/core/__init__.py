@@ -6,7 +6,7 @@
   settings model, metrics, whether it changes at run time); ``exchange.py``: one request/response pair and the
   effects policies ask for;
 - ``memory.py``: the proxy-wide bound on response bytes held; ``admission.py``: connections in total and per
-  client address;
+  client address; ``rate.py``: Kafka's windowed rate (throttles, client quotas);
 - ``routing.py``: broker node ids <-> listeners, and the rewriting of responses that carry addresses;
 - ``topic_names.py``: topic id -> name, with Sluice's own lookups; ``group_calls.py``: Sluice's own requests to
   group coordinators, queued for the I/O layer;

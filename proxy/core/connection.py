@@ -397,6 +397,8 @@ class Connection:
             self.awaiting.append(ex)
         else:
             self._complete(ex)
+            if ex.mute_s > 0:
+                self._mute(ex.mute_s)  # no response to follow (Produce acks=0): held from now (KIP-219)
 
     def _send_upstream(self, ex: Exchange) -> None:
         ex.attempts += 1

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..core.policy import Policy, Services, versions_read
 from ..core.registration import Registration
-from . import sharing, size_limit, terminate, throttle
+from . import quota, sharing, size_limit, terminate, throttle
 from .addresses import Addresses
 from .api_versions import ApiVersions
 from .sasl import Sasl
@@ -26,6 +26,7 @@ POLICIES: tuple[Registration, ...] = (
     Registration(lambda _settings, services, _metrics: Sasl(services)),
     Registration(lambda _settings, services, _metrics: ApiVersions(services)),  # only versions Sluice reads
     Registration(lambda _settings, services, _metrics: Addresses(services)),  # no broker's real address leaks
+    quota.REGISTRATION,  # KIP-13/KIP-124 client quotas, enforced as KIP-219 (throttle_time_ms, muting)
     size_limit.REGISTRATION,  # KIP-74 byte budgets
     throttle.REGISTRATION,  # KIP-73 replication throttles
     sharing.REGISTRATION,  # cooperative consumption: consumers share partitions by key-hash slice

@@ -1,6 +1,7 @@
-"""bench.soak, bench.storm and bench.sharing, run briefly against the session's broker: they complete and print the
-JSON lines their docstrings promise, with figures of the right kinds. Smoke tests so the benches do not rot: no
-figure is judged (the benches measure; a 2-core machine under a test suite is no place to judge a timing)."""
+"""bench.soak, bench.storm, bench.sharing and bench.quota, run briefly against the session's broker: they complete
+and print the JSON lines their docstrings promise, with figures of the right kinds. Smoke tests so the benches do
+not rot: no figure is judged (the benches measure; a 2-core machine under a test suite is no place to judge a
+timing)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 import pytest
 
-from bench import sharing, soak, storm
+from bench import quota, sharing, soak, storm
 from rig.kafka import KafkaBroker
 
 pytestmark = pytest.mark.broker
@@ -66,3 +67,14 @@ def test_sharing_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.Capt
     assert summary["summary"] == "sharing"
     assert {"speedup_vs_no_sharing", "speedup_vs_direct", "cpu_s_per_filtered_mib"} <= set(summary)
     assert summary["lost"] == 0 and summary["duplicated"] == 0
+
+
+def test_quota_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    assert quota.main(["--smoke", "--upstream", kafka_broker.bootstrap]) == 0
+    out = lines(capsys.readouterr().out)
+    runs = [ln for ln in out if ln.get("bench") == "quota" and "second" not in ln]
+    assert [(ln["side"], ln["client"]) for ln in runs] == [("produce", "confluent"), ("fetch", "confluent")]
+    assert runs[0]["acknowledged"] == runs[0]["stored"] > 0  # every acknowledged record is in the topic
+    summary = out[-1]
+    assert summary["summary"] == "quota" and summary["lost"] == [] and summary["errors"] == []
+    assert isinstance(summary["worst_window_error"], float)

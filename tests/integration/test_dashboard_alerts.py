@@ -43,11 +43,13 @@ RULES = REPO / "config" / "prometheus" / "sluice-alerts.yml"
 RULES_TEST = REPO / "config" / "prometheus" / "sluice-alerts.test.yml"
 ALERTS = {"SluiceDown", "SluiceUpstreamDown", "SluiceUpstreamConnectErrors", "SluiceThrottleNotHolding",
           "SluicePartitionStarving", "SluiceThrottledLagNotFalling", "SluiceFramesRejected",
-          "SluiceAccessLogDropping"}
+          "SluiceAccessLogDropping", "SluiceQuotaHoldsClient"}
 
 PARTITIONS = 3
 PER_PARTITION = 20
 VALUE = 20 * 1024  # one record per batch: a budget of 45 KiB (30 KiB per partition) cuts inside batches
+#: a client quota on the budgeted consumer, far above what it reads: metered, never throttled
+QUOTA = {"name": "dashboard", "client_id": "reporting-*", "fetch_rate_bytes": 1 << 30}
 BUDGET = {"client_id": "reporting-*", "fetch_max_bytes": 45 * 1024, "partition_max_bytes": 30 * 1024}
 LEADER_RATE = 512 * 1024
 
@@ -206,9 +208,9 @@ def wait_until(condition: Any, what: str, timeout: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def scraped(kafka_broker: KafkaBroker) -> Iterator[Scraped]:
-    """Sluice with a size budget (clients reporting-*), a leader throttle (clients backfill-*, one topic) and
-    terminate-mode sessions, scraped every second by a real Prometheus; real clients produce both topics and
-    consume them through it. Yields once every client connection has closed (the counters stand still)."""
+    """Sluice with a size budget and a client quota (clients reporting-*), a leader throttle (clients backfill-*,
+    one topic) and terminate-mode sessions, scraped every second by a real Prometheus; real clients produce both
+    topics and consume them through it. Yields once every client connection has closed (the counters stand still)."""
     stamp = uuid.uuid4().hex[:8]
     budgeted, throttled = f"dashboard-budgeted-{stamp}", f"dashboard-throttled-{stamp}"
     shared = f"dashboard-shared-{stamp}"
@@ -222,6 +224,7 @@ def scraped(kafka_broker: KafkaBroker) -> Iterator[Scraped]:
             "throttle.leader_rate_bytes": LEADER_RATE,
             "throttle.topics": [{"topic": throttled, "replicas": "*"}],
             "throttle.consumers": [{"client_id": "backfill-*"}],
+            "quota.entries": [QUOTA],
             "sharing.enabled": True, "sharing.topics": [{"topic": shared}]}) as sluice:
         prometheus = Prometheus(prometheus_config(sluice.admin_port))
         since = time.time()
@@ -254,6 +257,7 @@ MOVED: tuple[tuple[str, dict[str, str]], ...] = (
     ("sluice_downstream_fetch_requests_total", {"kind": "incremental"}),
     ("sluice_sharing_records_filtered_total", {"reason": "other_slice"}),
     ("sluice_sharing_assignments_total", {}),
+    ("sluice_quota_bytes_total", {"entry": "dashboard", "kind": "fetch"}),
 )
 
 

@@ -265,7 +265,8 @@ def check_reasons(rig: CoreRig) -> None:
 # =============================================================================== 1. the frame reader
 
 #: the policies on: KIP-74 budgets for every client and replica fetchers, a global response-memory bound,
-#: KIP-73 throttles on every topic (consumers too), KIP-227 terminate mode
+#: KIP-73 throttles on every topic (consumers too), client quotas on every client (throttle_time_ms written,
+#: the client muted), KIP-227 terminate mode
 POLICIES: dict[str, Any] = {
     "size_limit.budgets": [{"client_id": "*", "fetch_max_bytes": 3000, "partition_max_bytes": 700},
                            {"replicas": True, "fetch_max_bytes": 5000}],
@@ -274,6 +275,7 @@ POLICIES: dict[str, Any] = {
     "throttle.follower_rate_bytes": 2000,
     "throttle.topics": [{"topic": "t"}, {"topic": "u*"}],
     "throttle.consumers": [{"client_id": "*"}],
+    "quota.entries": [{"client_id": "*", "produce_rate_bytes": 200, "fetch_rate_bytes": 2000, "request_rate": 50}],
     "sessions.mode": "terminate",
 }
 CONFIGS: dict[str, dict[str, Any]] = {

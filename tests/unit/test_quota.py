@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.policies.throttle.quota import WindowedRate
+from proxy.core.rate import WindowedRate
 
 
 def test_partial_first_window_counts_as_one_whole_window() -> None:

@@ -2,7 +2,7 @@
 
 Sans-IO: :class:`Throttle` is the policy on the chain; it hands decoded Fetch requests (a
 :class:`~proxy.wire.fetch_request_fast.FetchEdit`) and responses and ``now`` to :func:`plan_request` and
-:func:`enforce`, which return decisions and edit in place. The quotas (:class:`~.quota.WindowedRate`)
+:func:`enforce`, which return decisions and edit in place. The quotas (:class:`~proxy.core.rate.WindowedRate`)
 and the lag table live in one :class:`ThrottleState` shared by every connection (Kafka has one LeaderReplication
 and one FollowerReplication quota per broker); the configuration is an immutable :class:`Throttles` snapshot,
 swapped whole on reload. Fetch v13+ names topics by id: the policy asks for their names before it runs
@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core.exchange import Exchange
 from ...core.policy import Policy, Services, reads
+from ...core.rate import WindowedRate
 from ...core.selectors import ClientSelector
 from ...wire.api_keys import ApiKey
 from ...wire.errors import CodecError
@@ -76,7 +77,6 @@ from ...wire.records import complete_size, prefix_within
 from ...wire.views import FetchResponse, ResponseView
 from ..topic_rules import TopicRules
 from .metrics import ThrottleMetrics
-from .quota import WindowedRate
 from .settings import ThrottleSettings
 
 if TYPE_CHECKING:
@@ -300,7 +300,7 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
     applies the quota to every partition it returns (ReplicaManager records the size of all throttled
     partitions after responding).
 
-    What passes is what the quota's headroom allows (:meth:`~proxy.policies.throttle.quota.WindowedRate.headroom`), cut
+    What passes is what the quota's headroom allows (:meth:`~proxy.core.rate.WindowedRate.headroom`), cut
     at batch boundaries: nothing once the bound is reached (Kafka's shouldLeaderThrottle), the whole response
     while far below it, and in between the batches that fit. A broker's response is bounded by the follower's
     replica.fetch.max.bytes (1 MiB); a consumer's can be 50 MiB, which at a 1 MB/s throttle would arrive as one

@@ -1,5 +1,6 @@
-"""A windowed byte rate with a bound: Kafka's ``SimpleRate`` over a ``SampledTotal``, as KIP-73's
-ReplicationQuotaManager uses it (group LeaderReplication/FollowerReplication, "byte-rate").
+"""A windowed rate with a bound: Kafka's ``SimpleRate`` over a ``SampledTotal``, as KIP-73's
+ReplicationQuotaManager uses it (group LeaderReplication/FollowerReplication, "byte-rate"), shared by the
+replication throttles (proxy/policies/throttle) and the client quotas (proxy/policies/quota, KIP-13/KIP-124).
 
 Sans-IO: every call takes ``now`` (seconds, any monotonic origin); nothing here reads a clock.
 
@@ -23,6 +24,9 @@ Arithmetic, following org.apache.kafka.common.metrics.stats.{SampledStat, Rate, 
   earns no credit here; the rate is bounded from the first byte.
 - ``exceeded(now)``: ``rate(now) > bound`` (ReplicationQuotaManager.isQuotaExceeded); a bound of 0 means none
   (Kafka's default is Long.MAX_VALUE).
+- ``throttle_time(now)``: how long until the rate is back at the bound if nothing more is recorded: Kafka's
+  client-quota throttle time (ClientQuotaManager, QuotaUtils.throttleTime: ``(rate - bound) / bound * window``)
+  for this rate, whose window is the time elapsed since its oldest sample: ``total / bound - elapsed``.
 """
 
 from __future__ import annotations
@@ -124,8 +128,10 @@ class WindowedRate:
 
     def throttle_time(self, now: float) -> float:
         """Seconds until ``rate`` falls to the bound if nothing more is recorded (an upper bound: samples that
-        expire meanwhile only lower it). 0 when not exceeded. Used to pace a fetcher that got nothing back."""
+        expire meanwhile only lower it). 0 when not exceeded. Paces a fetcher that got nothing back (KIP-73),
+        and is the client quotas' throttle time (KIP-219)."""
         if not self.exceeded(now):
             return 0.0
         total, elapsed = self.total(now), now - self._oldest(now)
         return max(0.0, total / self.bound - elapsed)
+

@@ -1,0 +1,370 @@
+"""Client quota accuracy seen by the client: the byte rate producers and consumers achieve through Sluice's
+client quotas (proxy/policies/quota, KIP-13 enforced as KIP-219), per second and per 11 s window, per client kind.
+
+``python -m bench.quota [--seconds 33] [--rate 5] [--mib 600] [--producers confluent,kafka-python]
+[--consumers kafka-python,java,confluent] [--no-unquoted] [--smoke] [--upstream HOST:PORT]``
+
+Goal: every 11 s window after the first within +/-5% of the quota (``worst_window_error`` <= 0.05).
+
+Setup: one rig broker (real Kafka 4.x, KRaft). Each run has a fresh Sluice subprocess (rig/sluice_process.py)
+with one ``[[quota.entries]]`` entry selecting ``client_id = "bench-quota-*"`` with ``produce_rate_bytes`` and
+``fetch_rate_bytes`` = ``--rate`` MB/s, per client, and one client with client.id ``bench-quota-<kind>-<client>``:
+
+- producers (``confluent``: librdkafka, ``kafka-python``), each into a topic of its own (4 partitions), 16 KiB
+  records (no key) as fast as its queue takes them; a record counts when its acknowledgement reaches the
+  application (the delivery callback), with its value's bytes. Afterwards the topic's end offsets must add up to
+  the records acknowledged (idempotent producers: nothing lost, nothing twice), else the bench exits 1.
+- consumers (bench/throttle.py's clients: ``kafka-python`` and ``java`` with incremental fetch sessions,
+  ``confluent`` session-less) read a backlog of ``--mib`` MiB of 16 KiB records, produced once directly to the
+  broker, from the beginning; a record counts when it is handed to the application, with its key + value bytes.
+
+Time 0 of a run is the first record acknowledged or received (client start-up is not the quota's doing); the run
+lasts ``--seconds`` after it. Figures as in bench/throttle.py: bytes per whole second, windows of 11 s after the
+first (the quota's warm-up), sliding by 1 s; ``mean_bytes_s`` over seconds 11 to the end, ``ratio`` to the quota,
+``worst_window_error`` = max over the windows of |window bytes / 11 s / quota - 1|. The client counts record bytes,
+Sluice meters request and response frames (batch and record headers, ~0.4% more for 16 KiB records).
+
+A request (or a response) is the quota's unit, as in Kafka: its bytes are counted at once and the throttle time
+follows it, so a window can be off by about one request's bytes. The consumers read with their clients' defaults
+(up to 1 MB per partition: a 4-partition response of ~4 MB is most of a second at 5 MB/s, ~7% of a window); the
+producers use batches of 64 KiB (librdkafka's default, 1 MB per partition, would make 4 MB requests too).
+
+Unquoted clients alongside (``--no-unquoted`` skips it): a confluent producer no entry selects runs alone through
+the same Sluice, then beside a quoted producer; ``ratio`` = its rate beside / alone (goal: within 5%; on a shared
+2-core machine the two producers also compete for CPU, which no quota governs).
+
+The Java producer is left out: its perf tool reports 5 s averages, not the records' acknowledgement times.
+
+JSON lines on stdout (logs on stderr): per run and second ``{"bench": "quota", "side", "client", "second",
+"target_bytes_s", "measured_bytes_s"}``; per run ``{"bench": "quota", "side", "client", "target_bytes_s",
+"mean_bytes_s", "ratio", "worst_window_error", "windows", ...}``; last line ``{"summary": "quota",
+"worst_window_error": <max over every run>, "goal", "within_goal", "by_side": {side: {client: {...}}}, "lost",
+"errors", "unquoted_alongside_vs_alone"}``; the unquoted run's line ``{"bench": "quota", "side": "unquoted",
+"alone_bytes_s", "alongside_bytes_s", "quoted_alongside_bytes_s", "ratio"}``. ``--smoke``: 3 s runs with one
+producer and one consumer, a 16 MiB backlog, for a quick check that it runs (no window is counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
+
+from bench.throttle import (
+    CLIENTS,
+    GOAL,
+    MB,
+    PARTITIONS,
+    RECORD,
+    START_TIMEOUT_S,
+    WINDOW,
+    Arrivals,
+    analyse,
+    consume,
+    emit,
+)
+from bench.throttle import produce as produce_backlog
+from rig.kafka import KafkaBroker
+from rig.sluice_process import SluiceProcess
+
+PRODUCERS = ("confluent", "kafka-python")
+CLIENT_ID_PREFIX = "bench-quota-"
+OUTSTANDING = 256  # records a producer has unacknowledged at most: 4 MiB, as for librdkafka's queue below
+
+
+def log(message: str) -> None:
+    print(f"bench.quota: {message}", file=sys.stderr, flush=True)
+
+
+def sluice_config(rate: int) -> str:
+    return (f'[[quota.entries]]\nname = "bench"\nclient_id = "{CLIENT_ID_PREFIX}*"\n'
+            f"produce_rate_bytes = {rate}\nfetch_rate_bytes = {rate}\n")
+
+
+class Acks:
+    """Acknowledged records: (monotonic time the application learnt it, value bytes); failures."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self.failed: list[str] = []
+        self._lock = threading.Lock()  # kafka-python calls back on its sender thread
+
+    def ok(self, size: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.samples.append((now, size))
+
+    def fail(self, error: object) -> None:
+        with self._lock:
+            self.failed.append(str(error))
+
+    @property
+    def first(self) -> float | None:
+        return self.samples[0][0] if self.samples else None
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]).values():
+        fut.result(60)
+
+
+def produce_confluent(bootstrap: str, topic: str, client_id: str, acks: Acks, seconds: int) -> None:
+    # batch.size as kafka-python's order of magnitude (librdkafka's default is 1 MB per partition): a request is
+    # the quota's unit, and one of 4 MB is most of a second at 5 MB/s (see the module docstring)
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "enable.idempotence": True,
+                         "linger.ms": 5, "queue.buffering.max.kbytes": 4096, "batch.size": 65536})
+    value = b"q" * RECORD
+
+    def delivered(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            acks.fail(err)
+        else:
+            acks.ok(RECORD)
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    i = 0
+    while True:
+        first = acks.first
+        if (first is not None and time.monotonic() >= first + seconds) \
+                or (first is None and time.monotonic() > deadline):
+            break
+        try:
+            producer.produce(topic, value=value, partition=i % PARTITIONS, on_delivery=delivered)
+            i += 1
+            producer.poll(0)
+        except BufferError:
+            producer.poll(0.05)  # the queue is full until acknowledgements come back: the quota's pace
+    if producer.flush(120):
+        acks.fail("records left unsent after 120 s")
+
+
+def produce_kafka_python(bootstrap: str, topic: str, client_id: str, acks: Acks, seconds: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, enable_idempotence=True,
+                             linger_ms=5, max_block_ms=120_000)
+    value = b"q" * RECORD
+    deadline = time.monotonic() + START_TIMEOUT_S
+    # kafka-python's send() queues without bound: at most OUTSTANDING records unacknowledged, as librdkafka's
+    # queue.buffering.max.kbytes bounds the other producer (a queue hours long would expire records instead)
+    room = threading.Semaphore(OUTSTANDING)
+
+    def ok(_md: object) -> None:
+        acks.ok(RECORD)
+        room.release()
+
+    def failed(error: object) -> None:
+        acks.fail(error)
+        room.release()
+
+    i = 0
+    try:
+        while True:
+            first = acks.first
+            if (first is not None and time.monotonic() >= first + seconds) \
+                    or (first is None and time.monotonic() > deadline):
+                break
+            if not room.acquire(timeout=0.1):
+                continue
+            future = producer.send(topic, value=value, partition=i % PARTITIONS)
+            future.add_callback(ok)
+            future.add_errback(failed)
+            i += 1
+        producer.flush(timeout=120)
+    finally:
+        producer.close(timeout=10)
+
+
+PRODUCE = {"confluent": produce_confluent, "kafka-python": produce_kafka_python}
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-quota-check"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS))
+    finally:
+        consumer.close()
+
+
+def result(side: str, name: str, samples: list[tuple[float, int]], first: float | None, target: int,
+           seconds: int) -> dict[str, Any]:
+    """Emit the run's per-second lines; its figures (the caller adds to them and emits them)."""
+    base: dict[str, Any] = {"bench": "quota", "side": side, "client": name, "target_bytes_s": target}
+    if first is None:
+        return {**base, "mean_bytes_s": 0, "ratio": 0.0, "worst_window_error": 1.0, "windows": 0,
+                "error": f"no record within {START_TIMEOUT_S:.0f} s"}
+    stats = analyse([(t - first, n) for t, n in samples], seconds, target)
+    for i, n in enumerate(stats.per_second):
+        emit({**base, "second": i, "measured_bytes_s": n})
+    return {**base, "mean_bytes_s": round(stats.mean_bytes_s), "ratio": round(stats.mean_bytes_s / target, 4),
+            "worst_window_error": round(stats.worst_window_error, 4), "windows": stats.windows,
+            "basis": stats.basis, "records": len(samples)}
+
+
+def run_producer(bootstrap: str, name: str, target: int, seconds: int, tmp: Path) -> dict[str, Any]:
+    topic = f"bench-quota-{name}-{int(time.time() * 1000)}"
+    create_topic(bootstrap, topic)
+    config = tmp / f"sluice-produce-{name}.toml"
+    config.write_text(sluice_config(target))
+    acks = Acks()
+    log(f"producer {name}: {seconds} s at {target / MB:g} MB/s")
+    with SluiceProcess(bootstrap, extra_env={"SLUICE_CONFIG": str(config)}) as sluice:
+        PRODUCE[name](sluice.bootstrap, topic, f"{CLIENT_ID_PREFIX}p-{name}", acks, seconds)
+    line = result("produce", name, acks.samples, acks.first, target, seconds)
+    check_stored(bootstrap, topic, acks, line)
+    emit(line)
+    return line
+
+
+def check_stored(bootstrap: str, topic: str, acks: Acks, line: dict[str, Any]) -> None:
+    """The topic holds exactly the records acknowledged (idempotent producers), else the line says what was lost."""
+    stored = end_offsets(bootstrap, topic)
+    line["acknowledged"], line["stored"] = len(acks.samples), stored
+    if acks.failed or stored != len(acks.samples):
+        line["lost"] = f"{len(acks.samples)} acknowledged, {stored} stored, {len(acks.failed)} failed: " \
+                       f"{acks.failed[:3]}"
+
+
+def run_unquoted(bootstrap: str, target: int, seconds: int, tmp: Path) -> dict[str, Any]:
+    """A producer no entry selects (client.id ``bench-free-*``), alone through the Sluice, then alongside a quoted
+    one: its rate should not change (the quota holds only the clients it selects)."""
+    stamp = int(time.time() * 1000)
+    topics = [f"bench-quota-free-{stamp}-{i}" for i in range(3)]
+    for topic in topics:
+        create_topic(bootstrap, topic)
+    config = tmp / "sluice-unquoted.toml"
+    config.write_text(sluice_config(target))
+    alone, alongside, quoted = Acks(), Acks(), Acks()
+    log(f"unquoted producer: {seconds} s alone, then {seconds} s beside a quoted one")
+    with SluiceProcess(bootstrap, extra_env={"SLUICE_CONFIG": str(config)}) as sluice:
+        produce_confluent(sluice.bootstrap, topics[0], "bench-free-alone", alone, seconds)
+        beside = threading.Thread(target=produce_confluent, name="quoted-producer",
+                                  args=(sluice.bootstrap, topics[2], f"{CLIENT_ID_PREFIX}p-beside", quoted, seconds))
+        beside.start()
+        try:
+            produce_confluent(sluice.bootstrap, topics[1], "bench-free-alongside", alongside, seconds)
+        finally:
+            beside.join()
+
+    def mean(acks: Acks) -> float:
+        first = acks.first
+        return 0.0 if first is None else analyse([(t - first, n) for t, n in acks.samples], seconds,
+                                                 target).mean_bytes_s
+
+    line: dict[str, Any] = {"bench": "quota", "side": "unquoted", "client": "confluent",
+                            "alone_bytes_s": round(mean(alone)), "alongside_bytes_s": round(mean(alongside)),
+                            "quoted_alongside_bytes_s": round(mean(quoted))}
+    line["ratio"] = round(line["alongside_bytes_s"] / line["alone_bytes_s"], 4) if line["alone_bytes_s"] else 0.0
+    lost: list[str] = []
+    for topic, acks in zip(topics, (alone, alongside, quoted), strict=True):
+        check: dict[str, Any] = {}
+        check_stored(bootstrap, topic, acks, check)
+        line["acknowledged"] = line.get("acknowledged", 0) + check["acknowledged"]
+        line["stored"] = line.get("stored", 0) + check["stored"]
+        if "lost" in check:
+            lost.append(f"{topic}: {check['lost']}")
+    if lost:
+        line["lost"] = "; ".join(lost)
+    emit(line)
+    return line
+
+
+def run_consumer(bootstrap: str, topic: str, ends: dict[int, int], name: str, target: int, seconds: int,
+                 tmp: Path) -> dict[str, Any]:
+    config = tmp / f"sluice-fetch-{name}.toml"
+    config.write_text(sluice_config(target))
+    arrivals = Arrivals(ends)
+    log(f"consumer {name}: {seconds} s at {target / MB:g} MB/s")
+    with SluiceProcess(bootstrap, extra_env={"SLUICE_CONFIG": str(config)}) as sluice:
+        client = CLIENTS[name].make(sluice.bootstrap, topic, f"{CLIENT_ID_PREFIX}c-{name}", ends, tmp)
+        try:
+            consume(client, arrivals, seconds)
+        finally:
+            client.close()
+    line = result("fetch", name, arrivals.samples, arrivals.first, target, seconds)
+    if arrivals.exhausted_at is not None:
+        line["note"] = "reached the end of the backlog: the quota did not hold it"
+    emit(line)
+    return line
+
+
+def summary(lines: list[dict[str, Any]], args: argparse.Namespace, target: int) -> dict[str, Any]:
+    by_side: dict[str, dict[str, Any]] = {}
+    quoted = [x for x in lines if x["side"] != "unquoted"]
+    for x in quoted:
+        by_side.setdefault(x["side"], {})[x["client"]] = {"ratio": x["ratio"],
+                                                         "worst_window_error": x["worst_window_error"]}
+    worst = max((x["worst_window_error"] for x in quoted), default=1.0)
+    unquoted = [x["ratio"] for x in lines if x["side"] == "unquoted"]
+    return {"summary": "quota", "worst_window_error": worst, "goal": GOAL, "within_goal": worst <= GOAL,
+            "target_bytes_s": target, "seconds": args.seconds, "by_side": by_side,
+            "unquoted_alongside_vs_alone": unquoted[0] if unquoted else None,
+            "lost": [f"{x['side']}/{x['client']}: {x['lost']}" for x in lines if "lost" in x],
+            "errors": [f"{x['side']}/{x['client']}: {x['error']}" for x in lines if "error" in x]}
+
+
+def _names(text: str, known: tuple[str, ...] | list[str], what: str, ap: argparse.ArgumentParser) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in names if x not in known]
+    if unknown:
+        ap.error(f"--{what}: {', '.join(unknown)}; known: {', '.join(known)}")
+    return names
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.quota", description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--seconds", type=int, default=3 * WINDOW,
+                    help=f"measured seconds per run after the first record (default {3 * WINDOW}; at least "
+                         f"{2 * WINDOW})")
+    ap.add_argument("--rate", type=float, default=5.0, help="produce and fetch quota, MB/s (default 5)")
+    ap.add_argument("--mib", type=int, default=600, help="MiB of records the consumers read from (default 600)")
+    ap.add_argument("--producers", default=",".join(PRODUCERS), help=f"of: {', '.join(PRODUCERS)}")
+    ap.add_argument("--consumers", default=",".join(CLIENTS), help=f"of: {', '.join(CLIENTS)}")
+    ap.add_argument("--no-unquoted", dest="unquoted", action="store_false",
+                    help="skip the unquoted producer's runs (alone, then beside a quoted one)")
+    ap.add_argument("--smoke", action="store_true", help="3 s runs, one producer and one consumer, 16 MiB")
+    ap.add_argument("--upstream", default="", help="a running broker's bootstrap (default: start one from rig/)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.seconds, args.mib, args.producers, args.consumers = 3, 16, "confluent", "confluent"
+        args.unquoted = False
+    elif args.seconds < 2 * WINDOW:
+        ap.error(f"--seconds must be at least {2 * WINDOW}: a warm-up window and one counted window")
+    if args.rate <= 0:
+        ap.error("--rate must be positive")
+    args.producers = _names(args.producers, PRODUCERS, "producers", ap)
+    args.consumers = _names(args.consumers, list(CLIENTS), "consumers", ap)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    target = int(args.rate * MB)
+    lines: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.upstream or stack.enter_context(KafkaBroker()).bootstrap
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-quota-")))
+        for name in args.producers:
+            lines.append(run_producer(bootstrap, name, target, args.seconds, tmp))
+        if args.unquoted:
+            lines.append(run_unquoted(bootstrap, target, args.seconds, tmp))
+        if args.consumers:
+            topic = f"bench-quota-backlog-{int(time.time() * 1000)}"
+            ends = produce_backlog(bootstrap, topic, args.mib)
+            for name in args.consumers:
+                lines.append(run_consumer(bootstrap, topic, ends, name, target, args.seconds, tmp))
+    out = summary(lines, args, target)
+    emit(out)
+    return 1 if out["lost"] or out["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""Client quotas (KIP-13 byte rates, KIP-124 request rates) enforced as KIP-219 does, changeable at run time."""
+
+from ...core.registration import Registration
+from .metrics import QuotaMetrics
+from .policy import Quota
+from .settings import QuotaSettings
+
+REGISTRATION = Registration(
+    Quota, "quota", QuotaSettings, dynamic=True, admin_path="/quotas", metrics=QuotaMetrics, status=Quota.status)
+
+__all__ = ["REGISTRATION", "Quota", "QuotaSettings"]

@@ -1,0 +1,37 @@
+"""The client quotas' metrics, on the proxy's registry: per entry, what was counted and the throttle applied."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+
+class QuotaMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.bytes = Counter(
+            "sluice_quota_bytes_total",
+            "Bytes counted against a [[quota.entries]] entry: produce = Produce request bytes, fetch = Fetch "
+            "response bytes.", ["entry", "kind"], registry=r)
+        self.requests = Counter(
+            "sluice_quota_requests_total", "Produce and Fetch requests of the clients an entry selects.",
+            ["entry", "api"], registry=r)
+        self.throttle_seconds = Counter(
+            "sluice_quota_throttle_seconds_total",
+            "Throttle time Sluice applied to the clients an entry selects (throttle_time_ms sent, the connection "
+            "not read for that long; KIP-219), summed over their requests.", ["entry", "api"], registry=r)
+        self.throttled = Counter(
+            "sluice_quota_throttled_total", "Responses (or acks=0 Produce requests) throttled by an entry.",
+            ["entry", "api"], registry=r)
+
+    def show(self, entries: Iterable[Any]) -> None:
+        """Every configured entry's series, at 0 until it counts something (dashboards and alerts see them)."""
+        for entry in entries:
+            for kind in ("produce", "fetch"):
+                self.bytes.labels(entry.name, kind)
+            for api in ("Produce", "Fetch"):
+                self.requests.labels(entry.name, api)
+                self.throttle_seconds.labels(entry.name, api)
+                self.throttled.labels(entry.name, api)

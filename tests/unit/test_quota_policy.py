@@ -1,0 +1,305 @@
+"""Client quotas (proxy/policies/quota), driven through the connection core with a fake port and clock: the
+throttle time Kafka's formula gives, written into the response's throttle_time_ms (the larger of the broker's
+and Sluice's), the client not read for that long (KIP-219), acks=0 Produce held the same way, shared and
+per-client quotas, run-time changes and the settings' errors."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bench.pipeline_cpu import request_frame, response_frame
+from proxy.config import ConfigError, load_settings
+from proxy.core.rate import WindowedRate
+from proxy.policies.quota.book import QuotaBook, Quotas
+from proxy.policies.terminate.sessions import LEGACY
+from proxy.wire.messages import decode_response, request_codec, response_codec
+from proxy.wire.throttle_time import set_throttle_time_ms, throttle_time_ms
+from proxy.wire.views import MessageResponse, response_view
+from tests.support.admin import admin_over
+from tests.support.connection import CoreRig, request, response, sized
+
+PRODUCE, FETCH = 0, 1
+CLIENT = "etl-1"
+
+
+def produce(corr: int, acks: int = 1, version: int = 9, client_id: str = CLIENT) -> bytes:
+    return request(PRODUCE, version, corr, request_codec(PRODUCE, version).default().replace(acks=acks),
+                   client_id=client_id)
+
+
+def produce_response(corr: int, version: int = 9, throttle_ms: int = 0) -> bytes:
+    return response(PRODUCE, version, corr, response_codec(PRODUCE, version).default().replace(
+        throttle_time_ms=throttle_ms))
+
+
+def throttle_of(frame: bytes, api_key: int, version: int) -> int:
+    """The throttle_time_ms of a response frame as the client reads it (size prefix included)."""
+    _, body = decode_response(api_key, version, frame[4:])
+    return int(body.throttle_time_ms)
+
+
+def rig_with(**entry: Any) -> CoreRig:
+    return CoreRig({"quota.entries": [{"client_id": "etl-*", **entry}]})
+
+
+def test_the_throttle_time_brings_the_rate_back_to_the_bound() -> None:
+    # Kafka's (rate - bound) / bound * window, with this rate's window (the time since its oldest sample)
+    q = WindowedRate(bound=100, samples=11, window_s=1.0)
+    q.record(300, 10.0)
+    assert q.throttle_time(10.0) == pytest.approx(3.0)
+    assert q.rate(13.0) == pytest.approx(100.0) and not q.exceeded(13.0)
+    q.record(50, 12.0)  # more, sooner: the time grows by what was added
+    assert q.throttle_time(12.0) == pytest.approx(1.5)
+    assert WindowedRate(bound=0).throttle_time(0.0) == 0.0
+
+
+def test_an_over_quota_produce_gets_the_time_in_its_response_and_is_not_read_for_as_long() -> None:
+    frame = produce(1)
+    size = len(frame) + 4
+    rig = rig_with(produce_rate_bytes=size // 2)  # one request is two seconds' worth
+    conn, port = rig.connect()
+    conn.client_data(sized(frame))
+    assert not port.client_paused  # the request goes upstream at once: nothing is held before the broker
+    assert port.take_upstream() == sized(frame)
+    conn.upstream_data(sized(produce_response(1)))
+    expected = size / (size // 2)
+    assert throttle_of(port.take_client(), PRODUCE, 9) == math.ceil(expected * 1000)
+    assert port.client_paused and port.named("call_later")[-1] == ("call_later", pytest.approx(expected))
+    rig.advance(expected - 0.01)
+    assert port.client_paused
+    rig.advance(0.01)
+    assert not port.client_paused
+    [line] = rig.lines()
+    assert line["quota_throttle_time_ms"] == math.ceil(expected * 1000)
+    assert rig.metrics.total("sluice_quota_throttle_seconds_total", entry="entries[0]", api="Produce") \
+        == pytest.approx(expected)
+    assert rig.metrics.total("sluice_quota_bytes_total", entry="entries[0]", kind="produce") == size
+
+
+@pytest.mark.parametrize("version", [3, 7, 8, 9, 11])
+def test_throttle_time_is_written_where_each_produce_version_carries_it(version: int) -> None:
+    rig = rig_with(produce_rate_bytes=10)
+    conn, port = rig.connect()
+    frame = produce(1, version=version)
+    conn.client_data(sized(frame))
+    conn.upstream_data(sized(produce_response(1, version)))
+    reply = port.take_client()
+    assert throttle_of(reply, PRODUCE, version) == math.ceil((len(frame) + 4) * 100)
+    # nothing else changed: the response is the broker's with that one field
+    _, body = decode_response(PRODUCE, version, reply[4:])
+    assert body.replace(throttle_time_ms=0) == response_codec(PRODUCE, version).default()
+
+
+def test_the_throttle_time_is_bounded_by_the_quota_window() -> None:
+    # 31 bytes against 1 B/s would be 31 s; Kafka bounds a throttle time by the quota's window (11 x 1 s)
+    rig = rig_with(produce_rate_bytes=1)
+    conn, port = rig.connect()
+    conn.client_data(sized(produce(1)))
+    conn.upstream_data(sized(produce_response(1)))
+    assert throttle_of(port.take_client(), PRODUCE, 9) == 11_000
+
+
+def test_the_brokers_larger_throttle_time_is_kept() -> None:
+    rig = rig_with(produce_rate_bytes=1000)
+    conn, port = rig.connect()
+    conn.client_data(sized(produce(1)))
+    conn.upstream_data(sized(produce_response(1, throttle_ms=5)))  # within Sluice's quota: the broker's 5 ms
+    assert throttle_of(port.take_client(), PRODUCE, 9) == 5 and not port.client_paused
+    rig2 = rig_with(produce_rate_bytes=10)
+    conn2, port2 = rig2.connect()
+    conn2.client_data(sized(produce(1)))
+    conn2.upstream_data(sized(produce_response(1, throttle_ms=600_000)))
+    assert throttle_of(port2.take_client(), PRODUCE, 9) == 600_000
+    assert port2.client_paused  # Sluice's own (shorter) mute all the same: the broker mutes its own channel
+
+
+def test_a_produce_within_quota_passes_unchanged() -> None:
+    rig = rig_with(produce_rate_bytes=10_000)
+    conn, port = rig.connect()
+    conn.client_data(sized(produce(1)))
+    conn.upstream_data(sized(produce_response(1)))
+    assert port.take_client() == sized(produce_response(1)) and not port.client_paused
+    assert rig.lines()[0]["quota_throttle_time_ms"] == 0
+
+
+def test_an_acks_0_produce_is_held_from_the_moment_it_goes_upstream() -> None:
+    frame = produce(1, acks=0)
+    size = len(frame) + 4
+    rig = rig_with(produce_rate_bytes=size)
+    conn, port = rig.connect()
+    conn.client_data(sized(frame))  # within: one second's worth
+    assert not port.client_paused
+    conn.client_data(sized(produce(2, acks=0)))  # over: two seconds' worth, held until the second one ends
+    assert port.take_upstream() == sized(frame, produce(2, acks=0))  # nothing refused, nothing dropped
+    assert port.client_paused and port.named("call_later")[-1] == ("call_later", pytest.approx(2.0))
+    assert port.take_client() == b""
+    rig.advance(1.99)
+    assert port.client_paused
+    rig.advance(0.01)
+    assert not port.client_paused
+    assert [ln["quota_throttle_time_ms"] for ln in rig.lines()] == [0, 2000]
+
+
+def test_a_fetch_is_metered_by_its_response_bytes() -> None:
+    keys = [("t", 0), ("t", 1)]
+    reply = response_frame(12, 1, keys, 0, 0)
+    rig = CoreRig({"quota.entries": [{"client_id": "bench-*", "fetch_rate_bytes": len(reply) + 4}]})
+    conn, port = rig.connect()
+    conn.client_data(sized(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY)))
+    conn.upstream_data(sized(reply))
+    assert throttle_of(port.take_client(), FETCH, 12) == 0 and not port.client_paused  # one second's worth
+    conn.client_data(sized(request_frame(12, 2, dict.fromkeys(keys, 0), LEGACY)))
+    conn.upstream_data(sized(response_frame(12, 2, keys, 0, 0)))
+    assert throttle_of(port.take_client(), FETCH, 12) == 2000 and port.client_paused
+    assert rig.metrics.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch") == 2 * (len(reply) + 4)
+
+
+def test_a_request_rate_counts_requests() -> None:
+    rig = rig_with(request_rate=2)
+    conn, port = rig.connect()
+    for corr in (1, 2, 3):
+        conn.client_data(sized(produce(corr)))
+        conn.upstream_data(sized(produce_response(corr)))
+    replies = [throttle_of(sized(f), PRODUCE, 9) for f in _frames(port.take_client())]
+    assert replies == [0, 0, 1500]  # three requests at once against 2/s: back at the bound after 1.5 s
+
+
+def _frames(data: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        out.append(data[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    return out
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_shared_quota_holds_every_client_an_entry_selects_together(shared: bool) -> None:
+    frame = produce(1)
+    size = len(frame) + 4
+    rig = rig_with(produce_rate_bytes=size, shared=shared)
+    replies = []
+    for client_id in ("etl-1", "etl-2"):
+        conn, port = rig.connect()
+        conn.client_data(sized(produce(1, client_id=client_id)))
+        conn.upstream_data(sized(produce_response(1)))
+        replies.append(throttle_of(port.take_client(), PRODUCE, 9))
+    assert replies == ([0, 2000] if shared else [0, 0])  # two seconds' worth: back at the bound at 2 s
+
+
+def test_clients_no_entry_selects_are_not_metered() -> None:
+    rig = rig_with(produce_rate_bytes=1)
+    conn, port = rig.connect()
+    conn.client_data(sized(produce(1, client_id="web-1")))
+    conn.upstream_data(sized(produce_response(1)))
+    assert port.take_client() == sized(produce_response(1)) and not port.client_paused
+    assert "quota_throttle_time_ms" not in rig.lines()[0]
+
+
+def test_a_new_bound_applies_to_the_next_requests() -> None:
+    frame = produce(1)
+    size = len(frame) + 4
+    rig = rig_with(produce_rate_bytes=size)
+    conn, port = rig.connect()
+    conn.client_data(sized(frame))
+    conn.upstream_data(sized(produce_response(1)))
+    assert throttle_of(port.take_client(), PRODUCE, 9) == 0
+    settings = rig.proxy.settings.with_overrides({"quota.entries": [{"client_id": "etl-*",
+                                                                     "produce_rate_bytes": size // 4}]})
+    rig.proxy.chain.reconfigure(settings)
+    conn.client_data(sized(produce(2)))
+    conn.upstream_data(sized(produce_response(2)))
+    assert throttle_of(port.take_client(), PRODUCE, 9) > 0
+    settings = settings.with_overrides({"quota.entries": [{"client_id": "etl-*", "produce_rate_bytes": 0}]})
+    rig.proxy.chain.reconfigure(settings)  # 0 = none
+    rig.advance(10)
+    conn.client_data(sized(produce(3)))
+    conn.upstream_data(sized(produce_response(3)))
+    assert port.take_client() == sized(produce_response(3))
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"client_id": "etl-*", "produce_rate_bytes": -1},
+     "quota.entries[0].produce_rate_bytes: input should be greater than or equal to 0"),
+    ({"produce_rate_bytes": 5},
+     "quota.entries[0].client_id: set at least one of client_id, principal, client_address"),
+    ({"client_id": "etl-*", "request_rate": "fast"}, "quota.entries[0].request_rate: input should be a valid number"),
+    ({"client_address": "10.0.0.300/8", "fetch_rate_bytes": 5}, "quota.entries[0].client_address: "),
+])
+def test_bad_settings_name_the_key(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_settings(None, env={}).with_overrides({"quota.entries": [entry]})
+    assert str(e.value).startswith(message)
+
+
+def test_two_entries_with_one_name_are_an_error() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_settings(None, env={}).with_overrides({"quota.entries": [
+            {"name": "etl", "client_id": "a", "produce_rate_bytes": 1},
+            {"name": "etl", "client_id": "b", "produce_rate_bytes": 1}]})
+    assert str(e.value).startswith("quota.entries[1].name: 'etl' is already quota.entries[0]")
+
+
+def test_quota_metrics_carry_the_entry_name() -> None:
+    rig = CoreRig({"quota.entries": [{"name": "etl", "client_id": "etl-*", "request_rate": 100}]})
+    samples = {(s.name, tuple(sorted(s.labels.items()))) for m in rig.metrics.registry.collect()
+               for s in m.samples if s.name.startswith("sluice_quota_throttle_seconds_total")}
+    assert samples == {("sluice_quota_throttle_seconds_total", (("api", api), ("entry", "etl")))
+                       for api in ("Produce", "Fetch")}  # shown at 0 before anything is throttled
+    conn, _ = rig.connect()
+    conn.client_data(sized(produce(1)))
+    assert rig.metrics.total("sluice_quota_requests_total", entry="etl", api="Produce") == 1
+
+
+
+def test_idle_clients_rates_are_forgotten() -> None:
+    quotas = Quotas.from_settings(load_settings(None, env={}).with_overrides(
+        {"quota.entries": [{"client_id": "*", "produce_rate_bytes": 100}]}).quota)
+    book = QuotaBook(quotas)
+    [entry] = quotas.entries
+    for i in range(1024):
+        book.record(entry, "produce", 10, f"job-{i}", None, 0.0)
+    book.record(entry, "produce", 10, "job-0", None, 20.0)  # still there, active again
+    assert len(book.rates) == 1024
+    book.record(entry, "produce", 10, "new", None, 20.0)  # the 1025th: the idle ones go (11 s window passed)
+    assert set(book.rates) == {("entries[0]", "produce", None, "job-0"), ("entries[0]", "produce", None, "new")}
+
+
+async def test_quotas_change_at_run_time_through_the_admin_api() -> None:
+    settings = load_settings(None, env={}).with_overrides(
+        {"quota.entries": [{"name": "etl", "client_id": "etl-*", "produce_rate_bytes": 1000}]})
+    async with admin_over(settings) as (proxy, url), aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/quotas") as r:
+            body = await r.json()
+        assert body["entries"][0]["produce_rate_bytes"] == 1000 and body["status"] == {"rates": {}}
+        body["entries"][0]["produce_rate_bytes"] = -5
+        async with http.put(f"{url}/quotas", json=body) as r:
+            assert r.status == 400 and (await r.json())["key"] == "quota.entries[0].produce_rate_bytes"
+        body["entries"][0]["produce_rate_bytes"] = 2000
+        async with http.put(f"{url}/quotas", json=body) as r:
+            assert r.status == 200
+        assert proxy.policy("quota").book.quotas.entries[0].produce == 2000
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_fetch_response_carries_the_time_whether_or_not_a_policy_changed_it(changed: bool) -> None:
+    frame = response_frame(12, 7, [("t", 0)], 5, 0)
+    view = response_view(FETCH, 12, frame)
+    view.changed = changed  # another policy edited the view: the time goes out in its encoding
+    assert throttle_time_ms(FETCH, 12, view) == 0
+    set_throttle_time_ms(FETCH, 12, view, 1234)
+    buffers, _ = view.encode()
+    assert throttle_of(b"".join(bytes(b) for b in buffers), FETCH, 12) == 1234
+
+
+def test_a_decoded_produce_response_carries_the_time_in_its_body() -> None:
+    view = response_view(PRODUCE, 11, produce_response(3, 11, throttle_ms=7))
+    assert isinstance(view, MessageResponse) and view.body.throttle_time_ms == 7  # decoded by another policy
+    assert throttle_time_ms(PRODUCE, 11, view) == 7
+    set_throttle_time_ms(PRODUCE, 11, view, 900)
+    buffers, _ = view.encode()
+    assert throttle_of(b"".join(bytes(b) for b in buffers), PRODUCE, 11) == 900
