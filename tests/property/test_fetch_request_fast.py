@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from specgen import TEXT, message_strategy
 
 from proxy.policies.terminate import sessions
 from proxy.wire.compiler import KafkaStruct, struct_for
@@ -51,6 +50,7 @@ from proxy.wire.messages import (
 from proxy.wire.model import Message
 from proxy.wire.schema import Versions
 from rig.fetch_oracle import _element, _fields_to_tags, apply_plan
+from rig.specgen import TEXT, message_strategy
 
 VERSIONS = list(range(MIN_VERSION, MAX_VERSION + 1))
 SETTINGS = settings(

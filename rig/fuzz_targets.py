@@ -90,9 +90,9 @@ from proxy.wire.model import Message
 from proxy.wire.produce import produce_acks
 from proxy.wire.records import Record, encode_batch, new_batch
 from proxy.wire.views import MessageResponse, MetadataHead, request_view, response_view
+from rig.core_rig import CoreRig, FakePort, request
 from rig.fetch_oracle import to_message
-from tests.property.specgen import all_cases, message_strategy
-from tests.support.connection import CoreRig, FakePort, request
+from rig.specgen import all_cases, message_strategy
 
 Target = Callable[[st.DataObject], None]
 
@@ -147,7 +147,7 @@ def with_corr(frame: bytes, corr: int, request: bool) -> bytes:
     return frame[:at] + corr.to_bytes(4, "big", signed=True) + frame[at + 4 :]
 
 
-GOLDEN_DIR = Path(__file__).resolve().parents[1] / "data" / "golden"
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden"
 _GOLDEN_NAME = re.compile(r"(?P<api>\w+)-v(?P<version>\d+)-(?P<direction>request|response)-(?P<n>\d+)\.bin")
 
 
