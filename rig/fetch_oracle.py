@@ -16,10 +16,9 @@ from proxy.policies.terminate.sessions import (
     Decision,
     SessionServer,
     UpstreamPlan,
-    _topic_field,
 )
 from proxy.wire.api_keys import ApiKey
-from proxy.wire.compiler import KafkaStruct, _default_value, struct_for
+from proxy.wire.compiler import KafkaStruct, struct_for
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import (
     AbortedTransaction,
@@ -76,6 +75,19 @@ def _element(st: KafkaStruct, name: str) -> KafkaStruct:
     raise CodecError(f"{st.struct_name} has no array {name}")  # the specs define them all
 
 
+def topic_field(version: int) -> str:
+    """The construct field naming a Fetch topic: its name up to v12, its id from v13 (FetchRequest.json)."""
+    return "topic_id" if version >= FIRST_TOPIC_ID else "topic"
+
+
+def _absent_value(sub: Any, dflt: Any) -> Any:
+    """What the construct codec gives a field absent from the wire: a struct's defaults, an empty array, or
+    the spec's default (the public ``KafkaStruct.default``; the codec's own helper is private)."""
+    if isinstance(sub, KafkaStruct) and dflt is None:
+        return sub.default()
+    return [] if isinstance(dflt, list) else dflt
+
+
 @cache
 def _structs(version: int) -> _Structs:
     return _Structs(version)
@@ -85,7 +97,7 @@ def _tags_to_fields(st: KafkaStruct, raw: Buffer | None, d: dict[str, Any]) -> N
     """Fill ``d`` with ``st``'s tagged fields from a raw tag section, like KafkaStruct._parse does."""
     tagged = st.tagged or {}
     for fname, sub, dflt in tagged.values():
-        d[fname] = _default_value(sub, dflt)
+        d[fname] = _absent_value(sub, dflt)
     unknown: dict[int, bytes] = {}
     for tag, value in parse_tags(raw).items():
         known = tagged.get(tag)
@@ -110,7 +122,7 @@ def _fields_to_tags(st: KafkaStruct, d: dict[str, Any]) -> bytes | None:
     """The raw tag section for a Message's tagged fields, like KafkaStruct._build writes it."""
     fields: dict[int, Buffer] = {}
     for tag, (fname, sub, dflt) in (st.tagged or {}).items():
-        if fname not in d or d[fname] == _default_value(sub, dflt):
+        if fname not in d or d[fname] == _absent_value(sub, dflt):
             continue
         buf = io.BytesIO()
         sub._build(d[fname], buf, None, "")
@@ -227,7 +239,7 @@ def apply_plan(request: Message, version: int, plan: UpstreamPlan) -> Message:
     by_id = version >= FIRST_TOPIC_ID
     top = request_codec(1, version).default()
     topic_st, part_st, forgot_st = _request_elements(version)
-    tf = _topic_field(version)
+    tf = topic_field(version)
     # Consecutive partitions of one topic share a topic entry (Java's FetchRequest.Builder): the order of
     # ``to_send`` is kept exactly, since a full request is read in request order under max_bytes.
     topics: list[Message] = []
