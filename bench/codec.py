@@ -42,7 +42,7 @@ from proxy.wire.fetch_stream import FetchStreamer
 from proxy.wire.messages import decode_request, encode_request, request_codec, response_codec
 from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, iter_batches, new_batch
-from rig.fetch_oracle import apply_plan
+from rig.fetch_oracle import apply_plan, request_partitions
 
 RECORD_SIZE = 1024
 
@@ -216,10 +216,10 @@ def run_request(version: int, partitions: int, repeat: int) -> dict[str, Any]:
         raise SystemExit(f"fetch request fast path re-encode differs from the input for v{version}")
     t_dec = best_of(lambda: decode_fetch_request(frame).partitions(), repeat, 4.0)
     t_enc = best_of(lambda: encode_fetch_request(view, 1, 1, wanted, forgotten), repeat, 4.0)
-    t_con = best_of(lambda: sessions.request_partitions(decode_request(frame)[1], version), repeat, 4.0)
+    t_con = best_of(lambda: request_partitions(decode_request(frame)[1], version), repeat, 4.0)
     t_con_enc = None
     if version >= FIRST_SESSION:
-        plan = sessions.UpstreamPlan(sessions.FetchMetadata(1, 1), sessions.request_partitions(body, version), [], {})
+        plan = sessions.UpstreamPlan(sessions.FetchMetadata(1, 1), request_partitions(body, version), [], {})
         t_con_enc = best_of(lambda: encode_request(header, apply_plan(body, version, plan)), repeat, 4.0)
 
     def us(t: float | None) -> float | None:

@@ -1,4 +1,4 @@
-"""Fuzz everything Sluice parses, unbounded: the targets of the suite's bounded fuzz tests (tests/support/fuzz.py:
+"""Fuzz everything Sluice parses, unbounded: the targets of the suite's bounded fuzz tests (rig/fuzz_targets.py:
 the frame reader on both sides, the streaming Fetch walker, every decoder and view, the Fetch fast paths, the
 connection core under random events with the policies on), each for a time budget.
 
@@ -62,7 +62,7 @@ def _quiet() -> Iterator[None]:
 def _where(exc: BaseException) -> str:
     """The line that raised ``exc``: the innermost frame in Sluice's code (else the innermost frame)."""
     frames = traceback.extract_tb(exc.__traceback__)
-    ours = [f for f in frames if "/proxy/" in f.filename or "/tests/support/fuzz" in f.filename]
+    ours = [f for f in frames if "/proxy/" in f.filename or "/rig/fuzz_targets" in f.filename]
     f = (ours or frames)[-1]
     return f"{os.path.relpath(f.filename, REPO)}:{f.lineno} ({f.name})"
 
@@ -84,7 +84,7 @@ def _hypothesis_test(target: Any, **kwargs: Any) -> Any:
 def run_hypothesis(name: str, seconds: float, shrink: bool = False, batch: int = BATCH) -> dict[str, Any]:
     from hypothesis import Phase
 
-    from tests.support.fuzz import TARGETS
+    from rig.fuzz_targets import TARGETS
 
     target = TARGETS[name]
     inputs = 0
@@ -145,7 +145,7 @@ def run_atheris(name: str, seconds: float, workdir: Path, artifacts: Path) -> di
 
 def replay(name: str, data: bytes) -> tuple[str, str, str]:
     """A crash input of the atheris engine, run again through hypothesis: (error, where, the draws)."""
-    from tests.support.fuzz import TARGETS
+    from rig.fuzz_targets import TARGETS
 
     test = _hypothesis_test(_recording(TARGETS[name]))
     try:
@@ -183,7 +183,7 @@ def worker(name: str, argv: list[str]) -> None:
 
     with _quiet():
         with atheris.instrument_imports(include=["proxy"]):
-            from tests.support import fuzz
+            from rig import fuzz_targets as fuzz
         test = _hypothesis_test(fuzz.TARGETS[name])
         atheris.Setup([sys.argv[0], *argv], test.hypothesis.fuzz_one_input)
         atheris.Fuzz()
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shrink", action="store_true",
                     help="hypothesis: shrink a failure to a minimal example (unbounded time)")
     args = ap.parse_args(args_in)
-    from tests.support.fuzz import TARGETS
+    from rig.fuzz_targets import TARGETS
 
     if args.replay:
         name, _, path = args.replay.partition(":")

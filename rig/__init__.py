@@ -1,6 +1,11 @@
 """The test rig: real Apache Kafka 4.x brokers (KRaft: one node, or N brokers and a controller in cluster.py),
 Kafka's Java client tools, Sluice in-process and as a subprocess, real client consumers, the raw Kafka client
-(raw.py) and the Fetch oracles: the support code tests and benches share (tests/support/ holds what only tests use).
+(raw.py), the Fetch oracles, spec-generated messages, the sans-IO chain and core rigs and the fuzz targets: the
+support code tests and benches share.
+
+The rule: rig/ holds what runs real parts (brokers, clusters, Sluice, clients) or is used by benches as well as
+tests; tests/support/ holds test-only helpers and checks. rig/ never imports tests/ (benches must not depend on
+the test tree), nor a private (``_name``) of a production module; no module name is in both places.
 
 Tests, benches and `make run` get Kafka from here, never from a mock. See ARCHITECTURE.md ("Layout", rig/).
 """

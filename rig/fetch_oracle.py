@@ -1,5 +1,8 @@
 """Test oracles for the Fetch fast paths: the bridge between the zero-copy views and Kafka's construct-model
-messages, and a construct-model Fetch request carrying a session plan.
+messages, a construct-model Fetch request carrying a session plan, and what a construct-model request or
+response says (partitions, forgotten partitions, response keys), read the way Kafka reads it. The session server
+and client take only the fast views; :func:`handle_request` / :func:`handle_response` feed them construct
+messages for the tests written with those.
 
 Tests (and benches that compare against the reference codec) use these to prove the hand-written fast paths
 equal to the construct codec. Production code never imports this module: the proxy reads and writes Fetch with
@@ -14,12 +17,12 @@ from typing import Any
 
 from proxy.policies.terminate.sessions import (
     Decision,
+    SessionClient,
     SessionServer,
     UpstreamPlan,
-    _topic_field,
 )
 from proxy.wire.api_keys import ApiKey
-from proxy.wire.compiler import KafkaStruct, _default_value, struct_for
+from proxy.wire.compiler import KafkaStruct, struct_for
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import (
     AbortedTransaction,
@@ -31,9 +34,15 @@ from proxy.wire.fetch_fast import (
     build_tags,
     parse_tags,
 )
-from proxy.wire.fetch_layout import FIRST_FLEXIBLE, FIRST_NODE_ENDPOINTS, FIRST_TOPIC_ID, NODE_ENDPOINTS_TAG
-from proxy.wire.fetch_request_fast import check_topic_key
-from proxy.wire.messages import request_codec, request_spec, response_spec
+from proxy.wire.fetch_layout import (
+    FIRST_FLEXIBLE,
+    FIRST_NODE_ENDPOINTS,
+    FIRST_TOPIC_ID,
+    NODE_ENDPOINTS_TAG,
+    PartitionKey,
+)
+from proxy.wire.fetch_request_fast import FetchParams, FetchRequestView, check_topic_key, decode_fetch_request
+from proxy.wire.messages import encode_request, request_codec, request_spec, response_spec
 from proxy.wire.model import Message
 
 
@@ -45,6 +54,54 @@ def to_message(view: FetchResponseView) -> Message:
 def from_message(msg: Message, version: int) -> FetchResponseView:
     """The view of a construct-model Fetch response (records are referenced, not copied)."""
     return _from_message(msg, version)
+
+
+def request_view(request: Message, version: int) -> FetchRequestView:
+    """The fast path's view of a construct-model FetchRequest body (encoded under a request header)."""
+    header = Message(request_api_key=int(ApiKey.FETCH), request_api_version=version, correlation_id=0,
+                     client_id="oracle")
+    return decode_fetch_request(encode_request(header, request))
+
+
+def handle_request(server: SessionServer, request: Message, version: int, now: float) -> Decision:
+    """``server.handle_request`` for a construct-model FetchRequest body (the proxy reads only the fast view)."""
+    return server.handle_request(request_view(request, version), version, now)
+
+
+def handle_response(client: SessionClient, response: Message, version: int) -> bool:
+    """``client.handle_response`` for a construct-model FetchResponse body."""
+    return client.handle_response(from_message(response, version), version)
+
+
+def params_of(p: Message) -> FetchParams:
+    """FetchParams of a construct-decoded FetchRequest partition (absent fields of older versions take the spec
+    defaults; its tag section is not kept: the fast path, which keeps it, is what the proxy reads)."""
+    return FetchParams(p.fetch_offset, p.get("log_start_offset", -1), p.partition_max_bytes,
+                       p.get("current_leader_epoch", -1), p.get("last_fetched_epoch", -1))
+
+
+def request_partitions(request: Message, version: int) -> dict[PartitionKey, FetchParams]:
+    """A construct-model FetchRequest's partitions in request order (a repeated partition: the last one wins,
+    as in Kafka's map): what ``FetchRequestView.partitions`` must give."""
+    tf = topic_field(version)
+    out: dict[PartitionKey, FetchParams] = {}
+    for t in request.topics or ():
+        topic = t.get(tf)
+        for p in t.partitions or ():
+            out[(topic, p.partition)] = params_of(p)
+    return out
+
+
+def forgotten_partitions(request: Message, version: int) -> list[PartitionKey]:
+    """A construct-model FetchRequest's forgotten partitions: what ``FetchRequestView.forgotten`` must give."""
+    tf = topic_field(version)
+    return [(t.get(tf), p) for t in request.get("forgotten_topics_data") or () for p in t.partitions or ()]
+
+
+def response_keys(response: Message, version: int) -> list[PartitionKey]:
+    """The partition keys of a construct-model FetchResponse body, in response order."""
+    tf = topic_field(version)
+    return [(t.get(tf), p.partition_index) for t in response.responses or () for p in t.partitions or ()]
 
 
 def build_response(server: SessionServer, decision: Decision, partition_states: Any, throttle_time_ms: int = 0,
@@ -76,6 +133,19 @@ def _element(st: KafkaStruct, name: str) -> KafkaStruct:
     raise CodecError(f"{st.struct_name} has no array {name}")  # the specs define them all
 
 
+def topic_field(version: int) -> str:
+    """The construct field naming a Fetch topic: its name up to v12, its id from v13 (FetchRequest.json)."""
+    return "topic_id" if version >= FIRST_TOPIC_ID else "topic"
+
+
+def _absent_value(sub: Any, dflt: Any) -> Any:
+    """What the construct codec gives a field absent from the wire: a struct's defaults, an empty array, or
+    the spec's default (the public ``KafkaStruct.default``; the codec's own helper is private)."""
+    if isinstance(sub, KafkaStruct) and dflt is None:
+        return sub.default()
+    return [] if isinstance(dflt, list) else dflt
+
+
 @cache
 def _structs(version: int) -> _Structs:
     return _Structs(version)
@@ -85,7 +155,7 @@ def _tags_to_fields(st: KafkaStruct, raw: Buffer | None, d: dict[str, Any]) -> N
     """Fill ``d`` with ``st``'s tagged fields from a raw tag section, like KafkaStruct._parse does."""
     tagged = st.tagged or {}
     for fname, sub, dflt in tagged.values():
-        d[fname] = _default_value(sub, dflt)
+        d[fname] = _absent_value(sub, dflt)
     unknown: dict[int, bytes] = {}
     for tag, value in parse_tags(raw).items():
         known = tagged.get(tag)
@@ -110,7 +180,7 @@ def _fields_to_tags(st: KafkaStruct, d: dict[str, Any]) -> bytes | None:
     """The raw tag section for a Message's tagged fields, like KafkaStruct._build writes it."""
     fields: dict[int, Buffer] = {}
     for tag, (fname, sub, dflt) in (st.tagged or {}).items():
-        if fname not in d or d[fname] == _default_value(sub, dflt):
+        if fname not in d or d[fname] == _absent_value(sub, dflt):
             continue
         buf = io.BytesIO()
         sub._build(d[fname], buf, None, "")
@@ -227,7 +297,7 @@ def apply_plan(request: Message, version: int, plan: UpstreamPlan) -> Message:
     by_id = version >= FIRST_TOPIC_ID
     top = request_codec(1, version).default()
     topic_st, part_st, forgot_st = _request_elements(version)
-    tf = _topic_field(version)
+    tf = topic_field(version)
     # Consecutive partitions of one topic share a topic entry (Java's FetchRequest.Builder): the order of
     # ``to_send`` is kept exactly, since a full request is read in request order under max_bytes.
     topics: list[Message] = []

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from rig.kafka import _file_lock, cache_root, find_libs
+from rig.kafka import cache_root, file_lock, find_libs
 
 REPO = Path(__file__).resolve().parent.parent
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -610,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         ensure_root()
         state.mkdir(parents=True, exist_ok=True)
-        with _file_lock(state / ".lock"):  # one run at a time per cache: same ports, same project
+        with file_lock(state / ".lock"):  # one run at a time per cache: same ports, same project
             with timings.step("host tools (Debian packages, podman-compose, Podman's configuration)"):
                 ensure_host_packages()
                 exe = ensure_podman_compose(state)

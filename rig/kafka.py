@@ -144,7 +144,7 @@ def _cache_state(dest: Path) -> str:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """Exclusive lock so two processes (parallel `make`, pytest workers) never fetch into the cache at once."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
@@ -218,7 +218,7 @@ def fetch_kafka(version: str = KAFKA_VERSION, *, force: bool = False) -> Path:
     """
     root = cache_root()
     dest = root / f"kafka-{version}"
-    with _file_lock(root / f".kafka-{version}.lock"):
+    with file_lock(root / f".kafka-{version}.lock"):
         state = _cache_state(dest)
         if state == "ok" and not force:
             return dest / "libs"
@@ -407,10 +407,6 @@ def set_pdeathsig() -> None:
     """
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-# Older name, still imported by rig/sluice_process.py.
-_set_pdeathsig = set_pdeathsig
 
 
 def main_thread_pdeathsig() -> Callable[[], None] | None:

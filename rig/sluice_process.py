@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from rig.kafka import RigError, _set_pdeathsig, free_ports
+from rig.kafka import RigError, free_ports, set_pdeathsig
 
 __all__ = ["SluiceProcess", "pick_ports"]
 
@@ -110,7 +110,7 @@ class SluiceProcess:
                 stdout=out,
                 stderr=err,
                 cwd=str(Path(__file__).resolve().parent.parent),
-                preexec_fn=_set_pdeathsig,  # only asks Linux to SIGTERM it if we die
+                preexec_fn=set_pdeathsig,  # only asks Linux to SIGTERM it if we die
             )
         self.returncode = None
         try:

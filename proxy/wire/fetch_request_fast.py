@@ -147,8 +147,8 @@ class FetchRequestView:
 
     def partitions(self) -> dict[PartitionKey, FetchParams]:
         """The partitions in request order; a repeated partition keeps its first position and its last
-        parameters (Kafka reads them into a map; :func:`proxy.policies.terminate.sessions.request_partitions`). A new
-        dict on each call."""
+        parameters (Kafka reads them into a map; so does
+        :class:`proxy.policies.terminate.sessions.SessionServer`). A new dict on each call."""
         return dict(self._partitions)
 
     def forgotten(self) -> list[PartitionKey]:

@@ -9,8 +9,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from rig.proxy_thread import ProxyThread
-from tests.support.kafka import create_topic
 from tests.support.records import Rec, assert_same_records, make_records
+from tests.support.topics import create_topic
 
 pytestmark = pytest.mark.broker
 

@@ -35,7 +35,7 @@ from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from rig.raw import RawClient
 from rig.sluice_process import SluiceProcess
 from tests.clients.test_sessions_clients import LineReader
-from tests.support.cluster import (
+from tests.support.cluster_checks import (
     VERIFIABLE_PRODUCER,
     Reader,
     acked_records,

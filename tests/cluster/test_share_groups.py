@@ -22,7 +22,7 @@ from rig.cluster import KafkaCluster
 from rig.java_tools import CONFIG_COMMAND, CONSOLE_SHARE_CONSUMER, FEATURE_COMMAND, SHARE_GROUP_COMMAND, JavaTools
 from rig.sluice_process import SluiceProcess
 from tests.clients.test_sessions_clients import LineReader
-from tests.support.cluster import remote_ports
+from tests.support.cluster_checks import remote_ports
 
 pytestmark = pytest.mark.broker
 

@@ -28,7 +28,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.analytics.oracle import classify
-from tests.support.kafka import create_topic
+from tests.support.topics import create_topic
 
 pytestmark = pytest.mark.broker
 

@@ -34,10 +34,10 @@ from kafka import KafkaConsumer, KafkaProducer
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.support.grafana import load_dashboard, parse_label_values, queries, substitute, variable_queries
-from tests.support.kafka import create_topic
 from tests.support.prometheus import REPO, Prometheus, prometheus_config, promtool, rule_files, scalar
 from tests.support.sharing import produce as produce_keyed
 from tests.support.sharing import python_member, wait_for_all
+from tests.support.topics import create_topic
 
 RULES = REPO / "config" / "prometheus" / "sluice-alerts.yml"
 RULES_TEST = REPO / "config" / "prometheus" / "sluice-alerts.test.yml"

@@ -63,7 +63,7 @@ from tests.clients.test_sessions_clients import (
 )
 from tests.integration.test_sessions_terminate import create_topic
 from tests.support.faults import ConfluentReader, KafkaPythonReader, Reader, wait_until
-from tests.support.kafka import produce_values
+from tests.support.topics import produce_values
 
 pytestmark = pytest.mark.broker
 

@@ -38,7 +38,7 @@ from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 from tests.integration.test_sessions_terminate import create_topic
 from tests.support.faults import wait_until
-from tests.support.kafka import produce_values
+from tests.support.topics import produce_values
 
 pytestmark = pytest.mark.broker
 

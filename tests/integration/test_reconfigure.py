@@ -15,8 +15,8 @@ import pytest
 
 from proxy.wire.records import walk_batches
 from rig.raw import RawClient
-from tests.support.kafka import create_topic, produce_values
 from tests.support.subprocess_proxy import SubprocessProxy
+from tests.support.topics import create_topic, produce_values
 
 pytestmark = pytest.mark.broker
 

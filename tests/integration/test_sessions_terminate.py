@@ -29,7 +29,7 @@ from proxy.wire.records import decode_batches, walk_batches
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
-from tests.support import kafka
+from tests.support import topics
 
 pytestmark = pytest.mark.broker
 
@@ -42,7 +42,7 @@ def link_bytes(sluice: ProxyThread) -> dict[str, float]:
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create ``topic`` and wait (bounded) until the broker serves fetches for every partition."""
-    kafka.create_topic(bootstrap, topic, partitions)
+    topics.create_topic(bootstrap, topic, partitions)
     host, _, port = bootstrap.rpartition(":")
     deadline = time.monotonic() + 90
     with RawClient(host, int(port)) as raw:

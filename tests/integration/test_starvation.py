@@ -16,7 +16,7 @@ from proxy.policies.size_limit import policy as size_limit
 from proxy.wire.records import walk_batches
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
-from tests.support.kafka import create_topic, produce_values
+from tests.support.topics import create_topic, produce_values
 
 pytestmark = pytest.mark.broker
 

@@ -33,7 +33,7 @@ from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
-from tests.support.kafka import create_topic, produce_values
+from tests.support.topics import create_topic, produce_values
 
 pytestmark = pytest.mark.broker
 

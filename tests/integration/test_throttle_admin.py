@@ -17,8 +17,8 @@ import pytest
 
 from rig.raw import RawClient
 from tests.integration.test_reconfigure import http as _http
-from tests.support.kafka import create_topic, produce_values
 from tests.support.subprocess_proxy import SubprocessProxy
+from tests.support.topics import create_topic, produce_values
 
 pytestmark = pytest.mark.broker
 

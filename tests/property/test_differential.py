@@ -41,11 +41,11 @@ from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, Fin
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
-from specgen import default_for, message_strategy
 
 from proxy.wire.compiler import compiled_for
 from proxy.wire.model import Message
 from proxy.wire.schema import FieldSpec, MessageSpec, kafka_spec
+from rig.specgen import default_for, message_strategy
 
 # API name -> (kio package, kafka-python request class, response class)
 APIS: dict[str, tuple[str, type, type]] = {

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from specgen import message_strategy
 
 from proxy.wire.fetch_fast import (
     EncodedTopics,
@@ -33,6 +32,7 @@ from proxy.wire.fetch_fast import (
 from proxy.wire.messages import decode_response, encode_response, response_codec, response_spec
 from proxy.wire.model import Message
 from rig.fetch_oracle import from_message, to_message
+from rig.specgen import message_strategy
 
 VERSIONS = list(range(4, 19))
 SETTINGS = settings(

@@ -5,7 +5,7 @@ For hypothesis-generated requests (from Kafka's FetchRequest.json via specgen, w
 fields at every level, sometimes with few topic names/ids and partition numbers so that topics repeat and
 partitions collide) encoded by the construct codec:
 - the fast decode gives the partitions, forgotten partitions and top-level fields that
-  ``sessions.request_partitions`` / ``forgotten_partitions`` and the construct decode give;
+  the oracle's ``request_partitions`` / ``forgotten_partitions`` and the construct decode give;
 - re-encoding with the request's own partitions and session gives the construct encoding of the request
   regrouped canonically (which is the input itself when the input is canonical);
 - re-encoding with arbitrary partitions, forgotten partitions and session equals ``rig.fetch_oracle.apply_plan``;
@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from specgen import TEXT, message_strategy
 
 from proxy.policies.terminate import sessions
 from proxy.wire.compiler import KafkaStruct, struct_for
@@ -50,7 +49,8 @@ from proxy.wire.messages import (
 )
 from proxy.wire.model import Message
 from proxy.wire.schema import Versions
-from rig.fetch_oracle import _element, _fields_to_tags, apply_plan
+from rig.fetch_oracle import _element, _fields_to_tags, apply_plan, forgotten_partitions, request_partitions
+from rig.specgen import TEXT, message_strategy
 
 VERSIONS = list(range(MIN_VERSION, MAX_VERSION + 1))
 SETTINGS = settings(
@@ -107,10 +107,10 @@ def _check_decode(view: FetchRequestView, frame: bytes) -> None:
     assert view.correlation_id == header.correlation_id
     assert view.header == frame[: peek_request_header(frame).body_offset]
     parts = view.partitions()
-    expected = sessions.request_partitions(ref, version)
+    expected = request_partitions(ref, version)
     assert list(parts) == list(expected)  # same order
     assert _as_sessions(parts) == expected
-    assert view.forgotten() == sessions.forgotten_partitions(ref, version)
+    assert view.forgotten() == forgotten_partitions(ref, version)
     assert view.has_partitions == any(t.partitions for t in ref.topics)
     top, part_st = _structs(version)
     # each partition's tag section: the one of the last entry for its key, as the construct codec writes it
@@ -158,7 +158,7 @@ def _canonical(body: Message, version: int) -> Message:
     out = body.replace(topics=topics)
     if version >= 7:
         groups: dict[Any, list[int]] = {}
-        for topic, partition in sessions.forgotten_partitions(body, version):
+        for topic, partition in forgotten_partitions(body, version):
             groups.setdefault(topic, []).append(partition)
         out.forgotten_topics_data = [Message(**{tf: t, "partitions": ps}) for t, ps in groups.items()]
     return out

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from specgen import message_strategy
 
 from proxy.core.routing import Router
 from proxy.wire.errors import CodecError
@@ -16,6 +15,7 @@ from proxy.wire.fetch_fast import decode as fast_decode
 from proxy.wire.fetch_stream import FILLER_TAGS, FetchStreamer, _fit
 from proxy.wire.messages import response_codec, response_spec
 from proxy.wire.model import Message
+from rig.specgen import message_strategy
 
 GOLDEN = sorted((Path(__file__).resolve().parents[1] / "data" / "golden").glob("Fetch-v1[6-8]-response-*.bin"))
 SETTINGS = settings(max_examples=25, deadline=None,

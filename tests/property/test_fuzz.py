@@ -14,7 +14,6 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from specgen import all_cases, message_strategy
 
 from proxy.wire import fetch_fast
 from proxy.wire.errors import CodecError
@@ -39,7 +38,8 @@ from proxy.wire.records import (
     walk_batches,
 )
 from rig.fetch_oracle import to_message
-from tests.support.fuzz import mutated
+from rig.fuzz_targets import mutated
+from rig.specgen import all_cases, message_strategy
 
 FUZZ = settings(
     max_examples=300,

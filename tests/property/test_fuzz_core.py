@@ -1,6 +1,6 @@
 """Fuzzing the connection core (proxy/core/connection.py) as a whole: the frame reader on the client and upstream
 sides fed arbitrary byte streams split anywhere, and random event sequences on two connections with the policies
-on. The targets and their invariants are in tests/support/fuzz.py (``python -m bench.fuzz`` runs them unbounded);
+on. The targets and their invariants are in rig/fuzz_targets.py (``python -m bench.fuzz`` runs them unbounded);
 here each runs a bounded number of examples (CI replays them derandomized).
 
 Below them, every crash the fuzzing found, as an explicit regression test at the connection level.
@@ -16,8 +16,8 @@ from bench.pipeline_cpu import request_frame, response_frame
 from proxy.policies.terminate.sessions import LEGACY
 from proxy.wire.fetch_fast import FetchResponseView, NodeEndpoint
 from proxy.wire.fetch_request_fast import FetchParams
-from tests.support.connection import CoreRig, sized
-from tests.support.fuzz import TARGETS, check_closed_cleanly, fetch_request
+from rig.core_rig import CoreRig, sized
+from rig.fuzz_targets import TARGETS, check_closed_cleanly, fetch_request
 
 
 def bounded(examples: int) -> settings:

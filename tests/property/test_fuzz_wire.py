@@ -1,7 +1,7 @@
 """Fuzzing every parser below the connection core: the streaming Fetch walker (FetchStreamer), every decoded
 request and response (the codecs manifest's (api, version)s) and the views policies read, and the Fetch fast
 paths (request decode, Baseline.read, response decode, encode_partition) against the construct codec. The targets
-and their invariants are in tests/support/fuzz.py (``python -m bench.fuzz`` runs them unbounded); here each runs
+and their invariants are in rig/fuzz_targets.py (``python -m bench.fuzz`` runs them unbounded); here each runs
 a bounded number of examples (CI replays them derandomized).
 
 Below them, every crash the fuzzing found, as an explicit regression test with its minimal input.
@@ -22,7 +22,7 @@ from proxy.wire.fetch_stream import FetchStreamer
 from proxy.wire.messages import decode_request, encode_request, request_codec, response_codec
 from proxy.wire.model import Message
 from rig.fetch_oracle import to_message
-from tests.support.fuzz import TARGETS
+from rig.fuzz_targets import TARGETS
 
 
 def bounded(examples: int) -> settings:

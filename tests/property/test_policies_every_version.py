@@ -18,9 +18,9 @@ from proxy.wire.api_keys import api_name
 from proxy.wire.errors import CodecError
 from proxy.wire.messages import encode_request, encode_response, request_spec, response_spec
 from proxy.wire.model import Message
-from tests.property.specgen import message_strategy
-from tests.support.chain import SansIOProxy
-from tests.support.fuzz import POLICIES
+from rig.chain_rig import SansIOProxy
+from rig.fuzz_targets import POLICIES
+from rig.specgen import message_strategy
 
 #: every policy's switches on: size limits, throttles, terminate, cooperative consumption for every client (and
 #: client "c" a standalone consumer, a member from its first request, so its offsets code runs at once)

@@ -1,6 +1,6 @@
 """Round trips for every (api, version) Sluice decodes: decode(encode(m)) == m and encode(decode(b)) == b.
 
-Messages come from strategies generated from the specs themselves (tests/property/specgen.py), so a new API or
+Messages come from strategies generated from the specs themselves (rig/specgen.py), so a new API or
 version in proxy/codecs/manifest.json is covered without touching this file.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from specgen import all_cases, message_strategy
 
 from proxy.wire.compiler import compiled_for
 from proxy.wire.model import Message
 from proxy.wire.schema import MessageSpec
+from rig.specgen import all_cases, message_strategy
 
 CASES = all_cases()
 SETTINGS = settings(

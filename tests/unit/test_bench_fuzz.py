@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bench import fuzz
-from tests.support import fuzz as targets
+from rig import fuzz_targets as targets
 
 
 def lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:

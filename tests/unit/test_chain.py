@@ -15,7 +15,7 @@ from proxy.wire.messages import (
 )
 from proxy.wire.model import Message
 from proxy.wire.versions import UNSUPPORTED_VERSION
-from tests.support.chain import SansIOProxy
+from rig.chain_rig import SansIOProxy
 from tests.support.legacy_produce import produce_v0_2_frame
 
 

@@ -1,7 +1,7 @@
 """The sans-IO connection core (proxy/core/connection.py), driven directly: events in, port actions out.
 
-Each test builds the chain a proxy builds from its settings (tests/support/chain.py), a Connection on a fake Port
-that records every action, and timers on a fake clock (tests/support/connection.py): no event loop, no sockets,
+Each test builds the chain a proxy builds from its settings (rig/chain_rig.py), a Connection on a fake Port
+that records every action, and timers on a fake clock (rig/core_rig.py): no event loop, no sockets,
 no sleeps. What is checked is what each side receives (in order), the metrics, the access-log lines and the port
 actions (pause/resume reading, close, timers).
 """
@@ -24,7 +24,7 @@ from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic,
 from proxy.wire.fetch_request_fast import decode_fetch_request
 from proxy.wire.messages import decode_response, request_codec
 from proxy.wire.records import Record, encode_batch, new_batch
-from tests.support.connection import CoreRig, FakePort, request, response, sized
+from rig.core_rig import CoreRig, FakePort, request, response, sized
 
 LIST_OFFSETS, METADATA, API_VERSIONS, PRODUCE = 2, 3, 18, 0
 KEYS: list[PartitionKey] = [("t", 0), ("t", 1), ("t", 2)]

@@ -20,7 +20,7 @@ from proxy.wire.fetch_request_fast import (
 )
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
-from tests.support.chain import Clock, SansIOProxy
+from rig.chain_rig import Clock, SansIOProxy
 
 BUDGET = Budget(100_000, 10_000)
 IDS = {"a": bytes([0xA]) * 16, "b": bytes([0xB]) * 16}

@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
-from tests.support.chain import SansIOProxy
+from rig.chain_rig import SansIOProxy
 from tests.support.grafana import (
     DASHBOARD,
     GRAFANA,

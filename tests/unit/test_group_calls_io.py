@@ -16,7 +16,7 @@ from proxy.policies.sharing import Sharing
 from proxy.tls import TlsContexts
 from proxy.wire.messages import response_codec
 from proxy.wire.model import Message
-from tests.support.chain import SansIOProxy
+from rig.chain_rig import SansIOProxy
 from tests.support.misbehaving_broker import Broker, frame, running
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH = 10, 8, 9

@@ -15,7 +15,7 @@ from proxy.core.exchange import ConnectionInfo, Exchange, Signal
 from proxy.core.policy import Policy, reads
 from proxy.wire.api_keys import ApiKey
 from proxy.wire.views import ResponseView
-from tests.support.connection import CoreRig, FakePort, request, response, sized
+from rig.core_rig import CoreRig, FakePort, request, response, sized
 
 HOOKS = ("open", "applies", "on_request", "on_resume", "on_response", "on_sent", "close")
 BAD = 1  # the connection whose requests make the policy raise

@@ -12,7 +12,7 @@ from proxy.core.exchange import Rejected
 from proxy.wire.api_keys import ApiKey
 from proxy.wire.messages import decode_response, encode_request, encode_response, request_codec, response_codec
 from proxy.wire.model import Message
-from tests.support.chain import SansIOProxy
+from rig.chain_rig import SansIOProxy
 
 SHARING_ON = {"sharing": {"enabled": True, "clients": ["*"], "topics": [{"topic": "*"}]}}
 

@@ -17,7 +17,7 @@ from proxy.core.connection import Limits
 from proxy.core.proxy_protocol import V2_SIGNATURE, NeedMore, ProxyHeader, ProxyProtocolError, parse
 from proxy.core.sasl_principal import SaslExchange, oauthbearer_principal, plain_principal, scram_principal
 from proxy.core.selectors import ClientSelector
-from tests.support.connection import CoreRig, request, response, sized
+from rig.core_rig import CoreRig, request, response, sized
 
 SECRET = "s3cr3t-pw"
 

@@ -31,12 +31,11 @@ from proxy.policies.terminate.sessions import (
     has_diverging_epoch,
     is_full,
     next_epoch,
-    response_keys,
 )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, build_tags
 from proxy.wire.messages import request_codec, response_codec
 from proxy.wire.model import Message
-from rig.fetch_oracle import apply_plan, build_response, to_message
+from rig.fetch_oracle import apply_plan, build_response, handle_request, handle_response, response_keys, to_message
 
 ID_A = bytes(range(1, 17))
 ID_B = bytes(range(101, 117))
@@ -81,7 +80,7 @@ def server(slots: int = 1000, seed: int = 7) -> SessionServer:
 
 def open_session(srv: SessionServer, version: int, parts: dict[PartitionKey, FetchParams],
                  states: dict[PartitionKey, FetchPartition], now: float = 0.0, replica_id: int = -1) -> int:
-    d = srv.handle_request(fetch_request(version, parts, 0, 0, replica_id=replica_id), version, now)
+    d = handle_request(srv, fetch_request(version, parts, 0, 0, replica_id=replica_id), version, now)
     assert d.kind is Kind.FULL
     resp = build_response(srv, d, states)
     sid: int = resp.session_id
@@ -116,7 +115,7 @@ def test_next_epoch_arithmetic() -> None:
 def test_full_request_creates_session_with_random_positive_id_and_epoch_1() -> None:
     srv = server(seed=3)
     expected_id = random.Random(3).randrange(1, INT32_MAX)
-    d = srv.handle_request(fetch_request(12, TWO, 0, 0), 12, now=1.0)
+    d = handle_request(srv, fetch_request(12, TWO, 0, 0), 12, now=1.0)
     assert d.kind is Kind.FULL and list(d.partitions) == [("t", 0), ("t", 1)]
     assert d.partitions[("t", 1)] == P(7)
     assert len(srv.cache) == 0  # created with the response, as Kafka's FullFetchContext does
@@ -134,7 +133,7 @@ def test_incremental_requests_advance_the_epoch() -> None:
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
     for epoch in (1, 2, 3):
-        d = srv.handle_request(fetch_request(12, {}, sid, epoch), 12, now=epoch)
+        d = handle_request(srv, fetch_request(12, {}, sid, epoch), 12, now=epoch)
         assert d.kind is Kind.INCREMENTAL and list(d.partitions) == [("t", 0), ("t", 1)]
         resp = build_response(srv, d, two_states())
         assert resp.session_id == sid and resp.error_code == 0 and resp.responses == []  # nothing changed
@@ -144,7 +143,7 @@ def test_incremental_requests_advance_the_epoch() -> None:
 
 def test_sessionless_request_creates_nothing() -> None:
     srv = server()
-    d = srv.handle_request(fetch_request(12, TWO), 12, now=0)
+    d = handle_request(srv, fetch_request(12, TWO), 12, now=0)
     assert d.kind is Kind.SESSIONLESS
     resp = build_response(srv, d, two_states())
     assert resp.session_id == 0 and keys_of(resp, 12) == [("t", 0), ("t", 1)]
@@ -155,25 +154,25 @@ def test_v4_request_without_session_fields_is_sessionless() -> None:
     srv = server()
     req = request_codec(1, 4).default().replace(
         topics=[Message(topic="t", partitions=[Message(partition=0, fetch_offset=3, partition_max_bytes=100)])])
-    d = srv.handle_request(req, 4, now=0)
+    d = handle_request(srv, req, 4, now=0)
     assert d.kind is Kind.SESSIONLESS and d.partitions == {("t", 0): P(3, -1, 100)}
 
 
 def test_final_epoch_closes_a_named_session() -> None:
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
-    d = srv.handle_request(fetch_request(12, TWO, sid, FINAL_EPOCH), 12, now=1)
+    d = handle_request(srv, fetch_request(12, TWO, sid, FINAL_EPOCH), 12, now=1)
     assert d.kind is Kind.SESSIONLESS and sid not in srv.cache
     assert build_response(srv, d, two_states()).session_id == 0
     assert srv.stats.sessions_closed == 1 and srv.cache.partitions_cached == 0
     # the closed session is gone for good
-    assert srv.handle_request(fetch_request(12, {}, sid, 1), 12, 2).error_code == FETCH_SESSION_ID_NOT_FOUND
+    assert handle_request(srv, fetch_request(12, {}, sid, 1), 12, 2).error_code == FETCH_SESSION_ID_NOT_FOUND
 
 
 def test_initial_epoch_on_existing_id_closes_it_and_creates_another() -> None:
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
-    d = srv.handle_request(fetch_request(12, {("t", 1): P(9)}, sid, 0), 12, now=1)
+    d = handle_request(srv, fetch_request(12, {("t", 1): P(9)}, sid, 0), 12, now=1)
     assert d.kind is Kind.FULL and sid not in srv.cache
     new = build_response(srv, d, two_states()).session_id
     assert new not in (0, sid) and list(srv.cache.sessions) == [new]
@@ -193,10 +192,10 @@ def _assert_error_response(srv: SessionServer, d: Decision, code: int, version: 
 
 def test_unknown_session_id_is_70() -> None:
     srv = server()
-    _assert_error_response(srv, srv.handle_request(fetch_request(12, {}, 12345, 1), 12, 0),
+    _assert_error_response(srv, handle_request(srv, fetch_request(12, {}, 12345, 1), 12, 0),
                            FETCH_SESSION_ID_NOT_FOUND, 12)
     # id 0 is never handed out: an incremental epoch with session 0 is also "not found"
-    _assert_error_response(srv, srv.handle_request(fetch_request(12, {}, 0, 5), 12, 0),
+    _assert_error_response(srv, handle_request(srv, fetch_request(12, {}, 0, 5), 12, 0),
                            FETCH_SESSION_ID_NOT_FOUND, 12)
     assert srv.stats.errors[FETCH_SESSION_ID_NOT_FOUND] == 2
 
@@ -205,19 +204,19 @@ def test_wrong_epoch_is_71_and_keeps_the_session() -> None:
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
     for wrong in (2, 7, INT32_MAX):
-        _assert_error_response(srv, srv.handle_request(fetch_request(12, {}, sid, wrong), 12, 1),
+        _assert_error_response(srv, handle_request(srv, fetch_request(12, {}, sid, wrong), 12, 1),
                                INVALID_FETCH_SESSION_EPOCH, 12)
     assert sid in srv.cache and srv.stats.epoch_errors == 3
     session = srv.cache.get(sid)
     assert session is not None and session.epoch == 1 and list(session.partitions) == [("t", 0), ("t", 1)]
-    assert srv.handle_request(fetch_request(12, {}, sid, 1), 12, 2).kind is Kind.INCREMENTAL
+    assert handle_request(srv, fetch_request(12, {}, sid, 1), 12, 2).kind is Kind.INCREMENTAL
 
 
 def test_a_replayed_incremental_request_is_71() -> None:
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
-    assert srv.handle_request(fetch_request(12, {}, sid, 1), 12, 1).kind is Kind.INCREMENTAL
-    _assert_error_response(srv, srv.handle_request(fetch_request(12, {}, sid, 1), 12, 2),
+    assert handle_request(srv, fetch_request(12, {}, sid, 1), 12, 1).kind is Kind.INCREMENTAL
+    _assert_error_response(srv, handle_request(srv, fetch_request(12, {}, sid, 1), 12, 2),
                            INVALID_FETCH_SESSION_EPOCH, 12)
 
 
@@ -226,8 +225,8 @@ def test_stale_decision_answers_71_with_the_session_id() -> None:
     # "Possible duplicate request" check in IncrementalFetchContext)
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
-    first = srv.handle_request(fetch_request(12, {}, sid, 1), 12, 1)
-    srv.handle_request(fetch_request(12, {}, sid, 2), 12, 1)
+    first = handle_request(srv, fetch_request(12, {}, sid, 1), 12, 1)
+    handle_request(srv, fetch_request(12, {}, sid, 2), 12, 1)
     resp = build_response(srv, first, two_states(hw=11))
     assert (resp.error_code, resp.session_id, resp.responses) == (INVALID_FETCH_SESSION_EPOCH, sid, [])
 
@@ -235,16 +234,16 @@ def test_stale_decision_answers_71_with_the_session_id() -> None:
 def test_names_session_continued_with_ids_is_106_and_the_reverse() -> None:
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
-    _assert_error_response(srv, srv.handle_request(fetch_request(13, {}, sid, 1), 13, 1),
+    _assert_error_response(srv, handle_request(srv, fetch_request(13, {}, sid, 1), 13, 1),
                            FETCH_SESSION_TOPIC_ID_ERROR, 13)
     assert sid in srv.cache  # not deleted; the client's next full request replaces it
     ids = {(ID_A, 0): P(1)}
     sid13 = open_session(srv, 13, ids, {(ID_A, 0): part()})
     session = srv.cache.get(sid13)
     assert session is not None and session.uses_topic_ids
-    _assert_error_response(srv, srv.handle_request(fetch_request(12, {}, sid13, 1), 12, 1),
+    _assert_error_response(srv, handle_request(srv, fetch_request(12, {}, sid13, 1), 12, 1),
                            FETCH_SESSION_TOPIC_ID_ERROR, 12)
-    assert srv.handle_request(fetch_request(13, {}, sid13, 1), 13, 2).kind is Kind.INCREMENTAL
+    assert handle_request(srv, fetch_request(13, {}, sid13, 1), 13, 2).kind is Kind.INCREMENTAL
     assert srv.stats.errors[FETCH_SESSION_TOPIC_ID_ERROR] == 2
 
 
@@ -257,9 +256,9 @@ def test_epoch_wraps_from_int32_max_to_1() -> None:
     session = srv.cache.get(sid)
     assert session is not None
     session.epoch = INT32_MAX
-    assert srv.handle_request(fetch_request(12, {}, sid, INT32_MAX), 12, 1).kind is Kind.INCREMENTAL
+    assert handle_request(srv, fetch_request(12, {}, sid, INT32_MAX), 12, 1).kind is Kind.INCREMENTAL
     assert session.epoch == 1
-    assert srv.handle_request(fetch_request(12, {}, sid, 1), 12, 2).kind is Kind.INCREMENTAL
+    assert handle_request(srv, fetch_request(12, {}, sid, 1), 12, 2).kind is Kind.INCREMENTAL
     assert session.epoch == 2
 
 
@@ -267,7 +266,7 @@ def test_incremental_adds_updates_and_forgets() -> None:
     srv = server()
     three = {("t", 0): P(5), ("t", 1): P(7), ("u", 0): P(1)}
     sid = open_session(srv, 12, three, {k: part() for k in three})
-    d = srv.handle_request(fetch_request(12, {("t", 1): P(8, partition_max_bytes=10), ("v", 3): P(0)}, sid, 1,
+    d = handle_request(srv, fetch_request(12, {("t", 1): P(8, partition_max_bytes=10), ("v", 3): P(0)}, sid, 1,
                                          forget=[("u", 0), ("nope", 9)]), 12, 1)
     assert d.kind is Kind.INCREMENTAL
     # session order: kept ones in place (t-1 updated in place), new ones appended, forgotten removed
@@ -282,7 +281,7 @@ def test_incremental_adds_updates_and_forgets() -> None:
 def test_forgetting_every_partition_closes_the_session_and_answers_sessionless() -> None:
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
-    d = srv.handle_request(fetch_request(12, {}, sid, 1, forget=[("t", 0), ("t", 1)]), 12, 1)
+    d = handle_request(srv, fetch_request(12, {}, sid, 1, forget=[("t", 0), ("t", 1)]), 12, 1)
     assert d.kind is Kind.SESSIONLESS and d.partitions == {}
     assert sid not in srv.cache and srv.cache.partitions_cached == 0 and srv.stats.sessions_closed == 1
     resp = build_response(srv, d, {})
@@ -291,7 +290,7 @@ def test_forgetting_every_partition_closes_the_session_and_answers_sessionless()
 
 def test_full_request_answer_needs_every_partition_state() -> None:
     srv = server()
-    d = srv.handle_request(fetch_request(12, TWO, 0, 0), 12, 0)
+    d = handle_request(srv, fetch_request(12, TWO, 0, 0), 12, 0)
     with pytest.raises(KeyError, match="no partition state"):
         build_response(srv, d, {("t", 0): part()})
 
@@ -301,9 +300,9 @@ def test_followers_are_privileged() -> None:
     sid = open_session(srv, 12, TWO, two_states(), replica_id=2)
     session = srv.cache.get(sid)
     assert session is not None and session.privileged
-    d = srv.handle_request(fetch_request(15, {(ID_A, 0): P(0)}, 0, 0, replica_id=1), 15, 0)
+    d = handle_request(srv, fetch_request(15, {(ID_A, 0): P(0)}, 0, 0, replica_id=1), 15, 0)
     assert d.privileged
-    d = srv.handle_request(fetch_request(15, {(ID_A, 0): P(0)}, 0, 0, replica_id=-1), 15, 0)
+    d = handle_request(srv, fetch_request(15, {(ID_A, 0): P(0)}, 0, 0, replica_id=-1), 15, 0)
     assert not d.privileged
 
 
@@ -312,7 +311,7 @@ def test_followers_are_privileged() -> None:
 
 def _incremental(srv: SessionServer, sid: int, epoch: int,
                  states: dict[PartitionKey, FetchPartition]) -> Message:
-    d = srv.handle_request(fetch_request(12, {}, sid, epoch), 12, epoch)
+    d = handle_request(srv, fetch_request(12, {}, sid, epoch), 12, epoch)
     assert d.kind is Kind.INCREMENTAL
     return build_response(srv, d, states)
 
@@ -390,14 +389,14 @@ def test_partitions_that_returned_records_move_to_the_end_of_the_session() -> No
     states[("t", 0)] = part(records=b"r" * 70)
     resp = _incremental(srv, sid, 1, states)
     assert keys_of(resp, 12) == [("t", 0)]
-    d = srv.handle_request(fetch_request(12, {}, sid, 2), 12, 2)
+    d = handle_request(srv, fetch_request(12, {}, sid, 2), 12, 2)
     assert list(d.partitions) == [("t", 1), ("t", 2), ("t", 0)]
 
 
 def test_full_response_groups_consecutive_partitions_by_topic() -> None:
     srv = server()
     order = {("a", 0): P(0), ("b", 0): P(0), ("b", 1): P(0), ("a", 1): P(0)}
-    d = srv.handle_request(fetch_request(12, order), 12, 0)
+    d = handle_request(srv, fetch_request(12, order), 12, 0)
     resp = build_response(srv, d, {k: part() for k in order})
     assert [(t.topic, [p.partition_index for p in t.partitions]) for t in resp.responses] == [
         ("a", [0]), ("b", [0, 1]), ("a", [1])]
@@ -412,14 +411,14 @@ def test_topic_id_session_v13_round_trips_on_the_wire() -> None:
     req = fetch_request(13, parts, 0, 0)
     assert roundtrip_request(req, 13) == req
     assert req.topics[0].topic_id == ID_A and req.topics[0].partitions[0].current_leader_epoch == 5
-    d = srv.handle_request(roundtrip_request(req, 13), 13, 0)
+    d = handle_request(srv, roundtrip_request(req, 13), 13, 0)
     assert d.partitions == parts
     resp = build_response(srv, d, {k: part(hw=20) for k in parts})
     assert [t.topic_id for t in resp.responses] == [ID_A, ID_B]
     assert roundtrip_response(resp, 13) == resp
     sid = resp.session_id
     req2 = fetch_request(13, {}, sid, 1, forget=[(ID_B, 2)])
-    d2 = srv.handle_request(roundtrip_request(req2, 13), 13, 1)
+    d2 = handle_request(srv, roundtrip_request(req2, 13), 13, 1)
     assert list(d2.partitions) == [(ID_A, 0)]
 
 
@@ -431,10 +430,10 @@ def test_messages_encode_at_every_session_version(version: int) -> None:
     req = fetch_request(version, parts, 0, 0)
     decoded = roundtrip_request(req, version)
     assert decoded.session_epoch == 0 and decoded.session_id == 0
-    d = srv.handle_request(decoded, version, 0)
+    d = handle_request(srv, decoded, version, 0)
     resp = build_response(srv, d, {k: part(hw=5, records=b"") for k in parts})
     assert roundtrip_response(resp, version) == resp and resp.session_id > 0
-    view = srv.build_view(srv.handle_request(fetch_request(version, {}, resp.session_id, 1), version, 1),
+    view = srv.build_view(handle_request(srv, fetch_request(version, {}, resp.session_id, 1), version, 1),
                           {k: part(hw=6) for k in parts})
     assert isinstance(view, FetchResponseView)
     assert response_codec(1, version).decode(view.to_bytes()) == to_message(view)
@@ -443,7 +442,7 @@ def test_messages_encode_at_every_session_version(version: int) -> None:
 
 def test_keys_must_match_the_versions_topic_addressing() -> None:
     srv = server()
-    d = srv.handle_request(fetch_request(12, {("t", 0): P(0)}), 12, 0)
+    d = handle_request(srv, fetch_request(12, {("t", 0): P(0)}), 12, 0)
     d.version = 13
     with pytest.raises(ValueError, match="16-byte topic ids"):
         build_response(srv, d, {("t", 0): part()})
@@ -470,7 +469,7 @@ def _open(srv: SessionServer, n: int, now: float, replica_id: int = -1) -> int:
 def _touch(srv: SessionServer, sid: int, now: float) -> None:
     session = srv.cache.get(sid)
     assert session is not None
-    assert srv.handle_request(fetch_request(12, {}, sid, session.epoch), 12, now).kind is Kind.INCREMENTAL
+    assert handle_request(srv, fetch_request(12, {}, sid, session.epoch), 12, now).kind is Kind.INCREMENTAL
 
 
 def test_full_cache_refuses_a_young_sessions_replacement() -> None:
@@ -550,7 +549,7 @@ def test_stats_count_sessions_and_partitions() -> None:
     a = _open(srv, 3, now=0)
     _open(srv, 2, now=0)
     assert len(srv.cache) == 2 and srv.cache.partitions_cached == 5 and srv.stats.sessions_created == 2
-    srv.handle_request(fetch_request(12, {("t", 9): P(0)}, a, 1), 12, 1)
+    handle_request(srv, fetch_request(12, {("t", 9): P(0)}, a, 1), 12, 1)
     assert srv.cache.partitions_cached == 6
 
 
@@ -570,20 +569,20 @@ def test_client_first_full_then_incremental_changed_only() -> None:
     wanted = {("t", 0): P(5), ("t", 1): P(7), ("u", 0): P(1)}
     plan = c.build(wanted)
     assert plan.is_full and plan.metadata == INITIAL and plan.to_send == wanted and plan.to_forget == []
-    assert c.handle_response(_resp(12, list(wanted), session_id=77), 12)
+    assert handle_response(c, _resp(12, list(wanted), session_id=77), 12)
     assert c.next_metadata == FetchMetadata(77, 1)
 
     plan = c.build(wanted)  # nothing changed: an empty incremental request
     assert plan.metadata == FetchMetadata(77, 1) and plan.to_send == {} and plan.to_forget == []
     assert plan.session_partitions == wanted
-    assert c.handle_response(_resp(12, [], session_id=77), 12)
+    assert handle_response(c, _resp(12, [], session_id=77), 12)
 
     wanted2 = {("t", 0): P(6), ("u", 0): P(1), ("v", 0): P(0)}  # t-0 altered, t-1 dropped, v-0 added
     plan = c.build(wanted2)
     assert plan.metadata == FetchMetadata(77, 2)
     assert list(plan.to_send.items()) == [(("v", 0), P(0)), (("t", 0), P(6))]  # added first, then altered
     assert plan.to_forget == [("t", 1)]
-    assert c.handle_response(_resp(12, [("v", 0)], session_id=77), 12)
+    assert handle_response(c, _resp(12, [("v", 0)], session_id=77), 12)
     assert c.next_metadata == FetchMetadata(77, 3)
     assert c.stats.full_requests == 1 and c.stats.incremental_requests == 2 and c.stats.partitions_sent == 5
 
@@ -597,9 +596,9 @@ def test_client_resets_to_a_full_request_on_session_errors(error: int, expected:
     c = SessionClient()
     wanted = {("t", 0): P(5), ("t", 1): P(7)}
     c.build(wanted)
-    c.handle_response(_resp(12, list(wanted), session_id=77), 12)
+    handle_response(c, _resp(12, list(wanted), session_id=77), 12)
     c.build(wanted)
-    assert not c.handle_response(_resp(12, [], error=error), 12)
+    assert not handle_response(c, _resp(12, [], error=error), 12)
     assert c.next_metadata == expected and c.stats.resets == 1
     plan = c.build(wanted)
     assert plan.is_full and plan.to_send == wanted and plan.metadata == expected
@@ -614,7 +613,7 @@ def test_client_restarts_its_session_when_the_topic_addressing_changes(old: int,
     c = SessionClient()
     wanted = {k: P(0) for k in keys[old]}
     assert c.build(wanted, old >= 13).is_full and c.uses_topic_ids is (old >= 13)
-    assert c.handle_response(_resp(old, keys[old], session_id=77), old)
+    assert handle_response(c, _resp(old, keys[old], session_id=77), old)
     assert not c.switches_addressing(old >= 13) and c.switches_addressing(new >= 13)
     wanted = {k: P(3) for k in keys[new]}
     plan = c.build(wanted, new >= 13)
@@ -622,7 +621,7 @@ def test_client_restarts_its_session_when_the_topic_addressing_changes(old: int,
     assert dict(plan.session_partitions) == wanted and c.uses_topic_ids is (new >= 13) and c.stats.resets == 1
     req = roundtrip_request(apply_plan(request_codec(1, new).default(), new, plan), new)  # writable
     assert (req.session_id, req.session_epoch) == (77, 0)
-    assert c.handle_response(_resp(new, keys[new], session_id=78), new)
+    assert handle_response(c, _resp(new, keys[new], session_id=78), new)
     plan = c.build(wanted)  # no addressing given: the keys'
     assert plan.metadata == FetchMetadata(78, 1) and plan.to_send == {} and plan.to_forget == []
 
@@ -630,7 +629,7 @@ def test_client_restarts_its_session_when_the_topic_addressing_changes(old: int,
 def test_client_sessionless_full_response_keeps_asking_for_a_session() -> None:
     c = SessionClient()
     c.build({("t", 0): P(0)})
-    assert c.handle_response(_resp(12, [("t", 0)], session_id=0), 12)  # broker cache full
+    assert handle_response(c, _resp(12, [("t", 0)], session_id=0), 12)  # broker cache full
     assert c.next_metadata == INITIAL
 
 
@@ -638,19 +637,19 @@ def test_client_invalid_responses_reset() -> None:
     c = SessionClient()
     wanted = {("t", 0): P(0), ("t", 1): P(0)}
     c.build(wanted)
-    assert not c.handle_response(_resp(12, [("t", 0)], session_id=5), 12)  # full response omits t-1
+    assert not handle_response(c, _resp(12, [("t", 0)], session_id=5), 12)  # full response omits t-1
     assert c.next_metadata == FetchMetadata(0, 0)
     c.build(wanted)
-    assert c.handle_response(_resp(12, list(wanted), session_id=5), 12)
+    assert handle_response(c, _resp(12, list(wanted), session_id=5), 12)
     c.build(wanted)
-    assert not c.handle_response(_resp(12, [("x", 0)], session_id=5), 12)  # outside the session
+    assert not handle_response(c, _resp(12, [("x", 0)], session_id=5), 12)  # outside the session
     assert c.next_metadata == FetchMetadata(5, 0)
 
 
 def test_client_throttled_empty_full_response_is_retried_unchanged() -> None:
     c = SessionClient()
     c.build({("t", 0): P(0)})
-    assert not c.handle_response(_resp(12, [], throttle=100), 12)
+    assert not handle_response(c, _resp(12, [], throttle=100), 12)
     assert c.next_metadata == INITIAL and c.stats.resets == 0
 
 
@@ -658,12 +657,12 @@ def test_client_broker_closing_the_session_and_connection_errors() -> None:
     c = SessionClient()
     wanted = {("t", 0): P(0)}
     c.build(wanted)
-    c.handle_response(_resp(12, list(wanted), session_id=5), 12)
+    handle_response(c, _resp(12, list(wanted), session_id=5), 12)
     c.build(wanted)
-    assert c.handle_response(_resp(12, [], session_id=0), 12)  # incremental answered sessionless
+    assert handle_response(c, _resp(12, [], session_id=0), 12)  # incremental answered sessionless
     assert c.next_metadata == INITIAL
     c.build(wanted)
-    c.handle_response(_resp(12, list(wanted), session_id=6), 12)
+    handle_response(c, _resp(12, list(wanted), session_id=6), 12)
     c.handle_error()  # broker restart / connection lost
     assert c.next_metadata == FetchMetadata(6, 0) and c.build(wanted).to_send == wanted
 
@@ -676,14 +675,14 @@ def test_client_against_a_broker_without_sessions() -> None:
         partition_index=0, error_code=0, high_watermark=1, last_stable_offset=1, aborted_transactions=None,
         records=b"")])])
     assert roundtrip_response(v4, 4) == v4
-    assert c.handle_response(v4, 4) and c.next_metadata == INITIAL
+    assert handle_response(c, v4, 4) and c.next_metadata == INITIAL
     assert c.build({("t", 0): P(1)}).is_full
 
 
 def test_server_counts_what_the_metrics_report() -> None:
     srv = server()
     sid = open_session(srv, 12, TWO, two_states())
-    srv.handle_request(fetch_request(12, {}, sid, 5), 12, 1)
+    handle_request(srv, fetch_request(12, {}, sid, 5), 12, 1)
     st = srv.stats
     assert (len(srv.cache), srv.cache.partitions_cached, st.epoch_errors, st.evictions) == (1, 2, 1, 0)
 
@@ -694,7 +693,7 @@ def test_client_epoch_wraps() -> None:
     c.session_partitions = {("t", 0): P(0)}
     plan = c.build({("t", 0): P(0)})
     assert plan.metadata.epoch == INT32_MAX
-    assert c.handle_response(_resp(12, [], session_id=5), 12)
+    assert handle_response(c, _resp(12, [], session_id=5), 12)
     assert c.next_metadata == FetchMetadata(5, 1)
 
 
@@ -734,9 +733,9 @@ def test_client_drives_the_server_end_to_end() -> None:
             plan = c.build({k: P(o) for k, o in offsets.items()})
             sent_sizes.append(len(plan.to_send) + len(plan.to_forget))
             req = roundtrip_request(apply_plan(request_codec(1, version).default(), version, plan), version)
-            d = srv.handle_request(req, version, rnd)
+            d = handle_request(srv, req, version, rnd)
             resp = roundtrip_response(build_response(srv, d, states), version)
-            assert c.handle_response(resp, version), (version, rnd)
+            assert handle_response(c, resp, version), (version, rnd)
             states[keys[1]] = part(hw=12)
         assert sent_sizes == [4, 0, 1, 0, 1, 0]
         assert c.next_metadata.epoch == 6 and srv.stats.sessions_created == 1
@@ -754,7 +753,7 @@ def test_build_delta_plans_what_build_plans(steps: list[tuple[dict[PartitionKey,
     wanted: dict[PartitionKey, FetchParams] = {("t", 0): P(0)}
     for c in (a, b):
         c.build(wanted)
-        assert c.handle_response(_resp(12, list(wanted), session_id=5), 12)
+        assert handle_response(c, _resp(12, list(wanted), session_id=5), 12)
     for changed_offsets, forgotten in steps:
         changed = {k: P(o) for k, o in changed_offsets.items()}
         for key, params in changed.items():
@@ -767,4 +766,4 @@ def test_build_delta_plans_what_build_plans(steps: list[tuple[dict[PartitionKey,
         assert dict(full.to_send) == dict(delta.to_send) and set(full.to_forget) == set(delta.to_forget)
         assert dict(a.session_partitions) == dict(b.session_partitions) == wanted
         for c in (a, b):
-            assert c.handle_response(_resp(12, [], session_id=5), 12)
+            assert handle_response(c, _resp(12, [], session_id=5), 12)

@@ -25,7 +25,7 @@ from proxy.wire.messages import (
 )
 from proxy.wire.model import Message
 from proxy.wire.records import Record, decode_batches, encode_batch, new_batch
-from tests.support.chain import SansIOProxy
+from rig.chain_rig import SansIOProxy
 
 GROUP, TOPIC = "g", "orders"
 JOIN, SYNC, HEARTBEAT, OFFSET_FETCH, OFFSET_COMMIT, FETCH = 11, 14, 12, 9, 8, 1

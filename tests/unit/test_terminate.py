@@ -36,8 +36,8 @@ from proxy.wire.fetch_layout import topic_key
 from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
+from rig.chain_rig import SansIOProxy
 from rig.fetch_oracle import apply_plan
-from tests.support.chain import SansIOProxy
 
 V = 12
 KEYS: list[PartitionKey] = [("t", 0), ("t", 1), ("t", 2)]

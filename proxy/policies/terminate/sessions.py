@@ -12,7 +12,7 @@ Downstream (:class:`SessionServer`), in two steps so the proxy can fetch in betw
    session updated (newContext). The decision names the partitions the client wants, with their fetch
    parameters (request order for full/sessionless requests, session order for incremental ones, which is
    the order Kafka reads them in), or a top-level session error to send at once.
-2. ``build_response(decision, partition_states) -> Message``: the response from Sluice's latest knowledge of
+2. ``build_view(decision, partition_states) -> FetchResponseView``: the response from Sluice's latest knowledge of
    each partition (:class:`~proxy.wire.fetch_fast.FetchPartition`): every partition for a full or
    sessionless request, only the ones Kafka would include for an incremental one
    (updateAndGenerateResponseData). A full request's session is created here, as Kafka does, because the
@@ -41,14 +41,12 @@ from types import MappingProxyType
 from ...wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
 from ...wire.fetch_layout import (
     DIVERGING_EPOCH_TAG,
-    FIRST_REPLICA_STATE,
     FIRST_TOPIC_ID,
     PartitionKey,
     TopicKey,
     partition_keys,
 )
 from ...wire.fetch_request_fast import FetchParams, FetchRequestView, check_topic_key
-from ...wire.model import Message
 
 # ------------------------------------------------------------------------------------------- constants
 
@@ -68,9 +66,6 @@ SESSION_ERRORS = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EP
 DEFAULT_CACHE_SLOTS = 1000
 #: FetchSessionCache evictionMs: a session unused this long may be evicted by any newcomer
 MIN_EVICTION_AGE_S = 120.0
-
-#: a Fetch request as the proxy reads it (the fast view) or as the construct codec decodes it (tests, tools)
-FetchRequest = Message | FetchRequestView
 
 _I32 = struct.Struct(">i")
 
@@ -119,55 +114,6 @@ class FetchMetadata:
 
 INITIAL = FetchMetadata(INVALID_SESSION_ID, INITIAL_EPOCH)  # FetchMetadata.INITIAL
 LEGACY = FetchMetadata(INVALID_SESSION_ID, FINAL_EPOCH)  # FetchMetadata.LEGACY: sessionless
-
-
-def params_of(p: Message) -> FetchParams:
-    """FetchParams of a construct-decoded FetchRequest partition (absent fields of older versions take the spec
-    defaults; its tag section is not kept: the proxy reads requests with the fast path, which keeps it)."""
-    return FetchParams(p.fetch_offset, p.get("log_start_offset", -1), p.partition_max_bytes,
-                       p.get("current_leader_epoch", -1), p.get("last_fetched_epoch", -1))
-
-
-def _topic_field(version: int) -> str:
-    return "topic_id" if version >= FIRST_TOPIC_ID else "topic"
-
-
-def request_partitions(request: FetchRequest, version: int) -> dict[PartitionKey, FetchParams]:
-    """The request's partitions in request order (a repeated partition: the last one wins, as in Kafka's map)."""
-    if isinstance(request, FetchRequestView):
-        return request.partitions()
-    tf = _topic_field(version)
-    out: dict[PartitionKey, FetchParams] = {}
-    for t in request.topics or ():
-        topic = t.get(tf)
-        for p in t.partitions or ():
-            out[(topic, p.partition)] = params_of(p)
-    return out
-
-
-def forgotten_partitions(request: FetchRequest, version: int) -> list[PartitionKey]:
-    if isinstance(request, FetchRequestView):
-        return request.forgotten()
-    tf = _topic_field(version)
-    return [(t.get(tf), p) for t in request.get("forgotten_topics_data") or () for p in t.partitions or ()]
-
-
-def is_from_follower(request: FetchRequest, version: int) -> bool:
-    """FetchRequest.isFromFollower: replica_id >= 0 (in ReplicaState from v15). Follower sessions are
-    privileged in the cache."""
-    if isinstance(request, FetchRequestView):
-        return request.replica_id >= 0
-    if version >= FIRST_REPLICA_STATE:
-        state = request.get("replica_state")
-        return state is not None and state.replica_id >= 0
-    return bool(request.get("replica_id", -1) >= 0)
-
-
-def session_fields(request: FetchRequest) -> tuple[int, int]:
-    """(SessionId, SessionEpoch); v<7 has neither: no session, session-less."""
-    if isinstance(request, FetchRequestView):
-        return request.session_id, request.session_epoch
-    return request.get("session_id", INVALID_SESSION_ID), request.get("session_epoch", FINAL_EPOCH)
 
 
 # ------------------------------------------------------------------------------------------- server side
@@ -423,16 +369,19 @@ class SessionServer:
     def stats(self) -> SessionStats:
         return self.cache.stats
 
-    def handle_request(self, request: FetchRequest, version: int, now: float) -> Decision:
-        """FetchManager.newContext for a decoded FetchRequest of ``version`` (fast view or construct body)."""
-        session_id, epoch = session_fields(request)
-        privileged = is_from_follower(request, version)
+    def handle_request(self, request: FetchRequestView, version: int, now: float) -> Decision:
+        """FetchManager.newContext for a decoded FetchRequest of ``version``."""
+        # v<7 has neither SessionId nor SessionEpoch: the view reads them as no session, session-less
+        session_id, epoch = request.session_id, request.session_epoch
+        # FetchRequest.isFromFollower: replica_id >= 0 (in ReplicaState from v15). Follower sessions are
+        # privileged in the cache.
+        privileged = request.replica_id >= 0
         if is_full(epoch):
             # "Any session specified in a FULL fetch request will be closed."
             if session_id != INVALID_SESSION_ID and self.cache.remove(session_id) is not None:
                 self.stats.sessions_closed += 1
             kind = Kind.SESSIONLESS if epoch == FINAL_EPOCH else Kind.FULL
-            return Decision(kind, version, request_partitions(request, version), privileged=privileged, now=now)
+            return Decision(kind, version, request.partitions(), privileged=privileged, now=now)
         session = self.cache.get(session_id)
         if session is None:
             return self._error(FETCH_SESSION_ID_NOT_FOUND, version)
@@ -443,14 +392,14 @@ class SessionServer:
             return self._error(FETCH_SESSION_TOPIC_ID_ERROR, version)
         # FetchSession.update: sent partitions are added (at the end) or have their parameters updated in
         # place; forgotten ones are removed.
-        sent = request_partitions(request, version)
+        sent = request.partitions()
         for key, params in sent.items():
             cached = session.partitions.get(key)
             if cached is None:
                 session.partitions[key] = CachedPartition(params)
             else:
                 cached.params = params
-        forgotten = forgotten_partitions(request, version)
+        forgotten = request.forgotten()
         for key in forgotten:
             session.partitions.pop(key, None)
         if not session.partitions:
@@ -690,19 +639,19 @@ class SessionClient:
         self.stats.partitions_sent += len(to_send)
         return UpstreamPlan(meta, to_send, removed, MappingProxyType(self.session_partitions))
 
-    def handle_response(self, response: Message | FetchResponseView, version: int) -> bool:
+    def handle_response(self, response: FetchResponseView, version: int) -> bool:
         """FetchSessionHandler.handleResponse: advance or reset the session; False if the response's
         partitions must not be used (session error, or partitions that do not match the session)."""
         # a v4-6 response has neither field: no error, no session (the broker predates KIP-227)
-        error = _get(response, "error_code", NONE)
-        session_id = _get(response, "session_id", INVALID_SESSION_ID)
+        error = response.error_code
+        session_id = response.session_id
         if error != NONE:
             # 70: the broker has no such session -> start over. 71/106/other: close it and create a new one
             # in the same full request (Java now closes with FINAL_EPOCH first, one sessionless round trip
             # more; a full request naming a session closes it either way, so one request does both).
             self._reset(INITIAL if error == FETCH_SESSION_ID_NOT_FOUND else None)
             return False
-        keys = set(response_keys(response, version))
+        keys = set(partition_keys(response.topics))
         if self.next_metadata.is_full:
             if not keys and response.throttle_time_ms > 0:
                 return False  # KIP-219: an empty throttled full response; try the same full request again
@@ -736,19 +685,3 @@ def _keys_use_topic_ids(wanted: Mapping[PartitionKey, FetchParams], default: boo
     for topic, _ in wanted:
         return isinstance(topic, bytes)
     return bool(default)
-
-
-def _get(response: Message | FetchResponseView, name: str, default: int) -> int:
-    if isinstance(response, Message):
-        value: int = response.get(name, default)
-        return value
-    value = getattr(response, name)
-    return value
-
-
-def response_keys(response: Message | FetchResponseView, version: int) -> list[PartitionKey]:
-    """The partition keys of a decoded Fetch response (construct Message or fast-path view)."""
-    if isinstance(response, FetchResponseView):
-        return partition_keys(response.topics)
-    tf = _topic_field(version)
-    return [(t.get(tf), p.partition_index) for t in response.responses or () for p in t.partitions or ()]

@@ -47,7 +47,6 @@ from hypothesis import strategies as st
 from proxy.core.connection import Connection, Limits
 from proxy.core.exchange import ConnectionInfo, Exchange
 from proxy.metrics import REJECT_REASONS
-from proxy.policies.terminate import sessions
 from proxy.wire import fetch_fast
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import (
@@ -90,9 +89,9 @@ from proxy.wire.model import Message
 from proxy.wire.produce import produce_acks
 from proxy.wire.records import Record, encode_batch, new_batch
 from proxy.wire.views import MessageResponse, MetadataHead, request_view, response_view
-from rig.fetch_oracle import to_message
-from tests.property.specgen import all_cases, message_strategy
-from tests.support.connection import CoreRig, FakePort, request
+from rig.core_rig import CoreRig, FakePort, request
+from rig.fetch_oracle import forgotten_partitions, request_partitions, to_message
+from rig.specgen import all_cases, message_strategy
 
 Target = Callable[[st.DataObject], None]
 
@@ -147,7 +146,7 @@ def with_corr(frame: bytes, corr: int, request: bool) -> bytes:
     return frame[:at] + corr.to_bytes(4, "big", signed=True) + frame[at + 4 :]
 
 
-GOLDEN_DIR = Path(__file__).resolve().parents[1] / "data" / "golden"
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden"
 _GOLDEN_NAME = re.compile(r"(?P<api>\w+)-v(?P<version>\d+)-(?P<direction>request|response)-(?P<n>\d+)\.bin")
 
 
@@ -608,9 +607,9 @@ def _same_request(view: Any, frame: bytes) -> None:
     version = view.version
     assert view.correlation_id == header.correlation_id
     assert {k: tuple(p[:5]) for k, p in view.partitions().items()} == {
-        k: tuple(p[:5]) for k, p in sessions.request_partitions(ref, version).items()}
-    assert list(view.partitions()) == list(sessions.request_partitions(ref, version))
-    assert view.forgotten() == sessions.forgotten_partitions(ref, version)
+        k: tuple(p[:5]) for k, p in request_partitions(ref, version).items()}
+    assert list(view.partitions()) == list(request_partitions(ref, version))
+    assert view.forgotten() == forgotten_partitions(ref, version)
     assert (view.max_wait_ms, view.min_bytes, view.max_bytes, view.isolation_level) == (
         ref.max_wait_ms, ref.min_bytes, ref.max_bytes, ref.isolation_level)
     assert (view.session_id, view.session_epoch) == (ref.get("session_id", 0), ref.get("session_epoch", -1))

@@ -1,4 +1,5 @@
-"""Hypothesis strategies generated from message specs (Kafka's and Sluice's own), for the property tests.
+"""Hypothesis strategies generated from message specs (Kafka's and Sluice's own), for the property tests and the
+fuzz targets.
 
 The strategy for (spec, version) walks the spec's FieldSpec tree exactly as proxy/wire/compiler.py does (which
 fields exist at the version, which are tagged, which structs are flexible) and yields the :class:`Message` the

@@ -19,7 +19,7 @@ from proxy.core.exchange import Buffer, ConnectionInfo
 from proxy.core.memory import HeldBytes
 from proxy.wire.messages import encode_request, encode_response, request_codec, response_codec
 from proxy.wire.model import Message
-from tests.support.chain import Clock, SansIOProxy
+from rig.chain_rig import Clock, SansIOProxy
 
 
 class FakeTimer:
