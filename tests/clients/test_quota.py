@@ -26,9 +26,9 @@ from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, new_batch
 from rig.java_tools import JavaTools
 from rig.proxy_thread import ProxyThread
-from tests.support.kafka import create_topic
 from tests.support.raw import RawClient
 from tests.support.records import Rec, assert_same_records, make_records
+from tests.support.topics import create_topic
 
 pytestmark = pytest.mark.broker
 

@@ -19,8 +19,8 @@ from proxy.policies.terminate.sessions import LEGACY
 from proxy.wire.messages import decode_response, request_codec, response_codec
 from proxy.wire.throttle_time import set_throttle_time_ms, throttle_time_ms
 from proxy.wire.views import MessageResponse, response_view
+from rig.core_rig import CoreRig, request, response, sized
 from tests.support.admin import admin_over
-from tests.support.connection import CoreRig, request, response, sized
 
 PRODUCE, FETCH = 0, 1
 CLIENT = "etl-1"
