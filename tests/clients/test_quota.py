@@ -26,7 +26,7 @@ from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, new_batch
 from rig.java_tools import JavaTools
 from rig.proxy_thread import ProxyThread
-from tests.support.raw import RawClient
+from rig.raw import RawClient
 from tests.support.records import Rec, assert_same_records, make_records
 from tests.support.topics import create_topic
 
