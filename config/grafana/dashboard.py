@@ -242,7 +242,8 @@ ROWS = [
               "sluice_policy_errors_total: a policy raised (a bug: the log's policy_failed event says where); "
               "each closed one connection.",
               [(rate("sluice_frames_rejected_total", by="reason"), "{{reason}}"),
-               (rate("sluice_policy_errors_total", by="policy, api"), "policy error: {{policy}} {{api}}")]),
+               (rate("sluice_policy_errors_total", by="policy, api") + " or on() vector(0)",
+                "policy error: {{policy}} {{api}}")]),
         Panel("APIs withheld from clients/s by API", "cps",
               "sluice_api_withheld_total: ApiVersions responses that left an API out (no version both Sluice and "
               "the broker speak); clients then never use it. The log's api_withheld event gives both ranges. "
