@@ -4,7 +4,7 @@ become Sluice's own upstream session requests, and its responses are rebuilt in 
 from __future__ import annotations
 
 import random
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -532,3 +532,49 @@ def test_through_the_chain_a_version_switch_is_answered_not_refused() -> None:
     view = reply(ex, response({k: (1, b"x" if k[1] == 1 else b"") for k in ids}, session_id=43, version=13))
     assert view.error_code == 0 and view.session_id not in (0, sid) and by_key(view) == {
         k: (1, b"x" if k[1] == 1 else b"") for k in ids}
+
+
+class Steps:
+    """A session client or server as the policy sees it: every attribute the policy reads on it is a step into
+    the session logic, recorded with the side's name."""
+
+    def __init__(self, side: str, target: object, log: list[tuple[str, str]]) -> None:
+        object.__setattr__(self, "_side", side)
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_log", log)
+
+    def __getattr__(self, name: str) -> Any:
+        self._log.append((self._side, name))
+        return getattr(self._target, name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        self._log.append((self._side, name))
+        setattr(self._target, name, value)
+
+
+@pytest.mark.parametrize("session_client", [True, False])
+def test_a_response_steps_into_the_session_client_once_and_the_server_once(session_client: bool) -> None:
+    """Through the chain, a usable upstream response (full, then incremental with records) is handled with one
+    step into Sluice's upstream session client (its check of the response) and at most one into the session
+    server that serves the client's own session (the client's view, its cached session and counters)."""
+    p = SansIOProxy({"sessions.mode": "terminate"})
+    terminate = p.policy("terminate")
+    log: list[tuple[str, str]] = []
+    terminate.server = Steps("server", terminate.server, log)
+    sessions = p.conn.states[terminate]
+    sessions.client = Steps("client", sessions.client, log)
+    client_sid = 0
+    for rnd, upstream_sid in enumerate((42, 42, 42)):
+        epoch = (0 if rnd == 0 else rnd) if session_client else FINAL_EPOCH
+        ex = p.request(request_frame(dict.fromkeys(KEYS, rnd), session_id=client_sid if rnd else 0, epoch=epoch))
+        assert ex.collect
+        upstream = response({k: (rnd + 1, b"x" if k[1] == rnd else b"") for k in KEYS} if rnd == 0 else
+                            {KEYS[rnd]: (rnd + 1, b"x")}, session_id=upstream_sid)
+        buffers, _ = upstream.encode_frame(ex.header.correlation_id)
+        log.clear()
+        out = decode_frame(p.respond(ex, b"".join(bytes(b) for b in buffers)[4:])[4:], V)[2]
+        assert log == ([("client", "check_response"), ("server", "respond")] if session_client
+                       else [("client", "check_response")])
+        assert out.error_code == 0 and by_key(out)[KEYS[rnd]] == (rnd + 1, b"x")
+        client_sid = out.session_id
+    assert (client_sid != 0) is session_client

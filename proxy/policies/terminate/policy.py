@@ -78,12 +78,13 @@ from ...wire.views import FetchResponse, ResponseView
 from .metrics import SESSION_ERROR_NAMES, SessionMetrics
 from .sessions import (
     FINAL_EPOCH,
-    INITIAL,
     INVALID_SESSION_ID,
     LEGACY,
     NONE,
     Decision,
     Kind,
+    ResponseCheck,
+    Session,
     SessionCache,
     SessionClient,
     SessionServer,
@@ -147,7 +148,7 @@ class UpstreamSessions:
 
     @property
     def session_open(self) -> bool:
-        return self.client.next_metadata.session_id != INVALID_SESSION_ID and not self.client.next_metadata.is_full
+        return self.client.session_open
 
 
 @dataclass(slots=True)
@@ -402,10 +403,28 @@ class FullResponse:
                                               EncodedTopics(self._topics, buffers, errors))
 
 
+@dataclass(slots=True)
+class ClientResponse:
+    """What one upstream response made (:func:`respond`): everything the policy needs after it, gathered on the
+    way, so that handling a response steps into the session client once and into the session server once."""
+
+    #: the client's response; None: the upstream response cannot be used
+    view: FetchResponseView | None
+    #: what the upstream session's check found; None: the request went upstream outside the session
+    check: ResponseCheck | None = None
+    #: the session server's counters after it built the view; None: no session server built it
+    stats: SessionStats | None = None
+
+
 def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) -> FetchResponseView | None:
     """The client's response (session-less, or in its own session), from the upstream response; None when the
     upstream response cannot be used (the upstream session is reset: send the request again with
-    :func:`replan`, or answer :func:`retriable_answer`).
+    :func:`replan`, or answer :func:`retriable_answer`)."""
+    return respond(upstream, ticket).view
+
+
+def respond(upstream: FetchResponseView, ticket: SessionTicket) -> ClientResponse:
+    """:func:`build_client_response`, with what the session client and server said on the way.
 
     For a client session whose cache agreed with the partition states before this response (``synced``),
     only the partitions in the upstream response can have news, so only they are checked: the response
@@ -416,17 +435,14 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
     session = decision.session if decision is not None else None
     fast = session is not None and sessions.synced == session.id and session.sync_token is sessions.token
     sessions.synced = 0
+    check = None
     if ticket.in_session:
         sessions.busy = False
-        if not sessions.client.handle_response(upstream, version):
-            meta = sessions.client.next_metadata
-            if ticket.full and meta.session_id != INVALID_SESSION_ID:
-                # a full request naming the old session failed too (an error other than 70, e.g. -1): naming it
-                # again could fail forever, so start a fresh session instead (still a full request)
-                sessions.client.next_metadata = INITIAL
-            return None
+        check = sessions.client.check_response(upstream, version, ticket.full)
+        if not check.usable:
+            return ClientResponse(None, check)
     elif upstream.error_code != NONE or set(partition_keys(upstream.topics)) != set(ticket.wanted):
-        return None  # a session-less answer must be complete
+        return ClientResponse(None)  # a session-less answer must be complete
     states = sessions.states
     fresh: dict[PartitionKey, FetchPartition] = {}
     for t, p in upstream.partitions():
@@ -434,18 +450,20 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
         fresh[key] = p
         states[key] = _stored(p)
     if fast and decision is not None and all(k in states for k in decision.sent):
-        view = ticket.server.build_view(decision, fresh, upstream.throttle_time_ms, only=list(fresh))
-        return _built(upstream, ticket, view)
+        built = ticket.server.respond(decision, fresh, upstream.throttle_time_ms, only=list(fresh))
+        return ClientResponse(_built(upstream, ticket, built.view, built.session), check, built.stats)
     full = sessions.full
     if decision is None and ticket.in_session:
         if full is not None and full.wanted is ticket.wanted and full.version == version:
             # the same partitions as the last full response: O(changed) (FullResponse)
-            return _built(upstream, ticket, full.response(fresh, states, upstream.throttle_time_ms))
+            view = full.response(fresh, states, upstream.throttle_time_ms)
+            return ClientResponse(_built(upstream, ticket, view, None), check)
         if ticket.wanted is sessions.mirrors_wanted and full is None and ticket.changed is not None:
             # the client asks for the same partitions a second time in a row: worth keeping its response encoded
             if all(k in fresh or k in states for k in ticket.wanted):
                 full = sessions.full = FullResponse(version, ticket.wanted, states)
-                return _built(upstream, ticket, full.response(fresh, states, upstream.throttle_time_ms))
+                view = full.response(fresh, states, upstream.throttle_time_ms)
+                return ClientResponse(_built(upstream, ticket, view, None), check)
     sessions.full = None
     merged: dict[PartitionKey, FetchPartition] = {}
     for key in ticket.wanted:
@@ -456,18 +474,19 @@ def build_client_response(upstream: FetchResponseView, ticket: SessionTicket) ->
             # the broker said nothing about a partition Sluice has never seen: not a valid session answer
             if ticket.in_session:
                 sessions.client.handle_error()
-            return None
+            return ClientResponse(None, check)
         merged[key] = data
-    view = ticket.server.build_view(decision or Decision(Kind.SESSIONLESS, version, ticket.wanted), merged,
-                                    upstream.throttle_time_ms)
-    return _built(upstream, ticket, view)
+    built = ticket.server.respond(decision or Decision(Kind.SESSIONLESS, version, ticket.wanted), merged,
+                                  upstream.throttle_time_ms)
+    return ClientResponse(_built(upstream, ticket, built.view, built.session), check, built.stats)
 
 
-def _built(upstream: FetchResponseView, ticket: SessionTicket, view: FetchResponseView) -> FetchResponseView:
-    """A usable response: note which client session now agrees with the states (and, if the upstream
-    session's partitions are that session's, that it mirrors them), and carry the upstream's top-level tags."""
+def _built(upstream: FetchResponseView, ticket: SessionTicket, view: FetchResponseView,
+           session: Session | None) -> FetchResponseView:
+    """A usable response: note which client session (``session``, the cached one the view is in) now agrees
+    with the states (and, if the upstream session's partitions are that session's, that it mirrors them), and
+    carry the upstream's top-level tags."""
     sessions = ticket.sessions
-    session = ticket.server.cache.get(view.session_id) if ticket.decision is not None and view.session_id else None
     if session is not None and not view.error_code:
         session.sync_token = sessions.token
         sessions.synced = session.id
@@ -533,7 +552,7 @@ class Terminate(Policy):
 
     def close(self, sessions: UpstreamSessions | None) -> None:
         if sessions is not None:
-            self._gauges(sessions, sessions.session_open, len(sessions.states), closing=True)
+            self._gauges(sessions.session_open, False, len(sessions.states), 0)
 
     def on_request(self, ex: Exchange, sessions: UpstreamSessions) -> Any:
         """The request goes upstream in the connection's own fetch session (only added/changed partitions); the
@@ -560,7 +579,7 @@ class Terminate(Policy):
             plan = plan_session_request(request, sessions, self.server, self.clock())
             if request.replica_id < 0:
                 m.downstream_fetch_requests_by_kind[plan.kind.value].inc()
-            self._count_stats()
+            self._count_stats(self.server.stats)
             if plan.answer is not None:  # a session error of Sluice's own: answered here, nothing goes upstream
                 buffers, _ = plan.answer.encode_frame(ex.header.correlation_id)
                 ex.answer = b"".join(buffers)
@@ -578,7 +597,7 @@ class Terminate(Policy):
             frame, ticket = planned
             if comparable:
                 set_baseline(sessions, request, ex.frame, ticket)
-        self._gauges(sessions, was_open, cached)  # forgotten partitions leave the state
+        self._gauges(was_open, sessions.session_open, cached, len(sessions.states))  # forgotten ones leave the state
         if ticket.in_session:
             (m.upstream_fetch_full if ticket.full else m.upstream_fetch_incremental).inc()
         m.upstream_fetch_request_bytes.inc(len(frame) + 4)
@@ -599,24 +618,34 @@ class Terminate(Policy):
         assert isinstance(response, FetchResponse)
         m = self.metrics
         ticket = state.ticket
-        was_open, was_cached = sessions.session_open, len(sessions.states)
+        was_cached = len(sessions.states)
         size = state.upstream_size = len(response.frame) + 4
         m.upstream_fetch_response_bytes.inc(size)
         ex.log["session_upstream_bytes"] = ex.log.get("session_upstream_bytes", 0) + size
-        built = build_client_response(response.view, ticket)
+        # one step into the session client (its check of the response) and one into the server (the view)
+        result = respond(response.view, ticket)
+        built, check, stats = result.view, result.check, result.stats
+        if check is not None:
+            was_open, is_open = check.was_open, check.is_open
+        else:  # the request went upstream outside the session: the session did not move
+            was_open = is_open = False
         if built is None:
+            # the unusable paths may move the session after its check (handle_error, replan): read it again
+            if check is None:
+                was_open = sessions.session_open
             m.fetch_session_retries.inc()
             again = replan(ticket) if ex.may_resend else None
             if again is not None:
                 ex.frame, state.ticket = again
                 m.upstream_fetch_full.inc()
-                self._gauges(sessions, was_open, was_cached)
+                self._gauges(was_open, sessions.session_open, was_cached, len(sessions.states))
                 ex.resend = True
                 return
-            built = retriable_answer(response.view, ticket)
+            built, stats, is_open = retriable_answer(response.view, ticket), self.server.stats, sessions.session_open
         if ticket.decision is not None:
-            self._count_stats()
-        self._gauges(sessions, was_open, was_cached)
+            assert stats is not None  # a decision's views are built by the policy's session server
+            self._count_stats(stats)
+        self._gauges(was_open, is_open, was_cached, len(sessions.states))
         response.view = built
         response.changed = True
 
@@ -626,9 +655,10 @@ class Terminate(Policy):
         if saved > 0:
             self.metrics.upstream_fetch_response_bytes_saved.inc(saved)
 
-    def _count_stats(self) -> None:
-        """Move the downstream session counters by what the session server counted since the last call."""
-        stats, seen = self.server.stats, self._stats_seen
+    def _count_stats(self, stats: SessionStats) -> None:
+        """Move the downstream session counters by what the session server counted (``stats``, its counters)
+        since the last call."""
+        seen = self._stats_seen
         m = self.metrics
         if stats.evictions != seen.evictions:
             m.fetch_session_evictions.inc(stats.evictions - seen.evictions)
@@ -638,12 +668,10 @@ class Terminate(Policy):
                 m.fetch_session_errors.labels(SESSION_ERROR_NAMES[code]).inc(n - seen.errors[code])
                 seen.errors[code] = n
 
-    def _gauges(self, sessions: UpstreamSessions, was_open: bool, was_cached: int, closing: bool = False) -> None:
+    def _gauges(self, was_open: bool, is_open: bool, was_cached: int, cached: int) -> None:
         """Move the upstream-session gauges by what one request, response or closing connection changed."""
         m = self.metrics
-        is_open = sessions.session_open and not closing
         if is_open != was_open:
             m.upstream_fetch_sessions_open.inc(1 if is_open else -1)
-        cached = 0 if closing else len(sessions.states)
         if cached != was_cached:
             m.upstream_fetch_partitions_cached.inc(cached - was_cached)

@@ -358,6 +358,17 @@ def must_respond(cached: CachedPartition, data: FetchPartition, update: bool = T
     return respond
 
 
+@dataclass(slots=True)
+class Built:
+    """A response :meth:`SessionServer.respond` built."""
+
+    view: FetchResponseView
+    #: the cached session the response is in (None: none, or no longer cached, e.g. evicted meanwhile)
+    session: Session | None
+    #: the server's counters after building it (cumulative: the caller moves its metrics by what changed)
+    stats: SessionStats
+
+
 class SessionServer:
     """Kafka's FetchManager for Sluice's clients: decides what a Fetch request means for its session and
     builds the response from Sluice's own per-partition state."""
@@ -415,6 +426,13 @@ class SessionServer:
     def _error(self, code: int, version: int) -> Decision:
         self.stats.errors[code] += 1
         return Decision(Kind.ERROR, version, {}, error_code=code)
+
+    def respond(self, decision: Decision, partition_states: Mapping[PartitionKey, FetchPartition],
+                throttle_time_ms: int = 0, only: Iterable[PartitionKey] | None = None) -> Built:
+        """:meth:`build_view`, with what a caller needs after it in the same call: the session the response is
+        in, as the cache holds it now, and the counters (one step into the server per response)."""
+        view = self.build_view(decision, partition_states, throttle_time_ms, only=only)
+        return Built(view, self.cache.get(view.session_id) if view.session_id else None, self.stats)
 
     def build_view(self, decision: Decision, partition_states: Mapping[PartitionKey, FetchPartition],
                    throttle_time_ms: int = 0, now: float | None = None,
@@ -535,6 +553,20 @@ class UpstreamPlan:
         return self.metadata.is_full
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseCheck:
+    """What :meth:`SessionClient.check_response` found: whether the response's partitions may be used, and
+    whether the session was open (an id and an incremental next request) before and after it."""
+
+    usable: bool
+    was_open: bool
+    is_open: bool
+
+
+#: every ResponseCheck there is: a check allocates nothing
+_CHECKS = {(u, w, i): ResponseCheck(u, w, i) for u in (False, True) for w in (False, True) for i in (False, True)}
+
+
 @dataclass(slots=True)
 class ClientStats:
     full_requests: int = 0
@@ -562,6 +594,12 @@ class SessionClient:
         #: the addressing of ``session_partitions``: topic ids (v13+) or names; None before the first request
         self.uses_topic_ids: bool | None = None
         self.stats = ClientStats()
+
+    @property
+    def session_open(self) -> bool:
+        """An established session: the next request is incremental and names it."""
+        meta = self.next_metadata
+        return meta.session_id != INVALID_SESSION_ID and not meta.is_full
 
     def switches_addressing(self, uses_topic_ids: bool) -> bool:
         """Whether a request with this addressing cannot continue the session (:meth:`build` restarts it)."""
@@ -669,6 +707,17 @@ class SessionClient:
         else:
             self.next_metadata = self.next_metadata.next_incremental()
         return True
+
+    def check_response(self, response: Message | FetchResponseView, version: int, full: bool) -> ResponseCheck:
+        """:meth:`handle_response` for the answer to a request :meth:`build` made (``full``: a full one), with
+        the session's open state before and after (one step into the client per response)."""
+        was_open = self.session_open
+        usable = self.handle_response(response, version)
+        if not usable and full and self.next_metadata.session_id != INVALID_SESSION_ID:
+            # a full request naming the old session failed too (an error other than 70, e.g. -1): naming it
+            # again could fail forever, so start a fresh session instead (still a full request)
+            self.next_metadata = INITIAL
+        return _CHECKS[usable, was_open, self.session_open]
 
     def handle_error(self) -> None:
         """A request failed (connection lost, broker restarted): close and re-create on the next request
