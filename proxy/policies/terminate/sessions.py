@@ -708,7 +708,7 @@ class SessionClient:
             self.next_metadata = self.next_metadata.next_incremental()
         return True
 
-    def check_response(self, response: Message | FetchResponseView, version: int, full: bool) -> ResponseCheck:
+    def check_response(self, response: FetchResponseView, version: int, full: bool) -> ResponseCheck:
         """:meth:`handle_response` for the answer to a request :meth:`build` made (``full``: a full one), with
         the session's open state before and after (one step into the client per response)."""
         was_open = self.session_open
