@@ -231,7 +231,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--samples", type=int, help="samples in the quota window")
     q.add_argument("--file", metavar="JSON", help="PUT this JSON file as the whole [throttle] section")
     q.set_defaults(_action=_set)
-    q = sub.add_parser("plan", help="move time and safe throttle range (KIP-73 Q&A)")
+    q = sub.add_parser("plan", help="move time and safe throttle range (KIP-73's sizing formulas)")
     q.add_argument("--bytes", type=_size_arg, required=True, help="bytes to move, e.g. 500GB")
     q.add_argument("--inbound-rate", type=_size_arg, required=True, metavar="IN",
                    help="max inbound (produce) bytes/s on the busiest broker")

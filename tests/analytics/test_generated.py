@@ -162,7 +162,7 @@ def test_inbound_rate_and_throttle_recommendation(spark: SparkSession, run: Run)
     assert rec.low_bps == peak and rec.high_bps == pytest.approx(125_000_000 - peak / 3)
     page = run.result.report.read_text()
     assert "Safe throttle range (KIP-73, IN &lt; T &lt; N - IN/R" in page
-    assert "Move time (KIP-73 Q&amp;A 1): time = bytes to move / (T - IN)" in page
+    assert "Move time (KIP-73): time = bytes to move / (T - IN)" in page
 
 
 # ------------------------------------------------------------------------------------ fields of later versions
