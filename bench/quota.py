@@ -71,6 +71,7 @@ from bench.throttle import (
     analyse,
     consume,
     emit,
+    names_arg,
 )
 from bench.throttle import produce as produce_backlog
 from rig.kafka import KafkaBroker
@@ -311,14 +312,6 @@ def summary(lines: list[dict[str, Any]], args: argparse.Namespace, target: int) 
             "errors": [f"{x['side']}/{x['client']}: {x['error']}" for x in lines if "error" in x]}
 
 
-def _names(text: str, known: tuple[str, ...] | list[str], what: str, ap: argparse.ArgumentParser) -> list[str]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [x for x in names if x not in known]
-    if unknown:
-        ap.error(f"--{what}: {', '.join(unknown)}; known: {', '.join(known)}")
-    return names
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.quota", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--seconds", type=int, default=3 * WINDOW,
@@ -340,8 +333,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--seconds must be at least {2 * WINDOW}: a warm-up window and one counted window")
     if args.rate <= 0:
         ap.error("--rate must be positive")
-    args.producers = _names(args.producers, PRODUCERS, "producers", ap)
-    args.consumers = _names(args.consumers, list(CLIENTS), "consumers", ap)
+    args.producers = names_arg(args.producers, PRODUCERS, "producers", ap, allow_empty=True)
+    args.consumers = names_arg(args.consumers, list(CLIENTS), "consumers", ap, allow_empty=True)
     return args
 
 

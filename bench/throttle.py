@@ -466,10 +466,12 @@ def summary(lines: list[dict[str, Any]], args: argparse.Namespace, target: int) 
             "errors": [f"{x['client']}/{x['mode']}: {x['error']}" for x in lines if "error" in x]}
 
 
-def _names(text: str, known: Sequence[str], what: str, ap: argparse.ArgumentParser) -> list[str]:
+def names_arg(text: str, known: Sequence[str], what: str, ap: argparse.ArgumentParser,
+              allow_empty: bool = False) -> list[str]:
+    """A comma-separated option of names from ``known`` (argparse's error naming the unknown ones otherwise)."""
     names = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [x for x in names if x not in known]
-    if not names or unknown:
+    if (not names and not allow_empty) or unknown:
         ap.error(f"--{what}: {', '.join(unknown) or 'none given'}; known: {', '.join(known)}")
     return names
 
@@ -488,8 +490,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--seconds must be at least {2 * WINDOW}: a warm-up window and one counted window")
     if args.rate <= 0:
         ap.error("--rate must be positive")
-    args.modes = _names(args.modes, MODES, "modes", ap)
-    args.clients = _names(args.clients, list(CLIENTS), "clients", ap)
+    args.modes = names_arg(args.modes, MODES, "modes", ap)
+    args.clients = names_arg(args.clients, list(CLIENTS), "clients", ap)
     needed = BACKLOG_MARGIN * args.rate * MB * args.seconds
     if args.mib * MiB < needed:
         ap.error(f"--mib {args.mib} is too small: a client held to {args.rate:g} MB/s for {args.seconds} s reads "
