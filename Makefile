@@ -2,7 +2,7 @@
 #   make install   venv + `pip install -e .[dev,analytics]` + Kafka jars + Prometheus + Chromium (idempotent)
 #   make test      the whole test suite against real Kafka (the newest release the rig runs, rig/kafka.py)
 #   make test-kafka-oldest  the same suite against the oldest release Sluice supports (TESTS=...: only those)
-#   make test-kafka-oldest-behaviour  on the oldest release, the tests that depend on Kafka's behaviour (CI)
+#   make test-kafka-oldest-behaviour  on the oldest release, the tests that depend on Kafka's behaviour
 #   make test-repeat N=10 K=<pytest -k>  the broker-facing tests N times, each run its own session; prints how
 #                  often each test failed (rig/repeat.py; TESTS=... narrows the paths)
 #   make run       a real Kafka broker with Sluice in front of it, until Ctrl-C (BROKERS=3: a 3-broker cluster)
@@ -57,7 +57,8 @@ TESTS ?= tests/
 test-kafka-oldest: install
 	SLUICE_KAFKA_VERSION=$$($(PY) -c 'from rig.kafka import KAFKA_OLDEST; print(KAFKA_OLDEST)') $(PY) -m pytest -q $(TESTS)
 
-# The tests whose outcome depends most on how Kafka behaves, CI runs on the oldest supported Kafka too (.ci/run):
+# The tests whose outcome depends most on how Kafka behaves, for the oldest supported Kafka (out of .ci/run while
+# three of them fail on 4.1.2, #26):
 # the cluster (failover, fencing, replica moves, share groups), the group coordinator (cooperative consumption),
 # Fetch sessions (Sluice's own and the clients'), throttles, and the Java client (Kafka's own, released with it).
 # Left to the newest release alone, to keep CI within 30 minutes: SASL and the Python clients' relay tests (their
