@@ -28,7 +28,7 @@ registration list, client side first). Modelled on Kroxylicious's filters (``sho
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -102,6 +102,10 @@ class Policy:
     #: response's partitions by topic name, so while the access log is written a Fetch v13+ it applies to waits
     #: for the names of its topic ids as for :meth:`needs_topic_names`
     decodes_fetch: ClassVar[bool] = False
+
+    def composed(self, chain: Sequence[Policy]) -> None:
+        """The chain is composed (called once, before any connection): a policy whose behaviour depends on what
+        the others declare (the versions clients may negotiate) reads it here."""
 
     def applies(self, ex: Exchange) -> bool:
         """Whether this request concerns the policy, from its header alone (cheap: called per request)."""

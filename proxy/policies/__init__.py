@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.policy import Policy, Services, versions_read
+from ..core.policy import Policy, Services
 from ..core.registration import Registration
 from . import quota, sharing, size_limit, terminate, throttle
 from .addresses import Addresses
@@ -42,8 +42,7 @@ def build(settings: Settings, services: Services) -> list[Policy]:
                        r.metrics(registry) if r.metrics is not None else None)
                 for r in settings.policies]
     for policy in policies:
-        if isinstance(policy, ApiVersions):
-            policy.offer(versions_read(policies))  # per API, only the versions every policy on it reads
+        policy.composed(policies)
     return policies
 
 

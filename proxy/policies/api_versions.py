@@ -11,13 +11,13 @@ at DEBUG ("The node does not support SHARE_FETCH").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from ..accesslog import get_logger
 from ..core.exchange import Exchange
-from ..core.policy import ANY_VERSION, Policy, Services
+from ..core.policy import ANY_VERSION, Policy, Services, versions_read
 from ..wire.api_keys import ApiKey, api_name
 from ..wire.messages import decoded_versions
 from ..wire.schema import Versions
@@ -41,10 +41,10 @@ class ApiVersions(Policy):
         #: per API a policy declares, the versions the policies read (the chain refuses others)
         self._read: Mapping[int, Versions] = {}
 
-    def offer(self, read: Mapping[int, Versions]) -> None:
-        """Offer clients, per API, only the versions ``read`` (:func:`~proxy.core.policy.versions_read` of the
-        chain's policies) on top of what the codecs decode or relay."""
-        self._read = read
+    def composed(self, chain: Sequence[Policy]) -> None:
+        """Offer clients, per API, only the versions every policy of the chain reads
+        (:func:`~proxy.core.policy.versions_read`) on top of what the codecs decode or relay."""
+        self._read = versions_read(chain)
 
     def on_request(self, ex: Exchange, conn: Any) -> Any:
         h = ex.header
