@@ -175,11 +175,13 @@ class Metrics:
         # the ones operators know.
         self.response_bytes_held = Gauge(
             "sluice_response_bytes_held",
-            "Bytes of fetch responses reserved or held in Sluice, counted against size_limit.global_max_bytes.",
+            "Bytes of fetch responses reserved or held in Sluice, counted against the proxy's response memory "
+            "bound (the sections that set one: size_limit.global_max_bytes).",
             registry=r)
-        self.size_limit_waits = Counter(
+        self.response_memory_waits = Counter(
             "sluice_size_limit_waits_total",
-            "Fetches that waited for response memory (size_limit.global_max_bytes) before going upstream.",
+            "Fetches that waited for response memory (the proxy's bound: size_limit.global_max_bytes) before going "
+            "upstream.",
             registry=r)
 
         # ------------------------------------------------------------------- access log (file and Kafka)

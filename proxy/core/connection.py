@@ -350,7 +350,7 @@ class Connection:
                 continue
             if ex.reserve and not ex.held and ex.answer is None:
                 if not self.memory.reserve(ex.reserve, self._memory_granted):
-                    self.metrics.size_limit_waits.inc()
+                    self.metrics.response_memory_waits.inc()
                     self._wait("memory")
                     return
                 ex.held = ex.reserve
