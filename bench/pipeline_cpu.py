@@ -82,8 +82,9 @@ def _apply_plan() -> Any:
         return _module("proxy.policies.terminate.sessions", "proxy.policies.sessions").apply_plan
 
 
-def request_frame(version: int, corr: int, offsets: dict[PartitionKey, int], meta: FetchMetadata) -> bytes:
-    body = request_codec(1, version).default().replace(max_wait_ms=500, min_bytes=1, max_bytes=50 << 20)
+def request_frame(version: int, corr: int, offsets: dict[PartitionKey, int], meta: FetchMetadata,
+                  max_bytes: int = 50 << 20) -> bytes:
+    body = request_codec(1, version).default().replace(max_wait_ms=500, min_bytes=1, max_bytes=max_bytes)
     body = body.replace(replica_id=-1) if version < 15 else body
     parts = {k: FetchParams(o) for k, o in offsets.items()}
     body = _apply_plan()(body, version, UpstreamPlan(meta, parts, [], parts))

@@ -16,6 +16,7 @@ from proxy.config import ConfigError, load_settings
 from proxy.core.rate import WindowedRate
 from proxy.policies.quota.book import QuotaBook, Quotas
 from proxy.policies.terminate.sessions import LEGACY
+from proxy.wire.fetch_request_fast import decode_fetch_request
 from proxy.wire.messages import decode_response, request_codec, response_codec
 from proxy.wire.throttle_time import set_throttle_time_ms, throttle_time_ms
 from proxy.wire.views import MessageResponse, response_view
@@ -156,6 +157,20 @@ def test_a_fetch_is_metered_by_its_response_bytes() -> None:
     conn.upstream_data(sized(response_frame(12, 2, keys, 0, 0)))
     assert throttle_of(port.take_client(), FETCH, 12) == 2000 and port.client_paused
     assert rig.metrics.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch") == 2 * (len(reply) + 4)
+
+
+@pytest.mark.parametrize(("client_max", "sent_max"), [(50 << 20, 100_000), (60_000, 60_000)])
+def test_a_fetch_asks_for_at_most_a_tenth_of_a_seconds_quota(client_max: int, sent_max: int) -> None:
+    # a response is the quota's unit: a smaller one keeps every window near the quota; a smaller ask is kept
+    keys = [("t", 0), ("t", 1)]
+    rig = CoreRig({"quota.entries": [{"client_id": "bench-*", "fetch_rate_bytes": 1_000_000}]})
+    conn, port = rig.connect()
+    frame = request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY)
+    asked = decode_fetch_request(frame)
+    conn.client_data(sized(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY, max_bytes=client_max)))
+    sent = decode_fetch_request(port.take_upstream()[4:])
+    assert sent.max_bytes == sent_max
+    assert sent.partitions() == asked.partitions()  # only MaxBytes changes
 
 
 def test_a_request_rate_counts_requests() -> None:

@@ -13,6 +13,12 @@ clients by principal, client.id and real address and count them across the broke
 - **Fetch**: its request is recorded when it arrives (``request_rate``), its response's bytes when it comes
   back (Kafka records the response's size); the response carries the throttle time and the client is muted.
   The response's size is its frame's, or, when a policy changed it, its record bytes.
+- A response is the quota's unit, so a client's rate over a window is off by up to one response: a consumer's
+  default fetch (1 MB per partition, Kafka's ``max.partition.fetch.bytes``) of 4 partitions is 4 MB, most of a
+  second at 5 MB/s and ~7% of Kafka's 11 s window. Sluice therefore lowers the request's MaxBytes (KIP-74) to
+  :data:`RESPONSE_SHARE_S` of the client's fetch quota: the broker fills the response up to it, never less than
+  one record batch (KIP-74's progress rule), so a window's error stays near 1% and the client's rate is the
+  same (it fetches more often, in smaller responses). A MaxBytes already lower is kept.
 - Nothing is refused, dropped or reordered: the records go on as they came, the client only waits.
 
 The chain position: first after the client-facing rewrites, so on the way back it runs last and meters what the
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.policy import Policy, Services, reads
 from ...wire.api_keys import ApiKey
+from ...wire.fetch_request_fast import FetchEdit
 from ...wire.throttle_time import carries_throttle_time, set_throttle_time_ms, throttle_time_ms
 from ...wire.views import FetchResponse
 from .book import Entry, QuotaBook, Quotas
@@ -38,6 +45,8 @@ if TYPE_CHECKING:
     from ...core.exchange import Exchange
     from ...wire.views import ResponseView
 
+#: the share of a second's fetch quota one response may carry (see the module docstring)
+RESPONSE_SHARE_S = 0.1
 
 
 @dataclass(slots=True)
@@ -87,6 +96,8 @@ class Quota(Policy):
                 return None
         elif not entry.fetch and not delay:
             return None  # nothing to meter in the response, nothing to tell the client
+        elif entry.fetch:
+            _cap_response(ex.request, entry.fetch)
         ex.collect = True
         return Ticket(entry, delay)
 
@@ -117,6 +128,16 @@ class Quota(Policy):
 def _ms(seconds: float) -> int:
     """Whole milliseconds, rounded up: a client that waits the time it is told is back within its quota."""
     return math.ceil(seconds * 1000) if seconds > 0 else 0
+
+
+def _cap_response(request: object, fetch_rate: int) -> None:
+    """Lower a Fetch request's MaxBytes to :data:`RESPONSE_SHARE_S` of the fetch quota (never raise it)."""
+    if not isinstance(request, FetchEdit):
+        return
+    cap = max(1, int(fetch_rate * RESPONSE_SHARE_S))
+    if request.max_bytes > cap:
+        request.max_bytes = cap
+        request.changed = True
 
 
 def _fetch_bytes(response: FetchResponse) -> int:
