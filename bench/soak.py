@@ -22,8 +22,12 @@ wait, so it is reported apart), CPU seconds (user + system) per GiB Sluice wrote
 proxy_to_client + proxy_to_upstream), and the records produced and consumed.
 
 Each line also carries p999 (all but Fetch, and Produce) and ``tail_by_api``: per API, its requests in the interval,
-its p99 and how many took longer than the goal (5 ms): which requests make the tail. ``--profile DIR``: py-spy
-samples Sluice for the whole run (bench/profiling.py: ``DIR/soak.raw``, ``DIR/soak.json``, one ``profile`` line).
+its p99 and how many took longer than the goal (5 ms): which requests make the tail. Sluice's histogram times a
+request from its last byte read to its response handed over, the broker's time included, so ``probe`` separates the
+two: 20 times a second one Metadata request through Sluice and the same straight to the broker, alternating, timed
+by the client; per path p50/p99/p999 and ``added_*_ms``, what the Sluice path adds (:class:`Probe`).
+``--profile DIR``: py-spy samples Sluice for the whole run (bench/profiling.py: ``DIR/soak.raw``,
+``DIR/soak.json``, one ``profile`` line).
 
 After the run the producers stop, the consumers drain, and one line reports per consumer the acknowledged records
 it never got (``lost``) and those it got twice (``duplicates``). The last line is ``{"summary": "soak",
@@ -70,6 +74,7 @@ MIB = float(1 << 20)
 PARTITIONS = 6
 VALUE_BYTES = 1024
 CHURN_PER_S = 10
+PROBE_EVERY_S = 0.05  # 20 probes a second per path: ~1200 a minute, enough for a p99 (a p999 is a few samples)
 LATENCY = "sluice_request_latency_seconds"
 #: what Sluice wrote: to clients and to brokers
 WRITTEN = ("proxy_to_client", "proxy_to_upstream")
@@ -160,6 +165,8 @@ class Sample:
     fetch: Buckets
     #: per API, its own buckets: which requests make the tail
     by_api: dict[str, Buckets] = field(default_factory=dict)
+    #: the probe's figures for the interval ending here (Probe.take)
+    probe: dict[str, Any] = field(default_factory=dict)
     produced: int = 0
     consumed: dict[str, int] = field(default_factory=dict)
 
@@ -223,6 +230,7 @@ def interval_line(n: int, prev: Sample, cur: Sample) -> dict[str, Any]:
         "produce_p999_ms": _ms(quantile(0.999, delta(cur.produce, prev.produce))),
         "fetch_p99_ms": _ms(quantile(0.99, delta(cur.fetch, prev.fetch))),
         "tail_by_api": tail_by_api(prev, cur),
+        "probe": cur.probe,
         "requests": int(cur.requests - prev.requests),
         "mib_written": round((cur.written - prev.written) / MIB, 2),
         "cpu_s": round(cpu, 3),
@@ -254,6 +262,8 @@ def summary(samples: list[Sample], lost: int, duplicated: int) -> dict[str, Any]
         "p99_ms_max_after_first": _ms(max((p for p in p99s if p is not None), default=None)),
         "p999_ms_max_after_first": _ms(max((p for p in p999s if p is not None), default=None)),
         "p99_goal_met": all(p is not None and p <= P99_GOAL_S for p in p99s),
+        "probe_added_p99_ms_max_after_first": max((b.probe["added_p99_ms"] for _, b in after_first
+                                                   if "added_p99_ms" in b.probe), default=None),
         "cpu_s_per_gib": round((last.cpu_s - warm.cpu_s) / gib, 2) if gib > 0 else None,
         "lost": lost,
         "duplicated": duplicated,
@@ -442,6 +452,74 @@ def _churn_frames(topic: str) -> list[bytes]:
     return out
 
 
+class Probe:
+    """Sluice's own share of the tail, measured beside the broker's: every ``PROBE_EVERY_S`` one Metadata request
+    (the churn's, decoded and rewritten by Sluice) on a connection through Sluice and the same on a connection
+    straight to the broker, in alternating order, each timed by the client (send to whole answer). The two see
+    the same broker, machine and moment, so what the Sluice path adds is Sluice's (and its loop's)."""
+
+    PATHS = ("sluice", "direct")
+
+    def __init__(self, via: str, direct: str, topic: str) -> None:
+        self.frame = _churn_frames(topic)[1]  # correlation id 2, reused: one request at a time on each connection
+        self.addresses = {"sluice": via, "direct": direct}
+        self._lock = threading.Lock()
+        self._samples: dict[str, list[float]] = {p: [] for p in self.PATHS}
+        self._running = threading.Event()
+        self._running.set()
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="soak-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        socks: dict[str, socket.socket] = {}
+        try:
+            for path, address in self.addresses.items():
+                host, _, port = address.rpartition(":")
+                socks[path] = socket.create_connection((host, int(port)), timeout=30)
+                socks[path].setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            n = 0
+            start = time.monotonic()
+            while self._running.is_set():
+                order = self.PATHS if n % 2 == 0 else self.PATHS[::-1]
+                for path in order:
+                    s = socks[path]
+                    t0 = time.perf_counter()
+                    s.sendall(self.frame)
+                    size = struct.unpack(">i", recv_exact(s, 4))[0]
+                    recv_exact(s, size)
+                    dt = time.perf_counter() - t0
+                    with self._lock:
+                        self._samples[path].append(dt)
+                n += 1
+                time.sleep(max(0.0, start + n * PROBE_EVERY_S - time.monotonic()))  # pacing
+        except OSError as e:
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            for s in socks.values():
+                s.close()
+
+    def take(self) -> dict[str, Any]:
+        """The interval's figures (ms): per path p50/p99/p999 and what the Sluice path adds at each."""
+        with self._lock:
+            samples, self._samples = self._samples, {p: [] for p in self.PATHS}
+        out: dict[str, Any] = {"probes": len(samples["sluice"])}
+        if self.error is not None:
+            out["error"] = self.error
+        if min(len(v) for v in samples.values()) < 10:
+            return out
+        for path, xs in samples.items():
+            xs.sort()
+            for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+                out[f"{path}_{name}_ms"] = round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000.0, 3)
+        for name in ("p50", "p99", "p999"):
+            out[f"added_{name}_ms"] = round(out[f"sluice_{name}_ms"] - out[f"direct_{name}_ms"], 3)
+        return out
+
+    def stop(self) -> None:
+        self._running.clear()
+        self._thread.join(30)
+
 
 # ------------------------------------------------------------------------------------------ the run
 
@@ -469,14 +547,17 @@ def soak(upstream: str, minutes: float, interval_s: float, rate: int,
         profile = Profile(sluice.pid, profile_dir, "soak") if profile_dir is not None else None
         t0 = time.monotonic()
         load = Load(sluice.bootstrap, topic, rate)
+        probe = Probe(sluice.bootstrap, upstream, topic)
         samples = [take_sample(sluice, t0, load)]
         try:
             for n in range(1, intervals + 1):
                 # the reporting interval: pacing of the samples, not a synchronisation
                 time.sleep(max(0.0, t0 + n * interval_s - time.monotonic()))
                 samples.append(take_sample(sluice, t0, load))
+                samples[-1].probe = probe.take()
                 emit(interval_line(n, samples[-2], samples[-1]))
         finally:
+            probe.stop()
             load.stop_producing()
             load.drain(120)
         outcome = load.outcome()

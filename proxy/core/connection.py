@@ -154,7 +154,9 @@ class Connection:
         self._resp: Exchange | None = None
         self._left = 0
         self._size = 0
-        self._collect: bytearray | None = None
+        #: a collected response's pieces: slices of the reads (bytes uvloop never reuses), joined once at its end
+        #: (one copy of the response, not a growing buffer's reallocations)
+        self._collect: list[Buffer] | None = None
         self._stream: Streamer | None = None
         # flow control
         self._client_pauses: set[str] = set()
@@ -486,7 +488,7 @@ class Connection:
                     return
                 self.port.send_client(out if head is None else [head, *out])
             elif self._collect is not None:
-                self._collect += chunk
+                self._collect.append(chunk)
             elif head is None:
                 self.port.send_client((chunk,))
             elif self._head_at >= 0:
@@ -552,7 +554,7 @@ class Connection:
             self.memory.adjust(size - ex.held)  # the real size (KIP-74's first batch may exceed max_bytes)
             ex.held = size
         if ex.collect:
-            self._collect = bytearray(hdr[4:])
+            self._collect = [bytes(hdr[4:])]
         else:
             # Kafka answers in order and nothing is held back: this response's request is the client's oldest.
             assert self.inflight and self.inflight[0] is ex
@@ -572,7 +574,7 @@ class Connection:
         ex, self._resp = self._resp, None
         assert ex is not None
         if self._collect is not None:
-            frame, self._collect = self._collect, None
+            frame, self._collect = b"".join(self._collect), None
             ex.may_resend = not self.awaiting
             try:
                 self.chain.on_response(self.policies, ex, frame)
