@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
 Direction = Literal["client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client"]
 Side = Literal["client", "upstream"]
@@ -86,6 +88,40 @@ def sluice_version() -> str:
         return "0+unknown"
 
 
+class Tally:
+    """A counter child for the per-read and per-write paths (``inc`` as prometheus_client's): a number added to in
+    place, read by its :class:`TallyFamily` at scrape time. No lock and no checks, a fraction of a Counter's
+    ``inc``: a proxy's counters are only ever touched on its event loop (the admin server scrapes on it too)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class TallyFamily(Collector):
+    """A counter with one label whose values are known up front (each a :class:`Tally`, exported from the start)."""
+
+    def __init__(self, name: str, documentation: str, label: str, values: tuple[str, ...]) -> None:
+        self.name, self.documentation, self.label = name, documentation, label
+        self.tallies = {value: Tally() for value in values}
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+
+    def describe(self) -> list[Metric]:
+        return [self._family()]
+
+    def collect(self) -> list[Metric]:
+        family = self._family()
+        for value, tally in self.tallies.items():
+            family.add_metric([value], tally.value)
+        return [family]
+
+
 class Metrics:
     """One proxy's collectors, in ``self.registry``."""
 
@@ -117,9 +153,10 @@ class Metrics:
                                        ["reason"], registry=r)
 
         # ---------------------------------------------------------------------------------------- bytes
-        self.bytes = Counter("sluice_bytes_total",
-                             "Bytes moved, including the 4-byte frame length, by direction.",
-                             ["direction"], registry=r)
+        # Counted on every read and write: plain ints, exported at scrape time (Tally)
+        self.bytes = TallyFamily("sluice_bytes", "Bytes moved, including the 4-byte frame length, by direction.",
+                                 "direction", DIRECTIONS)
+        r.register(self.bytes)
 
         # ---------------------------------------------------------------------------------- connections
         self.connections_open = Gauge(
@@ -197,8 +234,6 @@ class Metrics:
             "Access-log events in the Kafka sink's buffer, not yet acknowledged by the cluster.", registry=r)
 
         # ------------------------------------------------------------ children known up front, pre-bound
-        for direction in DIRECTIONS:
-            self.bytes.labels(direction)
         for side in SIDES:
             self.connections_open.labels(side)
             self.connections.labels(side)
@@ -215,10 +250,10 @@ class Metrics:
         for outcome in TLS_RELOAD_OUTCOMES:
             self.tls_reloads.labels(outcome)
 
-        self.bytes_client_to_proxy = self.bytes.labels("client_to_proxy")
-        self.bytes_proxy_to_upstream = self.bytes.labels("proxy_to_upstream")
-        self.bytes_upstream_to_proxy = self.bytes.labels("upstream_to_proxy")
-        self.bytes_proxy_to_client = self.bytes.labels("proxy_to_client")
+        self.bytes_client_to_proxy = self.bytes.tallies["client_to_proxy"]
+        self.bytes_proxy_to_upstream = self.bytes.tallies["proxy_to_upstream"]
+        self.bytes_upstream_to_proxy = self.bytes.tallies["upstream_to_proxy"]
+        self.bytes_proxy_to_client = self.bytes.tallies["proxy_to_client"]
         self.client_connections_open = self.connections_open.labels("client")
         self.upstream_connections_open = self.connections_open.labels("upstream")
         self.client_connections = self.connections.labels("client")
