@@ -190,7 +190,7 @@ class Connection:
             return
         self.metrics.bytes_client_to_proxy.inc(len(data))
         self._last_active = self.clock()
-        if self._buf or self._framing:
+        if self._buf or self._framing or type(data) is not bytes:
             self._buf += data
             self._frame(None)
         else:
