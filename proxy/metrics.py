@@ -20,14 +20,17 @@ because ``.labels(...)`` takes a lock and builds a key on every call.
 from __future__ import annotations
 
 import platform
+from bisect import bisect_left
 from importlib import metadata
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 Direction = Literal["client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client"]
 Side = Literal["client", "upstream"]
@@ -122,6 +125,50 @@ class TallyFamily(Collector):
         return [family]
 
 
+class RequestTallies(Collector):
+    """``sluice_requests_total{api,version}`` and the ``{api}`` latency histogram, kept as plain numbers (one dict
+    look-up, one bisect and three additions per request: no lock, as :class:`Tally`) and exported at scrape time
+    in the form prometheus_client's Counter and Histogram give them (the same names, labels and bucket bounds).
+    Bounded by the (api, version) pairs Kafka defines: callers pass the API *name* from the protocol table, never a
+    raw client-supplied string."""
+
+    def __init__(self, counter: str, counter_doc: str, histogram: str, histogram_doc: str,
+                 buckets: tuple[float, ...]) -> None:
+        self.counter, self.counter_doc = counter, counter_doc
+        self.histogram, self.histogram_doc = histogram, histogram_doc
+        self.bounds = buckets
+        self._les = [floatToGoString(b) for b in buckets] + ["+Inf"]
+        self.counts: dict[tuple[str, int], int] = {}
+        #: per API: observations per bucket (not cumulative; the last one +Inf), then their sum
+        self.latency: dict[str, list[float]] = {}
+
+    def observe(self, api: str, version: int, seconds: float) -> None:
+        key = (api, version)
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
+        hist = self.latency.get(api)
+        if hist is None:
+            hist = self.latency[api] = [0.0] * (len(self.bounds) + 2)
+        hist[bisect_left(self.bounds, seconds)] += 1  # the first bound >= seconds: Prometheus' le
+        hist[-1] += seconds
+
+    def _families(self) -> tuple[CounterMetricFamily, HistogramMetricFamily]:
+        return (CounterMetricFamily(self.counter, self.counter_doc, labels=["api", "version"]),
+                HistogramMetricFamily(self.histogram, self.histogram_doc, labels=["api"]))
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def collect(self) -> list[Metric]:
+        counter, histogram = self._families()
+        for (api, version), n in self.counts.items():
+            counter.add_metric([api, str(version)], n)
+        for api, hist in self.latency.items():
+            cumulative = list(accumulate(hist[:-1]))
+            histogram.add_metric([api], list(zip(self._les, cumulative, strict=True)), sum_value=hist[-1])
+        return [counter, histogram]
+
+
 class Metrics:
     """One proxy's collectors, in ``self.registry``."""
 
@@ -129,13 +176,13 @@ class Metrics:
         self.registry = r = registry if registry is not None else CollectorRegistry(auto_describe=True)
 
         # ------------------------------------------------------------------------------------- requests
-        self.requests = Counter("sluice_requests_total",
-                                "Requests relayed from clients, by Kafka API name and request version.",
-                                ["api", "version"], registry=r)
-        self.request_latency = Histogram(
+        # Counted and observed once per request: plain numbers, exported at scrape time (RequestTallies)
+        self.requests = RequestTallies(
+            "sluice_requests", "Requests relayed from clients, by Kafka API name and request version.",
             "sluice_request_latency_seconds",
             "Time from a request's last byte read from the client to its response handed to the client.",
-            ["api"], buckets=LATENCY_BUCKETS, registry=r)
+            LATENCY_BUCKETS)
+        r.register(self.requests)
         self.responses_rewritten = Counter(
             "sluice_responses_rewritten_total",
             "Responses the proxy re-encoded (address rewriting, policies) instead of relaying the upstream bytes.",
@@ -258,25 +305,13 @@ class Metrics:
         self.upstream_connections_open = self.connections_open.labels("upstream")
         self.client_connections = self.connections.labels("client")
         self.upstream_connections = self.connections.labels("upstream")
-        # Bounded by the number of (api, version) pairs Kafka defines (a few hundred): callers pass the API
-        # *name* from the protocol table, never a raw client-supplied string.
-        self._requests_for: dict[tuple[str, int], Any] = {}
-        self._latency_for: dict[str, Any] = {}
         self._rewritten_for: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------------- helpers
 
     def observe_request(self, api: str, version: int, latency_s: float) -> None:
-        """Count one completed request and observe its latency (seconds): the per-request metrics in one call
-        (children cached: ``.labels()`` is the cost per request)."""
-        counter = self._requests_for.get((api, version))
-        if counter is None:
-            counter = self._requests_for[(api, version)] = self.requests.labels(api, str(version))
-        counter.inc()
-        histogram = self._latency_for.get(api)
-        if histogram is None:
-            histogram = self._latency_for[api] = self.request_latency.labels(api)
-        histogram.observe(latency_s)
+        """Count one completed request and observe its latency (seconds): the per-request metrics in one call."""
+        self.requests.observe(api, version, latency_s)
 
     def rewritten(self, api: str) -> None:
         """Count a response re-encoded (the child cached per API name, from the protocol table)."""
