@@ -25,6 +25,18 @@ MB/s of the Java consumer (goal: >= 0.95), bare_relay_ratio the same through the
 p50 produce latency through Sluice minus direct (goal: <= 0.1 ms), and cpu_vs_bare_relay Sluice's CPU per GiB of
 records over the bare relay's (goal: <= 1.2). Sized for a 2-core machine: about 5 minutes end to end.
 
+``python -m bench.passthrough --policies all``: the same, with every policy switched on in Sluice as operators run
+it (:data:`ALL_POLICIES`: a KIP-74 budget for every client sized not to bind, ``[sessions] mode = "terminate"``,
+a KIP-73 throttle on every topic for every consumer at a rate far above the traffic's, a client quota for every
+client above it too, sharing on for other groups' clients, the access log written to a file), against direct in
+the same run. The last line carries ``"policies": "all"`` (goal: consume_ratio >= 0.9).
+
+``--profile DIR``: py-spy samples Sluice (non-blocking) from its start to its stop; ``DIR/sluice.raw`` holds the
+collapsed stacks (flamegraph.pl, speedscope.app), ``DIR/sluice.json`` and one ``"measure": "profile"`` line
+the CPU per request by part of Sluice (framing, header parse, chain, policies, codecs, access log, metrics,
+writes, the event loop) and the top functions (bench/profiling.py). Figures measured with the profiler attached
+are not the bench's figures: run it again without for those.
+
 ``python -m bench.passthrough --tls [--mib 200]``: TLS on both sides. A broker with an SSL listener (client
 certificates required: rig/secure_broker.py) and Sluice with ``[listen.tls]`` and ``[upstream.tls]`` (its own
 client certificate), against the Java ConsumerPerformance over TLS straight to that listener, in the same run,
@@ -39,9 +51,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -51,11 +65,48 @@ from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker, free_ports
 from rig.sluice_process import SluiceProcess
 
+from .profiling import Profile
+
 RECORD_SIZE = 1024
 PARTITIONS = 3
 GIB = float(1 << 30)
 ROUNDS = 2  # ABBA rounds per client: 2 x 2 measured runs per path
 BUDGET_S = 330.0  # the whole bench stays near 5 minutes
+
+
+#: ``--policies all``: each policy on, none binding (budgets, throttle and quotas far above what the bench moves:
+#: the bench's consumers read at most a few hundred MB/s on this machine), sharing on for clients of other names
+ALL_POLICIES = """
+[sessions]
+mode = "terminate"
+
+[size_limit]
+global_max_bytes = 1073741824
+[[size_limit.budgets]]
+client_id = "*"
+fetch_max_bytes = 104857600
+
+[throttle]
+leader_rate_bytes = 100000000000
+[[throttle.topics]]
+topic = "*"
+[[throttle.consumers]]
+client_id = "*"
+
+[quota]
+[[quota.entries]]
+name = "everyone"
+client_id = "*"
+produce_rate_bytes = 100000000000
+fetch_rate_bytes = 100000000000
+request_rate = 10000000
+
+[sharing]
+enabled = true
+clients = ["shared-*"]
+[[sharing.topics]]
+topic = "*"
+"""
 
 
 def emit(line: dict[str, Any]) -> None:
@@ -84,14 +135,20 @@ class CpuMeter:
         self.bytes = 0.0
         self.mib = 0.0  # of records, as the consumer counted them
 
-    def _sample(self) -> tuple[float, float]:
+    def _cpu(self) -> float:
         t = self.proc.cpu_times()
-        return t.user + t.system, self.sluice.metric("sluice_bytes_total", {"direction": "proxy_to_client"})
+        return float(t.user + t.system)
+
+    def _bytes(self) -> float:
+        return self.sluice.metric("sluice_bytes_total", {"direction": "proxy_to_client"})
 
     def measure(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        cpu0, b0 = self._sample()
+        # the /metrics scrapes outside the CPU interval: the bench's own reads are not Sluice relaying
+        b0 = self._bytes()
+        cpu0 = self._cpu()
         result = fn()
-        cpu1, b1 = self._sample()
+        cpu1 = self._cpu()
+        b1 = self._bytes()
         self.cpu_s += cpu1 - cpu0
         self.bytes += b1 - b0
         self.mib += float(result.get("mb") or 0.0)
@@ -273,6 +330,14 @@ def sluice_api_counts(sluice: SluiceProcess) -> dict[str, Any]:
 
 
 
+def sluice_total(sluice: SluiceProcess, name: str) -> float:
+    """A counter of Sluice's summed over its labels (every API and version)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(s.value for family in text_string_to_metric_families(sluice.metrics_text())
+               for s in family.samples if s.name == name)
+
+
 def stop_checked(sluice: SluiceProcess) -> None:
     code = sluice.stop()
     if code != 0:
@@ -281,7 +346,6 @@ def stop_checked(sluice: SluiceProcess) -> None:
 
 def main_tls(mib: int) -> int:
     """TLS client -> Sluice -> TLS broker vs TLS straight to the broker (module docstring)."""
-    import tempfile
     from pathlib import Path
 
     from rig.kafka import THROUGHPUT_BROKER_JVM_OPTS
@@ -352,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
                                                          "200 with --tls)")
     ap.add_argument("--latency-records", type=int, default=2000, help="measured sends per path (default 2000)")
     ap.add_argument("--tls", action="store_true", help="TLS on both sides vs a TLS listener direct")
+    ap.add_argument("--policies", choices=("none", "all"), default="none",
+                    help="all: every policy on in Sluice, none binding, access log to a file (module docstring)")
+    ap.add_argument("--profile", metavar="DIR", type=Path, default=None,
+                    help="sample Sluice with py-spy into DIR (sluice.raw collapsed stacks, sluice.json summary)")
     args = ap.parse_args(argv)
     if args.tls:
         return main_tls(args.mib or 200)
@@ -374,9 +442,17 @@ def main(argv: list[str] | None = None) -> int:
               "mb_per_s": produced.mb_per_sec, "mib": args.mib})
 
         bare = BareRelay(relay_port, f"127.0.0.1:{broker.__dict__['relayed_port']}")
+        work = Path(tempfile.mkdtemp(prefix="bench-passthrough-"))
+        env: dict[str, str] = {}
+        access_log: Path | None = None
+        if args.policies == "all":
+            (work / "sluice.toml").write_text(ALL_POLICIES)
+            env["SLUICE_CONFIG"] = str(work / "sluice.toml")
+            access_log = work / "access.log"
         try:
-            with SluiceProcess(broker.bootstrap) as sluice:
+            with SluiceProcess(broker.bootstrap, extra_env=env, access_log=access_log) as sluice:
                 meter = CpuMeter(sluice)
+                profile = Profile(sluice.pid, args.profile, "sluice") if args.profile else None
                 java = abba({
                     "direct": lambda: java_consume(tools, broker.bootstrap, topic, records),
                     "bare": lambda: bare.measure(lambda: java_consume(tools, bare.bootstrap, topic, records)),
@@ -410,19 +486,33 @@ def main(argv: list[str] | None = None) -> int:
                 added_p50 = latency["sluice"]["p50_ms"] - latency["direct"]["p50_ms"]
                 added_p99 = latency["sluice"]["p99_ms"] - latency["direct"]["p99_ms"]
                 bare_p50 = latency["bare"]["p50_ms"] - latency["direct"]["p50_ms"]
+                bare_p99 = latency["bare"]["p99_ms"] - latency["direct"]["p99_ms"]
                 emit({"bench": "passthrough", "measure": "produce_latency", "added_p50_ms": round(added_p50, 4),
-                      "added_p99_ms": round(added_p99, 4), "bare_added_p50_ms": round(bare_p50, 4)})
+                      "added_p99_ms": round(added_p99, 4), "bare_added_p50_ms": round(bare_p50, 4),
+                      "bare_added_p99_ms": round(bare_p99, 4)})
+                counts = sluice_api_counts(sluice)
                 emit({"bench": "passthrough", "measure": "sluice_requests", "note": "APIs/versions the clients "
-                      "used; rewritten = responses Sluice decoded and re-encoded instead of streaming",
-                      **sluice_api_counts(sluice)})
+                      "used; rewritten = responses Sluice decoded and re-encoded instead of streaming", **counts})
+                if profile is not None:
+                    emit({"bench": "passthrough", "measure": "profile", "policies": args.policies,
+                          "note": "CPU per request served, by part of Sluice (py-spy attached: not the bench's "
+                                  "figures)", **profile.stop(sluice_total(sluice, "sluice_requests_total"))})
+                if access_log is not None:
+                    with access_log.open() as f:
+                        logged = sum(1 for _ in f)
+                    emit({"bench": "passthrough", "measure": "access_log", "lines": logged})
                 stop_checked(sluice)
         finally:
             bare.stop()
     tools.close()
     emit({"bench": "passthrough", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
-    emit({"summary": "passthrough", "consume_ratio": round(java["sluice"] / java["direct"], 3),
+    emit({"summary": "passthrough", "policies": args.policies,
+          "consume_ratio": round(java["sluice"] / java["direct"], 3),
           "bare_relay_ratio": round(java["bare"] / java["direct"], 3), "added_p50_ms": round(added_p50, 4),
-          "bare_added_p50_ms": round(bare_p50, 4), "cpu_s_per_gib": round(cpu_s_per_gib, 3),
+          "bare_added_p50_ms": round(bare_p50, 4),
+          "added_p50_over_bare_ms": round(added_p50 - bare_p50, 4),
+          "added_p99_ms": round(added_p99, 4), "bare_added_p99_ms": round(bare_p99, 4),
+          "cpu_s_per_gib": round(cpu_s_per_gib, 3),
           "cpu_vs_bare_relay": round(java_cpu_records / bare_cpu, 3)})
     return 0
 

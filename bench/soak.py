@@ -21,18 +21,28 @@ does), separately for Produce and for everything but Fetch (a Fetch's latency is
 wait, so it is reported apart), CPU seconds (user + system) per GiB Sluice wrote (``sluice_bytes_total``
 proxy_to_client + proxy_to_upstream), and the records produced and consumed.
 
+Each line also carries p999 (all but Fetch, and Produce) and ``tail_by_api``: per API, its requests in the interval,
+its p99 and how many took longer than the goal (5 ms): which requests make the tail. Sluice's histogram times a
+request from its last byte read to its response handed over, the broker's time included, so ``probe`` separates the
+two: 20 times a second one Metadata request through Sluice and the same straight to the broker, alternating, timed
+by the client; per path p50/p99/p999 and ``added_*_ms``, what the Sluice path adds (:class:`Probe`).
+``--profile DIR``: py-spy samples Sluice for the whole run (bench/profiling.py: ``DIR/soak.raw``,
+``DIR/soak.json``, one ``profile`` line).
+
 After the run the producers stop, the consumers drain, and one line reports per consumer the acknowledged records
 it never got (``lost``) and those it got twice (``duplicates``). The last line is ``{"summary": "soak",
-"rss_growth_mb": ..., "fd_growth": ..., "p99_ms_last_minute": ..., "cpu_s_per_gib": ..., "lost": ...,
-"duplicated": ...}``: growth from the end of the first interval (warm-up) to the end of the last, the last
-interval's p99 (all but Fetch), CPU per GiB over every interval after the first, and the records lost and
-duplicated over both consumers (the exit status is 1 unless both are 0). Goal: RSS and fds flat after the
-warm-up.
+"rss_growth_mb": ..., "fd_growth": ..., "p99_ms_last_minute": ..., "p99_ms_max_after_first": ...,
+"p999_ms_max_after_first": ..., "p99_goal_met": ..., "cpu_s_per_gib": ..., "lost": ..., "duplicated": ...}``:
+growth from the end of the first interval (warm-up) to the end of the last, the last interval's p99 (all but
+Fetch), the highest p99 and p999 of the intervals after the first and whether each p99 met 5 ms, CPU per GiB over
+every interval after the first, and the records lost and duplicated over both consumers (the exit status is 1
+unless both are 0). Goals: RSS and fds flat after the warm-up, p99 <= 5 ms every minute after the first.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import socket
@@ -57,11 +67,14 @@ from rig.kafka import KafkaBroker
 from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 
+from .profiling import Profile
+
 GIB = float(1 << 30)
 MIB = float(1 << 20)
 PARTITIONS = 6
 VALUE_BYTES = 1024
 CHURN_PER_S = 10
+PROBE_EVERY_S = 0.05  # 20 probes a second per path: ~1200 a minute, enough for a p99 (a p999 is a few samples)
 LATENCY = "sluice_request_latency_seconds"
 #: what Sluice wrote: to clients and to brokers
 WRITTEN = ("proxy_to_client", "proxy_to_upstream")
@@ -150,6 +163,10 @@ class Sample:
     all_but_fetch: Buckets
     produce: Buckets
     fetch: Buckets
+    #: per API, its own buckets: which requests make the tail
+    by_api: dict[str, Buckets] = field(default_factory=dict)
+    #: the probe's figures for the interval ending here (Probe.take)
+    probe: dict[str, Any] = field(default_factory=dict)
     produced: int = 0
     consumed: dict[str, int] = field(default_factory=dict)
 
@@ -157,16 +174,43 @@ class Sample:
 def sample_of(t: float, rss: int, fds: int, cpu_s: float, metrics_text: str) -> Sample:
     written = 0.0
     requests = 0.0
+    apis: set[str] = set()
     for family in text_string_to_metric_families(metrics_text):
         for s in family.samples:
             if s.name == "sluice_bytes_total" and s.labels.get("direction") in WRITTEN:
                 written += float(s.value)
             elif s.name == "sluice_requests_total":
                 requests += float(s.value)
+                apis.add(s.labels["api"])
     return Sample(t, rss, fds, cpu_s, written, requests,
                   latency_buckets(metrics_text, exclude=("Fetch",)),
                   latency_buckets(metrics_text, only=("Produce",)),
-                  latency_buckets(metrics_text, only=("Fetch",)))
+                  latency_buckets(metrics_text, only=("Fetch",)),
+                  {api: latency_buckets(metrics_text, only=(api,)) for api in sorted(apis)})
+
+
+#: the soak's latency goal for every request but Fetch (issue #24): p99 at most this, every minute after the first
+P99_GOAL_S = 0.005
+
+
+def over(bound: float, buckets: Buckets) -> int:
+    """Observations above ``bound`` (one of the histogram's bucket bounds)."""
+    if not buckets:
+        return 0
+    return int(max(buckets.values()) - buckets.get(bound, 0.0))
+
+
+def tail_by_api(prev: Sample, cur: Sample) -> dict[str, dict[str, Any]]:
+    """Per API (but Fetch) with requests in the interval: count, p99, and how many took over the goal."""
+    out: dict[str, dict[str, Any]] = {}
+    for api, buckets in cur.by_api.items():
+        if api == "Fetch":
+            continue
+        d = delta(buckets, prev.by_api.get(api, {}))
+        n = int(max(d.values())) if d else 0
+        if n:
+            out[api] = {"requests": n, "p99_ms": _ms(quantile(0.99, d)), "over_goal": over(P99_GOAL_S, d)}
+    return out
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -181,8 +225,12 @@ def interval_line(n: int, prev: Sample, cur: Sample) -> dict[str, Any]:
         "bench": "soak", "interval": n, "minute": round(cur.t / 60.0, 2),
         "rss_mb": round(cur.rss / MIB, 2), "fds": cur.fds,
         "p99_ms": _ms(quantile(0.99, delta(cur.all_but_fetch, prev.all_but_fetch))),
+        "p999_ms": _ms(quantile(0.999, delta(cur.all_but_fetch, prev.all_but_fetch))),
         "produce_p99_ms": _ms(quantile(0.99, delta(cur.produce, prev.produce))),
+        "produce_p999_ms": _ms(quantile(0.999, delta(cur.produce, prev.produce))),
         "fetch_p99_ms": _ms(quantile(0.99, delta(cur.fetch, prev.fetch))),
+        "tail_by_api": tail_by_api(prev, cur),
+        "probe": cur.probe,
         "requests": int(cur.requests - prev.requests),
         "mib_written": round((cur.written - prev.written) / MIB, 2),
         "cpu_s": round(cpu, 3),
@@ -201,12 +249,21 @@ def summary(samples: list[Sample], lost: int, duplicated: int) -> dict[str, Any]
     warm = samples[1] if len(samples) > 2 else samples[0]
     last = samples[-1]
     gib = (last.written - warm.written) / GIB
+    # the minutes after the first (warm-up); a one-interval soak has only that one
+    after_first = list(itertools.pairwise(samples[1:])) or [(samples[0], samples[1])]
+    p99s = [quantile(0.99, delta(b.all_but_fetch, a.all_but_fetch)) for a, b in after_first]
+    p999s = [quantile(0.999, delta(b.all_but_fetch, a.all_but_fetch)) for a, b in after_first]
     return {
         "summary": "soak",
         "minutes": round((last.t - samples[0].t) / 60.0, 2),
         "rss_growth_mb": round((last.rss - warm.rss) / MIB, 2),
         "fd_growth": last.fds - warm.fds,
         "p99_ms_last_minute": _ms(quantile(0.99, delta(last.all_but_fetch, samples[-2].all_but_fetch))),
+        "p99_ms_max_after_first": _ms(max((p for p in p99s if p is not None), default=None)),
+        "p999_ms_max_after_first": _ms(max((p for p in p999s if p is not None), default=None)),
+        "p99_goal_met": all(p is not None and p <= P99_GOAL_S for p in p99s),
+        "probe_added_p99_ms_max_after_first": max((b.probe["added_p99_ms"] for _, b in after_first
+                                                   if "added_p99_ms" in b.probe), default=None),
         "cpu_s_per_gib": round((last.cpu_s - warm.cpu_s) / gib, 2) if gib > 0 else None,
         "lost": lost,
         "duplicated": duplicated,
@@ -395,6 +452,74 @@ def _churn_frames(topic: str) -> list[bytes]:
     return out
 
 
+class Probe:
+    """Sluice's own share of the tail, measured beside the broker's: every ``PROBE_EVERY_S`` one Metadata request
+    (the churn's, decoded and rewritten by Sluice) on a connection through Sluice and the same on a connection
+    straight to the broker, in alternating order, each timed by the client (send to whole answer). The two see
+    the same broker, machine and moment, so what the Sluice path adds is Sluice's (and its loop's)."""
+
+    PATHS = ("sluice", "direct")
+
+    def __init__(self, via: str, direct: str, topic: str) -> None:
+        self.frame = _churn_frames(topic)[1]  # correlation id 2, reused: one request at a time on each connection
+        self.addresses = {"sluice": via, "direct": direct}
+        self._lock = threading.Lock()
+        self._samples: dict[str, list[float]] = {p: [] for p in self.PATHS}
+        self._running = threading.Event()
+        self._running.set()
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="soak-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        socks: dict[str, socket.socket] = {}
+        try:
+            for path, address in self.addresses.items():
+                host, _, port = address.rpartition(":")
+                socks[path] = socket.create_connection((host, int(port)), timeout=30)
+                socks[path].setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            n = 0
+            start = time.monotonic()
+            while self._running.is_set():
+                order = self.PATHS if n % 2 == 0 else self.PATHS[::-1]
+                for path in order:
+                    s = socks[path]
+                    t0 = time.perf_counter()
+                    s.sendall(self.frame)
+                    size = struct.unpack(">i", recv_exact(s, 4))[0]
+                    recv_exact(s, size)
+                    dt = time.perf_counter() - t0
+                    with self._lock:
+                        self._samples[path].append(dt)
+                n += 1
+                time.sleep(max(0.0, start + n * PROBE_EVERY_S - time.monotonic()))  # pacing
+        except OSError as e:
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            for s in socks.values():
+                s.close()
+
+    def take(self) -> dict[str, Any]:
+        """The interval's figures (ms): per path p50/p99/p999 and what the Sluice path adds at each."""
+        with self._lock:
+            samples, self._samples = self._samples, {p: [] for p in self.PATHS}
+        out: dict[str, Any] = {"probes": len(samples["sluice"])}
+        if self.error is not None:
+            out["error"] = self.error
+        if min(len(v) for v in samples.values()) < 10:
+            return out
+        for path, xs in samples.items():
+            xs.sort()
+            for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+                out[f"{path}_{name}_ms"] = round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000.0, 3)
+        for name in ("p50", "p99", "p999"):
+            out[f"added_{name}_ms"] = round(out[f"sluice_{name}_ms"] - out[f"direct_{name}_ms"], 3)
+        return out
+
+    def stop(self) -> None:
+        self._running.clear()
+        self._thread.join(30)
+
 
 # ------------------------------------------------------------------------------------------ the run
 
@@ -407,7 +532,7 @@ def take_sample(sluice: SluiceProcess, t0: float, load: Load) -> Sample:
 
 
 def soak(upstream: str, minutes: float, interval_s: float, rate: int,
-         env: Mapping[str, str]) -> tuple[list[Sample], dict[str, Any]]:
+         env: Mapping[str, str], profile_dir: Path | None = None) -> tuple[list[Sample], dict[str, Any]]:
     """The samples, and the outcome line (what each consumer lost and got twice)."""
     intervals = max(1, math.ceil(minutes * 60.0 / interval_s))
     topic = f"soak-{uuid.uuid4().hex[:8]}"
@@ -419,20 +544,26 @@ def soak(upstream: str, minutes: float, interval_s: float, rate: int,
     finally:
         admin.close()
     with SluiceProcess(upstream, env) as sluice:
+        profile = Profile(sluice.pid, profile_dir, "soak") if profile_dir is not None else None
         t0 = time.monotonic()
         load = Load(sluice.bootstrap, topic, rate)
+        probe = Probe(sluice.bootstrap, upstream, topic)
         samples = [take_sample(sluice, t0, load)]
         try:
             for n in range(1, intervals + 1):
                 # the reporting interval: pacing of the samples, not a synchronisation
                 time.sleep(max(0.0, t0 + n * interval_s - time.monotonic()))
                 samples.append(take_sample(sluice, t0, load))
+                samples[-1].probe = probe.take()
                 emit(interval_line(n, samples[-2], samples[-1]))
         finally:
+            probe.stop()
             load.stop_producing()
             load.drain(120)
         outcome = load.outcome()
         emit(outcome)
+        if profile is not None:
+            emit({"bench": "soak", "measure": "profile", **profile.stop(samples[-1].requests - samples[0].requests)})
     return samples, outcome
 
 
@@ -442,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-s", type=float, default=60.0, help="seconds per reported line (default 60)")
     parser.add_argument("--rate", type=int, default=300, help="records/s per producer (default 300)")
     parser.add_argument("--upstream", help="an existing broker (host:port) instead of a rig broker")
+    parser.add_argument("--profile", metavar="DIR", type=Path, default=None,
+                        help="sample Sluice with py-spy into DIR (soak.raw collapsed stacks, soak.json summary)")
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.interval_s <= 0 or args.rate <= 0:
         parser.error("--minutes, --interval-s and --rate must be positive")
@@ -450,10 +583,11 @@ def main(argv: list[str] | None = None) -> int:
         config.write_text(CONFIG_TOML)
         env = {"SLUICE_CONFIG": str(config)}
         if args.upstream:
-            samples, outcome = soak(args.upstream, args.minutes, args.interval_s, args.rate, env)
+            samples, outcome = soak(args.upstream, args.minutes, args.interval_s, args.rate, env, args.profile)
         else:
             with KafkaBroker() as broker:
-                samples, outcome = soak(broker.bootstrap, args.minutes, args.interval_s, args.rate, env)
+                samples, outcome = soak(broker.bootstrap, args.minutes, args.interval_s, args.rate, env,
+                                        args.profile)
     consumers = [v for k, v in outcome.items() if k.endswith("_consumer")]
     line = summary(samples, sum(c["lost"] for c in consumers), sum(c["duplicates"] for c in consumers))
     emit(line)

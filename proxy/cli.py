@@ -111,6 +111,7 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
     """`sluice run`: the proxy and its admin server until SIGTERM/SIGINT, then a graceful shutdown.
     SIGHUP re-reads ``config_path`` and applies the sections changeable at run time (proxy/reconfigure.py)."""
     import asyncio
+    import gc
     import signal
 
     from proxy import reconfigure
@@ -127,6 +128,12 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
         reconfigure.add_routes(admin, proxy)
         await admin.start()
         log.info("admin_listening", host=settings.admin.host, port=admin.port)
+    # Start-up built what Sluice keeps for its whole life (every spec and codec it reads: check_specs, the policies,
+    # the registry): ~100k objects that each full collection of the cyclic GC would walk again, for tens to
+    # hundreds of milliseconds in the middle of requests (the soak's p99, docs/PERFORMANCE.md). Frozen, the
+    # collector leaves them alone (gc.freeze, CPython's advice for long-running processes).
+    gc.collect()
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

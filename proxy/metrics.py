@@ -20,12 +20,17 @@ because ``.labels(...)`` takes a lock and builds a key on every call.
 from __future__ import annotations
 
 import platform
+from bisect import bisect_left
 from importlib import metadata
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 Direction = Literal["client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client"]
 Side = Literal["client", "upstream"]
@@ -86,6 +91,84 @@ def sluice_version() -> str:
         return "0+unknown"
 
 
+class Tally:
+    """A counter child for the per-read and per-write paths (``inc`` as prometheus_client's): a number added to in
+    place, read by its :class:`TallyFamily` at scrape time. No lock and no checks, a fraction of a Counter's
+    ``inc``: a proxy's counters are only ever touched on its event loop (the admin server scrapes on it too)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class TallyFamily(Collector):
+    """A counter with one label whose values are known up front (each a :class:`Tally`, exported from the start)."""
+
+    def __init__(self, name: str, documentation: str, label: str, values: tuple[str, ...]) -> None:
+        self.name, self.documentation, self.label = name, documentation, label
+        self.tallies = {value: Tally() for value in values}
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+
+    def describe(self) -> list[Metric]:
+        return [self._family()]
+
+    def collect(self) -> list[Metric]:
+        family = self._family()
+        for value, tally in self.tallies.items():
+            family.add_metric([value], tally.value)
+        return [family]
+
+
+class RequestTallies(Collector):
+    """``sluice_requests_total{api,version}`` and the ``{api}`` latency histogram, kept as plain numbers (one dict
+    look-up, one bisect and three additions per request: no lock, as :class:`Tally`) and exported at scrape time
+    in the form prometheus_client's Counter and Histogram give them (the same names, labels and bucket bounds).
+    Bounded by the (api, version) pairs Kafka defines: callers pass the API *name* from the protocol table, never a
+    raw client-supplied string."""
+
+    def __init__(self, counter: str, counter_doc: str, histogram: str, histogram_doc: str,
+                 buckets: tuple[float, ...]) -> None:
+        self.counter, self.counter_doc = counter, counter_doc
+        self.histogram, self.histogram_doc = histogram, histogram_doc
+        self.bounds = buckets
+        self._les = [floatToGoString(b) for b in buckets] + ["+Inf"]
+        self.counts: dict[tuple[str, int], int] = {}
+        #: per API: observations per bucket (not cumulative; the last one +Inf), then their sum
+        self.latency: dict[str, list[float]] = {}
+
+    def observe(self, api: str, version: int, seconds: float) -> None:
+        key = (api, version)
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
+        hist = self.latency.get(api)
+        if hist is None:
+            hist = self.latency[api] = [0.0] * (len(self.bounds) + 2)
+        hist[bisect_left(self.bounds, seconds)] += 1  # the first bound >= seconds: Prometheus' le
+        hist[-1] += seconds
+
+    def _families(self) -> tuple[CounterMetricFamily, HistogramMetricFamily]:
+        return (CounterMetricFamily(self.counter, self.counter_doc, labels=["api", "version"]),
+                HistogramMetricFamily(self.histogram, self.histogram_doc, labels=["api"]))
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def collect(self) -> list[Metric]:
+        counter, histogram = self._families()
+        for (api, version), n in self.counts.items():
+            counter.add_metric([api, str(version)], n)
+        for api, hist in self.latency.items():
+            cumulative = list(accumulate(hist[:-1]))
+            histogram.add_metric([api], list(zip(self._les, cumulative, strict=True)), sum_value=hist[-1])
+        return [counter, histogram]
+
+
 class Metrics:
     """One proxy's collectors, in ``self.registry``."""
 
@@ -93,13 +176,13 @@ class Metrics:
         self.registry = r = registry if registry is not None else CollectorRegistry(auto_describe=True)
 
         # ------------------------------------------------------------------------------------- requests
-        self.requests = Counter("sluice_requests_total",
-                                "Requests relayed from clients, by Kafka API name and request version.",
-                                ["api", "version"], registry=r)
-        self.request_latency = Histogram(
+        # Counted and observed once per request: plain numbers, exported at scrape time (RequestTallies)
+        self.requests = RequestTallies(
+            "sluice_requests", "Requests relayed from clients, by Kafka API name and request version.",
             "sluice_request_latency_seconds",
             "Time from a request's last byte read from the client to its response handed to the client.",
-            ["api"], buckets=LATENCY_BUCKETS, registry=r)
+            LATENCY_BUCKETS)
+        r.register(self.requests)
         self.responses_rewritten = Counter(
             "sluice_responses_rewritten_total",
             "Responses the proxy re-encoded (address rewriting, policies) instead of relaying the upstream bytes.",
@@ -117,9 +200,10 @@ class Metrics:
                                        ["reason"], registry=r)
 
         # ---------------------------------------------------------------------------------------- bytes
-        self.bytes = Counter("sluice_bytes_total",
-                             "Bytes moved, including the 4-byte frame length, by direction.",
-                             ["direction"], registry=r)
+        # Counted on every read and write: plain ints, exported at scrape time (Tally)
+        self.bytes = TallyFamily("sluice_bytes", "Bytes moved, including the 4-byte frame length, by direction.",
+                                 "direction", DIRECTIONS)
+        r.register(self.bytes)
 
         # ---------------------------------------------------------------------------------- connections
         self.connections_open = Gauge(
@@ -197,8 +281,6 @@ class Metrics:
             "Access-log events in the Kafka sink's buffer, not yet acknowledged by the cluster.", registry=r)
 
         # ------------------------------------------------------------ children known up front, pre-bound
-        for direction in DIRECTIONS:
-            self.bytes.labels(direction)
         for side in SIDES:
             self.connections_open.labels(side)
             self.connections.labels(side)
@@ -215,33 +297,21 @@ class Metrics:
         for outcome in TLS_RELOAD_OUTCOMES:
             self.tls_reloads.labels(outcome)
 
-        self.bytes_client_to_proxy = self.bytes.labels("client_to_proxy")
-        self.bytes_proxy_to_upstream = self.bytes.labels("proxy_to_upstream")
-        self.bytes_upstream_to_proxy = self.bytes.labels("upstream_to_proxy")
-        self.bytes_proxy_to_client = self.bytes.labels("proxy_to_client")
+        self.bytes_client_to_proxy = self.bytes.tallies["client_to_proxy"]
+        self.bytes_proxy_to_upstream = self.bytes.tallies["proxy_to_upstream"]
+        self.bytes_upstream_to_proxy = self.bytes.tallies["upstream_to_proxy"]
+        self.bytes_proxy_to_client = self.bytes.tallies["proxy_to_client"]
         self.client_connections_open = self.connections_open.labels("client")
         self.upstream_connections_open = self.connections_open.labels("upstream")
         self.client_connections = self.connections.labels("client")
         self.upstream_connections = self.connections.labels("upstream")
-        # Bounded by the number of (api, version) pairs Kafka defines (a few hundred): callers pass the API
-        # *name* from the protocol table, never a raw client-supplied string.
-        self._requests_for: dict[tuple[str, int], Any] = {}
-        self._latency_for: dict[str, Any] = {}
         self._rewritten_for: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------------- helpers
 
     def observe_request(self, api: str, version: int, latency_s: float) -> None:
-        """Count one completed request and observe its latency (seconds): the per-request metrics in one call
-        (children cached: ``.labels()`` is the cost per request)."""
-        counter = self._requests_for.get((api, version))
-        if counter is None:
-            counter = self._requests_for[(api, version)] = self.requests.labels(api, str(version))
-        counter.inc()
-        histogram = self._latency_for.get(api)
-        if histogram is None:
-            histogram = self._latency_for[api] = self.request_latency.labels(api)
-        histogram.observe(latency_s)
+        """Count one completed request and observe its latency (seconds): the per-request metrics in one call."""
+        self.requests.observe(api, version, latency_s)
 
     def rewritten(self, api: str) -> None:
         """Count a response re-encoded (the child cached per API name, from the protocol table)."""

@@ -29,11 +29,11 @@ from typing import Any
 
 from ..accesslog import AccessLog, get_logger
 from ..metrics import Metrics
-from ..wire.api_keys import ApiKey
+from ..wire.api_keys import ApiKey, api_names
 from ..wire.errors import CodecError
 from ..wire.fetch_layout import FIRST_TOPIC_ID
 from ..wire.fetch_request_fast import FetchEdit
-from ..wire.messages import api_name, known_api, peek_request_header
+from ..wire.messages import peek_request_header
 from ..wire.produce import produce_acks
 from ..wire.views import FetchResponse, response_view
 from .exchange import ConnectionInfo, Exchange, PolicyFailed, Rejected
@@ -41,6 +41,7 @@ from .policy import Policy, versions_read
 from .topic_names import TopicNames
 
 _log = get_logger("sluice.chain")
+_PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH  # module constants: compared on every request
 
 
 class ChainConnection:
@@ -66,6 +67,8 @@ class Chain:
             for api in policy.apis:
                 by_api.setdefault(api, []).append(policy)
         self._by_api = {api: tuple(ps) for api, ps in by_api.items()}
+        #: api key -> name, every API Kafka defines (the one table, wire/api_keys.py): one look-up per request
+        self._api_names = api_names()
         #: per API a policy declares, the versions all of them read: ApiVersions offers clients no others
         self._versions = {api: range(v.low, v.high + 1) for api, v in versions_read(self.policies).items()}
         self._on_sent = frozenset(p for p in self.policies if type(p).on_sent is not Policy.on_sent)
@@ -121,12 +124,13 @@ class Chain:
         except CodecError as e:
             raise Rejected("malformed", str(e)) from None
         key = header.api_key
-        if not known_api(key):
+        name = self._api_names.get(key)
+        if name is None:
             # Relaying a key Kafka does not define would only hand the broker garbage; Kafka closes the
             # connection on one too (SocketServer: InvalidRequestException, "Unknown API key").
             raise Rejected("unknown_api", f"api key {key} is not a Kafka API")
-        ex = Exchange(header, api_name(key), len(frame) + 4, frame, now, info=info)
-        if key == ApiKey.PRODUCE:
+        ex = Exchange(header, name, len(frame) + 4, frame, now, info=info)
+        if key == _PRODUCE:
             try:
                 ex.expects_response = produce_acks(frame, header) != 0
             except CodecError as e:
@@ -148,7 +152,7 @@ class Chain:
                     _blame(policy, "applies", ex, e)
                     raise
             ex.policies = tuple(applying)
-            if key == ApiKey.FETCH and header.api_version >= FIRST_TOPIC_ID \
+            if key == _FETCH and header.api_version >= FIRST_TOPIC_ID \
                     and not self._name_readers.isdisjoint(applying) and self._names_wanted(ex, applying):
                 # Fetch v13+ names topics by id only
                 request = self._request(ex)

@@ -62,6 +62,7 @@ from .topic_names import TopicNames
 log = get_logger("sluice.connection")
 
 _SIZE_CORR = struct.Struct(">ii")
+_SIZE = struct.Struct(">i")
 
 
 class Timer(Protocol):
@@ -145,11 +146,17 @@ class Connection:
         self._queued: list[Buffer] = []
         self._queued_bytes = 0
         # responses
-        self._hdr = bytearray()  # size prefix + correlation id of the response being read
+        self._hdr = bytearray()  # size prefix + correlation id of the response being read, across reads
+        #: a relayed response's header not yet written (it goes with the body's first bytes), and its offset in the
+        #: read being handled when it lies there (-1: it came across reads)
+        self._head: Buffer | None = None
+        self._head_at = -1
         self._resp: Exchange | None = None
         self._left = 0
         self._size = 0
-        self._collect: bytearray | None = None
+        #: a collected response's pieces: slices of the reads (bytes uvloop never reuses), joined once at its end
+        #: (one copy of the response, not a growing buffer's reallocations)
+        self._collect: list[Buffer] | None = None
         self._stream: Streamer | None = None
         # flow control
         self._client_pauses: set[str] = set()
@@ -183,29 +190,32 @@ class Connection:
             return
         self.metrics.bytes_client_to_proxy.inc(len(data))
         self._last_active = self.clock()
-        self._buf += data
-        self._frame()
+        if self._buf or self._framing or type(data) is not bytes:
+            self._buf += data
+            self._frame(None)
+        else:
+            self._frame(data)  # nothing buffered (nearly always): framed from the read itself, one copy less
 
-    def _frame(self) -> None:
-        """Take the complete request frames out of the buffer (up to the in-flight bound). Not re-entered: a
-        response completed while a request is handled (Produce acks=0) may lift the bound, and the loop running
-        already goes on with the next frame."""
+    def _frame(self, data: bytes | None = None) -> None:
+        """Take the complete request frames out of ``data`` (a read, when nothing was buffered before it) or the
+        buffer (up to the in-flight bound). Not re-entered: a response completed while a request is handled
+        (Produce acks=0) may lift the bound, and the loop running already goes on with the next frame."""
         if self._framing:
             return
         self._framing = True
         try:
-            self._frame_loop()
+            self._frame_loop(data)
         finally:
             self._framing = False
 
-    def _frame_loop(self) -> None:
-        buf = self._buf
+    def _frame_loop(self, data: bytes | None) -> None:
+        buf: bytes | bytearray = self._buf if data is None else data
         off = 0
         max_frame = self.limits.max_frame_bytes
         while len(buf) - off >= 4:
             if _INFLIGHT in self._client_pauses:
                 break  # the rest waits in the buffer until a response goes out
-            size = int.from_bytes(buf[off : off + 4], "big", signed=True)
+            size = _SIZE.unpack_from(buf, off)[0]
             if size < 0:
                 self._reject("malformed", f"request frame declares a negative length ({size})")
                 return
@@ -215,8 +225,11 @@ class Connection:
             end = off + 4 + size
             if len(buf) < end:
                 break
-            with memoryview(buf) as view:
-                frame = bytes(view[off + 4 : end])
+            if data is None:
+                with memoryview(buf) as view:
+                    frame = bytes(view[off + 4 : end])
+            else:
+                frame = data[off + 4 : end]
             off = end
             if self._bare is not None:
                 self._client_token(frame)
@@ -224,8 +237,12 @@ class Connection:
             self._on_request(frame)
             if self.closed:
                 return
+        if data is not None:
+            if off < len(data):
+                self._buf += memoryview(data)[off:]  # the start of a frame: buffered until the rest comes
+        elif off:
+            del self._buf[:off]
         if off:
-            del buf[:off]
             self._partial_since = None  # a frame ended: what is left started in this chunk, timed from now
         self._watch_partial()
 
@@ -443,30 +460,49 @@ class Connection:
                     return
                 continue
             if self._resp is None:
+                if not self._hdr and end - pos >= 8:
+                    # the whole header in this read (nearly always): read in place, relayed with the body's first
+                    # bytes in one write (one send, one packet for a small response) from offset _head_at
+                    self._head_at = pos
+                    pos += 8
+                    if not self._start_response(view[pos - 8 : pos]):
+                        return
+                    continue
                 need = 8 - len(self._hdr)
                 self._hdr += view[pos : pos + need]
                 pos += min(need, end - pos)
-                if len(self._hdr) < 8 or not self._start_response():
+                self._head_at = -1
+                if len(self._hdr) < 8 or not self._start_response(self._hdr):
                     return
                 continue
             take = min(self._left, end - pos)
             chunk = view[pos : pos + take]
             pos += take
             self._left -= take
+            head, self._head = self._head, None
             if self._stream is not None:
                 try:
-                    self.port.send_client(self._stream.feed(chunk))
+                    out = self._stream.feed(chunk)
                 except CodecError as e:
                     self._fail(f"undecodable Fetch response: {e}")
                     return
+                self.port.send_client(out if head is None else [head, *out])
             elif self._collect is not None:
-                self._collect += chunk
-            else:
+                self._collect.append(chunk)
+            elif head is None:
                 self.port.send_client((chunk,))
+            elif self._head_at >= 0:
+                self.port.send_client((view[self._head_at : pos],))  # header and body adjacent in this read
+            else:
+                self.port.send_client((head, chunk))
+            self._head_at = -1
             if self._left == 0:
                 self._end_response()
                 if self.closed:
                     return
+        if self._head is not None:  # a header that ended this read: its body comes in a later one
+            head, self._head, self._head_at = self._head, None, -1
+            self.port.send_client((bytes(head),))
 
     def _server_token(self, view: memoryview, pos: int, end: int) -> int:
         """Read (part of) a bare SASL answer from ``view[pos:end]``; relay it whole; return the new position."""
@@ -497,8 +533,10 @@ class Connection:
                     self._frame()
         return pos
 
-    def _start_response(self) -> bool:
-        size, corr = _SIZE_CORR.unpack(self._hdr)
+    def _start_response(self, hdr: Buffer) -> bool:
+        """A response's size and correlation id (``hdr``: 8 bytes) are read: check them against the oldest request
+        awaiting one and start relaying, walking or collecting its body."""
+        size, corr = _SIZE_CORR.unpack(hdr)
         if not self.awaiting:
             self._fail(f"unsolicited response (correlation id {corr})")
             return False
@@ -516,13 +554,17 @@ class Connection:
             self.memory.adjust(size - ex.held)  # the real size (KIP-74's first batch may exceed max_bytes)
             ex.held = size
         if ex.collect:
-            self._collect = bytearray(self._hdr[4:])
+            self._collect = [bytes(hdr[4:])]
         else:
             # Kafka answers in order and nothing is held back: this response's request is the client's oldest.
             assert self.inflight and self.inflight[0] is ex
             if ex.streamer is not None:
                 self._stream = ex.streamer(size - 4)
-            self.port.send_client((bytes(self._hdr),))
+            if self._left == 0:
+                self.port.send_client((bytes(hdr),))
+            else:
+                # written with the body's first bytes (upstream_data): one write per read, not two
+                self._head = hdr if hdr is not self._hdr else bytes(hdr)
         self._hdr.clear()
         if self._left == 0:
             self._end_response()
@@ -532,7 +574,7 @@ class Connection:
         ex, self._resp = self._resp, None
         assert ex is not None
         if self._collect is not None:
-            frame, self._collect = self._collect, None
+            frame, self._collect = b"".join(self._collect), None
             ex.may_resend = not self.awaiting
             try:
                 self.chain.on_response(self.policies, ex, frame)

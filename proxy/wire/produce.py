@@ -20,6 +20,7 @@ right, and the broker's answer (it closes the connection) reaches the client.
 from __future__ import annotations
 
 import struct
+from functools import cache
 
 from .api_keys import ApiKey
 from .compiler import uvarint_at
@@ -30,6 +31,12 @@ from .messages import RequestHeader, request_spec
 FIRST_TRANSACTIONAL_VERSION = 3
 
 _I16 = struct.Struct(">h")
+
+
+@cache
+def _first_flexible() -> int:
+    """ProduceRequest.json's first flexible version ("flexibleVersions": "9+": always N+, KIP-482)."""
+    return request_spec(ApiKey.PRODUCE).flexible.low
 
 
 def produce_acks(frame: bytes | bytearray | memoryview, header: RequestHeader) -> int:
@@ -43,7 +50,7 @@ def produce_acks(frame: bytes | bytearray | memoryview, header: RequestHeader) -
     buf = memoryview(frame)
     with codec_errors("ProduceRequest", api="Produce", version=version):
         if version >= FIRST_TRANSACTIONAL_VERSION:
-            if version in request_spec(ApiKey.PRODUCE).flexible:
+            if version >= _first_flexible():
                 n, pos = uvarint_at(buf, pos)
                 n -= 1
             else:

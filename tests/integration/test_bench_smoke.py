@@ -27,6 +27,7 @@ def test_soak_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.Capture
     assert [ln["interval"] for ln in intervals] == [1, 2]
     for ln in intervals:
         assert isinstance(ln["rss_mb"], float) and isinstance(ln["fds"], int) and ln["requests"]
+        assert "p999_ms" in ln and isinstance(ln["tail_by_api"], dict) and "probes" in ln["probe"]
     [outcome] = [ln for ln in out if "records_acknowledged" in ln]
     assert outcome["errors"] == [], outcome
     for consumer in ("ck_consumer", "kp_consumer"):
@@ -34,7 +35,8 @@ def test_soak_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.Capture
     summary = out[-1]
     assert summary["summary"] == "soak"
     assert set(summary) == {"summary", "minutes", "rss_growth_mb", "fd_growth", "p99_ms_last_minute",
-                            "cpu_s_per_gib", "lost", "duplicated"}
+                            "p99_ms_max_after_first", "p999_ms_max_after_first", "p99_goal_met",
+                            "probe_added_p99_ms_max_after_first", "cpu_s_per_gib", "lost", "duplicated"}
     assert summary["lost"] == 0 and summary["duplicated"] == 0
 
 
