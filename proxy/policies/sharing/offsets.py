@@ -379,7 +379,8 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
         if not commits:
             return
         call = p.submit(GroupCall(commits={group: commits}, as_member={group: member}))
-        log.info("sharing_stable_offset_raised", group=group,
+        p.metrics.sharing_stable_raised.inc(len(commits))
+        log.debug("sharing_stable_offset_raised", group=group,
                  partitions={f"{t}-{part}": [read.frontiers[(t, part)].base, o]
                              for (t, part), (o, _) in sorted(commits.items())})
 
