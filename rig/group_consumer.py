@@ -148,6 +148,16 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
         _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
     else:
         consumer.subscribe([a.topic], listener=Listener())
+        # The subscribed topic's metadata before the first join (a metadata request, bounded by the client's request
+        # timeout). Without it, a kafka-python 3.0.12 leader joins before its first metadata of the topic, assigns
+        # nothing, and rejoins when the metadata comes (ConsumerCoordinator.need_rejoin: the assignment snapshot !=
+        # the metadata snapshot); when poll()'s timeout runs out while that rejoin is in flight (the coordinator
+        # holds the JoinGroup until the other members rejoin), the assignment it then makes sets the snapshots
+        # equal, so the next polls find no rejoin needed and never take the finished join
+        # (BaseCoordinator.ensure_active_group_async loops only while need_rejoin()): no assignment, heartbeats left
+        # disabled, the member expelled after its session timeout and never back. Seen with a member straight to the
+        # broker as well (its SyncGroup answer read, then only "need_rejoin: False"): the client's, not Sluice's.
+        consumer.partitions_for_topic(a.topic)
     from kafka import TopicPartition as KafkaTopicPartition
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata
