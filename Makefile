@@ -63,7 +63,8 @@ test-kafka-oldest: install
 # Fetch sessions (Sluice's own and the clients'), throttles, and the Java client (Kafka's own, released with it).
 # Left to the newest release alone, to keep CI within 30 minutes: SASL, the Python clients' relay tests and the
 # sharing tests of batches filtered empty (KAFKA_BEHAVIOUR_K: their outcome is Sluice's relaying and filtering and
-# the clients' readers, the same whichever release answers).
+# the clients' readers, the same whichever release answers). Measured on 4.1.2, 2 shared cores at load 9-20 (other
+# sessions running): 56 tests, 12 min 6 s, all passed.
 KAFKA_BEHAVIOUR_TESTS := tests/cluster tests/clients/test_sharing.py tests/clients/test_sessions_clients.py \
 	tests/clients/test_java.py tests/integration/test_sessions_terminate.py tests/integration/test_throttle.py \
 	tests/integration/test_throttle_admin.py
