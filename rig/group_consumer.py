@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import logging
 import os
@@ -147,6 +148,16 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
         _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
     else:
         consumer.subscribe([a.topic], listener=Listener())
+        # The subscribed topic's metadata before the first join (a metadata request, bounded by the client's request
+        # timeout). Without it, a kafka-python 3.0.12 leader joins before its first metadata of the topic, assigns
+        # nothing, and rejoins when the metadata comes (ConsumerCoordinator.need_rejoin: the assignment snapshot !=
+        # the metadata snapshot); when poll()'s timeout runs out while that rejoin is in flight (the coordinator
+        # holds the JoinGroup until the other members rejoin), the assignment it then makes sets the snapshots
+        # equal, so the next polls find no rejoin needed and never take the finished join
+        # (BaseCoordinator.ensure_active_group_async loops only while need_rejoin()): no assignment, heartbeats left
+        # disabled, the member expelled after its session timeout and never back. Seen with a member straight to the
+        # broker as well (its SyncGroup answer read, then only "need_rejoin: False"): the client's, not Sluice's.
+        consumer.partitions_for_topic(a.topic)
     from kafka import TopicPartition as KafkaTopicPartition
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata
@@ -279,9 +290,11 @@ class ConsumerProcess:
     process has ended without being told to; :meth:`describe` says where each one is, for a failing test."""
 
     def __init__(self, proc: subprocess.Popen[str], parse: Callable[[str], dict[str, Any] | None] = json.loads,
-                 name: str = "") -> None:
+                 name: str = "", *, dumps_stacks: bool = False) -> None:
         self.proc = proc
         self.name = name
+        #: SIGUSR1 makes it write every thread's stack to stderr (this module's consumers: :func:`main`)
+        self.dumps_stacks = dumps_stacks
         self.events: list[tuple[float, dict[str, Any]]] = []
         #: the end was asked for (:meth:`kill`, :meth:`stop`): not a failure
         self.ended = False
@@ -308,7 +321,7 @@ class ConsumerProcess:
              "--topic", topic, "--group", group, "--client-id", client_id, *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             cwd=cwd or str(Path(__file__).resolve().parent.parent))
-        return cls(proc, name=client_id)
+        return cls(proc, name=client_id, dumps_stacks=client not in GO_CLIENTS)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -346,15 +359,29 @@ class ConsumerProcess:
             raise AssertionError(f"consumer {self.name} exited with {code}:\n{self.stderr_text()}")
 
     def describe(self) -> str:
-        """Where this consumer is: running or its exit code, what it reported last, its stderr's end."""
+        """Where this consumer is: running or its exit code, what it reported last, its stderr's end (for a running
+        consumer of this module, ending with every thread's stack: where a stalled client waits)."""
         code = self.proc.poll()
+        if code is None and self.dumps_stacks:
+            self._dump_stacks()
         state = "running" if code is None else f"exited {code}" + (" (asked to)" if self.ended else "")
         self._drained()
         with self._lock:
             count, last = len(self.events), (self.events[-1][1] if self.events else None)
         last_text = json.dumps(last)[:300] if last is not None else "nothing"
         return (f"consumer {self.name}: {state}; {count} events, the last {last_text}; stderr "
-                f"({self.stderr_path}):\n{self.stderr_text(20)}")
+                f"({self.stderr_path}):\n{self.stderr_text(60)}")
+
+    def _dump_stacks(self) -> None:
+        """SIGUSR1, then until the dump has reached the stderr file (bounded: a diagnosis, not a synchronisation)."""
+        size = self.stderr_path.stat().st_size if self.stderr_path.exists() else 0
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if self.stderr_path.exists() and self.stderr_path.stat().st_size > size:
+                time.sleep(0.2)  # the rest of the dump, written in one go
+                return
+            time.sleep(0.05)
 
     def reported(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -425,8 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     # the client's own account (joins, assignments, heartbeats, retries) on stderr, kept in a file by
     # ConsumerProcess and shown when a test fails: where a consumer stopped is then in its own words
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+    # (SLUICE_CONSUMER_LOG_LEVEL=DEBUG: every request and response the client sends and reads, for a hunt)
+    logging.basicConfig(level=os.environ.get("SLUICE_CONSUMER_LOG_LEVEL", "INFO"), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # SIGUSR1: every thread's stack on stderr (ConsumerProcess.describe asks a stalled consumer where it waits)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     stop = _Stop()
     RUNNERS[a.client](a, stop)
     return 0

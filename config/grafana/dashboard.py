@@ -210,11 +210,14 @@ ROWS = [
               "sluice_sharing_not_shared_total by reason (kip848_group, client_id_collision, bad_marker, "
               "bad_assignment, member_unknown, undecodable_batch); sluice_sharing_withheld_partitions_total: "
               "partitions withheld from a member not yet known (after a restart); sluice_sharing_rejoins_total; "
-              "sluice_sharing_assignments_total: assignments rewritten as group leader.",
+              "sluice_sharing_assignments_total: assignments rewritten as group leader; "
+              "sluice_sharing_stable_offsets_raised_total: group commits Sluice made as a member to raise a "
+              "stable offset a concurrent commit left behind.",
               [(rate("sluice_sharing_not_shared_total", by="reason"), "not shared: {{reason}}"),
                (rate("sluice_sharing_withheld_partitions_total"), "withheld partitions"),
                (rate("sluice_sharing_rejoins_total"), "rejoins"),
-               (rate("sluice_sharing_assignments_total"), "assignments rewritten")]),
+               (rate("sluice_sharing_assignments_total"), "assignments rewritten"),
+               (rate("sluice_sharing_stable_offsets_raised_total"), "stable offsets raised")]),
         Panel("Decoded-batch cache and own group requests", "short",
               "sluice_sharing_cache_bytes (sharing.cache_max_bytes), sluice_sharing_cache_lookups_total by outcome "
               "(hit/miss per second); sluice_sharing_group_calls_total: Sluice's own slice-position and group "

@@ -34,11 +34,14 @@ class Committed:
 
 @dataclass(eq=False)
 class GroupCall(Signal):
-    """One unit of work: simple commits (generation -1, no member id: the groups have no members), offset reads
-    and group descriptions, and, once settled, what came of them. A :class:`~proxy.core.exchange.Pending`."""
+    """One unit of work: commits (simple ones, generation -1 and no member id, unless made ``as_member``), offset
+    reads and group descriptions, and, once settled, what came of them. A :class:`~proxy.core.exchange.Pending`."""
 
     #: group -> partition -> (offset, metadata)
     commits: dict[str, dict[TopicPartition, tuple[int, str | None]]] = field(default_factory=dict)
+    #: group -> (generation, member id, group instance id): its commits are made as that member of the group, fenced
+    #: by the coordinator like the member's own (a simple commit is refused while a group has members)
+    as_member: dict[str, tuple[int, str, str | None]] = field(default_factory=dict)
     #: group -> partitions to read
     reads: dict[str, set[TopicPartition]] = field(default_factory=dict)
     #: groups to describe (DescribeGroups)

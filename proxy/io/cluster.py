@@ -186,8 +186,10 @@ class OwnRequests:
         for group, offsets in call.commits.items():
             if group in retry or group in call.committed:
                 continue
+            generation, member_id, instance = call.as_member.get(group, (-1, "", None))
             body = request_codec(ApiKey.OFFSET_COMMIT, 8).default().replace(
-                group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
+                group_instance_id=instance,
                 topics=[Message(name=topic, partitions=[
                     Message(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata=md)
                     for (t, p), (o, md) in sorted(offsets.items()) if t == topic])

@@ -56,6 +56,8 @@ class Rig:
     offset_fetch: str | None = None
     #: set when an OffsetFetch arrived and was not (fully) answered
     unanswered: asyncio.Event | None = None
+    #: the OffsetCommit requests the broker got
+    commits: list[Message] | None = None
 
     def outcomes(self) -> dict[str, float]:
         return {o: self.sharing.metrics.sharing_group_calls.labels(o)._value.get() for o in ("ok", "failed")}
@@ -78,6 +80,8 @@ async def rig() -> AsyncIterator[Rig]:
         if api == FIND_COORDINATOR:
             writer.write(coordinator_is(r.broker, header, body))
         elif api == OFFSET_COMMIT:
+            assert r.commits is not None
+            r.commits.append(body)
             writer.write(committed(header, body))
         elif r.offset_fetch is None:
             writer.write(offsets_of(header, body))
@@ -101,7 +105,7 @@ async def rig() -> AsyncIterator[Rig]:
         own = OwnRequests(proxy.settings.upstream, TlsContexts(proxy.settings), proxy.router, proxy.names,
                           sharing.calls, proxy.metrics, [broker.address], group_call_timeout=1.0)
         own.start(asyncio.get_running_loop())
-        state.append(Rig(broker, sharing, own, proxy, unanswered=asyncio.Event()))
+        state.append(Rig(broker, sharing, own, proxy, unanswered=asyncio.Event(), commits=[]))
         yield state[0]
         await own.close()
 
@@ -115,6 +119,15 @@ async def test_a_call_answered_is_settled_with_its_answers_and_counted_ok(rig: R
     assert call.ok and call.committed == {"a": {(TOPIC, 0): 0}}
     assert call.offsets == {"b": {(TOPIC, 0): Committed(22, 3, "md-b")}}
     assert rig.outcomes() == {"ok": 1, "failed": 0}
+
+
+async def test_commits_are_simple_unless_made_as_a_member_of_the_group(rig: Rig) -> None:
+    call = await rig.call(GroupCall(commits={"a": {(TOPIC, 0): (5, None)}, "b": {(TOPIC, 1): (6, None)}},
+                                    as_member={"b": (7, "member-1", None)}))
+    assert call.ok
+    assert rig.commits is not None
+    sent = {c.group_id: (c.generation_id_or_member_epoch, c.member_id) for c in rig.commits}
+    assert sent == {"a": (-1, ""), "b": (7, "member-1")}
 
 
 async def test_a_call_cut_off_mid_answer_fails_at_its_bound_and_the_next_call_gets_its_own_answer(rig: Rig) -> None:

@@ -274,6 +274,39 @@ def test_commits_store_slice_positions_and_the_group_gets_the_stable_offset() ->
     assert sent(ex).topics[0].partitions[0].committed_offset >= 100 and len(fake.calls) == calls + 1
 
 
+def committed_answer(c: Client, ex: Exchange) -> Message:
+    """The coordinator's answer to the group's commit ``ex``: in, every partition."""
+    body = response_codec(OFFSET_COMMIT, V_OC).default().replace(topics=[
+        Message(name=t.name, partitions=[Message(partition_index=p.partition_index, error_code=0)
+                                         for p in t.partitions]) for t in sent(ex).topics])
+    return c.answer(ex, body)
+
+
+def test_two_members_committing_at_once_leave_the_group_at_the_stable_offset() -> None:
+    """m1 reads m2's slice before m2's commit (stable 100), m2 reads m1's (stable 120); the group's commit of 120
+    lands first, m1's 100 last: m1 reads again once its commit is in, and commits 120 as m1 (its generation)."""
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    m1, m2 = clients[0], clients[1]
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    for c in (m1, m2):
+        offset_fetch_answer(c, offset_fetch(c, [0]), {0: 100})
+    first = commit(m1, {0: 130})
+    assert sent(first).topics[0].partitions[0].committed_offset == 100  # m2's slice as read: at 100
+    second = commit(m2, {0: 120})
+    assert sent(second).topics[0].partitions[0].committed_offset == 120
+    fake.offsets[GROUP][(TOPIC, 0)] = Committed(120, -1, sent(second).topics[0].partitions[0].committed_metadata)
+    calls = len(fake.calls)
+    committed_answer(m2, second)
+    assert len(fake.calls) == calls  # m2's stable offset is its own position: nothing to read again
+    fake.offsets[GROUP][(TOPIC, 0)] = Committed(100, -1, sent(first).topics[0].partitions[0].committed_metadata)
+    committed_answer(m1, first)
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 120
+    raised = [c for c in fake.calls[calls:] if c.commits]
+    assert len(raised) == 1 and raised[0].as_member == {GROUP: (1, m1.member_id, None)}
+    assert fake.calls[-1].reads and not fake.calls[-1].commits  # read once more: nothing left to raise
+
+
 def test_offset_fetch_answers_each_member_its_slices_position() -> None:
     proxy, fake = sharing_proxy()
     clients, _ = form_group(proxy, 5)

@@ -58,6 +58,10 @@ class SharingMetrics:
         self.sharing_rejoins = Counter(
             "sluice_sharing_rejoins_total",
             "Members Sluice asked to rejoin their group (a heartbeat answered REBALANCE_IN_PROGRESS).", registry=r)
+        self.sharing_stable_raised = Counter(
+            "sluice_sharing_stable_offsets_raised_total",
+            "Partitions' group commits Sluice made as a member to raise the stable offset, after a concurrent commit "
+            "of the partition left the group below it.", registry=r)
         self.sharing_cache_bytes = Gauge(
             "sluice_sharing_cache_bytes",
             "Bytes of decoded batches kept for the other members of a partition (sharing.cache_max_bytes).",

@@ -76,6 +76,9 @@ class OffsetTicket:
     read: FrontierRead | None = None
     #: OffsetCommit: per partition, the offset and metadata the client committed
     commits: dict[TopicPartition, tuple[int, str | None]] = field(default_factory=dict)
+    #: OffsetCommit: the partitions whose stable offset went on below the member's own position (another slice's
+    #: position, as read, held it back), to read again once the commit is in (:func:`_raise_stable`)
+    recheck: dict[TopicPartition, Slice] = field(default_factory=dict)
 
 
 def _name(p: Sharing, t: Message) -> str | None:
@@ -310,6 +313,8 @@ def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket:
                 if offset >= 0:
                     f = f.with_position(s, offset)
                 stable = f.stable()
+                if not s.whole and stable < offset:
+                    ticket.recheck[tp] = s
                 lag[tp] = max(0, f.furthest() - stable)
                 metadata = encode_metadata(f.worth_keeping(s.count), client_md if s.whole else None,
                                            p.settings.metadata_max_bytes)
@@ -321,7 +326,73 @@ def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket:
         topics.append(t.replace(partitions=parts))
     ex.body = body.replace(topics=topics)
     p.metrics.sharing_stable_lag.labels(ticket.group).set(sum(lag.values()))
+    if ticket.recheck:
+        ex.collect = True  # the answer says whether the commit is in: then the stable offset is read again
+        return ticket
     return None
+
+
+def offset_commit_response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+                           ticket: OffsetTicket) -> None:
+    """The member's commit is in: the partitions whose stable offset another slice held back are read again
+    (:func:`_raise_stable`)."""
+    assert isinstance(response, MessageResponse)
+    if not ticket.recheck:
+        return
+    done = {(name or "", part.partition_index) for t in response.body.topics if (name := _name(p, t)) is not None
+            for part in t.partitions if part.error_code == 0}
+    slices = {tp: s for tp, s in ticket.recheck.items() if tp in done}
+    if slices:
+        body = ex.body
+        member = (body.get("generation_id_or_member_epoch", -1), body.member_id, body.get("group_instance_id"))
+        _raise_stable(p, ticket.group, member, slices, _layouts(ticket.member, slices), STABLE_RECHECKS)
+
+
+#: how many times one commit's partitions are read again and raised (each round raises them, or ends it)
+STABLE_RECHECKS = 3
+
+
+def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], slices: dict[TopicPartition, Slice],
+                  layouts: dict[TopicPartition, set[int]], rounds: int) -> None:
+    """Two members of a partition committing at once each commit their slice, then read the other's: one of them
+    may read the other's position from before its commit, and the group's commits of the two can land in either
+    order, so the lower stable offset, from the stale read, may be the one left in the group: nothing corrects it
+    until a member of the partition commits again, never at a partition's end (the group's lag stays above 0). So
+    after its commit is in, a member whose stable offset another slice held back reads the group's commit and the
+    slices' positions again, and when the stable offset is above what the group holds, Sluice commits it, as that
+    member (its generation fences it like the member's own commit); then reads again, up to ``rounds`` times.
+    Whichever group commit lands last, its member reads after it: the group is left at the stable offset of every
+    slice commit made before that read, and a slice commit made after it is followed by its own member's commit and
+    read. Failures end it (a rebalance: the next generation commits anew)."""
+    read = FrontierRead(p.submit, group, slices, layouts)
+
+    def reread() -> None:
+        if read.error is not None:
+            log.debug("sharing_stable_recheck_failed", group=group, error=read.error)
+            return
+        commits: dict[TopicPartition, tuple[int, str | None]] = {}
+        for tp, s in slices.items():
+            f = read.frontiers[tp]
+            stable = f.stable()
+            if stable > f.base:
+                commits[tp] = (stable, encode_metadata(f.worth_keeping(s.count), None, p.settings.metadata_max_bytes))
+        if not commits:
+            return
+        call = p.submit(GroupCall(commits={group: commits}, as_member={group: member}))
+        p.metrics.sharing_stable_raised.inc(len(commits))
+        log.debug("sharing_stable_offset_raised", group=group,
+                 partitions={f"{t}-{part}": [read.frontiers[(t, part)].base, o]
+                             for (t, part), (o, _) in sorted(commits.items())})
+
+        def committed() -> None:
+            if call.ok and rounds > 1:
+                _raise_stable(p, group, member, slices, layouts, rounds - 1)
+            elif not call.ok:
+                log.debug("sharing_stable_recheck_failed", group=group, error=call.error or str(call.committed))
+
+        call.on_settled(committed)
+
+    read.on_settled(reread)
 
 
 # ------------------------------------------------------------------------------------------------ recovery

@@ -211,6 +211,8 @@ class Sharing(Policy):
             groups.sync_response(self, ex, response, info, state)
         elif key == ApiKey.OFFSET_FETCH:
             offsets.offset_fetch_response(self, ex, response, info, state)
+        elif key == ApiKey.OFFSET_COMMIT:
+            offsets.offset_commit_response(self, ex, response, info, state)
 
     # -------------------------------------------------------------------------------------------- Fetch
 
