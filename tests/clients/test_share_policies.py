@@ -126,3 +126,38 @@ def test_budget_bounds_share_fetches_and_every_record_is_delivered(
     logged_acquired = sum(int(f.get("share_acquired") or 0) for f in fetches)  # type: ignore[call-overload]
     assert logged_acquired == acquired >= RECORDS
     assert set(acks) == {"accept"} and acks["accept"] == accepted >= RECORDS, acks
+
+
+THROTTLE_BPS = 1_000_000  # 2.4 MB of records: a few quota windows
+
+
+def test_throttled_share_consumers_get_every_record_and_the_quota_counts_them(
+        share_broker: KafkaBroker, java_tools: JavaTools, unique_topic: str, tmp_path: Path) -> None:
+    """The throttle holds share consumers without costing a record: every record delivered and accepted (none
+    archived under the delivery count limit of 2), every record byte counted against the quota, the responses
+    passed unchanged, and the consumers muted (the quota was exceeded) — the rate itself is bench.share_throttle's."""
+    topic, group = unique_topic, f"share-{unique_topic}"
+    java_tools.create_topic(share_broker.bootstrap, topic, partitions=PARTITIONS)
+    _share_group(java_tools, share_broker.bootstrap, group)
+    values = [_value(i) for i in range(RECORDS)]
+    java_tools.console_produce(share_broker.bootstrap, topic, values)
+    log = tmp_path / "access.log"
+    proxy = ProxyThread(share_broker.bootstrap, **{
+        "throttle.leader_rate_bytes": THROTTLE_BPS, "throttle.topics": [{"topic": topic, "replicas": "*"}],
+        "throttle.consumers": [{"client_id": "share-policies-*"}], "logging.access_log": str(log)})
+    try:
+        got = _consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120)
+        metered = proxy.total("sluice_throttle_bytes_total", side="leader")
+    finally:
+        proxy.stop()
+    assert set(got) == set(values), f"unexpected values: {sorted(set(got) - set(values))[:3]}"
+    fetches = _share_lines(log, "ShareFetch")
+    assert all(f["bytes_upstream_to_proxy"] == f["bytes_proxy_to_client"] for f in fetches)
+    logged = sum(int(f.get("throttled_bytes") or 0) for f in fetches)  # type: ignore[call-overload]
+    assert metered == logged >= RECORDS * VALUE_SIZE
+    assert {f.get("throttle_target_bps") for f in fetches} == {THROTTLE_BPS}
+    acks: dict[str, int] = {}
+    for line in fetches + _share_lines(log, "ShareAcknowledge"):
+        for kind, n in dict(line.get("share_acknowledged") or {}).items():  # type: ignore[call-overload]
+            acks[kind] = acks.get(kind, 0) + n
+    assert set(acks) == {"accept"} and acks["accept"] >= RECORDS, acks

@@ -64,7 +64,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...core.exchange import Exchange
+from ...core.exchange import Exchange, Signal
 from ...core.policy import Policy, Services, reads
 from ...core.rate import WindowedRate
 from ...core.selectors import ClientSelector
@@ -450,20 +450,35 @@ class Throttle(Policy):
         return ticket, t  # the snapshot in force for this request
 
     def _share_request(self, ex: Exchange, session: share.ShareSession) -> Any:
-        """A ShareFetch: follow the share session, lower MaxBytes to the quota's headroom when the session holds
-        a throttled partition; nothing else of the request changes (acknowledgements, epochs, partitions)."""
-        t = self.throttles
+        """A ShareFetch: follow the share session; if it holds a topic id Sluice cannot name yet, wait for the name
+        (a ShareFetch names topics by id only, and its response must be metered whole: it is never trimmed, so
+        what is not counted when it passes is never counted); then :meth:`_share_plan`."""
         request = ex.request
         assert isinstance(request, MessageRequest)
-        body = request.body
-        session.update(body)
+        session.update(request.body)
+        t = self.throttles
         if t.fetcher(ex.client_id, -1, ex.principal, ex.client_host) is None or not t.leader_rate:
             return None
+        unknown = self.names.missing({tid for tid, _ in session.partitions})
+        if unknown:
+            signal = Signal()
+            self.names.wait(unknown, signal.settle)
+            ex.pending = signal
+            return t
+        return self._share_plan(ex, session, t)
+
+    def on_resume(self, ex: Exchange, conn: Any, state: Any) -> Any:
+        return self._share_plan(ex, conn, state)  # only ShareFetch waits (for topic names)
+
+    def _share_plan(self, ex: Exchange, session: share.ShareSession, t: Throttles) -> Any:
+        """Lower MaxBytes to the quota's headroom when the session holds a throttled partition; nothing else of
+        the request changes (acknowledgements, epochs, partitions)."""
         names = self.names.get
-        if not any(t.throttled(names(tid), index, CONSUMER) or names(tid) is None
-                   for tid, index in session.partitions):
-            return None  # an unnamed id may be throttled: metered on the response, which names it for next time
-        if share.clamp_max_bytes(body, self.state.leader.headroom(self.clock())):
+        if not any(t.throttled(names(tid), index, CONSUMER) for tid, index in session.partitions):
+            return None
+        request = ex.request
+        assert isinstance(request, MessageRequest)
+        if share.clamp_max_bytes(request.body, self.state.leader.headroom(self.clock())):
             request.changed = True
         ex.collect = True
         return t
