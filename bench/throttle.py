@@ -3,7 +3,10 @@ leader throttle (KIP-73 policy, proxy/policies/throttle.py), per second and over
 clients that use incremental fetch sessions (KIP-227) and for session-less ones, in both session modes.
 
 ``python -m bench.throttle [--seconds 33] [--rate 1] [--mib 512] [--modes passthrough,terminate]
-[--clients kafka-python,java,confluent]``
+[--clients kafka-python,java,confluent,java-share] [--share]``
+
+``--share`` (issue #25) runs a Java share consumer (KIP-932, ``java-share``, kind ``share``) alone: Sluice holds it on
+the request side (ShareFetch MaxBytes, muting), never by trimming a response; same figures, same goal.
 
 Goal: for every client and mode, every 11 s window after the first within +/-5% of the throttle
 (``worst_window_error`` <= 0.05).
@@ -86,7 +89,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
-from rig.java_tools import CONSOLE_CONSUMER, PERF_JVM_OPTS, JavaTools
+from rig.java_tools import (
+    CONFIG_COMMAND,
+    CONSOLE_CONSUMER,
+    CONSOLE_SHARE_CONSUMER,
+    FEATURE_COMMAND,
+    PERF_JVM_OPTS,
+    JavaTools,
+)
 from rig.kafka import KafkaBroker, RigError
 from rig.sluice_process import SluiceProcess
 
@@ -269,12 +279,7 @@ class JavaClient:
         self._tools = JavaTools()
         # Exits by itself once it has printed the whole backlog; else the bench stops it. Its own group,
         # so a rerun against the same broker starts from the beginning again.
-        self._proc = self._tools.spawn(CONSOLE_CONSUMER, [
-            "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
-            "--group", f"{client_id}-{int(time.time() * 1000)}", "--max-messages", str(sum(ends.values())),
-            "--property", "print.partition=true", "--property", "print.offset=true",
-            "--consumer-property", f"client.id={client_id}", "--consumer-property", "enable.auto.commit=false",
-        ], jvm_opts=PERF_JVM_OPTS)  # fmt: skip
+        self._proc = self._tools.spawn(*self._command(bootstrap, topic, client_id, ends), jvm_opts=PERF_JVM_OPTS)
         self._arrived: queue.SimpleQueue[tuple[float, int, int] | None] = queue.SimpleQueue()
         self._stderr: collections.deque[str] = collections.deque(maxlen=40)
         self._failure: str | None = None
@@ -282,6 +287,14 @@ class JavaClient:
                          threading.Thread(target=self._read_stderr, daemon=True)]
         for t in self._threads:
             t.start()
+
+    def _command(self, bootstrap: str, topic: str, client_id: str, ends: dict[int, int]) -> tuple[str, list[str]]:
+        return CONSOLE_CONSUMER, [
+            "--bootstrap-server", bootstrap, "--topic", topic, "--from-beginning",
+            "--group", f"{client_id}-{int(time.time() * 1000)}", "--max-messages", str(sum(ends.values())),
+            "--property", "print.partition=true", "--property", "print.offset=true",
+            "--consumer-property", f"client.id={client_id}", "--consumer-property", "enable.auto.commit=false",
+        ]  # fmt: skip
 
     def _read_stdout(self) -> None:
         # Raw reads of the pipe (spawn's text wrapper is never used): a record is timed when its value is in
@@ -338,6 +351,27 @@ class JavaClient:
             self._tools.close()
 
 
+class JavaShareClient(JavaClient):
+    """A Java share consumer (KIP-932 KafkaShareConsumer, as Kafka's ConsoleShareConsumer), alone in a share group
+    of its own that starts at the earliest offset. Sluice holds it on the request side only (a ShareFetch response
+    is never trimmed: proxy/policies/throttle/share.py), by MaxBytes and by muting the connection; its acquired
+    records stay acknowledged in time (the mute is capped at half the acquisition lock). It prints every record
+    as the Java consumer does; an offset delivered again (a lapsed lock) counts again, as the client got it."""
+
+    def _command(self, bootstrap: str, topic: str, client_id: str, ends: dict[int, int]) -> tuple[str, list[str]]:
+        group = f"{client_id}-{int(time.time() * 1000)}"
+        # share.version=1: a new cluster's default from Kafka 4.2, set on 4.1; a no-op when set
+        self._tools.run(FEATURE_COMMAND, ["--bootstrap-server", bootstrap, "upgrade", "--feature", "share.version=1"])
+        self._tools.run(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, "--alter", "--entity-type", "groups",
+                                         "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest"])
+        return CONSOLE_SHARE_CONSUMER, [
+            "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
+            "--max-messages", str(sum(ends.values())),
+            "--property", "print.partition=true", "--property", "print.offset=true",
+            "--consumer-property", f"client.id={client_id}",
+        ]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ClientSpec:
     kind: str  # "session" / "sessionless"
@@ -348,7 +382,10 @@ CLIENTS: dict[str, ClientSpec] = {
     "kafka-python": ClientSpec("session", KafkaPythonClient),
     "java": ClientSpec("session", JavaClient),
     "confluent": ClientSpec("sessionless", ConfluentClient),
+    "java-share": ClientSpec("share", JavaShareClient),
 }
+#: what runs without --clients: the consumers of ordinary groups (--share runs the share consumer)
+DEFAULT_CLIENTS = ("kafka-python", "java", "confluent")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -484,8 +521,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rate", type=float, default=1.0, help="leader throttle, MB/s (default 1)")
     ap.add_argument("--mib", type=int, default=512, help="MiB of records in the topic (default 512)")
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of: {', '.join(MODES)}")
-    ap.add_argument("--clients", default=",".join(CLIENTS), help=f"comma-separated, of: {', '.join(CLIENTS)}")
+    ap.add_argument("--clients", default=",".join(DEFAULT_CLIENTS),
+                    help=f"comma-separated, of: {', '.join(CLIENTS)} (default {', '.join(DEFAULT_CLIENTS)})")
+    ap.add_argument("--share", action="store_true",
+                    help="the share consumer only (KIP-932, --clients java-share --modes passthrough: [sessions] "
+                         "terminate owns Fetch sessions, not share sessions)")
     args = ap.parse_args(argv)
+    if args.share:
+        args.clients, args.modes = "java-share", "passthrough"
     if args.seconds < 2 * WINDOW:
         ap.error(f"--seconds must be at least {2 * WINDOW}: a warm-up window and one counted window")
     if args.rate <= 0:

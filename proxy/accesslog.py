@@ -291,6 +291,8 @@ class AccessLog:
         client_address: str | None = None,
         principal: str | None = None,
         quota_throttle_time_ms: int | None = None,
+        share_acquired: int | None = None,
+        share_acknowledged: dict[str, int] | None = None,
     ) -> None:
         """Write one access-log line (see the module docstring for the schema). Never raises on I/O errors."""
         if not self.enabled:
@@ -320,7 +322,8 @@ class AccessLog:
             f"{_partitions_json(partitions, js) if partitions is not None else ''}"
             f"{_optional_json(throttle_target_bps, throttled_bytes, session_upstream_bytes)}"
             f"{_who_json(client_address, principal, js)}"
-            f"{'' if quota_throttle_time_ms is None else _quota_json(quota_throttle_time_ms)}}}\n"
+            f"{'' if quota_throttle_time_ms is None else _quota_json(quota_throttle_time_ms)}"
+            f"{_share_json(share_acquired, share_acknowledged)}}}\n"
         )
 
     def flush(self) -> None:
@@ -371,6 +374,16 @@ def _who_json(client_address: str | None, principal: str | None, js: Callable[[s
 def _quota_json(quota_throttle_time_ms: int) -> str:
     """The optional ``quota_throttle_time_ms`` field (only on requests a quota entry selects)."""
     return f',"quota_throttle_time_ms":{quota_throttle_time_ms}'
+
+
+def _share_json(acquired: int | None, acknowledged: dict[str, int] | None) -> str:
+    """The optional share-group fields (KIP-932: ShareFetch / ShareAcknowledge lines only)."""
+    if acquired is None and acknowledged is None:
+        return ""
+    out = "" if acquired is None else f',"share_acquired":{acquired}'
+    if acknowledged is not None:
+        out += ',"share_acknowledged":{' + ",".join(f'"{k}":{n}' for k, n in acknowledged.items()) + "}"
+    return out
 
 
 def _partitions_json(partitions: list[tuple[str, int, int]], js: Callable[[str | None], str]) -> str:

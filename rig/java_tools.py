@@ -186,6 +186,11 @@ class JavaTools:
         self.version = libs_version(self.libs_dir)
         atexit.register(self.close)
 
+    @property
+    def log4j_config(self) -> Path:
+        """The rig's log4j2 configuration (warnings to stderr), for Java programs the rig runs itself."""
+        return self._log4j
+
     def close(self) -> None:
         """Remove the temp files (log4j2 config, consumer configs)."""
         shutil.rmtree(self._tmp, ignore_errors=True)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..core.policy import Policy, Services
 from ..core.registration import Registration
-from . import quota, sharing, size_limit, terminate, throttle
+from . import quota, share_groups, sharing, size_limit, terminate, throttle
 from .addresses import Addresses
 from .api_versions import ApiVersions
 from .sasl import Sasl
@@ -29,6 +29,7 @@ POLICIES: tuple[Registration, ...] = (
     quota.REGISTRATION,  # KIP-13/KIP-124 client quotas, enforced as KIP-219 (throttle_time_ms, muting)
     size_limit.REGISTRATION,  # KIP-74 byte budgets
     throttle.REGISTRATION,  # KIP-73 replication throttles
+    share_groups.REGISTRATION,  # KIP-932 share groups: records acquired and acknowledged (access log, metrics)
     sharing.REGISTRATION,  # cooperative consumption: consumers share partitions by key-hash slice
     terminate.REGISTRATION,  # KIP-227: Sluice owns the fetch sessions (next to the broker)
 )

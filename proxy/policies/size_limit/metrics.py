@@ -20,6 +20,10 @@ class SizeLimitMetrics:
             "records).", registry=r)
         self.limited = Counter("sluice_size_limit_limited_responses_total",
                                           "Fetch responses the budget changed.", registry=r)
+        self.share_clamped = Counter(
+            "sluice_size_limit_share_clamped_requests_total",
+            "ShareFetch requests (KIP-932) whose MaxBytes was lowered to the budget (their responses are never "
+            "trimmed: a record cut from one would stay acquired).", registry=r)
 
     def observe(self, trimmed_bytes: int, deferred_partitions: int) -> None:
         """Count what a budget did to one response."""

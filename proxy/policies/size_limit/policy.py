@@ -21,6 +21,14 @@ Rules (KIP-74 and shipped Kafka: KafkaApis, ReplicaManager, LogSegment):
   returned data moves to the back (what the Java consumer's SubscriptionState.movePartitionToEnd and the
   broker's FetchSession do). Full (and session-less) requests are reordered accordingly, and the response
   budget is filled in the same order.
+- Share fetches (KIP-932 ShareFetch): bounded on the request side only. The broker acquires every record it puts
+  in a ShareFetch response for that member; a record cut from it would stay acquired until its lock lapses and
+  count a delivery each time, until the broker archives it (lost to the group, KIP-932's delivery count limit).
+  So the request's ``MaxBytes`` is clamped to the budget (a partition budget bounds it too: ShareFetch has no
+  per-partition limit, and a response within the partition budget holds every partition within it) and the
+  response is never trimmed. The broker fills MaxBytes as for Fetch (partitions share it, KafkaApis'
+  handleShareFetchRequest and PartitionMaxBytesStrategy), with the same progress rule: a first batch larger than
+  the budget still comes whole.
 - Memory: a budgeted fetch asks the connection core to reserve its clamped ``max_bytes`` from the proxy-wide
   bound (:mod:`proxy.core.memory`, ``global_max_bytes``) before it goes upstream; when the bound is reached it
   waits, in arrival order, instead of allocating.
@@ -41,7 +49,7 @@ from ...wire.fetch_fast import FetchPartition, FetchResponseView
 from ...wire.fetch_layout import PartitionKey, topic_key
 from ...wire.fetch_request_fast import FetchEdit, FetchParams
 from ...wire.records import prefix_within
-from ...wire.views import FetchResponse, ResponseView
+from ...wire.views import FetchResponse, MessageRequest, ResponseView
 from .metrics import SizeLimitMetrics
 from .settings import SizeLimitSettings
 
@@ -141,6 +149,16 @@ def clamp_request(edit: FetchEdit, budget: Budget) -> bool:
     return changed
 
 
+def clamp_share_request(body: Any, budget: Budget) -> bool:
+    """Clamp a ShareFetch request's MaxBytes to the budget: the whole budget, else the partition budget (the
+    only limit ShareFetch has is the whole response's); True if it changed."""
+    cap = min(b for b in (budget.fetch_max_bytes, budget.partition_max_bytes) if b)
+    if body.max_bytes > cap:
+        body.max_bytes = cap
+        return True
+    return False
+
+
 class Fairness:
     """Per-connection rotation: partitions that returned data go to the back of the fill order."""
 
@@ -236,7 +254,7 @@ class SizeLimit(Policy):
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: SizeLimitSettings, services: Services, metrics: SizeLimitMetrics) -> None:
-        self.apis = reads(ApiKey.FETCH)
+        self.apis = reads(ApiKey.FETCH, ApiKey.SHARE_FETCH)
         self.metrics = metrics
         self._set(SizeLimits.from_settings(settings))
 
@@ -258,6 +276,8 @@ class SizeLimit(Policy):
         """Clamp what the broker may return and, for clients that do not rotate, ask for the longest-starved
         partitions first. The response is then collected and trimmed."""
         limits = self.limits
+        if ex.header.api_key == ApiKey.SHARE_FETCH:
+            return self._share_request(ex, limits)
         edit = ex.request
         assert isinstance(edit, FetchEdit)
         budget = limits.budget_for(ex.client_id, edit.view.replica_id, ex.principal, ex.client_host)
@@ -275,6 +295,21 @@ class SizeLimit(Policy):
         if limits.global_max_bytes:
             ex.reserve = max(edit.max_bytes, 1)
         return budget, fairness
+
+    def _share_request(self, ex: Exchange, limits: SizeLimits) -> None:
+        """A ShareFetch: MaxBytes clamped to the budget; its response is never collected for trimming (see the
+        module docstring: what is cut from a share fetch response is lost to the group, in the end)."""
+        budget = limits.budget_for(ex.client_id, -1, ex.principal, ex.client_host)
+        if budget is None:
+            return None
+        request = ex.request
+        assert isinstance(request, MessageRequest)
+        if clamp_share_request(request.body, budget):
+            request.changed = True
+            self.metrics.share_clamped.inc()
+        if limits.global_max_bytes:
+            ex.reserve = max(request.body.max_bytes, 1)
+        return None
 
     def on_response(self, ex: Exchange, response: ResponseView, conn: Fairness, state: Any) -> None:
         assert isinstance(response, FetchResponse)

@@ -64,7 +64,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...core.exchange import Exchange
+from ...core.exchange import Exchange, Signal
 from ...core.policy import Policy, Services, reads
 from ...core.rate import WindowedRate
 from ...core.selectors import ClientSelector
@@ -74,8 +74,9 @@ from ...wire.fetch_fast import FetchResponseView
 from ...wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
 from ...wire.fetch_request_fast import FetchEdit
 from ...wire.records import complete_size, prefix_within
-from ...wire.views import FetchResponse, ResponseView
+from ...wire.views import FetchResponse, MessageRequest, MessageResponse, ResponseView
 from ..topic_rules import TopicRules
+from . import share
 from .metrics import ThrottleMetrics
 from .settings import ThrottleSettings
 
@@ -395,7 +396,9 @@ class Throttle(Policy):
     decodes_fetch: ClassVar[bool] = True
 
     def __init__(self, settings: ThrottleSettings, services: Services, metrics: ThrottleMetrics) -> None:
-        self.apis = reads(ApiKey.FETCH)
+        # ShareFetch (KIP-932): share consumers a [[throttle.consumers]] selector picks, held on the request side
+        # only (share.py)
+        self.apis = reads(ApiKey.FETCH, ApiKey.SHARE_FETCH)
         self.metrics = metrics
         self.clock = services.clock
         self.names = services.names
@@ -426,7 +429,12 @@ class Throttle(Policy):
     def needs_topic_names(self, ex: Exchange) -> bool:
         return True  # throttles name topics; Fetch v13+ only carries ids
 
+    def open(self, info: Any) -> share.ShareSession:
+        return share.ShareSession()
+
     def on_request(self, ex: Exchange, conn: Any) -> Any:
+        if ex.header.api_key == ApiKey.SHARE_FETCH:
+            return self._share_request(ex, conn)
         t = self.throttles
         edit = ex.request
         assert isinstance(edit, FetchEdit)
@@ -441,7 +449,67 @@ class Throttle(Policy):
         ex.collect = True
         return ticket, t  # the snapshot in force for this request
 
+    def _share_request(self, ex: Exchange, session: share.ShareSession) -> Any:
+        """A ShareFetch: follow the share session; if it holds a topic id Sluice cannot name yet, wait for the name
+        (a ShareFetch names topics by id only, and its response must be metered whole: it is never trimmed, so
+        what is not counted when it passes is never counted); then :meth:`_share_plan`."""
+        request = ex.request
+        assert isinstance(request, MessageRequest)
+        session.update(request.body)
+        t = self.throttles
+        if t.fetcher(ex.client_id, -1, ex.principal, ex.client_host) is None or not t.leader_rate:
+            return None
+        unknown = self.names.missing({tid for tid, _ in session.partitions})
+        if unknown:
+            signal = Signal()
+            self.names.wait(unknown, signal.settle)
+            ex.pending = signal
+            return t
+        return self._share_plan(ex, session, t)
+
+    def on_resume(self, ex: Exchange, conn: Any, state: Any) -> Any:
+        return self._share_plan(ex, conn, state)  # only ShareFetch waits (for topic names)
+
+    def _share_plan(self, ex: Exchange, session: share.ShareSession, t: Throttles) -> Any:
+        """Lower MaxBytes to the quota's headroom when the session holds a throttled partition; nothing else of
+        the request changes (acknowledgements, epochs, partitions)."""
+        names = self.names.get
+        if not any(t.throttled(names(tid), index, CONSUMER) for tid, index in session.partitions):
+            return None
+        request = ex.request
+        assert isinstance(request, MessageRequest)
+        if share.clamp_max_bytes(request.body, self.state.leader.headroom(self.clock())):
+            request.changed = True
+        ex.collect = True
+        return t
+
+    def _share_response(self, ex: Exchange, response: MessageResponse, t: Throttles) -> None:
+        """Meter a ShareFetch response, never edit it (share.py); mute the client while the quota is exceeded."""
+        body = response.body
+        names = self.names.get
+
+        def throttled(tid: bytes, index: int) -> bool | None:
+            name = names(tid)
+            return None if name is None else t.throttled(name, index, CONSUMER)
+
+        sent, unnamed = share.throttled_bytes(body, throttled)
+        now = self.clock()
+        self.state.leader.record(sent, now)
+        if sent:
+            self.metrics.throttle_bytes_leader.inc(sent)
+        if unnamed:
+            self.names.note(unnamed)
+        ex.log["throttle_target_bps"] = t.leader_rate
+        ex.log["throttled_bytes"] = sent
+        mute = share.mute_for(self.state.leader, body.acquisition_lock_timeout_ms, now)
+        if mute > 0:
+            ex.mute_s = max(ex.mute_s, mute)
+
     def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
+        if ex.header.api_key == ApiKey.SHARE_FETCH:
+            assert isinstance(response, MessageResponse)
+            self._share_response(ex, response, state)
+            return
         assert isinstance(response, FetchResponse)
         ticket, t = state
         out = enforce(response.view, ticket, t, self.state, self.names.get, self.clock())
