@@ -120,22 +120,32 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
 
     log = get_logger("sluice.cli")
     proxy = Proxy(settings)
+    fleet = None
+    if settings.fleet.enabled:  # the fleet's settings applied before anything listens (proxy/fleet/control.py)
+        from proxy.fleet.control import FleetControl
+
+        fleet = FleetControl(proxy)
+        await fleet.start()
     await proxy.start()
+    if fleet is not None:
+        fleet.serving()
     admin: AdminServer | None = None
     if settings.admin.enabled:
         admin = AdminServer(settings.admin, proxy.ready, proxy.metrics)
-        reconfigure.add_routes(admin, proxy)
+        reconfigure.add_routes(admin, proxy, fleet)
         await admin.start()
         log.info("admin_listening", host=settings.admin.host, port=admin.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reconfigure.reload_file, proxy, config_path)
+    loop.add_signal_handler(signal.SIGHUP, reconfigure.reload_file, proxy, config_path, fleet)
     try:
         await stop.wait()
     finally:
         log.info("shutting_down", drain_timeout_s=settings.shutdown.drain_timeout_s)
+        if fleet is not None:
+            await fleet.stop()
         await proxy.stop()
         if admin is not None:
             await admin.stop()
