@@ -4,6 +4,7 @@
     sluice check-config FILE          validate FILE (+ SLUICE_* env overrides unless --no-env); "ok: FILE"
     sluice version | sluice --version print the version
     sluice throttle status|set|clear|plan   replication throttles (proxy/cli_throttle.py)
+    sluice fleet status               the fleet's instances: up, lagging, silent (proxy/fleet/cli.py)
     sluice report --logs PATH... --out DIR [--master local[2]|spark://...]
                                       Spark job over access logs: Parquet tables + DIR/report.html (proxy/analytics)
     sluice report --kafka HOST:PORT [--topic T] [--from TIME] [--to TIME] --out DIR
@@ -423,12 +424,28 @@ def _throttle(args: argparse.Namespace) -> int:
     return cli_throttle.run(args)
 
 
+# ----------------------------------------------------------------------------------------------------- fleet
+
+
+def _fleet_arguments(p: argparse.ArgumentParser) -> None:
+    from proxy.fleet import cli as fleet_cli
+
+    fleet_cli.add_arguments(p)
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    from proxy.fleet import cli as fleet_cli
+
+    return fleet_cli.run(args)
+
+
 COMMANDS: tuple[_Command, ...] = (
     _Command("run", "run the proxy", _run_arguments, _run),
     _Command("check-config", "validate a settings file and exit", _check_config_arguments, _check_config),
     _Command("version", "print the version", lambda _p: None, _version),
     _Command("throttle", "replication throttles (KIP-73): status | set | clear | plan", _throttle_arguments,
              _throttle),
+    _Command("fleet", "a fleet of instances run as one: status", _fleet_arguments, _fleet),
     _Command("report", "analyse access logs on Spark: Parquet aggregates and an HTML report", _report_arguments,
              _report),
     _Command("stream", "keep per-minute aggregates of the access-log topic current (Spark Structured Streaming)",

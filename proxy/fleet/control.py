@@ -52,7 +52,7 @@ from .status import StatusRecord
 if TYPE_CHECKING:
     from ..server import Proxy
 
-__all__ = ["FleetControl", "FleetMetrics", "WriteRefused"]
+__all__ = ["FleetControl", "FleetMetrics", "WriteRefused", "read_to_end"]
 
 log = get_logger("sluice.fleet")
 
@@ -347,6 +347,7 @@ class FleetControl:
                         timeout: float) -> int:
         producer = Producer({**self._conf, "transactional.id": f"sluice-fleet-{self.name}",
                              "transaction.timeout.ms": max(1000, int(timeout * 1000))})
+        committing = False
         try:
             producer.init_transactions(timeout)  # fences the fleet's other writers (KIP-98)
             state = self._read_to_end(timeout)
@@ -358,6 +359,7 @@ class FleetControl:
             key, value = encode(change)
             producer.begin_transaction()
             producer.produce(self.topic, value, key)
+            committing = True
             producer.commit_transaction(timeout)
             log.info("fleet_written", fleet=self.name, section=section, revision=revision, changed_by=changed_by)
             return revision
@@ -373,41 +375,17 @@ class FleetControl:
             if code in _FENCED:
                 raise WriteRefused(409, f"[{section}] another writer changed the fleet meanwhile ({err}); read it "
                                         "again and retry") from None
-            raise WriteRefused(503, f"the control topic {self.topic} could not be written: {err}") from None
+            outcome = ("the commit's outcome is unknown: read the section again before retrying" if committing
+                       else "nothing changed")
+            raise WriteRefused(503, f"the control topic {self.topic} could not be written ({err}); {outcome}") from None
 
     def _read_to_end(self, timeout: float) -> FleetState:
         """The control topic folded from its beginning to its end, as committed now (a fresh consumer)."""
         state = FleetState(self.name, self.state.sections, self._validate)
-        consumer = Consumer({**self._conf, "group.id": f"sluice-fleet-{self.name}-writer",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-        try:
-            topic = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
-            if topic is None or topic.error is not None:
-                raise KafkaException(topic.error if topic is not None and topic.error else
-                                     KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
-            partitions = set(topic.partitions)
-            consumer.assign([TopicPartition(self.topic, p, 0) for p in partitions])
-            at_end: set[int] = set()
-            deadline = self.clock() + timeout
-            while at_end < partitions:
-                if self.clock() > deadline:
-                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "reading the control topic to its end"))
-                msg = consumer.poll(_POLL_S)
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(msg.partition() or 0)
-                    elif err.fatal() or err.code() in _AUTHORIZATION:
-                        raise KafkaException(err)
-                    continue
-                with contextlib.suppress(Skipped):
-                    state.offer(msg.key(), msg.value())
-            return state
-        finally:
-            consumer.close()
+        for key, value in read_to_end(self._conf, self.topic, timeout, self.clock):
+            with contextlib.suppress(Skipped):
+                state.offer(key, value)
+        return state
 
     # ------------------------------------------------------------------------------------------- status
 
@@ -433,3 +411,39 @@ class FleetControl:
             producer.poll(0)
             await asyncio.sleep(self.settings.status_interval_s)
 
+
+
+def read_to_end(conf: dict[str, Any], topic: str, timeout: float,
+                clock: Callable[[], float] = time.monotonic) -> list[tuple[bytes | None, bytes | None]]:
+    """Every committed record of ``topic`` from its beginning to its end now, (key, value) in partition order (a
+    fresh consumer, no group: nothing is committed). Blocking; KafkaException (authorization, timeout...)."""
+    consumer = Consumer({**conf, "group.id": "sluice-fleet-reader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "auto.offset.reset": "earliest"})
+    out: list[tuple[bytes | None, bytes | None]] = []
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise KafkaException(meta.error if meta is not None and meta.error else
+                                 KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+        partitions = set(meta.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        deadline = clock() + timeout
+        while at_end < partitions:
+            if clock() > deadline:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"reading {topic} to its end"))
+            msg = consumer.poll(_POLL_S)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition() or 0)
+                elif err.fatal() or err.code() in _AUTHORIZATION:
+                    raise KafkaException(err)
+                continue
+            out.append((msg.key(), msg.value()))
+        return out
+    finally:
+        consumer.close()
