@@ -25,6 +25,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,19 @@ def _sluice(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _wait_revision(sidecars: list[SluiceProcess], revision: int) -> None:
     for s in sidecars:
-        wait_until(lambda s=s: _get(s)["revision"] >= revision, 30, lambda s=s: f"{s}: {_get(s)}")
+        wait_until(partial(_at_least, s, revision), 30, partial(_describe, s))
+
+
+def _at_least(s: SluiceProcess, revision: int) -> bool:
+    return bool(_get(s)["revision"] >= revision)
+
+
+def _describe(s: SluiceProcess) -> str:
+    return f"{s}: {_get(s)}"
+
+
+def _reachable(s: SluiceProcess, value: float) -> bool:
+    return s.metric("sluice_fleet_control_reachable") == value
 
 
 def test_one_throttle_set_is_applied_by_every_sidecar_and_throttles_the_move(
@@ -205,7 +218,7 @@ def test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back
             assert _get(a)["revision"] == 0
             control.stop()
             for s in instances:
-                wait_until(lambda s=s: s.metric("sluice_fleet_control_reachable") == 0, 30, f"{s} sees it down")
+                wait_until(partial(_reachable, s, 0), 30, f"{s} sees it down")
             # Serving never stops: ready, and a produce and a consume through each instance.
             for i, s in enumerate(instances):
                 status, _ = _readyz(s)
@@ -218,7 +231,7 @@ def test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back
             assert "fleet_control_unreachable" in events
             control.start()
             for s in instances:
-                wait_until(lambda s=s: s.metric("sluice_fleet_control_reachable") == 1, 60, f"{s} sees it back")
+                wait_until(partial(_reachable, s, 1), 60, f"{s} sees it back")
             status, written = admin_json(a.admin_url, "/throttles", "PUT", {"leader_rate_bytes": 2_000_000})
             assert status == 200, written
             _wait_revision(instances, written["revision"])
