@@ -12,8 +12,9 @@ other: a ``PUT /throttles`` (a new ``leader_rate_bytes``, based on the revision 
 applied it.
 
 What is measured, from the instances' own operational logs (one host, one clock): the write is the writer's
-``fleet_written`` event (logged when the transaction committed: the record is readable from then on), an
-application is each instance's ``fleet_applied`` event of that revision. Per change a line with the instances'
+``fleet_committing`` event (logged just before the transaction's commit: no instance can read the record
+earlier, so the time counted includes the commit itself), an application is each instance's ``fleet_applied``
+event of that revision. Per change a line with the instances'
 ``apply_s`` (application - write) p50/max and the PUT's own latency (``put_s``: fencing, reading the topic to its
 end, committing, and the writer's own application); the last line:
 
@@ -79,13 +80,13 @@ def change(fleet: list[SluiceProcess], writer: SluiceProcess, rate: int, timeout
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and len(applied) < len(fleet):
         if written is None:
-            written = _event(writer, "fleet_written", revision)
+            written = _event(writer, "fleet_committing", revision)
         for i, proc in enumerate(fleet):
             if i not in applied and (event := _event(proc, "fleet_applied", revision)) is not None:
                 applied[i] = _ts(event)
         time.sleep(0.05)  # bounded poll of the instances' logs; the times measured are the logs' own
     if written is None:
-        written = _event(writer, "fleet_written", revision)
+        written = _event(writer, "fleet_committing", revision)
     assert written is not None, "the writer did not log its write"
     apply_s = [t - _ts(written) for t in applied.values()]
     return {"bench": "fleet", "revision": revision, "writer": fleet.index(writer), "put_s": round(put_s, 3),

@@ -105,8 +105,11 @@ class FleetControl:
         self.metrics = FleetMetrics(proxy.metrics.registry)
         sections = tuple(proxy.settings.dynamic_sections)
         self.state = FleetState(fleet.name, sections, self._validate)
-        for section in sections:
+        for section in sections:  # every series exported from the start (the dashboard's panels show 0, not nothing)
             self.metrics.revision.labels(section).set(0)
+            self.metrics.applied.labels(section)
+        for outcome in ("written", "conflict", "refused", "failed"):
+            self.metrics.writes.labels(outcome)
         self._conf = client_config(fleet, proxy.settings.upstream, f"sluice-fleet-{fleet.name}")
         self.instance_id = fleet.instance_id
         self.host = socket.gethostname()
@@ -360,6 +363,8 @@ class FleetControl:
             producer.begin_transaction()
             producer.produce(self.topic, value, key)
             committing = True
+            # Logged before the commit: no instance can read the record earlier (bench/fleet.py times from here)
+            log.info("fleet_committing", fleet=self.name, section=section, revision=revision)
             producer.commit_transaction(timeout)
             log.info("fleet_written", fleet=self.name, section=section, revision=revision, changed_by=changed_by)
             return revision

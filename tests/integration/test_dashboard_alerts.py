@@ -225,7 +225,8 @@ def scraped(kafka_broker: KafkaBroker) -> Iterator[Scraped]:
             "throttle.topics": [{"topic": throttled, "replicas": "*"}],
             "throttle.consumers": [{"client_id": "backfill-*"}],
             "quota.entries": [QUOTA],
-            "sharing.enabled": True, "sharing.topics": [{"topic": shared}]}) as sluice:
+            "sharing.enabled": True, "sharing.topics": [{"topic": shared}],
+            "fleet.enabled": True, "fleet.name": f"dashboard-{stamp}"}) as sluice:
         prometheus = Prometheus(prometheus_config(sluice.admin_port))
         since = time.time()
         try:
