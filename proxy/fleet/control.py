@@ -310,6 +310,7 @@ class FleetControl:
             self.metrics.revision.labels(change.section).set(change.revision)
             log.info("fleet_applied", fleet=self.name, section=change.section, revision=change.revision,
                      changed_by=change.changed_by, changed_at=change.changed_at, offset=offset)
+            self._publish_once()  # the fleet's status shows the new revision now, not at the next interval
         event, self._applied_event = self._applied_event, asyncio.Event()
         event.set()
 
@@ -403,19 +404,22 @@ class FleetControl:
             revisions=self.state.revisions(), control_reachable=bool(self._reachable),
         )  # fmt: skip
 
-    async def _publish_status(self) -> None:
+    def _publish_once(self) -> None:
         producer = self._status_producer
-        assert producer is not None
-        while True:
-            key, value = self.status_record().encode()
-            try:
-                producer.produce(self.status_topic, value, key)
-                self.metrics.status_published.inc()
-            except (KafkaException, BufferError) as exc:  # the control cluster down: the next one will say it
-                log.debug("fleet_status_not_published", error=str(exc))
-            producer.poll(0)
-            await asyncio.sleep(self.settings.status_interval_s)
+        if producer is None or not self.instance_id:
+            return
+        key, value = self.status_record().encode()
+        try:
+            producer.produce(self.status_topic, value, key)
+            self.metrics.status_published.inc()
+        except (KafkaException, BufferError) as exc:  # the control cluster down: the next one will say it
+            log.debug("fleet_status_not_published", error=str(exc))
+        producer.poll(0)
 
+    async def _publish_status(self) -> None:
+        while True:
+            self._publish_once()
+            await asyncio.sleep(self.settings.status_interval_s)
 
 
 def read_to_end(conf: dict[str, Any], topic: str, timeout: float,
