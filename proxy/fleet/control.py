@@ -353,7 +353,10 @@ class FleetControl:
                              "transaction.timeout.ms": max(1000, int(timeout * 1000))})
         committing = False
         try:
-            producer.init_transactions(timeout)  # fences the fleet's other writers (KIP-98)
+            deadline = self.clock() + timeout
+            # fences the fleet's other writers (KIP-98); CONCURRENT_TRANSACTIONS (the previous write's markers still
+            # being written) is retriable: librdkafka asks the caller to call again
+            _retrying(producer.init_transactions, deadline, self.clock)
             state = self._read_to_end(timeout)
             try:
                 revision = next_revision(state, section, based_on)
@@ -366,7 +369,7 @@ class FleetControl:
             committing = True
             # Logged before the commit: no instance can read the record earlier (bench/fleet.py times from here)
             log.info("fleet_committing", fleet=self.name, section=section, revision=revision)
-            producer.commit_transaction(timeout)
+            _retrying(producer.commit_transaction, deadline, self.clock)
             log.info("fleet_written", fleet=self.name, section=section, revision=revision, changed_by=changed_by)
             return revision
         except KafkaException as exc:
@@ -420,6 +423,20 @@ class FleetControl:
         while True:
             self._publish_once()
             await asyncio.sleep(self.settings.status_interval_s)
+
+
+def _retrying(call: Callable[[float], object], deadline: float, clock: Callable[[], float]) -> None:
+    """``call(timeout)`` again while it fails with a retriable error (librdkafka's transactional API: "retriable
+    errors: call again") until ``deadline``."""
+    while True:
+        try:
+            call(max(0.1, deadline - clock()))
+            return
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if not (isinstance(err, KafkaError) and err.retriable()) or clock() >= deadline:
+                raise
+            time.sleep(0.05)  # in a worker thread; the deadline bounds the retries
 
 
 def read_to_end(conf: dict[str, Any], topic: str, timeout: float,
