@@ -43,6 +43,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ..accesslog import get_logger
+from ..config import ConfigError
 from ..metrics import sluice_version
 from ..reconfigure import ChangeRefused
 from .kafka_config import client_config
@@ -123,6 +124,13 @@ class FleetControl:
         self._write_lock = asyncio.Lock()
         self._status_task: asyncio.Task[None] | None = None
         self._status_producer: Producer | None = None
+        try:  # made now: librdkafka checks the properties (files, mechanisms) before anything listens
+            self._status_conf = {**self._conf, "enable.idempotence": True, "linger.ms": 0,
+                                 "message.timeout.ms": max(1000, int(fleet.status_interval_s * 3000))}
+            self._status_producer_ready = Producer(self._status_conf)
+        except (KafkaException, ValueError, TypeError) as exc:
+            key = "fleet.tls" if fleet.credentials == "fleet" else "upstream.tls"
+            raise ConfigError(key, f"the fleet's Kafka clients refuse the settings: {exc}") from None
 
     # ------------------------------------------------------------------------------------- what GET shows
 
@@ -160,8 +168,7 @@ class FleetControl:
             return
         if not self.instance_id:
             self.instance_id = f"{self.host}:{self.proxy.bootstrap_port}"
-        self._status_producer = Producer({**self._conf, "enable.idempotence": True, "linger.ms": 0,
-                                          "message.timeout.ms": max(1000, int(self.settings.status_interval_s * 3000))})
+        self._status_producer = self._status_producer_ready
         self._status_task = self._loop.create_task(self._publish_status())
 
     async def stop(self) -> None:
@@ -387,6 +394,14 @@ class FleetControl:
             outcome = ("the commit's outcome is unknown: read the section again before retrying" if committing
                        else "nothing changed")
             raise WriteRefused(503, f"the control topic {self.topic} could not be written ({err}); {outcome}") from None
+        finally:
+            # Closed now, not when garbage-collected: a producer left alive (its frame held by the exception's
+            # traceback) would go on retrying InitProducerId once the cluster answers, and fence the next writer.
+            with contextlib.suppress(Exception):
+                producer.purge()
+            with contextlib.suppress(Exception):
+                producer.close()
+            del producer
 
     def _read_to_end(self, timeout: float) -> FleetState:
         """The control topic folded from its beginning to its end, as committed now (a fresh consumer)."""
