@@ -211,7 +211,9 @@ def test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back
     name = f"ctl-{uuid.uuid4().hex[:8]}"
     with KafkaBroker() as control:
         upstreams = [b.bootstrap for b in fleet.cluster.brokers[:2]]
-        env = fleet_env(name, control.bootstrap, status_interval_s="1", write_timeout_s="3")
+        # broker_port_base 0: a free port per broker node (base + N is only picked free for N = the node_id)
+        env = {**fleet_env(name, control.bootstrap, status_interval_s="1", write_timeout_s="3"),
+               "SLUICE_LISTEN__BROKER_PORT_BASE": "0"}
         instances = start_fleet(upstreams, env)
         try:
             a = instances[0]
@@ -223,7 +225,7 @@ def test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back
             for i, s in enumerate(instances):
                 status, _ = _readyz(s)
                 assert status == 200
-                _produce_and_consume(s.bootstrap, unique_topic, f"during-outage-{i}".encode())
+                _produce_and_consume(s, unique_topic, f"during-outage-{i}".encode())
             status, refused = admin_json(a.admin_url, "/throttles", "PUT", {"leader_rate_bytes": 1})
             assert status == 503 and "nothing changed" in refused["error"], refused
             assert _get(a)["leader_rate_bytes"] == 0
@@ -248,10 +250,11 @@ def _readyz(s: SluiceProcess) -> tuple[int, str]:
         return resp.status, resp.read().decode()
 
 
-def _produce_and_consume(bootstrap: str, topic: str, value: bytes) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+def _produce_and_consume(sluice: SluiceProcess, topic: str, value: bytes) -> None:
+    bootstrap = sluice.bootstrap
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
     producer.produce(topic, value)
-    assert producer.flush(60) == 0
+    assert producer.flush(60) == 0, sluice.stderr_text()[-4000:]
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False})
     try:
