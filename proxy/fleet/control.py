@@ -356,14 +356,31 @@ class FleetControl:
 
     def _write_blocking(self, section: str, values: dict[str, Any], based_on: int | None, changed_by: str,
                         timeout: float) -> int:
+        deadline = self.clock() + timeout
+        while True:
+            try:
+                return self._write_once(section, values, based_on, changed_by, timeout, deadline)
+            except _Again:
+                # CONCURRENT_TRANSACTIONS: the previous write's transaction is still being completed by its
+                # coordinator (markers written); Kafka's own producer retries InitProducerId then (KIP-98).
+                if self.clock() >= deadline:
+                    raise WriteRefused(503, f"the control topic {self.topic}: the previous change is still being "
+                                            "committed; nothing changed, retry") from None
+                time.sleep(0.1)  # in a worker thread; bounded by the deadline
+
+    def _write_once(self, section: str, values: dict[str, Any], based_on: int | None, changed_by: str,
+                    timeout: float, deadline: float) -> int:
         producer = Producer({**self._conf, "transactional.id": f"sluice-fleet-{self.name}",
                              "transaction.timeout.ms": max(1000, int(timeout * 1000))})
         committing = False
         try:
-            deadline = self.clock() + timeout
-            # fences the fleet's other writers (KIP-98); CONCURRENT_TRANSACTIONS (the previous write's markers still
-            # being written) is retriable: librdkafka asks the caller to call again
-            _retrying(producer.init_transactions, deadline, self.clock)
+            try:  # fences the fleet's other writers (KIP-98)
+                _retrying(producer.init_transactions, deadline, self.clock)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() == KafkaError.CONCURRENT_TRANSACTIONS:
+                    raise _Again from None
+                raise
             state = self._read_to_end(timeout)
             try:
                 revision = next_revision(state, section, based_on)
@@ -438,6 +455,10 @@ class FleetControl:
         while True:
             self._publish_once()
             await asyncio.sleep(self.settings.status_interval_s)
+
+
+class _Again(Exception):
+    """Start the write again with a new producer."""
 
 
 def _retrying(call: Callable[[float], object], deadline: float, clock: Callable[[], float]) -> None:
