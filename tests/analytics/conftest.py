@@ -1,7 +1,7 @@
 """Spark for the analytics tests: a real local[2] session (never mocked), one per test module, bound to
 127.0.0.1. pyspark and a Java runtime are required - missing either fails the tests, as a missing broker does.
 
-Every session has the Kafka connector (resolved from Maven Central once, then from the Ivy cache): Spark reads
+Every session has the Kafka connector and Delta Lake (resolved from Maven Central once, then from the Ivy cache): Spark reads
 ``spark.jars.packages`` only when it starts its JVM, which the first module's session does for the whole run."""
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ TEST_CONF = {
 def spark() -> Iterator[SparkSession]:
     before = os.environ.get("SPARK_LOCAL_IP")
     os.environ["SPARK_LOCAL_IP"] = LOOPBACK  # forced, not defaulted: the machine's value must not leak in
-    session = build_session("local[2]", app_name="sluice-analytics-tests", conf=TEST_CONF, kafka=True)
+    session = build_session("local[2]", app_name="sluice-analytics-tests", conf=TEST_CONF, kafka=True,
+                            delta=True)
     try:
         yield session
     finally:

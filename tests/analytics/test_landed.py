@@ -1,0 +1,96 @@
+"""The landed table (proxy/analytics/landed.py): generated logs - several files, gzip, malformed lines of every
+kind, lines of another schema or event, the optional fields - landed into a Delta table, and the report over the
+table equals the report over the JSON lines it came from, table by table. A time range reads only its lines; the
+table is partitioned by the lines' date and hour."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from bench.gen_logs import generate
+from proxy.analytics.job import JobOptions, JobResult, run_job
+from proxy.analytics.landed import LandedTable, land_logs
+from tests.analytics.conftest import table
+from tests.analytics.oracle import Oracle, epoch_us
+from tests.analytics.test_generated import HAND_MADE
+
+
+
+@dataclass
+class Landed:
+    json: JobResult
+    table: JobResult
+    uri: str
+    oracle: Oracle
+
+
+@pytest.fixture(scope="module")
+def landed(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Landed]:
+    base = tmp_path_factory.mktemp("landed")
+    logs = base / "logs"
+    generate(logs / "plain", 6_000, files=2, malformed=5, extensions=True, span_s=600, seed=11)
+    generate(logs / "gz", 3_000, files=1, compress=True, malformed=3, extensions=True, span_s=600, seed=12)
+    (logs / "hand-made.jsonl").write_text("\n".join(HAND_MADE) + "\n", encoding="utf-8")
+    uri = str(base / "access_log")
+    land_logs(spark, [str(logs.absolute())], uri)
+    opts = JobOptions(rate_window_s=10)
+    from_json = run_job(spark, [str(logs.absolute())], base / "from-json", opts)
+    from_table = run_job(spark, LandedTable(uri), base / "from-table", opts)
+    yield Landed(from_json, from_table, uri, Oracle.read([logs.absolute()]))
+
+
+def _rows(spark: SparkSession, path: str) -> list[str]:
+    return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=str)
+                  for r in table(spark, path).collect())
+
+
+def _summary(result: JobResult) -> dict[str, Any]:
+    s = result.summary()
+    return {k: v for k, v in s.items() if k not in ("report", "seconds", "tables")}
+
+
+def test_the_report_over_the_table_equals_the_report_over_the_json(spark: SparkSession, landed: Landed) -> None:
+    assert landed.table.tables.keys() == landed.json.tables.keys()
+    for name in landed.json.tables:
+        assert _rows(spark, landed.table.tables[name]) == _rows(spark, landed.json.tables[name]), name
+    assert _summary(landed.table) == _summary(landed.json)
+    c = landed.table.counts
+    o = landed.oracle.classes
+    assert (c.valid, c.malformed, c.incomplete, c.other_schema, c.other_event) == (
+        o["valid"], o["malformed"], o["incomplete"], o["other_schema"], o["other_event"])
+    page = landed.table.report.read_text()
+    assert "First 5 malformed line(s)" in page and f"{c.malformed:,} malformed lines" in page
+
+
+def test_the_table_keeps_every_line_partitioned_by_date_and_hour(spark: SparkSession, landed: Landed) -> None:
+    df = spark.read.format("delta").load(landed.uri)
+    by_class = dict(df.groupBy("class").count().collect())  # type: ignore[arg-type]
+    assert by_class == {k: v for k, v in landed.oracle.classes.items() if v}
+    # malformed lines keep their text; the others do not need it
+    assert df.filter("class = 'malformed'").filter("line IS NULL").count() == 0
+    assert df.filter("class != 'malformed'").filter("line IS NOT NULL").count() == 0
+    parts = {(r["date"].isoformat(), r["hour"]) for r in df.select("date", "hour").distinct().collect()}
+    assert {("2025-01-31", 12)} <= parts  # hand-made lines at 12:03, 12:04
+    # a line's partition is its ts's date and hour (UTC)
+    assert df.filter("ts IS NOT NULL AND (date != to_date(ts) OR hour != hour(ts))").count() == 0
+
+
+def test_a_time_range_reads_exactly_its_lines(spark: SparkSession, landed: Landed, tmp_path: Path) -> None:
+    rows = landed.oracle.rows
+    first = min(epoch_us(r["ts"]) for r in rows)
+    start = datetime.fromtimestamp(first / 1e6, UTC).replace(microsecond=0) + timedelta(seconds=120)
+    end = start + timedelta(seconds=180)
+    inside = [r for r in rows if start.timestamp() * 1e6 <= epoch_us(r["ts"]) < end.timestamp() * 1e6]
+    assert 0 < len(inside) < len(rows)
+    result = run_job(spark, LandedTable(landed.uri, start, end), tmp_path)
+    assert result.counts.valid == len(inside)
+    assert result.counts.first_ts is not None and result.counts.first_ts >= start
+    assert result.counts.last_ts is not None and result.counts.last_ts < end
