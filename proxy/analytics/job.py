@@ -2,9 +2,10 @@
 
     run_job(spark, ["logs/"], "out/")     # -> out/parquet/<table>/, out/report.html, out/summary.json
     run_job(spark, KafkaTopic("kafka:9092", "sluice-access-log", start, end), "out/")   # the topic, a time range
+    run_job(spark, LandedTable("live/access_log", start, end), "out/")   # the table `sluice stream` lands
 
 Steps: read and classify every line once - from files or from the access-log topic - caching the valid rows
-(``source``); pick the time-bucket size from the span of the logs (``buckets``); roll the events up once and write
+(``source``; the landed table is not cached but read column by column, classified when it landed: ``landed``); pick the time-bucket size from the span of the logs (``buckets``); roll the events up once and write
 each aggregate (``aggregates``) as Parquet, reading it back, so the report (``sections``, ``minutes``, ``charts``,
 ``html``) is built from exactly what was written, from small tables; size a replication throttle from the measured
 inbound rates (``kip73``). The per-minute tables (``live.MINUTE_TABLES``) are written too: the tables

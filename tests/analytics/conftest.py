@@ -1,11 +1,13 @@
 """Spark for the analytics tests: a real local[2] session (never mocked), one per test module, bound to
 127.0.0.1. pyspark and a Java runtime are required - missing either fails the tests, as a missing broker does.
 
-Every session has the Kafka connector and Delta Lake (resolved from Maven Central once, then from the Ivy cache): Spark reads
-``spark.jars.packages`` only when it starts its JVM, which the first module's session does for the whole run."""
+Every session has the Kafka connector and Delta Lake (resolved from Maven Central once, then from the Ivy cache):
+Spark reads ``spark.jars.packages`` only when it starts its JVM, which the first module's session does for the whole
+run."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from urllib.parse import urlparse
@@ -44,6 +46,12 @@ def spark() -> Iterator[SparkSession]:
 
 def table(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.parquet(path)
+
+
+def sorted_rows(spark: SparkSession, path: str) -> list[str]:
+    """A Parquet table's rows as sorted JSON: two tables are equal when these are."""
+    return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=str)
+                  for r in table(spark, path).collect())
 
 
 def local_path(source: str) -> str:

@@ -6,7 +6,8 @@ real Sluice run with its Kafka sink on.
 - batch over a time range (Kafka's startingTimestamp/endingTimestamp): exactly the records in it;
 - Structured Streaming (``sluice stream``): run in small micro-batches over the generated events, then started again
   from its checkpoint after the real Sluice's events arrived - its per-minute tables equal the batch job's over the
-  same events; a replayed micro-batch changes nothing; the live report renders them.
+  same events; a replayed micro-batch changes nothing; the live report renders them. The stream also lands every
+  record in the access-log table, once, and the report over that table equals the report over the topic.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from proxy.analytics import live
+from proxy.analytics import landed, live
 from proxy.analytics.job import JobResult, run_job
+from proxy.analytics.landed import LandedTable
 from proxy.analytics.minutes import live_report
-from proxy.analytics.source import KafkaTopic
+from proxy.analytics.source import KafkaTopic, classify, parse_kafka_rows
 from rig.kafka import KafkaBroker
+from tests.analytics.conftest import sorted_rows
 from tests.analytics.kafka_data import (
     REAL_CONSUMER,
     REAL_KEY,
@@ -51,6 +54,7 @@ class Topic:
     generated: list[Record]
     live_dir: Path
     batch: JobResult
+    table: str  # the access log the stream landed
 
 
 @pytest.fixture(scope="module")
@@ -64,16 +68,17 @@ def topic(spark: SparkSession, kafka_broker: KafkaBroker, tmp_path_factory: pyte
     live_dir = base / "live"
     # The stream in small micro-batches: the two processes' partitions are read in different batches, so minutes
     # are updated by several batches (as late events do).
-    live.run_stream(spark, source, str(live_dir), once=True, max_records_per_batch=700)
+    table = str(base / "access_log")
+    live.run_stream(spark, source, str(live_dir), once=True, max_records_per_batch=700, table=table)
     first = live.current_tables(spark, str(live_dir)).version
     assert first is not None and first >= 2
     # More events, from a real Sluice; the stream picks up where its checkpoint says.
     real_sluice_to_topic(kafka_broker.bootstrap, kafka_broker.bootstrap, name)
-    live.run_stream(spark, source, str(live_dir), once=True)
+    live.run_stream(spark, source, str(live_dir), once=True, table=table)
     second = live.current_tables(spark, str(live_dir)).version
     assert second is not None and second > first
     batch = run_job(spark, source, base / "batch")
-    return Topic(source, read_topic(kafka_broker.bootstrap, name), generated, live_dir, batch)
+    return Topic(source, read_topic(kafka_broker.bootstrap, name), generated, live_dir, batch, table)
 
 
 def sums(row: object) -> tuple[int, ...]:
@@ -128,6 +133,16 @@ def test_the_streams_tables_equal_the_batch_jobs(spark: SparkSession, topic: Top
     assert consumer.agg(F.sum("bytes_proxy_to_client")).collect()[0][0] >= 60 * 512
 
 
+def test_the_landed_table_holds_every_record_once_and_reports_as_the_topic_does(
+        spark: SparkSession, topic: Topic, tmp_path: Path) -> None:
+    from_table = run_job(spark, LandedTable(topic.table), tmp_path)
+    assert from_table.counts == topic.batch.counts
+    assert from_table.tables.keys() == topic.batch.tables.keys()
+    for name in topic.batch.tables:
+        assert sorted_rows(spark, from_table.tables[name]) == sorted_rows(spark, topic.batch.tables[name]), name
+    assert spark.read.format("delta").load(topic.table).count() == len(topic.records)
+
+
 def test_a_replayed_micro_batch_is_not_counted_twice(spark: SparkSession, topic: Topic) -> None:
     out = str(topic.live_dir)
     before = live.current_tables(spark, out)
@@ -136,10 +151,14 @@ def test_a_replayed_micro_batch_is_not_counted_twice(spark: SparkSession, topic:
     rows = rows_of(spark, before.paths["client_minute"], spec.columns)
     # What Spark does after a crash between the tables' commit and its own: the same batch id again.
     replay = spark.read.format("kafka").options(**topic.source.reader_options()).load()
-    live._apply_batch(spark, out, None, replay, before.version, lambda _m: None)
+    live._apply_batch(spark, out, None, replay, before.version, lambda _m: None, topic.table)
     after = live.current_tables(spark, out)
     assert after.version == before.version
     assert rows_of(spark, after.paths["client_minute"], spec.columns) == rows
+    # A crash between landing a batch and committing the tables: the replay lands it again, and the table skips it.
+    landed.land(landed.landed_rows(classify(parse_kafka_rows(replay))), topic.table,
+                writer_id=live._writer_id(out), batch_id=before.version)
+    assert spark.read.format("delta").load(topic.table).count() == len(topic.records)
     # and a stream started again with nothing new leaves the tables as they are
     live.run_stream(spark, topic.source, out, once=True)
     assert rows_of(spark, live.current_tables(spark, out).paths["client_minute"], spec.columns) == rows

@@ -6,6 +6,9 @@ table is partitioned by the lines' date and hour."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,10 +21,9 @@ from pyspark.sql import SparkSession
 from bench.gen_logs import generate
 from proxy.analytics.job import JobOptions, JobResult, run_job
 from proxy.analytics.landed import LandedTable, land_logs
-from tests.analytics.conftest import table
+from tests.analytics.conftest import sorted_rows
 from tests.analytics.oracle import Oracle, epoch_us
 from tests.analytics.test_generated import HAND_MADE
-
 
 
 @dataclass
@@ -47,11 +49,6 @@ def landed(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Ite
     yield Landed(from_json, from_table, uri, Oracle.read([logs.absolute()]))
 
 
-def _rows(spark: SparkSession, path: str) -> list[str]:
-    return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=str)
-                  for r in table(spark, path).collect())
-
-
 def _summary(result: JobResult) -> dict[str, Any]:
     s = result.summary()
     return {k: v for k, v in s.items() if k not in ("report", "seconds", "tables")}
@@ -60,7 +57,7 @@ def _summary(result: JobResult) -> dict[str, Any]:
 def test_the_report_over_the_table_equals_the_report_over_the_json(spark: SparkSession, landed: Landed) -> None:
     assert landed.table.tables.keys() == landed.json.tables.keys()
     for name in landed.json.tables:
-        assert _rows(spark, landed.table.tables[name]) == _rows(spark, landed.json.tables[name]), name
+        assert sorted_rows(spark, landed.table.tables[name]) == sorted_rows(spark, landed.json.tables[name]), name
     assert _summary(landed.table) == _summary(landed.json)
     c = landed.table.counts
     o = landed.oracle.classes
@@ -94,3 +91,17 @@ def test_a_time_range_reads_exactly_its_lines(spark: SparkSession, landed: Lande
     assert result.counts.valid == len(inside)
     assert result.counts.first_ts is not None and result.counts.first_ts >= start
     assert result.counts.last_ts is not None and result.counts.last_ts < end
+
+
+def test_sluice_report_reads_the_table(landed: Landed, tmp_path: Path) -> None:
+    # its own process: `sluice report` stops the Spark session it ran in, which here would be the module's
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "proxy", "report", "--table", landed.uri, "--out", str(tmp_path), "--rate-window", "10s",
+         "--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.driver.memory=1g"],
+        capture_output=True, text=True, timeout=600, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    expected = _summary(landed.json)
+    assert {k: summary[k] for k in expected} == expected
+    assert f"table {landed.uri}" in (tmp_path / "report.html").read_text()
