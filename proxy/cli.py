@@ -308,8 +308,8 @@ def _report(args: argparse.Namespace) -> int:
         return usage("--from and --to select records of the topic or the table: use them with --kafka or --table")
     if start and end and start >= end:
         return usage("--from must be before --to")
-    if args.logs:
-        missing = _missing_inputs(args.logs)
+    if args.logs or args.table:
+        missing = _missing_inputs(args.logs or [args.table])
         if missing:
             return usage(f"no such file or directory: {', '.join(missing)}")
     try:
