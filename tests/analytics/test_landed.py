@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,17 +24,20 @@ from tests.analytics.conftest import sorted_rows
 from tests.analytics.oracle import Oracle, epoch_us
 from tests.analytics.test_generated import HAND_MADE
 
+# One Spark job per test's setup at most (the fixtures are module-scoped, set up by the first test that uses them):
+# each test's time limit then covers one job, also on a busy machine.
+OPTIONS = JobOptions(rate_window_s=10)
+
 
 @dataclass
 class Landed:
-    json: JobResult
-    table: JobResult
     uri: str
+    logs: Path
     oracle: Oracle
 
 
 @pytest.fixture(scope="module")
-def landed(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Landed]:
+def landed(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Landed:
     base = tmp_path_factory.mktemp("landed")
     logs = base / "logs"
     generate(logs / "plain", 6_000, files=2, malformed=5, extensions=True, span_s=600, seed=11)
@@ -43,28 +45,22 @@ def landed(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Ite
     (logs / "hand-made.jsonl").write_text("\n".join(HAND_MADE) + "\n", encoding="utf-8")
     uri = str(base / "access_log")
     land_logs(spark, [str(logs.absolute())], uri)
-    opts = JobOptions(rate_window_s=10)
-    from_json = run_job(spark, [str(logs.absolute())], base / "from-json", opts)
-    from_table = run_job(spark, LandedTable(uri), base / "from-table", opts)
-    yield Landed(from_json, from_table, uri, Oracle.read([logs.absolute()]))
+    return Landed(uri, logs.absolute(), Oracle.read([logs.absolute()]))
+
+
+@pytest.fixture(scope="module")
+def from_json(spark: SparkSession, landed: Landed) -> JobResult:
+    return run_job(spark, [str(landed.logs)], landed.logs.parent / "from-json", OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def from_table(spark: SparkSession, landed: Landed) -> JobResult:
+    return run_job(spark, LandedTable(landed.uri), landed.logs.parent / "from-table", OPTIONS)
 
 
 def _summary(result: JobResult) -> dict[str, Any]:
     s = result.summary()
     return {k: v for k, v in s.items() if k not in ("report", "seconds", "tables")}
-
-
-def test_the_report_over_the_table_equals_the_report_over_the_json(spark: SparkSession, landed: Landed) -> None:
-    assert landed.table.tables.keys() == landed.json.tables.keys()
-    for name in landed.json.tables:
-        assert sorted_rows(spark, landed.table.tables[name]) == sorted_rows(spark, landed.json.tables[name]), name
-    assert _summary(landed.table) == _summary(landed.json)
-    c = landed.table.counts
-    o = landed.oracle.classes
-    assert (c.valid, c.malformed, c.incomplete, c.other_schema, c.other_event) == (
-        o["valid"], o["malformed"], o["incomplete"], o["other_schema"], o["other_event"])
-    page = landed.table.report.read_text()
-    assert "First 5 malformed line(s)" in page and f"{c.malformed:,} malformed lines" in page
 
 
 def test_the_table_keeps_every_line_partitioned_by_date_and_hour(spark: SparkSession, landed: Landed) -> None:
@@ -80,6 +76,24 @@ def test_the_table_keeps_every_line_partitioned_by_date_and_hour(spark: SparkSes
     assert df.filter("ts IS NOT NULL AND (date != to_date(ts) OR hour != hour(ts))").count() == 0
 
 
+def test_the_report_over_the_json_counts_every_line(landed: Landed, from_json: JobResult) -> None:
+    c = from_json.counts
+    o = landed.oracle.classes
+    assert (c.valid, c.malformed, c.incomplete, c.other_schema, c.other_event) == (
+        o["valid"], o["malformed"], o["incomplete"], o["other_schema"], o["other_event"])
+
+
+def test_the_report_over_the_table_equals_the_report_over_the_json(spark: SparkSession, from_json: JobResult,
+                                                                   from_table: JobResult) -> None:
+    assert from_table.tables.keys() == from_json.tables.keys()
+    for name in from_json.tables:
+        assert sorted_rows(spark, from_table.tables[name]) == sorted_rows(spark, from_json.tables[name]), name
+    assert _summary(from_table) == _summary(from_json)
+    c = from_table.counts
+    page = from_table.report.read_text()
+    assert "First 5 malformed line(s)" in page and f"{c.malformed:,} malformed lines" in page
+
+
 def test_a_time_range_reads_exactly_its_lines(spark: SparkSession, landed: Landed, tmp_path: Path) -> None:
     rows = landed.oracle.rows
     first = min(epoch_us(r["ts"]) for r in rows)
@@ -93,7 +107,7 @@ def test_a_time_range_reads_exactly_its_lines(spark: SparkSession, landed: Lande
     assert result.counts.last_ts is not None and result.counts.last_ts < end
 
 
-def test_sluice_report_reads_the_table(landed: Landed, tmp_path: Path) -> None:
+def test_sluice_report_reads_the_table(landed: Landed, from_json: JobResult, tmp_path: Path) -> None:
     # its own process: `sluice report` stops the Spark session it ran in, which here would be the module's
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.run(
@@ -102,6 +116,6 @@ def test_sluice_report_reads_the_table(landed: Landed, tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=600, check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    expected = _summary(landed.json)
+    expected = _summary(from_json)
     assert {k: summary[k] for k in expected} == expected
     assert f"table {landed.uri}" in (tmp_path / "report.html").read_text()
