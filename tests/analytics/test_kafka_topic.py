@@ -54,7 +54,6 @@ class Topic:
     generated: list[Record]
     live_dir: Path
     batch: JobResult
-    table: str  # the access log the stream landed
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +67,16 @@ def topic(spark: SparkSession, kafka_broker: KafkaBroker, tmp_path_factory: pyte
     live_dir = base / "live"
     # The stream in small micro-batches: the two processes' partitions are read in different batches, so minutes
     # are updated by several batches (as late events do).
-    table = str(base / "access_log")
-    live.run_stream(spark, source, str(live_dir), once=True, max_records_per_batch=700, table=table)
+    live.run_stream(spark, source, str(live_dir), once=True, max_records_per_batch=700)
     first = live.current_tables(spark, str(live_dir)).version
     assert first is not None and first >= 2
     # More events, from a real Sluice; the stream picks up where its checkpoint says.
     real_sluice_to_topic(kafka_broker.bootstrap, kafka_broker.bootstrap, name)
-    live.run_stream(spark, source, str(live_dir), once=True, table=table)
+    live.run_stream(spark, source, str(live_dir), once=True)
     second = live.current_tables(spark, str(live_dir)).version
     assert second is not None and second > first
     batch = run_job(spark, source, base / "batch")
-    return Topic(source, read_topic(kafka_broker.bootstrap, name), generated, live_dir, batch, table)
+    return Topic(source, read_topic(kafka_broker.bootstrap, name), generated, live_dir, batch)
 
 
 def sums(row: object) -> tuple[int, ...]:
@@ -133,14 +131,27 @@ def test_the_streams_tables_equal_the_batch_jobs(spark: SparkSession, topic: Top
     assert consumer.agg(F.sum("bytes_proxy_to_client")).collect()[0][0] >= 60 * 512
 
 
-def test_the_landed_table_holds_every_record_once_and_reports_as_the_topic_does(
+def test_the_stream_lands_every_record_once_and_the_report_over_it_equals_the_topics(
         spark: SparkSession, topic: Topic, tmp_path: Path) -> None:
-    from_table = run_job(spark, LandedTable(topic.table), tmp_path)
+    # A stream of its own (the fixture's keeps only the per-minute tables: one test's time limit, one stream), in
+    # two micro-batches or more.
+    out, table = str(tmp_path / "live"), str(tmp_path / "access_log")
+    live.run_stream(spark, topic.source, out, once=True, max_records_per_batch=len(topic.records) // 2 + 1,
+                    table=table)
+    version = live.current_tables(spark, out).version
+    assert version is not None and version >= 1
+    assert spark.read.format("delta").load(table).count() == len(topic.records)
+    # A crash between landing a batch and committing the per-minute tables: Spark replays the batch, it lands again,
+    # and the table skips it (the same stream, the same batch id).
+    replay = spark.read.format("kafka").options(**topic.source.reader_options()).load()
+    landed.land(landed.landed_rows(classify(parse_kafka_rows(replay))), table, writer_id=live._writer_id(out),
+                batch_id=version)
+    assert spark.read.format("delta").load(table).count() == len(topic.records)
+    from_table = run_job(spark, LandedTable(table), tmp_path / "report")
     assert from_table.counts == topic.batch.counts
     assert from_table.tables.keys() == topic.batch.tables.keys()
     for name in topic.batch.tables:
         assert sorted_rows(spark, from_table.tables[name]) == sorted_rows(spark, topic.batch.tables[name]), name
-    assert spark.read.format("delta").load(topic.table).count() == len(topic.records)
 
 
 def test_a_replayed_micro_batch_is_not_counted_twice(spark: SparkSession, topic: Topic) -> None:
@@ -151,14 +162,10 @@ def test_a_replayed_micro_batch_is_not_counted_twice(spark: SparkSession, topic:
     rows = rows_of(spark, before.paths["client_minute"], spec.columns)
     # What Spark does after a crash between the tables' commit and its own: the same batch id again.
     replay = spark.read.format("kafka").options(**topic.source.reader_options()).load()
-    live._apply_batch(spark, out, None, replay, before.version, lambda _m: None, topic.table)
+    live._apply_batch(spark, out, None, replay, before.version, lambda _m: None)
     after = live.current_tables(spark, out)
     assert after.version == before.version
     assert rows_of(spark, after.paths["client_minute"], spec.columns) == rows
-    # A crash between landing a batch and committing the tables: the replay lands it again, and the table skips it.
-    landed.land(landed.landed_rows(classify(parse_kafka_rows(replay))), topic.table,
-                writer_id=live._writer_id(out), batch_id=before.version)
-    assert spark.read.format("delta").load(topic.table).count() == len(topic.records)
     # and a stream started again with nothing new leaves the tables as they are
     live.run_stream(spark, topic.source, out, once=True)
     assert rows_of(spark, live.current_tables(spark, out).paths["client_minute"], spec.columns) == rows
