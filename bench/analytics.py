@@ -145,22 +145,22 @@ def extract_revision(rev: str, into: Path) -> str:
 # ------------------------------------------------------------------------------------------------- a job
 
 
-def _digest(value: Any) -> Any:
+def rounded(value: Any) -> Any:
     """Rows compared across jobs: floats to 9 significant digits (sums of doubles may differ in the last bits
     with the order Spark adds them in), everything else as is."""
     if isinstance(value, float):
         return float(f"{value:.9g}")
     if isinstance(value, list | tuple):
-        return [_digest(v) for v in value]
+        return [rounded(v) for v in value]
     if isinstance(value, dict):
-        return {k: _digest(v) for k, v in value.items()}
+        return {k: rounded(v) for k, v in value.items()}
     return value
 
 
 def table_digests(spark: Any, tables: dict[str, str]) -> dict[str, str]:
     out = {}
     for name, path in sorted(tables.items()):
-        rows = sorted(json.dumps(_digest(r.asDict(recursive=True)), sort_keys=True, default=str)
+        rows = sorted(json.dumps(rounded(r.asDict(recursive=True)), sort_keys=True, default=str)
                       for r in spark.read.parquet(path).collect())
         out[name] = hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
     return out

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from bench.analytics import _digest
+from bench.analytics import rounded
 from proxy.analytics.session import build_session
 
 LOOPBACK = "127.0.0.1"
@@ -52,7 +52,7 @@ def table(spark: SparkSession, path: str) -> DataFrame:
 def sorted_rows(spark: SparkSession, path: str) -> list[str]:
     """A Parquet table's rows as sorted JSON, floats to 9 significant digits (a sum of doubles differs in its last
     bits with the order Spark adds them in): two tables are equal when these are, as bench.analytics compares."""
-    return sorted(json.dumps(_digest(r.asDict(recursive=True)), sort_keys=True, default=str)
+    return sorted(json.dumps(rounded(r.asDict(recursive=True)), sort_keys=True, default=str)
                   for r in table(spark, path).collect())
 
 
