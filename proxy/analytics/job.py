@@ -4,13 +4,13 @@
     run_job(spark, KafkaTopic("kafka:9092", "sluice-access-log", start, end), "out/")   # the topic, a time range
     run_job(spark, LandedTable("live/access_log", start, end), "out/")   # the table `sluice stream` lands
 
-Steps: read and classify every line once - from files or from the access-log topic - caching the valid rows
-(``source``; the landed table is not cached but read column by column, classified when it landed: ``landed``); pick the time-bucket size from the span of the logs (``buckets``); roll the events up once and write
-each aggregate (``aggregates``) as Parquet, reading it back, so the report (``sections``, ``minutes``, ``charts``,
-``html``) is built from exactly what was written, from small tables; size a replication throttle from the measured
-inbound rates (``kip73``). The per-minute tables (``live.MINUTE_TABLES``) are written too: the tables
-``sluice stream`` keeps current from the topic, computed here mostly from the rollup (the stream computes them from
-its events: the tests hold both to the same result).
+Steps: read and classify every line once - from files or from the access-log topic - caching the valid rows (``source``;
+the landed table is not cached but read column by column, classified when it landed: ``landed``); pick the time-bucket
+size from the span of the logs (``buckets``); roll the events up once and write each aggregate (``aggregates``) as
+Parquet, reading it back, so the report (``sections``, ``minutes``, ``charts``, ``html``) is built from exactly what was
+written, from small tables; size a replication throttle from the measured inbound rates (``kip73``). The per-minute
+tables (``live.MINUTE_TABLES``) are written too: the tables ``sluice stream`` keeps current from the topic, computed
+here mostly from the rollup (the stream computes them from its events: the tests hold both to the same result).
 
 The same code runs on local[N] and on a cluster: the aggregates are plain DataFrame operations (no Python UDFs, so
 no Python workers and no serialisation per row). On a cluster the Parquet destination must be a filesystem the
