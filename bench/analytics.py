@@ -11,6 +11,10 @@ spending a minute or two writing ~5 GB. The default data set is a fleet's hour: 
 each serving 64 client_ids (Zipf-like shares; one throttled) over 24 topics (~260 partitions), 1 line in 10,000
 malformed.
 
+The landed table: the same logs landed once (``proxy.analytics.landed.land_logs``, in its own process; kept in the
+cache directory beside the logs, keyed by them and the landing code), and the same job over it (``sluice report
+--table``), in the order JSON, table, table, JSON.
+
 Each job runs in its own process with its own Spark session (a fresh JVM): first an unmeasured warm-up job over 100k
 rows (the JVM compiles the hot paths during its first job; that is start-up cost, not throughput), then the measured
 job: read, classify, every Parquet table, the HTML report - ``run_job`` end to end. ``--compare REV`` also runs the
@@ -18,14 +22,16 @@ job of git revision REV (its ``proxy/`` package, extracted from git) the same wa
 this tree, this tree, REV (ABBA: whatever the machine's state drifts by, e.g. a page cache warmed by the first job,
 lands on both sides alike); each side's figures are the mean of its two jobs.
 
-Prints JSON lines: the data set (generated or cached), one line per job - seconds and rows/s, the phases (read:
-parse + classify + counts; tables; report), and the Spark JVM's CPU seconds in each phase, which say more than wall
-seconds on a shared machine - and a last line ``{"summary": "analytics", "rows": ..., "rows_per_s": ...,
-"baseline_rows_per_s": ..., "speedup": ..., "tables_equal": ...}``. ``tables_equal``, the check: every Parquet
-table of every job holds the same rows (floats to 9 significant digits), so a faster job that changed a result
-shows here; the exit status is 1 when they differ.
+Prints JSON lines: the data set (generated or cached), the landed table (landed or cached), one line per job -
+seconds and rows/s, the phases (read: parse + classify + counts; tables; report), and the Spark JVM's CPU seconds in
+each phase, which say more than wall seconds on a shared machine - and a last line ``{"summary": "analytics",
+"rows": ..., "rows_per_s": ..., "landed_rows_per_s": ..., "baseline_rows_per_s": ..., "speedup": ...,
+"tables_equal": ...}``. ``tables_equal``, the
+check: every Parquet table of every job - over the JSON lines and over the landed table - holds the same rows
+(floats to 9 significant digits), so a faster job that changed a result shows here; the exit status is 1 when they
+differ.
 
-Measured figures are in the README's Analytics section.
+Measured figures are in docs/PERFORMANCE.md (Analytics).
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ from bench.gen_logs import Deployment, generate
 WARMUP_ROWS = 100_000
 SPAN_S = 3600.0
 GOAL_ROWS_PER_S = 150_000
+GOAL_LANDED_ROWS_PER_S = 1_000_000
+#: what the landed table's layout depends on: a change to these lands the cached tables again
+LANDING_SOURCES = ("proxy/analytics/landed.py", "proxy/analytics/source.py", "proxy/analytics/schema.py")
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -83,6 +92,45 @@ def cached_logs(cache: Path, rows: int, *, files: int, clients: int, topics: int
     return logs
 
 
+def landed_table(cache: Path, logs: Path, master: str) -> Path:
+    """The Delta table ``logs`` land as (``proxy.analytics.landed.land_logs``, in a worker process), landed on first
+    use and kept beside them, keyed by the logs and the landing code; complete once its marker exists."""
+    code = hashlib.sha256(b"".join((REPO / f).read_bytes() for f in LANDING_SOURCES)).hexdigest()[:12]
+    table = cache / f"landed-{logs.name}-{code}"
+    marker = cache / f"{table.name}.complete.json"
+    if marker.exists():
+        emit({"bench": "analytics", "stage": "landed", "cached": True, "table": str(table),
+              **json.loads(marker.read_text())})
+        return table
+    shutil.rmtree(table, ignore_errors=True)
+    args = [sys.executable, "-m", "bench.analytics", "--land", str(logs), "--out", str(table), "--master", master]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"landing {logs} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    marker.write_text(json.dumps(info))
+    emit({"bench": "analytics", "stage": "landed", "cached": False, "table": str(table), **info})
+    return table
+
+
+def land_worker(logs: Path, table: Path, master: str) -> dict[str, Any]:
+    from proxy.analytics.landed import land_logs
+    from proxy.analytics.session import build_session
+
+    spark = build_session(master, app_name="sluice-bench-analytics-land", delta=True)
+    try:
+        cpu = _jvm_cpu()
+        t, c = time.monotonic(), cpu()
+        land_logs(spark, [str(logs)], str(table))
+        land_s, land_cpu = time.monotonic() - t, cpu() - c
+        lines = spark.read.format("delta").load(str(table)).count()
+    finally:
+        spark.stop()
+    size = sum(f.stat().st_size for f in table.rglob("*") if f.is_file())
+    return {"lines": lines, "land_s": round(land_s, 1), "land_cpu_s": round(land_cpu, 1),
+            "land_rows_per_s": round(lines / land_s), "table_bytes": size}
+
+
 def extract_revision(rev: str, into: Path) -> str:
     """REV's ``proxy/`` package under ``into`` (git archive); returns the full commit id."""
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{rev}^{{commit}}"],
@@ -97,22 +145,22 @@ def extract_revision(rev: str, into: Path) -> str:
 # ------------------------------------------------------------------------------------------------- a job
 
 
-def _digest(value: Any) -> Any:
+def rounded(value: Any) -> Any:
     """Rows compared across jobs: floats to 9 significant digits (sums of doubles may differ in the last bits
     with the order Spark adds them in), everything else as is."""
     if isinstance(value, float):
         return float(f"{value:.9g}")
     if isinstance(value, list | tuple):
-        return [_digest(v) for v in value]
+        return [rounded(v) for v in value]
     if isinstance(value, dict):
-        return {k: _digest(v) for k, v in value.items()}
+        return {k: rounded(v) for k, v in value.items()}
     return value
 
 
 def table_digests(spark: Any, tables: dict[str, str]) -> dict[str, str]:
     out = {}
     for name, path in sorted(tables.items()):
-        rows = sorted(json.dumps(_digest(r.asDict(recursive=True)), sort_keys=True, default=str)
+        rows = sorted(json.dumps(rounded(r.asDict(recursive=True)), sort_keys=True, default=str)
                       for r in spark.read.parquet(path).collect())
         out[name] = hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
     return out
@@ -164,24 +212,35 @@ def _jvm_cpu() -> Callable[[], float]:
     return cpu
 
 
-def worker(code: Path, logs: Path, warmup: Path, out: Path, master: str) -> dict[str, Any]:
-    """One job in this process, importing ``proxy`` from ``code`` (this tree, or a revision extracted from git)."""
+def worker(code: Path, logs: Path, warmup: Path, out: Path, master: str, landed: bool = False) -> dict[str, Any]:
+    """One job in this process, importing ``proxy`` from ``code`` (this tree, or a revision extracted from git);
+    ``landed``: ``logs`` and ``warmup`` are landed tables (``sluice report --table``), not JSON lines."""
     sys.path.insert(0, str(code))
     import proxy
     from proxy.analytics.job import run_job
     from proxy.analytics.session import build_session
 
     assert Path(proxy.__file__).resolve().is_relative_to(code.resolve()), proxy.__file__
+
+    def source(path: Path) -> Any:  # a revision before the landed table has no job.Logs
+        if landed:
+            from proxy.analytics.landed import LandedTable
+
+            return LandedTable(str(path))
+        return [str(path)]
+
     started = time.monotonic()
-    spark = build_session(master, app_name="sluice-bench-analytics")
+    # a revision before the landed table has no ``delta`` parameter
+    spark = (build_session(master, app_name="sluice-bench-analytics", delta=True) if landed
+             else build_session(master, app_name="sluice-bench-analytics"))
     try:
         cpu = _jvm_cpu()
         session_s = time.monotonic() - started
         t = time.monotonic()
-        run_job(spark, [str(warmup)], out / "warmup")
+        run_job(spark, source(warmup), out / "warmup")
         warmup_s = time.monotonic() - t
         phases = _Phases(cpu)
-        result = run_job(spark, [str(logs)], out / "job", progress=phases)
+        result = run_job(spark, source(logs), out / "job", progress=phases)
         job_s = time.monotonic() - phases.start[0]
         job_cpu = cpu() - phases.start[1]
         job_py_cpu = time.process_time() - phases.start[2]
@@ -203,11 +262,12 @@ def worker(code: Path, logs: Path, warmup: Path, out: Path, master: str) -> dict
     }
 
 
-def run_worker(code: Path, logs: Path, warmup: Path, scratch: Path, master: str) -> dict[str, Any]:
+def run_worker(code: Path, logs: Path, warmup: Path, scratch: Path, master: str, landed: bool = False
+               ) -> dict[str, Any]:
     """``worker`` in a child process (one JVM per job: neither job inherits the other's heap, JIT or caches)."""
     out = Path(tempfile.mkdtemp(prefix="job-", dir=scratch))
     args = [sys.executable, "-m", "bench.analytics", "--worker", str(code), "--logs", str(logs), "--warmup",
-            str(warmup), "--out", str(out), "--master", master]
+            str(warmup), "--out", str(out), "--master", master, *(["--landed"] if landed else [])]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     shutil.rmtree(out, ignore_errors=True)
     if proc.returncode != 0:
@@ -242,9 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--logs", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--warmup", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--landed", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--land", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker is not None:
-        print(json.dumps(worker(a.worker, a.logs, a.warmup, a.out, a.master)), flush=True)
+        print(json.dumps(worker(a.worker, a.logs, a.warmup, a.out, a.master, a.landed)), flush=True)
+        return 0
+    if a.land is not None:
+        print(json.dumps(land_worker(a.land, a.out, a.master)), flush=True)
         return 0
 
     cache = Path(a.cache_dir)
@@ -254,18 +319,24 @@ def main(argv: list[str] | None = None) -> int:
           "load_avg_1m": round(os.getloadavg()[0], 2)})
     warmup = cached_logs(cache, WARMUP_ROWS, files=a.files, clients=a.clients, topics=a.topics, malformed=10)
     logs = cached_logs(cache, a.rows, files=a.files, clients=a.clients, topics=a.topics, malformed=malformed)
+    warmup_table = landed_table(cache, warmup, a.master)
+    table = landed_table(cache, logs, a.master)
 
     scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-"))
     try:
         current = ("current", REPO, "working tree")
-        jobs: list[tuple[str, Path, str]] = [current]
+        landed = ("landed", REPO, "working tree")
+        jobs: list[tuple[str, Path, str]] = [current, landed, landed, current]  # ABBA
         if a.compare:
             code = scratch / "baseline"
             baseline = ("baseline", code, extract_revision(a.compare, code))
-            jobs = [baseline, current, current, baseline]  # ABBA
+            jobs = [baseline, *jobs, baseline]
         runs: dict[str, list[dict[str, Any]]] = {}
         for name, code, rev in jobs:
-            r = run_worker(code, logs, warmup, scratch, a.master)
+            if name == "landed":
+                r = run_worker(code, table, warmup_table, scratch, a.master, landed=True)
+            else:
+                r = run_worker(code, logs, warmup, scratch, a.master)
             runs.setdefault(name, []).append(r)
             emit({"bench": "analytics", "job": name, "revision": rev, "rows": a.rows,
                   "load_avg_1m": round(os.getloadavg()[0], 2), **r})
@@ -276,17 +347,21 @@ def main(argv: list[str] | None = None) -> int:
     cur = results["current"]
     summary: dict[str, Any] = {"summary": "analytics", "rows": cur["lines"], "rows_per_s": cur["rows_per_s"],
                                "job_s": cur["job_s"], "job_cpu_s": cur["job_cpu_s"], "goal_rows_per_s": GOAL_ROWS_PER_S,
-                               "goal_met": cur["rows_per_s"] >= GOAL_ROWS_PER_S}
+                               "goal_met": cur["rows_per_s"] >= GOAL_ROWS_PER_S,
+                               "landed_rows_per_s": results["landed"]["rows_per_s"],
+                               "landed_job_s": results["landed"]["job_s"],
+                               "landed_job_cpu_s": results["landed"]["job_cpu_s"],
+                               "goal_landed_rows_per_s": GOAL_LANDED_ROWS_PER_S,
+                               "landed_goal_met": results["landed"]["rows_per_s"] >= GOAL_LANDED_ROWS_PER_S}
     base = results.get("baseline")
     every = [r["tables"] for rs in runs.values() for r in rs]
     differing = sorted(n for n in set().union(*every) if len({t.get(n) for t in every}) > 1)
-    summary.update({"tables_equal": not differing, "tables_differing": differing})
+    summary.update({"tables_equal": not differing, "tables_differing": differing, "order": "ABBA"})
     if base is not None:
         summary.update({
             "baseline_rows_per_s": base["rows_per_s"],
             "speedup": round(cur["rows_per_s"] / base["rows_per_s"], 2),
             "cpu_ratio": round(base["job_cpu_s"] / cur["job_cpu_s"], 2) if cur["job_cpu_s"] else None,
-            "order": "ABBA",
         })
     emit(summary)
     return 0 if not differing else 1

@@ -10,8 +10,11 @@
     sluice report --kafka HOST:PORT [--topic T] [--from TIME] [--to TIME] --out DIR
                                       the same over the access-log topic ([logging.access_log_kafka]), a time range
     sluice report --live DIR --out DIR2   the report of the per-minute tables `sluice stream` keeps current
-    sluice stream --kafka HOST:PORT [--topic T] --out DIR [--once]
-                                      Structured Streaming: per-minute tables kept current from the topic
+    sluice report --table URI [--from TIME] [--to TIME] --out DIR2
+                                      the report over the access log `sluice stream` lands (a Delta table)
+    sluice stream --kafka HOST:PORT [--topic T] --out DIR [--once] [--table URI | --no-table]
+                                      Structured Streaming: per-minute tables kept current from the topic, and
+                                      every line landed in a table partitioned by time (default DIR/access_log)
 
 Exit codes: 0 success, 2 invalid configuration or usage (argparse's own code for usage errors, so scripts can
 treat "you gave me something wrong" uniformly), 1 a report job that failed, 130 interrupted before the server
@@ -227,14 +230,18 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
                         help="read the access-log topic from this cluster instead (--topic, --from, --to)")
     source.add_argument("--live", metavar="DIR",
                         help="report the per-minute tables `sluice stream --out DIR` keeps current")
+    source.add_argument("--table", metavar="URI",
+                        help="read the access log `sluice stream` lands (default DIR/access_log of its --out): "
+                             "parsed once, read by column (--from, --to read only their partitions)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory: report.html, summary.json and parquet/<table>/")
     _kafka_arguments(p)
     p.add_argument("--from", dest="start", metavar="TIME",
-                   help="with --kafka: records from this time (ISO-8601, UTC unless it says otherwise; default: the "
-                        "earliest)")
+                   help="with --kafka or --table: records from this time (ISO-8601, UTC unless it says otherwise; "
+                        "default: the earliest)")
     p.add_argument("--to", dest="end", metavar="TIME",
-                   help="with --kafka: records before this time (default: the latest when the job starts)")
+                   help="with --kafka or --table: records before this time (default: the latest when the job "
+                        "starts)")
     _spark_arguments(p)
     p.add_argument("--bucket", metavar="DURATION",
                    help="time bucket of the over-time charts, e.g. 10s, 5m (default: from the span of the logs)")
@@ -315,16 +322,17 @@ def _report(args: argparse.Namespace) -> int:
         start, end = _time(args.start, "--from"), _time(args.end, "--to")
     except ValueError as exc:
         return usage(str(exc))
-    if (start or end) and not args.kafka:
-        return usage("--from and --to select records of the topic: use them with --kafka")
+    if (start or end) and not (args.kafka or args.table):
+        return usage("--from and --to select records of the topic or the table: use them with --kafka or --table")
     if start and end and start >= end:
         return usage("--from must be before --to")
-    if args.logs:
-        missing = _missing_inputs(args.logs)
+    if args.logs or args.table:
+        missing = _missing_inputs(args.logs or [args.table])
         if missing:
             return usage(f"no such file or directory: {', '.join(missing)}")
     try:
-        from proxy.analytics.job import JobOptions, run_job
+        from proxy.analytics.job import JobOptions, Logs, run_job
+        from proxy.analytics.landed import LandedTable
         from proxy.analytics.minutes import live_report
         from proxy.analytics.session import build_session
         from proxy.analytics.source import KafkaTopic
@@ -333,8 +341,12 @@ def _report(args: argparse.Namespace) -> int:
 
     options = JobOptions(bucket_s=bucket_s, rate_window_s=rate_window_s, throttle=throttle,
                          parquet_uri=args.parquet_out)
-    source = KafkaTopic(args.kafka, args.topic, start, end, kafka_options) if args.kafka else args.logs
-    spark = build_session(args.master, conf=conf, kafka=bool(args.kafka))
+    source: Logs = args.logs
+    if args.kafka:
+        source = KafkaTopic(args.kafka, args.topic, start, end, kafka_options)
+    elif args.table:
+        source = LandedTable(args.table, start, end)
+    spark = build_session(args.master, conf=conf, kafka=bool(args.kafka), delta=bool(args.table))
     try:
         if args.live:
             summary = live_report(spark, args.live, args.out)
@@ -367,6 +379,11 @@ def _stream_arguments(p: argparse.ArgumentParser) -> None:
                    help="process what the topic holds now, then stop (for a scheduler instead of a service)")
     p.add_argument("--keep", metavar="DURATION", help="drop minutes older than this from the tables (default: keep)")
     p.add_argument("--max-records", type=int, metavar="N", help="at most N records per micro-batch")
+    land = p.add_mutually_exclusive_group()
+    land.add_argument("--table", metavar="URI",
+                      help="land every access-log line in this Delta table, partitioned by date and hour, for "
+                           "`sluice report --table` (default DIR/access_log)")
+    land.add_argument("--no-table", action="store_true", help="keep only the per-minute tables")
     _spark_arguments(p)
 
 
@@ -393,11 +410,12 @@ def _stream(args: argparse.Namespace) -> int:
         from proxy.analytics.source import KafkaTopic
     except ImportError as exc:
         return usage(f"needs the analytics extra (pip install 'kafka-sluice[analytics]'): {exc}")
-    spark = build_session(args.master, app_name="sluice-stream", conf=conf, kafka=True)
+    table = None if args.no_table else args.table or f"{args.out.rstrip('/')}/access_log"
+    spark = build_session(args.master, app_name="sluice-stream", conf=conf, kafka=True, delta=table is not None)
     try:
         run_stream(spark, KafkaTopic(args.kafka, args.topic, start, None, kafka_options), args.out,
                    trigger_s=trigger_s, once=args.once, keep_s=keep_s, max_records_per_batch=args.max_records,
-                   progress=lambda m: print(m, file=sys.stderr))
+                   table=table, progress=lambda m: print(m, file=sys.stderr))
     except Exception as exc:
         print(f"stream failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED

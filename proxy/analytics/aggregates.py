@@ -147,8 +147,13 @@ def by_api(traffic: DataFrame) -> DataFrame:
 
 def latency_by_api(events: DataFrame) -> DataFrame:
     pct = F.percentile_approx(F.col("latency_ms"), list(PERCENTILES), PERCENTILE_ACCURACY)
+    # percentile_approx's summary (and a sum of doubles) depends on the order it sees the values in; the JSON lines
+    # and the landed table split the same lines into different input partitions. Each API's latencies in one
+    # partition, sorted, make the result a function of the values alone: the report over the table equals the
+    # report over the JSON (bench.analytics checks it at 10M lines, where the summaries compress).
+    ordered = events.select("api", "latency_ms").repartition(F.col("api")).sortWithinPartitions("api", "latency_ms")
     return (
-        events.groupBy("api")
+        ordered.groupBy("api")
         .agg(
             F.count(F.col("latency_ms")).alias("measured"),  # null latencies (non-finite) are not measured
             pct.alias("_p"),

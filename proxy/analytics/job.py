@@ -2,14 +2,15 @@
 
     run_job(spark, ["logs/"], "out/")     # -> out/parquet/<table>/, out/report.html, out/summary.json
     run_job(spark, KafkaTopic("kafka:9092", "sluice-access-log", start, end), "out/")   # the topic, a time range
+    run_job(spark, LandedTable("live/access_log", start, end), "out/")   # the table `sluice stream` lands
 
-Steps: read and classify every line once - from files or from the access-log topic - caching the valid rows
-(``source``); pick the time-bucket size from the span of the logs (``buckets``); roll the events up once and write
-each aggregate (``aggregates``) as Parquet, reading it back, so the report (``sections``, ``minutes``, ``charts``,
-``html``) is built from exactly what was written, from small tables; size a replication throttle from the measured
-inbound rates (``kip73``). The per-minute tables (``live.MINUTE_TABLES``) are written too: the tables
-``sluice stream`` keeps current from the topic, computed here mostly from the rollup (the stream computes them from
-its events: the tests hold both to the same result).
+Steps: read and classify every line once - from files or from the access-log topic - caching the valid rows (``source``;
+the landed table is not cached but read column by column, classified when it landed: ``landed``); pick the time-bucket
+size from the span of the logs (``buckets``); roll the events up once and write each aggregate (``aggregates``) as
+Parquet, reading it back, so the report (``sections``, ``minutes``, ``charts``, ``html``) is built from exactly what was
+written, from small tables; size a replication throttle from the measured inbound rates (``kip73``). The per-minute
+tables (``live.MINUTE_TABLES``) are written too: the tables ``sluice stream`` keeps current from the topic, computed
+here mostly from the rollup (the stream computes them from its events: the tests hold both to the same result).
 
 The same code runs on local[N] and on a cluster: the aggregates are plain DataFrame operations (no Python UDFs, so
 no Python workers and no serialisation per row). On a cluster the Parquet destination must be a filesystem the
@@ -36,6 +37,7 @@ from proxy.analytics import live
 from proxy.analytics.buckets import choose_bucket_seconds
 from proxy.analytics.html import render
 from proxy.analytics.kip73 import Recommendation, ThrottleInputs, recommend
+from proxy.analytics.landed import LandedTable, read_landed
 from proxy.analytics.sections import ReportContext, build_sections, inbound_rates
 from proxy.analytics.source import InputCounts, KafkaTopic, read_access_log_topic, read_access_logs
 
@@ -132,26 +134,34 @@ class _Writer:
         return back
 
 
-def describe(logs: Sequence[str] | KafkaTopic) -> str:
+Logs = Sequence[str] | KafkaTopic | LandedTable
+
+
+def _range(start: datetime | None, end: datetime | None) -> str:
+    if start is None and end is None:
+        return ""
+    return f" from {start.isoformat() if start else 'the start'} to {end.isoformat() if end else 'the end'}"
+
+
+def describe(logs: Logs) -> str:
+    if isinstance(logs, LandedTable):
+        return f"table {logs.uri}{_range(logs.start, logs.end)}"
     if isinstance(logs, KafkaTopic):
-        when = ""
-        if logs.start or logs.end:
-            when = f" from {logs.start.isoformat() if logs.start else 'the start'} to " \
-                   f"{logs.end.isoformat() if logs.end else 'the end'}"
-        return f"topic {logs.topic} at {logs.bootstrap_servers}{when}"
+        return f"topic {logs.topic} at {logs.bootstrap_servers}{_range(logs.start, logs.end)}"
     return f"{len(logs)} path(s)"
 
 
 def run_job(
     spark: SparkSession,
-    logs: Sequence[str] | KafkaTopic,
+    logs: Logs,
     out: str | Path,
     options: JobOptions | None = None,
     *,
     progress: Callable[[str], None] | None = None,
 ) -> JobResult:
-    """Run the whole job over files (``logs``: paths) or the access-log topic (a :class:`KafkaTopic`; the session
-    needs the Kafka connector: ``build_session(kafka=True)``). Malformed input lines are counted, never fatal; an
+    """Run the whole job over files (``logs``: paths), the access-log topic (a :class:`KafkaTopic`; the session
+    needs the Kafka connector: ``build_session(kafka=True)``) or the landed table (a :class:`LandedTable`; the
+    session needs Delta Lake: ``build_session(delta=True)``). Malformed input lines are counted, never fatal; an
     input path that matches nothing raises Spark's AnalysisException (``sluice report`` checks local paths before
     starting Spark)."""
     opts = options or JobOptions()
@@ -162,7 +172,9 @@ def run_job(
     parquet_root = opts.parquet_uri or str((out_dir / "parquet").resolve())
 
     say(f"reading {describe(logs)}")
-    if isinstance(logs, KafkaTopic):
+    if isinstance(logs, LandedTable):
+        inp = read_landed(spark, logs)
+    elif isinstance(logs, KafkaTopic):
         inp = read_access_log_topic(spark, logs)
     else:
         inp = read_access_logs(spark, [str(p) for p in logs])
@@ -227,7 +239,7 @@ def run_job(
     )
     sections = build_sections(ctx, ALL_TABLES)
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    origin = (f"{describe(logs)} ({counts.files:,} Sluice process(es))" if isinstance(logs, KafkaTopic)
+    origin = (f"{describe(logs)} ({counts.files:,} Sluice process(es))" if isinstance(logs, KafkaTopic | LandedTable)
               else f"{counts.files:,} log file(s)")
     meta = (
         f"Generated {generated} from {origin}, {counts.lines:,} lines "

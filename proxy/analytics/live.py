@@ -25,6 +25,8 @@ How the stream keeps them current, exactly once:
   skips it, or rewrites its uncommitted one: no event is counted twice. Older versions are deleted, the previous
   one kept for readers still reading it.
 - ``keep_s`` bounds the tables: minutes older than that (before the newest minute) are left out of new versions.
+- With ``table``, each micro-batch's lines are also appended to the landed access-log table (proxy/analytics/
+  landed.py), once: a replayed batch is skipped by the table itself (Delta's idempotent writes).
 
 The files go through Hadoop's FileSystem API, so ``OUT`` may be any filesystem Spark writes (on a cluster, one
 the executors share: hdfs://, s3a://, or a shared mount).
@@ -41,6 +43,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from proxy.analytics import landed
 from proxy.analytics.aggregates import BYTE_COLUMNS, PARTITION_SUMS, partition_rollup, rebucket, with_bucket
 from proxy.analytics.source import CLASSES, CORRUPT_COLUMN, InputCounts, KafkaTopic, classify, parse_kafka_rows
 
@@ -218,7 +221,7 @@ def current_tables(spark: SparkSession, out: str) -> LiveTables:
 
 
 def _apply_batch(spark: SparkSession, out: str, keep_s: int | None, batch: DataFrame, batch_id: int,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], table: str | None = None) -> None:
     store = _Store(spark, out)
     base = store.latest()
     if base is not None and base >= batch_id:
@@ -226,6 +229,10 @@ def _apply_batch(spark: SparkSession, out: str, keep_s: int | None, batch: DataF
         return
     classified = classify(parse_kafka_rows(batch)).persist()
     try:
+        if table is not None:
+            # Landed first: a crash before the tables' commit replays this batch, and the table skips what it
+            # already holds from this stream (its checkpoint names it) at this batch id.
+            landed.land(landed.landed_rows(classified), table, writer_id=_writer_id(out), batch_id=batch_id)
         updates = minute_tables(classified.filter(F.col("_class") == "valid").drop(CORRUPT_COLUMN, "_class"))
         updates["lines"] = lines_table(classified)
         target = store.version_path(batch_id)
@@ -244,6 +251,12 @@ def _apply_batch(spark: SparkSession, out: str, keep_s: int | None, batch: DataF
     say(f"batch {batch_id}: version {batch_id} committed")
 
 
+def _writer_id(out: str) -> str:
+    """The stream's id in the landed table's commits: its checkpoint, which is what makes batch ids mean the same
+    records across restarts."""
+    return f"sluice-stream:{out.rstrip('/')}/checkpoint"
+
+
 def run_stream(
     spark: SparkSession,
     topic: KafkaTopic,
@@ -253,11 +266,13 @@ def run_stream(
     once: bool = False,
     keep_s: int | None = None,
     max_records_per_batch: int | None = None,
+    table: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> None:
     """Run the query until it is stopped (SIGINT/SIGTERM) or, with ``once``, until it has processed what the
     topic held when it started (Trigger.AvailableNow). ``topic.start`` applies to a query's first start only; after
-    that the checkpoint says where to go on."""
+    that the checkpoint says where to go on. ``table``: also land every line there (proxy/analytics/landed.py; the
+    session needs Delta Lake)."""
     say = progress or (lambda _msg: None)
     reader = spark.readStream.format("kafka").options(**topic.reader_options(streaming=True))
     if max_records_per_batch:
@@ -266,7 +281,7 @@ def run_stream(
         reader.load()
         .writeStream.queryName("sluice-access-log")
         .option("checkpointLocation", f"{out.rstrip('/')}/checkpoint")
-        .foreachBatch(lambda df, batch_id: _apply_batch(spark, out, keep_s, df, batch_id, say))
+        .foreachBatch(lambda df, batch_id: _apply_batch(spark, out, keep_s, df, batch_id, say, table))
     )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_s} seconds")
     query = writer.start()

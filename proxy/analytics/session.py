@@ -10,6 +10,13 @@ The topic modes (``kafka=True``) need Spark's Kafka connector, which pyspark doe
 Central at start-up (``spark.jars.packages``, cached in ``~/.ivy2.5.2``) and handed to the executors by Spark, on a
 cluster too. The connector must be the same version as Spark itself, so it is the installed pyspark's version:
 pyspark is pinned (pyproject.toml) to a release whose connector is published there (4.2.0; 4.3.0's is not).
+
+The landed access-log table (``delta=True``; proxy/analytics/landed.py) is a Delta Lake table: Delta's Spark jar is
+resolved the same way. Delta publishes one artifact per Spark minor (``delta-spark_<spark minor>_<scala>``); 4.4.0 is
+the release built for Spark 4.2 (its PyPI package requires pyspark <= 4.2.0; 4.4.1's Spark-4.2 jar is not on Maven
+Central). Only the JVM side is needed - the job writes and reads the table through DataFrame ``format("delta")``, so
+the ``delta-spark`` Python package is not a dependency. Its transitive dependencies that pyspark already ships
+(newer versions, in pyspark/jars) are excluded, as for the Kafka connector.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "KAFKA_CONNECTOR", "build_session", "is_local", "kafka_package"]
+__all__ = ["DEFAULT_MASTER", "DELTA_PACKAGE", "KAFKA_CONNECTOR", "build_session", "is_local", "kafka_package"]
 
 #: Spark's Kafka source/sink for Structured Streaming and batch (Scala 2.13: the build pyspark 4 ships)
 KAFKA_CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13"
@@ -29,7 +36,22 @@ KAFKA_CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 #: provider, kafka-clients and commons-pool2.
 _SHIPPED = ("org.apache.hadoop:hadoop-client-runtime", "org.apache.hadoop:hadoop-client-api", "at.yawk.lz4:lz4-java",
             "org.xerial.snappy:snappy-java", "org.slf4j:slf4j-api", "com.google.code.findbugs:jsr305",
-            "org.scala-lang.modules:scala-parallel-collections_2.13")
+            "org.scala-lang.modules:scala-parallel-collections_2.13",
+            # Delta's (see above); an older RoaringBitmap or Parquet beside pyspark's would shadow them
+            "org.apache.logging.log4j:log4j-api", "org.apache.logging.log4j:log4j-core",
+            "org.apache.logging.log4j:log4j-slf4j2-impl", "org.apache.parquet:parquet-hadoop",
+            "org.apache.parquet:parquet-column", "org.apache.parquet:parquet-common",
+            "org.apache.parquet:parquet-encoding", "org.apache.parquet:parquet-format-structures",
+            "org.apache.parquet:parquet-jackson", "com.fasterxml.jackson.core:jackson-databind",
+            "com.fasterxml.jackson.core:jackson-core", "com.fasterxml.jackson.core:jackson-annotations",
+            "com.github.luben:zstd-jni", "org.roaringbitmap:RoaringBitmap", "org.roaringbitmap:shims",
+            "io.airlift:aircompressor", "commons-pool:commons-pool", "commons-logging:commons-logging")
+#: Delta Lake for Spark 4.2 (Scala 2.13), see above
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+_DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 DEFAULT_MASTER = "local[2]"
 LOOPBACK = "127.0.0.1"
@@ -80,7 +102,7 @@ def kafka_package() -> str:
 
 def build_session(
     master: str = DEFAULT_MASTER, *, app_name: str = "sluice-report", conf: Mapping[str, str] | None = None,
-    kafka: bool = False,
+    kafka: bool = False, delta: bool = False,
 ) -> SparkSession:
     """A new or the running SparkSession; with a running one, runtime SQL settings are still applied. ``kafka``:
     with the Kafka connector (needed to read the access-log topic; only when this call starts the JVM)."""
@@ -89,13 +111,17 @@ def build_session(
         settings.update(_LOCAL_CONF)
         # Read by the JVM at launch (the block manager and RPC bind before any conf is consulted).
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-    if kafka:
-        settings["spark.jars.packages"] = kafka_package()
+    packages = [*([kafka_package()] if kafka else []), *([DELTA_PACKAGE] if delta else [])]
+    if packages:
+        settings["spark.jars.packages"] = ",".join(packages)
         settings["spark.jars.excludes"] = ",".join(_SHIPPED)
+    if delta:
+        settings.update(_DELTA_CONF)
     if conf:
         settings.update(conf)
-        if kafka and "spark.jars.packages" in conf and kafka_package() not in conf["spark.jars.packages"]:
-            settings["spark.jars.packages"] = f"{conf['spark.jars.packages']},{kafka_package()}"
+        extra = [p for p in packages if p not in conf.get("spark.jars.packages", "")]
+        if "spark.jars.packages" in conf and extra:
+            settings["spark.jars.packages"] = ",".join([conf["spark.jars.packages"], *extra])
     # Python workers, if Spark ever needs one (the job itself uses no Python UDFs), run this interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -103,7 +129,8 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     for key, value in settings.items():
-        if key.startswith("spark.sql."):  # getOrCreate() on a running session ignores builder conf
+        # getOrCreate() on a running session ignores builder conf; static ones (Delta's extension) stay as started
+        if key.startswith("spark.sql.") and spark.conf.isModifiable(key):
             spark.conf.set(key, value)
     spark.sparkContext.setLogLevel("ERROR")
     return spark

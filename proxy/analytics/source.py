@@ -40,8 +40,8 @@ from proxy.analytics.schema import (
     access_log_schema,
 )
 
-__all__ = ["CLASSES", "InputCounts", "KafkaTopic", "LogInput", "classify", "parse_kafka_rows", "read_access_log_topic",
-           "read_access_logs"]
+__all__ = ["CLASSES", "RECEIVED", "InputCounts", "KafkaTopic", "LogInput", "classify", "load", "parse_kafka_rows",
+           "read_access_log_topic", "read_access_logs", "read_access_logs_raw"]
 
 #: the line classes, in the order the report lists them
 CLASSES = ("valid", "malformed", "incomplete", "other_schema", "other_event")
@@ -63,6 +63,9 @@ CACHED_COLUMNS = (
     "latency_ms",
     "error_codes",
 )
+#: when a line arrived (a Kafka record's timestamp, a file's modification time): where the landed table files a
+#: line without a readable ``ts``
+RECEIVED = "received"
 SAMPLE_MALFORMED = 5  # example malformed lines shown in the report
 SAMPLE_CHARS = 300
 
@@ -142,10 +145,12 @@ def _epoch_ms(t: datetime) -> int:
 
 def parse_kafka_rows(raw: DataFrame) -> DataFrame:
     """Kafka records (key, value, topic, partition, ...) -> the access-log schema's columns, ``CORRUPT_COLUMN`` and
-    ``source`` (the message key; ``topic-partition`` for records without one)."""
+    ``source`` (the message key; ``topic-partition`` for records without one) and ``received`` (the record's Kafka
+    timestamp)."""
     source = F.coalesce(F.col("key").cast("string"), F.concat_ws("-", F.col("topic"), F.col("partition")))
     parsed = F.from_json(F.col("value").cast("string"), access_log_schema(), JSON_OPTIONS)
-    return raw.select(parsed.alias("_j"), source.alias("source")).select("_j.*", "source")
+    return raw.select(parsed.alias("_j"), source.alias("source"), F.col("timestamp").alias(RECEIVED)).select(
+        "_j.*", "source", RECEIVED)
 
 
 def classify(parsed: DataFrame) -> DataFrame:
@@ -171,25 +176,34 @@ def _classify() -> Column:
 
 def read_access_logs(spark: SparkSession, paths: list[str]) -> LogInput:
     """Parse ``paths`` (files, directories - read recursively - or globs; ``.gz`` decompressed by extension)."""
+    return load(read_access_logs_raw(spark, paths))
+
+
+def read_access_logs_raw(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """The parsed lines of ``paths``, unclassified, with ``source`` and ``received``."""
     raw = spark.read.schema(access_log_schema()).options(**JSON_OPTIONS).option("recursiveFileLookup", "true").json(
         paths)
     # _metadata is the file source's hidden per-row column; the path identifies which proxy wrote a row, since
-    # conn_id is only unique within one proxy process.
-    return _load(raw.withColumn("source", F.col("_metadata.file_path")))
+    # conn_id is only unique within one proxy process. The file's modification time is when its lines arrived, as
+    # near as a file says: the landed table files a line without a readable ts under it (proxy/analytics/landed.py).
+    return raw.select("*", F.col("_metadata.file_path").alias("source"),
+                      F.col("_metadata.file_modification_time").alias(RECEIVED))
 
 
 def read_access_log_topic(spark: SparkSession, topic: KafkaTopic) -> LogInput:
     """The records of ``topic`` in its time range, as one batch (Spark's Kafka source: the spark-sql-kafka
     connector, see proxy/analytics/session.py)."""
     raw = spark.read.format("kafka").options(**topic.reader_options()).load()
-    return _load(parse_kafka_rows(raw))
+    return load(parse_kafka_rows(raw))
 
 
-def _load(parsed: DataFrame) -> LogInput:
-    """Classify, cache, count: the common part of both inputs."""
-    cached = classify(parsed).select(*CACHED_COLUMNS, *OPTIONAL_FIELDS, "source", "_class", CORRUPT_COLUMN).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+def load(parsed: DataFrame, *, classified: bool = False, cache: bool = True) -> LogInput:
+    """Classify (unless ``classified``: ``_class`` is there already), cache, count: the common part of every input.
+    ``cache=False`` for a columnar input (the landed table): each aggregation reads just its columns from the files,
+    which costs less than building the in-memory cache of them all."""
+    rows = (parsed if classified else classify(parsed)).select(*CACHED_COLUMNS, *OPTIONAL_FIELDS, "source", "_class",
+                                                                CORRUPT_COLUMN)
+    cached = rows.persist(StorageLevel.MEMORY_AND_DISK) if cache else rows
 
     valid = F.col("_class") == "valid"
     aggs = [

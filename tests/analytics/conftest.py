@@ -1,11 +1,13 @@
 """Spark for the analytics tests: a real local[2] session (never mocked), one per test module, bound to
 127.0.0.1. pyspark and a Java runtime are required - missing either fails the tests, as a missing broker does.
 
-Every session has the Kafka connector (resolved from Maven Central once, then from the Ivy cache): Spark reads
-``spark.jars.packages`` only when it starts its JVM, which the first module's session does for the whole run."""
+Every session has the Kafka connector and Delta Lake (resolved from Maven Central once, then from the Ivy cache):
+Spark reads ``spark.jars.packages`` only when it starts its JVM, which the first module's session does for the whole
+run."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from urllib.parse import urlparse
@@ -13,6 +15,7 @@ from urllib.parse import urlparse
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from bench.analytics import rounded
 from proxy.analytics.session import build_session
 
 LOOPBACK = "127.0.0.1"
@@ -30,7 +33,8 @@ TEST_CONF = {
 def spark() -> Iterator[SparkSession]:
     before = os.environ.get("SPARK_LOCAL_IP")
     os.environ["SPARK_LOCAL_IP"] = LOOPBACK  # forced, not defaulted: the machine's value must not leak in
-    session = build_session("local[2]", app_name="sluice-analytics-tests", conf=TEST_CONF, kafka=True)
+    session = build_session("local[2]", app_name="sluice-analytics-tests", conf=TEST_CONF, kafka=True,
+                            delta=True)
     try:
         yield session
     finally:
@@ -43,6 +47,13 @@ def spark() -> Iterator[SparkSession]:
 
 def table(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.parquet(path)
+
+
+def sorted_rows(spark: SparkSession, path: str) -> list[str]:
+    """A Parquet table's rows as sorted JSON, floats to 9 significant digits (a sum of doubles differs in its last
+    bits with the order Spark adds them in): two tables are equal when these are, as bench.analytics compares."""
+    return sorted(json.dumps(rounded(r.asDict(recursive=True)), sort_keys=True, default=str)
+                  for r in table(spark, path).collect())
 
 
 def local_path(source: str) -> str:

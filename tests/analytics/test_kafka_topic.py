@@ -6,7 +6,8 @@ real Sluice run with its Kafka sink on.
 - batch over a time range (Kafka's startingTimestamp/endingTimestamp): exactly the records in it;
 - Structured Streaming (``sluice stream``): run in small micro-batches over the generated events, then started again
   from its checkpoint after the real Sluice's events arrived - its per-minute tables equal the batch job's over the
-  same events; a replayed micro-batch changes nothing; the live report renders them.
+  same events; a replayed micro-batch changes nothing; the live report renders them. The stream also lands every
+  record in the access-log table, once, and the report over that table equals the report over the topic.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from proxy.analytics import live
+from proxy.analytics import landed, live
 from proxy.analytics.job import JobResult, run_job
+from proxy.analytics.landed import LandedTable
 from proxy.analytics.minutes import live_report
-from proxy.analytics.source import KafkaTopic
+from proxy.analytics.source import KafkaTopic, classify, parse_kafka_rows
 from rig.kafka import KafkaBroker
+from tests.analytics.conftest import sorted_rows
 from tests.analytics.kafka_data import (
     REAL_CONSUMER,
     REAL_KEY,
@@ -126,6 +129,29 @@ def test_the_streams_tables_equal_the_batch_jobs(spark: SparkSession, topic: Top
     # bytes per client per minute: the real consumer's fetched bytes are all there
     consumer = spark.read.parquet(current.paths["client_minute"]).filter(F.col("client_id") == REAL_CONSUMER)
     assert consumer.agg(F.sum("bytes_proxy_to_client")).collect()[0][0] >= 60 * 512
+
+
+def test_the_stream_lands_every_record_once_and_the_report_over_it_equals_the_topics(
+        spark: SparkSession, topic: Topic, tmp_path: Path) -> None:
+    # A stream of its own (the fixture's keeps only the per-minute tables: one test's time limit, one stream), in
+    # two micro-batches or more.
+    out, table = str(tmp_path / "live"), str(tmp_path / "access_log")
+    live.run_stream(spark, topic.source, out, once=True, max_records_per_batch=len(topic.records) // 2 + 1,
+                    table=table)
+    version = live.current_tables(spark, out).version
+    assert version is not None and version >= 1
+    assert spark.read.format("delta").load(table).count() == len(topic.records)
+    # A crash between landing a batch and committing the per-minute tables: Spark replays the batch, it lands again,
+    # and the table skips it (the same stream, the same batch id).
+    replay = spark.read.format("kafka").options(**topic.source.reader_options()).load()
+    landed.land(landed.landed_rows(classify(parse_kafka_rows(replay))), table, writer_id=live._writer_id(out),
+                batch_id=version)
+    assert spark.read.format("delta").load(table).count() == len(topic.records)
+    from_table = run_job(spark, LandedTable(table), tmp_path / "report")
+    assert from_table.counts == topic.batch.counts
+    assert from_table.tables.keys() == topic.batch.tables.keys()
+    for name in topic.batch.tables:
+        assert sorted_rows(spark, from_table.tables[name]) == sorted_rows(spark, topic.batch.tables[name]), name
 
 
 def test_a_replayed_micro_batch_is_not_counted_twice(spark: SparkSession, topic: Topic) -> None:

@@ -86,6 +86,12 @@ def chromium(*args: str, user_data: Path) -> subprocess.CompletedProcess[str]:
 def test_cli_usage_errors_exit_2_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "--logs", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+    assert main(["report", "--table", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # argparse's own usage error
+        main(["stream", "--kafka", "127.0.0.1:1", "--out", str(tmp_path), "--table", "t", "--no-table"])
+    assert usage.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
     assert main(["report", "--logs", str(tmp_path), "--out", str(tmp_path), "--move-bytes", "lots"]) == 2
     assert "not a byte size" in capsys.readouterr().err
     assert main(["report", "--logs", str(tmp_path), "--out", str(tmp_path), "--conf", "novalue"]) == 2
