@@ -402,6 +402,14 @@ def test_clients_not_opted_in_and_topics_not_shared_are_not_marked() -> None:
     assert marker.strip_subscription(bytes(sent(join(c)).protocols[0].metadata))[1] is None  # not opted in
 
 
+def test_a_kafka_streams_member_is_logged_and_not_shared() -> None:
+    # Streams' assignor maps each partition to one task: slices added to its assignment break its task check
+    proxy, _ = sharing_proxy()
+    c = Client(proxy, "app-streams-1", 1)
+    assert marker.strip_subscription(bytes(sent(join(c, protocol="stream")).protocols[0].metadata))[1] is None
+    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="streams_group") == 1
+
+
 def test_clients_opt_in_by_principal_or_address_as_well_as_client_id() -> None:
     """``sharing.clients`` takes client selectors: who authenticated (SASL principal) or where the client is."""
     proxy, _ = sharing_proxy(**{"sharing.clients": [{"principal": "etl-*"}, {"client_address": "10.9.0.0/16"}]})

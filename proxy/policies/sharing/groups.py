@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 log = get_logger("sluice.sharing")
 
 CONSUMER = "consumer"
+#: Kafka Streams' assignor (StreamsPartitionAssignor's name): it maps each partition to one task, and an
+#: assignment with slices added fails its check (TaskAssignmentException: assigned partitions != active tasks)
+STREAMS_ASSIGNOR = "stream"
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
 
@@ -79,6 +82,10 @@ def join_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket 
     ex.collect = True  # the answer says the member id, and the leader's lists the members' markers
     if not p.opted_in(ex):
         return GroupTicket(None, False)  # not marked; the response may still be the leader's to clean
+    if any(proto.name == STREAMS_ASSIGNOR for proto in body.protocols):
+        p.not_shared("streams_group", ex.client_id, body.group_id,
+                     detail="a Kafka Streams member: its tasks own whole partitions, Sluice does not share them")
+        return GroupTicket(None, False)
     m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
     if collision:
         p.not_shared("client_id_collision", ex.client_id, body.group_id)

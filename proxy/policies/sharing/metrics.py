@@ -8,7 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 #: why cooperative consumption left something unshared
 NOT_SHARED_REASONS: Final[tuple[str, ...]] = (
-    "kip848_group", "client_id_collision", "bad_marker", "bad_assignment", "member_unknown", "undecodable_batch")
+    "kip848_group", "streams_group", "client_id_collision", "bad_marker", "bad_assignment", "member_unknown",
+    "undecodable_batch")
 #: why records were left out of a member's fetch response: another member's key slice, or already committed
 FILTER_REASONS: Final[tuple[str, ...]] = ("other_slice", "committed")
 
@@ -47,7 +48,8 @@ class SharingMetrics:
         self.sharing_not_shared = Counter(
             "sluice_sharing_not_shared_total",
             "Times cooperative consumption left something unshared, by reason: kip848_group (a consumer on the "
-            "KIP-848 protocol), client_id_collision (two members with one client.id and host behind one Sluice), "
+            "KIP-848 protocol), streams_group (a Kafka Streams member: its assignor maps partitions to tasks), "
+            "client_id_collision (two members with one client.id and host behind one Sluice), "
             "bad_marker / bad_assignment (undecodable group protocol data), member_unknown (an opted-in client's "
             "fetches passed unfiltered: no group member seen for it), undecodable_batch (a batch passed unfiltered).",
             ["reason"], registry=r)
