@@ -120,6 +120,21 @@ ROWS = [
               "size_limit.global_max_bytes.",
               [(f"sum({sel('sluice_response_bytes_held')})", "held")], width=6),
     ]),
+    Row("Share groups (KIP-932)", [
+        Panel("Share records acquired and acknowledged/s", "cps",
+              "sluice_share_records_acquired_total: records ShareFetch responses acquired for their consumers; "
+              "sluice_share_records_acknowledged_total by api and type (accept, release, reject, gap, renew): "
+              "the acknowledgements consumers sent.",
+              [(rate("sluice_share_records_acquired_total"), "acquired"),
+               # no series until a share consumer acknowledged something (labelled by api and type)
+               (rate("sluice_share_records_acknowledged_total", by="type") + " or on() vector(0)",
+                "acknowledged: {{type}}")], width=12),
+        Panel("Share fetches clamped/s", "cps",
+              "sluice_size_limit_share_clamped_requests_total: ShareFetch requests whose MaxBytes a size budget "
+              "lowered (share fetches are bounded on the request side only: a record cut from a response would "
+              "stay acquired).",
+              [(rate("sluice_size_limit_share_clamped_requests_total"), "clamped")], width=12),
+    ]),
     Row("Fetch sessions (KIP-227)", [
         Panel("Upstream fetch bytes/s: sent vs saved", "Bps",
               "With [sessions] mode = terminate: bytes of the Fetch requests and responses Sluice exchanged "
