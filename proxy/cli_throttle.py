@@ -27,12 +27,10 @@ Sizes and rates accept B, KB/MB/GB (10^3), KiB/MiB/GiB (2^10), an optional ``/s`
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import math
 import os
 import re
-import socket
 import ssl
 import sys
 import urllib.error
@@ -139,18 +137,9 @@ def admin_token(token_file: str | None) -> str:
     return os.environ.get(TOKEN_ENV, "").strip()
 
 
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no login name and no passwd entry (a container's arbitrary uid)
-        return "?"
-
-
 def _call(args: argparse.Namespace, method: str, body: Any = None) -> Any:
     url = args.admin.rstrip("/") + "/throttles"
-    # who changed it, in a fleet's control record (proxy/fleet/records.py changed_by)
-    headers = {"Content-Type": "application/json", "X-Sluice-Changed-By": f"{_user()}@{socket.gethostname()} "
-                                                                          "(sluice throttle)"}
+    headers = {"Content-Type": "application/json"}
     token = admin_token(args.token_file)
     if token:
         headers["Authorization"] = f"Bearer {token}"

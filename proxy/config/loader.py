@@ -49,7 +49,6 @@ from ..policies import POLICIES
 from .base import ConfigError, KeyedValueError, Section, hosts_overlap
 from .sections import (
     AdminSettings,
-    FleetSettings,
     LimitsSettings,
     ListenSettings,
     LoggingSettings,
@@ -78,7 +77,6 @@ class CoreSettings(Section):
     shutdown: ShutdownSettings = ShutdownSettings()
     admin: AdminSettings = AdminSettings()
     logging: LoggingSettings = LoggingSettings()
-    fleet: FleetSettings = FleetSettings()
     #: the policies this model was composed from, in chain order
     policies: ClassVar[tuple[Registration, ...]] = ()
     #: their sections changeable while running (admin API, SIGHUP), and so the ones a state file holds
@@ -118,9 +116,8 @@ class CoreSettings(Section):
         data = self.model_dump()
         if data["admin"]["token"]:
             data["admin"]["token"] = "***"
-        for section in ("upstream", "fleet"):
-            if data[section]["sasl"]["password"]:
-                data[section]["sasl"]["password"] = "***"
+        if data["upstream"]["sasl"]["password"]:
+            data["upstream"]["sasl"]["password"] = "***"
         data["logging"]["access_log_kafka"]["properties"] = self.logging.access_log_kafka.redacted_properties()
         # file paths are not secrets (the files are); nothing else in the TLS sections is
         return data
