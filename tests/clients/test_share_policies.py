@@ -86,6 +86,16 @@ def _consume_all(java_tools: JavaTools, bootstrap: str, topic: str, group: str, 
     return got
 
 
+def _share_topic_with_records(broker: KafkaBroker, java_tools: JavaTools, topic: str) -> tuple[str, str, list[str]]:
+    """The topic with its RECORDS values produced, and its share group (named after it), set up."""
+    group = f"share-{topic}"
+    java_tools.create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    _share_group(java_tools, broker.bootstrap, group)
+    values = [_value(i) for i in range(RECORDS)]
+    java_tools.console_produce(broker.bootstrap, topic, values)
+    return topic, group, values
+
+
 def _share_lines(log: Path, api: str) -> list[dict[str, object]]:
     lines = [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()]
     return [ln for ln in lines if ln["api"] == api]
@@ -93,11 +103,7 @@ def _share_lines(log: Path, api: str) -> list[dict[str, object]]:
 
 def test_budget_bounds_share_fetches_and_every_record_is_delivered(
         share_broker: KafkaBroker, java_tools: JavaTools, unique_topic: str, tmp_path: Path) -> None:
-    topic, group = unique_topic, f"share-{unique_topic}"
-    java_tools.create_topic(share_broker.bootstrap, topic, partitions=PARTITIONS)
-    _share_group(java_tools, share_broker.bootstrap, group)
-    values = [_value(i) for i in range(RECORDS)]
-    java_tools.console_produce(share_broker.bootstrap, topic, values)
+    topic, group, values = _share_topic_with_records(share_broker, java_tools, unique_topic)
     log = tmp_path / "access.log"
     proxy = ProxyThread(share_broker.bootstrap, **{
         "size_limit.budgets": [{"client_id": "share-policies-*", "fetch_max_bytes": BUDGET}],
@@ -136,11 +142,7 @@ def test_throttled_share_consumers_get_every_record_and_the_quota_counts_them(
     """The throttle holds share consumers without costing a record: every record delivered and accepted (none
     archived under the delivery count limit of 2), every record byte counted against the quota, the responses
     passed unchanged, and the consumers muted (the quota was exceeded) — the rate itself is bench.share_throttle's."""
-    topic, group = unique_topic, f"share-{unique_topic}"
-    java_tools.create_topic(share_broker.bootstrap, topic, partitions=PARTITIONS)
-    _share_group(java_tools, share_broker.bootstrap, group)
-    values = [_value(i) for i in range(RECORDS)]
-    java_tools.console_produce(share_broker.bootstrap, topic, values)
+    topic, group, values = _share_topic_with_records(share_broker, java_tools, unique_topic)
     log = tmp_path / "access.log"
     proxy = ProxyThread(share_broker.bootstrap, **{
         "throttle.leader_rate_bytes": THROTTLE_BPS, "throttle.topics": [{"topic": topic, "replicas": "*"}],

@@ -282,15 +282,21 @@ def committed_answer(c: Client, ex: Exchange) -> Message:
     return c.answer(ex, body)
 
 
-def test_two_members_committing_at_once_leave_the_group_at_the_stable_offset() -> None:
-    """m1 reads m2's slice before m2's commit (stable 100), m2 reads m1's (stable 120); the group's commit of 120
-    lands first, m1's 100 last: m1 reads again once its commit is in, and commits 120 as m1 (its generation)."""
+def two_members_of_partition_0_at_100() -> tuple[FakeCoordinators, Client, Client]:
+    """A group of 5 sharing 3 partitions: partition 0's two members, each having read the group's offset 100."""
     proxy, fake = sharing_proxy()
     clients, _ = form_group(proxy, 5)
     m1, m2 = clients[0], clients[1]
     fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
     for c in (m1, m2):
         offset_fetch_answer(c, offset_fetch(c, [0]), {0: 100})
+    return fake, m1, m2
+
+
+def test_two_members_committing_at_once_leave_the_group_at_the_stable_offset() -> None:
+    """m1 reads m2's slice before m2's commit (stable 100), m2 reads m1's (stable 120); the group's commit of 120
+    lands first, m1's 100 last: m1 reads again once its commit is in, and commits 120 as m1 (its generation)."""
+    fake, m1, m2 = two_members_of_partition_0_at_100()
     first = commit(m1, {0: 130})
     assert sent(first).topics[0].partitions[0].committed_offset == 100  # m2's slice as read: at 100
     second = commit(m2, {0: 120})
@@ -522,12 +528,7 @@ def test_a_commit_of_last_record_plus_one_moves_past_what_was_left_out() -> None
     """franz-go and kafka-go commit "last record received + 1": the slice's position moves past the offsets
     Sluice left out of the member's fetches right after it (the other slice's records), so the stable offset
     reaches the partition's end; a commit within what the member was handed stays where it is."""
-    proxy, fake = sharing_proxy()
-    clients, _ = form_group(proxy, 5)
-    m1, m2 = clients[0], clients[1]
-    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
-    for c in (m1, m2):
-        offset_fetch_answer(c, offset_fetch(c, [0]), {0: 100})
+    fake, m1, m2 = two_members_of_partition_0_at_100()
     got = {c.member_id: [o for o, _ in fetch(c, records(40))] for c in (m1, m2)}
     # slice 0/2 holds 102, 106, ..., 139; slice 1/2 100, 101, 103, ..., 133
     assert got["m1"][:2] == [102, 106] and got["m1"][-1] == 139 and got["m2"][-1] == 133
