@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -284,6 +284,21 @@ class JavaTools:
             text=True,
             preexec_fn=main_thread_pdeathsig(),
         )
+
+    @contextlib.contextmanager
+    def spawned(self, main_class: str, args_each: Sequence[Sequence[str]], *,
+                timeout: float = 60.0) -> Iterator[list[subprocess.Popen[str]]]:
+        """One :meth:`spawn` per argument list, all stopped on leaving the block: every one terminated first, then
+        each waited for (``timeout`` s), so they close side by side (a share consumer's close acknowledges what it
+        was handed and leaves its group: closing one at a time would hand the next one the first's records)."""
+        procs = [self.spawn(main_class, args) for args in args_each]
+        try:
+            yield procs
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout)
 
     def _temp_properties(self, props: Mapping[str, object]) -> Path:
         self._counter += 1

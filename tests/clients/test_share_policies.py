@@ -63,24 +63,19 @@ def _consume_all(java_tools: JavaTools, bootstrap: str, topic: str, group: str, 
                  within: float) -> list[str]:
     """Two share consumers of ``group`` until together they have printed every value of ``want`` (bounded by
     ``within`` s), then closed (a share consumer's close acknowledges what it was handed); every line printed."""
-    consumers = [java_tools.spawn(CONSOLE_SHARE_CONSUMER, [
+    args_each = [[
         "--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--timeout-ms", "600000",
         "--consumer-property", f"client.id=share-policies-{n}",
-    ]) for n in range(2)]  # fmt: skip
-    readers = [LineReader(c.stdout) for c in consumers]
-    errors = [LineReader(c.stderr) for c in consumers]
-    try:
+    ] for n in range(2)]  # fmt: skip
+    with java_tools.spawned(CONSOLE_SHARE_CONSUMER, args_each) as consumers:
+        readers = [LineReader(c.stdout) for c in consumers]
+        errors = [LineReader(c.stderr) for c in consumers]
         deadline = time.monotonic() + within
         while not want <= {ln for r in readers for ln in r.lines}:
             missing = want - {ln for r in readers for ln in r.lines}
             assert time.monotonic() < deadline, f"{len(missing)} of {len(want)} records never arrived (archived?)"
             for r in readers:
                 r.wait_for(len(r.lines) + len(want), 0.1)  # what has arrived (up to 0.1 s for more)
-    finally:
-        for c in consumers:
-            c.terminate()
-        for c in consumers:
-            c.wait(60)
     got = [ln for r in readers for ln in r.drain(10)]
     assert not [ln for e in errors for ln in e.drain(5) if "ERROR" in ln], [e.lines for e in errors]
     return got

@@ -62,38 +62,34 @@ def test_share_consumers_receive_every_record_and_follow_a_leader_move(
                                     "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest"])
     before, after = [f"before-{i}" for i in range(RECORDS)], [f"after-{i}" for i in range(RECORDS)]
     java_tools.console_produce(sluice.bootstrap, topic, before)
-    consumers = [java_tools.spawn(CONSOLE_SHARE_CONSUMER, [
+    args_each = [[
         "--bootstrap-server", sluice.bootstrap, "--topic", topic, "--group", group, "--timeout-ms", "600000",
         "--consumer-property", f"client.id=sluice-test-share-{n}",
-    ]) for n in range(2)]  # fmt: skip
-    readers = [LineReader(c.stdout) for c in consumers]
-    errors = [LineReader(c.stderr) for c in consumers]
+    ] for n in range(2)]  # fmt: skip
     victim = -1
-    try:
-        _received(readers, set(before), 90, "before the move")
-        members = java_tools.run(SHARE_GROUP_COMMAND, ["--bootstrap-server", sluice.bootstrap, "--describe",
-                                                       "--group", group, "--members"]).stdout
-        assert sorted(ln.split()[3] for ln in members.splitlines() if ln.startswith(group)) == [
-            "sluice-test-share-0", "sluice-test-share-1"], members
-        victim = next(p.leader for p in kafka_cluster.partitions(topic) if p.partition == 0)
-        kafka_cluster.broker(victim).stop()  # a controlled shutdown: its leaderships move to the others
-        kafka_cluster.wait_partitions(topic, lambda s: all(p.leader not in (victim, -1) for p in s),
-                                      what=f"leaders off broker {victim}")
-        java_tools.console_produce(sluice.bootstrap, topic, after)
-        _received(readers, set(after), 90, "after the move")
-        seen = set().union(*(remote_ports(c.pid) for c in consumers))
-    finally:
+    # Closed once every broker is back (the block's finally runs first): a share consumer's close acknowledges
+    # and leaves the group.
+    with java_tools.spawned(CONSOLE_SHARE_CONSUMER, args_each) as consumers:
+        readers = [LineReader(c.stdout) for c in consumers]
+        errors = [LineReader(c.stderr) for c in consumers]
         try:
+            _received(readers, set(before), 90, "before the move")
+            members = java_tools.run(SHARE_GROUP_COMMAND, ["--bootstrap-server", sluice.bootstrap, "--describe",
+                                                           "--group", group, "--members"]).stdout
+            assert sorted(ln.split()[3] for ln in members.splitlines() if ln.startswith(group)) == [
+                "sluice-test-share-0", "sluice-test-share-1"], members
+            victim = next(p.leader for p in kafka_cluster.partitions(topic) if p.partition == 0)
+            kafka_cluster.broker(victim).stop()  # a controlled shutdown: its leaderships move to the others
+            kafka_cluster.wait_partitions(topic, lambda s: all(p.leader not in (victim, -1) for p in s),
+                                          what=f"leaders off broker {victim}")
+            java_tools.console_produce(sluice.bootstrap, topic, after)
+            _received(readers, set(after), 90, "after the move")
+            seen = set().union(*(remote_ports(c.pid) for c in consumers))
+        finally:
             if victim > 0 and not kafka_cluster.broker(victim).is_running:
                 kafka_cluster.broker(victim).start()  # the next test gets its cluster back
             kafka_cluster.wait_partitions(topic, lambda s: all(len(p.isr) == 3 for p in s), timeout=90,
                                           what=f"broker {victim} back in every ISR")
-        finally:
-            # Closed once every broker is back: a share consumer's close acknowledges and leaves the group.
-            for c in consumers:
-                c.terminate()
-            for c in consumers:
-                c.wait(60)
     got = [ln for r in readers for ln in r.drain(10)]
     assert set(got) == set(before) | set(after), f"unexpected values: {sorted(set(got) - set(before + after))[:5]}"
     brokers = {b.port for b in kafka_cluster.brokers}
