@@ -150,6 +150,8 @@ class Proxy:
         timeout = self.settings.shutdown.drain_timeout_s if drain_timeout is None else drain_timeout
         for server in self._servers.values():
             server.close()
+        for client in self._clients:
+            client.conn.drain()  # what was read is answered; nothing more is read
         deadline = time.monotonic() + timeout
         while any(c.conn.busy for c in self._clients) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # polling a real condition (requests in flight), bounded by the deadline

@@ -104,6 +104,8 @@ class Limits:
 # reasons reading the client is paused
 _UPSTREAM_FULL, _WAITING, _MUTED, _CONNECTING = "upstream_full", "waiting", "muted", "connecting"
 _INFLIGHT = "inflight"
+#: shutdown: for good (see Connection.drain)
+_DRAINING = "draining"
 
 
 class Connection:
@@ -178,6 +180,14 @@ class Connection:
         if limits.idle_timeout_s:
             self._idle_timer = port.call_later(limits.idle_timeout_s, self._idle_check)
 
+    def drain(self) -> None:
+        """Shutdown: no request is taken after the ones already read; those still get their responses. Without
+        this a client that always has a request in flight (a follower's replica fetcher through a sidecar, a
+        consumer's next long poll) keeps the connection busy until the drain timeout, and its last request is
+        abandoned anyway. Reading is paused for good; bytes already buffered are left unread, as a broker's
+        SocketServer leaves what it has not read when it shuts down (the client resends on its next connection)."""
+        self._pause_client(_DRAINING)
+
     @property
     def busy(self) -> bool:
         """Requests are owed a response (shutdown drains these)."""
@@ -213,8 +223,8 @@ class Connection:
         off = 0
         max_frame = self.limits.max_frame_bytes
         while len(buf) - off >= 4:
-            if _INFLIGHT in self._client_pauses:
-                break  # the rest waits in the buffer until a response goes out
+            if _INFLIGHT in self._client_pauses or _DRAINING in self._client_pauses:
+                break  # the rest waits in the buffer until a response goes out (draining: for good)
             size = _SIZE.unpack_from(buf, off)[0]
             if size < 0:
                 self._reject("malformed", f"request frame declares a negative length ({size})")

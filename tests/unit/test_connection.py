@@ -214,6 +214,23 @@ def test_a_local_answer_with_nothing_before_it_goes_out_at_once() -> None:
     assert [ln["correlation_id"] for ln in rig.lines()] == [9] and not conn.busy
 
 
+def test_a_draining_connection_answers_what_it_read_and_reads_nothing_more() -> None:
+    """Shutdown (server.stop): a request in flight still gets its response; one the client sends after the drain
+    began is never taken (it would keep the connection busy until the drain timeout, then be abandoned)."""
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(list_offsets(1)))
+    assert correlation_ids(port.take_upstream(), request_side=True) == [1]
+    conn.drain()
+    assert port.client_paused
+    conn.client_data(sized(list_offsets(2)))  # already on its way when reading stopped
+    assert port.upstream == b""
+    conn.upstream_data(sized(list_offsets_response(1)))
+    assert correlation_ids(port.take_client()) == [1] and not conn.busy
+    assert port.upstream == b"" and port.client_paused
+    conn.close()
+
+
 def test_requests_before_the_upstream_is_up_are_queued_and_bounded() -> None:
     rig = make_rig(limits=Limits(queue_high_water_bytes=50))
     conn, port = rig.connect(ready=False)
