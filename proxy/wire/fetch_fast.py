@@ -30,6 +30,7 @@ fields, except that the fast path re-emits partition/topic tagged fields byte fo
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -71,11 +72,14 @@ _PART_V5_NULL = struct.Struct(">ihqqqii")  # ..., count -1, Records length
 _PART_V11_NULL = struct.Struct(">ihqqqiii")  # ..., count -1, PreferredReadReplica, Records length
 _PART_FLEX_PROBE = struct.Struct(">ihqqqBiBB")  # decode: ..., count byte, PreferredReadReplica, 2 bytes
 _PART_FLEX_NULL_1 = struct.Struct(">ihqqqBiB")  # ..., Records compact length as a 1-byte uvarint
-_PART_FLEX_NULL_2 = struct.Struct(">ihqqqBiBB")  # ..., Records compact length as a 2-byte uvarint
+_PART_FLEX_NULL_2 = struct.Struct(">ihqqqBiH")  # ..., Records compact length as a 2-byte uvarint (from _UV2)
 # The same, led by the previous partition's empty tag section (one zero byte): the common partition after a
 # non-empty record set is then one buffer, packed in one call (no bytearray to grow and copy per partition).
 _PART_FLEX_LEAD_1 = struct.Struct(">BihqqqBiB")
-_PART_FLEX_LEAD_2 = struct.Struct(">BihqqqBiBB")
+_PART_FLEX_LEAD_2 = struct.Struct(">BihqqqBiH")  # the 2-byte uvarint as one big-endian uint16, from _UV2
+#: 2-byte uvarints (128 <= value < 16384) as big-endian uint16s: one look-up instead of four operations per
+#: partition on encode (32 KiB)
+_UV2 = array("H", [(((v & 0x7F) | 0x80) << 8) | (v >> 7) for v in range(16384)])
 
 #: small uvarints, precomputed (compact lengths and counts are almost always < 128)
 _UV = [bytes([i]) for i in range(128)]
@@ -865,6 +869,7 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
     by_id = version >= FIRST_TOPIC_ID
     lead_1 = _PART_FLEX_LEAD_1.pack
     lead_2 = _PART_FLEX_LEAD_2.pack
+    uv2 = _UV2
     pack_null_1 = _PART_FLEX_NULL_1.pack
     pack_null_2 = _PART_FLEX_NULL_2.pack
     head = _PART_FLEX.pack
@@ -891,11 +896,11 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
                         h = pending
                 elif pending is None:
                     h = lead_2(0, p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                               p.log_start_offset, 0, p.preferred_read_replica, (size & 0x7F) | 0x80, size >> 7)
+                               p.log_start_offset, 0, p.preferred_read_replica, uv2[size])
                 else:
                     pending += pack_null_2(p.partition_index, p.error_code, p.high_watermark,
                                            p.last_stable_offset, p.log_start_offset, 0, p.preferred_read_replica,
-                                           (size & 0x7F) | 0x80, size >> 7)
+                                           uv2[size])
                     h = pending
             else:
                 if pending is None:
