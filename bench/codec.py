@@ -19,7 +19,7 @@ lazy decode, then a pass that reads every field and copies each record set: the 
 (``reencoded_equal``) and its like-for-like decode hands out what kafka-python decodes, records as ``bytes``
 (``same_as_kafka_python``); the exit status is 1 unless both hold.
 
-``python -m bench.codec --compare REV [--versions 12] [--rounds 1]`` measures the fast path of another revision
+``python -m bench.codec --compare REV [--versions 12,4,16] [--rounds 1]`` measures the fast path of another revision
 against this checkout's, in one run: each side in its own process (REV's ``proxy`` and ``rig`` exported with
 ``git archive`` into a temporary directory; this checkout's as it is, uncommitted changes included), in the
 order REV, this, this, REV (ABBA) per round, each reporting the best of R runs of the like-for-like decode
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(side(version, args.partitions, args.repeat)), flush=True)
         return 0
     if args.compare:
-        versions = [int(v) for v in (args.versions if args.versions != "12,4,16" else "12").split(",")]
+        versions = [int(v) for v in args.versions.split(",")]
         return compare(args.compare, versions, args.partitions, max(args.repeat, 200), args.rounds)
     if args.fetch_request:
         versions = [int(v) for v in (args.versions if args.versions != "12,4,16" else "16").split(",")]
