@@ -77,6 +77,8 @@ _PART_FLEX_NULL_2 = struct.Struct(">ihqqqBiH")  # ..., Records compact length as
 # non-empty record set is then one buffer, packed in one call (no bytearray to grow and copy per partition).
 _PART_FLEX_LEAD_1 = struct.Struct(">BihqqqBiB")
 _PART_FLEX_LEAD_2 = struct.Struct(">BihqqqBiH")  # the 2-byte uvarint as one big-endian uint16, from _UV2
+_PART_FLEX_LEAD_3 = struct.Struct(">BihqqqBiBBB")  # a 3-byte uvarint: record sets up to 2 MiB (Kafka's default
+# max.partition.fetch.bytes is 1 MiB)
 #: 2-byte uvarints (128 <= value < 16384) as big-endian uint16s: one look-up instead of four operations per
 #: partition on encode (32 KiB)
 _UV2 = array("H", [(((v & 0x7F) | 0x80) << 8) | (v >> 7) for v in range(16384)])
@@ -598,13 +600,16 @@ def _decode_flexible(mv: memoryview, version: int, src: bytes | memoryview) -> t
              p.preferred_read_replica, b0, b1) = unpack_head(mv, pos)
             if acount == 0:
                 p.aborted_transactions = None
-                # Records' compact length (uvarint): 1 byte below 127 record bytes, 2 below 16 KiB
+                # Records' compact length (uvarint): 1 byte below 127 record bytes, 2 below 16 KiB, 3 below 2 MiB
                 if b0 < 0x80:
                     rlen = b0
                     pos += 36
                 elif b1 < 0x80:
                     rlen = (b0 & 0x7F) | (b1 << 7)
                     pos += 37
+                elif mv[pos + 37] < 0x80:  # 3 bytes: up to 2 MiB
+                    rlen = (b0 & 0x7F) | ((b1 & 0x7F) << 7) | (mv[pos + 37] << 14)
+                    pos += 38
                 else:
                     rlen, pos = _uvarint(mv, pos + 35)
             else:
@@ -869,6 +874,7 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
     by_id = version >= FIRST_TOPIC_ID
     lead_1 = _PART_FLEX_LEAD_1.pack
     lead_2 = _PART_FLEX_LEAD_2.pack
+    lead_3 = _PART_FLEX_LEAD_3.pack
     uv2 = _UV2
     pack_null_1 = _PART_FLEX_NULL_1.pack
     pack_null_2 = _PART_FLEX_NULL_2.pack
@@ -902,6 +908,10 @@ def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
                                            p.last_stable_offset, p.log_start_offset, 0, p.preferred_read_replica,
                                            uv2[size])
                     h = pending
+            elif pending is None and size < 2097152 and p.aborted_transactions is None:
+                h = lead_3(0, p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                           p.log_start_offset, 0, p.preferred_read_replica, (size & 0x7F) | 0x80,
+                           ((size >> 7) & 0x7F) | 0x80, size >> 14)
             else:
                 if pending is None:
                     pending = bytearray(_EMPTY_TAGS)

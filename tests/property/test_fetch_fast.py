@@ -212,11 +212,11 @@ def test_copying_decode_equals_construct(version: int) -> None:
 
 def _boundary_response(version: int) -> Message:
     """Record sets around every length the fast paths special-case (compact length 1 byte below 128, 2 below
-    16384, 3 above; int32 lengths before v12), null and empty ones between them, AbortedTransactions null, empty
-    and not, and (v12+) partition tagged fields, in two topics."""
+    16384, 3 below 2**21, 4 above; int32 lengths before v12), null and empty ones between them,
+    AbortedTransactions null, empty and not, and (v12+) partition tagged fields, in two topics."""
     codec = response_codec(1, version)
     element = codec._struct.plain[-1][1].element.plain[-1][1].element
-    sizes = [None, 0, 1, 126, 127, 128, 300, None, 16382, 16383, 16384, 70000, 0, 5]
+    sizes = [None, 0, 1, 126, 127, 128, 300, None, 16382, 16383, 16384, 70000, 0, 5, 2097150, 2097151, 2097150]
     topics = []
     for t in range(2):
         parts = []
@@ -226,7 +226,7 @@ def _boundary_response(version: int) -> Message:
             part.high_watermark = 1 << 40 if i % 2 else i
             part.last_stable_offset = part.high_watermark
             part.log_start_offset = 7
-            part.records = None if size is None else bytes((i + j) % 256 for j in range(size))
+            part.records = None if size is None else (bytes(range(256)) * (size // 256 + 1))[i : i + size]
             if i % 5 == 3:
                 part.aborted_transactions = [Message(producer_id=9, first_offset=i)] * (1 + i % 3)
             elif i % 5 == 4:
