@@ -1,6 +1,6 @@
 """Codec benchmark: decode and re-encode a Fetch response with 1,000 partitions of 1 KiB record batches.
 
-``python -m bench.codec [--partitions N] [--versions 12,4,16] [--repeat R]``
+``python -m bench.codec [--partitions N] [--versions 12,4,16] [--repeat R] [--record-size BYTES]``
 
 Compared in one run, on the same bytes: the construct reference codec (proxy.wire.compiler.Codec), the fast
 path (proxy.wire.fetch_fast), kafka-python 3's generated codec (kafka.protocol.consumer.fetch.FetchResponse)
@@ -63,7 +63,7 @@ from rig.fetch_oracle import apply_plan, request_partitions
 RECORD_SIZE = 1024
 
 
-def build_response(version: int, partitions: int, topics: int = 10) -> bytes:
+def build_response(version: int, partitions: int, topics: int = 10, record_size: int = RECORD_SIZE) -> bytes:
     """A realistic response body: ``topics`` topics, ``partitions`` partitions in all, each holding one real
     v2 record batch with a 1 KiB value (so ~1.1 KiB of record bytes per partition)."""
     per_topic = max(1, partitions // topics)
@@ -72,7 +72,7 @@ def build_response(version: int, partitions: int, topics: int = 10) -> bytes:
     for t in range(topics):
         parts = []
         for p in range(per_topic if t < topics - 1 else partitions - n):
-            value = bytes((p + i) % 251 for i in range(RECORD_SIZE))
+            value = bytes((p + i) % 251 for i in range(record_size))
             batch = new_batch([Record(0, 0, b"key-%d" % p, value, [])], base_offset=1000 + p,
                               base_timestamp=1_700_000_000_000)
             parts.append(Message(
@@ -216,10 +216,10 @@ def check_fast(version: int, body: bytes) -> None:
         raise SystemExit(f"fast path re-encode differs from the input for v{version}")
 
 
-def run(versions: list[int], partitions: int, repeat: int) -> list[dict[str, Any]]:
+def run(versions: list[int], partitions: int, repeat: int, record_size: int) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
     for version in versions:
-        body = build_response(version, partitions)
+        body = build_response(version, partitions, record_size=record_size)
         check_fast(version, body)
         mb = len(body) / 1e6
         for name, (dec, enc) in contenders(version, body).items():
@@ -235,12 +235,12 @@ def run(versions: list[int], partitions: int, repeat: int) -> list[dict[str, Any
     return lines
 
 
-def side(version: int, partitions: int, repeat: int) -> dict[str, Any]:
+def side(version: int, partitions: int, repeat: int, record_size: int = RECORD_SIZE) -> dict[str, Any]:
     """One side of --compare, in this process's checkout: the like-for-like decode and its encode, and the
     lazy decode and its encode, each the best of ``repeat`` runs."""
     import proxy
 
-    body = build_response(version, partitions)
+    body = build_response(version, partitions, record_size=record_size)
     check_fast(version, body)
     view = memoryview(body)
     decode_lfl = like_for_like(version, body)
@@ -265,7 +265,8 @@ _CHILD = ("import runpy, sys; path = sys.argv[1]; sys.argv = ['bench.codec', *sy
           "runpy.run_path(path, run_name='__main__')")
 
 
-def compare(rev: str, versions: list[int], partitions: int, repeat: int, rounds: int) -> int:
+def compare(rev: str, versions: list[int], partitions: int, repeat: int, rounds: int,
+            record_size: int = RECORD_SIZE) -> int:
     """This checkout against ``rev``, ABBA per round, each side in its own process; see the module doc."""
     root = Path(__file__).resolve().parents[1]
     label = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", rev], capture_output=True, text=True,
@@ -282,7 +283,7 @@ def compare(rev: str, versions: list[int], partitions: int, repeat: int, rounds:
             for name in ("rev", "this", "this", "rev"):
                 out = subprocess.run(
                     [sys.executable, "-c", _CHILD, __file__, "--side", "--versions", ",".join(map(str, versions)),
-                     "--partitions", str(partitions), "--repeat", str(repeat)],
+                     "--partitions", str(partitions), "--repeat", str(repeat), "--record-size", str(record_size)],
                     cwd=trees[name], capture_output=True, text=True, check=True).stdout
                 for raw in out.splitlines():
                     line = {"side": name, "revision": label if name == "rev" else here, **json.loads(raw)}
@@ -304,11 +305,11 @@ def compare(rev: str, versions: list[int], partitions: int, repeat: int, rounds:
             "lazy_ratio": round(mean("this", version, "lazy_us") / mean("rev", version, "lazy_us"), 3),
         }), flush=True)
     first = versions[0]
-    body = build_response(first, partitions)
+    body = build_response(first, partitions, record_size=record_size)
     check_fast(first, body)  # exits 1 if this side does not re-encode byte for byte
     same = same_as_kafka_python(first, body)
     print(json.dumps({
-        "summary": "codec_compare", "rev": label, "this": here, "version": first,
+        "summary": "codec_compare", "rev": label, "this": here, "version": first, "record_size": record_size,
         "fast_us_per_partition": round(mean("this", first, "like_for_like_us"), 3),
         "rev_fast_us_per_partition": round(mean("rev", first, "like_for_like_us"), 3),
         "ratio": round(mean("this", first, "like_for_like_us") / mean("rev", first, "like_for_like_us"), 3),
@@ -372,22 +373,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", metavar="REV",
                     help="this checkout's fast path against revision REV, ABBA, each side in its own process")
     ap.add_argument("--rounds", type=int, default=1, help="ABBA rounds of --compare")
+    ap.add_argument("--record-size", type=int, default=RECORD_SIZE,
+                    help="bytes of record value per partition (one record; the headline is at 1024)")
     ap.add_argument("--side", action="store_true", help=argparse.SUPPRESS)  # one side of --compare
     args = ap.parse_args(argv)
     if args.side:
         for version in (int(v) for v in args.versions.split(",")):
-            print(json.dumps(side(version, args.partitions, args.repeat)), flush=True)
+            print(json.dumps(side(version, args.partitions, args.repeat, args.record_size)), flush=True)
         return 0
     if args.compare:
         versions = [int(v) for v in args.versions.split(",")]
-        return compare(args.compare, versions, args.partitions, max(args.repeat, 200), args.rounds)
+        return compare(args.compare, versions, args.partitions, max(args.repeat, 200), args.rounds,
+                       args.record_size)
     if args.fetch_request:
         versions = [int(v) for v in (args.versions if args.versions != "12,4,16" else "16").split(",")]
         for version in versions:
             run_request(version, args.partitions if args.partitions != 1000 else 10000, args.repeat)
         return 0
     versions = [int(v) for v in args.versions.split(",")]
-    lines = run(versions, args.partitions, args.repeat)
+    lines = run(versions, args.partitions, args.repeat, args.record_size)
     first = versions[0]
 
     def figure(name: str) -> float | None:
@@ -398,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
 
     fast = figure("fast-materialised")
     kp = figure("kafka-python")
-    same = all(same_as_kafka_python(v, build_response(v, args.partitions)) for v in versions)
+    same = all(same_as_kafka_python(v, build_response(v, args.partitions, record_size=args.record_size))
+               for v in versions)
     print(json.dumps({
         "summary": "codec",
         "version": first,
