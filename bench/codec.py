@@ -1,6 +1,6 @@
 """Codec benchmark: decode and re-encode a Fetch response with 1,000 partitions of 1 KiB record batches.
 
-``python -m bench.codec [--partitions N] [--versions 12,4,16] [--repeat R]``
+``python -m bench.codec [--partitions N] [--versions 12,4,16] [--repeat R] [--record-size BYTES]``
 
 Compared in one run, on the same bytes: the construct reference codec (proxy.wire.compiler.Codec), the fast
 path (proxy.wire.fetch_fast), kafka-python 3's generated codec (kafka.protocol.consumer.fetch.FetchResponse)
@@ -8,13 +8,24 @@ and kio (entity_reader / entity_writer) when it is importable. Each figure is th
 best run is the one least disturbed by the machine; all runs do the same work). Prints JSON lines
 ``{"name", "version", "op", "us_per_partition", "mb_per_s"}`` and, last, the summary for the first version:
 ``{"summary": "codec", "fast_us_per_partition": ..., "speedup_vs_kafka_python": ..., "lazy_fast_us_per_partition":
-..., "reencoded_equal": ..., "same_as_kafka_python": ...}``. The headline compares like with like: kafka-python's
-decode hands out every partition's fields and its records as bytes, so the fast path's figure
-(``fast-materialised``) reads every field and copies the records out of the frame too; ``fast`` alone is lazy
-(fields read on access, records left as slices of the frame: what Sluice's relay does, not what a decoder
-returns) and is reported beside it. The checks: the fast path re-encodes every version's body byte for byte
-(``reencoded_equal``) and hands out what kafka-python decodes (``same_as_kafka_python``); the exit status is 1
-unless both hold.
+..., "reencoded_equal": ..., "same_as_kafka_python": ..., "load": ...}``. The headline compares like with like:
+kafka-python's decode hands out every partition's fields and its records as bytes of their own, so the fast
+path's figure (``fast-materialised``) is its decoder's form of the same result, ``decode(body, v,
+copy_records=True)``: every field decoded, every record set copied out of the frame into its own ``bytes``,
+nothing referring to the input. ``fast`` alone is lazy (records left as memoryview slices of the frame: what
+Sluice's relay does, not what a decoder hands over) and is reported beside it, as is ``fast+copy-pass`` (the
+lazy decode, then a pass that reads every field and copies each record set: the headline's definition before
+``copy_records`` existed). The checks: the fast path re-encodes every version's body byte for byte
+(``reencoded_equal``) and its like-for-like decode hands out what kafka-python decodes, records as ``bytes``
+(``same_as_kafka_python``); the exit status is 1 unless both hold.
+
+``python -m bench.codec --compare REV [--versions 12,4,16] [--rounds 1]`` measures the fast path of another revision
+against this checkout's, in one run: each side in its own process (REV's ``proxy`` and ``rig`` exported with
+``git archive`` into a temporary directory; this checkout's as it is, uncommitted changes included), in the
+order REV, this, this, REV (ABBA) per round, each reporting the best of R runs of the like-for-like decode
+(``copy_records`` where the revision has it, else the decode followed by the copy pass, that revision's
+like-for-like), the lazy decode and the encode, with the load average when it ran. The summary carries the
+ratios this/REV (below 1 is faster) and the like-for-like check of this side.
 
 ``python -m bench.codec --fetch-request [--partitions 10000] [--versions 16]`` measures the Fetch *request*
 fast path instead (proxy.wire.fetch_request_fast, used by the fetch-session policies) against the construct
@@ -27,11 +38,16 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import io
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from proxy.policies.terminate import sessions
@@ -47,7 +63,7 @@ from rig.fetch_oracle import apply_plan, request_partitions
 RECORD_SIZE = 1024
 
 
-def build_response(version: int, partitions: int, topics: int = 10) -> bytes:
+def build_response(version: int, partitions: int, topics: int = 10, record_size: int = RECORD_SIZE) -> bytes:
     """A realistic response body: ``topics`` topics, ``partitions`` partitions in all, each holding one real
     v2 record batch with a 1 KiB value (so ~1.1 KiB of record bytes per partition)."""
     per_topic = max(1, partitions // topics)
@@ -56,7 +72,7 @@ def build_response(version: int, partitions: int, topics: int = 10) -> bytes:
     for t in range(topics):
         parts = []
         for p in range(per_topic if t < topics - 1 else partitions - n):
-            value = bytes((p + i) % 251 for i in range(RECORD_SIZE))
+            value = bytes((p + i) % 251 for i in range(record_size))
             batch = new_batch([Record(0, 0, b"key-%d" % p, value, [])], base_offset=1000 + p,
                               base_timestamp=1_700_000_000_000)
             parts.append(Message(
@@ -95,22 +111,48 @@ def walked(view: FetchResponseView) -> FetchResponseView:
 
 
 def materialised(view: FetchResponseView) -> list[tuple[Any, ...]]:
-    """What a decoder hands out, from the fast view: every partition's fields read, its records copied out of the
-    frame as bytes (the view's records are slices of it)."""
+    """The copy pass over a lazy view: every partition's fields read, its records copied out of the frame as
+    bytes (the lazy view's records are slices of it). ``fast+copy-pass``; the like-for-like path before
+    ``copy_records``."""
     return [(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
              p.preferred_read_replica, None if p.records is None else bytes(p.records))
             for _, p in view.partitions()]
 
 
+def rows(view: FetchResponseView) -> list[tuple[Any, ...]]:
+    """A decoded view's partitions as kafka-python's decode hands them out, as they are (nothing copied)."""
+    return [(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+             p.preferred_read_replica, p.records)
+            for _, p in view.partitions()]
+
+
+def has_copy_records() -> bool:
+    """Whether this checkout's fast path has the decoder's form (``copy_records``; --compare may run older
+    revisions)."""
+    return "copy_records" in inspect.signature(FetchResponseView.decode).parameters
+
+
+def like_for_like(version: int, body: bytes) -> Callable[[], Any]:
+    """The fast path's decode of ``body`` into what kafka-python's decode hands out: ``copy_records`` where the
+    checkout has it, else the lazy decode and the copy pass. Returns a decode() closure whose result has the
+    view first."""
+    if has_copy_records():
+        return lambda: (FetchResponseView.decode(body, version, copy_records=True),)
+    view = memoryview(body)
+    return lambda: (lambda v: (v, materialised(v)))(FetchResponseView.decode(view, version))
+
+
 def same_as_kafka_python(version: int, body: bytes) -> bool:
-    """The fast path's materialised partitions equal kafka-python's decode of the same body (the comparison is
-    like for like only if both hand out the same)."""
+    """The fast path's like-for-like decode hands out what kafka-python's decode of the same body does: every
+    partition's fields equal, its records ``bytes`` of their own (the comparison is like for like only if both
+    hand out the same)."""
     from kafka.protocol.consumer.fetch import FetchResponse
 
     theirs = [(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
                p.preferred_read_replica, p.records)
               for t in FetchResponse.decode(body, version=version).responses for p in t.partitions]
-    return materialised(FetchResponseView.decode(memoryview(body), version)) == theirs
+    ours = rows(FetchResponseView.decode(body, version, copy_records=True))
+    return ours == theirs and all(r[-1] is None or type(r[-1]) is bytes for r in ours)
 
 
 def contenders(version: int, body: bytes) -> dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]]:
@@ -120,9 +162,12 @@ def contenders(version: int, body: bytes) -> dict[str, tuple[Callable[[], Any], 
     out: dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]] = {
         "construct": (lambda: codec.decode(body), codec.encode),
         "fast": (lambda: FetchResponseView.decode(view, version), lambda v: v.encode()),
-        # like for like with a decoder's output: every field read, the records copied out as bytes
-        "fast-materialised": (lambda: (lambda v: (v, materialised(v)))(FetchResponseView.decode(view, version)),
-                              lambda d: d[0].encode()),
+        # like for like with a decoder's output: every field decoded, every record set copied out as bytes
+        "fast-materialised": (lambda: FetchResponseView.decode(body, version, copy_records=True),
+                              lambda v: v.encode()),
+        # the same result by the lazy decode and a copy pass over it (the headline's definition before)
+        "fast+copy-pass": (lambda: (lambda v: (v, materialised(v)))(FetchResponseView.decode(view, version)),
+                           lambda d: d[0].encode()),
         # what a byte-budget policy adds: walking every partition's record batches by header
         "fast+batch-walk": (lambda: walked(FetchResponseView.decode(view, version)), lambda v: v.encode()),
     }
@@ -171,10 +216,10 @@ def check_fast(version: int, body: bytes) -> None:
         raise SystemExit(f"fast path re-encode differs from the input for v{version}")
 
 
-def run(versions: list[int], partitions: int, repeat: int) -> list[dict[str, Any]]:
+def run(versions: list[int], partitions: int, repeat: int, record_size: int) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
     for version in versions:
-        body = build_response(version, partitions)
+        body = build_response(version, partitions, record_size=record_size)
         check_fast(version, body)
         mb = len(body) / 1e6
         for name, (dec, enc) in contenders(version, body).items():
@@ -188,6 +233,91 @@ def run(versions: list[int], partitions: int, repeat: int) -> list[dict[str, Any
                 lines.append(line)
                 print(json.dumps(line), flush=True)
     return lines
+
+
+def side(version: int, partitions: int, repeat: int, record_size: int = RECORD_SIZE) -> dict[str, Any]:
+    """One side of --compare, in this process's checkout: the like-for-like decode and its encode, and the
+    lazy decode and its encode, each the best of ``repeat`` runs."""
+    import proxy
+
+    body = build_response(version, partitions, record_size=record_size)
+    check_fast(version, body)
+    view = memoryview(body)
+    decode_lfl = like_for_like(version, body)
+    decoded = decode_lfl()[0]
+    lazy_view = FetchResponseView.decode(view, version)
+    t_dec = best_of(decode_lfl, repeat, 4.0)
+    t_enc = best_of(decoded.encode, repeat, 4.0)
+    t_lazy = best_of(lambda: FetchResponseView.decode(view, version), repeat, 4.0)
+    t_lazy_enc = best_of(lazy_view.encode, repeat, 4.0)
+
+    def us(t: float) -> float:
+        return round(t / partitions * 1e6, 3)
+
+    return {"version": version, "decode_us": us(t_dec), "encode_us": us(t_enc),
+            "like_for_like_us": us(t_dec + t_enc), "lazy_us": us(t_lazy + t_lazy_enc),
+            "copy_records": has_copy_records(), "source": str(Path(proxy.__file__).resolve().parents[1]),
+            "load": round(os.getloadavg()[0], 2)}
+
+
+#: runs the bench file given as argv[1] with the rest of argv, importing ``proxy`` from the working directory
+_CHILD = ("import runpy, sys; path = sys.argv[1]; sys.argv = ['bench.codec', *sys.argv[2:]]; "
+          "runpy.run_path(path, run_name='__main__')")
+
+
+def compare(rev: str, versions: list[int], partitions: int, repeat: int, rounds: int,
+            record_size: int = RECORD_SIZE) -> int:
+    """This checkout against ``rev``, ABBA per round, each side in its own process; see the module doc."""
+    root = Path(__file__).resolve().parents[1]
+    label = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", rev], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    here = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    runs: dict[str, list[dict[str, Any]]] = {"rev": [], "this": []}
+    with tempfile.TemporaryDirectory(prefix="codec-compare-") as tmp:
+        archive = subprocess.run(["git", "-C", str(root), "archive", label, "proxy", "rig"], capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        trees = {"rev": tmp, "this": str(root)}
+        for _ in range(rounds):
+            for name in ("rev", "this", "this", "rev"):
+                out = subprocess.run(
+                    [sys.executable, "-c", _CHILD, __file__, "--side", "--versions", ",".join(map(str, versions)),
+                     "--partitions", str(partitions), "--repeat", str(repeat), "--record-size", str(record_size)],
+                    cwd=trees[name], capture_output=True, text=True, check=True).stdout
+                for raw in out.splitlines():
+                    line = {"side": name, "revision": label if name == "rev" else here, **json.loads(raw)}
+                    if line["source"] != str(Path(trees[name]).resolve()):
+                        raise SystemExit(f"the {name} side imported proxy from {line['source']}")
+                    runs[name].append(line)
+                    print(json.dumps(line), flush=True)
+
+    def mean(name: str, version: int, key: str) -> float:
+        values = [r[key] for r in runs[name] if r["version"] == version]
+        return sum(values) / len(values)
+
+    for version in versions:
+        print(json.dumps({
+            "version": version,
+            "rev_like_for_like_us": round(mean("rev", version, "like_for_like_us"), 3),
+            "like_for_like_us": round(mean("this", version, "like_for_like_us"), 3),
+            "ratio": round(mean("this", version, "like_for_like_us") / mean("rev", version, "like_for_like_us"), 3),
+            "lazy_ratio": round(mean("this", version, "lazy_us") / mean("rev", version, "lazy_us"), 3),
+        }), flush=True)
+    first = versions[0]
+    body = build_response(first, partitions, record_size=record_size)
+    check_fast(first, body)  # exits 1 if this side does not re-encode byte for byte
+    same = same_as_kafka_python(first, body)
+    print(json.dumps({
+        "summary": "codec_compare", "rev": label, "this": here, "version": first, "record_size": record_size,
+        "fast_us_per_partition": round(mean("this", first, "like_for_like_us"), 3),
+        "rev_fast_us_per_partition": round(mean("rev", first, "like_for_like_us"), 3),
+        "ratio": round(mean("this", first, "like_for_like_us") / mean("rev", first, "like_for_like_us"), 3),
+        "lazy_ratio": round(mean("this", first, "lazy_us") / mean("rev", first, "lazy_us"), 3),
+        "loads": [r["load"] for r in runs["rev"] + runs["this"] if r["version"] == first],
+        "order": "ABBA", "rounds": rounds, "reencoded_equal": True, "same_as_kafka_python": same,
+    }), flush=True)
+    return 0 if same else 1
 
 
 def build_request(version: int, partitions: int, topics: int = 10) -> tuple[Message, Message, bytes]:
@@ -240,14 +370,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--fetch-request", action="store_true",
                     help="benchmark the Fetch request fast path (default 10,000 partitions, v16)")
+    ap.add_argument("--compare", metavar="REV",
+                    help="this checkout's fast path against revision REV, ABBA, each side in its own process")
+    ap.add_argument("--rounds", type=int, default=1, help="ABBA rounds of --compare")
+    ap.add_argument("--record-size", type=int, default=RECORD_SIZE,
+                    help="bytes of record value per partition (one record; the headline is at 1024)")
+    ap.add_argument("--side", action="store_true", help=argparse.SUPPRESS)  # one side of --compare
     args = ap.parse_args(argv)
+    if args.side:
+        for version in (int(v) for v in args.versions.split(",")):
+            print(json.dumps(side(version, args.partitions, args.repeat, args.record_size)), flush=True)
+        return 0
+    if args.compare:
+        versions = [int(v) for v in args.versions.split(",")]
+        return compare(args.compare, versions, args.partitions, max(args.repeat, 200), args.rounds,
+                       args.record_size)
     if args.fetch_request:
         versions = [int(v) for v in (args.versions if args.versions != "12,4,16" else "16").split(",")]
         for version in versions:
             run_request(version, args.partitions if args.partitions != 1000 else 10000, args.repeat)
         return 0
     versions = [int(v) for v in args.versions.split(",")]
-    lines = run(versions, args.partitions, args.repeat)
+    lines = run(versions, args.partitions, args.repeat, args.record_size)
     first = versions[0]
 
     def figure(name: str) -> float | None:
@@ -258,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
 
     fast = figure("fast-materialised")
     kp = figure("kafka-python")
-    same = all(same_as_kafka_python(v, build_response(v, args.partitions)) for v in versions)
+    same = all(same_as_kafka_python(v, build_response(v, args.partitions, record_size=args.record_size))
+               for v in versions)
     print(json.dumps({
         "summary": "codec",
         "version": first,
@@ -267,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         "lazy_fast_us_per_partition": figure("fast"),
         "reencoded_equal": True,  # run() stops (exit status 1) at the first body the fast path changes
         "same_as_kafka_python": same,
+        "load": round(os.getloadavg()[0], 2),
     }))
     return 0 if same else 1
 

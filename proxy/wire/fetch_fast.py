@@ -3,9 +3,11 @@
 Fetch responses are the only hot path of the proxy (they carry all the record bytes), so they get a
 hand-written codec next to the construct reference (:mod:`proxy.wire.compiler`):
 
-- decode: ``struct.unpack_from`` over a memoryview of the frame, one call per partition header; every
-  partition's record set stays a memoryview slice of the frame (never copied, never decoded: policies that
-  need batch boundaries use :func:`proxy.wire.records.iter_batches` on it);
+- decode: ``struct.unpack_from`` over a memoryview of the frame, one call per partition (its whole fixed part
+  when AbortedTransactions is null, as it almost always is), unpacked straight into the partition's slots;
+  every partition's record set stays a memoryview slice of the frame (never copied, never decoded: policies
+  that need batch boundaries use :func:`proxy.wire.records.iter_batches` on it). ``copy_records=True`` gives
+  the decoder's form instead: each record set its own ``bytes``, nothing referring to the caller's buffer;
 - a mutable model (:class:`FetchResponseView` -> :class:`FetchTopic` -> :class:`FetchPartition`) that
   policies edit: drop or reorder partitions and topics, replace ``records`` (with ``b""`` for instance),
   change offsets;
@@ -28,6 +30,7 @@ fields, except that the fast path re-emits partition/topic tagged fields byte fo
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -55,17 +58,30 @@ _ABORTED = struct.Struct(">qq")  # ProducerId, FirstOffset
 _TOP_V4 = struct.Struct(">ii")  # ThrottleTimeMs, Responses count
 _TOP_V7 = struct.Struct(">ihii")  # ThrottleTimeMs, ErrorCode, SessionId, Responses count
 _TOP_FLEX = struct.Struct(">ihi")  # ThrottleTimeMs, ErrorCode, SessionId (count is a uvarint)
+# FetchResponse.json, PartitionData: PartitionIndex int32, ErrorCode int16, HighWatermark int64,
+# LastStableOffset int64, LogStartOffset int64 "5+", AbortedTransactions "4+" (nullable; int32 count, or a compact
+# count from 12, 0 = null), PreferredReadReplica int32 "11+", Records (nullable; int32 length, compact from 12).
 # Partition header up to and including the AbortedTransactions count (non-flexible, int32 count, -1 = null)
 _PART_V4 = struct.Struct(">ihqqi")  # PartitionIndex, ErrorCode, HighWatermark, LastStableOffset, count
 _PART_V5 = struct.Struct(">ihqqqi")  # ... LogStartOffset (5+), count
 _PART_FLEX = struct.Struct(">ihqqq")  # flexible: the count that follows is a uvarint
-# Encode-side shortcuts for the common "no aborted transactions" partition header (one pack per partition)
+# The whole fixed part of the common partition, AbortedTransactions null: one unpack per partition on decode (a
+# probe: it is re-read field by field when the count is not null), one pack on encode.
 _PART_V4_NULL = struct.Struct(">ihqqii")  # ..., count -1, Records length
 _PART_V5_NULL = struct.Struct(">ihqqqii")  # ..., count -1, Records length
 _PART_V11_NULL = struct.Struct(">ihqqqiii")  # ..., count -1, PreferredReadReplica, Records length
 _PART_FLEX_PROBE = struct.Struct(">ihqqqBiBB")  # decode: ..., count byte, PreferredReadReplica, 2 bytes
 _PART_FLEX_NULL_1 = struct.Struct(">ihqqqBiB")  # ..., Records compact length as a 1-byte uvarint
-_PART_FLEX_NULL_2 = struct.Struct(">ihqqqBiBB")  # ..., Records compact length as a 2-byte uvarint
+_PART_FLEX_NULL_2 = struct.Struct(">ihqqqBiH")  # ..., Records compact length as a 2-byte uvarint (from _UV2)
+# The same, led by the previous partition's empty tag section (one zero byte): the common partition after a
+# non-empty record set is then one buffer, packed in one call (no bytearray to grow and copy per partition).
+_PART_FLEX_LEAD_1 = struct.Struct(">BihqqqBiB")
+_PART_FLEX_LEAD_2 = struct.Struct(">BihqqqBiH")  # the 2-byte uvarint as one big-endian uint16, from _UV2
+_PART_FLEX_LEAD_3 = struct.Struct(">BihqqqBiBBB")  # a 3-byte uvarint: record sets up to 2 MiB (Kafka's default
+# max.partition.fetch.bytes is 1 MiB)
+#: 2-byte uvarints (128 <= value < 16384) as big-endian uint16s: one look-up instead of four operations per
+#: partition on encode (32 KiB)
+_UV2 = array("H", [(((v & 0x7F) | 0x80) << 8) | (v >> 7) for v in range(16384)])
 
 #: small uvarints, precomputed (compact lengths and counts are almost always < 128)
 _UV = [bytes([i]) for i in range(128)]
@@ -188,6 +204,16 @@ class FetchPartition:
 
     def tagged_fields(self) -> dict[int, memoryview]:
         return parse_tags(self.tags)
+
+
+class _DecodedPartition(FetchPartition):
+    """A :class:`FetchPartition` as the decoders make it: created without arguments, every slot then set by the
+    decoder. A class whose ``__init__`` is ``object.__init__`` is instantiated by a C-level call (``type_call``:
+    ``object_new``, no Python frame), a quarter cheaper than ``object.__new__(FetchPartition)``; it runs once per
+    partition on the hot path. It is a FetchPartition in every other way (``isinstance``, equality, slots)."""
+
+    __slots__ = ()
+    __init__ = object.__init__
 
 
 class FetchTopic:
@@ -352,10 +378,15 @@ class FetchResponseView:
     # ----------------------------------------------------------------------------------------- decode
 
     @classmethod
-    def decode(cls, body: Buffer, version: int) -> FetchResponseView:
+    def decode(cls, body: Buffer, version: int, copy_records: bool = False) -> FetchResponseView:
         """Decode a Fetch response body (after the response header). Record bytes are not copied: the view
-        keeps slices of ``body`` (pass a memoryview of a buffer that is not modified while the view lives)."""
-        return decode(body, version)
+        keeps slices of ``body`` (pass a memoryview of a buffer that is not modified while the view lives).
+
+        ``copy_records=True`` is what a decoder that hands its result over (as kafka-python's does) returns:
+        every record set is its own ``bytes`` (copied once, sliced out of ``body`` when it is ``bytes``, else
+        out of one copy of it) and nothing in the view refers to the caller's buffer; fields are decoded the
+        same either way."""
+        return decode(body, version, copy_records)
 
     # ----------------------------------------------------------------------------------------- encode
 
@@ -397,24 +428,33 @@ def decode_frame(frame: Buffer, version: int) -> tuple[int, memoryview | None, F
     return corr, tags, decode(mv[pos:], version)
 
 
-def decode(body: Buffer, version: int) -> FetchResponseView:
+def decode(body: Buffer, version: int, copy_records: bool = False) -> FetchResponseView:
     """Decode a Fetch response body; see :meth:`FetchResponseView.decode`."""
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise CodecError(f"Fetch response version {version} outside {MIN_VERSION}-{MAX_VERSION}",
                          api=_API, version=version)
-    mv = body if isinstance(body, memoryview) else memoryview(body)
+    src: bytes | memoryview
+    if copy_records:
+        # Records are sliced out of an immutable bytes object (each slice its own copy); the raw tag sections
+        # are views of that bytes object, never of the caller's buffer.
+        src = body if isinstance(body, bytes) else bytes(body)
+        mv = memoryview(src)
+    else:
+        mv = body if isinstance(body, memoryview) else memoryview(body)
+        src = mv
     with codec_errors("Fetch response", api=_API, version=version):
         if version >= FIRST_FLEXIBLE:
-            view, pos = _decode_flexible(mv, version)
+            view, pos = _decode_flexible(mv, version, src)
         else:
-            view, pos = _decode_classic(mv, version)
+            view, pos = _decode_classic(mv, version, src)
     if pos != len(mv):
         raise CodecError(f"{len(mv) - pos} trailing bytes", where=pos, api=_API, version=version)
     return view
 
 
-def _decode_classic(mv: memoryview, version: int) -> tuple[FetchResponseView, int]:
-    """Versions 4-11: int16-length strings, int32 counts and lengths, no tagged fields."""
+def _decode_classic(mv: memoryview, version: int, src: bytes | memoryview) -> tuple[FetchResponseView, int]:
+    """Versions 4-11: int16-length strings, int32 counts and lengths, no tagged fields. Records are sliced out
+    of ``src`` (``mv`` itself, or the bytes ``mv`` views)."""
     n = len(mv)
     if version >= 7:
         throttle, error_code, session_id, ntopics = _TOP_V7.unpack_from(mv, 0)
@@ -425,15 +465,19 @@ def _decode_classic(mv: memoryview, version: int) -> tuple[FetchResponseView, in
         pos = 8
     if ntopics < 0 or ntopics > n - pos:
         raise _bad("Responses: array count", ntopics, n - pos, pos)
-    head = _PART_V5 if version >= 5 else _PART_V4
-    head_size = head.size
-    unpack_head = head.unpack_from
     has_lss = version >= 5
     has_pref = version >= 11
+    # One unpack reads a partition's whole fixed part when AbortedTransactions is null (count -1), as it almost
+    # always is; ``back`` is how far the probe read past the count (PreferredReadReplica, Records length), for
+    # the partitions that carry the array.
+    probe = _PART_V11_NULL if has_pref else (_PART_V5_NULL if has_lss else _PART_V4_NULL)
+    unpack_probe = probe.unpack_from
+    probe_size = probe.size
+    back = 8 if has_pref else 4
     unpack_i32 = _I32.unpack_from
     unpack_i32_2 = _I32_2.unpack_from
     unpack_aborted = _ABORTED.unpack_from
-    new_partition = object.__new__
+    new_partition = _DecodedPartition
     topics: list[FetchTopic] = []
     for _ in range(ntopics):
         (nlen,) = _U16_LEN.unpack_from(mv, pos)
@@ -451,14 +495,25 @@ def _decode_classic(mv: memoryview, version: int) -> tuple[FetchResponseView, in
         parts: list[FetchPartition] = []
         append = parts.append
         for _ in range(nparts):
-            if has_lss:
-                idx, err, hw, lso, lss, acount = unpack_head(mv, pos)
+            # Fields go straight from the unpacked tuple into the partition's slots (no locals in between).
+            p = new_partition()
+            if has_pref:
+                (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+                 acount, p.preferred_read_replica, rlen) = unpack_probe(mv, pos)
+            elif has_lss:
+                (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+                 acount, rlen) = unpack_probe(mv, pos)
+                p.preferred_read_replica = -1
             else:
-                idx, err, hw, lso, acount = unpack_head(mv, pos)
-                lss = -1
-            pos += head_size
-            aborted: list[AbortedTransaction] | None = None
-            if acount != -1:
+                (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, acount,
+                 rlen) = unpack_probe(mv, pos)
+                p.log_start_offset = -1
+                p.preferred_read_replica = -1
+            pos += probe_size
+            if acount == -1:
+                p.aborted_transactions = None
+            else:
+                pos -= back  # the array follows the count; the probe's last fields were its first bytes
                 if acount < 0 or acount * 16 > n - pos:
                     raise _bad("AbortedTransactions: array count", acount, n - pos, pos)
                 aborted = []
@@ -466,41 +521,32 @@ def _decode_classic(mv: memoryview, version: int) -> tuple[FetchResponseView, in
                     pid, first = unpack_aborted(mv, pos)
                     aborted.append(AbortedTransaction(pid, first))
                     pos += 16
-            if has_pref:
-                pref, rlen = unpack_i32_2(mv, pos)
-                pos += 8
-            else:
-                pref = -1
-                (rlen,) = unpack_i32(mv, pos)
-                pos += 4
+                p.aborted_transactions = aborted
+                if has_pref:
+                    p.preferred_read_replica, rlen = unpack_i32_2(mv, pos)
+                    pos += 8
+                else:
+                    (rlen,) = unpack_i32(mv, pos)
+                    pos += 4
             if rlen >= 0:
                 end = pos + rlen
                 if end > n:
                     raise _bad("Records: declared length", rlen, n - pos, pos)
-                records: memoryview | None = mv[pos:end]
+                p.records = src[pos:end]
                 pos = end
             elif rlen == -1:
-                records = None
+                p.records = None
             else:
                 raise CodecError(f"Records: length {rlen}", where=pos)
-            p = new_partition(FetchPartition)  # without __init__, as in _decode_flexible
-            p.partition_index = idx
-            p.error_code = err
-            p.high_watermark = hw
-            p.last_stable_offset = lso
-            p.log_start_offset = lss
-            p.aborted_transactions = aborted
-            p.preferred_read_replica = pref
-            p.records = records
             p.tags = None
             append(p)
         topics.append(FetchTopic(name, bytes(16), parts, None))
     return FetchResponseView(version, throttle, error_code, session_id, topics), pos
 
 
-def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, int]:
+def _decode_flexible(mv: memoryview, version: int, src: bytes | memoryview) -> tuple[FetchResponseView, int]:
     """Versions 12-18 (KIP-482): compact strings/arrays/bytes (uvarint length + 1, 0 = null), a tag section
-    after every struct."""
+    after every struct. Records are sliced out of ``src`` (``mv`` itself, or the bytes ``mv`` views)."""
     n = len(mv)
     throttle, error_code, session_id = _TOP_FLEX.unpack_from(mv, 0)
     pos = 10
@@ -515,7 +561,7 @@ def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, i
     by_id = version >= FIRST_TOPIC_ID
     unpack_head = _PART_FLEX_PROBE.unpack_from
     unpack_i32 = _I32.unpack_from
-    new_partition = object.__new__
+    new_partition = _DecodedPartition
     topics: list[FetchTopic] = []
     for _ in range(ntopics):
         if by_id:
@@ -545,45 +591,45 @@ def _decode_flexible(mv: memoryview, version: int) -> tuple[FetchResponseView, i
         parts: list[FetchPartition] = []
         append = parts.append
         for _ in range(nparts):
-            # One unpack for the common partition: AbortedTransactions null (compact count 0) and a record set
-            # of less than 16 KiB (a 1- or 2-byte compact length): PartitionIndex .. LogStartOffset, the count
-            # byte, PreferredReadReplica and two bytes that start the Records length. No valid partition is
-            # shorter than these 37 bytes (30 + count 1 + 4 + null records 1 + tags 1).
-            head = unpack_head(mv, pos)
-            b0 = head[7]
-            if head[5] == 0 and (b0 < 0x80 or head[8] < 0x80):
+            # One unpack for the common partition, AbortedTransactions null (compact count 0): PartitionIndex ..
+            # LogStartOffset, the count byte, PreferredReadReplica and the two bytes that start the Records
+            # length, straight into the partition's slots. No valid partition is shorter than these 37 bytes
+            # (30 + count 1 + 4 + null records 1 + tags 1).
+            p = new_partition()
+            (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset, acount,
+             p.preferred_read_replica, b0, b1) = unpack_head(mv, pos)
+            if acount == 0:
+                p.aborted_transactions = None
+                # Records' compact length (uvarint): 1 byte below 127 record bytes, 2 below 16 KiB, 3 below 2 MiB
                 if b0 < 0x80:
                     rlen = b0
                     pos += 36
-                else:
-                    rlen = (b0 & 0x7F) | (head[8] << 7)
+                elif b1 < 0x80:
+                    rlen = (b0 & 0x7F) | (b1 << 7)
                     pos += 37
-                aborted: list[AbortedTransaction] | None = None
+                elif mv[pos + 37] < 0x80:  # 3 bytes: up to 2 MiB
+                    rlen = (b0 & 0x7F) | ((b1 & 0x7F) << 7) | (mv[pos + 37] << 14)
+                    pos += 38
+                else:
+                    rlen, pos = _uvarint(mv, pos + 35)
             else:
-                aborted, pos = _flexible_aborted(mv, pos + 30, n, head[5])
-                (pref,) = unpack_i32(mv, pos)
-                head = (*head[:6], pref, 0, 0)
+                # the probe read the array's first bytes as PreferredReadReplica: read them again in order
+                p.aborted_transactions, pos = _flexible_aborted(mv, pos + 30, n, acount)
+                (p.preferred_read_replica,) = unpack_i32(mv, pos)
                 rlen, pos = _uvarint(mv, pos + 4)
             if rlen:
                 end = pos + rlen - 1
                 if end > n:
                     raise _bad("Records: declared length", rlen - 1, n - pos, pos)
-                records: memoryview | None = mv[pos:end]
+                p.records = src[pos:end]
                 pos = end
             else:
-                records = None
+                p.records = None
             if mv[pos]:
-                ptags, pos = _skip_tags(mv, pos, n)
+                p.tags, pos = _skip_tags(mv, pos, n)
             else:
-                ptags = None
+                p.tags = None
                 pos += 1
-            # Built without __init__ (a third cheaper: this runs once per partition on the hot path).
-            p = new_partition(FetchPartition)
-            (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset, _,
-             p.preferred_read_replica, _, _) = head
-            p.aborted_transactions = aborted
-            p.records = records
-            p.tags = ptags
             append(p)
         ttags, pos = _skip_tags(mv, pos, n)
         topics.append(FetchTopic(name, topic_id, parts, ttags))
@@ -761,109 +807,146 @@ def _encode_classic(view: FetchResponseView) -> tuple[list[Buffer], int]:
     version = view.version
     out: list[Buffer] = []
     emit = out.append
-    pending: list[Buffer] = [top_head(view, len(view.topics))]
-    add = pending.append
-    total = 0
+    # Header bytes that must precede the next record set (the top-level fields, a topic's name and count, the
+    # heads of partitions without records); None when there are none, as after every non-empty record set.
+    pending: bytearray | None = bytearray(top_head(view, len(view.topics)))
     has_lss = version >= 5
     has_pref = version >= 11
     null_head = _PART_V11_NULL.pack if has_pref else (_PART_V5_NULL.pack if has_lss else _PART_V4_NULL.pack)
     head = (_PART_V5 if has_lss else _PART_V4).pack
     pack_i32 = _I32.pack
     pack_aborted = _ABORTED.pack
+    h: bytes | bytearray
     for t in view.topics:
-        add(topic_head(version, t.topic, len(t.partitions)))
+        if pending is None:
+            pending = bytearray()
+        pending += topic_head(version, t.topic, len(t.partitions))
         for p in t.partitions:
             records = p.records
             rlen = -1 if records is None else len(records)
             aborted = p.aborted_transactions
             if aborted is None:
                 if has_pref:
-                    add(null_head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                                  p.log_start_offset, -1, p.preferred_read_replica, rlen))
+                    h = null_head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                  p.log_start_offset, -1, p.preferred_read_replica, rlen)
                 elif has_lss:
-                    add(null_head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                                  p.log_start_offset, -1, rlen))
+                    h = null_head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                  p.log_start_offset, -1, rlen)
                 else:
-                    add(null_head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                                  -1, rlen))
+                    h = null_head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                  -1, rlen)
             else:
+                h = bytearray()
                 if has_lss:
-                    add(head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                             p.log_start_offset, len(aborted)))
+                    h += head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                              p.log_start_offset, len(aborted))
                 else:
-                    add(head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                             len(aborted)))
+                    h += head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                              len(aborted))
                 for a in aborted:
-                    add(pack_aborted(a.producer_id, a.first_offset))
+                    h += pack_aborted(a.producer_id, a.first_offset)
                 if has_pref:
-                    add(pack_i32(p.preferred_read_replica))
-                add(pack_i32(rlen))
+                    h += pack_i32(p.preferred_read_replica)
+                h += pack_i32(rlen)
+            if pending is not None:
+                pending += h
+                h = pending
             if rlen > 0:
-                chunk = b"".join(pending)
-                emit(chunk)
+                emit(h)
                 emit(records)  # type: ignore[arg-type]
-                total += len(chunk) + rlen
-                pending.clear()
-    if pending:
-        chunk = b"".join(pending)
-        emit(chunk)
-        total += len(chunk)
-    return out, total
+                pending = None
+            elif pending is None:
+                pending = bytearray(h)
+    if pending is not None:
+        emit(pending)
+    return out, sum(map(len, out))
 
 
 def _encode_flexible(view: FetchResponseView) -> tuple[list[Buffer], int]:
     version = view.version
     out: list[Buffer] = []
     emit = out.append
-    # Header bytes accumulate in ``buf`` until a non-empty record set is reached; then ``buf`` and the record
-    # view are emitted as two buffers and a new ``buf`` starts (bytearray += is amortised O(1), so long runs
-    # of empty partitions stay linear).
-    buf = bytearray(top_head(view, len(view.topics)))
+    # Header bytes that must precede the next record set: the top-level fields, a topic's id or name and count,
+    # partitions without records, tag sections. None stands for the commonest case, one zero byte (the empty tag
+    # section of the partition whose records were just emitted): the next partition is then packed with that
+    # byte in front (_PART_FLEX_LEAD_*), one buffer, one call.
+    pending: bytearray | None = bytearray(top_head(view, len(view.topics)))
     by_id = version >= FIRST_TOPIC_ID
+    lead_1 = _PART_FLEX_LEAD_1.pack
+    lead_2 = _PART_FLEX_LEAD_2.pack
+    lead_3 = _PART_FLEX_LEAD_3.pack
+    uv2 = _UV2
     pack_null_1 = _PART_FLEX_NULL_1.pack
     pack_null_2 = _PART_FLEX_NULL_2.pack
     head = _PART_FLEX.pack
     pack_i32 = _I32.pack
     pack_aborted = _ABORTED.pack
+    h: bytes | bytearray
     for t in view.topics:
-        buf += topic_head(version, t.topic_id if by_id else t.topic, len(t.partitions))
+        if pending is None:
+            pending = bytearray(_EMPTY_TAGS)
+        pending += topic_head(version, t.topic_id if by_id else t.topic, len(t.partitions))
         for p in t.partitions:
             records = p.records
             size = 0 if records is None else len(records) + 1  # compact length; 0 = null
             if p.aborted_transactions is None and size < 16384:
+                # Records' compact length as a 1-byte (< 128) or 2-byte (< 16384) uvarint
                 if size < 128:
-                    buf += pack_null_1(p.partition_index, p.error_code, p.high_watermark,
-                                       p.last_stable_offset, p.log_start_offset, 0, p.preferred_read_replica,
-                                       size)
+                    if pending is None:
+                        h = lead_1(0, p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                   p.log_start_offset, 0, p.preferred_read_replica, size)
+                    else:
+                        pending += pack_null_1(p.partition_index, p.error_code, p.high_watermark,
+                                               p.last_stable_offset, p.log_start_offset, 0,
+                                               p.preferred_read_replica, size)
+                        h = pending
+                elif pending is None:
+                    h = lead_2(0, p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                               p.log_start_offset, 0, p.preferred_read_replica, uv2[size])
                 else:
-                    buf += pack_null_2(p.partition_index, p.error_code, p.high_watermark,
-                                       p.last_stable_offset, p.log_start_offset, 0, p.preferred_read_replica,
-                                       (size & 0x7F) | 0x80, size >> 7)
+                    pending += pack_null_2(p.partition_index, p.error_code, p.high_watermark,
+                                           p.last_stable_offset, p.log_start_offset, 0, p.preferred_read_replica,
+                                           uv2[size])
+                    h = pending
+            elif pending is None and size < 2097152 and p.aborted_transactions is None:
+                h = lead_3(0, p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                           p.log_start_offset, 0, p.preferred_read_replica, (size & 0x7F) | 0x80,
+                           ((size >> 7) & 0x7F) | 0x80, size >> 14)
             else:
+                if pending is None:
+                    pending = bytearray(_EMPTY_TAGS)
                 aborted = p.aborted_transactions
-                buf += head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                            p.log_start_offset)
+                pending += head(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                                p.log_start_offset)
                 if aborted is None:
-                    buf.append(0)
+                    pending.append(0)
                 else:
-                    buf += _uv(len(aborted) + 1)
+                    pending += _uv(len(aborted) + 1)
                     for a in aborted:
-                        buf += pack_aborted(a.producer_id, a.first_offset)
-                        buf += _EMPTY_TAGS if a.tags is None else a.tags
-                buf += pack_i32(p.preferred_read_replica)
-                buf += _uv(size)
-            if size > 1:
-                emit(buf)
-                emit(records)  # type: ignore[arg-type]
-                buf = bytearray()
+                        pending += pack_aborted(a.producer_id, a.first_offset)
+                        pending += _EMPTY_TAGS if a.tags is None else a.tags
+                pending += pack_i32(p.preferred_read_replica)
+                pending += _uv(size)
+                h = pending
             tags = p.tags
-            if tags is None:
-                buf.append(0)
+            if size > 1:
+                emit(h)
+                emit(records)  # type: ignore[arg-type]
+                pending = None if tags is None else bytearray(tags)
             else:
-                buf += tags
-        buf += _EMPTY_TAGS if t.tags is None else t.tags
-    buf += top_tail(view)
-    emit(buf)
+                if h is not pending:
+                    pending = bytearray(h)
+                if tags is None:
+                    pending.append(0)
+                else:
+                    pending += tags
+        if pending is None:
+            pending = bytearray(_EMPTY_TAGS)
+        pending += _EMPTY_TAGS if t.tags is None else t.tags
+    if pending is None:
+        pending = bytearray(_EMPTY_TAGS)
+    pending += top_tail(view)
+    emit(pending)
     return out, sum(map(len, out))
 
 

@@ -184,3 +184,75 @@ def test_partition_by_partition_encoding_equals_the_full_encoder(version: int) -
         assert lazy.topics == view.topics and lazy.encoded is None  # read: decoded, an ordinary view now
 
     check()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_copying_decode_equals_construct(version: int) -> None:
+    """decode(copy_records=True), the decoder's form of the result (bench.codec's like-for-like path): the same
+    Message as the construct codec, the same bytes re-encoded, every record set its own ``bytes``, and nothing
+    tied to the caller's buffer (overwriting it changes nothing)."""
+    codec = response_codec(1, version)
+
+    @SETTINGS
+    @given(_strategy(version))
+    def check(msg: Message) -> None:
+        data = codec.encode(msg)
+        frame = bytearray(data)
+        view = decode(memoryview(frame), version, copy_records=True)
+        frame[:] = bytes(len(frame))  # the caller reuses its buffer
+        assert to_message(view) == codec.decode(data)
+        buffers, total = view.encode()
+        assert b"".join(buffers) == data and total == len(data)
+        for _, p in view.partitions():
+            assert p.records is None or type(p.records) is bytes
+        assert FetchResponseView.decode(data, version, copy_records=True) == decode(memoryview(data), version)
+
+    check()
+
+
+def _boundary_response(version: int) -> Message:
+    """Record sets around every length the fast paths special-case (compact length 1 byte below 128, 2 below
+    16384, 3 below 2**21, 4 above; int32 lengths before v12), null and empty ones between them,
+    AbortedTransactions null, empty and not, and (v12+) partition tagged fields, in two topics."""
+    codec = response_codec(1, version)
+    element = codec._struct.plain[-1][1].element.plain[-1][1].element
+    sizes = [None, 0, 1, 126, 127, 128, 300, None, 16382, 16383, 16384, 70000, 0, 5, 2097150, 2097151, 2097150]
+    topics = []
+    for t in range(2):
+        parts = []
+        for i, size in enumerate(sizes):
+            part = element.default()
+            part.partition_index = i
+            part.high_watermark = 1 << 40 if i % 2 else i
+            part.last_stable_offset = part.high_watermark
+            part.log_start_offset = 7
+            part.records = None if size is None else (bytes(range(256)) * (size // 256 + 1))[i : i + size]
+            if i % 5 == 3:
+                part.aborted_transactions = [Message(producer_id=9, first_offset=i)] * (1 + i % 3)
+            elif i % 5 == 4:
+                part.aborted_transactions = []
+            else:
+                part.aborted_transactions = None
+            if version >= 12 and i % 4 == 1:
+                part.diverging_epoch = Message(epoch=3, end_offset=100 + i)
+            parts.append(part)
+        topic = {"topic": f"t{t}"} if version < 13 else {"topic_id": bytes([t + 1]) * 16}
+        topics.append(Message(**topic, partitions=parts))
+    msg = codec.default()
+    msg.responses = topics
+    return msg
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_record_lengths_at_the_fast_paths_boundaries(version: int) -> None:
+    """Each branch of the one-unpack decode and the one-pack encode (lengths, the AbortedTransactions array
+    present or not, tags after records, partitions without records between others), lazy and copying: equal to
+    the construct codec both ways."""
+    codec = response_codec(1, version)
+    data = codec.encode(_boundary_response(version))
+    reference = codec.decode(data)
+    for copy in (False, True):
+        view = decode(memoryview(data), version, copy_records=copy)
+        assert to_message(view) == reference
+        buffers, total = view.encode()
+        assert b"".join(buffers) == data and total == len(data)
