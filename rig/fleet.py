@@ -1,5 +1,6 @@
 """A fleet of Sluice processes (issue #22, proxy/fleet/) for tests and benches: their environment, their start,
-and the admin API's JSON answers with their HTTP status (a 409 is an answer under test, not an error)."""
+the admin API's JSON answers with their HTTP status (a 409 is an answer under test, not an error), and which broker
+coordinates the fleet's writes."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rig.sluice_process import SluiceProcess
 
-__all__ = ["admin_json", "fleet_env", "start_fleet"]
+if TYPE_CHECKING:
+    from rig.java_tools import JavaTools
+
+__all__ = ["admin_json", "fleet_env", "start_fleet", "transaction_coordinator"]
+
+TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"  # kafka-transactions.sh (KIP-664)
 
 
 def fleet_env(name: str, control_bootstrap: str | None = None, **settings: str) -> dict[str, str]:
@@ -48,3 +54,13 @@ def admin_json(admin_url: str, path: str, method: str = "GET", body: Any = None,
             return resp.status, dict(json.loads(resp.read()))
     except urllib.error.HTTPError as exc:
         return exc.code, dict(json.loads(exc.read() or b"{}"))
+
+
+def transaction_coordinator(java_tools: JavaTools, bootstrap: str, transactional_id: str) -> int:
+    """The node id of the broker coordinating ``transactional_id``: the leader of its ``__transaction_state``
+    partition, as ``kafka-transactions.sh describe`` reports it (its CoordinatorId column). The id must have been
+    used (a fleet's: once a change was written)."""
+    done = java_tools.run(TRANSACTIONS_COMMAND,
+                          ["--bootstrap-server", bootstrap, "describe", "--transactional-id", transactional_id])
+    header, row = (line.split() for line in done.stdout.splitlines()[:2])
+    return int(row[header.index("CoordinatorId")])
