@@ -381,7 +381,9 @@ class FleetControl:
                 if isinstance(err, KafkaError) and err.code() == KafkaError.CONCURRENT_TRANSACTIONS:
                     raise _Again from None
                 raise
-            state = self._read_to_end(timeout)
+            # What is left of the write's deadline, not a fresh timeout: the whole write ends by write_timeout_s,
+            # before write() gives up on it and answers "nothing changed" (a late commit would make that false)
+            state = self._read_to_end(max(0.1, deadline - self.clock()))
             try:
                 revision = next_revision(state, section, based_on)
             except Conflict as conflict:
