@@ -195,9 +195,9 @@ def _bystanders(fleet: Fleet, java_tools: JavaTools) -> tuple[SluiceProcess, Slu
     control topic's partition nor the ``__transaction_state`` partition coordinating the fleet's transactional id:
     followers fetch from a leader through its sidecar, so killing the sidecar of either leader stops that partition's
     replication, and the change's transaction cannot complete (its produce or its coordinator's log append waits for
-    the followers; replica.lag.time.max.ms, 30 s, before the ISR shrinks, then NOT_ENOUGH_REPLICAS below
-    transaction.state.log.min.isr): the write is refused 503 as when the control cluster is down (the last test),
-    which is not what this test is about. Two leaders, three brokers: one broker is neither."""
+    the followers, replica.lag.time.max.ms, 30 s, until the ISR shrinks to the leader alone; then NOT_ENOUGH_REPLICAS:
+    both partitions keep min.insync.replicas 2): the write is refused 503 as when the control cluster is down (the
+    last test), which is not what this test is about. Two leaders, three brokers: one broker is neither."""
     leaders = {fleet.cluster.partitions(fleet.topic)[0].leader,
                transaction_coordinator(java_tools, fleet.cluster.bootstrap, fleet.transactional_id)}
     killed = next(fleet.cluster.sidecars[n] for n in sorted(fleet.cluster.sidecars) if n not in leaders)
