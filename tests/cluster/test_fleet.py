@@ -101,6 +101,12 @@ def _reachable(s: SluiceProcess, value: float) -> bool:
     return s.metric("sluice_fleet_control_reachable") == value
 
 
+def _fleet_log(s: SluiceProcess, what: str) -> str:
+    """``what`` and the instance's last fleet log events (what a failed wait shows)."""
+    events = [e for e in s.log_events() if str(e.get("event", "")).startswith("fleet")]
+    return "\n".join([f"{s} {what}; its last fleet events:", *(json.dumps(e) for e in events[-15:])])
+
+
 def test_one_throttle_set_is_applied_by_every_sidecar_and_throttles_the_move(
         fleet: Fleet, java_tools: JavaTools, unique_topic: str, tmp_path: Path) -> None:
     one, _, three = fleet.sidecars
@@ -250,7 +256,7 @@ def test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back
             assert _get(a)["revision"] == 0
             control.stop()
             for s in instances:
-                wait_until(partial(_reachable, s, 0), 30, f"{s} sees it down")
+                wait_until(partial(_reachable, s, 0), 30, partial(_fleet_log, s, "sees it down"))
             # Serving never stops: ready, and a produce and a consume through each instance.
             for i, s in enumerate(instances):
                 status, _ = _readyz(s)
@@ -263,7 +269,7 @@ def test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back
             assert "fleet_control_unreachable" in events
             control.start()
             for s in instances:
-                wait_until(partial(_reachable, s, 1), 60, f"{s} sees it back")
+                wait_until(partial(_reachable, s, 1), 60, partial(_fleet_log, s, "sees it back"))
             status, written = admin_json(a.admin_url, "/throttles", "PUT", {"leader_rate_bytes": 2_000_000})
             assert status == 200, written
             _wait_revision(instances, written["revision"])
