@@ -21,7 +21,8 @@ that bypasses Sluice (produces without the transactional id) is not fenced; its 
 rules (``stale`` if its revision is not above the applied one) on every instance alike.
 
 Control cluster down: the follower thread probes the cluster's metadata every :data:`PROBE_INTERVAL_S` while no
-record arrives; ``sluice_fleet_control_reachable`` says 0 and one log event says so at each transition, the
+record arrives, and at once when librdkafka reports a connection failure (the probe decides, not the report, which
+may be stale); ``sluice_fleet_control_reachable`` says 0 and one log event says so at each transition, the
 instance keeps serving with what it applied, ``/readyz`` is unaffected, and librdkafka resumes fetching from its
 position when the cluster is back (the changes made meanwhile arrive in order).
 """
@@ -197,11 +198,16 @@ class FleetControl:
     def _follow(self) -> None:
         """The follower thread: topics ensured, partitions assigned from the beginning, records posted to the loop
         in order, the end of each partition noted, reachability probed."""
+        # A connection failure librdkafka reports (error_cb) only asks for a probe now; the probe's answer is what
+        # reachability says. The report is served by poll(), possibly long after the failure: the failures queued
+        # while a probe waited arrive after the probe that found the cluster back, and set as such they would say
+        # "unreachable" (gauge and log) about a cluster that answers.
+        suspect = threading.Event()
         consumer = Consumer({
             **self._conf, "group.id": f"sluice-fleet-{self.name}", "enable.auto.commit": False,
             "enable.auto.offset.store": False, "isolation.level": "read_committed", "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
-            "error_cb": lambda err: self._post(self._set_reachable, False, str(err)) if err.code() in (
+            "error_cb": lambda err: suspect.set() if err.code() in (
                 KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE) else None,
         })  # fmt: skip
         try:
@@ -213,7 +219,8 @@ class FleetControl:
             while not self._stop.is_set():
                 msg = consumer.poll(_POLL_S)
                 if msg is None:
-                    if self.clock() - last_probe >= PROBE_INTERVAL_S:
+                    if suspect.is_set() or self.clock() - last_probe >= PROBE_INTERVAL_S:
+                        suspect.clear()
                         last_probe = self.clock()
                         self._probe(consumer)
                     continue
