@@ -2,7 +2,12 @@
 ``sluice throttle plan`` predicts and against Kafka's own throttle, in one run.
 
 ``python -m bench.reassign [--mb 200] [--throttle 10MB] [--live-rate 1MB]
-[--modes unthrottled,sluice-leader,sluice-follower,kafka,sluice-change]``
+[--modes unthrottled,sluice-leader,sluice-follower,kafka,sluice-change] [--fleet]``
+
+``--fleet``: the sidecars are one fleet (proxy/fleet/, issue #22) and every throttle change is one ``PUT
+/throttles`` on broker 3's sidecar (not on the move's path): the change goes through the fleet's control topic
+and the bench waits until every sidecar applied its revision; the move is throttled at broker 1's sidecar as
+without it. The summary says ``"fleet": true``.
 
 Setup: the rig's KRaft cluster (rig/cluster.py: 3 brokers, one controller, brokers at -Xmx512m), each broker's
 REPLICATION listener (``inter.broker.listener.name``) advertised at a Sluice sidecar in front of it, so a follower
@@ -59,8 +64,9 @@ from typing import Any
 from proxy.cli_throttle import parse_size
 from proxy.policies.throttle.sizing import move_time_s
 from rig.cluster import KafkaCluster
+from rig.fleet import admin_json, fleet_env
 from rig.java_tools import JavaTools
-from rig.reassign import clear_throttles, create_on, fill, log_bytes, put_throttles, reassign, verify, wait_in_sync
+from rig.reassign import create_on, fill, log_bytes, put_throttles, reassign, verify, wait_in_sync
 from rig.sluice_process import SluiceProcess
 
 MODES = ("unthrottled", "sluice-leader", "sluice-follower", "kafka", "sluice-change")
@@ -138,8 +144,33 @@ def counters(sidecar: SluiceProcess) -> dict[str, float]:
             for side in ("leader", "follower")}
 
 
+class Throttles:
+    """Where the bench sets the throttles: broker 1's sidecar; with ``--fleet``, broker 3's, and every sidecar of the
+    fleet applies it (waited for: each one's GET shows the revision written)."""
+
+    def __init__(self, cluster: KafkaCluster, fleet: bool) -> None:
+        self.cluster, self.fleet = cluster, fleet
+
+    def put(self, section: dict[str, Any]) -> None:
+        if not self.fleet:
+            put_throttles(self.cluster.sidecars[1].admin_url, section)
+            return
+        status, body = admin_json(self.cluster.sidecars[3].admin_url, "/throttles", "PUT", section)
+        if status != 200:
+            raise RuntimeError(f"the fleet refused the throttle: {status} {body}")
+        deadline = time.monotonic() + 30
+        for sidecar in self.cluster.sidecars.values():
+            while admin_json(sidecar.admin_url, "/throttles")[1]["revision"] < body["revision"]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{sidecar} did not apply revision {body['revision']} within 30 s")
+                time.sleep(0.05)  # bounded poll of the sidecar's revision
+
+    def clear(self) -> None:
+        self.put({"leader_rate_bytes": 0, "follower_rate_bytes": 0, "topics": [], "consumers": []})
+
+
 def run_mode(mode: str, cluster: KafkaCluster, tools: JavaTools, work: Path, mb: int, throttle: int,
-             live: Live) -> dict[str, Any]:
+             live: Live, throttles: Throttles) -> dict[str, Any]:
     sidecar: SluiceProcess = cluster.sidecars[1]
     direct = cluster.broker(1).bootstrap
     topic = f"move-{mode}-{uuid.uuid4().hex[:6]}"
@@ -151,22 +182,22 @@ def run_mode(mode: str, cluster: KafkaCluster, tools: JavaTools, work: Path, mb:
     # KIP-73's replica list: partition 0's new replica, broker 2 (the fetcher the sidecar sees)
     moving = [{"topic": topic, "replicas": "0:2"}]
     if mode in ("sluice-leader", "sluice-change"):
-        put_throttles(sidecar.admin_url, {"leader_rate_bytes": throttle, "topics": moving})
+        throttles.put({"leader_rate_bytes": throttle, "topics": moving})
     elif mode == "sluice-follower":
-        put_throttles(sidecar.admin_url, {"follower_rate_bytes": throttle, "topics": moving})
+        throttles.put({"follower_rate_bytes": throttle, "topics": moving})
     before = counters(sidecar)
     reassign(tools, cluster.bootstrap, topic, [1, 2], work, throttle=throttle if mode == "kafka" else None)
     t0 = time.monotonic()
     out: dict[str, Any] = {"bench": "reassign", "mode": mode, "bytes": size}
     if mode == "sluice-change":
-        t1, extra = _change_midway(cluster, sidecar, topic, size, throttle, t0)
+        t1, extra = _change_midway(cluster, sidecar, topic, size, throttle, t0, throttles)
         out.update(extra)
         plan = move_time_s(size / 2, throttle, 0) + move_time_s(size / 2, 2 * throttle, 0)
     else:
         t1 = wait_in_sync(cluster, topic, 2, timeout=600)
         plan = move_time_s(size, throttle, 0) if mode != "unthrottled" else float("nan")
     after = counters(sidecar)
-    clear_throttles(sidecar.admin_url)
+    throttles.clear()
     if mode == "kafka":
         verify(tools, cluster.bootstrap, topic, [1, 2], work)  # removes Kafka's throttle configs
     move = t1 - t0
@@ -184,7 +215,7 @@ def run_mode(mode: str, cluster: KafkaCluster, tools: JavaTools, work: Path, mb:
 
 
 def _change_midway(cluster: KafkaCluster, sidecar: SluiceProcess, topic: str, size: int, throttle: int,
-                   t0: float) -> tuple[float, dict[str, Any]]:
+                   t0: float, throttles: Throttles) -> tuple[float, dict[str, Any]]:
     """Leader throttle ``throttle`` until half the bytes have passed, then twice that; per-second rates from the
     sidecar's counter of throttled bytes."""
     start = sidecar.metric("sluice_throttle_bytes_total", {"side": "leader"})
@@ -196,8 +227,7 @@ def _change_midway(cluster: KafkaCluster, sidecar: SluiceProcess, topic: str, si
         moved = sidecar.metric("sluice_throttle_bytes_total", {"side": "leader"}) - start
         samples.append((now - t0, moved))
         if changed_at is None and moved >= size / 2:
-            put_throttles(sidecar.admin_url, {"leader_rate_bytes": 2 * throttle,
-                                              "topics": [{"topic": topic, "replicas": "0:2"}]})
+            throttles.put({"leader_rate_bytes": 2 * throttle, "topics": [{"topic": topic, "replicas": "0:2"}]})
             changed_at = time.monotonic() - t0
         if moved >= size and 2 in cluster.partitions(topic)[0].isr:
             break
@@ -232,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throttle", default="10MB", help="the throttle (default 10MB, i.e. 10,000,000 B/s)")
     parser.add_argument("--live-rate", default="1MB", help="the live topic's produce rate (default 1MB/s)")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--fleet", action="store_true", help="the sidecars one fleet; throttles set on broker 3's")
     args = parser.parse_args(argv)
     throttle, live_rate = int(parse_size(args.throttle)), int(parse_size(args.live_rate))
     modes = [m for m in args.modes.split(",") if m]
@@ -241,19 +272,21 @@ def main(argv: list[str] | None = None) -> int:
     tools = JavaTools()
     work = Path(tempfile.mkdtemp(prefix="bench-reassign-"))
     results: dict[str, dict[str, Any]] = {}
-    with KafkaCluster(3, replication_via_sluice=True) as cluster:
+    sidecar_env = fleet_env(f"bench-reassign-{uuid.uuid4().hex[:8]}") if args.fleet else None
+    with KafkaCluster(3, replication_via_sluice=True, sidecar_env=sidecar_env) as cluster:
+        throttles = Throttles(cluster, args.fleet)
         print(f"cluster up in {cluster.last_start_seconds:.1f}s", file=sys.stderr)
         create_on(tools, cluster.broker(1).bootstrap, "live", [1])
         live = Live(cluster.broker(1).bootstrap, cluster.sidecars[1].bootstrap, "live", live_rate)
         try:
             for mode in modes:
-                results[mode] = run_mode(mode, cluster, tools, work, args.mb, throttle, live)
+                results[mode] = run_mode(mode, cluster, tools, work, args.mb, throttle, live, throttles)
                 emit(results[mode])
         finally:
             live.stop()
     # the check: every byte a throttled move carried was metered by the throttle that moved it
     counted = {m: r["throttled_bytes"] >= r["bytes"] for m, r in results.items() if m.startswith("sluice-")}
-    summary: dict[str, Any] = {"summary": "reassign", "mb": args.mb, "throttle_bps": throttle,
+    summary: dict[str, Any] = {"summary": "reassign", "fleet": args.fleet, "mb": args.mb, "throttle_bps": throttle,
                                "cpus": os.cpu_count(), "load_1m_at_start": load_at_start,
                                "every_byte_counted": all(counted.values()), "counted": counted}
     summary["move_vs_plan"] = {side: results[f"sluice-{side}"]["move_vs_plan"]

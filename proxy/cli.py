@@ -4,6 +4,7 @@
     sluice check-config FILE          validate FILE (+ SLUICE_* env overrides unless --no-env); "ok: FILE"
     sluice version | sluice --version print the version
     sluice throttle status|set|clear|plan   replication throttles (proxy/cli_throttle.py)
+    sluice fleet status               the fleet's instances: up, lagging, silent (proxy/fleet/cli.py)
     sluice report --logs PATH... --out DIR [--master local[2]|spark://...]
                                       Spark job over access logs: Parquet tables + DIR/report.html (proxy/analytics)
     sluice report --kafka HOST:PORT [--topic T] [--from TIME] [--to TIME] --out DIR
@@ -124,11 +125,19 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
 
     log = get_logger("sluice.cli")
     proxy = Proxy(settings)
+    fleet = None
+    if settings.fleet.enabled:  # the fleet's settings applied before anything listens (proxy/fleet/control.py)
+        from proxy.fleet.control import FleetControl
+
+        fleet = FleetControl(proxy)
+        await fleet.start()
     await proxy.start()
+    if fleet is not None:
+        fleet.serving()
     admin: AdminServer | None = None
     if settings.admin.enabled:
         admin = AdminServer(settings.admin, proxy.ready, proxy.metrics)
-        reconfigure.add_routes(admin, proxy)
+        reconfigure.add_routes(admin, proxy, fleet)
         await admin.start()
         log.info("admin_listening", host=settings.admin.host, port=admin.port)
     # Start-up built what Sluice keeps for its whole life (every spec and codec it reads: check_specs, the policies,
@@ -141,11 +150,13 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reconfigure.reload_file, proxy, config_path)
+    loop.add_signal_handler(signal.SIGHUP, reconfigure.reload_file, proxy, config_path, fleet)
     try:
         await stop.wait()
     finally:
         log.info("shutting_down", drain_timeout_s=settings.shutdown.drain_timeout_s)
+        if fleet is not None:
+            await fleet.stop()
         await proxy.stop()
         if admin is not None:
             await admin.stop()
@@ -438,12 +449,28 @@ def _throttle(args: argparse.Namespace) -> int:
     return cli_throttle.run(args)
 
 
+# ----------------------------------------------------------------------------------------------------- fleet
+
+
+def _fleet_arguments(p: argparse.ArgumentParser) -> None:
+    from proxy.fleet import cli as fleet_cli
+
+    fleet_cli.add_arguments(p)
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    from proxy.fleet import cli as fleet_cli
+
+    return fleet_cli.run(args)
+
+
 COMMANDS: tuple[_Command, ...] = (
     _Command("run", "run the proxy", _run_arguments, _run),
     _Command("check-config", "validate a settings file and exit", _check_config_arguments, _check_config),
     _Command("version", "print the version", lambda _p: None, _version),
     _Command("throttle", "replication throttles (KIP-73): status | set | clear | plan", _throttle_arguments,
              _throttle),
+    _Command("fleet", "a fleet of instances run as one: status", _fleet_arguments, _fleet),
     _Command("report", "analyse access logs on Spark: Parquet aggregates and an HTML report", _report_arguments,
              _report),
     _Command("stream", "keep per-minute aggregates of the access-log topic current (Spark Structured Streaming)",

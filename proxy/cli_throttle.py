@@ -27,10 +27,12 @@ Sizes and rates accept B, KB/MB/GB (10^3), KiB/MiB/GiB (2^10), an optional ``/s`
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import math
 import os
 import re
+import socket
 import ssl
 import sys
 import urllib.error
@@ -137,9 +139,18 @@ def admin_token(token_file: str | None) -> str:
     return os.environ.get(TOKEN_ENV, "").strip()
 
 
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a container's arbitrary uid)
+        return "?"
+
+
 def _call(args: argparse.Namespace, method: str, body: Any = None) -> Any:
     url = args.admin.rstrip("/") + "/throttles"
-    headers = {"Content-Type": "application/json"}
+    # who changed it, in a fleet's control record (proxy/fleet/records.py changed_by)
+    headers = {"Content-Type": "application/json", "X-Sluice-Changed-By": f"{_user()}@{socket.gethostname()} "
+                                                                          "(sluice throttle)"}
     token = admin_token(args.token_file)
     if token:
         headers["Authorization"] = f"Bearer {token}"

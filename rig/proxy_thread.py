@@ -22,10 +22,15 @@ from proxy import reconfigure
 from proxy.accesslog import AccessLog
 from proxy.admin import AdminServer
 from proxy.config import Settings, load_settings
+from proxy.fleet.control import FleetControl
 from proxy.server import Proxy
 from rig.kafka import free_ports
 
 T = TypeVar("T")
+
+
+async def _serving(fleet: FleetControl) -> None:
+    fleet.serving()  # on the proxy's loop: it starts the status task there
 
 
 class ProxyThread:
@@ -47,11 +52,18 @@ class ProxyThread:
         # The process-wide access log belongs to `sluice run` (configure_logging); an in-process proxy gets
         # its own, written where its settings say.
         self.proxy = Proxy(self.settings, access_log=AccessLog(self.settings.logging))
+        #: the fleet's part of this instance ([fleet] enabled), as `sluice run` composes it (proxy/cli.py serve)
+        self.fleet: FleetControl | None = None
+        if self.settings.fleet.enabled:
+            self.fleet = FleetControl(self.proxy)
+            self.call(self.fleet.start())
         self.call(self.proxy.start())
+        if self.fleet is not None:
+            self.call(_serving(self.fleet))
         self.admin: AdminServer | None = None
         if self.settings.admin.enabled:
             self.admin = AdminServer(self.settings.admin, self.proxy.ready, self.proxy.metrics)
-            reconfigure.add_routes(self.admin, self.proxy)
+            reconfigure.add_routes(self.admin, self.proxy, self.fleet)
             try:
                 self.call(self.admin.start())
             except BaseException:
@@ -85,6 +97,8 @@ class ProxyThread:
         try:
             if self.admin is not None:
                 self.call(self.admin.stop())
+            if self.fleet is not None:
+                self.call(self.fleet.stop())
             self.call(self.proxy.stop(drain_timeout=2.0))
             self.proxy.access_log.close()
         finally:

@@ -11,6 +11,11 @@ The same :class:`~rig.kafka.KafkaBroker` (one KRaft node), with listeners added 
   (``connections.max.reauth.ms``), so clients re-authenticate on open connections (KIP-368);
 - PLAINTEXT stays for the inter-broker and controller traffic and the rig's own readiness check.
 
+With ``authorizer=True`` the broker authorizes with KRaft's ``StandardAuthorizer`` (KIP-801): a resource with
+no ACL stays open to every principal (``allow.everyone.if.no.acl.found``), one with ACLs only to the principals
+they allow; ``User:ANONYMOUS`` (the PLAINTEXT and CONTROLLER listeners: the broker itself, the rig, the ACLs'
+own setting) is a super user.
+
 The TLS listeners present a certificate for ``localhost`` only and advertise ``localhost``: connecting to
 ``127.0.0.1`` is a host-name mismatch, which the tests use. The PEM files come from :class:`rig.pki.CA`.
 """
@@ -61,7 +66,8 @@ class SecureBroker:
         return f"localhost:{self.sasl_ssl_port}"
 
     @classmethod
-    def start(cls, directory: Path, *, reauth_ms: int = 0, jvm_opts: tuple[str, ...] | None = None) -> SecureBroker:
+    def start(cls, directory: Path, *, reauth_ms: int = 0, jvm_opts: tuple[str, ...] | None = None,
+              authorizer: bool = False) -> SecureBroker:
         ca = CA(directory, "broker")
         server = ca.issue("server", hosts=("localhost",))
         client = ca.issue("sluice-client", client=True, hosts=())
@@ -81,6 +87,9 @@ class SecureBroker:
             "listener.name.ssl.ssl.client.auth": "required",
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
         }
+        if authorizer:
+            overrides.update({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                              "allow.everyone.if.no.acl.found": "true", "super.users": "User:ANONYMOUS"})
         for name in ("sasl_plaintext", "sasl_ssl"):
             prefix = f"listener.name.{name}"
             overrides[f"{prefix}.plain.sasl.jaas.config"] = f"{_PLAIN} required {users};"

@@ -49,6 +49,7 @@ from ..policies import POLICIES
 from .base import ConfigError, KeyedValueError, Section, hosts_overlap
 from .sections import (
     AdminSettings,
+    FleetSettings,
     LimitsSettings,
     ListenSettings,
     LoggingSettings,
@@ -77,6 +78,7 @@ class CoreSettings(Section):
     shutdown: ShutdownSettings = ShutdownSettings()
     admin: AdminSettings = AdminSettings()
     logging: LoggingSettings = LoggingSettings()
+    fleet: FleetSettings = FleetSettings()
     #: the policies this model was composed from, in chain order
     policies: ClassVar[tuple[Registration, ...]] = ()
     #: their sections changeable while running (admin API, SIGHUP), and so the ones a state file holds
@@ -116,8 +118,9 @@ class CoreSettings(Section):
         data = self.model_dump()
         if data["admin"]["token"]:
             data["admin"]["token"] = "***"
-        if data["upstream"]["sasl"]["password"]:
-            data["upstream"]["sasl"]["password"] = "***"
+        for section in ("upstream", "fleet"):
+            if data[section]["sasl"]["password"]:
+                data[section]["sasl"]["password"] = "***"
         data["logging"]["access_log_kafka"]["properties"] = self.logging.access_log_kafka.redacted_properties()
         # file paths are not secrets (the files are); nothing else in the TLS sections is
         return data

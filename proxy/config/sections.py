@@ -483,3 +483,75 @@ class LoggingSettings(Section):
         if not value.strip():
             raise ValueError('must be "-" (stdout), "off", or a file path')
         return value
+
+
+_FLEET_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+class FleetSettings(Section):
+    """``[fleet]``: this Sluice is one instance of a fleet whose run-time changeable sections are kept in a Kafka
+    topic (proxy/fleet/): every instance applies each change of the control topic, and the admin API's PUTs write
+    there. Off by default (a single instance keeps its state file). Needs a restart."""
+
+    enabled: bool = Field(default=False, description="Take the dynamic sections from the fleet's control topic.")
+    name: str = Field(default="", description="The fleet's name (letters, digits, '.', '_', '-'); every instance "
+                                              "of one fleet has the same.")
+    control_topic: str = Field(default="", description='Compacted topic of the fleet\'s settings; empty = '
+                                                       '"sluice-fleet-<name>".')
+    status_topic: str = Field(default="", description='Topic of the instances\' status records; empty = '
+                                                      '"sluice-fleet-<name>-status".')
+    instance_id: str = Field(default="", description='This instance\'s id in the status topic; empty = '
+                                                     '"<hostname>:<bootstrap port>".')
+    bootstrap_servers: list[HostPort] = Field(
+        default_factory=list, description="The control cluster, host:port; empty = the upstream cluster.")
+    credentials: Literal["upstream", "fleet"] = Field(
+        default="upstream", description='TLS and SASL to the control cluster: "upstream" = [upstream.tls] and '
+                                        '[upstream.sasl]; "fleet" = [fleet.tls] and [fleet.sasl].')
+    tls: ClientTlsSettings = Field(default_factory=lambda: ClientTlsSettings(),
+                                   description='TLS to the control cluster (with credentials = "fleet").')
+    sasl: UpstreamSaslSettings = Field(default_factory=lambda: UpstreamSaslSettings(),
+                                       description='SASL to the control cluster (with credentials = "fleet").')
+    startup_timeout_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=30.0, description="At start-up, how long to wait for the control topic before serving with the "
+                                  "local settings (the fleet's are applied when it answers).")
+    write_timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(
+        default=15.0, description="How long an admin change may take to be written to the control topic.")
+    status_interval_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=5.0, description="How often this instance publishes its status record.")
+    replication_factor: Annotated[int, Field(ge=0, le=32)] = Field(
+        default=0, description="Replication factor of the topics Sluice creates; 0 = min(3, brokers).")
+
+    @field_validator("name", "instance_id")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value and not _FLEET_NAME.fullmatch(value.replace(":", "_")):
+            raise ValueError("only letters, digits, '.', '_', '-' (':' in instance_id), at most 100")
+        return value
+
+    @field_validator("control_topic", "status_topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        return check_topic_name(value) if value else value
+
+    @field_validator("startup_timeout_s", "write_timeout_s", "status_interval_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        return check_finite(value)
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.enabled and not self.name:
+            raise KeyedValueError("name", "is needed when the fleet is enabled")
+        if self.control_topic and self.control_topic == self.status_topic:
+            raise KeyedValueError("status_topic", "must differ from control_topic")
+        return self
+
+    @property
+    def control(self) -> str:
+        """The control topic in force."""
+        return self.control_topic or f"sluice-fleet-{self.name}"
+
+    @property
+    def status(self) -> str:
+        """The status topic in force."""
+        return self.status_topic or f"sluice-fleet-{self.name}-status"

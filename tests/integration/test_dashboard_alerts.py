@@ -7,9 +7,10 @@ real thing:
 - a real Prometheus, started with config/prometheus.yml (so loading the rules through its rule_files), scrapes an
   in-process Sluice while real clients produce and consume through it with a size budget, a throttle,
   terminate-mode fetch sessions and cooperative consumption (a group of 4 consumers sharing 3 partitions) in
-  force. Then every dashboard query (Grafana's variables substituted as tests/support/grafana.py describes), as
-  Grafana runs it (a range query: over the traffic), and every rule's expression, "armed", return series; the
-  template variables have values; every rule evaluated without error; and no alert fires.
+  force, Sluice an instance of a fleet (its control topic on the same broker). Then every dashboard query
+  (Grafana's variables substituted as tests/support/grafana.py describes), as Grafana runs it (a range query: over
+  the traffic), and every rule's expression, "armed", return series; the template variables have values; every
+  rule evaluated without error; and no alert fires.
 
 "Armed" expression: an alert's expression returns series only while it fires, so each comparison in it is made a
 ``bool`` comparison (``x > 0`` -> ``x > bool 0``: 0 or 1 instead of a filter). A series then proves that every
@@ -225,7 +226,8 @@ def scraped(kafka_broker: KafkaBroker) -> Iterator[Scraped]:
             "throttle.topics": [{"topic": throttled, "replicas": "*"}],
             "throttle.consumers": [{"client_id": "backfill-*"}],
             "quota.entries": [QUOTA],
-            "sharing.enabled": True, "sharing.topics": [{"topic": shared}]}) as sluice:
+            "sharing.enabled": True, "sharing.topics": [{"topic": shared}],
+            "fleet.enabled": True, "fleet.name": f"dashboard-{stamp}"}) as sluice:
         prometheus = Prometheus(prometheus_config(sluice.admin_port))
         since = time.time()
         try:
