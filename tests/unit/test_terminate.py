@@ -281,6 +281,25 @@ def test_closing_a_session_makes_the_request_sessionless_upstream_too() -> None:
     assert out.view.session_id == 0 and list(by_key(out.view)) == KEYS
 
 
+def test_a_close_behind_an_inflight_fetch_is_answered_in_order_as_kafka_would() -> None:
+    """The Java consumer closing (issue #26's flake): AbstractFetch.prepareCloseFetchSessionRequests sends the
+    closing request (epoch -1 naming the session, no partitions) while a fetch of the session is still in flight.
+    Kafka handles a connection's requests in order: the in-flight fetch gets its news in the session, the close an
+    empty session-less answer. Sluice answers the same; that the Java FetchSessionHandler then judges the first
+    answer against its own, already emptied, closing session ("invalid full fetch response with extraIds") is
+    the client's doing."""
+    s, srv, sid = established()
+    inflight = plan_session_request(request({("t", 0): 2}, session_id=sid, epoch=1), s, srv, now=1.0)
+    assert inflight.kind is Kind.INCREMENTAL and inflight.ticket is not None and s.busy
+    close = plan_session_request(request({}, session_id=sid, epoch=FINAL_EPOCH), s, srv, now=1.1)
+    assert close.kind is Kind.SESSIONLESS and close.ticket is None and sid not in srv.cache
+    assert session_of(close.frame) == (0, FINAL_EPOCH) and sent(close.frame) == {}  # the broker answers it
+    out = answer(response({("t", 0): (4, b"CD")}, session_id=42), inflight.ticket)
+    assert out.used and (out.view.error_code, out.view.session_id) == (0, sid)
+    assert by_key(out.view) == {("t", 0): (4, b"CD")}  # the news, in the session it was asked in
+    assert s.client.next_metadata == FetchMetadata(42, 2)  # Sluice's upstream session carries on
+
+
 def test_a_pipelined_session_fetch_goes_upstream_sessionless_with_the_whole_session() -> None:
     s, srv, sid = established()
     first = plan_session_request(request({("t", 0): 1}, session_id=sid, epoch=1), s, srv, now=1.0)
