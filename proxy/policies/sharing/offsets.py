@@ -52,8 +52,6 @@ def _member(p: Sharing, ex: Exchange, info: ConnectionInfo, group: str, member_i
     under this key (made if a member id says it is one, its slices then recovered)."""
     key = member_key(ex)
     m = p.members.get(key)
-    if m is not None and m.kip848:
-        return None
     if p.standalone_for(ex.client_id):
         m = p.members.standalone(key)
         m.group = group
@@ -63,8 +61,8 @@ def _member(p: Sharing, ex: Exchange, info: ConnectionInfo, group: str, member_i
     m, collision = p.members.attach(key, info.conn_id, group, member_id, p.clock())
     if collision:
         return None
-    if not m.known and m.recovering is None and member_id:
-        p.recover(m)
+    if not m.known and m.recovering is None and member_id and m.kip848 is None:
+        p.recover(m)  # a KIP-848 member's are learnt from its heartbeats (heartbeats.py)
     return m
 
 
@@ -345,7 +343,8 @@ def offset_commit_response(p: Sharing, ex: Exchange, response: ResponseView, inf
     if slices:
         body = ex.body
         member = (body.get("generation_id_or_member_epoch", -1), body.member_id, body.get("group_instance_id"))
-        _raise_stable(p, ticket.group, member, slices, _layouts(ticket.member, slices), STABLE_RECHECKS)
+        _raise_stable(p, ticket.group, member, slices, _layouts(ticket.member, slices), STABLE_RECHECKS,
+                      ticket.member.kip848 is not None)
 
 
 #: how many times one commit's partitions are read again and raised (each round raises them, or ends it)
@@ -353,7 +352,7 @@ STABLE_RECHECKS = 3
 
 
 def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], slices: dict[TopicPartition, Slice],
-                  layouts: dict[TopicPartition, set[int]], rounds: int) -> None:
+                  layouts: dict[TopicPartition, set[int]], rounds: int, kip848: bool = False) -> None:
     """Two members of a partition committing at once each commit their slice, then read the other's: one of them
     may read the other's position from before its commit, and the group's commits of the two can land in either
     order, so the lower stable offset, from the stale read, may be the one left in the group: nothing corrects it
@@ -378,7 +377,8 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
                 commits[tp] = (stable, encode_metadata(f.worth_keeping(s.count), None, p.settings.metadata_max_bytes))
         if not commits:
             return
-        call = p.submit(GroupCall(commits={group: commits}, as_member={group: member}))
+        call = p.submit(GroupCall(commits={group: commits}, as_member={group: member},
+                                  consumer_protocol={group} if kip848 else set()))
         p.metrics.sharing_stable_raised.inc(len(commits))
         log.debug("sharing_stable_offset_raised", group=group,
                  partitions={f"{t}-{part}": [read.frontiers[(t, part)].base, o]
@@ -386,7 +386,7 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
 
         def committed() -> None:
             if call.ok and rounds > 1:
-                _raise_stable(p, group, member, slices, layouts, rounds - 1)
+                _raise_stable(p, group, member, slices, layouts, rounds - 1, kip848)
             elif not call.ok:
                 log.debug("sharing_stable_recheck_failed", group=group, error=call.error or str(call.committed))
 

@@ -1,0 +1,220 @@
+"""KIP-848 consumer groups (``group.protocol=consumer``) through a sharing-enabled Sluice: ConsumerGroupHeartbeat
+rewritten so the broker always sees the group it assigned while each opted-in client sees its slices.
+
+The broker computes the assignment and checks what members say they own (GroupMetadataManager
+.consumerGroupHeartbeat): a member whose epoch lags is fenced unless it comes with its previous epoch and owned
+partitions inside what the broker assigned it (``throwIfConsumerGroupMemberEpochIsInvalid``), and a member asked to
+revoke partitions keeps its epoch until a heartbeat's owned partitions no longer hold them (CurrentAssignmentBuilder,
+UNREVOKED_PARTITIONS). So both directions are rewritten, per member:
+
+- the **request**: the client id is marked (:func:`.layout.mark_client_id`) with the topics this Sluice lets the
+  member share; its owned partitions, sent whenever the client sends them or they changed, are the broker's
+  assignment of the member, plus the partitions the broker revoked that the client still holds (so the broker
+  hands a revoked partition to its next holder only once this client let it go). Before it goes on, the group is
+  described (ConsumerGroupDescribe) when the member's epoch moved past the layout's or the group is not stable;
+- the **response**: the assignment handed to the client is the member's layout (:mod:`.layout`) for the shared
+  topics and the broker's for the others, sent whenever it differs from what the client was handed (the broker
+  sends one only when its own changed). Its slices are what its fetches are filtered by and its commits merged by,
+  as for classic groups (:mod:`.fetch`, :mod:`.offsets`).
+
+Rebalances are KIP-848's incremental reconciliation, on the layout: a partition whose slice narrows stays with the
+client (every record of its keys below the client's position was its own); one whose slice widens (a member left)
+is first left out of what the client is handed and handed again once the client no longer owns it: new to the
+client, it starts from its slice's committed position (what the classic path does with a rejoin, groups.py).
+Other partitions are not touched, so the partition's other members go on.
+
+Members' commits carry their member epoch (OffsetCommit v9+); the coordinator checks the member and its epoch, not
+which partitions it was assigned, for a commit at the current epoch (ConsumerGroup.validateOffsetCommit), so a
+member commits the partitions of its slices like any.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...accesslog import get_logger
+from ...core.exchange import ConnectionInfo, Exchange
+from ...core.group_calls import GroupCall
+from ...wire.model import Message
+from ...wire.views import MessageRequest, MessageResponse, ResponseView
+from . import layout as layouts
+from .keys import WHOLE, Slice
+from .members import HeartbeatState, IdPartition, Member, PartitionState, member_key
+
+if TYPE_CHECKING:
+    from .policy import Sharing
+
+log = get_logger("sluice.sharing")
+
+UNKNOWN_MEMBER_ID = 25
+FENCED_MEMBER_EPOCH = 110
+
+
+@dataclass(slots=True)
+class HeartbeatTicket:
+    member: Member
+    state: HeartbeatState
+    call: GroupCall | None = None
+
+
+def _ids(topics: list[Message] | None) -> set[IdPartition] | None:
+    if topics is None:
+        return None
+    return {(bytes(t.topic_id), p) for t in topics for p in t.partitions}
+
+
+def _topics(parts: set[IdPartition]) -> list[Message]:
+    by_topic: dict[bytes, list[int]] = {}
+    for tid, part in parts:
+        by_topic.setdefault(tid, []).append(part)
+    return [Message(topic_id=tid, partitions=sorted(ps)) for tid, ps in sorted(by_topic.items())]
+
+
+def request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket | None:
+    body = ex.body
+    m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    if collision:
+        p.not_shared("client_id_collision", ex.client_id, body.group_id)
+        return None
+    st = m.kip848
+    epoch = body.member_epoch
+    if epoch == 0:  # a member joining (again): nothing it held is left (KIP-848: epoch 0)
+        st = m.kip848 = HeartbeatState(marked=st.marked if st is not None else frozenset(), broker=set(),
+                                       owned=set(), given=set())
+        m.partitions = {}
+    elif st is None:  # a member this Sluice has not seen join (it restarted): learnt from the group's description
+        st = m.kip848 = HeartbeatState()
+    if epoch < 0:
+        return None  # leaving (-1; -2: a static member's temporary leave): relayed as it is
+    if body.subscribed_topic_names is not None:
+        st.marked = frozenset(t for t in body.subscribed_topic_names if p.shareable(t))
+    if body.get("subscribed_topic_regex"):
+        p.not_shared("kip848_group", ex.client_id, body.group_id,
+                     detail="a regular-expression subscription (KIP-848): Sluice shares topics subscribed by name")
+        st.marked = frozenset()
+    owned = _ids(body.topic_partitions)
+    if owned is not None:
+        st.owned = owned
+        st.revoking &= owned
+        st.widening &= owned
+        if m.partitions is not None:  # partitions the client let go are no longer filtered for it
+            ids = {name: tid for tid, name in _names(p, m).items()}
+            for tp in [tp for tp in m.partitions if ids.get(tp[0]) is not None
+                       and (ids[tp[0]], tp[1]) not in owned | (st.given or set())]:
+                del m.partitions[tp]
+    ticket = HeartbeatTicket(m, st)
+    ex.collect = True
+    lay = p.layouts.get(m.group)
+    if (st.marked or st.broker is None) and (lay is None or not lay.stable or st.epoch > lay.group_epoch
+                                             or st.broker is None):
+        ticket.call = p.submit(GroupCall(describe_consumer={m.group}))
+        ex.pending = ticket.call
+        return ticket
+    _forward(ex, ticket)
+    return ticket
+
+
+def _forward(ex: Exchange, ticket: HeartbeatTicket) -> None:
+    """The request as the broker gets it: the marked client id, and the owned partitions in the broker's terms."""
+    body, st = ex.body, ticket.state
+    if st.marked:
+        view = ex.request
+        assert isinstance(view, MessageRequest)
+        view.header.client_id = layouts.mark_client_id(ex.client_id or "", st.marked)
+    changes: dict[str, Any] = {}
+    if st.broker is not None:
+        report = st.broker | st.revoking
+        if body.topic_partitions is not None or report != st.reported:
+            changes["topic_partitions"] = _topics(report)
+            st.reported = report
+    ex.body = body.replace(**changes)  # re-encoded, the header too
+
+
+def resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTicket) -> HeartbeatTicket:
+    call = ticket.call
+    assert call is not None
+    m, st = ticket.member, ticket.state
+    entry = call.described_consumer.get(m.group) if call.error is None else None
+    if entry is None or entry.error_code:
+        log.debug("sharing_group_describe_failed", group=m.group,
+                  error=call.error or (entry.error_code if entry is not None else "not described"))
+    else:
+        p.layouts[m.group] = layouts.from_description(entry, p.shareable)
+        mine = next((x for x in entry.members if x.member_id == m.member_id), None)
+        if st.broker is None and mine is not None:  # restarted: the broker's assignment and the marked topics
+            st.broker = {(bytes(t.topic_id), part) for t in mine.assignment.topic_partitions for part in t.partitions}
+            st.marked = frozenset(t for t in mine.subscribed_topic_names if p.shareable(t))
+    _forward(ex, ticket)
+    return ticket
+
+
+def _names(p: Sharing, m: Member) -> dict[bytes, str]:
+    lay = p.layouts.get(m.group)
+    return {tid: name for name, tid in lay.topic_ids.items()} if lay is not None else {}
+
+
+def response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo, ticket: HeartbeatTicket) -> None:
+    assert isinstance(response, MessageResponse)
+    body = response.body
+    m, st = ticket.member, ticket.state
+    if body.error_code:
+        if body.error_code in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):  # the client rejoins with epoch 0
+            m.kip848 = None
+            m.partitions = {}
+        return
+    st.epoch = body.member_epoch
+    if body.assignment is not None:
+        new = _ids(body.assignment.topic_partitions) or set()
+        old = st.broker or set()
+        st.revoking = ((st.revoking | (old - new)) & (st.owned or set())) - new
+        st.broker = new
+    if not st.marked or st.broker is None:
+        if m.partitions is None:
+            m.partitions = {}  # nothing to share: its fetches go through whole
+        return
+    names = _names(p, m)
+    lay = p.layouts.get(m.group)
+    laid_out = {t for t in (lay.shared if lay is not None else ()) if t in st.marked}
+    out: dict[IdPartition, Slice] = {}
+    for tid, part in st.broker:
+        name = names.get(tid) or p.names.get(tid)
+        if name not in laid_out:
+            out[(tid, part)] = WHOLE
+    if lay is not None:
+        for (name, part), s in lay.of(m.member_id).items():
+            if name in laid_out:
+                out[(lay.topic_ids[name], part)] = s
+    held = m.partitions if m.partitions is not None else {}
+    for k, s in list(out.items()):
+        before = held.get((names.get(k[0], ""), k[1]))
+        if k in st.widening or (before is not None and not before.slice.contains(s)
+                                and k in (st.given or set())):
+            # a wider slice of a partition the client keeps: it would go on from its own position, past records of
+            # keys it did not hold; handed again once the client let it go
+            st.widening.add(k)
+            del out[k]
+    given = set(out)
+    if body.assignment is not None or given != st.given:
+        body.assignment = Message(topic_partitions=_topics(given))
+        response.changed = True
+        if given != st.given:
+            log.info("sharing_assignment", group=m.group, member_id=m.member_id, epoch=body.member_epoch,
+                     protocol="consumer",
+                     slices={f"{names.get(t, t.hex())}-{part}": str(s) for (t, part), s in sorted(out.items())})
+            p.metrics.sharing_assignments.inc()
+        st.given = given
+    partitions: dict[Any, PartitionState] = {}
+    for (tid, part), s in out.items():
+        name = names.get(tid) or p.names.get(tid)
+        if name is None or name not in st.marked:
+            continue
+        before = held.get((name, part))
+        partitions[(name, part)] = before.narrowed(s) if before is not None else PartitionState(s)
+    ids = {name: tid for tid, name in names.items()}
+    for tp, state in held.items():  # partitions taken away that the client still owns: filtered as before
+        held_id = ids.get(tp[0])
+        if tp not in partitions and held_id is not None and (held_id, tp[1]) in (st.owned or set()):
+            partitions[tp] = state
+    m.partitions = partitions
+    p.update_gauges(m.group)

@@ -1,0 +1,127 @@
+"""The slices of a KIP-848 consumer group (``group.protocol=consumer``), as a pure function of the group's state as
+its coordinator describes it (ConsumerGroupDescribe), so every Sluice of the group reaches the same layout.
+
+In a KIP-848 group the broker assigns partitions (GroupMetadataManager.consumerGroupHeartbeat, with a server-side
+assignor): with more members than partitions, some members get none. Sluice does not change what the broker
+assigns; it hands opted-in clients a layout on top of it (:mod:`.heartbeats`):
+
+- **who opted in**: the broker keeps each member's client id from its latest ConsumerGroupHeartbeat's request header
+  (``ConsumerGroupMember.Builder.setClientId(context.clientId())``) and shows it in ConsumerGroupDescribe. A sharing
+  Sluice appends :data:`MARK` and the topics it lets the member share to the client id of that member's heartbeats
+  only (its fetches, commits and quotas keep the client's own), so every Sluice of the group - and one restarted -
+  reads the opt-ins from Kafka;
+- **the layout**, for each topic whose opted-in subscribed members outnumber its partitions: each partition the
+  broker has handed to an opted-in member (its *current* assignment: a partition being revoked is in nobody's, so a
+  partition is never laid out for two holders at once) is shared by key-hash slices between its holder (slice 0)
+  and the opted-in members the broker gave no partition of the topic (neither current nor target), those taken in
+  member-id order, round robin over the held partitions in partition order. Other topics, and partitions of
+  members that did not opt in, stay as the broker assigned them.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from ...wire.model import Message, TopicPartition
+from .keys import Slice
+
+#: appended to an opted-in member's client id in its ConsumerGroupHeartbeat requests, followed by the topics it may
+#: share, comma-separated (Kafka topic names hold only ASCII letters, digits, '.', '_' and '-': Topic.validate)
+MARK = "#sluice-share="
+
+
+def mark_client_id(client_id: str, topics: Iterable[str]) -> str:
+    return f"{client_id}{MARK}{','.join(sorted(topics))}"
+
+
+def read_mark(client_id: str | None) -> frozenset[str] | None:
+    """The topics a marked client id lets its member share (None: not marked)."""
+    if not client_id or MARK not in client_id:
+        return None
+    return frozenset(t for t in client_id.rpartition(MARK)[2].split(",") if t)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    #: topics its Sluice lets it share (None: no Sluice marked it)
+    marked: frozenset[str] | None
+    subscribed: frozenset[str]
+    #: topic -> partitions, the broker's current and target assignment of the member
+    current: dict[str, frozenset[int]]
+    target: dict[str, frozenset[int]]
+
+
+@dataclass(slots=True)
+class Layout:
+    """Every member's slices of the shared topics' partitions, and, per shared topic, how many share each
+    partition; ``topic_ids`` names the topics the description named (heartbeats name topics by id)."""
+
+    group_epoch: int = -1
+    stable: bool = False
+    slices: dict[str, dict[TopicPartition, Slice]] = field(default_factory=dict)
+    shared: dict[str, dict[int, int]] = field(default_factory=dict)
+    topic_ids: dict[str, bytes] = field(default_factory=dict)
+
+    def of(self, member_id: str) -> dict[TopicPartition, Slice]:
+        return self.slices.get(member_id, {})
+
+
+def compute(members: Iterable[DescribedMember], shareable: Callable[[str], bool]) -> Layout:
+    """The layout of a group with ``members``; a topic is shared only where ``shareable`` allows it (every Sluice of
+    a group must share the same topics, README)."""
+    ms = sorted(members, key=lambda m: m.member_id)
+    out = Layout()
+    for topic in sorted({t for m in ms for t in (m.marked or ())}):
+        if not shareable(topic):
+            continue
+        opted = [m for m in ms if m.marked is not None and topic in m.marked and topic in m.subscribed]
+        partitions = {p for m in ms for p in (*m.current.get(topic, ()), *m.target.get(topic, ()))}
+        if not partitions or len(opted) <= len(partitions):
+            continue
+        held = {p: m.member_id for m in opted for p in m.current.get(topic, ())}
+        if not held:
+            continue
+        idle = [m.member_id for m in opted if not m.current.get(topic) and not m.target.get(topic)]
+        parts = sorted(held)
+        sharers = {p: [held[p]] for p in parts}
+        for j, member in enumerate(idle):
+            sharers[parts[j % len(parts)]].append(member)
+        counts: dict[int, int] = {}
+        for p, who in sharers.items():
+            counts[p] = len(who)
+            for k, member in enumerate(who):
+                out.slices.setdefault(member, {})[(topic, p)] = Slice(k, len(who))
+        if any(n > 1 for n in counts.values()):
+            out.shared[topic] = counts
+    # a topic laid out with no partition split keeps the broker's assignment: drop its whole slices
+    for member, tps in list(out.slices.items()):
+        kept = {tp: s for tp, s in tps.items() if tp[0] in out.shared}
+        if kept:
+            out.slices[member] = kept
+        else:
+            del out.slices[member]
+    return out
+
+
+def from_description(group: Message, shareable: Callable[[str], bool]) -> Layout:
+    """The layout of a group from its ConsumerGroupDescribe entry (ConsumerGroupDescribeResponse.json)."""
+    ids: dict[str, bytes] = {}
+
+    def parts(assignment: Message | None) -> dict[str, frozenset[int]]:
+        out: dict[str, frozenset[int]] = {}
+        for t in (assignment.topic_partitions if assignment is not None else ()):
+            ids[t.topic_name] = bytes(t.topic_id)
+            out[t.topic_name] = frozenset(t.partitions)
+        return out
+
+    members = [DescribedMember(m.member_id, read_mark(m.client_id), frozenset(m.subscribed_topic_names or ()),
+                               parts(m.assignment), parts(m.target_assignment)) for m in group.members]
+    out = compute(members, shareable)
+    out.group_epoch = group.group_epoch
+    out.stable = group.group_state.lower() == "stable"
+    out.topic_ids = ids
+    return out
