@@ -191,10 +191,14 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
     def on_assign(_c: Any, parts: Any) -> None:
         _emit({"assigned": sorted([p.topic, p.partition] for p in parts)})
 
+    # KIP-848 (group.protocol=consumer): the broker assigns and times the group, so librdkafka refuses the classic
+    # protocol's session, heartbeat and assignor settings
+    group = ({"session.timeout.ms": a.session_timeout_ms, "heartbeat.interval.ms": 500,
+              "partition.assignment.strategy": a.strategy} if a.group_protocol == "classic"
+             else {"group.protocol": a.group_protocol})
     consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
-                         "session.timeout.ms": a.session_timeout_ms, "heartbeat.interval.ms": 500,
-                         "partition.assignment.strategy": a.strategy})
+                         **group})
     if a.assign:
         from confluent_kafka import TopicPartition
 
@@ -447,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commit-interval-s", type=float, default=0.0,
                    help="commit at most this often (0: after every poll)")
     p.add_argument("--session-timeout-ms", type=int, default=6000)
+    p.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic",
+                   help="group.protocol: consumer is KIP-848's (confluent)")
     p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
                    help="assign() partitions 0..PARTITIONS-1 instead of subscribing (kafka-python, confluent)")
     a = p.parse_args(argv)

@@ -198,7 +198,7 @@ def response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionI
     if body.assignment is not None or given != st.given:
         body.assignment = Message(topic_partitions=_topics(given))
         response.changed = True
-        if given != st.given:
+        if given != st.given and any(not s.whole for s in out.values()):
             log.info("sharing_assignment", group=m.group, member_id=m.member_id, epoch=body.member_epoch,
                      protocol="consumer",
                      slices={f"{names.get(t, t.hex())}-{part}": str(s) for (t, part), s in sorted(out.items())})
