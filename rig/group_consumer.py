@@ -196,9 +196,11 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
     group = ({"session.timeout.ms": a.session_timeout_ms, "heartbeat.interval.ms": 500,
               "partition.assignment.strategy": a.strategy} if a.group_protocol == "classic"
              else {"group.protocol": a.group_protocol})
+    # SLUICE_RDKAFKA_DEBUG=cgrp (librdkafka's debug contexts): its own account on stderr, for a hunt
+    debug = {"debug": os.environ["SLUICE_RDKAFKA_DEBUG"]} if os.environ.get("SLUICE_RDKAFKA_DEBUG") else {}
     consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
-                         **group})
+                         **group, **debug})
     if a.assign:
         from confluent_kafka import TopicPartition
 

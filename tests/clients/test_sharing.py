@@ -31,6 +31,7 @@ from tests.support.faults import wait_until
 from tests.support.sharing import (
     Member,
     check_exactly_once,
+    check_in_key_order,
     check_in_order,
     check_keys_at_one_consumer,
     describe_members,
@@ -433,3 +434,79 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
         assert proxy.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # Sluice's sessions
         metered = proxy.total("sluice_throttle_bytes_total", side="leader")
         assert 0 < metered < proxy.total("sluice_sharing_filtered_bytes_total")  # metered after filtering
+
+
+# ----------------------------------------------------------------------- KIP-848 groups (group.protocol=consumer)
+
+
+def kip848_sidecars(stack: contextlib.ExitStack, broker: KafkaBroker, n: int) -> list[SluiceProcess]:
+    """``n`` Sluice processes with sharing on (killable with -9, unlike a ProxyThread)."""
+    tmp = stack.enter_context(tempfile.TemporaryDirectory())
+    config = Path(tmp) / "sluice.toml"
+    config.write_text('[sharing]\nenabled = true\n[[sharing.topics]]\ntopic = "share-*"\n')
+    return [stack.enter_context(SluiceProcess(broker.bootstrap, {"SLUICE_CONFIG": str(config)})) for _ in range(n)]
+
+
+def state(sluices: list[SluiceProcess], group: str) -> tuple[float, float]:
+    """What the Sluices say of the group: partitions shared by the members behind them, assignments rewritten."""
+    return (sum(s.metric("sluice_sharing_partitions", {"group": group}) for s in sluices),
+            sum(s.metric("sluice_sharing_assignments_total") for s in sluices))
+
+
+def test_kip848_consumer_and_its_sluice_killed_mid_way_nothing_lost(kafka_broker: KafkaBroker,
+                                                                    unique_topic: str) -> None:
+    """6 KIP-848 consumers (confluent-kafka), a Sluice each; one consumer and its Sluice killed with -9 while
+    consuming. The broker fences the member when its session times out, the others' layout takes its slice back
+    (a widened slice is revoked, then handed again from its committed position): every record is consumed, none the
+    killed consumer had committed is delivered again, each key's records in order at each consumer."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with contextlib.ExitStack() as stack:
+        sluices = kip848_sidecars(stack, kafka_broker, CONSUMERS)
+        members = stack.enter_context(members_of(*(
+            python_member("confluent", s.bootstrap, topic, group, f"kill848-{i}", work_ms=3, protocol="consumer")
+            for i, s in enumerate(sluices))))
+        # every member holds a slice (6 shared slices, 2 per partition): a KIP-848 group's layout settles over
+        # several heartbeats, each Sluice's at its own member's
+        settled(lambda: state(sluices, group) if state(sluices, group)[0] == CONSUMERS else (0, 0))
+        produced = produce(kafka_broker.bootstrap, topic, 1500, keys=90, tag="kill848")
+        victim = members[1]
+        wait_until(lambda: len(victim.received) >= 60, 60, "the victim to consume")
+        victim.kill()
+        sluices[1].kill()
+        survivors = [m for m in members if m is not victim]
+        # the broker fences the killed member after group.consumer.session.timeout.ms (45 s by default)
+        wait_for_all(members, {v for _, v in produced}, timeout=180)
+        committed, uncommitted = victim.committed()
+        assert committed, "the victim committed nothing before it was killed"
+        again = {g.value for m in survivors for g in m.received}
+        assert not committed & again, "records the killed consumer had committed were delivered again"
+        assert uncommitted <= again, "records the killed consumer had not committed were lost"
+        seen: dict[str, int] = {}
+        for m in members:
+            for g in m.received:
+                seen[g.value] = seen.get(g.value, 0) + 1
+        victims = {g.value for g in victim.received}
+        assert not [v for v, n in seen.items() if n > 1 and v not in victims]
+        assert set(seen) == {v for _, v in produced}
+        for m in members:
+            check_in_key_order(m)  # a layout laid out again moves slices between survivors too
+        assert all(m.received for m in survivors)
+
+
+def test_kip848_member_without_sluice_keeps_whole_partitions(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """Five KIP-848 members through their Sluices, one straight to the broker: its client id carries no opt-in, so
+    no layout counts it; what the broker assigns it stays whole with it, the five share the rest. Every record once,
+    each key at one consumer."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with contextlib.ExitStack() as stack:
+        sluices = kip848_sidecars(stack, kafka_broker, CONSUMERS - 1)
+        members = stack.enter_context(members_of(
+            *(python_member("confluent", s.bootstrap, topic, group, f"with848-{i}", protocol="consumer")
+              for i, s in enumerate(sluices)),
+            python_member("confluent", kafka_broker.bootstrap, topic, group, "direct848", protocol="consumer")))
+        # settled: what the members hold unchanged for two of the broker's heartbeat intervals (5 s: each Sluice
+        # changes its member's slices at that member's heartbeat)
+        settled(lambda: (state(sluices, group)[0], float(hash(str([m.assignment for m in members])))), quiet_s=11)
+        consumed_once(kafka_broker, topic, members, "direct848")

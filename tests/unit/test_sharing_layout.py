@@ -3,8 +3,8 @@ same."""
 
 from __future__ import annotations
 
-from proxy.policies.sharing.keys import Slice
-from proxy.policies.sharing.layout import DescribedMember, compute, mark_client_id, read_mark
+from proxy.policies.sharing.keys import WHOLE, Slice
+from proxy.policies.sharing.layout import DescribedMember, Layout, compute, mark_client_id, read_mark
 
 T = "orders"
 
@@ -17,10 +17,19 @@ def member(mid: str, current: list[int], target: list[int] | None = None, *, mar
 
 
 def test_the_mark_round_trips_in_a_client_id() -> None:
-    cid = mark_client_id("consumer-g-1", {"b", "a"})
-    assert cid == "consumer-g-1#sluice-share=a,b"
-    assert read_mark(cid) == {"a", "b"}
+    cid = mark_client_id("consumer-g-1", {"b", "a"}, {("b", 2): Slice(1, 3), ("a", 0): Slice(0, 1)})
+    assert cid == "consumer-g-1#sluice-share=a,b|0:0:0/1,1:2:1/3"
+    assert read_mark(cid) == ({"a", "b"}, {("a", 0): Slice(0, 1), ("b", 2): Slice(1, 3)})
     assert read_mark("consumer-g-1") is None and read_mark(None) is None
+    # a client's own client id may hold anything after the mark: what cannot be read is no claim
+    assert read_mark("x#sluice-share=a|0:0:9/2,7:1:0/1,junk") == ({"a"}, {})
+
+
+def test_a_slice_claimed_by_another_member_waits() -> None:
+    lay = Layout(claims={"m1": {(T, 0): Slice(0, 2)}, "m2": {(T, 1): Slice(0, 1)}})
+    assert not lay.claimed_by_others("m3", (T, 0), Slice(1, 2))
+    assert lay.claimed_by_others("m3", (T, 0), Slice(0, 1)) and lay.claimed_by_others("m3", (T, 0), Slice(0, 4))
+    assert lay.claimed_by_others("m3", (T, 1), Slice(2, 3)) and not lay.claimed_by_others("m2", (T, 1), WHOLE)
 
 
 def test_six_members_of_three_partitions_two_slices_each_whatever_the_order() -> None:

@@ -514,19 +514,31 @@ def owned_sent(ex: Exchange) -> list[int] | None:
 
 def test_kip848_group_shared_by_heartbeats_the_broker_seeing_its_own_assignment() -> None:
     """Two opted-in KIP-848 members of a one-partition topic: the broker assigns the partition to m1; each client is
-    handed a slice of it, the broker is told each member owns what it assigned it, and the slice that widens when
-    m2 leaves is revoked from m1's client first, then handed again."""
+    handed a slice of it once no other member claims an overlapping one, the broker is told each member owns what it
+    assigned it, and the slice that widens when m2 leaves is revoked from m1's client first, then handed again."""
     proxy, fake = sharing_proxy()
     c1, c2 = Client(proxy, "app-1", 1), Client(proxy, "app-2", 2)
     c1.member_id, c2.member_id = "m1", "m2"
-    marked1, marked2 = "app-1#sluice-share=orders", "app-2#sluice-share=orders"
-    fake.described_consumer[GROUP] = cg_described(2, [("m1", marked1, [0]), ("m2", marked2, [])])
+
+    def described(epoch: int, m1_claims: str, with_m2: bool = True) -> None:
+        members = [("m1", f"app-1#sluice-share=orders|{m1_claims}", [0])]
+        fake.described_consumer[GROUP] = cg_described(epoch, members + ([("m2", "app-2#sluice-share=orders|", [])]
+                                                                        if with_m2 else []))
+
+    described(2, "")
     ex = cg_heartbeat(c1, 0, [], subscribe=True)
-    assert decode_request(ex.frame)[0].client_id == marked1  # the opt-in, kept in the group by the broker
+    # the opt-in and the slice about to be handed, kept in the group by the broker
+    assert decode_request(ex.frame)[0].client_id == "app-1#sluice-share=orders|0:0:0/2"
     assert cg_answer(c1, ex, 1, [0]) == [0]
+    # m1's client still claims the whole partition (as described): m2's slice waits, nothing is handed
+    described(2, "0:0:0/1")
     ex = cg_heartbeat(c2, 0, [], subscribe=True)
-    assert cg_answer(c2, ex, 2, []) == [0]  # m2: nothing from the broker, a slice of partition 0 from Sluice
-    assert [e for e in fake.calls if e.describe_consumer == {GROUP}]
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|"
+    assert cg_answer(c2, ex, 2, []) == []
+    described(2, "0:0:0/2")
+    ex = cg_heartbeat(c2, 2, [])
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/2"
+    assert cg_answer(c2, ex, 2, None) == [0]  # m2: nothing from the broker, a slice of partition 0 from Sluice
     got1, got2 = fetch(c1, records(40)), fetch(c2, records(40))
     assert got1 and got2 and len(got1) + len(got2) == 40
     assert all(Slice(0, 2).holds(key_hash(k)) for _, k in got1)
@@ -537,7 +549,7 @@ def test_kip848_group_shared_by_heartbeats_the_broker_seeing_its_own_assignment(
     assert cg_answer(c2, ex, 2, None) is None  # nothing changed: the answer goes as it came
     # m2 leaves: m1's partition is whole again. Its client keeps it from its own position, past records of m2's
     # keys, unless it is revoked first: handed nothing, then the partition again once the client let it go
-    fake.described_consumer[GROUP] = cg_described(3, [("m1", marked1, [0])])
+    described(3, "0:0:0/2", with_m2=False)
     ex = cg_heartbeat(c1, 1, [0])
     assert owned_sent(ex) == [0]
     assert cg_answer(c1, ex, 3, None) is None  # a new epoch: the group is described before the next heartbeat goes
@@ -545,6 +557,7 @@ def test_kip848_group_shared_by_heartbeats_the_broker_seeing_its_own_assignment(
     assert cg_answer(c1, ex, 3, None) == []
     ex = cg_heartbeat(c1, 3, [])
     assert owned_sent(ex) == [0]  # the broker's own assignment: it never sees the partition revoked
+    assert decode_request(ex.frame)[0].client_id == "app-1#sluice-share=orders|0:0:0/1"
     assert cg_answer(c1, ex, 3, None) == [0]
     assert len(fetch(c1, records(40))) == 40
 

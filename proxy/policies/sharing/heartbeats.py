@@ -7,15 +7,17 @@ partitions inside what the broker assigned it (``throwIfConsumerGroupMemberEpoch
 revoke partitions keeps its epoch until a heartbeat's owned partitions no longer hold them (CurrentAssignmentBuilder,
 UNREVOKED_PARTITIONS). So both directions are rewritten, per member:
 
-- the **request**: the client id is marked (:func:`.layout.mark_client_id`) with the topics this Sluice lets the
-  member share; its owned partitions, sent whenever the client sends them or they changed, are the broker's
+- the **request**: before it goes on, the group is described (ConsumerGroupDescribe) when the member's epoch moved
+  past the layout's, the group is not stable or a slice waits for another member to let it go. The client id is
+  marked (:func:`.layout.mark_client_id`) with the topics this Sluice lets the member share and its claims: the
+  slices its client holds, and those it is about to be handed (a new slice only when no other member claims an
+  overlapping one). Its owned partitions, sent whenever the client sends them or they changed, are the broker's
   assignment of the member, plus the partitions the broker revoked that the client still holds (so the broker
-  hands a revoked partition to its next holder only once this client let it go). Before it goes on, the group is
-  described (ConsumerGroupDescribe) when the member's epoch moved past the layout's or the group is not stable;
+  hands a revoked partition to its next holder only once this client let it go);
 - the **response**: the assignment handed to the client is the member's layout (:mod:`.layout`) for the shared
-  topics and the broker's for the others, sent whenever it differs from what the client was handed (the broker
-  sends one only when its own changed). Its slices are what its fetches are filtered by and its commits merged by,
-  as for classic groups (:mod:`.fetch`, :mod:`.offsets`).
+  topics and the broker's for the others, less new slices its request did not claim, sent whenever it differs
+  from what the client was handed (the broker sends one only when its own changed). Its slices are what its
+  fetches are filtered by and its commits merged by, as for classic groups (:mod:`.fetch`, :mod:`.offsets`).
 
 Rebalances are KIP-848's incremental reconciliation, on the layout: a partition whose slice narrows stays with the
 client (every record of its keys below the client's position was its own); one whose slice widens (a member left)
@@ -71,6 +73,18 @@ def _topics(parts: set[IdPartition]) -> list[Message]:
     return [Message(topic_id=tid, partitions=sorted(ps)) for tid, ps in sorted(by_topic.items())]
 
 
+def _names(p: Sharing, m: Member) -> dict[bytes, str]:
+    lay = p.layouts.get(m.group)
+    return {tid: name for name, tid in lay.topic_ids.items()} if lay is not None else {}
+
+
+def _name(p: Sharing, names: dict[bytes, str], tid: bytes) -> str | None:
+    return names.get(tid) or p.names.get(tid)
+
+
+# ------------------------------------------------------------------------------------------------ request
+
+
 def request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket | None:
     body = ex.body
     m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
@@ -98,7 +112,7 @@ def request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket |
         st.owned = owned
         st.revoking &= owned
         st.widening &= owned
-        if m.partitions is not None:  # partitions the client let go are no longer filtered for it
+        if m.partitions is not None:  # partitions the client let go are no longer filtered for it, nor claimed
             ids = {name: tid for tid, name in _names(p, m).items()}
             for tp in [tp for tp in m.partitions if ids.get(tp[0]) is not None
                        and (ids[tp[0]], tp[1]) not in owned | (st.given or set())]:
@@ -107,28 +121,12 @@ def request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket |
     ex.collect = True
     lay = p.layouts.get(m.group)
     if (st.marked or st.broker is None) and (lay is None or not lay.stable or st.epoch > lay.group_epoch
-                                             or st.broker is None):
+                                             or st.broker is None or st.waiting or _new(p, m, st)):
         ticket.call = p.submit(GroupCall(describe_consumer={m.group}))
         ex.pending = ticket.call
         return ticket
-    _forward(ex, ticket)
+    _forward(p, ex, ticket)
     return ticket
-
-
-def _forward(ex: Exchange, ticket: HeartbeatTicket) -> None:
-    """The request as the broker gets it: the marked client id, and the owned partitions in the broker's terms."""
-    body, st = ex.body, ticket.state
-    if st.marked:
-        view = ex.request
-        assert isinstance(view, MessageRequest)
-        view.header.client_id = layouts.mark_client_id(ex.client_id or "", st.marked)
-    changes: dict[str, Any] = {}
-    if st.broker is not None:
-        report = st.broker | st.revoking
-        if body.topic_partitions is not None or report != st.reported:
-            changes["topic_partitions"] = _topics(report)
-            st.reported = report
-    ex.body = body.replace(**changes)  # re-encoded, the header too
 
 
 def resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTicket) -> HeartbeatTicket:
@@ -145,13 +143,67 @@ def resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTick
         if st.broker is None and mine is not None:  # restarted: the broker's assignment and the marked topics
             st.broker = {(bytes(t.topic_id), part) for t in mine.assignment.topic_partitions for part in t.partitions}
             st.marked = frozenset(t for t in mine.subscribed_topic_names if p.shareable(t))
-    _forward(ex, ticket)
+    _forward(p, ex, ticket)
     return ticket
 
 
-def _names(p: Sharing, m: Member) -> dict[bytes, str]:
+def _new(p: Sharing, m: Member, st: HeartbeatState) -> bool:
+    """Whether the layout as known would hand the client a slice it was not handed: the claims are read anew
+    first."""
+    given = st.given or set()
+    return any(k not in given for k in _desired(p, m, st, _names(p, m)))
+
+
+def _forward(p: Sharing, ex: Exchange, ticket: HeartbeatTicket) -> None:
+    """The request as the broker gets it: the client id marked with the member's claims, and the owned partitions
+    in the broker's terms."""
+    body, m, st = ex.body, ticket.member, ticket.state
+    if st.marked:
+        lay = p.layouts.get(m.group)
+        names = _names(p, m)
+        given = st.given or set()
+        # new slices no other member claims: claimed now, handed in the answer (see the module docstring)
+        st.cleared = set()
+        st.waiting = False
+        claims = {tp: state.slice for tp, state in (m.partitions or {}).items()}
+        for k, s in _desired(p, m, st, names).items():
+            name = _name(p, names, k[0])
+            if k in given or name is None or name not in st.marked:
+                continue
+            if lay is not None and lay.claimed_by_others(m.member_id, (name, k[1]), s):
+                st.waiting = True
+                continue
+            st.cleared.add(k)
+            claims[(name, k[1])] = s
+        view = ex.request
+        assert isinstance(view, MessageRequest)
+        view.header.client_id = layouts.mark_client_id(ex.client_id or "", st.marked, claims)
+    changes: dict[str, Any] = {}
+    if st.broker is not None:
+        report = st.broker | st.revoking
+        if body.topic_partitions is not None or report != st.reported:
+            changes["topic_partitions"] = _topics(report)
+            st.reported = report
+    ex.body = body.replace(**changes)  # re-encoded, the header too
+
+
+# ----------------------------------------------------------------------------------------------- response
+
+
+def _desired(p: Sharing, m: Member, st: HeartbeatState, names: dict[bytes, str]) -> dict[IdPartition, Slice]:
+    """What the member's client should hold: its layout's slices of the shared topics it is marked for, the broker's
+    assignment of the other topics (whole)."""
     lay = p.layouts.get(m.group)
-    return {tid: name for name, tid in lay.topic_ids.items()} if lay is not None else {}
+    laid_out = {t for t in (lay.shared if lay is not None else ()) if t in st.marked}
+    out: dict[IdPartition, Slice] = {}
+    for tid, part in st.broker or ():
+        if _name(p, names, tid) not in laid_out:
+            out[(tid, part)] = WHOLE
+    if lay is not None:
+        for (name, part), s in lay.of(m.member_id).items():
+            if name in laid_out:
+                out[(lay.topic_ids[name], part)] = s
+    return out
 
 
 def response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo, ticket: HeartbeatTicket) -> None:
@@ -174,22 +226,18 @@ def response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionI
             m.partitions = {}  # nothing to share: its fetches go through whole
         return
     names = _names(p, m)
-    lay = p.layouts.get(m.group)
-    laid_out = {t for t in (lay.shared if lay is not None else ()) if t in st.marked}
-    out: dict[IdPartition, Slice] = {}
-    for tid, part in st.broker:
-        name = names.get(tid) or p.names.get(tid)
-        if name not in laid_out:
-            out[(tid, part)] = WHOLE
-    if lay is not None:
-        for (name, part), s in lay.of(m.member_id).items():
-            if name in laid_out:
-                out[(lay.topic_ids[name], part)] = s
+    out = _desired(p, m, st, names)
     held = m.partitions if m.partitions is not None else {}
+    given_before = st.given or set()
     for k, s in list(out.items()):
-        before = held.get((names.get(k[0], ""), k[1]))
-        if k in st.widening or (before is not None and not before.slice.contains(s)
-                                and k in (st.given or set())):
+        name = _name(p, names, k[0])
+        if name is None or name not in st.marked:
+            continue  # a topic it does not share: the broker's, as it came
+        before = held.get((name, k[1]))
+        if k not in given_before and k not in st.cleared:
+            del out[k]  # not claimed yet (another member may still hold an overlapping slice)
+            st.waiting = True
+        elif k in st.widening or (before is not None and not before.slice.contains(s) and k in given_before):
             # a wider slice of a partition the client keeps: it would go on from its own position, past records of
             # keys it did not hold; handed again once the client let it go
             st.widening.add(k)
@@ -206,7 +254,7 @@ def response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionI
         st.given = given
     partitions: dict[Any, PartitionState] = {}
     for (tid, part), s in out.items():
-        name = names.get(tid) or p.names.get(tid)
+        name = _name(p, names, tid)
         if name is None or name not in st.marked:
             continue
         before = held.get((name, part))

@@ -78,6 +78,10 @@ class HeartbeatState:
     given: set[IdPartition] | None = None
     #: partitions whose slice widened: left out of what the client is handed until it no longer owns them
     widening: set[IdPartition] = field(default_factory=set)
+    #: new slices its last request claimed (no other member claimed an overlapping one): its answer may hand them
+    cleared: set[IdPartition] = field(default_factory=set)
+    #: a slice waits for another member to let an overlapping one go: the group is described at every heartbeat
+    waiting: bool = False
 
 
 @dataclass(eq=False)
