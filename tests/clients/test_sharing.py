@@ -155,24 +155,30 @@ def test_six_consumers_through_one_sluice_one_killed_mid_way(sluice: ProxyThread
         victim = members[1]
         wait_until(lambda: len(victim.received) >= 60, 60, "the victim to consume")
         victim.kill()
-        survivors = [m for m in members if m is not victim]
         wait_for_all(members, {v for _, v in produced})
-        committed, uncommitted = victim.committed()
-        assert committed, "the victim committed nothing before it was killed"
-        again = {g.value for m in survivors for g in m.received}
-        assert not committed & again, "records the killed consumer had committed were delivered again"
-        assert uncommitted <= again, "records the killed consumer had not committed were lost"
-        # every other record exactly once
-        counts: dict[str, int] = {}
-        for m in members:
-            for g in m.received:
-                counts[g.value] = counts.get(g.value, 0) + 1
-        victims = {g.value for g in victim.received}
-        assert not [v for v, n in counts.items() if n > 1 and v not in victims]
-        assert set(counts) == {v for _, v in produced}
-        for m in members:
-            check_in_order(m)
-        assert all(m.received for m in survivors)
+        check_after_kill(members, victim, produced, check_in_order)
+
+
+def check_after_kill(members: list[Member], victim: Member, produced: list[tuple[str, str]],
+                     in_order: Any) -> None:
+    """After ``victim`` was killed: nothing lost, none of its committed records delivered again, every other record
+    exactly once, each consumer's records ``in_order``, every survivor served."""
+    survivors = [m for m in members if m is not victim]
+    committed, uncommitted = victim.committed()
+    assert committed, "the victim committed nothing before it was killed"
+    again = {g.value for m in survivors for g in m.received}
+    assert not committed & again, "records the killed consumer had committed were delivered again"
+    assert uncommitted <= again, "records the killed consumer had not committed were lost"
+    counts: dict[str, int] = {}
+    for m in members:
+        for g in m.received:
+            counts[g.value] = counts.get(g.value, 0) + 1
+    victims = {g.value for g in victim.received}
+    assert not [v for v, n in counts.items() if n > 1 and v not in victims]
+    assert set(counts) == {v for _, v in produced}
+    for m in members:
+        in_order(m)
+    assert all(m.received for m in survivors)
 
 
 def stable_members(bootstrap: str, group: str) -> int:
@@ -474,24 +480,10 @@ def test_kip848_consumer_and_its_sluice_killed_mid_way_nothing_lost(kafka_broker
         wait_until(lambda: len(victim.received) >= 60, 60, "the victim to consume")
         victim.kill()
         sluices[1].kill()
-        survivors = [m for m in members if m is not victim]
         # the broker fences the killed member after group.consumer.session.timeout.ms (45 s by default)
         wait_for_all(members, {v for _, v in produced}, timeout=180)
-        committed, uncommitted = victim.committed()
-        assert committed, "the victim committed nothing before it was killed"
-        again = {g.value for m in survivors for g in m.received}
-        assert not committed & again, "records the killed consumer had committed were delivered again"
-        assert uncommitted <= again, "records the killed consumer had not committed were lost"
-        seen: dict[str, int] = {}
-        for m in members:
-            for g in m.received:
-                seen[g.value] = seen.get(g.value, 0) + 1
-        victims = {g.value for g in victim.received}
-        assert not [v for v, n in seen.items() if n > 1 and v not in victims]
-        assert set(seen) == {v for _, v in produced}
-        for m in members:
-            check_in_key_order(m)  # a layout laid out again moves slices between survivors too
-        assert all(m.received for m in survivors)
+        # a layout laid out again moves slices between survivors too: each key's records in order
+        check_after_kill(members, victim, produced, check_in_key_order)
 
 
 def test_kip848_member_without_sluice_keeps_whole_partitions(kafka_broker: KafkaBroker, unique_topic: str) -> None:
