@@ -188,8 +188,17 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
 def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
     from confluent_kafka import Consumer, KafkaException
 
-    def on_assign(_c: Any, parts: Any) -> None:
-        _emit({"assigned": sorted([p.topic, p.partition] for p in parts)})
+    def on_assign(c: Any, parts: Any) -> None:
+        if a.group_protocol == "classic":
+            _emit({"assigned": sorted([p.topic, p.partition] for p in parts)})
+            return
+        # KIP-848 rebalances are incremental: the callback names the partitions added; the whole assignment is
+        # reported (what the consumer holds already, and those)
+        _emit({"assigned": sorted({(p.topic, p.partition) for p in (*c.assignment(), *parts)})})
+
+    def on_revoke(c: Any, parts: Any) -> None:
+        gone = {(p.topic, p.partition) for p in parts}
+        _emit({"assigned": sorted({(p.topic, p.partition) for p in c.assignment()} - gone)})
 
     # KIP-848 (group.protocol=consumer): the broker assigns and times the group, so librdkafka refuses the classic
     # protocol's session, heartbeat and assignor settings
@@ -208,7 +217,8 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
         consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
         _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
     else:
-        consumer.subscribe([a.topic], on_assign=on_assign)
+        consumer.subscribe([a.topic], on_assign=on_assign,
+                           **({"on_revoke": on_revoke} if a.group_protocol != "classic" else {}))
     pacer = _Pacer(a.commit_interval_s)
     try:
         while not stop.stopped:

@@ -265,33 +265,48 @@ def test_every_sluice_killed_and_restarted_positions_come_back_from_kafka(kafka_
             python_member("confluent", sluices[i % 3].bootstrap, topic, group, f"restart-{i}", work_ms=3)
             for i in range(CONSUMERS))))
 
-        def state() -> tuple[float, float]:
-            return (sum(s.metric("sluice_sharing_partitions", {"group": group}) for s in sluices),
-                    sum(s.metric("sluice_sharing_assignments_total") for s in sluices))
-
-        settled(state)
-        produced = produce(kafka_broker.bootstrap, topic, 1500, keys=90, tag="restart")
-        wait_until(lambda: sum(len(m.received) for m in members) >= 300, 60, "consumption to start")
-        for s in sluices:
-            s.kill()
-        for s in sluices:
-            s.restart()
-        wait_for_all(members, {v for _, v in produced})
-        # Positions came back from Kafka (every Sluice learnt its members' slices again from the group): no record
-        # a consumer had committed is delivered again; uncommitted ones may be, once, to their slice's owner.
-        committed: set[str] = set()
-        for m in members:
-            committed |= m.committed()[0]
-        seen: dict[str, int] = {}
-        for m in members:
-            for g in m.received:
-                seen[g.value] = seen.get(g.value, 0) + 1
-        assert set(seen) == {v for _, v in produced}
-        assert not [v for v, n in seen.items() if n > 1 and v in committed]
-        for m in members:
-            check_in_order(m)
+        settled(lambda: state(sluices, group))
+        produced = restart_all_mid_way(kafka_broker, topic, members, sluices, "restart")
+        check_after_restart(members, produced, check_in_order)
         recovered = sum(1 for s in sluices for e in s.log_events() if e.get("event") == "sharing_member_recovered")
         assert recovered >= 1
+
+
+def restart_all_mid_way(broker: KafkaBroker, topic: str, members: list[Member], sluices: list[SluiceProcess],
+                        tag: str, timeout: float = 90.0) -> list[tuple[str, str]]:
+    """Produce 1500 records; once 300 are consumed, kill every Sluice with -9 and restart it; wait for every record.
+    The records produced."""
+    produced = produce(broker.bootstrap, topic, 1500, keys=90, tag=tag)
+    wait_until(lambda: sum(len(m.received) for m in members) >= 300, 60, "consumption to start")
+    for s in sluices:
+        s.kill()
+    for s in sluices:
+        s.restart()
+    wait_for_all(members, {v for _, v in produced}, timeout=timeout)
+    return produced
+
+
+def state(sluices: list[SluiceProcess], group: str) -> tuple[float, float]:
+    """What the Sluices say of the group: partitions shared by the members behind them, assignments rewritten."""
+    return (sum(s.metric("sluice_sharing_partitions", {"group": group}) for s in sluices),
+            sum(s.metric("sluice_sharing_assignments_total") for s in sluices))
+
+
+def check_after_restart(members: list[Member], produced: list[tuple[str, str]], in_order: Any) -> None:
+    """Positions came back from Kafka (every Sluice learnt its members' slices again from the group): every record
+    consumed, no record a consumer had committed delivered again (uncommitted ones may be, once, to their slice's
+    owner), each consumer's records ``in_order``."""
+    committed: set[str] = set()
+    for m in members:
+        committed |= m.committed()[0]
+    seen: dict[str, int] = {}
+    for m in members:
+        for g in m.received:
+            seen[g.value] = seen.get(g.value, 0) + 1
+    assert set(seen) == {v for _, v in produced}
+    assert not [v for v, n in seen.items() if n > 1 and v in committed]
+    for m in members:
+        in_order(m)
 
 
 # ------------------------------------------------------------------------------------- other members, other modes
@@ -453,12 +468,6 @@ def kip848_sidecars(stack: contextlib.ExitStack, broker: KafkaBroker, n: int) ->
     return [stack.enter_context(SluiceProcess(broker.bootstrap, {"SLUICE_CONFIG": str(config)})) for _ in range(n)]
 
 
-def state(sluices: list[SluiceProcess], group: str) -> tuple[float, float]:
-    """What the Sluices say of the group: partitions shared by the members behind them, assignments rewritten."""
-    return (sum(s.metric("sluice_sharing_partitions", {"group": group}) for s in sluices),
-            sum(s.metric("sluice_sharing_assignments_total") for s in sluices))
-
-
 def test_kip848_consumer_and_its_sluice_killed_mid_way_nothing_lost(kafka_broker: KafkaBroker,
                                                                     unique_topic: str) -> None:
     """6 KIP-848 consumers (confluent-kafka), a Sluice each; one consumer and its Sluice killed with -9 while
@@ -502,3 +511,25 @@ def test_kip848_member_without_sluice_keeps_whole_partitions(kafka_broker: Kafka
         # changes its member's slices at that member's heartbeat)
         settled(lambda: (state(sluices, group)[0], float(hash(str([m.assignment for m in members])))), quiet_s=11)
         consumed_once(kafka_broker, topic, members, "direct848")
+
+
+def test_kip848_every_sluice_killed_and_restarted(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """6 KIP-848 consumers behind 3 Sluices (2 each), every Sluice killed with -9 and restarted mid-way: each learns
+    its members back from the group (the broker's assignment, and the slices each client holds, from the client ids
+    their heartbeats carried), without a rebalance. Every record consumed, none a consumer had committed delivered
+    again, each key's records in order."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with contextlib.ExitStack() as stack:
+        sluices = kip848_sidecars(stack, kafka_broker, 3)
+        members = stack.enter_context(members_of(*(
+            python_member("confluent", sluices[i % 3].bootstrap, topic, group, f"restart848-{i}", work_ms=3,
+                          protocol="consumer") for i in range(CONSUMERS))))
+        # every member holds a partition's slice (two members behind one Sluice may share a partition, so the
+        # Sluices' gauges do not count them one each) and nothing changed for two heartbeat intervals
+        settled(lambda: (float(all(m.assignment for m in members)), float(hash(str([m.assignment for m in members])))),
+                quiet_s=11)
+        produced = restart_all_mid_way(kafka_broker, topic, members, sluices, "restart848", timeout=180)
+        check_after_restart(members, produced, check_in_key_order)
+        recovered = [e for s in sluices for e in s.log_events() if e.get("event") == "sharing_member_recovered"]
+        assert recovered and all(e.get("protocol") == "consumer" for e in recovered)

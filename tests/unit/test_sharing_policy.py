@@ -61,7 +61,9 @@ class FakeCoordinators:
             for group in call.describe:
                 call.described[group] = self.described.get(group, Message(members=[], protocol_data=""))
             for group in call.describe_consumer:
-                call.described_consumer[group] = self.described_consumer[group]
+                # a classic group is not found by ConsumerGroupDescribe (GROUP_ID_NOT_FOUND)
+                call.described_consumer[group] = self.described_consumer.get(
+                    group, Message(error_code=69, group_id=group, members=[]))
             call.settle()
 
 
@@ -560,6 +562,23 @@ def test_kip848_group_shared_by_heartbeats_the_broker_seeing_its_own_assignment(
     assert decode_request(ex.frame)[0].client_id == "app-1#sluice-share=orders|0:0:0/1"
     assert cg_answer(c1, ex, 3, None) == [0]
     assert len(fetch(c1, records(40))) == 40
+
+
+def test_kip848_member_learnt_from_the_group_after_a_restart() -> None:
+    """A Sluice that never saw the member join: its first heartbeat (epoch 5, nothing owned said) waits for the
+    group's description, which gives the broker's assignment, the marked topics and the slice the client holds
+    (its previous Sluice's claim): nothing to hand anew, its fetches filtered by that slice."""
+    proxy, fake = sharing_proxy()
+    c = Client(proxy, "app-2", 1)
+    c.member_id = "m2"
+    fake.described_consumer[GROUP] = cg_described(5, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]),
+                                                      ("m2", "app-2#sluice-share=orders|0:0:1/2", [])])
+    ex = cg_heartbeat(c, 5, None)
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/2"
+    assert owned_sent(ex) == []  # the broker's assignment of m2, as described
+    assert cg_answer(c, ex, 5, None) is None  # it holds its layout already
+    got = fetch(c, records(40))
+    assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
 
 
 def test_kip848_member_not_opted_in_is_relayed_untouched() -> None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange
 from ...core.group_calls import GroupCall
-from ...wire.model import Message
+from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageRequest, MessageResponse, ResponseView
 from . import layout as layouts
 from .keys import WHOLE, Slice
@@ -137,12 +137,14 @@ def resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTick
     if entry is None or entry.error_code:
         log.debug("sharing_group_describe_failed", group=m.group,
                   error=call.error or (entry.error_code if entry is not None else "not described"))
+    elif st.broker is None and any(x.member_id == m.member_id for x in entry.members):
+        # this Sluice did not see the member join (it restarted): learnt from the group
+        claims = recovered(p, m, entry)
+        st = ticket.state = m.kip848  # type: ignore[assignment]
+        if m.partitions is None:
+            m.partitions = {tp: PartitionState(s) for tp, s in claims.items()}
     else:
         p.layouts[m.group] = layouts.from_description(entry, p.shareable)
-        mine = next((x for x in entry.members if x.member_id == m.member_id), None)
-        if st.broker is None and mine is not None:  # restarted: the broker's assignment and the marked topics
-            st.broker = {(bytes(t.topic_id), part) for t in mine.assignment.topic_partitions for part in t.partitions}
-            st.marked = frozenset(t for t in mine.subscribed_topic_names if p.shareable(t))
     _forward(p, ex, ticket)
     return ticket
 
@@ -152,6 +154,28 @@ def _new(p: Sharing, m: Member, st: HeartbeatState) -> bool:
     first."""
     given = st.given or set()
     return any(k not in given for k in _desired(p, m, st, _names(p, m)))
+
+
+def recovered(p: Sharing, m: Member, entry: Message) -> dict[TopicPartition, Slice]:
+    """A member a restarted Sluice did not see join, from its group's ConsumerGroupDescribe entry: the broker's
+    assignment of it, the topics and the slices its client holds (its previous Sluice's claims, in its client id),
+    and the group's layout. Returns those slices, whose frontiers the caller reads (:func:`.offsets.recover`)."""
+    p.layouts[m.group] = layouts.from_description(entry, p.shareable)
+    mine = next(x for x in entry.members if x.member_id == m.member_id)
+    mark = layouts.read_mark(mine.client_id)
+    st = m.kip848 = HeartbeatState()
+    st.broker = {(bytes(t.topic_id), part) for t in mine.assignment.topic_partitions for part in t.partitions}
+    st.marked = frozenset(t for t in (mark[0] if mark is not None else ()) if p.shareable(t))
+    claims = {tp: s for tp, s in (mark[1] if mark is not None else {}).items() if tp[0] in st.marked}
+    ids = {t.topic_name: bytes(t.topic_id) for t in mine.assignment.topic_partitions}
+    ids.update(p.layouts[m.group].topic_ids)
+    names = {tid: name for name, tid in ids.items()}
+    # what it was handed: its claims of the topics it shares, the broker's assignment of the others
+    st.given = {(ids[t], part) for t, part in claims if t in ids} | {
+        k for k in st.broker if names.get(k[0]) not in st.marked}
+    log.info("sharing_member_recovered", group=m.group, member_id=m.member_id, client_id=m.key[1],
+             protocol="consumer", partitions={f"{t}-{part}": str(s) for (t, part), s in sorted(claims.items())})
+    return claims
 
 
 def _forward(p: Sharing, ex: Exchange, ticket: HeartbeatTicket) -> None:

@@ -31,7 +31,7 @@ from ...wire.errors import CodecError
 from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView, local_response
-from . import marker
+from . import heartbeats, marker
 from .fetch import skip_filtered
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .keys import WHOLE, Slice
@@ -400,13 +400,20 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
 
 def recover(p: Sharing, m: Member) -> Signal:
     """Learn ``m``'s slices and frontiers back from the group (after a Sluice restart): DescribeGroups for its
-    assignment as the leader sent it (slices included), then the frontiers of its shared partitions."""
+    assignment as the leader sent it (slices included), then the frontiers of its shared partitions. A KIP-848
+    member (its group described by ConsumerGroupDescribe; a classic group is not found there) is learnt from its
+    description instead (:func:`.heartbeats.recovered`)."""
     done = m.recovering = Signal()
-    call = p.submit(GroupCall(describe={m.group}))
+    call = p.submit(GroupCall(describe={m.group}, describe_consumer={m.group}))
 
     def described() -> None:
         if m.recovering is not done:
             done.settle()
+            return
+        consumer = call.described_consumer.get(m.group) if call.error is None else None
+        if consumer is not None and not consumer.error_code \
+                and any(x.member_id == m.member_id for x in consumer.members):
+            read_frontiers(heartbeats.recovered(p, m, consumer))
             return
         entry = call.described.get(m.group) if call.error is None else None
         found = None
@@ -431,6 +438,9 @@ def recover(p: Sharing, m: Member) -> Signal:
         m.marked = marked or frozenset()
         handed = {(t, part): (slices or {}).get((t, part), WHOLE)
                   for t, ps in parts.items() if t in m.marked and p.shareable(t) for part in ps}
+        read_frontiers(handed)
+
+    def read_frontiers(handed: dict[TopicPartition, Slice]) -> None:
         if not handed:
             m.partitions = {}
             m.recovering = None

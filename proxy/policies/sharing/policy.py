@@ -158,6 +158,7 @@ class Sharing(Policy):
                 gauge.remove(group)
             self._gauged.discard(group)
             self.stable_lag.pop(group, None)
+            self.layouts.pop(group, None)
             return
         self._gauged.add(group)
         self.metrics.sharing_partitions.labels(group).set(len(shared))
