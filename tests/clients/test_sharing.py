@@ -533,3 +533,21 @@ def test_kip848_every_sluice_killed_and_restarted(kafka_broker: KafkaBroker, uni
         check_after_restart(members, produced, check_in_key_order)
         recovered = [e for s in sluices for e in s.log_events() if e.get("event") == "sharing_member_recovered"]
         assert recovered and all(e.get("protocol") == "consumer" for e in recovered)
+
+
+def test_mixed_classic_and_kip848_members_of_one_group(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """A consumer group part way through an upgrade (Kafka 4 lets classic members join a KIP-848 group): 2 classic
+    members and 4 KIP-848 ones, a Sluice each. The broker assigns every member; the classic members' partitions
+    stay whole (their heartbeats carry no opt-in, so no layout counts them), the KIP-848 members share the rest.
+    Every record once, each key at one consumer."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with contextlib.ExitStack() as stack:
+        proxies = [stack.enter_context(ProxyThread(kafka_broker.bootstrap, **SHARING)) for _ in range(CONSUMERS)]
+        # the KIP-848 members first: the group is a consumer group, which the classic members then join
+        members = stack.enter_context(members_of(*(
+            python_member("confluent", p.bootstrap, topic, group, f"upgrade-{i}",
+                          protocol="consumer" if i < 4 else "classic") for i, p in enumerate(proxies))))
+        settled(lambda: (float(all(m.assignment is not None for m in members[4:])),
+                         float(hash(str([m.assignment for m in members])))), quiet_s=11)
+        consumed_once(kafka_broker, topic, members, "upgrade")
