@@ -81,6 +81,9 @@ class ProxyThread:
         """A metric of this proxy (its own registry), summed over samples matching ``labels``: read on the proxy's
         loop, as its admin server scrapes (its tallies are plain dicts the loop grows, proxy/metrics.py; read from
         the test's thread, a new entry raised "dictionary changed size during iteration")."""
+        if not self.loop.is_running():  # stopped: nothing grows them any more
+            return self.proxy.metrics.total(name, **labels)
+
         async def read() -> float:
             return self.proxy.metrics.total(name, **labels)
 
