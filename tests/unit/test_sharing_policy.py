@@ -581,6 +581,19 @@ def test_kip848_member_learnt_from_the_group_after_a_restart() -> None:
     assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
 
 
+def test_kip848_group_not_described_is_told_and_not_shared() -> None:
+    """Without the group's description (here its coordinator down for Sluice's own requests) no layout is known:
+    logged and counted, the client handed what the broker assigned it."""
+    proxy, fake = sharing_proxy()
+    fake.down = True
+    c = Client(proxy, "app-1", 1)
+    c.member_id = "m1"
+    ex = cg_heartbeat(c, 0, [], subscribe=True)
+    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="kip848_group") == 1
+    assert cg_answer(c, ex, 1, [0]) == [0]
+    assert len(fetch(c, records(10))) == 10
+
+
 def test_kip848_member_not_opted_in_is_relayed_untouched() -> None:
     proxy, _ = sharing_proxy()
     c = Client(proxy, "other-1", 1)

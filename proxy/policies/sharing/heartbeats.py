@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = get_logger("sluice.sharing")
 
 UNKNOWN_MEMBER_ID = 25
+GROUP_ID_NOT_FOUND = 69
 FENCED_MEMBER_EPOCH = 110
 
 
@@ -135,8 +136,12 @@ def resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTick
     m, st = ticket.member, ticket.state
     entry = call.described_consumer.get(m.group) if call.error is None else None
     if entry is None or entry.error_code:
-        log.debug("sharing_group_describe_failed", group=m.group,
-                  error=call.error or (entry.error_code if entry is not None else "not described"))
+        code = entry.error_code if entry is not None else None
+        if code != GROUP_ID_NOT_FOUND:  # not found: a group its first member is creating, described next time
+            # e.g. no DESCRIBE on the group for Sluice's own principal: the layout cannot be known, so no new
+            # slice is handed; the client keeps what it holds and is told, at worst, the broker's assignment
+            p.not_shared("kip848_group", m.key[1], m.group,
+                         detail=f"ConsumerGroupDescribe failed: {call.error or code or 'no answer'}")
     elif st.broker is None and any(x.member_id == m.member_id for x in entry.members):
         # this Sluice did not see the member join (it restarted): learnt from the group
         claims = recovered(p, m, entry)
