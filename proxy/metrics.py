@@ -94,7 +94,8 @@ def sluice_version() -> str:
 class Tally:
     """A counter child for the per-read and per-write paths (``inc`` as prometheus_client's): a number added to in
     place, read by its :class:`TallyFamily` at scrape time. No lock and no checks, a fraction of a Counter's
-    ``inc``: a proxy's counters are only ever touched on its event loop (the admin server scrapes on it too)."""
+    ``inc``: a proxy's counters are only ever touched on its event loop (the admin server scrapes on it too; a
+    scrape from another thread reads a float, which the GIL keeps whole)."""
 
     __slots__ = ("value",)
 
@@ -161,11 +162,15 @@ class RequestTallies(Collector):
 
     def collect(self) -> list[Metric]:
         counter, histogram = self._families()
-        for (api, version), n in self.counts.items():
+        # Copied first: list(dict.items()) and a list slice are single C calls, so a scrape from another thread
+        # (an embedding process, or the tests' rig/proxy_thread.py reading a live proxy) sees a whole snapshot
+        # instead of failing "dictionary changed size during iteration" when the loop meets a new API mid-scrape.
+        for (api, version), n in list(self.counts.items()):
             counter.add_metric([api, str(version)], n)
-        for api, hist in self.latency.items():
-            cumulative = list(accumulate(hist[:-1]))
-            histogram.add_metric([api], list(zip(self._les, cumulative, strict=True)), sum_value=hist[-1])
+        for api, hist in list(self.latency.items()):
+            snapshot = hist[:]
+            cumulative = list(accumulate(snapshot[:-1]))
+            histogram.add_metric([api], list(zip(self._les, cumulative, strict=True)), sum_value=snapshot[-1])
         return [counter, histogram]
 
 
