@@ -188,13 +188,28 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
 def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
     from confluent_kafka import Consumer, KafkaException
 
-    def on_assign(_c: Any, parts: Any) -> None:
-        _emit({"assigned": sorted([p.topic, p.partition] for p in parts)})
+    def on_assign(c: Any, parts: Any) -> None:
+        if a.group_protocol == "classic":
+            _emit({"assigned": sorted([p.topic, p.partition] for p in parts)})
+            return
+        # KIP-848 rebalances are incremental: the callback names the partitions added; the whole assignment is
+        # reported (what the consumer holds already, and those)
+        _emit({"assigned": sorted({(p.topic, p.partition) for p in (*c.assignment(), *parts)})})
 
+    def on_revoke(c: Any, parts: Any) -> None:
+        gone = {(p.topic, p.partition) for p in parts}
+        _emit({"assigned": sorted({(p.topic, p.partition) for p in c.assignment()} - gone)})
+
+    # KIP-848 (group.protocol=consumer): the broker assigns and times the group, so librdkafka refuses the classic
+    # protocol's session, heartbeat and assignor settings
+    group = ({"session.timeout.ms": a.session_timeout_ms, "heartbeat.interval.ms": 500,
+              "partition.assignment.strategy": a.strategy} if a.group_protocol == "classic"
+             else {"group.protocol": a.group_protocol})
+    # SLUICE_RDKAFKA_DEBUG=cgrp (librdkafka's debug contexts): its own account on stderr, for a hunt
+    debug = {"debug": os.environ["SLUICE_RDKAFKA_DEBUG"]} if os.environ.get("SLUICE_RDKAFKA_DEBUG") else {}
     consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
-                         "session.timeout.ms": a.session_timeout_ms, "heartbeat.interval.ms": 500,
-                         "partition.assignment.strategy": a.strategy})
+                         **group, **debug})
     if a.assign:
         from confluent_kafka import TopicPartition
 
@@ -202,7 +217,8 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
         consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
         _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
     else:
-        consumer.subscribe([a.topic], on_assign=on_assign)
+        consumer.subscribe([a.topic], on_assign=on_assign,
+                           **({"on_revoke": on_revoke} if a.group_protocol != "classic" else {}))
     pacer = _Pacer(a.commit_interval_s)
     try:
         while not stop.stopped:
@@ -447,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commit-interval-s", type=float, default=0.0,
                    help="commit at most this often (0: after every poll)")
     p.add_argument("--session-timeout-ms", type=int, default=6000)
+    p.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic",
+                   help="group.protocol: consumer is KIP-848's (confluent)")
     p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
                    help="assign() partitions 0..PARTITIONS-1 instead of subscribing (kafka-python, confluent)")
     a = p.parse_args(argv)

@@ -46,6 +46,11 @@ class GroupCall(Signal):
     reads: dict[str, set[TopicPartition]] = field(default_factory=dict)
     #: groups to describe (DescribeGroups)
     describe: set[str] = field(default_factory=set)
+    #: KIP-848 groups to describe (ConsumerGroupDescribe)
+    describe_consumer: set[str] = field(default_factory=set)
+    #: groups whose ``as_member`` commits are a KIP-848 member's: OffsetCommit v9, as ConsumerGroup
+    #: .validateOffsetCommit refuses an older version from such a member
+    consumer_protocol: set[str] = field(default_factory=set)
     # ---- outcome (after settle)
     #: group -> partition -> error code of each commit (0: committed)
     committed: dict[str, dict[TopicPartition, int]] = field(default_factory=dict)
@@ -53,6 +58,8 @@ class GroupCall(Signal):
     offsets: dict[str, dict[TopicPartition, Committed]] = field(default_factory=dict)
     #: group -> its DescribeGroups entry (a decoded DescribedGroup message)
     described: dict[str, Any] = field(default_factory=dict)
+    #: group -> its ConsumerGroupDescribe entry (a decoded DescribedGroup message of that API)
+    described_consumer: dict[str, Any] = field(default_factory=dict)
     #: why the call failed as a whole (None: every part answered; per-partition errors are in ``committed``)
     error: str | None = None
 

@@ -179,7 +179,7 @@ class OwnRequests:
     async def _group_call_once(self, call: GroupCall) -> set[str]:
         """One pass over what is left of ``call``; the groups whose coordinator must be found again."""
         retry: set[str] = set()
-        groups = {*call.commits, *call.reads, *call.describe}
+        groups = {*call.commits, *call.reads, *call.describe, *call.describe_consumer}
         where = await self._find_coordinators(groups - self._coordinators.keys())
         where.update((g, self._coordinators[g]) for g in groups if g in self._coordinators)
         retry |= groups - where.keys()
@@ -187,14 +187,15 @@ class OwnRequests:
             if group in retry or group in call.committed:
                 continue
             generation, member_id, instance = call.as_member.get(group, (-1, "", None))
-            body = request_codec(ApiKey.OFFSET_COMMIT, 8).default().replace(
+            version = 9 if group in call.consumer_protocol else 8
+            body = request_codec(ApiKey.OFFSET_COMMIT, version).default().replace(
                 group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
                 group_instance_id=instance,
                 topics=[Message(name=topic, partitions=[
                     Message(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata=md)
                     for (t, p), (o, md) in sorted(offsets.items()) if t == topic])
                     for topic in sorted({t for t, _ in offsets})])
-            answer = await self._link(where[group]).request(ApiKey.OFFSET_COMMIT, 8, body)
+            answer = await self._link(where[group]).request(ApiKey.OFFSET_COMMIT, version, body)
             codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
             if any(c in _COORDINATOR_MOVED for c in codes.values()):
                 retry.add(group)
@@ -237,6 +238,16 @@ class OwnRequests:
                     retry.add(entry.group_id)
                 else:
                     call.described[entry.group_id] = entry
+        for group in sorted(call.describe_consumer):
+            if group in retry or group in call.described_consumer:
+                continue
+            body = request_codec(ApiKey.CONSUMER_GROUP_DESCRIBE, 0).default().replace(group_ids=[group])
+            answer = await self._link(where[group]).request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body)
+            for entry in answer.groups:
+                if entry.error_code in _COORDINATOR_MOVED:
+                    retry.add(entry.group_id)
+                else:
+                    call.described_consumer[entry.group_id] = entry
         for group in retry:
             self._coordinators.pop(group, None)
         return retry

@@ -70,5 +70,6 @@ class ApiKey:
     SASL_AUTHENTICATE: Final = api_key("SaslAuthenticate")
     DESCRIBE_CLUSTER: Final = api_key("DescribeCluster")
     CONSUMER_GROUP_HEARTBEAT: Final = api_key("ConsumerGroupHeartbeat")
+    CONSUMER_GROUP_DESCRIBE: Final = api_key("ConsumerGroupDescribe")
     SHARE_FETCH: Final = api_key("ShareFetch")
     SHARE_ACKNOWLEDGE: Final = api_key("ShareAcknowledge")

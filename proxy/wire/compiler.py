@@ -328,10 +328,34 @@ class KafkaStruct(cs.Construct):
         return obj
 
 
+class NullableStruct(cs.Construct):
+    """A nullable struct field (not an array): an int8 marker, -1 for null, then the struct when it is 1 (Kafka's
+    generated ``read``/``write`` for a struct field with ``nullableVersions``; ConsumerGroupHeartbeatResponse's
+    Assignment is null when it did not change)."""
+
+    def __init__(self, struct: KafkaStruct) -> None:
+        super().__init__()
+        self.struct = struct
+
+    def _parse(self, stream: Any, context: Any, path: str) -> Message | None:
+        if _read(stream, 1, "nullable struct marker")[0] >= 0x80:
+            return None
+        return self.struct._parse(stream, context, path)
+
+    def _build(self, obj: Any, stream: Any, context: Any, path: str) -> Any:
+        if obj is None:
+            stream.write(b"\xff")
+            return obj
+        stream.write(b"\x01")
+        return self.struct._build(obj, stream, context, path)
+
+
 _MISSING = object()
 
 
 def _default_value(sub: cs.Construct, dflt: Any) -> Any:
+    if isinstance(sub, NullableStruct):
+        return None  # Kafka's specs give nullable struct fields the default "null"
     if isinstance(sub, KafkaStruct) and dflt is None:
         return sub.default()
     if isinstance(dflt, list):
@@ -382,6 +406,8 @@ def _field(f: FieldSpec, version: int, flexible: bool) -> cs.Construct:
     else:
         element = _primitive(f, f.element_type, version, fflex)
     if not f.is_array:
+        if f.is_struct and version in f.nullable:
+            return NullableStruct(element)
         return element
     count = f.count_type or ("uvarint" if fflex else "int32")
     return Array(element, count, nullable=version in f.nullable, what=f.kafka_name)

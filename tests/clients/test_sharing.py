@@ -1,8 +1,8 @@
 """Cooperative consumption (proxy/policies/sharing/) with real clients against the real broker: the
 Java client (Kafka's console consumer), confluent-kafka, kafka-python and aiokafka, 6 consumers of a 3-partition
 topic, each with its own Sluice and all through one Sluice; a consumer killed with -9; every Sluice killed and
-restarted; a member without Sluice; a KIP-848 consumer; two consumers with one client.id; standalone consumers
-(assign()); transactions.
+restarted; a member without Sluice; KIP-848 groups (group.protocol=consumer); two consumers with one client.id;
+standalone consumers (assign()); transactions.
 
 Everything is judged from the clients' side (tests/support/sharing.py): every consumer receives records; together
 they receive every record exactly once, unchanged; each consumer gets each partition's records in offset order;
@@ -31,6 +31,7 @@ from tests.support.faults import wait_until
 from tests.support.sharing import (
     Member,
     check_exactly_once,
+    check_in_key_order,
     check_in_order,
     check_keys_at_one_consumer,
     describe_members,
@@ -80,10 +81,11 @@ def members_of(*members: Member) -> Iterator[list[Member]]:
 
 def spawn(client: str, bootstrap: str, topic: str, group: str, client_id: str, tools: JavaTools,
           **kwargs: Any) -> Member:
+    protocol = kwargs.get("protocol", "classic")
     if client == "java":
-        return java_member(tools, bootstrap, topic, group, client_id, props=kwargs.get("props"))
+        return java_member(tools, bootstrap, topic, group, client_id, props=kwargs.get("props"), protocol=protocol)
     return python_member(client, bootstrap, topic, group, client_id, work_ms=kwargs.get("work_ms", 0),
-                         strategy=kwargs.get("strategy", "range"))
+                         strategy=kwargs.get("strategy", "range"), protocol=protocol)
 
 
 def settled_on(sluice: ProxyThread, group: str, assignments_before: float) -> None:
@@ -112,15 +114,21 @@ def shared_state(proxies: list[Any], group: str) -> tuple[float, float]:
 # --------------------------------------------------------------------------- 6 consumers, 6 Sluices / 1 Sluice
 
 
-@pytest.mark.parametrize("client", ["java", *PYTHON_CLIENTS, *GO_CLIENTS])
+#: the clients that speak KIP-848's protocol (group.protocol=consumer: the broker assigns, Sluice lays slices over it)
+KIP848_CLIENTS = ["java", "confluent"]
+
+
+@pytest.mark.parametrize(("client", "protocol"), [(c, "classic") for c in ["java", *PYTHON_CLIENTS, *GO_CLIENTS]]
+                         + [(c, "consumer") for c in KIP848_CLIENTS])
 def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_tools: JavaTools, client: str,
-                                                unique_topic: str) -> None:
+                                                protocol: str, unique_topic: str) -> None:
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     with contextlib.ExitStack() as stack:
         proxies = [stack.enter_context(ProxyThread(kafka_broker.bootstrap, **SHARING)) for _ in range(CONSUMERS)]
         members = stack.enter_context(members_of(*(
-            spawn(client, p.bootstrap, topic, group, f"{client}-{i}", java_tools) for i, p in enumerate(proxies))))
+            spawn(client, p.bootstrap, topic, group, f"{client}-{i}", java_tools, protocol=protocol)
+            for i, p in enumerate(proxies))))
         # each Sluice sees its own member: 6 shared slices in all, 2 per partition
         settled(lambda: shared_state(proxies, group) if shared_state(proxies, group)[0] == CONSUMERS else (0, 0))
         consumed_once(kafka_broker, topic, members, client)
@@ -147,24 +155,30 @@ def test_six_consumers_through_one_sluice_one_killed_mid_way(sluice: ProxyThread
         victim = members[1]
         wait_until(lambda: len(victim.received) >= 60, 60, "the victim to consume")
         victim.kill()
-        survivors = [m for m in members if m is not victim]
         wait_for_all(members, {v for _, v in produced})
-        committed, uncommitted = victim.committed()
-        assert committed, "the victim committed nothing before it was killed"
-        again = {g.value for m in survivors for g in m.received}
-        assert not committed & again, "records the killed consumer had committed were delivered again"
-        assert uncommitted <= again, "records the killed consumer had not committed were lost"
-        # every other record exactly once
-        counts: dict[str, int] = {}
-        for m in members:
-            for g in m.received:
-                counts[g.value] = counts.get(g.value, 0) + 1
-        victims = {g.value for g in victim.received}
-        assert not [v for v, n in counts.items() if n > 1 and v not in victims]
-        assert set(counts) == {v for _, v in produced}
-        for m in members:
-            check_in_order(m)
-        assert all(m.received for m in survivors)
+        check_after_kill(members, victim, produced, check_in_order)
+
+
+def check_after_kill(members: list[Member], victim: Member, produced: list[tuple[str, str]],
+                     in_order: Any) -> None:
+    """After ``victim`` was killed: nothing lost, none of its committed records delivered again, every other record
+    exactly once, each consumer's records ``in_order``, every survivor served."""
+    survivors = [m for m in members if m is not victim]
+    committed, uncommitted = victim.committed()
+    assert committed, "the victim committed nothing before it was killed"
+    again = {g.value for m in survivors for g in m.received}
+    assert not committed & again, "records the killed consumer had committed were delivered again"
+    assert uncommitted <= again, "records the killed consumer had not committed were lost"
+    counts: dict[str, int] = {}
+    for m in members:
+        for g in m.received:
+            counts[g.value] = counts.get(g.value, 0) + 1
+    victims = {g.value for g in victim.received}
+    assert not [v for v, n in counts.items() if n > 1 and v not in victims]
+    assert set(counts) == {v for _, v in produced}
+    for m in members:
+        in_order(m)
+    assert all(m.received for m in survivors)
 
 
 def stable_members(bootstrap: str, group: str) -> int:
@@ -251,33 +265,48 @@ def test_every_sluice_killed_and_restarted_positions_come_back_from_kafka(kafka_
             python_member("confluent", sluices[i % 3].bootstrap, topic, group, f"restart-{i}", work_ms=3)
             for i in range(CONSUMERS))))
 
-        def state() -> tuple[float, float]:
-            return (sum(s.metric("sluice_sharing_partitions", {"group": group}) for s in sluices),
-                    sum(s.metric("sluice_sharing_assignments_total") for s in sluices))
-
-        settled(state)
-        produced = produce(kafka_broker.bootstrap, topic, 1500, keys=90, tag="restart")
-        wait_until(lambda: sum(len(m.received) for m in members) >= 300, 60, "consumption to start")
-        for s in sluices:
-            s.kill()
-        for s in sluices:
-            s.restart()
-        wait_for_all(members, {v for _, v in produced})
-        # Positions came back from Kafka (every Sluice learnt its members' slices again from the group): no record
-        # a consumer had committed is delivered again; uncommitted ones may be, once, to their slice's owner.
-        committed: set[str] = set()
-        for m in members:
-            committed |= m.committed()[0]
-        seen: dict[str, int] = {}
-        for m in members:
-            for g in m.received:
-                seen[g.value] = seen.get(g.value, 0) + 1
-        assert set(seen) == {v for _, v in produced}
-        assert not [v for v, n in seen.items() if n > 1 and v in committed]
-        for m in members:
-            check_in_order(m)
+        settled(lambda: state(sluices, group))
+        produced = restart_all_mid_way(kafka_broker, topic, members, sluices, "restart")
+        check_after_restart(members, produced, check_in_order)
         recovered = sum(1 for s in sluices for e in s.log_events() if e.get("event") == "sharing_member_recovered")
         assert recovered >= 1
+
+
+def restart_all_mid_way(broker: KafkaBroker, topic: str, members: list[Member], sluices: list[SluiceProcess],
+                        tag: str, timeout: float = 90.0) -> list[tuple[str, str]]:
+    """Produce 1500 records; once 300 are consumed, kill every Sluice with -9 and restart it; wait for every record.
+    The records produced."""
+    produced = produce(broker.bootstrap, topic, 1500, keys=90, tag=tag)
+    wait_until(lambda: sum(len(m.received) for m in members) >= 300, 60, "consumption to start")
+    for s in sluices:
+        s.kill()
+    for s in sluices:
+        s.restart()
+    wait_for_all(members, {v for _, v in produced}, timeout=timeout)
+    return produced
+
+
+def state(sluices: list[SluiceProcess], group: str) -> tuple[float, float]:
+    """What the Sluices say of the group: partitions shared by the members behind them, assignments rewritten."""
+    return (sum(s.metric("sluice_sharing_partitions", {"group": group}) for s in sluices),
+            sum(s.metric("sluice_sharing_assignments_total") for s in sluices))
+
+
+def check_after_restart(members: list[Member], produced: list[tuple[str, str]], in_order: Any) -> None:
+    """Positions came back from Kafka (every Sluice learnt its members' slices again from the group): every record
+    consumed, no record a consumer had committed delivered again (uncommitted ones may be, once, to their slice's
+    owner), each consumer's records ``in_order``."""
+    committed: set[str] = set()
+    for m in members:
+        committed |= m.committed()[0]
+    seen: dict[str, int] = {}
+    for m in members:
+        for g in m.received:
+            seen[g.value] = seen.get(g.value, 0) + 1
+    assert set(seen) == {v for _, v in produced}
+    assert not [v for v, n in seen.items() if n > 1 and v in committed]
+    for m in members:
+        in_order(m)
 
 
 # ------------------------------------------------------------------------------------- other members, other modes
@@ -316,16 +345,17 @@ def test_mixed_group_member_without_sluice_never_gets_a_record_twice(sluice: Pro
             assert direct.received  # the leader's own assignor gave it a whole partition
 
 
-def test_kip848_consumer_is_served_and_not_shared(sluice: ProxyThread, kafka_broker: KafkaBroker,
-                                                  java_tools: JavaTools, unique_topic: str) -> None:
+def test_one_kip848_consumer_is_served_whole(sluice: ProxyThread, kafka_broker: KafkaBroker,
+                                            java_tools: JavaTools, unique_topic: str) -> None:
+    """A KIP-848 group that does not outnumber its partitions: the broker's assignment, every record."""
     topic = new_topic(kafka_broker, unique_topic)
     produced = produce(kafka_broker.bootstrap, topic, 300, keys=30, tag="848")
-    before = sluice.total("sluice_sharing_not_shared_total", reason="kip848_group")
+    before = sluice.total("sluice_sharing_assignments_total")
     lines = java_tools.console_consume(sluice.bootstrap, topic, max_messages=300, group=f"g-{topic}",
                                        consumer_props={"group.protocol": "consumer", "client.id": "java-848"},
                                        timeout=90)
     assert sorted(lines) == sorted(v for _, v in produced)  # every record once: nothing broken
-    assert sluice.total("sluice_sharing_not_shared_total", reason="kip848_group") == before + 1
+    assert sluice.total("sluice_sharing_assignments_total") == before  # nothing to split
     assert sluice.total("sluice_frames_rejected_total", reason="unknown_api") == 0
 
 
@@ -425,3 +455,99 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
         assert proxy.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # Sluice's sessions
         metered = proxy.total("sluice_throttle_bytes_total", side="leader")
         assert 0 < metered < proxy.total("sluice_sharing_filtered_bytes_total")  # metered after filtering
+
+
+# ----------------------------------------------------------------------- KIP-848 groups (group.protocol=consumer)
+
+
+def kip848_sidecars(stack: contextlib.ExitStack, broker: KafkaBroker, n: int) -> list[SluiceProcess]:
+    """``n`` Sluice processes with sharing on (killable with -9, unlike a ProxyThread)."""
+    tmp = stack.enter_context(tempfile.TemporaryDirectory())
+    config = Path(tmp) / "sluice.toml"
+    config.write_text('[sharing]\nenabled = true\n[[sharing.topics]]\ntopic = "share-*"\n')
+    return [stack.enter_context(SluiceProcess(broker.bootstrap, {"SLUICE_CONFIG": str(config)})) for _ in range(n)]
+
+
+def test_kip848_consumer_and_its_sluice_killed_mid_way_nothing_lost(kafka_broker: KafkaBroker,
+                                                                    unique_topic: str) -> None:
+    """6 KIP-848 consumers (confluent-kafka), a Sluice each; one consumer and its Sluice killed with -9 while
+    consuming. The broker fences the member when its session times out, the others' layout takes its slice back
+    (a widened slice is revoked, then handed again from its committed position): every record is consumed, none the
+    killed consumer had committed is delivered again, each key's records in order at each consumer."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with contextlib.ExitStack() as stack:
+        sluices = kip848_sidecars(stack, kafka_broker, CONSUMERS)
+        members = stack.enter_context(members_of(*(
+            python_member("confluent", s.bootstrap, topic, group, f"kill848-{i}", work_ms=3, protocol="consumer")
+            for i, s in enumerate(sluices))))
+        # every member holds a slice (6 shared slices, 2 per partition): a KIP-848 group's layout settles over
+        # several heartbeats, each Sluice's at its own member's
+        settled(lambda: state(sluices, group) if state(sluices, group)[0] == CONSUMERS else (0, 0))
+        produced = produce(kafka_broker.bootstrap, topic, 1500, keys=90, tag="kill848")
+        victim = members[1]
+        wait_until(lambda: len(victim.received) >= 60, 60, "the victim to consume")
+        victim.kill()
+        sluices[1].kill()
+        # the broker fences the killed member after group.consumer.session.timeout.ms (45 s by default)
+        wait_for_all(members, {v for _, v in produced}, timeout=180)
+        # a layout laid out again moves slices between survivors too: each key's records in order
+        check_after_kill(members, victim, produced, check_in_key_order)
+
+
+def test_kip848_member_without_sluice_keeps_whole_partitions(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """Five KIP-848 members through their Sluices, one straight to the broker: its client id carries no opt-in, so
+    no layout counts it; what the broker assigns it stays whole with it, the five share the rest. Every record once,
+    each key at one consumer."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with contextlib.ExitStack() as stack:
+        sluices = kip848_sidecars(stack, kafka_broker, CONSUMERS - 1)
+        members = stack.enter_context(members_of(
+            *(python_member("confluent", s.bootstrap, topic, group, f"with848-{i}", protocol="consumer")
+              for i, s in enumerate(sluices)),
+            python_member("confluent", kafka_broker.bootstrap, topic, group, "direct848", protocol="consumer")))
+        # settled: what the members hold unchanged for two of the broker's heartbeat intervals (5 s: each Sluice
+        # changes its member's slices at that member's heartbeat)
+        settled(lambda: (state(sluices, group)[0], float(hash(str([m.assignment for m in members])))), quiet_s=11)
+        consumed_once(kafka_broker, topic, members, "direct848")
+
+
+def test_kip848_every_sluice_killed_and_restarted(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """6 KIP-848 consumers behind 3 Sluices (2 each), every Sluice killed with -9 and restarted mid-way: each learns
+    its members back from the group (the broker's assignment, and the slices each client holds, from the client ids
+    their heartbeats carried), without a rebalance. Every record consumed, none a consumer had committed delivered
+    again, each key's records in order."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with contextlib.ExitStack() as stack:
+        sluices = kip848_sidecars(stack, kafka_broker, 3)
+        members = stack.enter_context(members_of(*(
+            python_member("confluent", sluices[i % 3].bootstrap, topic, group, f"restart848-{i}", work_ms=3,
+                          protocol="consumer") for i in range(CONSUMERS))))
+        # every member holds a partition's slice (two members behind one Sluice may share a partition, so the
+        # Sluices' gauges do not count them one each) and nothing changed for two heartbeat intervals
+        settled(lambda: (float(all(m.assignment for m in members)), float(hash(str([m.assignment for m in members])))),
+                quiet_s=11)
+        produced = restart_all_mid_way(kafka_broker, topic, members, sluices, "restart848", timeout=180)
+        check_after_restart(members, produced, check_in_key_order)
+        recovered = [e for s in sluices for e in s.log_events() if e.get("event") == "sharing_member_recovered"]
+        assert recovered and all(e.get("protocol") == "consumer" for e in recovered)
+
+
+def test_mixed_classic_and_kip848_members_of_one_group(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """A consumer group part way through an upgrade (Kafka 4 lets classic members join a KIP-848 group): 2 classic
+    members and 4 KIP-848 ones, a Sluice each. The broker assigns every member; the classic members' partitions
+    stay whole (their heartbeats carry no opt-in, so no layout counts them), the KIP-848 members share the rest.
+    Every record once, each key at one consumer."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    with contextlib.ExitStack() as stack:
+        proxies = [stack.enter_context(ProxyThread(kafka_broker.bootstrap, **SHARING)) for _ in range(CONSUMERS)]
+        # the KIP-848 members first: the group is a consumer group, which the classic members then join
+        members = stack.enter_context(members_of(*(
+            python_member("confluent", p.bootstrap, topic, group, f"upgrade-{i}",
+                          protocol="consumer" if i < 4 else "classic") for i, p in enumerate(proxies))))
+        settled(lambda: (float(all(m.assignment is not None for m in members[4:])),
+                         float(hash(str([m.assignment for m in members])))), quiet_s=11)
+        consumed_once(kafka_broker, topic, members, "upgrade")

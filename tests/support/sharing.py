@@ -88,21 +88,26 @@ def describe_members(members: Iterable[Member]) -> str:
 
 
 def python_member(client: str, bootstrap: str, topic: str, group: str, client_id: str, *, work_ms: float = 0,
-                  strategy: str = "range", assign: int = 0) -> Member:
+                  strategy: str = "range", assign: int = 0, protocol: str = "classic") -> Member:
     extra = ["--work-ms", str(work_ms), "--strategy", strategy, "--max-poll-records", "20"]
+    if protocol != "classic":  # the Go consumer (rig/go) takes no such flag: it speaks the classic protocol
+        extra += ["--group-protocol", protocol]
     if assign:
         extra += ["--assign", str(assign)]
     return Member.spawn(client, bootstrap, topic, group, client_id, *extra, cwd=str(REPO))
 
 
 def java_member(tools: JavaTools, bootstrap: str, topic: str, group: str, client_id: str, *,
-                props: dict[str, str] | None = None) -> Member:
+                props: dict[str, str] | None = None, protocol: str = "classic") -> Member:
     """Kafka's console consumer (the Java client) in ``group``, printing "Partition:P|Offset:O|key|value"."""
     args = ["--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
             "--property", "print.partition=true", "--property", "print.offset=true", "--property", "print.key=true",
             "--property", f"key.separator={SEP}",
-            "--consumer-property", f"client.id={client_id}", "--consumer-property", "auto.offset.reset=earliest",
-            "--consumer-property", "heartbeat.interval.ms=500", "--consumer-property", "session.timeout.ms=6000"]
+            "--consumer-property", f"client.id={client_id}", "--consumer-property", "auto.offset.reset=earliest"]
+    if protocol == "classic":
+        args += ["--consumer-property", "heartbeat.interval.ms=500", "--consumer-property", "session.timeout.ms=6000"]
+    else:  # KIP-848: the broker times the group; the Java client refuses the classic protocol's timing settings
+        args += ["--consumer-property", f"group.protocol={protocol}"]
     for k, v in (props or {}).items():
         args += ["--consumer-property", f"{k}={v}"]
 
@@ -181,6 +186,17 @@ def check_in_order(m: Member) -> None:
     for g in m.received:
         assert g.offset > last.get(g.partition, -1), f"{m.client_id}: partition {g.partition} went back"
         last[g.partition] = g.offset
+
+
+def check_in_key_order(m: Member) -> None:
+    """Each key's records reach a consumer in increasing offsets: what a partition's records keep when its slices
+    change under a consumer (a slice handed again starts from its committed position, below the consumer's last
+    offset of other keys)."""
+    last: dict[tuple[int, str], int] = {}
+    for g in m.received:
+        k = (g.partition, g.key)
+        assert g.offset > last.get(k, -1), f"{m.client_id}: key {g.key} of partition {g.partition} went back"
+        last[k] = g.offset
 
 
 def check_keys_at_one_consumer(members: Iterable[Member]) -> None:

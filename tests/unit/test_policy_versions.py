@@ -41,7 +41,8 @@ def test_sharing_reads_every_offset_fetch_and_commit_version_topics_by_name_or_i
     on = offered(SHARING_ON)
     assert on[ApiKey.OFFSET_FETCH] == (1, 10) and on[ApiKey.OFFSET_COMMIT] == (2, 10)
     assert on[ApiKey.FETCH] == (4, 18) and on[ApiKey.JOIN_GROUP] == (0, 9)
-    assert on[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 99)  # only its header is read: never capped
+    # KIP-848 groups are shared too: ConsumerGroupHeartbeat is decoded (kio's spec, ConsumerGroupHeartbeatRequest.json)
+    assert on[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
 
 
 def test_without_sharing_nothing_is_capped_for_it() -> None:

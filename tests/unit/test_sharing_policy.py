@@ -38,6 +38,8 @@ class FakeCoordinators:
     def __init__(self) -> None:
         self.offsets: dict[str, dict[tuple[str, int], Committed]] = {}
         self.described: dict[str, Message] = {}
+        #: KIP-848 groups' ConsumerGroupDescribe entries
+        self.described_consumer: dict[str, Message] = {}
         self.calls: list[GroupCall] = []
         self.down = False
 
@@ -58,6 +60,10 @@ class FakeCoordinators:
                 call.offsets[group] = {tp: self.offsets.get(group, {}).get(tp, Committed()) for tp in tps}
             for group in call.describe:
                 call.described[group] = self.described.get(group, Message(members=[], protocol_data=""))
+            for group in call.describe_consumer:
+                # a classic group is not found by ConsumerGroupDescribe (GROUP_ID_NOT_FOUND)
+                call.described_consumer[group] = self.described_consumer.get(
+                    group, Message(error_code=69, group_id=group, members=[]))
             call.settle()
 
 
@@ -468,22 +474,136 @@ def test_restarted_sluice_recovers_slices_from_the_group() -> None:
     assert [e for e in fake2.calls if e.describe == {GROUP}]
 
 
-def test_kip848_consumer_is_logged_and_not_shared() -> None:
-    proxy, _ = sharing_proxy()
-    c = Client(proxy, "app-848", 1)
-    # ConsumerGroupHeartbeat v0: header v2 (flexible), then GroupId as a compact string (kafka-python's specs do
-    # not describe the API; Sluice relays it as bytes)
-    client_id = c.client_id.encode()
-    frame = (68).to_bytes(2, "big") + (0).to_bytes(2, "big") + (1).to_bytes(4, "big") \
-        + len(client_id).to_bytes(2, "big") + client_id + b"\x00" + bytes([len(GROUP) + 1]) + GROUP.encode() \
-        + b"\x01\x00\x00\x00\x00"
-    ex = proxy.request(frame, c.conn)
-    assert ex.frame == frame and ex.answer is None  # relayed untouched
-    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="kip848_group") == 1
-    assert len(fetch(c, records(10))) == 10  # its fetches are not withheld nor filtered
-
-
 TOPIC_ID = bytes(range(16))
+CG_HEARTBEAT, V_CGH = 68, 1
+
+
+def cg_described(epoch: int, members: list[tuple[str, str, list[int]]]) -> Message:
+    """A ConsumerGroupDescribe entry: (member id, client id as the broker saw it, current = target partitions)."""
+    def assigned(parts: list[int]) -> Message:
+        return Message(topic_partitions=[Message(topic_id=TOPIC_ID, topic_name=TOPIC, partitions=parts)] if parts
+                       else [])
+    return Message(error_code=0, error_message=None, group_id=GROUP, group_state="Stable", group_epoch=epoch,
+                   assignment_epoch=epoch, assignor_name="uniform", members=[
+                       Message(member_id=mid, instance_id=None, rack_id=None, member_epoch=epoch, client_id=cid,
+                               client_host="/127.0.0.1", subscribed_topic_names=[TOPIC], subscribed_topic_regex=None,
+                               assignment=assigned(ps), target_assignment=assigned(ps)) for mid, cid, ps in members])
+
+
+def cg_heartbeat(c: Client, epoch: int, owned: list[int] | None, subscribe: bool = False) -> Exchange:
+    body = request_codec(CG_HEARTBEAT, V_CGH).default().replace(
+        group_id=GROUP, member_id=c.member_id, member_epoch=epoch, rebalance_timeout_ms=30000,
+        subscribed_topic_names=[TOPIC] if subscribe else None,
+        topic_partitions=None if owned is None else [Message(topic_id=TOPIC_ID, partitions=owned)])
+    return c.send(CG_HEARTBEAT, V_CGH, body)
+
+
+def cg_answer(c: Client, ex: Exchange, epoch: int, assigned: list[int] | None) -> list[int] | None:
+    """The broker's answer (``assigned`` None: no assignment in it, unchanged); the partitions the client is handed
+    (None: none in the answer it gets)."""
+    body = response_codec(CG_HEARTBEAT, V_CGH).default().replace(
+        member_id=c.member_id, member_epoch=epoch, heartbeat_interval_ms=5000,
+        assignment=None if assigned is None else Message(topic_partitions=[
+            Message(topic_id=TOPIC_ID, partitions=assigned)]))
+    got = c.answer(ex, body).assignment
+    return None if got is None else sorted(p for t in got.topic_partitions for p in t.partitions)
+
+
+def owned_sent(ex: Exchange) -> list[int] | None:
+    tps = sent(ex).topic_partitions
+    return None if tps is None else sorted(p for t in tps for p in t.partitions)
+
+
+def test_kip848_group_shared_by_heartbeats_the_broker_seeing_its_own_assignment() -> None:
+    """Two opted-in KIP-848 members of a one-partition topic: the broker assigns the partition to m1; each client is
+    handed a slice of it once no other member claims an overlapping one, the broker is told each member owns what it
+    assigned it, and the slice that widens when m2 leaves is revoked from m1's client first, then handed again."""
+    proxy, fake = sharing_proxy()
+    c1, c2 = Client(proxy, "app-1", 1), Client(proxy, "app-2", 2)
+    c1.member_id, c2.member_id = "m1", "m2"
+
+    def described(epoch: int, m1_claims: str, with_m2: bool = True) -> None:
+        members = [("m1", f"app-1#sluice-share=orders|{m1_claims}", [0])]
+        fake.described_consumer[GROUP] = cg_described(epoch, members + ([("m2", "app-2#sluice-share=orders|", [])]
+                                                                        if with_m2 else []))
+
+    described(2, "")
+    ex = cg_heartbeat(c1, 0, [], subscribe=True)
+    # the opt-in and the slice about to be handed, kept in the group by the broker
+    assert decode_request(ex.frame)[0].client_id == "app-1#sluice-share=orders|0:0:0/2"
+    assert cg_answer(c1, ex, 1, [0]) == [0]
+    # m1's client still claims the whole partition (as described): m2's slice waits, nothing is handed
+    described(2, "0:0:0/1")
+    ex = cg_heartbeat(c2, 0, [], subscribe=True)
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|"
+    assert cg_answer(c2, ex, 2, []) == []
+    described(2, "0:0:0/2")
+    ex = cg_heartbeat(c2, 2, [])
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/2"
+    assert cg_answer(c2, ex, 2, None) == [0]  # m2: nothing from the broker, a slice of partition 0 from Sluice
+    got1, got2 = fetch(c1, records(40)), fetch(c2, records(40))
+    assert got1 and got2 and len(got1) + len(got2) == 40
+    assert all(Slice(0, 2).holds(key_hash(k)) for _, k in got1)
+    assert all(Slice(1, 2).holds(key_hash(k)) for _, k in got2)
+    # m2's client owns partition 0; the broker hears that it owns what the broker assigned it: nothing
+    ex = cg_heartbeat(c2, 2, [0])
+    assert owned_sent(ex) == []
+    assert cg_answer(c2, ex, 2, None) is None  # nothing changed: the answer goes as it came
+    # m2 leaves: m1's partition is whole again. Its client keeps it from its own position, past records of m2's
+    # keys, unless it is revoked first: handed nothing, then the partition again once the client let it go
+    described(3, "0:0:0/2", with_m2=False)
+    ex = cg_heartbeat(c1, 1, [0])
+    assert owned_sent(ex) == [0]
+    assert cg_answer(c1, ex, 3, None) is None  # a new epoch: the group is described before the next heartbeat goes
+    ex = cg_heartbeat(c1, 3, None)
+    assert cg_answer(c1, ex, 3, None) == []
+    ex = cg_heartbeat(c1, 3, [])
+    assert owned_sent(ex) == [0]  # the broker's own assignment: it never sees the partition revoked
+    assert decode_request(ex.frame)[0].client_id == "app-1#sluice-share=orders|0:0:0/1"
+    assert cg_answer(c1, ex, 3, None) == [0]
+    assert len(fetch(c1, records(40))) == 40
+
+
+def test_kip848_member_learnt_from_the_group_after_a_restart() -> None:
+    """A Sluice that never saw the member join: its first heartbeat (epoch 5, nothing owned said) waits for the
+    group's description, which gives the broker's assignment, the marked topics and the slice the client holds
+    (its previous Sluice's claim): nothing to hand anew, its fetches filtered by that slice."""
+    proxy, fake = sharing_proxy()
+    c = Client(proxy, "app-2", 1)
+    c.member_id = "m2"
+    fake.described_consumer[GROUP] = cg_described(5, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]),
+                                                      ("m2", "app-2#sluice-share=orders|0:0:1/2", [])])
+    ex = cg_heartbeat(c, 5, None)
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/2"
+    assert owned_sent(ex) == []  # the broker's assignment of m2, as described
+    assert cg_answer(c, ex, 5, None) is None  # it holds its layout already
+    got = fetch(c, records(40))
+    assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
+
+
+def test_kip848_group_not_described_is_told_and_not_shared() -> None:
+    """Without the group's description (here its coordinator down for Sluice's own requests) no layout is known:
+    logged and counted, the client handed what the broker assigned it."""
+    proxy, fake = sharing_proxy()
+    fake.down = True
+    c = Client(proxy, "app-1", 1)
+    c.member_id = "m1"
+    ex = cg_heartbeat(c, 0, [], subscribe=True)
+    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="kip848_group") == 1
+    assert cg_answer(c, ex, 1, [0]) == [0]
+    assert len(fetch(c, records(10))) == 10
+
+
+def test_kip848_member_not_opted_in_is_relayed_untouched() -> None:
+    proxy, _ = sharing_proxy()
+    c = Client(proxy, "other-1", 1)
+    c.member_id = "x"
+    ex = cg_heartbeat(c, 0, [], subscribe=True)
+    assert decode_request(ex.frame)[0].client_id == "other-1" and ex.answer is None
+    assert cg_answer(c, ex, 1, [0]) == [0]
+    assert len(fetch(c, records(10))) == 10
+
+
 
 
 def test_offset_fetch_and_commit_v10_name_topics_by_id() -> None:

@@ -12,8 +12,7 @@ members at once, for unmodified clients):
 - **Heartbeat**: a member whose slices this Sluice does not know (it restarted) is recovered from the group
   (:func:`~.offsets.recover`); a member Sluice must make rejoin is answered REBALANCE_IN_PROGRESS, as the
   coordinator answers when a rebalance starts (its client then sends JoinGroup);
-- **ConsumerGroupHeartbeat** (KIP-848, ``group.protocol=consumer``): the assignment is the broker's, not a
-  client's, so there is nothing to rewrite: a log event, a metric, no sharing, the request relayed untouched.
+- KIP-848 groups (``group.protocol=consumer``, ConsumerGroupHeartbeat) are :mod:`.heartbeats`'.
 
 A partition the client keeps across a rebalance: clients go on from their own position in it without reading its
 committed offset again (cooperative rebalancing always; kafka-python's eager rebalancing too:
@@ -33,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange
 from ...wire.api_keys import ApiKey
-from ...wire.compiler import skip_tags
 from ...wire.errors import CodecError
 from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
@@ -298,33 +296,6 @@ def heartbeat_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Any:
                                    response_codec(ApiKey.HEARTBEAT, h.api_version).default().replace(
                                        error_code=REBALANCE_IN_PROGRESS))
         return None
-    if not m.known and m.recovering is None and not m.kip848:
+    if not m.known and m.recovering is None and m.kip848 is None:
         p.recover(m)
     return None
-
-
-# ------------------------------------------------------------------------------- KIP-848 (new protocol)
-
-
-def consumer_group_heartbeat(p: Sharing, ex: Exchange, info: ConnectionInfo) -> None:
-    """ConsumerGroupHeartbeat (API 68): not among the APIs Sluice decodes (proxy/codecs/manifest.json), so only its
-    first field, the GroupId (a compact string, after the v2 request header's tag section), is read."""
-    key = member_key(ex)
-    m = p.members.get(key)
-    if m is not None and m.kip848:
-        return
-    group = ""
-    frame = memoryview(ex.frame)
-    try:
-        pos = skip_tags(frame, 8 + 2 + max(0, int.from_bytes(frame[8:10], "big", signed=True)))
-        length = frame[pos] - 1  # a compact string of < 127 bytes; longer ones are not named in the log
-        if 0 <= length < 127:
-            group = bytes(frame[pos + 1 : pos + 1 + length]).decode("utf-8", "replace")
-    except (IndexError, CodecError):
-        pass
-    member = m if m is not None else Member(key, group)
-    member.kip848 = True
-    member.partitions = {}
-    p.members.by_key[key] = member
-    p.not_shared("kip848_group", ex.client_id, group,
-                 detail="group.protocol=consumer (KIP-848): the broker assigns partitions, Sluice cannot share them")

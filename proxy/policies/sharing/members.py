@@ -23,6 +23,8 @@ from .frontier import DoneTable, Frontier
 from .keys import Slice
 
 MemberKey = tuple[str, str]  # (client host, client.id)
+#: a partition named by its topic's id, as ConsumerGroupHeartbeat names it
+IdPartition = tuple[bytes, int]
 
 
 def member_key(ex: Exchange) -> MemberKey:
@@ -54,6 +56,34 @@ class PartitionState:
         return PartitionState(s, self.frontier, table, self.start)
 
 
+@dataclass(slots=True)
+class HeartbeatState:
+    """What a KIP-848 member's Sluice knows of it: the broker's assignment, what the client owns and was given (see
+    :mod:`.heartbeats`). None where not known (a Sluice that started after the member joined)."""
+
+    #: topics its Sluice lets it share (its subscription's shareable topics), marked in its heartbeats' client id
+    marked: frozenset[str] = frozenset()
+    #: the member epoch of the broker's last answer
+    epoch: int = -1
+    #: the broker's assignment of the member (the last one it sent)
+    broker: set[IdPartition] | None = None
+    #: partitions the broker took away from the member that its client may still hold: reported as owned until
+    #: the client says it no longer owns them
+    revoking: set[IdPartition] = field(default_factory=set)
+    #: the owned partitions last reported to the broker
+    reported: set[IdPartition] | None = None
+    #: the client's own owned partitions (the layout's terms), as it last reported them
+    owned: set[IdPartition] | None = None
+    #: the assignment last handed to the client
+    given: set[IdPartition] | None = None
+    #: partitions whose slice widened: left out of what the client is handed until it no longer owns them
+    widening: set[IdPartition] = field(default_factory=set)
+    #: new slices its last request claimed (no other member claimed an overlapping one): its answer may hand them
+    cleared: set[IdPartition] = field(default_factory=set)
+    #: a slice waits for another member to let an overlapping one go: the group is described at every heartbeat
+    waiting: bool = False
+
+
 @dataclass(eq=False)
 class Member:
     key: MemberKey
@@ -76,8 +106,8 @@ class Member:
     blocked: bool = False
     #: a configured standalone consumer (sharing.standalone), not a group member
     standalone: bool = False
-    #: a consumer on the KIP-848 protocol: never shared
-    kip848: bool = False
+    #: a consumer on the KIP-848 protocol (``group.protocol=consumer``): its heartbeats' state (:mod:`.heartbeats`)
+    kip848: HeartbeatState | None = None
     #: the recovery of its slices from the group (after a Sluice restart), while it runs
     recovering: Signal | None = None
 

@@ -47,8 +47,9 @@ class SharingMetrics:
             registry=r)
         self.sharing_not_shared = Counter(
             "sluice_sharing_not_shared_total",
-            "Times cooperative consumption left something unshared, by reason: kip848_group (a consumer on the "
-            "KIP-848 protocol), streams_group (a Kafka Streams member: its assignor maps partitions to tasks), "
+            "Times cooperative consumption left something unshared, by reason: kip848_group (a KIP-848 member "
+            "subscribed by regular expression), streams_group (a Kafka Streams member: its assignor maps partitions "
+            "to tasks), "
             "client_id_collision (two members with one client.id and host behind one Sluice), "
             "bad_marker / bad_assignment (undecodable group protocol data), member_unknown (an opted-in client's "
             "fetches passed unfiltered: no group member seen for it), undecodable_batch (a batch passed unfiltered).",

@@ -31,7 +31,7 @@ from ...wire.errors import CodecError
 from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView, local_response
-from . import marker
+from . import heartbeats, marker
 from .fetch import skip_filtered
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .keys import WHOLE, Slice
@@ -52,8 +52,6 @@ def _member(p: Sharing, ex: Exchange, info: ConnectionInfo, group: str, member_i
     under this key (made if a member id says it is one, its slices then recovered)."""
     key = member_key(ex)
     m = p.members.get(key)
-    if m is not None and m.kip848:
-        return None
     if p.standalone_for(ex.client_id):
         m = p.members.standalone(key)
         m.group = group
@@ -63,8 +61,8 @@ def _member(p: Sharing, ex: Exchange, info: ConnectionInfo, group: str, member_i
     m, collision = p.members.attach(key, info.conn_id, group, member_id, p.clock())
     if collision:
         return None
-    if not m.known and m.recovering is None and member_id:
-        p.recover(m)
+    if not m.known and m.recovering is None and member_id and m.kip848 is None:
+        p.recover(m)  # a KIP-848 member's are learnt from its heartbeats (heartbeats.py)
     return m
 
 
@@ -345,7 +343,8 @@ def offset_commit_response(p: Sharing, ex: Exchange, response: ResponseView, inf
     if slices:
         body = ex.body
         member = (body.get("generation_id_or_member_epoch", -1), body.member_id, body.get("group_instance_id"))
-        _raise_stable(p, ticket.group, member, slices, _layouts(ticket.member, slices), STABLE_RECHECKS)
+        _raise_stable(p, ticket.group, member, slices, _layouts(ticket.member, slices), STABLE_RECHECKS,
+                      ticket.member.kip848 is not None)
 
 
 #: how many times one commit's partitions are read again and raised (each round raises them, or ends it)
@@ -353,7 +352,7 @@ STABLE_RECHECKS = 3
 
 
 def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], slices: dict[TopicPartition, Slice],
-                  layouts: dict[TopicPartition, set[int]], rounds: int) -> None:
+                  layouts: dict[TopicPartition, set[int]], rounds: int, kip848: bool = False) -> None:
     """Two members of a partition committing at once each commit their slice, then read the other's: one of them
     may read the other's position from before its commit, and the group's commits of the two can land in either
     order, so the lower stable offset, from the stale read, may be the one left in the group: nothing corrects it
@@ -378,7 +377,8 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
                 commits[tp] = (stable, encode_metadata(f.worth_keeping(s.count), None, p.settings.metadata_max_bytes))
         if not commits:
             return
-        call = p.submit(GroupCall(commits={group: commits}, as_member={group: member}))
+        call = p.submit(GroupCall(commits={group: commits}, as_member={group: member},
+                                  consumer_protocol={group} if kip848 else set()))
         p.metrics.sharing_stable_raised.inc(len(commits))
         log.debug("sharing_stable_offset_raised", group=group,
                  partitions={f"{t}-{part}": [read.frontiers[(t, part)].base, o]
@@ -386,7 +386,7 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
 
         def committed() -> None:
             if call.ok and rounds > 1:
-                _raise_stable(p, group, member, slices, layouts, rounds - 1)
+                _raise_stable(p, group, member, slices, layouts, rounds - 1, kip848)
             elif not call.ok:
                 log.debug("sharing_stable_recheck_failed", group=group, error=call.error or str(call.committed))
 
@@ -400,13 +400,20 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
 
 def recover(p: Sharing, m: Member) -> Signal:
     """Learn ``m``'s slices and frontiers back from the group (after a Sluice restart): DescribeGroups for its
-    assignment as the leader sent it (slices included), then the frontiers of its shared partitions."""
+    assignment as the leader sent it (slices included), then the frontiers of its shared partitions. A KIP-848
+    member (its group described by ConsumerGroupDescribe; a classic group is not found there) is learnt from its
+    description instead (:func:`.heartbeats.recovered`)."""
     done = m.recovering = Signal()
-    call = p.submit(GroupCall(describe={m.group}))
+    call = p.submit(GroupCall(describe={m.group}, describe_consumer={m.group}))
 
     def described() -> None:
         if m.recovering is not done:
             done.settle()
+            return
+        consumer = call.described_consumer.get(m.group) if call.error is None else None
+        if consumer is not None and not consumer.error_code \
+                and any(x.member_id == m.member_id for x in consumer.members):
+            read_frontiers(heartbeats.recovered(p, m, consumer))
             return
         entry = call.described.get(m.group) if call.error is None else None
         found = None
@@ -431,6 +438,9 @@ def recover(p: Sharing, m: Member) -> Signal:
         m.marked = marked or frozenset()
         handed = {(t, part): (slices or {}).get((t, part), WHOLE)
                   for t, ps in parts.items() if t in m.marked and p.shareable(t) for part in ps}
+        read_frontiers(handed)
+
+    def read_frontiers(handed: dict[TopicPartition, Slice]) -> None:
         if not handed:
             m.partitions = {}
             m.recovering = None

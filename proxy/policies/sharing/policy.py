@@ -4,7 +4,9 @@ for unmodified clients, with commits that stay safe. The pieces, one concept eac
 - :mod:`.keys`: Kafka's key hash (murmur2) and the even slices of the hash space;
 - :mod:`.assignor`: the key-range assignor over the leader client's assignment;
 - :mod:`.marker`: what travels inside the group protocol (the JoinGroup marker, the SyncGroup slices);
-- :mod:`.groups`: JoinGroup / SyncGroup / Heartbeat / ConsumerGroupHeartbeat through Sluice;
+- :mod:`.groups`: JoinGroup / SyncGroup / Heartbeat through Sluice (the classic protocol);
+- :mod:`.layout`, :mod:`.heartbeats`: KIP-848 groups: the slices from the group's description, and
+  ConsumerGroupHeartbeat rewritten both ways;
 - :mod:`.frontier`, :mod:`.reads`, :mod:`.offsets`: where positions are stored (one group per slice), the stable
   offset, the committed-work filter, OffsetFetch / OffsetCommit, recovery after a restart;
 - :mod:`.members`: which connection is which member (client host + client.id);
@@ -29,16 +31,18 @@ from typing import Any, ClassVar
 from ...accesslog import LogLimiter, get_logger
 from ...core.exchange import ConnectionInfo, Exchange, Signal
 from ...core.group_calls import GroupCall, GroupRequests
-from ...core.policy import ANY_VERSION, Policy, Services, reads
+from ...core.policy import Policy, Services, reads
 from ...core.selectors import ClientSelector
 from ...wire.api_keys import ApiKey
 from ...wire.fetch_request_fast import FetchEdit
+from ...wire.messages import decoded_versions
 from ...wire.model import TopicPartition
 from ...wire.views import FetchResponse, ResponseView
 from ..topic_rules import TopicRules
-from . import groups, offsets
+from . import groups, heartbeats, offsets
 from .fetch import BatchCache, filter_records, note_gaps
 from .keys import Slice
+from .layout import Layout
 from .members import Member, Members, member_key
 from .metrics import SharingMetrics
 from .settings import SharingSettings
@@ -80,8 +84,11 @@ class Sharing(Policy):
             # OffsetCommitRequest.json): offsets.py reads both forms (ids through the topic names)
             declared = reads(ApiKey.FETCH, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP,
                              ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP)
-            # ConsumerGroupHeartbeat: only the header and the group id are read (groups.consumer_group_heartbeat)
-            self.apis = {**declared, ApiKey.CONSUMER_GROUP_HEARTBEAT: ANY_VERSION}
+            # ConsumerGroupHeartbeat (KIP-848) is relayed for everyone else; sharing decodes and rewrites it
+            # (heartbeats.py): the versions Sluice's codec decodes
+            heartbeat = decoded_versions(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+            assert heartbeat is not None
+            self.apis = {**declared, ApiKey.CONSUMER_GROUP_HEARTBEAT: heartbeat}
         self.metrics = metrics
         self.clock = services.clock
         self.names = services.names
@@ -97,6 +104,8 @@ class Sharing(Policy):
                                 lambda hit: self.metrics.sharing_cache_lookups.labels("hit" if hit else "miss").inc())
         #: the leader's JoinGroup answer per group, for its SyncGroup (the latest round only)
         self.rounds: dict[str, groups.LeaderRound] = {}
+        #: KIP-848 groups: the layout of each, from its latest description (heartbeats.py)
+        self.layouts: dict[str, Layout] = {}
         #: per group, per partition: furthest slice position - stable offset, at the last commit through here
         self.stable_lag: dict[str, dict[TopicPartition, int]] = {}
         self._log = LogLimiter(_LOG_INTERVAL_S, self.clock)
@@ -149,6 +158,7 @@ class Sharing(Policy):
                 gauge.remove(group)
             self._gauged.discard(group)
             self.stable_lag.pop(group, None)
+            self.layouts.pop(group, None)
             return
         self._gauged.add(group)
         self.metrics.sharing_partitions.labels(group).set(len(shared))
@@ -190,7 +200,7 @@ class Sharing(Policy):
         if key == ApiKey.OFFSET_COMMIT:
             return offsets.offset_commit_request(self, ex, info)
         if key == ApiKey.CONSUMER_GROUP_HEARTBEAT and self.opted_in(ex):
-            groups.consumer_group_heartbeat(self, ex, info)
+            return heartbeats.request(self, ex, info)
         return None
 
     def on_resume(self, ex: Exchange, info: ConnectionInfo, state: Any) -> Any:
@@ -199,6 +209,8 @@ class Sharing(Policy):
             return offsets.offset_fetch_resume(self, ex, info, state)
         if key == ApiKey.OFFSET_COMMIT:
             return offsets.offset_commit_resume(self, ex, info, state)
+        if key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
+            return heartbeats.resume(self, ex, info, state)
         return state
 
     def on_response(self, ex: Exchange, response: ResponseView, info: ConnectionInfo, state: Any) -> None:
@@ -213,6 +225,8 @@ class Sharing(Policy):
             offsets.offset_fetch_response(self, ex, response, info, state)
         elif key == ApiKey.OFFSET_COMMIT:
             offsets.offset_commit_response(self, ex, response, info, state)
+        elif key == ApiKey.CONSUMER_GROUP_HEARTBEAT and state is not None:
+            heartbeats.response(self, ex, response, info, state)
 
     # -------------------------------------------------------------------------------------------- Fetch
 
@@ -223,8 +237,6 @@ class Sharing(Policy):
             return None
         key = member_key(ex)
         m = self.members.get(key)
-        if m is not None and m.kip848:
-            return None
         if self.standalone_for(ex.client_id):
             ex.collect = True
             return FetchTicket(self.members.standalone(key), False)

@@ -1,0 +1,297 @@
+"""KIP-848 consumer groups (``group.protocol=consumer``) through a sharing-enabled Sluice: ConsumerGroupHeartbeat
+rewritten so the broker always sees the group it assigned while each opted-in client sees its slices.
+
+The broker computes the assignment and checks what members say they own (GroupMetadataManager
+.consumerGroupHeartbeat): a member whose epoch lags is fenced unless it comes with its previous epoch and owned
+partitions inside what the broker assigned it (``throwIfConsumerGroupMemberEpochIsInvalid``), and a member asked to
+revoke partitions keeps its epoch until a heartbeat's owned partitions no longer hold them (CurrentAssignmentBuilder,
+UNREVOKED_PARTITIONS). So both directions are rewritten, per member:
+
+- the **request**: before it goes on, the group is described (ConsumerGroupDescribe) when the member's epoch moved
+  past the layout's, the group is not stable or a slice waits for another member to let it go. The client id is
+  marked (:func:`.layout.mark_client_id`) with the topics this Sluice lets the member share and its claims: the
+  slices its client holds, and those it is about to be handed (a new slice only when no other member claims an
+  overlapping one). Its owned partitions, sent whenever the client sends them or they changed, are the broker's
+  assignment of the member, plus the partitions the broker revoked that the client still holds (so the broker
+  hands a revoked partition to its next holder only once this client let it go);
+- the **response**: the assignment handed to the client is the member's layout (:mod:`.layout`) for the shared
+  topics and the broker's for the others, less new slices its request did not claim, sent whenever it differs
+  from what the client was handed (the broker sends one only when its own changed). Its slices are what its
+  fetches are filtered by and its commits merged by, as for classic groups (:mod:`.fetch`, :mod:`.offsets`).
+
+Rebalances are KIP-848's incremental reconciliation, on the layout: a partition whose slice narrows stays with the
+client (every record of its keys below the client's position was its own); one whose slice widens (a member left)
+is first left out of what the client is handed and handed again once the client no longer owns it: new to the
+client, it starts from its slice's committed position (what the classic path does with a rejoin, groups.py).
+Other partitions are not touched, so the partition's other members go on.
+
+Members' commits carry their member epoch (OffsetCommit v9+); the coordinator checks the member and its epoch, not
+which partitions it was assigned, for a commit at the current epoch (ConsumerGroup.validateOffsetCommit), so a
+member commits the partitions of its slices like any.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...accesslog import get_logger
+from ...core.exchange import ConnectionInfo, Exchange
+from ...core.group_calls import GroupCall
+from ...wire.model import Message, TopicPartition
+from ...wire.views import MessageRequest, MessageResponse, ResponseView
+from . import layout as layouts
+from .keys import WHOLE, Slice
+from .members import HeartbeatState, IdPartition, Member, PartitionState, member_key
+
+if TYPE_CHECKING:
+    from .policy import Sharing
+
+log = get_logger("sluice.sharing")
+
+UNKNOWN_MEMBER_ID = 25
+GROUP_ID_NOT_FOUND = 69
+FENCED_MEMBER_EPOCH = 110
+
+
+@dataclass(slots=True)
+class HeartbeatTicket:
+    member: Member
+    state: HeartbeatState
+    call: GroupCall | None = None
+
+
+def _ids(topics: list[Message] | None) -> set[IdPartition] | None:
+    if topics is None:
+        return None
+    return {(bytes(t.topic_id), p) for t in topics for p in t.partitions}
+
+
+def _topics(parts: set[IdPartition]) -> list[Message]:
+    by_topic: dict[bytes, list[int]] = {}
+    for tid, part in parts:
+        by_topic.setdefault(tid, []).append(part)
+    return [Message(topic_id=tid, partitions=sorted(ps)) for tid, ps in sorted(by_topic.items())]
+
+
+def _names(p: Sharing, m: Member) -> dict[bytes, str]:
+    lay = p.layouts.get(m.group)
+    return {tid: name for name, tid in lay.topic_ids.items()} if lay is not None else {}
+
+
+def _name(p: Sharing, names: dict[bytes, str], tid: bytes) -> str | None:
+    return names.get(tid) or p.names.get(tid)
+
+
+# ------------------------------------------------------------------------------------------------ request
+
+
+def request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket | None:
+    body = ex.body
+    m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    if collision:
+        p.not_shared("client_id_collision", ex.client_id, body.group_id)
+        return None
+    st = m.kip848
+    epoch = body.member_epoch
+    if epoch == 0:  # a member joining (again): nothing it held is left (KIP-848: epoch 0)
+        st = m.kip848 = HeartbeatState(marked=st.marked if st is not None else frozenset(), broker=set(),
+                                       owned=set(), given=set())
+        m.partitions = {}
+    elif st is None:  # a member this Sluice has not seen join (it restarted): learnt from the group's description
+        st = m.kip848 = HeartbeatState()
+    if epoch < 0:
+        return None  # leaving (-1; -2: a static member's temporary leave): relayed as it is
+    if body.subscribed_topic_names is not None:
+        st.marked = frozenset(t for t in body.subscribed_topic_names if p.shareable(t))
+    if body.get("subscribed_topic_regex"):
+        p.not_shared("kip848_group", ex.client_id, body.group_id,
+                     detail="a regular-expression subscription (KIP-848): Sluice shares topics subscribed by name")
+        st.marked = frozenset()
+    owned = _ids(body.topic_partitions)
+    if owned is not None:
+        st.owned = owned
+        st.revoking &= owned
+        st.widening &= owned
+        if m.partitions is not None:  # partitions the client let go are no longer filtered for it, nor claimed
+            ids = {name: tid for tid, name in _names(p, m).items()}
+            for tp in [tp for tp in m.partitions if ids.get(tp[0]) is not None
+                       and (ids[tp[0]], tp[1]) not in owned | (st.given or set())]:
+                del m.partitions[tp]
+    ticket = HeartbeatTicket(m, st)
+    ex.collect = True
+    lay = p.layouts.get(m.group)
+    if (st.marked or st.broker is None) and (lay is None or not lay.stable or st.epoch > lay.group_epoch
+                                             or st.broker is None or st.waiting or _new(p, m, st)):
+        ticket.call = p.submit(GroupCall(describe_consumer={m.group}))
+        ex.pending = ticket.call
+        return ticket
+    _forward(p, ex, ticket)
+    return ticket
+
+
+def resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTicket) -> HeartbeatTicket:
+    call = ticket.call
+    assert call is not None
+    m, st = ticket.member, ticket.state
+    entry = call.described_consumer.get(m.group) if call.error is None else None
+    if entry is None or entry.error_code:
+        code = entry.error_code if entry is not None else None
+        if code != GROUP_ID_NOT_FOUND:  # not found: a group its first member is creating, described next time
+            # e.g. no DESCRIBE on the group for Sluice's own principal: the layout cannot be known, so no new
+            # slice is handed; the client keeps what it holds and is told, at worst, the broker's assignment
+            p.not_shared("kip848_group", m.key[1], m.group,
+                         detail=f"ConsumerGroupDescribe failed: {call.error or code or 'no answer'}")
+    elif st.broker is None and any(x.member_id == m.member_id for x in entry.members):
+        # this Sluice did not see the member join (it restarted): learnt from the group
+        claims = recovered(p, m, entry)
+        st = ticket.state = m.kip848  # type: ignore[assignment]
+        if m.partitions is None:
+            m.partitions = {tp: PartitionState(s) for tp, s in claims.items()}
+    else:
+        p.layouts[m.group] = layouts.from_description(entry, p.shareable)
+    _forward(p, ex, ticket)
+    return ticket
+
+
+def _new(p: Sharing, m: Member, st: HeartbeatState) -> bool:
+    """Whether the layout as known would hand the client a slice it was not handed: the claims are read anew
+    first."""
+    given = st.given or set()
+    return any(k not in given for k in _desired(p, m, st, _names(p, m)))
+
+
+def recovered(p: Sharing, m: Member, entry: Message) -> dict[TopicPartition, Slice]:
+    """A member a restarted Sluice did not see join, from its group's ConsumerGroupDescribe entry: the broker's
+    assignment of it, the topics and the slices its client holds (its previous Sluice's claims, in its client id),
+    and the group's layout. Returns those slices, whose frontiers the caller reads (:func:`.offsets.recover`)."""
+    p.layouts[m.group] = layouts.from_description(entry, p.shareable)
+    mine = next(x for x in entry.members if x.member_id == m.member_id)
+    mark = layouts.read_mark(mine.client_id)
+    st = m.kip848 = HeartbeatState()
+    st.broker = {(bytes(t.topic_id), part) for t in mine.assignment.topic_partitions for part in t.partitions}
+    st.marked = frozenset(t for t in (mark[0] if mark is not None else ()) if p.shareable(t))
+    claims = {tp: s for tp, s in (mark[1] if mark is not None else {}).items() if tp[0] in st.marked}
+    ids = {t.topic_name: bytes(t.topic_id) for t in mine.assignment.topic_partitions}
+    ids.update(p.layouts[m.group].topic_ids)
+    names = {tid: name for name, tid in ids.items()}
+    # what it was handed: its claims of the topics it shares, the broker's assignment of the others
+    st.given = {(ids[t], part) for t, part in claims if t in ids} | {
+        k for k in st.broker if names.get(k[0]) not in st.marked}
+    log.info("sharing_member_recovered", group=m.group, member_id=m.member_id, client_id=m.key[1],
+             protocol="consumer", partitions={f"{t}-{part}": str(s) for (t, part), s in sorted(claims.items())})
+    return claims
+
+
+def _forward(p: Sharing, ex: Exchange, ticket: HeartbeatTicket) -> None:
+    """The request as the broker gets it: the client id marked with the member's claims, and the owned partitions
+    in the broker's terms."""
+    body, m, st = ex.body, ticket.member, ticket.state
+    if st.marked:
+        lay = p.layouts.get(m.group)
+        names = _names(p, m)
+        given = st.given or set()
+        # new slices no other member claims: claimed now, handed in the answer (see the module docstring)
+        st.cleared = set()
+        st.waiting = False
+        claims = {tp: state.slice for tp, state in (m.partitions or {}).items()}
+        for k, s in _desired(p, m, st, names).items():
+            name = _name(p, names, k[0])
+            if k in given or name is None or name not in st.marked:
+                continue
+            if lay is not None and lay.claimed_by_others(m.member_id, (name, k[1]), s):
+                st.waiting = True
+                continue
+            st.cleared.add(k)
+            claims[(name, k[1])] = s
+        view = ex.request
+        assert isinstance(view, MessageRequest)
+        view.header.client_id = layouts.mark_client_id(ex.client_id or "", st.marked, claims)
+    changes: dict[str, Any] = {}
+    if st.broker is not None:
+        report = st.broker | st.revoking
+        if body.topic_partitions is not None or report != st.reported:
+            changes["topic_partitions"] = _topics(report)
+            st.reported = report
+    ex.body = body.replace(**changes)  # re-encoded, the header too
+
+
+# ----------------------------------------------------------------------------------------------- response
+
+
+def _desired(p: Sharing, m: Member, st: HeartbeatState, names: dict[bytes, str]) -> dict[IdPartition, Slice]:
+    """What the member's client should hold: its layout's slices of the shared topics it is marked for, the broker's
+    assignment of the other topics (whole)."""
+    lay = p.layouts.get(m.group)
+    laid_out = {t for t in (lay.shared if lay is not None else ()) if t in st.marked}
+    out: dict[IdPartition, Slice] = {}
+    for tid, part in st.broker or ():
+        if _name(p, names, tid) not in laid_out:
+            out[(tid, part)] = WHOLE
+    if lay is not None:
+        for (name, part), s in lay.of(m.member_id).items():
+            if name in laid_out:
+                out[(lay.topic_ids[name], part)] = s
+    return out
+
+
+def response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo, ticket: HeartbeatTicket) -> None:
+    assert isinstance(response, MessageResponse)
+    body = response.body
+    m, st = ticket.member, ticket.state
+    if body.error_code:
+        if body.error_code in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):  # the client rejoins with epoch 0
+            m.kip848 = None
+            m.partitions = {}
+        return
+    st.epoch = body.member_epoch
+    if body.assignment is not None:
+        new = _ids(body.assignment.topic_partitions) or set()
+        old = st.broker or set()
+        st.revoking = ((st.revoking | (old - new)) & (st.owned or set())) - new
+        st.broker = new
+    if not st.marked or st.broker is None:
+        if m.partitions is None:
+            m.partitions = {}  # nothing to share: its fetches go through whole
+        return
+    names = _names(p, m)
+    out = _desired(p, m, st, names)
+    held = m.partitions if m.partitions is not None else {}
+    given_before = st.given or set()
+    for k, s in list(out.items()):
+        name = _name(p, names, k[0])
+        if name is None or name not in st.marked:
+            continue  # a topic it does not share: the broker's, as it came
+        before = held.get((name, k[1]))
+        if k not in given_before and k not in st.cleared:
+            del out[k]  # not claimed yet (another member may still hold an overlapping slice)
+            st.waiting = True
+        elif k in st.widening or (before is not None and not before.slice.contains(s) and k in given_before):
+            # a wider slice of a partition the client keeps: it would go on from its own position, past records of
+            # keys it did not hold; handed again once the client let it go
+            st.widening.add(k)
+            del out[k]
+    given = set(out)
+    if body.assignment is not None or given != st.given:
+        body.assignment = Message(topic_partitions=_topics(given))
+        response.changed = True
+        if given != st.given and any(not s.whole for s in out.values()):
+            log.info("sharing_assignment", group=m.group, member_id=m.member_id, epoch=body.member_epoch,
+                     protocol="consumer",
+                     slices={f"{names.get(t, t.hex())}-{part}": str(s) for (t, part), s in sorted(out.items())})
+            p.metrics.sharing_assignments.inc()
+        st.given = given
+    partitions: dict[Any, PartitionState] = {}
+    for (tid, part), s in out.items():
+        name = _name(p, names, tid)
+        if name is None or name not in st.marked:
+            continue
+        before = held.get((name, part))
+        partitions[(name, part)] = before.narrowed(s) if before is not None else PartitionState(s)
+    ids = {name: tid for tid, name in names.items()}
+    for tp, state in held.items():  # partitions taken away that the client still owns: filtered as before
+        held_id = ids.get(tp[0])
+        if tp not in partitions and held_id is not None and (held_id, tp[1]) in (st.owned or set()):
+            partitions[tp] = state
+    m.partitions = partitions
+    p.update_gauges(m.group)
