@@ -63,16 +63,23 @@ test-kafka-oldest: install
 # Fetch sessions (Sluice's own and the clients'), throttles, and the Java client (Kafka's own, released with it).
 # Left to the newest release alone, to keep CI within 30 minutes: SASL, the Python clients' relay tests, the
 # sharing tests of batches filtered empty, the Java consumer's 60 s of served fetch sessions and the fleet's control
-# cluster outage (KAFKA_BEHAVIOUR_K: their outcome is Sluice's relaying, filtering and session serving, librdkafka's
-# reconnects and the clients' readers, the same whichever release answers; the broker's side of sessions stays, in
-# the broker-restart test; the fleet's transactions and compacted topic stay, in the other fleet tests). Measured on 4.1.2, 2 shared
-# cores (load 5 falling to 1): 55 tests, 7 min 8 s, all passed (with the 60 s test at load 9: 56 in 9 min 29 s).
+# cluster outage (their outcome is Sluice's relaying, filtering and session serving, librdkafka's reconnects and the
+# clients' readers, the same whichever release answers; the broker's side of sessions stays, in the broker-restart
+# test; the fleet's transactions and compacted topic stay, in the other fleet tests). Sharing on 4.1.2 runs once per
+# group protocol and per protocol generation of its clients, not once per client: six consumers with the Java
+# client (classic and KIP-848) and with franz-go (the newest versions first: OffsetCommit v9 on 4.1, v10 on 4.2+),
+# one member killed (confluent), the mixed classic/KIP-848 group; the other clients and the KIP-848 kill/restart
+# tests exercise Sluice's side, the same on either release.
 KAFKA_BEHAVIOUR_TESTS := tests/cluster tests/clients/test_sharing.py tests/clients/test_sessions_clients.py \
 	tests/clients/test_java.py tests/integration/test_sessions_terminate.py tests/integration/test_throttle.py \
 	tests/integration/test_throttle_admin.py
 KAFKA_BEHAVIOUR_K := not test_batches_filtered_empty_are_read_by_every_client and \
 	not test_java_consumer_sessions_served_for_60s and \
-	not test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back
+	not test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back and \
+	not confluent-classic and not kafka-python-classic and not aiokafka-classic and not kafka-go-classic and \
+	not confluent-consumer and not one_killed_mid_way[kafka-python] and not one_killed_mid_way[aiokafka] and \
+	not test_kip848_consumer_and_its_sluice_killed_mid_way_nothing_lost and \
+	not test_kip848_member_without_sluice_keeps_whole_partitions and not test_kip848_every_sluice_killed_and_restarted
 test-kafka-oldest-behaviour:
 	$(MAKE) test-kafka-oldest TESTS="$(KAFKA_BEHAVIOUR_TESTS)" K="$(KAFKA_BEHAVIOUR_K)"
 
