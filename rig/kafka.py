@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -366,13 +367,35 @@ def cds_finish(pending: Path | None, clean_exit: bool) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct free TCP ports, picked by the kernel (all sockets held open until all are picked)."""
-    socks: list[socket.socket] = []
+#: Linux's range for ports the kernel hands out by itself (an outgoing connection's local port, a bind to port 0)
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _listen_port_range() -> range:
+    """Ports below the kernel's ephemeral range. A port picked for a listener that starts later (a broker, a
+    sidecar that binds once the brokers serve) is free when picked but not reserved: picked from the ephemeral
+    range, any connect() meanwhile may take it as its local port, and the listener then cannot bind it (seen: a
+    cluster's replication sidecar whose broker port was taken, every follower of that leader out of the ISR)."""
     try:
-        for _ in range(count):
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return range(0)
+    return range(10_000, low) if low - 10_000 >= 4_096 else range(0)
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct TCP ports free to listen on, below the ephemeral range when the machine leaves room (else
+    picked by the kernel); all sockets held open until all are picked."""
+    socks: list[socket.socket] = []
+    candidates = _listen_port_range()
+    try:
+        while len(socks) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
+            try:
+                s.bind((host, secrets.choice(candidates) if candidates else 0))
+            except OSError:
+                s.close()  # taken (a listener, a socket in TIME_WAIT): another pick
+                continue
             socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:
