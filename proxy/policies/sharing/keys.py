@@ -86,6 +86,10 @@ class Slice:
         """Whether every hash of ``other`` is in this slice."""
         return self.lo <= other.lo and other.hi <= self.hi
 
+    def overlaps(self, other: Slice) -> bool:
+        """Whether some hash is in both slices."""
+        return self.lo < other.hi and other.lo < self.hi
+
     def holds(self, h: int | None) -> bool:
         """Whether a record with key hash ``h`` (None: a null key) belongs to this slice."""
         if h is None:

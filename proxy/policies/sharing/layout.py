@@ -11,8 +11,8 @@ assigns; it hands opted-in clients a layout on top of it (:mod:`.heartbeats`):
   member's *claims* (the slices its client holds or is about to be handed) to the client id of that member's
   heartbeats only (its fetches, commits and quotas keep the client's own), so every Sluice of the group - and one
   restarted - reads them from Kafka. A slice is handed to a client only when no other member claims an
-  overlapping one (:func:`overlaps`): KIP-848's revoke-before-assign, for slices, across Sluices that change their
-  layouts at their own members' heartbeats;
+  overlapping one (:meth:`.keys.Slice.overlaps`): KIP-848's revoke-before-assign, for slices, across Sluices that
+  change their layouts at their own members' heartbeats;
 - **the layout**, for each topic whose opted-in subscribed members outnumber its partitions: each partition the
   broker has handed to an opted-in member for good (in its current and its target assignment: ConsumerGroupDescribe
   shows a partition being revoked in its old owner's current assignment until the client let it go, so a
@@ -63,10 +63,6 @@ def read_mark(client_id: str | None) -> tuple[frozenset[str], dict[TopicPartitio
     return frozenset(ts), claims
 
 
-def overlaps(a: Slice, b: Slice) -> bool:
-    return a.lo < b.hi and b.lo < a.hi
-
-
 @dataclass(frozen=True, slots=True)
 class DescribedMember:
     member_id: str
@@ -98,7 +94,7 @@ class Layout:
 
     def claimed_by_others(self, member_id: str, tp: TopicPartition, s: Slice) -> bool:
         """Whether a member other than ``member_id`` claims a slice of ``tp`` that overlaps ``s``."""
-        return any(other != member_id and (c := cs.get(tp)) is not None and overlaps(c, s)
+        return any(other != member_id and (c := cs.get(tp)) is not None and c.overlaps(s)
                    for other, cs in self.claims.items())
 
 
