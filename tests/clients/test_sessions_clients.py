@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
 
@@ -39,6 +39,7 @@ from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.integration.test_sessions_terminate import TERMINATE, create_topic
 from tests.support.faults import wait_until
+from tests.support.topics import committed_offsets
 
 pytestmark = pytest.mark.broker
 
@@ -388,10 +389,7 @@ def test_kafka_python_sessions_served(kafka_broker: KafkaBroker, sluice: ProxyTh
 
 def committed(bootstrap: str, topic: str, group: str) -> dict[int, int]:
     """The group's committed offset per partition, read from the broker (-1001: none)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])]
-    found = admin.list_consumer_group_offsets(request)[group].result(30)
-    return {tp.partition: tp.offset for tp in found.topic_partitions}
+    return committed_offsets(AdminClient({"bootstrap.servers": bootstrap}), group, topic, PARTITIONS)
 
 
 class LineReader:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from rig.java_tools import JavaTools
@@ -28,6 +28,7 @@ from tests.support.sharing import (
     settled,
     wait_for_all,
 )
+from tests.support.topics import committed_offsets
 
 pytestmark = pytest.mark.broker
 
@@ -71,11 +72,9 @@ def test_sharing_behind_a_sasl_listener_with_sluices_own_login(secure_broker: Se
         assert all(m.received for m in members), [len(m.received) for m in members]
 
         ends = {p: admin_end(secure_broker, topic, p) for p in range(PARTITIONS)}
-        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])]
 
         def committed() -> dict[int, int]:
-            result = admin.list_consumer_group_offsets(request)[group].result(30)
-            return {tp.partition: tp.offset for tp in result.topic_partitions}
+            return committed_offsets(admin, group, topic, PARTITIONS)
 
         # the console consumers commit every 5 s; Sluice commits the group's stable offset, the slices' minimum
         wait_until(lambda: committed() == ends, 60, lambda: f"committed {committed()} to reach {ends}")

@@ -19,6 +19,7 @@ from proxy.policies.sharing.keys import key_hash, slice_of
 from rig.group_consumer import ConsumerProcess
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from tests.support.faults import POLL_S, wait_until
+from tests.support.topics import committed_offsets
 
 REPO = Path(__file__).resolve().parents[2]
 SEP = "|"
@@ -212,13 +213,10 @@ def check_keys_at_one_consumer(members: Iterable[Member]) -> None:
 def committed_and_end_offsets(bootstrap: str, topic: str, group: str,
                               partitions: int) -> tuple[dict[int, int], dict[int, int]]:
     """(the group's committed offset per partition, read from the broker; each partition's end offset)."""
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])[group].result(30)
-    committed = {tp.partition: tp.offset for tp in found.topic_partitions}
+    committed = committed_offsets(AdminClient({"bootstrap.servers": bootstrap}), group, topic, partitions)
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-watermarks"})
     try:
         ends = {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}

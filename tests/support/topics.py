@@ -1,12 +1,16 @@
-"""Setting up test data on the real broker with kafka-python: one way to create a topic and fill it."""
+"""Setting up test data on the real broker with kafka-python: one way to create a topic and fill it; and one way to
+read back what a group committed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
@@ -27,3 +31,13 @@ def produce_values(bootstrap: str, topic: str, records: Iterable[tuple[int, byte
         producer.flush(120)
     finally:
         producer.close()
+
+
+def committed_offsets(admin: AdminClient, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offset per partition of ``topic``, read from the broker (-1001: none). ``admin`` is
+    the caller's, configured for the listener it reads through (plain, SASL...)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
+    found = admin.list_consumer_group_offsets(request)[group].result(30)
+    return {tp.partition: tp.offset for tp in found.topic_partitions}
