@@ -32,8 +32,9 @@ record sets as fetched, before filtering). Benches here share 2 cores with every
 are noisy; compare configurations within one run.
 
 ``--protocol consumer``: the consumers use KIP-848's protocol (``group.protocol=consumer``, confluent-kafka): the
-broker assigns, Sluice lays slices over its assignment at each member's heartbeat (the broker's heartbeat interval,
-5 s by default), so a group is taken as settled once no assignment changed for two heartbeat intervals.
+broker assigns, Sluice lays slices over its assignment at each member's heartbeat (the broker's heartbeat interval:
+5 s by default, 1 s on the rig's broker), so a group is taken as settled once no assignment changed for three
+heartbeat intervals.
 
 JSON lines on stdout: per configuration ``{"bench": "sharing", "path", "consumers", "records", "seconds",
 "records_per_s", "sluice_cpu_s", "filtered_mib", "lost", "duplicated", ...}``; last line ``{"summary": "sharing",
@@ -55,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.group_consumer import ConsumerProcess, stop_all
-from rig.kafka import KafkaBroker
+from rig.kafka import GROUP_HEARTBEAT_MS, KafkaBroker
 from rig.sluice_process import SluiceProcess
 
 PARTITIONS = 3
@@ -63,8 +64,8 @@ CONSUMERS = 6
 #: configuration -> the topic's prefix (sharing covers ``bench-sharing-*`` only) and whether through Sluice
 PATHS = {"direct": ("bench-direct", False), "no-sharing": ("bench-plain", True), "sharing": ("bench-sharing", True)}
 #: the group has settled when no consumer's assignment changed for this long (per group protocol: a KIP-848
-#: group's slices change at its members' heartbeats, group.consumer.heartbeat.interval.ms = 5 s by default)
-SETTLE_S = {"classic": 3.0, "consumer": 11.0}
+#: group's slices change at its members' heartbeats, the rig broker's group.consumer.heartbeat.interval.ms)
+SETTLE_S = {"classic": 3.0, "consumer": 3 * GROUP_HEARTBEAT_MS / 1000}
 
 
 def emit(line: dict[str, Any]) -> None:

@@ -53,6 +53,10 @@ KAFKA_NEWEST = "4.3.1"
 KAFKA_VERSIONS: tuple[str, ...] = (KAFKA_OLDEST, KAFKA_NEWEST)
 # The one setting that picks the release (the pom takes it too): SLUICE_KAFKA_VERSION, default the newest.
 KAFKA_VERSION: str = os.environ.get("SLUICE_KAFKA_VERSION", KAFKA_NEWEST)
+#: the heartbeat interval and session timeout the rig's brokers give KIP-848 consumer groups and share groups
+#: (server_properties): what a test waits on for a group to settle or a killed member to be fenced
+GROUP_HEARTBEAT_MS = 1000
+GROUP_SESSION_MS = 10_000
 SCALA_VERSION = "2.13"
 
 POM_PATH = Path(__file__).resolve().parent / "pom.xml"
@@ -722,6 +726,20 @@ class KafkaBroker:
             "share.coordinator.state.topic.num.partitions": 5,
             # Tests join groups all the time; the default 3 s wait for more members would dominate them.
             "group.initial.rebalance.delay.ms": 0,
+            # KIP-848 consumer groups and KIP-932 share groups are timed by the broker, not the client: a member
+            # heartbeats at the broker's interval (5 s by default, and no less than its minimum, also 5 s) and
+            # is fenced after the broker's session timeout (45 s, minimum 45 s). A reconciliation moves a partition
+            # over two heartbeats, and a killed member's partitions wait out the session: at the defaults every
+            # group test waited tens of seconds on the clock. The same ratio (session = 10 heartbeats) as the
+            # classic members the tests start (heartbeat.interval.ms=500, session.timeout.ms=6000).
+            "group.consumer.heartbeat.interval.ms": GROUP_HEARTBEAT_MS,
+            "group.consumer.min.heartbeat.interval.ms": GROUP_HEARTBEAT_MS,
+            "group.consumer.session.timeout.ms": GROUP_SESSION_MS,
+            "group.consumer.min.session.timeout.ms": GROUP_SESSION_MS,
+            "group.share.heartbeat.interval.ms": GROUP_HEARTBEAT_MS,
+            "group.share.min.heartbeat.interval.ms": GROUP_HEARTBEAT_MS,
+            "group.share.session.timeout.ms": GROUP_SESSION_MS,
+            "group.share.min.session.timeout.ms": GROUP_SESSION_MS,
             "num.partitions": 1,
             "default.replication.factor": 1,
             "min.insync.replicas": 1,
