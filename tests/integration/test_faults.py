@@ -286,7 +286,11 @@ def test_clients_vanishing_mid_response_release_everything(broker: KafkaBroker, 
         assert walk.truncated == 0 and walk.batches and walk.batches[0].base_offset == 0
         if mode == "held":
             assert walk.complete_size <= RESPONSE_BYTES
-        wait_until(lambda: client_conns(sluice) == 0 and sluice.num_fds() == fds_before, 30,
+        # No more fds than before (as test_load checks): the count taken just after start may still hold the two
+        # sockets of the rig's last readiness probe (its HTTP connection, and the upstream connect /readyz checks
+        # with, Proxy.ready), closed a moment later (seen: 18 before, 16 after). A leak would be at least one
+        # socket per vanished client (VANISHERS).
+        wait_until(lambda: client_conns(sluice) == 0 and sluice.num_fds() <= fds_before, 30,
                    lambda: f"client connections {client_conns(sluice)}, fds {sluice.num_fds()} (was {fds_before})")
         assert sluice.metric("sluice_response_bytes_held") == 0
         if mode == "held":
