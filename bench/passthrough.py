@@ -19,7 +19,7 @@ off) in front of it. Measured against the same broker and the same data:
   The Java runs are ordered direct, bare, Sluice, Sluice, bare, direct.
 
 Prints one JSON line per measurement; the last line is
-``{"summary": "passthrough", "consume_ratio": ..., "bare_relay_ratio": ..., "added_p50_ms": ...,
+``{"summary": "passthrough", "lost": 0, "consume_ratio": ..., "bare_relay_ratio": ..., "added_p50_ms": ...,
 "bare_added_p50_ms": ..., "cpu_s_per_gib": ..., "cpu_vs_bare_relay": ...}`` where consume_ratio is proxied/direct
 MB/s of the Java consumer (goal: >= 0.95), bare_relay_ratio the same through the bare relay, added_p50_ms the
 p50 produce latency through Sluice minus direct (goal: <= 0.1 ms), and cpu_vs_bare_relay Sluice's CPU per GiB of
@@ -405,7 +405,8 @@ def main_tls(mib: int) -> int:
         secure.close()
         tools.close()
     emit({"bench": "passthrough_tls", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
-    emit({"summary": "passthrough_tls", "consume_ratio": round(java["sluice"] / java["direct"], 3),
+    # "lost": every run read every record produced, or the bench exited non-zero before this line
+    emit({"summary": "passthrough_tls", "lost": 0, "consume_ratio": round(java["sluice"] / java["direct"], 3),
           "cpu_s_per_gib": round(cpu_s_per_gib, 3), "plain_cpu_s_per_gib": round(plain_cpu, 3)})
     return 0
 
@@ -506,7 +507,9 @@ def main(argv: list[str] | None = None) -> int:
             bare.stop()
     tools.close()
     emit({"bench": "passthrough", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
-    emit({"summary": "passthrough", "policies": args.policies,
+    # "lost": every run read every record produced and every measured send was delivered, or the bench exited
+    # non-zero before this line
+    emit({"summary": "passthrough", "policies": args.policies, "lost": 0,
           "consume_ratio": round(java["sluice"] / java["direct"], 3),
           "bare_relay_ratio": round(java["bare"] / java["direct"], 3), "added_p50_ms": round(added_p50, 4),
           "bare_added_p50_ms": round(bare_p50, 4),
