@@ -23,9 +23,10 @@ of all rounds:
   ``ListenDrops`` (a listen backlog full: the SYN or the handshake's last ACK dropped, and the client's or
   server's retransmission 1 s later) and ``TCPSynRetrans``.
 
-Prints one JSON line per storm and per (mode, path); the last line is ``{"summary": "storm", "clients": ...,
-"cold_direct_api_versions_ms": {...}, "cold_sluice_api_versions_ms": {...}, ..., "upstream_wait_bound_ms": {...},
-"upstream_wait_share_bound": {...}, "sluice_cpu_ms_per_client": {...}, "connection_setup_cpu_share": ...}``.
+Prints one JSON line per storm and per (mode, path); the last line is ``{"summary": "storm", "unanswered": 0,
+"clients": ..., "cold_direct_api_versions_ms": {...}, "cold_sluice_api_versions_ms": {...}, ...,
+"upstream_wait_bound_ms": {...}, "upstream_wait_share_bound": {...}, "sluice_cpu_ms_per_client": {...},
+"connection_setup_cpu_share": ...}``.
 Sized for a 2-core machine: under a minute with the defaults (plus the broker's start).
 """
 
@@ -296,7 +297,10 @@ async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, to
         for path in ports:
             emit({"bench": "storm", "mode": mode, "path": path, "clients": clients, "storms": 2 * rounds,
                   **summarise({"t": results[mode][path]}), **kernel[mode][path]})
-    summary: dict[str, Any] = {"summary": "storm", "clients": clients, "storms_per_path": 2 * rounds}
+    # "unanswered": every client's every request was answered, in order (Client.run checks each answer's
+    # correlation id), or the bench exited non-zero before this line
+    summary: dict[str, Any] = {"summary": "storm", "unanswered": 0, "clients": clients,
+                               "storms_per_path": 2 * rounds}
     for mode in ("cold", "warm"):
         for key, value in summarise(results[mode]).items():
             summary[f"{mode}_{key}"] = value
