@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.group_consumer import ConsumerProcess, stop_all
-from rig.kafka import GROUP_HEARTBEAT_MS, KafkaBroker
+from rig.kafka import KIP848_SETTLE_S, KafkaBroker
 from rig.sluice_process import SluiceProcess
 
 PARTITIONS = 3
@@ -64,8 +64,8 @@ CONSUMERS = 6
 #: configuration -> the topic's prefix (sharing covers ``bench-sharing-*`` only) and whether through Sluice
 PATHS = {"direct": ("bench-direct", False), "no-sharing": ("bench-plain", True), "sharing": ("bench-sharing", True)}
 #: the group has settled when no consumer's assignment changed for this long (per group protocol: a KIP-848
-#: group's slices change at its members' heartbeats, the rig broker's group.consumer.heartbeat.interval.ms)
-SETTLE_S = {"classic": 3.0, "consumer": 3 * GROUP_HEARTBEAT_MS / 1000}
+#: group's slices change at its members' heartbeats: rig/kafka.py KIP848_SETTLE_S)
+SETTLE_S = {"classic": 3.0, "consumer": KIP848_SETTLE_S}
 
 
 def emit(line: dict[str, Any]) -> None:

@@ -57,6 +57,11 @@ KAFKA_VERSION: str = os.environ.get("SLUICE_KAFKA_VERSION", KAFKA_NEWEST)
 #: (server_properties): what a test waits on for a group to settle or a killed member to be fenced
 GROUP_HEARTBEAT_MS = 1000
 GROUP_SESSION_MS = 10_000
+#: how long a KIP-848 group through sharing Sluices must stay unchanged to count as settled (the tests and
+#: bench.sharing): the broker moves a partition, and each Sluice hands or takes back its member's slices, at that
+#: member's heartbeats, a move over two of them (revoke, then hand); a shorter window took a layout still on the
+#: way as settled
+KIP848_SETTLE_S = 3 * GROUP_HEARTBEAT_MS / 1000
 SCALA_VERSION = "2.13"
 
 POM_PATH = Path(__file__).resolve().parent / "pom.xml"

@@ -24,12 +24,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from rig.group_consumer import stop_all
 from rig.java_tools import JavaTools
-from rig.kafka import KafkaBroker
+from rig.kafka import KIP848_SETTLE_S, KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.sluice_process import SluiceProcess
 from tests.support.faults import wait_until
 from tests.support.sharing import (
-    KIP848_QUIET_S,
+    CLASSIC_SETTLE_S,
     Member,
     check_exactly_once,
     check_in_key_order,
@@ -132,7 +132,7 @@ def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_
             for i, p in enumerate(proxies))))
         # each Sluice sees its own member: 6 shared slices in all, 2 per partition
         settled(lambda: shared_state(proxies, group) if shared_state(proxies, group)[0] == CONSUMERS else (0, 0),
-                quiet_s=KIP848_QUIET_S if protocol == "consumer" else 2.0)
+                quiet_s=KIP848_SETTLE_S if protocol == "consumer" else CLASSIC_SETTLE_S)
         consumed_once(kafka_broker, topic, members, client)
         assert all(m.received for m in members), [len(m.received) for m in members]
         assert sum(p.total("sluice_sharing_records_filtered_total", reason="other_slice") for p in proxies) > 0
@@ -486,7 +486,7 @@ def test_kip848_consumer_and_its_sluice_killed_mid_way_nothing_lost(kafka_broker
         # every member holds a slice (6 shared slices, 2 per partition): a KIP-848 group's layout settles over
         # several heartbeats, each Sluice's at its own member's
         settled(lambda: state(sluices, group) if state(sluices, group)[0] == CONSUMERS else (0, 0),
-                quiet_s=KIP848_QUIET_S)
+                quiet_s=KIP848_SETTLE_S)
         produced = produce(kafka_broker.bootstrap, topic, 1500, keys=90, tag="kill848")
         victim = members[1]
         wait_until(lambda: len(victim.received) >= 60, 60, "the victim to consume")
@@ -510,10 +510,10 @@ def test_kip848_member_without_sluice_keeps_whole_partitions(kafka_broker: Kafka
             *(python_member("confluent", s.bootstrap, topic, group, f"with848-{i}", protocol="consumer")
               for i, s in enumerate(sluices)),
             python_member("confluent", kafka_broker.bootstrap, topic, group, "direct848", protocol="consumer")))
-        # settled: what the members hold unchanged for KIP848_QUIET_S (each Sluice changes its member's slices at
+        # settled: what the members hold unchanged for KIP848_SETTLE_S (each Sluice changes its member's slices at
         # that member's heartbeat)
         settled(lambda: (state(sluices, group)[0], float(hash(str([m.assignment for m in members])))),
-                quiet_s=KIP848_QUIET_S)
+                quiet_s=KIP848_SETTLE_S)
         consumed_once(kafka_broker, topic, members, "direct848")
 
 
@@ -530,9 +530,9 @@ def test_kip848_every_sluice_killed_and_restarted(kafka_broker: KafkaBroker, uni
             python_member("confluent", sluices[i % 3].bootstrap, topic, group, f"restart848-{i}", work_ms=3,
                           protocol="consumer") for i in range(CONSUMERS))))
         # every member holds a partition's slice (two members behind one Sluice may share a partition, so the
-        # Sluices' gauges do not count them one each) and nothing changed for KIP848_QUIET_S
+        # Sluices' gauges do not count them one each) and nothing changed for KIP848_SETTLE_S
         settled(lambda: (float(all(m.assignment for m in members)), float(hash(str([m.assignment for m in members])))),
-                quiet_s=KIP848_QUIET_S)
+                quiet_s=KIP848_SETTLE_S)
         produced = restart_all_mid_way(kafka_broker, topic, members, sluices, "restart848", timeout=180)
         check_after_restart(members, produced, check_in_key_order)
         recovered = [e for s in sluices for e in s.log_events() if e.get("event") == "sharing_member_recovered"]
@@ -553,5 +553,5 @@ def test_mixed_classic_and_kip848_members_of_one_group(kafka_broker: KafkaBroker
             python_member("confluent", p.bootstrap, topic, group, f"upgrade-{i}",
                           protocol="consumer" if i < 4 else "classic") for i, p in enumerate(proxies))))
         settled(lambda: (float(all(m.assignment is not None for m in members[4:])),
-                         float(hash(str([m.assignment for m in members])))), quiet_s=KIP848_QUIET_S)
+                         float(hash(str([m.assignment for m in members])))), quiet_s=KIP848_SETTLE_S)
         consumed_once(kafka_broker, topic, members, "upgrade")

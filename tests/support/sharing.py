@@ -18,7 +18,6 @@ from confluent_kafka import Producer
 from proxy.policies.sharing.keys import key_hash, slice_of
 from rig.group_consumer import ConsumerProcess
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
-from rig.kafka import GROUP_HEARTBEAT_MS
 from tests.support.faults import POLL_S, wait_until
 from tests.support.topics import committed_offsets
 
@@ -27,10 +26,9 @@ SEP = "|"
 #: how long consumers are still watched once every expected record has arrived, for a record delivered again
 #: just after: many fetch rounds of each (fetch.max.wait 200 ms for the Python runners, 500 ms Java's default)
 LATE_S = 3.0
-#: how long a KIP-848 group's layout must stay unchanged to count as settled: the broker moves a partition, and each
-#: Sluice hands or takes back its member's slices, at that member's heartbeats (rig/kafka.py GROUP_HEARTBEAT_MS), a
-#: move over two of them (revoke, then hand); a window shorter than that judged a layout still on the way as settled
-KIP848_QUIET_S = 3 * GROUP_HEARTBEAT_MS / 1000
+#: how long a classic group must stay unchanged to count as settled (:func:`settled`; a KIP-848 group's is
+#: rig/kafka.py KIP848_SETTLE_S): its rebalance hands every member its assignment at once, in SyncGroup
+CLASSIC_SETTLE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -139,7 +137,8 @@ def produce(bootstrap: str, topic: str, n: int, keys: int, tag: str,
     return out
 
 
-def settled(metrics: Callable[[], tuple[float, float]], timeout: float = 90.0, quiet_s: float = 2.0) -> None:
+def settled(metrics: Callable[[], tuple[float, float]], timeout: float = 90.0,
+            quiet_s: float = CLASSIC_SETTLE_S) -> None:
     """Wait until the group has settled: ``metrics()`` (e.g. shared partitions and assignments rewritten, summed
     over the Sluices) unchanged for ``quiet_s`` and its first figure non-zero."""
     last: list[Any] = [None, 0.0]
