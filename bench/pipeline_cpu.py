@@ -13,7 +13,10 @@ before the policy chain are driven through their ``proxy.pipeline.Pipeline``, se
 tree's, each in a process of its own, twice each in the order REV, this tree, this tree, REV (ABBA: a drift of the
 machine's state lands on both sides alike), and ends with ``{"summary": "pipeline_cpu_compare", "before": {...},
 "after": {...}, "ratio": {...}, "order": "ABBA"}`` (each side the mean of its two runs; after / before per case):
-before and after in one run, the same harness. Cases:
+before and after in one run, the same harness.
+
+Every reply is checked after the timing (:func:`check`), and each summary carries ``"wrong": 0``; the bench exits 1
+before its summary otherwise (with ``--compare``, when either side's check failed). Cases:
 
 - ``relay``: no policy applies (the request is classified and relayed; Fetch responses below v16 are not opened);
 - ``size_limit``: a KIP-74 budget for the client (request clamped and reordered, response collected and enforced);
@@ -53,6 +56,7 @@ except ImportError:  # pragma: no cover - revisions before the policy packages (
         UpstreamPlan,
     )
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
+from proxy.wire.fetch_request_fast import decode_fetch_request
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 
@@ -179,9 +183,43 @@ def _pipeline_engine(case: str) -> Fetch:  # pragma: no cover - runs only agains
     return fetch
 
 
-def run_case(case: str, partitions: int, version: int, fetches: int) -> float:
-    """Median ms per fetch (request + response side) after one warm-up (session creation); every frame is built
-    before the first is timed, so building them (much allocation, cold caches) never lands in a timed fetch."""
+def check(case: str, version: int, request: bytes, upstream: bytes, reply: bytes) -> str | None:
+    """What is wrong with the client's ``reply`` to ``request`` (None when nothing is): ``relay`` relays the
+    response unopened; the other cases answer with the request's correlation id, no error, every partition of the
+    upstream response at its high watermark (nothing lost), only partitions the request asked for, and for a
+    session-less client every one of them (KIP-227: a full response)."""
+    if case == "relay":
+        return None if reply == b"" else "the response was opened"
+    if not reply:
+        return "the response was relayed unopened"
+    corr, _, view = decode_frame(reply[4:], version)
+    request_view = decode_fetch_request(request)
+    asked = set(request_view.partitions())
+    if corr != request_view.correlation_id:
+        return f"correlation id {corr}"
+    if view.error_code:
+        return f"error {view.error_code}"
+    got = _high_watermarks(view, version)
+    news = _high_watermarks(decode_frame(upstream, version)[2], version)
+    if any(got.get(key) != hw for key, hw in news.items()):
+        return "a partition's news is missing"
+    if not set(got) <= asked:
+        return "a partition the request did not ask for"
+    if case == "terminate_sessionless" and set(got) != asked:
+        return f"{len(got)} of {len(asked)} partitions in a session-less client's response"
+    return None
+
+
+def _high_watermarks(view: FetchResponseView, version: int) -> dict[PartitionKey, int]:
+    """Each partition a response lists, keyed as requests key it (topic ids from v13), and its high watermark."""
+    return {(t.topic_id if version >= 13 else t.topic, p.partition_index): p.high_watermark
+            for t in view.topics for p in t.partitions}
+
+
+def run_case(case: str, partitions: int, version: int, fetches: int) -> tuple[float, int]:
+    """Median ms per fetch (request + response side) after one warm-up (session creation), and how many replies
+    :func:`check` found wrong; every frame is built before the first is timed, so building them (much allocation,
+    cold caches) never lands in a timed fetch."""
     topic: str | bytes = bytes(range(16)) if version >= 13 else "bench"
     keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
     busy = keys[:BUSY]
@@ -204,11 +242,17 @@ def run_case(case: str, partitions: int, version: int, fetches: int) -> float:
             frames.append((request_frame(version, i + 2, offsets, LEGACY),
                            response_frame(version, i + 2, busy if terminate else keys, hw, 77 if terminate else 0)))
     times: list[float] = []
+    replies: list[bytes] = []
     for frame, upstream in frames:
         t0 = time.perf_counter()
-        fetch(frame, upstream)
+        replies.append(fetch(frame, upstream))
         times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000
+    wrong = [w for (frame, upstream), reply in zip(frames, replies, strict=True)
+             if (w := check(case, version, frame, upstream, reply)) is not None]
+    if wrong:
+        print(json.dumps({"bench": "pipeline_cpu", "case": case, "error": wrong[0], "wrong": len(wrong)}),
+              flush=True)
+    return statistics.median(times) * 1000, len(wrong)
 
 
 def measure(tree: Path, argv: list[str], side: str) -> dict[str, float]:
@@ -220,7 +264,7 @@ def measure(tree: Path, argv: list[str], side: str) -> dict[str, float]:
     for line in lines:
         print(json.dumps({**line, "side": side}), flush=True)
     summary = lines[-1]
-    return {case: summary[case] for case in CASES}
+    return {case: summary[case] for case in (*CASES, "wrong")}
 
 
 def compare(rev: str, argv: list[str]) -> dict[str, dict[str, float]]:
@@ -238,7 +282,7 @@ def compare(rev: str, argv: list[str]) -> dict[str, dict[str, float]]:
         finally:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=True)
     return {side: {case: round(sum(r[case] for r in rs) / len(rs), 4) for case in CASES}
-            for side, rs in runs.items()}
+            | {"wrong": sum(int(r["wrong"]) for r in rs)} for side, rs in runs.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -252,17 +296,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.compare:
         sides = compare(args.compare, common)
         old, new = sides["before"], sides["after"]
+        if old.pop("wrong") or new.pop("wrong"):
+            sys.exit(1)
         ratio = {case: round(new[case] / old[case], 3) if old[case] else None for case in CASES}
         print(json.dumps({"summary": "pipeline_cpu_compare", "rev": args.compare, "version": args.version,
-                          "before": old, "after": new, "ratio": ratio, "order": "ABBA"}), flush=True)
+                          "before": old, "after": new, "ratio": ratio, "order": "ABBA", "wrong": 0}), flush=True)
         return
     summary: dict[str, object] = {"summary": "pipeline_cpu", "partitions": args.partitions}
+    wrong = 0
     for case in CASES:
-        ms = run_case(case, args.partitions, args.version, args.fetches)
+        ms, bad = run_case(case, args.partitions, args.version, args.fetches)
+        wrong += bad
         print(json.dumps({"bench": "pipeline_cpu", "case": case, "partitions": args.partitions,
-                          "version": args.version, "ms_per_fetch": round(ms, 4)}), flush=True)
+                          "version": args.version, "ms_per_fetch": round(ms, 4), "wrong": bad}), flush=True)
         summary[case] = round(ms, 4)
-    print(json.dumps(summary), flush=True)
+    if wrong:
+        sys.exit(1)
+    print(json.dumps({**summary, "wrong": 0}), flush=True)
 
 
 if __name__ == "__main__":

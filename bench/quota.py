@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
@@ -78,7 +78,7 @@ from bench.throttle import (
     names_arg,
 )
 from bench.throttle import produce as produce_backlog
-from rig.kafka import KafkaBroker
+from rig.kafka import KafkaBroker, end_offsets
 from rig.sluice_process import SluiceProcess
 
 PRODUCERS = ("confluent", "kafka-python")
@@ -196,14 +196,6 @@ def produce_kafka_python(bootstrap: str, topic: str, client_id: str, acks: Acks,
 PRODUCE = {"confluent": produce_confluent, "kafka-python": produce_kafka_python}
 
 
-def end_offsets(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-quota-check"})
-    try:
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS))
-    finally:
-        consumer.close()
-
-
 def result(side: str, name: str, samples: list[tuple[float, int]], first: float | None, target: int,
            seconds: int) -> dict[str, Any]:
     """Emit the run's per-second lines; its figures (the caller adds to them and emits them)."""
@@ -236,7 +228,7 @@ def run_producer(bootstrap: str, name: str, target: int, seconds: int, tmp: Path
 
 def check_stored(bootstrap: str, topic: str, acks: Acks, line: dict[str, Any]) -> None:
     """The topic holds exactly the records acknowledged (idempotent producers), else the line says what was lost."""
-    stored = end_offsets(bootstrap, topic)
+    stored = sum(end_offsets(bootstrap, topic).values())
     line["acknowledged"], line["stored"] = len(acks.samples), stored
     if acks.failed or stored != len(acks.samples):
         line["lost"] = f"{len(acks.samples)} acknowledged, {stored} stored, {len(acks.failed)} failed: " \

@@ -41,7 +41,7 @@ from proxy.wire.fetch_fast import decode_frame
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from proxy.wire.records import walk_batches
-from rig.kafka import KafkaBroker
+from rig.kafka import KafkaBroker, end_offsets
 from rig.sluice_process import SluiceProcess
 
 PARTITIONS = 8
@@ -117,17 +117,6 @@ class RssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    c = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        return {tp.partition: off for tp, off in c.end_offsets(tps).items()}
-    finally:
-        c.close()
 
 
 def run_config(name: str, broker: KafkaBroker, topic: str, ends: dict[int, int], consumers: int,

@@ -115,6 +115,19 @@ def find_java() -> str:
     return found
 
 
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition of ``topic`` and its end offset (the offset its next record will get), as the broker reports
+    them (ListOffsets, latest): how the benches count what a run stored."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rig-end-offsets", "enable.auto.commit": False})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+    finally:
+        consumer.close()
+
+
 def cache_root() -> Path:
     """Where downloaded jars live: ${SLUICE_CACHE:-~/.cache/sluice}."""
     return Path(os.environ.get("SLUICE_CACHE") or Path.home() / ".cache" / "sluice").expanduser()

@@ -16,6 +16,32 @@ def test_every_case_runs(version: int, capsys: pytest.CaptureFixture[str]) -> No
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line.get("case") for line in lines[:-1]] == list(pipeline_cpu.CASES)
     assert lines[-1]["summary"] == "pipeline_cpu" and all(lines[-1][case] >= 0 for case in pipeline_cpu.CASES)
+    assert lines[-1]["wrong"] == 0 and all(line["wrong"] == 0 for line in lines[:-1])
+
+
+def test_the_check_finds_a_wrong_reply() -> None:
+    """The summary's "wrong": 0 means something: a reply missing a partition's news, listing a partition never
+    asked for, with another correlation id, or partial for a session-less client is each found."""
+    keys = [("t", i) for i in range(5)]
+    request = pipeline_cpu.request_frame(12, 7, dict.fromkeys(keys, 0), pipeline_cpu.LEGACY)
+    upstream = pipeline_cpu.response_frame(12, 7, keys[:2], 3, 0)
+
+    def reply(corr: int, listed: list[tuple[str, int]], hw: int = 3) -> bytes:
+        return b"\0\0\0\0" + pipeline_cpu.response_frame(12, corr, listed, hw, 0)
+
+    assert pipeline_cpu.check("size_limit", 12, request, upstream, reply(7, keys[:2])) is None
+    assert pipeline_cpu.check("terminate_sessionless", 12, request, upstream, reply(7, keys)) is None
+    assert pipeline_cpu.check("size_limit", 12, request, upstream, reply(8, keys[:2])) == "correlation id 8"
+    assert pipeline_cpu.check("size_limit", 12, request, upstream, reply(7, keys[:1])) == \
+        "a partition's news is missing"
+    assert pipeline_cpu.check("size_limit", 12, request, upstream, reply(7, keys[:2], hw=2)) == \
+        "a partition's news is missing"
+    assert pipeline_cpu.check("size_limit", 12, request, upstream, reply(7, [("x", 1), *keys[:2]])) == \
+        "a partition the request did not ask for"
+    assert pipeline_cpu.check("terminate_sessionless", 12, request, upstream, reply(7, keys[:2])) == \
+        "2 of 5 partitions in a session-less client's response"
+    assert pipeline_cpu.check("relay", 12, request, upstream, b"") is None
+    assert pipeline_cpu.check("relay", 12, request, upstream, reply(7, keys[:2])) == "the response was opened"
 
 
 @pytest.mark.parametrize("case, incremental_upstream, incremental_downstream",
