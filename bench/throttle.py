@@ -63,7 +63,9 @@ JSON lines on stdout (logs on stderr): per run and second ``{"bench": "throttle"
 "second", "target_bytes_s", "measured_bytes_s"}``; per run ``{"bench": "throttle", "mode", "client", "kind",
 "target_bytes_s", "mean_bytes_s", "ratio", "worst_window_error", "windows", ...}``; last line ``{"summary":
 "throttle", "worst_window_error": <max over every run, both kinds of client>, "by_kind": {kind: {mode:
-{"worst_window_error", "ratio": {client: ratio}}}}, ...}``.
+{"worst_window_error", "ratio": {client: ratio}}}}, "out_of_order": 0, "errors": [], ...}``. Its check: every
+client read each partition's records once, in order, from offset 0 (``out_of_order`` counts the records that were
+not their partition's next), and every client got records (``errors``); the bench exits 1 otherwise.
 """
 
 from __future__ import annotations
@@ -136,6 +138,9 @@ class Arrivals:
     samples: list[tuple[float, int]] = field(default_factory=list)
     positions: dict[int, int] = field(default_factory=dict)  # partition -> next offset
     records: int = 0
+    #: records that were not the next of their partition (a gap, a repeat or a step back): the throttle only
+    #: delays records, so every client reads each partition's records once, in order, from offset 0
+    out_of_order: int = 0
     exhausted_at: float | None = None  # monotonic time the last record of the backlog arrived
 
     @property
@@ -145,6 +150,8 @@ class Arrivals:
     def record(self, now: float, partition: int, offset: int, size: int) -> None:
         self.samples.append((now, size))
         self.records += 1
+        if offset != self.positions.get(partition, 0):
+            self.out_of_order += 1
         self.positions[partition] = max(self.positions.get(partition, 0), offset + 1)
         if self.exhausted_at is None and all(self.positions.get(p, 0) >= end for p, end in self.ends.items()):
             self.exhausted_at = now
@@ -479,6 +486,7 @@ def run(bootstrap: str, topic: str, ends: dict[int, int], mode: str, name: str, 
     line = {**base, "target_bytes_s": target, "mean_bytes_s": round(stats.mean_bytes_s),
             "ratio": round(stats.mean_bytes_s / target, 4), "worst_window_error": round(stats.worst_window_error, 4),
             "windows": stats.windows, "basis": stats.basis, "records": arrivals.records,
+            "out_of_order": arrivals.out_of_order,
             "bytes": sum(n for _, n in arrivals.samples), "first_record_s": round(first - started, 2),
             "backlog_exhausted_at_s": None if exhausted is None else round(exhausted, 2)}
     if exhausted is not None:
@@ -497,6 +505,7 @@ def summary(lines: list[dict[str, Any]], args: argparse.Namespace, target: int) 
         entry["ratio"][line["client"]] = line["ratio"]
     worst = max(line["worst_window_error"] for line in lines)
     return {"summary": "throttle", "worst_window_error": worst, "goal": GOAL, "within_goal": worst <= GOAL,
+            "out_of_order": sum(line.get("out_of_order", 0) for line in lines),
             "target_bytes_s": target, "seconds": args.seconds, "mib": args.mib, "by_kind": by_kind,
             "backlog_exhausted": [f"{x['client']}/{x['mode']}" for x in lines
                                   if x.get("backlog_exhausted_at_s") is not None],
@@ -543,7 +552,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     target = int(args.rate * MB)
     lines: list[dict[str, Any]] = []
@@ -555,8 +564,10 @@ def main(argv: list[str] | None = None) -> None:
         for mode in args.modes:
             for name in args.clients:
                 lines.append(run(broker.bootstrap, topic, ends, mode, name, target, args.seconds, Path(tmp)))
-    emit(summary(lines, args, target))
+    result = summary(lines, args, target)
+    emit(result)
+    return 1 if result["out_of_order"] or result["errors"] else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
