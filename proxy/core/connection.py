@@ -474,6 +474,8 @@ class Connection:
                     # the whole header in this read (nearly always): read in place, relayed with the body's first
                     # bytes in one write (one send, one packet for a small response) from offset _head_at
                     self._head_at = pos
+                    if self.awaiting and self.awaiting[0].relay_if is not None:
+                        self._relay_if(view, pos, end)
                     pos += 8
                     if not self._start_response(view[pos - 8 : pos]):
                         return
@@ -513,6 +515,22 @@ class Connection:
         if self._head is not None:  # a header that ended this read: its body comes in a later one
             head, self._head, self._head_at = self._head, None, -1
             self.port.send_client((bytes(head),))
+
+    def _relay_if(self, view: memoryview, pos: int, end: int) -> None:
+        """The next response (size prefix at ``pos``) is to be collected only if it is not plain
+        (``Exchange.relay_if``): when it is whole in this read and plain, it is relayed as bytes instead. One
+        that is malformed is collected, and the chain's decode fails the connection as before."""
+        ex = self.awaiting[0]
+        assert ex.relay_if is not None
+        size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
+        if not 4 <= size <= end - pos - 4:
+            return
+        try:
+            plain = ex.relay_if(view[pos + 4 : pos + 4 + size])
+        except CodecError:
+            return
+        if plain:
+            ex.collect = False
 
     def _server_token(self, view: memoryview, pos: int, end: int) -> int:
         """Read (part of) a bare SASL answer from ``view[pos:end]``; relay it whole; return the new position."""

@@ -8,6 +8,10 @@ the generic *effects* below, which the connection core (:mod:`proxy.core.connect
 - ``answer``: a response Sluice makes itself; the request never goes upstream;
 - ``collect``: the whole response is needed (decoded, edited by policies, re-encoded if changed); otherwise it
   is relayed as bytes, or walked with ``streamer`` as it streams through;
+- ``relay_if``: set with ``collect`` by a policy that reads a response only for what it rarely carries (e.g.
+  KIP-951 addresses): a response that arrives whole in one read and for which ``relay_if(frame)`` is true is
+  relayed as bytes, unread, as if ``collect`` were not set. The chain keeps it only when that policy is the one
+  policy of the request (:meth:`~proxy.core.chain.Chain.on_request`);
 - ``reserve``: response bytes to reserve from the proxy-wide memory bound before the request goes upstream;
 - ``mute_s``: after the response, stop reading the client for so long (KIP-73 pacing, KIP-219 muting);
 - ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream);
@@ -149,6 +153,7 @@ class Exchange:
     #: effects (see the module docstring)
     answer: bytes | None = None
     collect: bool = False
+    relay_if: Callable[[memoryview], bool] | None = None
     streamer: Callable[[int], Streamer] | None = None
     reserve: int = 0
     mute_s: float = 0.0

@@ -20,7 +20,7 @@ from ..core.policy import Policy, Services, reads
 from ..wire.api_keys import ApiKey
 from ..wire.fetch_layout import FIRST_NODE_ENDPOINTS, MAX_VERSION
 from ..wire.fetch_stream import FetchStreamer
-from ..wire.views import FetchResponse, MessageResponse, MetadataHead, ResponseView
+from ..wire.views import FetchResponse, MessageResponse, MetadataHead, ResponseView, tags_empty
 
 #: the first Produce version with KIP-951 NodeEndpoints (ProduceResponse.json)
 FIRST_PRODUCE_ENDPOINTS = 10
@@ -45,8 +45,12 @@ class Addresses(Policy):
                 return None  # no NodeEndpoints before KIP-951: relay as bytes
             ex.streamer = self._streamers[version]
             return True
-        if key == ApiKey.PRODUCE and version < FIRST_PRODUCE_ENDPOINTS:
-            return None
+        if key == ApiKey.PRODUCE:
+            if version < FIRST_PRODUCE_ENDPOINTS:
+                return None
+            # NodeEndpoints come only after a leader moved (KIP-951): a response without a top-level tagged
+            # field is relayed unread (on every producer's request)
+            ex.relay_if = tags_empty(key, version)
         ex.collect = True
         return True
 

@@ -512,10 +512,6 @@ _CTX = cs.Container()
 
 # --------------------------------------------------------------------------------------------- skimming
 
-_FIXED_SIZE = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4, "float64": 8, "bool": 1,
-               "uuid": 16}
-_I16S = struct.Struct(">h")
-_I32S = struct.Struct(">i")
 
 
 def uvarint_at(buf: memoryview, pos: int) -> tuple[int, int]:
@@ -558,95 +554,6 @@ def tag_section_at(buf: memoryview, pos: int, n: int) -> tuple[memoryview | None
     return buf[start:pos], pos
 
 
-Skip = Callable[[memoryview, int], int]
-
-
-def _skip_plan(fields: tuple[FieldSpec, ...], version: int, flexible: bool, *, own_tags: bool = True) -> Skip:
-    """A function skipping one struct's encoding (``own_tags=False``: stop before its own tag section)."""
-    steps: list[Skip | int] = []
-    for f in fields:
-        if version not in f.versions or (flexible and version in f.tagged):
-            continue
-        steps.append(_skip_field(f, version, flexible))
-    # Adjacent fixed-size fields collapse into one step.
-    merged: list[Skip | int] = []
-    for s in steps:
-        if isinstance(s, int) and merged and isinstance(merged[-1], int):
-            merged[-1] += s
-        else:
-            merged.append(s)
-
-    def skip(buf: memoryview, pos: int) -> int:
-        for s in merged:
-            pos = pos + s if isinstance(s, int) else s(buf, pos)
-        if flexible and own_tags:
-            pos = skip_tags(buf, pos)
-        return pos
-
-    return skip
-
-
 def skip_tags(buf: memoryview, pos: int) -> int:
     """Past a KIP-482 tagged-field section at ``pos`` (validated like KafkaStruct._parse)."""
     return tag_section_at(buf, pos, len(buf))[1]
-
-
-def _skip_field(f: FieldSpec, version: int, flexible: bool) -> Skip | int:
-    fflex = flexible and (f.flexible_override is None or version in f.flexible_override)
-    t = f.element_type
-    if f.is_struct:
-        element: Skip | int = _skip_plan(f.fields, version, fflex)
-    elif t in _FIXED_SIZE:
-        element = _FIXED_SIZE[t]
-    elif t in ("string", "bytes", "records"):
-        if fflex:
-            def element(buf: memoryview, pos: int) -> int:
-                n, pos = uvarint_at(buf, pos)
-                return pos + max(n - 1, 0)
-        elif t == "string":
-            def element(buf: memoryview, pos: int) -> int:
-                return pos + 2 + max(_I16S.unpack_from(buf, pos)[0], 0)
-        else:
-            def element(buf: memoryview, pos: int) -> int:
-                return pos + 4 + max(_I32S.unpack_from(buf, pos)[0], 0)
-    else:
-        raise CodecError(f"cannot skim field type {t!r} ({f.kafka_name})")
-    if not f.is_array:
-        return element
-
-    def array(buf: memoryview, pos: int) -> int:
-        if fflex:
-            n, pos = uvarint_at(buf, pos)
-            n -= 1
-        else:
-            n = _I32S.unpack_from(buf, pos)[0]
-            pos += 4
-        if isinstance(element, int):
-            return pos + max(n, 0) * element
-        for _ in range(n):
-            pos = element(buf, pos)
-        return pos
-
-    return array
-
-
-@cache
-def top_level_tags_locator(spec: MessageSpec, version: int) -> Callable[[memoryview, int], int]:
-    """For a flexible (spec, version): a function (buffer, body offset) -> offset of the body's top-level
-    tagged-field section, found by skipping over the fields without decoding them. Lets the proxy check in a
-    few microseconds whether a response carries a top-level tagged field (KIP-951 NodeEndpoints) before paying
-    for a full decode. Malformed input raises CodecError."""
-    if version not in spec.flexible:
-        raise CodecError(f"{spec.name} v{version} is not a flexible version", api=spec.name, version=version)
-    plan = _skip_plan(spec.fields, version, True, own_tags=False)
-
-    def locate(buf: memoryview, pos: int) -> int:
-        try:
-            end = plan(buf, pos)
-        except (IndexError, struct.error):
-            raise CodecError("truncated message while skimming", api=spec.name, version=version) from None
-        if end >= len(buf):
-            raise CodecError("message ends before its tag section", api=spec.name, version=version)
-        return end
-
-    return locate

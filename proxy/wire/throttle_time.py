@@ -8,7 +8,7 @@ by its position (ProduceResponse.json, FetchResponse.json):
 - Fetch v1+: the body's first field.
 - Produce v1-8: the body's last field (after the responses).
 - Produce v9+ (flexible): the last field before the body's top-level tag section (KIP-951's NodeEndpoints in
-  v10+ are tagged), found by skipping the fields (:func:`~proxy.wire.compiler.top_level_tags_locator`).
+  v10+ are tagged), found by skipping the fields (:func:`~proxy.wire.skim.top_level_tags_locator`).
 
 A response whose body was decoded (a policy edits it) gets the field set in the decoded body instead, so the
 re-encoding carries it.
@@ -19,9 +19,9 @@ from __future__ import annotations
 import struct
 
 from .api_keys import ApiKey
-from .compiler import top_level_tags_locator
 from .errors import CodecError
 from .messages import response_body_offset, response_spec
+from .skim import top_level_tags_locator
 from .views import FetchResponse, MessageResponse, ResponseView
 
 _I32 = struct.Struct(">i")

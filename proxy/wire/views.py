@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
+from functools import cache
 
 from . import fetch_fast
 from .api_keys import ApiKey
-from .compiler import head_codec, top_level_tags_locator
+from .compiler import head_codec
 from .fetch_fast import FetchResponseView
 from .fetch_request_fast import FetchEdit, decode_fetch_request
 from .messages import (
@@ -34,6 +36,7 @@ from .messages import (
     response_spec,
 )
 from .model import Message
+from .skim import top_level_tags_locator
 from .versions import UNSUPPORTED_VERSION
 
 _I16 = struct.Struct(">h")
@@ -137,12 +140,8 @@ class MessageResponse:
         return self._body
 
     def top_level_tags_empty(self) -> bool:
-        """For a flexible version: whether the body's top-level tag section is empty, found by skipping the
-        fields without decoding them (a few microseconds)."""
-        view = memoryview(self.frame)
-        locate = top_level_tags_locator(response_spec(self.api_key), self.version)
-        pos = locate(view, response_body_offset(self.api_key, self.version, view))
-        return bool(view[pos] == 0)
+        """For a flexible version: whether the body's top-level tag section is empty (:func:`tags_empty`)."""
+        return tags_empty(self.api_key, self.version)(memoryview(self.frame))
 
     def error_codes(self) -> list[int]:
         return error_codes(self._body) if self._body is not None else []
@@ -217,6 +216,19 @@ def response_view(api_key: int, version: int, frame: Buffer) -> ResponseView:
     if api_key == ApiKey.METADATA:
         return MetadataHead(version, frame)
     return MessageResponse(api_key, version, frame)
+
+
+@cache
+def tags_empty(api_key: int, version: int) -> Callable[[memoryview], bool]:
+    """For a flexible response version: a function (frame without size prefix) -> whether the body's top-level
+    tag section is empty, found by skimming the fields without decoding them (proxy/wire/skim.py). CodecError if
+    the frame is malformed."""
+    locate = top_level_tags_locator(response_spec(api_key), version)
+
+    def empty(frame: memoryview) -> bool:
+        return frame[locate(frame, response_body_offset(api_key, version, frame))] == 0
+
+    return empty
 
 
 def error_codes(msg: Message) -> list[int]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.wire.compiler import skip_tags, top_level_tags_locator
+from proxy.wire.compiler import skip_tags
 from proxy.wire.messages import (
     api_name,
     decode_consumer_protocol,
@@ -23,6 +23,7 @@ from proxy.wire.messages import (
     response_body_offset,
     response_spec,
 )
+from proxy.wire.skim import top_level_tags_locator
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 FILES = sorted(GOLDEN.glob("*.bin"))

@@ -22,7 +22,8 @@ from proxy.core.policy import Policy, reads
 from proxy.policies.terminate.sessions import LEGACY, PartitionKey
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.fetch_request_fast import decode_fetch_request
-from proxy.wire.messages import decode_response, request_codec
+from proxy.wire.messages import decode_response, request_codec, response_codec
+from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, new_batch
 from rig.core_rig import CoreRig, FakePort, request, response, sized
 
@@ -449,6 +450,82 @@ def test_produce_with_acks_1_awaits_its_response() -> None:
     conn = rig.connect()[0]
     conn.client_data(sized(produce(1, acks=1)))
     assert rig.lines() == [] and [ex.header.correlation_id for ex in conn.awaiting] == [1]
+
+
+# -------------------------------------------- Produce v10+ responses: unread without NodeEndpoints (KIP-951)
+
+
+def produce_v10(corr: int) -> bytes:
+    return request(PRODUCE, 10, corr, request_codec(PRODUCE, 10).default().replace(acks=1))
+
+
+def produce_v10_response(corr: int, error: int = 0, endpoints: tuple[Message, ...] = ()) -> bytes:
+    partition = Message(index=0, error_code=error, base_offset=7, log_append_time_ms=-1, log_start_offset=0,
+                        record_errors=[], error_message=None)
+    return response(PRODUCE, 10, corr, response_codec(PRODUCE, 10).default().replace(
+        responses=[Message(name="t", partition_responses=[partition])], node_endpoints=list(endpoints)))
+
+
+def test_a_produce_response_without_node_endpoints_is_relayed_unread() -> None:
+    """No top-level tagged field (KIP-951's NodeEndpoints come only after a leader moved): the bytes as the broker
+    sent them, an error included, logged as not decoded."""
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(produce_v10(1), produce_v10(2)))
+    frames = [produce_v10_response(1), produce_v10_response(2, error=6)]  # 6: NOT_LEADER_OR_FOLLOWER
+    conn.upstream_data(sized(*frames))
+    assert port.take_client() == sized(*frames)
+    assert [(ln["correlation_id"], ln["decoded"]) for ln in rig.lines()] == [(1, False), (2, False)]
+    assert not conn.busy
+
+
+def test_a_produce_response_with_node_endpoints_is_read_and_rewritten() -> None:
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(produce_v10(1)))
+    conn.upstream_data(sized(produce_v10_response(
+        1, error=6, endpoints=(Message(node_id=2, host="b2", port=9092, rack=None),))))
+    _, body = decode_response(PRODUCE, 10, port.take_client()[4:])
+    assert [(e.node_id, e.host != "b2") for e in body.node_endpoints] == [(2, True)]
+    assert [(ln["decoded"], ln["error_codes"]) for ln in rig.lines()] == [(True, [6])]
+
+
+def test_a_produce_response_split_across_reads_is_collected() -> None:
+    """Not whole in one read: collected as before (the skim needs the whole body)."""
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(produce_v10(1)))
+    wire = sized(produce_v10_response(1))
+    conn.upstream_data(wire[:12])
+    conn.upstream_data(wire[12:])
+    assert port.take_client() == wire
+    assert [(ln["decoded"], ln["error_codes"]) for ln in rig.lines()] == [(True, [])]
+
+
+class _ReadsProduce(Policy):
+    """A second policy reading Produce responses (as client quotas do)."""
+
+    name = "reads-produce"
+    apis = reads(PRODUCE)
+
+    def on_request(self, ex: Exchange, conn: Any) -> Any:
+        ex.collect = True
+        return "read"
+
+    def on_response(self, ex: Exchange, response: Any, conn: Any, state: Any) -> None:
+        self.seen = response.body.responses[0].partition_responses[0].base_offset
+
+
+def test_a_produce_response_another_policy_reads_is_collected() -> None:
+    rig = make_rig()
+    reader = _ReadsProduce()
+    addresses = [p for p in rig.proxy.chain.policies if p.name == "addresses"]
+    rig.proxy.chain = Chain([*addresses, reader], rig.metrics, rig.names, rig.access_log)
+    conn, port = rig.connect()
+    conn.client_data(sized(produce_v10(1)))
+    conn.upstream_data(sized(produce_v10_response(1)))
+    assert port.take_client() == sized(produce_v10_response(1)) and reader.seen == 7
+    assert [ln["decoded"] for ln in rig.lines()] == [True]
 
 
 # ---------------------------------------------------------------------------------------------- memory waits

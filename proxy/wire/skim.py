@@ -1,0 +1,170 @@
+"""Skimming a message: where its top-level tag section starts, found without decoding it.
+
+KIP-951 put broker addresses into a top-level tagged field of Fetch (v16+) and Produce (v10+) responses,
+NodeEndpoints, which the broker fills only after a partition's leader moved. Sluice must rewrite them, yet decoding
+every response to look at its last bytes is most of what it would add to a round trip. So the fields are skimmed:
+lengths and counts read, nothing decoded, and the top-level tag section found; when it is empty (one zero byte)
+nothing in the response needs Sluice, and it is relayed as bytes, unread (``Exchange.relay_if``). The Produce
+response's ThrottleTimeMs sits just before that section (proxy/wire/throttle_time.py).
+
+The skim is generated from the message spec, like every codec here (a new field or version is a spec change):
+:func:`top_level_tags_locator` writes one straight-line Python function per (spec, version) - adjacent
+fixed-size fields folded into one offset step, one-byte varints read inline, nested tag sections stepped over
+in one test when empty - and compiles it once. Against closures per field it is about three times faster
+(bench: a Produce response skimmed in ~1.2 us instead of ~3.5 us), and Sluice runs it on every producer's
+request.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from functools import cache
+
+from .compiler import skip_tags, uvarint_at
+from .errors import CodecError
+from .schema import FieldSpec, MessageSpec
+
+#: wire sizes of the fixed-size types (Kafka's message specs: Types.java)
+FIXED_SIZE = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4, "float64": 8, "bool": 1,
+              "uuid": 16}
+
+#: (buffer, body offset) -> offset of the body's top-level tag section; CodecError if the body is malformed
+Locate = Callable[[memoryview, int], int]
+
+
+class _Writer:
+    """The generated function's source, line by line."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._names = 0
+        self._step = 0  # fixed-size bytes not yet added to pos
+
+    def emit(self, depth: int, line: str) -> None:
+        self.flush(depth)
+        self.lines.append("    " * depth + line)
+
+    def advance(self, n: int) -> None:
+        self._step += n
+
+    def flush(self, depth: int) -> None:
+        if self._step:
+            step, self._step = self._step, 0
+            self.lines.append("    " * depth + f"pos += {step}")
+
+    def name(self) -> str:
+        self._names += 1
+        return f"n{self._names}"
+
+    def uvarint(self, depth: int, target: str) -> None:
+        """``target`` = the unsigned varint at pos; pos past it (the one-byte case inline)."""
+        self.emit(depth, f"{target} = buf[pos]")
+        self.emit(depth, f"if {target} < 0x80:")
+        self.emit(depth + 1, "pos += 1")
+        self.emit(depth, "else:")
+        self.emit(depth + 1, f"{target}, pos = uvarint_at(buf, pos)")
+
+    def tags(self, depth: int) -> None:
+        """Past a nested tag section (one zero byte when empty)."""
+        self.emit(depth, "if buf[pos]:")
+        self.emit(depth + 1, "pos = skip_tags(buf, pos)")
+        self.emit(depth, "else:")
+        self.emit(depth + 1, "pos += 1")
+
+
+def _struct(w: _Writer, fields: tuple[FieldSpec, ...], version: int, flexible: bool, depth: int) -> None:
+    """Past one struct's fields at ``version`` (tagged ones live in its tag section), not its tag section."""
+    for f in fields:
+        if version not in f.versions or (flexible and version in f.tagged):
+            continue
+        fflex = flexible and (f.flexible_override is None or version in f.flexible_override)
+        if f.is_array:
+            _array(w, f, version, fflex, depth)
+        else:
+            _element(w, f, version, fflex, depth)
+
+
+def _array(w: _Writer, f: FieldSpec, version: int, flexible: bool, depth: int) -> None:
+    n = w.name()
+    if flexible:
+        w.uvarint(depth, n)
+        w.emit(depth, f"{n} -= 1")  # compact arrays: length + 1, 0 = null
+    else:
+        w.emit(depth, f"{n} = _I32(buf, pos)[0]")
+        w.advance(4)
+    size = FIXED_SIZE.get(f.element_type)
+    if size is not None:
+        w.emit(depth, f"if {n} > 0:")
+        w.emit(depth + 1, f"pos += {n} * {size}")
+        return
+    # every element takes at least one byte: a count beyond the bytes left is malformed, not a long loop
+    w.emit(depth, f"if {n} > end - pos:")
+    w.emit(depth + 1, "raise IndexError")
+    w.emit(depth, f"for _ in range({n}):")
+    w.lines.append("    " * (depth + 1) + "pass")
+    _element(w, f, version, flexible, depth + 1)
+    w.flush(depth + 1)
+
+
+def _element(w: _Writer, f: FieldSpec, version: int, flexible: bool, depth: int) -> None:
+    t = f.element_type
+    if f.is_struct:
+        nullable = not f.is_array and version in f.nullable
+        if nullable:
+            # an int8 marker, -1 for null, then the struct when it is 1 (compiler.py's NullableStruct)
+            w.emit(depth, "if buf[pos] < 0x80:")
+            w.emit(depth + 1, "pos += 1")
+            depth += 1
+        _struct(w, f.fields, version, flexible, depth)
+        if flexible:
+            w.tags(depth)
+        w.flush(depth)
+        if nullable:
+            w.emit(depth - 1, "else:")
+            w.emit(depth, "pos += 1")
+    elif t in FIXED_SIZE:
+        w.advance(FIXED_SIZE[t])
+    elif t in ("string", "bytes", "records"):
+        n = w.name()
+        if flexible:
+            w.uvarint(depth, n)  # compact: length + 1, 0 = null
+            w.emit(depth, f"if {n} > 1:")
+            w.emit(depth + 1, f"pos += {n} - 1")
+        else:
+            unpack, width = ("_I16", 2) if t == "string" else ("_I32", 4)
+            w.emit(depth, f"{n} = {unpack}(buf, pos)[0]")
+            w.emit(depth, f"pos += {width}")
+            w.emit(depth, f"if {n} > 0:")
+            w.emit(depth + 1, f"pos += {n}")
+    else:
+        raise CodecError(f"cannot skim field type {t!r} ({f.kafka_name})")
+
+
+@cache
+def top_level_tags_locator(spec: MessageSpec, version: int) -> Locate:
+    """For a flexible (spec, version): a function (buffer, body offset) -> offset of the body's top-level tag
+    section (see the module docstring). Malformed input raises CodecError."""
+    if version not in spec.flexible:
+        raise CodecError(f"{spec.name} v{version} is not a flexible version", api=spec.name, version=version)
+    w = _Writer()
+    _struct(w, spec.fields, version, True, 2)
+    w.flush(2)
+    source = "\n".join([
+        "def locate(buf, pos):",
+        "    end = len(buf)",
+        "    try:",
+        "        pass",
+        *w.lines,
+        "    except (IndexError, StructError):",
+        "        raise CodecError('truncated message while skimming', api=API, version=VERSION) from None",
+        "    if pos >= end:",
+        "        raise CodecError('message ends before its tag section', api=API, version=VERSION)",
+        "    return pos",
+    ])
+    namespace = {"uvarint_at": uvarint_at, "skip_tags": skip_tags, "_I16": struct.Struct(">h").unpack_from,
+                 "_I32": struct.Struct(">i").unpack_from, "StructError": struct.error, "CodecError": CodecError,
+                 "API": spec.name, "VERSION": version}
+    exec(compile(source, f"<skim {spec.name} v{version}>", "exec"), namespace)  # the source written above
+    locate: Locate = namespace["locate"]  # type: ignore[assignment]
+    return locate
