@@ -207,7 +207,7 @@ class Chain:
                 if ex.answer is not None or ex.pending is not None:
                     return
             running = None
-            if ex.relay_if is not None and sum(state is not None for state in ex.states) > 1:
+            if ex.relay_if is not None and len(ex.states) > 1 and sum(s is not None for s in ex.states) > 1:
                 ex.relay_if = None  # another policy reads the response too: it is collected whatever it holds
             view = ex.view
             if view is not None and view.changed:

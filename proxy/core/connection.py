@@ -522,7 +522,7 @@ class Connection:
         that is malformed is collected, and the chain's decode fails the connection as before."""
         ex = self.awaiting[0]
         assert ex.relay_if is not None
-        size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
+        size = _SIZE_CORR.unpack_from(view, pos)[0]
         if not 4 <= size <= end - pos - 4:
             return
         try:
