@@ -24,7 +24,7 @@ from functools import cache
 
 from .api_keys import ApiKey
 from .compiler import uvarint_at
-from .errors import CodecError, codec_errors
+from .errors import MALFORMED, CodecError, as_codec_error
 from .messages import RequestHeader, request_spec
 
 #: ProduceRequest.json: TransactionalId "versions": "3+"
@@ -47,14 +47,20 @@ def produce_acks(frame: bytes | bytearray | memoryview, header: RequestHeader) -
     pos = header.body_offset
     if pos is None:
         raise CodecError("Produce request body not located", api="Produce", version=version)
-    buf = memoryview(frame)
-    with codec_errors("ProduceRequest", api="Produce", version=version):
+    try:
         if version >= FIRST_TRANSACTIONAL_VERSION:
             if version >= _first_flexible():
-                n, pos = uvarint_at(buf, pos)
+                n = frame[pos]  # compact: length + 1, 0 = null; one byte below 128 (an id under 127 bytes)
+                if n < 0x80:
+                    pos += 1
+                else:
+                    n, pos = uvarint_at(memoryview(frame), pos)
                 n -= 1
             else:
-                (n,) = _I16.unpack_from(buf, pos)
+                (n,) = _I16.unpack_from(frame, pos)
                 pos += 2
-            pos += max(n, 0)  # any negative length is null, as Kafka's readers take it
-        return int(_I16.unpack_from(buf, pos)[0])
+            if n > 0:  # any negative length is null, as Kafka's readers take it
+                pos += n
+        return int(_I16.unpack_from(frame, pos)[0])
+    except MALFORMED as e:  # free until it fires: this runs on every producer's request
+        raise as_codec_error(e, "ProduceRequest", api="Produce", version=version) from None
