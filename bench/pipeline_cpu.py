@@ -24,7 +24,11 @@ before its summary otherwise (with ``--compare``, when either side's check faile
   lists every partition, starting one further on each time (librdkafka's rotation), and gets a full response,
   the upstream session carries three changed partitions;
 - ``terminate_session``: the same for a client with its own session (Java, kafka-python): incremental requests
-  and responses with the three changed partitions (O(changed) on both sides).
+  and responses with the three changed partitions (O(changed) on both sides);
+- ``produce``: not a Fetch: a producer's round trip (Produce v10, acks=1, one 100-byte record; the broker's plain
+  answer) through the connection core as the server drives it (request framed, classified, sent; response read,
+  skimmed for KIP-951 NodeEndpoints, relayed), default settings, access log off: the per-request cost every
+  client pays (``ms_per_fetch`` is then per round trip). ``--partitions`` and ``--version`` do not apply to it.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ from proxy.wire.model import Message
 
 CLIENT_ID = "bench-client"
 BUSY = 3  # partitions with news in every fetch
-CASES = ("relay", "size_limit", "terminate_sessionless", "terminate_session")
+CASES = ("relay", "size_limit", "terminate_sessionless", "terminate_session", "produce")
 
 #: a fetch through the proxy's per-request logic: (request frame, upstream response frame) -> the client's reply
 #: (b"" when the response is relayed unopened)
@@ -216,10 +220,65 @@ def _high_watermarks(view: FetchResponseView, version: int) -> dict[PartitionKey
             for t in view.topics for p in t.partitions}
 
 
+def _produce_frames(corr: int) -> tuple[bytes, bytes]:
+    """A Produce v10 request (acks=1, one 100-byte record) and the broker's answer to it, no size prefixes."""
+    from proxy.wire.messages import response_codec
+    from proxy.wire.records import Record, encode_batch, new_batch
+    from rig.core_rig import request, response
+
+    records = encode_batch(new_batch([Record(key=b"k", value=b"v" * 100)]))
+    body = request_codec(0, 10).default().replace(acks=1, timeout_ms=30000, topic_data=[
+        Message(name="bench", partition_data=[Message(index=0, records=records)])])
+    answer = response_codec(0, 10).default().replace(responses=[Message(name="bench", partition_responses=[
+        Message(index=0, error_code=0, base_offset=corr, log_append_time_ms=-1, log_start_offset=0,
+                record_errors=[], error_message=None)])])
+    return request(0, 10, corr, body, client_id=CLIENT_ID), response(0, 10, corr, answer)
+
+
+def _core_engine() -> Fetch:
+    """A connection of the core (proxy/core/connection.py) on a port that keeps what it is handed: a request and
+    its response go through as the server's reads would hand them over; the client's bytes come back."""
+    from proxy.accesslog import AccessLog
+    from rig.core_rig import CoreRig
+
+    rig = CoreRig()
+    rig.access_log = AccessLog("off")  # `sluice run`'s default
+    conn, port = rig.connect()
+
+    def round_trip(frame: bytes, upstream: bytes) -> bytes:
+        conn.client_data(len(frame).to_bytes(4, "big") + frame)
+        conn.upstream_data(len(upstream).to_bytes(4, "big") + upstream)
+        port.upstream.clear()
+        return port.take_client()
+
+    return round_trip
+
+
+def _run_produce(fetches: int) -> tuple[float, int]:
+    """The ``produce`` case: median ms per round trip, and the replies that are not the broker's bytes."""
+    round_trip = _core_engine()
+    round_trip(*_produce_frames(0))
+    frames = [_produce_frames(i + 1) for i in range(fetches)]
+    times: list[float] = []
+    replies: list[bytes] = []
+    for frame, upstream in frames:
+        t0 = time.perf_counter()
+        replies.append(round_trip(frame, upstream))
+        times.append(time.perf_counter() - t0)
+    wrong = sum(reply != len(upstream).to_bytes(4, "big") + upstream
+                for (_, upstream), reply in zip(frames, replies, strict=True))
+    if wrong:
+        print(json.dumps({"bench": "pipeline_cpu", "case": "produce", "error": "reply differs from the broker's",
+                          "wrong": wrong}), flush=True)
+    return statistics.median(times) * 1000, wrong
+
+
 def run_case(case: str, partitions: int, version: int, fetches: int) -> tuple[float, int]:
     """Median ms per fetch (request + response side) after one warm-up (session creation), and how many replies
     :func:`check` found wrong; every frame is built before the first is timed, so building them (much allocation,
     cold caches) never lands in a timed fetch."""
+    if case == "produce":
+        return _run_produce(fetches)
     topic: str | bytes = bytes(range(16)) if version >= 13 else "bench"
     keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
     busy = keys[:BUSY]

@@ -517,19 +517,19 @@ class Connection:
             self.port.send_client((bytes(head),))
 
     def _relay_if(self, view: memoryview, pos: int, end: int) -> None:
-        """The next response (size prefix at ``pos``) is to be collected only if it is not plain
-        (``Exchange.relay_if``): when it is whole in this read and plain, it is relayed as bytes instead. One
-        that is malformed is collected, and the chain's decode fails the connection as before."""
+        """The next response (size prefix at ``pos``) is to be collected only if ``Exchange.relay_if`` says it
+        holds something to read: when it is whole in this read and holds nothing, it is relayed as bytes instead.
+        One that is malformed is collected, and the chain's decode fails the connection as before."""
         ex = self.awaiting[0]
         assert ex.relay_if is not None
         size = _SIZE_CORR.unpack_from(view, pos)[0]
         if not 4 <= size <= end - pos - 4:
             return
         try:
-            plain = ex.relay_if(view[pos + 4 : pos + 4 + size])
+            unread = ex.relay_if(view[pos + 4 : pos + 4 + size])
         except CodecError:
             return
-        if plain:
+        if unread:
             ex.collect = False
 
     def _server_token(self, view: memoryview, pos: int, end: int) -> int:

@@ -64,6 +64,8 @@ class codec_errors:  # a lower-case name: used as a function, ``with codec_error
         return None
 
     def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: object) -> None:
+        if e is None:
+            return
         if isinstance(e, MALFORMED):
             raise as_codec_error(e, self.what, api=self.api, version=self.version) from None
 
