@@ -189,11 +189,13 @@ def _pipeline_engine(case: str) -> Fetch:  # pragma: no cover - runs only agains
 
 def check(case: str, version: int, request: bytes, upstream: bytes, reply: bytes) -> str | None:
     """What is wrong with the client's ``reply`` to ``request`` (None when nothing is): ``relay`` relays the
-    response unopened; the other cases answer with the request's correlation id, no error, every partition of the
+    response unopened; ``produce`` hands the client the broker's bytes; the other cases answer with the request's correlation id, no error, every partition of the
     upstream response at its high watermark (nothing lost), only partitions the request asked for, and for a
     session-less client every one of them (KIP-227: a full response)."""
     if case == "relay":
         return None if reply == b"" else "the response was opened"
+    if case == "produce":  # the broker's answer, as it sent it (size prefix included)
+        return None if reply == len(upstream).to_bytes(4, "big") + upstream else "the reply differs from the broker's"
     if not reply:
         return "the response was relayed unopened"
     corr, _, view = decode_frame(reply[4:], version)
@@ -254,31 +256,14 @@ def _core_engine() -> Fetch:
     return round_trip
 
 
-def _run_produce(fetches: int) -> tuple[float, int]:
-    """The ``produce`` case: median ms per round trip, and the replies that are not the broker's bytes."""
-    round_trip = _core_engine()
-    round_trip(*_produce_frames(0))
-    frames = [_produce_frames(i + 1) for i in range(fetches)]
-    times: list[float] = []
-    replies: list[bytes] = []
-    for frame, upstream in frames:
-        t0 = time.perf_counter()
-        replies.append(round_trip(frame, upstream))
-        times.append(time.perf_counter() - t0)
-    wrong = sum(reply != len(upstream).to_bytes(4, "big") + upstream
-                for (_, upstream), reply in zip(frames, replies, strict=True))
-    if wrong:
-        print(json.dumps({"bench": "pipeline_cpu", "case": "produce", "error": "reply differs from the broker's",
-                          "wrong": wrong}), flush=True)
-    return statistics.median(times) * 1000, wrong
-
-
 def run_case(case: str, partitions: int, version: int, fetches: int) -> tuple[float, int]:
     """Median ms per fetch (request + response side) after one warm-up (session creation), and how many replies
     :func:`check` found wrong; every frame is built before the first is timed, so building them (much allocation,
     cold caches) never lands in a timed fetch."""
     if case == "produce":
-        return _run_produce(fetches)
+        fetch = _core_engine()
+        fetch(*_produce_frames(0))
+        return _timed(case, version, fetch, [_produce_frames(i + 1) for i in range(fetches)])
     topic: str | bytes = bytes(range(16)) if version >= 13 else "bench"
     keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
     busy = keys[:BUSY]
@@ -300,6 +285,12 @@ def run_case(case: str, partitions: int, version: int, fetches: int) -> tuple[fl
             terminate = case.startswith("terminate")
             frames.append((request_frame(version, i + 2, offsets, LEGACY),
                            response_frame(version, i + 2, busy if terminate else keys, hw, 77 if terminate else 0)))
+    return _timed(case, version, fetch, frames)
+
+
+def _timed(case: str, version: int, fetch: Fetch, frames: list[tuple[bytes, bytes]]) -> tuple[float, int]:
+    """Each (request, response) of ``frames`` through ``fetch``, timed alone: the median ms, and how many replies
+    :func:`check` finds wrong (checked after the timing)."""
     times: list[float] = []
     replies: list[bytes] = []
     for frame, upstream in frames:

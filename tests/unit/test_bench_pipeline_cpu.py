@@ -42,6 +42,11 @@ def test_the_check_finds_a_wrong_reply() -> None:
         "2 of 5 partitions in a session-less client's response"
     assert pipeline_cpu.check("relay", 12, request, upstream, b"") is None
     assert pipeline_cpu.check("relay", 12, request, upstream, reply(7, keys[:2])) == "the response was opened"
+    produce, answer = pipeline_cpu._produce_frames(3)
+    sized_answer = len(answer).to_bytes(4, "big") + answer
+    assert pipeline_cpu.check("produce", 10, produce, answer, sized_answer) is None
+    assert pipeline_cpu.check("produce", 10, produce, answer, sized_answer[:-1] + b"\1") == \
+        "the reply differs from the broker's"
 
 
 @pytest.mark.parametrize("case, incremental_upstream, incremental_downstream",
