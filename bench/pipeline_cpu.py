@@ -189,9 +189,10 @@ def _pipeline_engine(case: str) -> Fetch:  # pragma: no cover - runs only agains
 
 def check(case: str, version: int, request: bytes, upstream: bytes, reply: bytes) -> str | None:
     """What is wrong with the client's ``reply`` to ``request`` (None when nothing is): ``relay`` relays the
-    response unopened; ``produce`` hands the client the broker's bytes; the other cases answer with the request's correlation id, no error, every partition of the
-    upstream response at its high watermark (nothing lost), only partitions the request asked for, and for a
-    session-less client every one of them (KIP-227: a full response)."""
+    response unopened; ``produce`` hands the client the broker's bytes; the other cases answer with the
+    request's correlation id, no error, every partition of the upstream response at its high watermark (nothing
+    lost), only partitions the request asked for, and for a session-less client every one of them (KIP-227: a
+    full response)."""
     if case == "relay":
         return None if reply == b"" else "the response was opened"
     if case == "produce":  # the broker's answer, as it sent it (size prefix included)

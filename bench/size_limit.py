@@ -16,8 +16,11 @@ partition — greedy on purpose) each drain the whole topic through it, while ps
 
 JSON lines per configuration; last line
 ``{"summary": "size_limit", "base_rss_mb": ..., "global_bound_mb": ..., "peak_rss_budget_mb": ...,
-"peak_rss_nobudget_mb": ..., "goal_peak_rss_budget_mb": ..., "met": ...}``. Goal (``met``):
-peak_rss_budget_mb <= base_rss_mb + 1.5 x global_bound_mb; the exit status is 1 when it is not met.
+"peak_rss_nobudget_mb": ..., "goal_peak_rss_budget_mb": ..., "met": ..., "out_of_order": 0,
+"consumers_differing": 0}``. Goal (``met``): peak_rss_budget_mb <= base_rss_mb + 1.5 x global_bound_mb. Its check:
+every consumer read every record once, in order (each batch starts where its partition's previous one ended:
+``out_of_order``; every consumer received the same bytes: ``consumers_differing``). The exit status is 1 when
+the goal is not met or the check fails.
 """
 
 from __future__ import annotations
@@ -77,11 +80,13 @@ def fetch_frame(topic: str, offsets: dict[int, int], corr: int, client_id: str) 
     return struct.pack(">i", len(frame)) + frame
 
 
-async def drain(port: int, topic: str, ends: dict[int, int], n: int) -> int:
-    """One consumer: fetch until every partition reaches its end offset; returns record bytes received."""
+async def drain(port: int, topic: str, ends: dict[int, int], n: int) -> tuple[int, int]:
+    """One consumer: fetch until every partition reaches its end offset; returns the record bytes received and
+    the batches that did not start where the partition's previous one ended (a gap or a repeat: 0 when every
+    record arrived once, in order)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     offsets = dict.fromkeys(ends, 0)
-    got = corr = 0
+    got = corr = out_of_order = 0
     try:
         while any(offsets[p] < ends[p] for p in ends):
             corr += 1
@@ -89,13 +94,13 @@ async def drain(port: int, topic: str, ends: dict[int, int], n: int) -> int:
             size = struct.unpack(">i", await reader.readexactly(4))[0]
             view = decode_frame(await reader.readexactly(size), 12)[2]
             for _, part in view.partitions():
-                batches = walk_batches(part.records or b"").batches
-                if batches:
-                    offsets[part.partition_index] = batches[-1].next_offset
-                    got += sum(b.size for b in batches)
+                for batch in walk_batches(part.records or b"").batches:
+                    out_of_order += batch.base_offset != offsets[part.partition_index]
+                    offsets[part.partition_index] = batch.next_offset
+                    got += batch.size
     finally:
         writer.close()
-    return got
+    return got, out_of_order
 
 
 class RssSampler:
@@ -129,16 +134,19 @@ def run_config(name: str, broker: KafkaBroker, topic: str, ends: dict[int, int],
             t0 = time.monotonic()
             with RssSampler(sluice.pid) as sampler:
 
-                async def all_consumers() -> list[int]:
+                async def all_consumers() -> list[tuple[int, int]]:
                     return await asyncio.gather(*(drain(sluice.bootstrap_port, topic, ends, n)
                                                   for n in range(consumers)))
 
-                received = asyncio.run(all_consumers())
+                drained = asyncio.run(all_consumers())
             elapsed = time.monotonic() - t0
+            received = [got for got, _ in drained]
             line = {"bench": "size_limit", "config": name, "consumers": consumers,
                     "base_rss_mb": round(base / MB, 1), "peak_rss_mb": round(sampler.peak / MB, 1),
                     "relayed_mb": round(sum(received) / MB, 1), "elapsed_s": round(elapsed, 2),
                     "mb_per_s": round(sum(received) / MB / elapsed, 1),
+                    # every consumer read every record once, in order: no batch out of place, the same bytes
+                    "out_of_order": sum(bad for _, bad in drained), "consumers_differing": len(set(received)) - 1,
                     "waits": sluice.metric("sluice_size_limit_waits_total"),
                     "trimmed_mb": round(sluice.metric("sluice_size_limit_trimmed_bytes_total") / MB, 1)}
             emit(line)
@@ -163,10 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     base = min(nobudget["base_rss_mb"], budget["base_rss_mb"])
     goal = base + 1.5 * bound / MB
     met = budget["peak_rss_mb"] <= goal
+    out_of_order = nobudget["out_of_order"] + budget["out_of_order"]
+    differing = nobudget["consumers_differing"] + budget["consumers_differing"]
     emit({"summary": "size_limit", "base_rss_mb": base, "global_bound_mb": round(bound / MB, 1),
           "peak_rss_budget_mb": budget["peak_rss_mb"], "peak_rss_nobudget_mb": nobudget["peak_rss_mb"],
-          "goal_peak_rss_budget_mb": round(goal, 1), "met": met})
-    return 0 if met else 1
+          "goal_peak_rss_budget_mb": round(goal, 1), "met": met, "out_of_order": out_of_order,
+          "consumers_differing": differing})
+    return 0 if met and not out_of_order and not differing else 1
 
 
 if __name__ == "__main__":

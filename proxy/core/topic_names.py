@@ -19,6 +19,8 @@ import base64
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from .exchange import Signal
+
 #: the all-zero id: "no topic id" (Uuid.ZERO_UUID)
 ZERO_ID = bytes(16)
 
@@ -74,6 +76,14 @@ class TopicNames:
         self._waiters.append(waiter)
         self._want(waiter.ids)
 
+    def pending(self, ids: Iterable[bytes]) -> Signal:
+        """A request's wait (``Exchange.pending``) for ``ids``, settled as :meth:`wait` would call back. When the
+        connection waiting on it closes (cancels its callback), the lookup stops waiting for it too: a policy
+        that waits for names itself (ShareFetch's throttle plan, sharing's offsets) leaves nothing behind."""
+        signal = _NamesWait(names=self)
+        self.wait(ids, signal.settle)
+        return signal
+
     def note(self, ids: Iterable[bytes]) -> None:
         """Look up the unknown ones among ``ids`` in the background (a response named them: next time they are
         known), without waiting."""
@@ -117,3 +127,15 @@ class TopicNames:
             self._waiters = [w for w in self._waiters if w.ids]
             for callback in ready:
                 callback()
+
+
+@dataclass(eq=False)
+class _NamesWait(Signal):
+    """:meth:`TopicNames.pending`'s Signal: withdrawn from the lookup once nobody waits on it."""
+
+    names: TopicNames | None = None
+
+    def cancel(self, callback: Callable[[], None]) -> None:
+        super().cancel(callback)
+        if not self._callbacks and not self.settled and self.names is not None:
+            self.names.cancel(self.settle)

@@ -27,7 +27,7 @@ from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, new_batch
 from rig.core_rig import CoreRig, FakePort, request, response, sized
 
-LIST_OFFSETS, METADATA, API_VERSIONS, PRODUCE = 2, 3, 18, 0
+LIST_OFFSETS, METADATA, API_VERSIONS, PRODUCE, SHARE_FETCH = 2, 3, 18, 0, 78
 KEYS: list[PartitionKey] = [("t", 0), ("t", 1), ("t", 2)]
 TID = bytes(range(16))  # a topic id (Fetch v13+)
 CLIENT = "bench-client"  # bench/pipeline_cpu.py's fetches
@@ -677,6 +677,20 @@ def test_closing_while_waiting_for_names_cancels_the_wait() -> None:
     assert port.upstream == b"" and not conn.busy
     assert correlation_ids(other_port.take_upstream(), request_side=True) == [1]  # the other one goes on
     assert ids == {TID}
+
+
+def test_closing_while_a_share_fetch_waits_for_names_cancels_the_lookup_wait() -> None:
+    """ShareFetch's throttle plan waits for names itself (a request's ``pending``): a connection closed in that
+    wait leaves no waiter behind in the lookup (found by the core fuzz target)."""
+    rig = make_rig({**THROTTLED, "throttle.consumers": [{"client_id": "*"}]})
+    conn, port = rig.connect()
+    body = request_codec(SHARE_FETCH, 1).default().replace(
+        topics=[Message(topic_id=TID, partitions=[Message(partition_index=0, acknowledgement_batches=[])])])
+    conn.client_data(sized(request(SHARE_FETCH, 1, 1, body)))
+    assert port.upstream == b"" and conn.busy and len(rig.names._waiters) == 1
+    port.gone()
+    conn.client_lost()
+    assert rig.names._waiters == []
 
 
 # ------------------------------------------------------------------------------ closing mid-response

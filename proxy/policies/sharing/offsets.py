@@ -93,8 +93,7 @@ def _wait_for_names(p: Sharing, ex: Exchange, topics: list[Message] | None) -> S
     missing = p.names.missing(ids)
     if not missing:
         return None
-    done = Signal()
-    p.names.wait(missing, done.settle)
+    done = p.names.pending(missing)
     ex.pending = done
     return done
 

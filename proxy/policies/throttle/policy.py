@@ -64,7 +64,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...core.exchange import Exchange, Signal
+from ...core.exchange import Exchange
 from ...core.policy import Policy, Services, reads
 from ...core.rate import WindowedRate
 from ...core.selectors import ClientSelector
@@ -461,9 +461,7 @@ class Throttle(Policy):
             return None
         unknown = self.names.missing({tid for tid, _ in session.partitions})
         if unknown:
-            signal = Signal()
-            self.names.wait(unknown, signal.settle)
-            ex.pending = signal
+            ex.pending = self.names.pending(unknown)
             return t
         return self._share_plan(ex, session, t)
 
