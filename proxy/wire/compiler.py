@@ -510,8 +510,7 @@ class Codec:
 _CTX = cs.Container()
 
 
-# --------------------------------------------------------------------------------------------- skimming
-
+# ------------------------------------------------------------- skimming primitives (wire/skim.py, the fast paths)
 
 
 def uvarint_at(buf: memoryview, pos: int) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, cast
 
 from .api_keys import ApiKey, api_names
@@ -98,6 +98,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
     return 2 if api_version in request_spec(api_key).flexible else 1
 
 
+@lru_cache(maxsize=4096)  # every response Sluice reads or skims: one look-up (bounded: versions come from clients)
 def response_header_version(api_key: int, api_version: int) -> int:
     if api_key == ApiKey.API_VERSIONS:
         return 0
@@ -218,6 +219,8 @@ def response_body_offset(api_key: int, api_version: int, frame: bytes | bytearra
     """Where the body starts: after the correlation id, and the tag section for header v1."""
     if response_header_version(api_key, api_version) == 0:
         return 4
+    if len(frame) > 4 and frame[4] == 0:
+        return 5  # the header's tag section is nearly always empty: one zero byte, read in place
     try:
         pos = skip_tags(memoryview(frame), 4)
     except IndexError:

@@ -33,7 +33,6 @@ from .messages import (
     encode_request,
     encode_response,
     response_body_offset,
-    response_header_version,
     response_spec,
 )
 from .model import Message
@@ -225,12 +224,9 @@ def tags_empty(api_key: int, version: int) -> Callable[[memoryview], bool]:
     tag section is empty, found by skimming the fields without decoding them (proxy/wire/skim.py). CodecError if
     the frame is malformed."""
     locate = top_level_tags_locator(response_spec(api_key), version)
-    header_tags = response_header_version(api_key, version) == 1
 
     def empty(frame: memoryview) -> bool:
-        # the response header's tag section is nearly always empty: one zero byte after the correlation id
-        at = 5 if header_tags and len(frame) > 4 and frame[4] == 0 else response_body_offset(api_key, version, frame)
-        return frame[locate(frame, at)] == 0
+        return frame[locate(frame, response_body_offset(api_key, version, frame))] == 0
 
     return empty
 
