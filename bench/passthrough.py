@@ -126,6 +126,12 @@ class Budget:
             raise SystemExit(f"bench.passthrough: over its {BUDGET_S:.0f} s budget before {what}")
 
 
+def process_cpu_s(proc: psutil.Process) -> float:
+    """The process's CPU seconds so far (user + system)."""
+    t = proc.cpu_times()
+    return float(t.user + t.system)
+
+
 class CpuMeter:
     """Sluice's CPU seconds and client-bound bytes across the measured (proxied) runs."""
 
@@ -136,19 +142,15 @@ class CpuMeter:
         self.bytes = 0.0
         self.mib = 0.0  # of records, as the consumer counted them
 
-    def _cpu(self) -> float:
-        t = self.proc.cpu_times()
-        return float(t.user + t.system)
-
     def _bytes(self) -> float:
         return self.sluice.metric("sluice_bytes_total", {"direction": "proxy_to_client"})
 
     def measure(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         # the /metrics scrapes outside the CPU interval: the bench's own reads are not Sluice relaying
         b0 = self._bytes()
-        cpu0 = self._cpu()
+        cpu0 = process_cpu_s(self.proc)
         result = fn()
-        cpu1 = self._cpu()
+        cpu1 = process_cpu_s(self.proc)
         b1 = self._bytes()
         self.cpu_s += cpu1 - cpu0
         self.bytes += b1 - b0
@@ -245,10 +247,9 @@ class BareRelay:
         return f"127.0.0.1:{self.port}"
 
     def measure(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        t0 = self.ps.cpu_times()
+        t0 = process_cpu_s(self.ps)
         result = fn()
-        t1 = self.ps.cpu_times()
-        cpu = (t1.user + t1.system) - (t0.user + t0.system)
+        cpu = process_cpu_s(self.ps) - t0
         self.cpu_s += cpu
         self.mib += float(result.get("mb") or 0.0)
         result["relay_cpu_s"] = round(cpu, 3)
@@ -481,14 +482,14 @@ def main(argv: list[str] | None = None) -> int:
                 tools.create_topic(broker.bootstrap, lat_topic, partitions=1)
                 # CPU per round trip of each relay over the same sends (user + system; psutil, 10 ms ticks:
                 # ~3 us at 2,200 sends)
-                cpu0 = {"sluice": meter.proc.cpu_times(), "bare": bare.ps.cpu_times()}
+                procs = {"sluice": meter.proc, "bare": bare.ps}
+                cpu0 = {path: process_cpu_s(proc) for path, proc in procs.items()}
                 latency = produce_latency({"direct": broker.bootstrap, "sluice": sluice.bootstrap,
                                            "bare": bare.bootstrap}, lat_topic, args.latency_records, warmup=200,
                                           budget=budget)
-                cpu1 = {"sluice": meter.proc.cpu_times(), "bare": bare.ps.cpu_times()}
                 sends = args.latency_records + 200
-                cpu_us = {path: round(((cpu1[path].user + cpu1[path].system) - (cpu0[path].user + cpu0[path].system))
-                                      / sends * 1e6, 1) for path in cpu0}
+                cpu_us = {path: round((process_cpu_s(proc) - cpu0[path]) / sends * 1e6, 1)
+                          for path, proc in procs.items()}
                 for path, figures in latency.items():
                     emit({"bench": "passthrough", "measure": "produce_latency", "client": "confluent-kafka",
                           "path": path, **figures})
