@@ -13,8 +13,9 @@ process-global.
 
 Label children known up front are created with the collectors, so they are exported as 0 before the first event
 (a rate() over a series that appears late misses its first increment, and dashboards show "no data" instead of
-0). Hot paths use the pre-bound children (``metrics.bytes_client_to_proxy.inc(n)``) or :meth:`requests_for`,
-because ``.labels(...)`` takes a lock and builds a key on every call.
+0). Hot paths use the pre-bound children (``metrics.bytes_client_to_proxy``, a :class:`Tally`;
+``metrics.requests.observe``, :class:`RequestTallies`), because ``.labels(...)`` takes a lock and builds a key on
+every call.
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ def sluice_version() -> str:
 
 
 class Tally:
-    """A counter child for the per-read and per-write paths (``inc`` as prometheus_client's): a number added to in
-    place, read by its :class:`TallyFamily` at scrape time. No lock and no checks, a fraction of a Counter's
+    """A counter child for the per-read and per-write paths (``inc`` as prometheus_client's; the connection core
+    adds to ``value`` itself, a call less per read): a number added to in place, read by its :class:`TallyFamily`
+    at scrape time. No lock and no checks, a fraction of a Counter's
     ``inc``: a proxy's counters are only ever touched on its event loop (the admin server scrapes on it too; a
     scrape from another thread reads a float, which the GIL keeps whole)."""
 
@@ -313,10 +315,6 @@ class Metrics:
         self._rewritten_for: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------------- helpers
-
-    def observe_request(self, api: str, version: int, latency_s: float) -> None:
-        """Count one completed request and observe its latency (seconds): the per-request metrics in one call."""
-        self.requests.observe(api, version, latency_s)
 
     def rewritten(self, api: str) -> None:
         """Count a response re-encoded (the child cached per API name, from the protocol table)."""

@@ -72,6 +72,8 @@ class Chain:
         #: per API a policy declares, the versions all of them read: ApiVersions offers clients no others
         self._versions = {api: range(v.low, v.high + 1) for api, v in versions_read(self.policies).items()}
         self._on_sent = frozenset(p for p in self.policies if type(p).on_sent is not Policy.on_sent)
+        #: the policies with an ``applies`` of their own: the others apply to every request of their APIs, uncalled
+        self._selective = frozenset(p for p in self.policies if type(p).applies is not Policy.applies)
         #: the policies that may need topic names (to read them, or to have the access log show them)
         self._name_readers = frozenset(p for p in self.policies if p.decodes_fetch
                                        or type(p).needs_topic_names is not Policy.needs_topic_names)
@@ -144,9 +146,10 @@ class Chain:
                 raise Rejected("unsupported_version", f"{ex.api} v{header.api_version} is outside the versions "
                                                       f"Sluice's policies read ({_span(self._versions[key])})")
             applying = []
+            selective = self._selective
             for policy in candidates:
                 try:
-                    if policy.applies(ex):
+                    if policy not in selective or policy.applies(ex):
                         applying.append(policy)
                 except Exception as e:
                     _blame(policy, "applies", ex, e)

@@ -123,6 +123,13 @@ class Connection:
         self.access_log = access_log
         self.clock = clock
         self.limits = limits
+        # the per-request metrics, bound once and added to in place (metrics.Tally, RequestTallies: read at scrape
+        # time): each is on every request's path, where a call more per request is measurable (docs/PERFORMANCE.md)
+        self._bytes_in = metrics.bytes_client_to_proxy
+        self._bytes_up = metrics.bytes_proxy_to_upstream
+        self._bytes_back = metrics.bytes_upstream_to_proxy
+        self._bytes_out = metrics.bytes_proxy_to_client
+        self._observe = metrics.requests.observe
         try:
             self.policies = chain.connect(info)
         except PolicyFailed as failure:
@@ -198,7 +205,7 @@ class Connection:
     def client_data(self, data: bytes) -> None:
         if self.closed:
             return
-        self.metrics.bytes_client_to_proxy.inc(len(data))
+        self._bytes_in.value += len(data)
         self._last_active = self.clock()
         if self._buf or self._framing or type(data) is not bytes:
             self._buf += data
@@ -214,53 +221,48 @@ class Connection:
             return
         self._framing = True
         try:
-            self._frame_loop(data)
+            buf: bytes | bytearray = self._buf if data is None else data
+            off = 0
+            max_frame = self.limits.max_frame_bytes
+            while len(buf) - off >= 4:
+                if _INFLIGHT in self._client_pauses or _DRAINING in self._client_pauses:
+                    break  # the rest waits in the buffer until a response goes out (draining: for good)
+                size = _SIZE.unpack_from(buf, off)[0]
+                if size < 0:
+                    self._reject("malformed", f"request frame declares a negative length ({size})")
+                    return
+                if size > max_frame:
+                    self._reject("too_large", f"request frame declares {size} bytes (limit {max_frame})")
+                    return
+                end = off + 4 + size
+                if len(buf) < end:
+                    break
+                if data is None:
+                    with memoryview(buf) as view:
+                        frame = bytes(view[off + 4 : end])
+                else:
+                    frame = data[off + 4 : end]
+                off = end
+                if self._bare is not None:
+                    self._client_token(frame)
+                    continue
+                self._on_request(frame)
+                if self.closed:
+                    return
+            if data is not None:
+                if off < len(data):
+                    self._buf += memoryview(data)[off:]  # the start of a frame: buffered until the rest comes
+            elif off:
+                del self._buf[:off]
+            if off:
+                self._partial_since = None  # a frame ended: what is left started in this chunk, timed from now
+            if self._buf:
+                self._watch_partial()
         finally:
             self._framing = False
 
-    def _frame_loop(self, data: bytes | None) -> None:
-        buf: bytes | bytearray = self._buf if data is None else data
-        off = 0
-        max_frame = self.limits.max_frame_bytes
-        while len(buf) - off >= 4:
-            if _INFLIGHT in self._client_pauses or _DRAINING in self._client_pauses:
-                break  # the rest waits in the buffer until a response goes out (draining: for good)
-            size = _SIZE.unpack_from(buf, off)[0]
-            if size < 0:
-                self._reject("malformed", f"request frame declares a negative length ({size})")
-                return
-            if size > max_frame:
-                self._reject("too_large", f"request frame declares {size} bytes (limit {max_frame})")
-                return
-            end = off + 4 + size
-            if len(buf) < end:
-                break
-            if data is None:
-                with memoryview(buf) as view:
-                    frame = bytes(view[off + 4 : end])
-            else:
-                frame = data[off + 4 : end]
-            off = end
-            if self._bare is not None:
-                self._client_token(frame)
-                continue
-            self._on_request(frame)
-            if self.closed:
-                return
-        if data is not None:
-            if off < len(data):
-                self._buf += memoryview(data)[off:]  # the start of a frame: buffered until the rest comes
-        elif off:
-            del self._buf[:off]
-        if off:
-            self._partial_since = None  # a frame ended: what is left started in this chunk, timed from now
-        self._watch_partial()
-
     def _watch_partial(self) -> None:
-        """Start timing an incomplete frame (Slowloris guard), or stop when none is left."""
-        if not self._buf:
-            self._partial_since = None
-            return
+        """Start timing the incomplete frame left in the buffer (Slowloris guard)."""
         if self._partial_since is None:
             self._partial_since = self.clock()
             if self._partial_timer is None:
@@ -289,7 +291,7 @@ class Connection:
         except (Rejected, PolicyFailed) as e:
             self._refuse(e)
             return
-        self.client_id = ex.client_id
+        self.client_id = ex.header.client_id
         self._pending.append(ex)
         limit = self.limits.max_inflight_requests
         if limit and len(self.inflight) + len(self._pending) >= limit:
@@ -340,7 +342,7 @@ class Connection:
         assert self._bare is not None
         self._bare.client_token(token)
         self._bare_owed += 1
-        self.metrics.bytes_proxy_to_upstream.inc(len(token) + 4)
+        self._bytes_up.value += len(token) + 4
         buffers = (len(token).to_bytes(4, "big"), token)
         if self._upstream_ready:
             self.port.send_upstream(buffers)
@@ -384,7 +386,7 @@ class Connection:
             pending.popleft()
             self._head_ran = False
             self._dispatch(ex)
-        if not pending:
+        if not pending and _WAITING in self._client_pauses:
             self._resume_client(_WAITING)
 
     def _wait(self, what: str) -> None:
@@ -431,7 +433,7 @@ class Connection:
         ex.attempts += 1
         ex.upstream_sent += len(ex.frame) + 4  # a request sent again may differ (a new full session request)
         buffers = (len(ex.frame).to_bytes(4, "big"), ex.frame)
-        self.metrics.bytes_proxy_to_upstream.inc(len(ex.frame) + 4)
+        self._bytes_up.value += len(ex.frame) + 4
         if self._upstream_ready:
             self.port.send_upstream(buffers)
             return
@@ -460,7 +462,7 @@ class Connection:
     def upstream_data(self, data: bytes) -> None:
         if self.closed:
             return
-        self.metrics.bytes_upstream_to_proxy.inc(len(data))
+        self._bytes_back.value += len(data)
         view = memoryview(data)
         pos, end = 0, len(data)
         while pos < end:
@@ -479,6 +481,18 @@ class Connection:
                     pos += 8
                     if not self._start_response(view[pos - 8 : pos]):
                         return
+                    left = self._left
+                    if left and left <= end - pos and self._head is not None and self._stream is None \
+                            and self._collect is None:
+                        # relayed, and whole in this read (nearly always for all but Fetch): header and body in
+                        # one write, without another turn of this loop
+                        self._head, self._left = None, 0
+                        self.port.send_client((view[self._head_at : pos + left],))
+                        pos += left
+                        self._head_at = -1
+                        self._end_response()
+                        if self.closed:
+                            return
                     continue
                 need = 8 - len(self._hdr)
                 self._hdr += view[pos : pos + need]
@@ -554,7 +568,7 @@ class Connection:
             token, self._bare_token = bytes(self._bare_token), None
             self._bare_owed -= 1
             self.port.send_client((len(token).to_bytes(4, "big"), token))
-            self.metrics.bytes_proxy_to_client.inc(len(token) + 4)
+            self._bytes_out.value += len(token) + 4
             if self._bare is not None and self._bare.server_token(token):
                 self._bare = None  # the exchange is over: Kafka requests from here on
                 if self._buf:
@@ -634,10 +648,12 @@ class Connection:
         if ex.held:
             held, ex.held = ex.held, 0
             self._release(held)
-        head = self.inflight.popleft()
+        inflight = self.inflight
+        head = inflight.popleft()
         assert head is ex
         self._complete(ex)
-        self._flush_answers()
+        if inflight and inflight[0].answer is not None:
+            self._flush_answers()
 
     def _flush_answers(self) -> None:
         """Write the answers Sluice made itself once every earlier response has gone out."""
@@ -649,30 +665,26 @@ class Connection:
             self._complete(ex)
 
     def _complete(self, ex: Exchange) -> None:
-        self._record(ex)
-        if self.limits.max_inflight_requests:
-            self._inflight_below()
-
-    def _record(self, ex: Exchange) -> None:
+        """The exchange is over (its response handed to the client, or none is owed): counted, observed, logged."""
         now = self.clock()
         self._last_active = now
         latency = now - ex.started
         h = ex.header
-        self.metrics.observe_request(ex.api, h.api_version, latency)
-        if ex.client_bytes:
-            self.metrics.bytes_proxy_to_client.inc(ex.client_bytes)
+        self._observe(ex.api, h.api_version, latency)
+        self._bytes_out.value += ex.client_bytes
         access_log = self.access_log
-        if not access_log.enabled:
-            return
-        access_log.record(
-            conn_id=self.info.conn_id, client_id=h.client_id, api=ex.api, api_key=h.api_key,
-            version=h.api_version, correlation_id=h.correlation_id, bytes_client_to_proxy=ex.size,
-            bytes_proxy_to_upstream=ex.upstream_sent,
-            bytes_upstream_to_proxy=ex.upstream_bytes, bytes_proxy_to_client=ex.client_bytes,
-            latency_ms=latency * 1000.0, error_codes=ex.error_codes, listener=self.info.listener,
-            upstream=self.upstream_name, decoded=ex.decoded, client_address=self.info.client_host or None,
-            principal=self.info.principal, **ex.log,
-        )
+        if access_log.enabled:
+            access_log.record(
+                conn_id=self.info.conn_id, client_id=h.client_id, api=ex.api, api_key=h.api_key,
+                version=h.api_version, correlation_id=h.correlation_id, bytes_client_to_proxy=ex.size,
+                bytes_proxy_to_upstream=ex.upstream_sent,
+                bytes_upstream_to_proxy=ex.upstream_bytes, bytes_proxy_to_client=ex.client_bytes,
+                latency_ms=latency * 1000.0, error_codes=ex.error_codes, listener=self.info.listener,
+                upstream=self.upstream_name, decoded=ex.decoded, client_address=self.info.client_host or None,
+                principal=self.info.principal, **ex.log,
+            )
+        if self.limits.max_inflight_requests:
+            self._inflight_below()  # after the line: a request this lets through is logged after this one
 
     # ======================================================================================== flow control
 

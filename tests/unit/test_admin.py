@@ -93,7 +93,7 @@ async def test_metrics_reflect_observations(http: aiohttp.ClientSession) -> None
     try:
         async with http.get(url(server, "/metrics")) as resp:
             before = samples(await resp.text())
-        METRICS.observe_request("Fetch", 17, 0.002)
+        METRICS.requests.observe("Fetch", 17, 0.002)
         METRICS.bytes_proxy_to_client.inc(1234)
         async with http.get(url(server, "/metrics")) as resp:
             after = samples(await resp.text())
