@@ -38,13 +38,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -53,6 +51,7 @@ from typing import Any
 
 import bench.gen_logs as gen_logs
 from bench.gen_logs import Deployment, generate
+from bench.revision import REPO, extract_revision
 
 WARMUP_ROWS = 100_000
 SPAN_S = 3600.0
@@ -60,7 +59,6 @@ GOAL_ROWS_PER_S = 150_000
 GOAL_LANDED_ROWS_PER_S = 1_000_000
 #: what the landed table's layout depends on: a change to these lands the cached tables again
 LANDING_SOURCES = ("proxy/analytics/landed.py", "proxy/analytics/source.py", "proxy/analytics/schema.py")
-REPO = Path(__file__).resolve().parent.parent
 
 
 def emit(line: dict[str, Any]) -> None:
@@ -129,17 +127,6 @@ def land_worker(logs: Path, table: Path, master: str) -> dict[str, Any]:
     size = sum(f.stat().st_size for f in table.rglob("*") if f.is_file())
     return {"lines": lines, "land_s": round(land_s, 1), "land_cpu_s": round(land_cpu, 1),
             "land_rows_per_s": round(lines / land_s), "table_bytes": size}
-
-
-def extract_revision(rev: str, into: Path) -> str:
-    """REV's ``proxy/`` package under ``into`` (git archive); returns the full commit id."""
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{rev}^{{commit}}"],
-                            check=True, capture_output=True, text=True).stdout.strip()
-    tar = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit, "proxy"], check=True,
-                         capture_output=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-        archive.extractall(into, filter="data")
-    return commit
 
 
 # ------------------------------------------------------------------------------------------------- a job

@@ -268,16 +268,16 @@ _CHILD = ("import runpy, sys; path = sys.argv[1]; sys.argv = ['bench.codec', *sy
 def compare(rev: str, versions: list[int], partitions: int, repeat: int, rounds: int,
             record_size: int = RECORD_SIZE) -> int:
     """This checkout against ``rev``, ABBA per round, each side in its own process; see the module doc."""
+    # here, not at the top: each side runs this file in a tree of proxy/ and rig/ only
+    from bench.revision import extract_revision, short_revision
+
     root = Path(__file__).resolve().parents[1]
-    label = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", rev], capture_output=True, text=True,
-                           check=True).stdout.strip()
+    label = short_revision(rev)
     here = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"], capture_output=True,
                           text=True, check=True).stdout.strip()
     runs: dict[str, list[dict[str, Any]]] = {"rev": [], "this": []}
     with tempfile.TemporaryDirectory(prefix="codec-compare-") as tmp:
-        archive = subprocess.run(["git", "-C", str(root), "archive", label, "proxy", "rig"], capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        extract_revision(rev, Path(tmp), ("proxy", "rig"))
         trees = {"rev": tmp, "this": str(root)}
         for _ in range(rounds):
             for name in ("rev", "this", "this", "rev"):

@@ -69,6 +69,7 @@ class SluiceProcess:
         start_timeout: float = 30.0,
         python: str | None = None,
         ports: tuple[int, int, int] | None = None,
+        code: Path | None = None,
     ) -> None:
         self.upstream = upstream
         self.node_id = node_id
@@ -96,6 +97,8 @@ class SluiceProcess:
         env.pop("SLUICE_CONFIG", None)
         env.update(extra_env or {})
         self.command = [python or sys.executable, "-m", "proxy", "run"]
+        #: the checkout whose ``proxy`` package runs: this one, or another revision's (bench/revision.py)
+        self.code = code or Path(__file__).resolve().parent.parent
         self._env = env
         self.start_timeout = start_timeout
         self.returncode: int | None = None
@@ -109,7 +112,7 @@ class SluiceProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                cwd=str(Path(__file__).resolve().parent.parent),
+                cwd=str(self.code),
                 preexec_fn=set_pdeathsig,  # only asks Linux to SIGTERM it if we die
             )
         self.returncode = None

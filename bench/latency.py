@@ -1,0 +1,119 @@
+"""A producer's round trip through Sluice at two revisions, against direct and a bare relay, in one run.
+
+``python -m bench.latency --compare REV [--sends 6000] [--reps 4]``
+
+What a client feels of Sluice per request, before and after a change: a confluent-kafka producer sends one 100-byte
+record at a time (acks=1, each send awaited: ``bench.passthrough.produce_latency``) straight to the broker, through
+the bare relay (rig/bare_relay.py, the least a Python proxy can do), through Sluice at ``REV`` (its ``proxy``
+package extracted beside this checkout, bench/revision.py) and through Sluice as this checkout has it, the paths
+taken in turn send by send. Each side's figure is its p50 over direct's p50 in the same rep, and the CPU its
+process spent per send (user + system, psutil).
+
+Why reps, with the processes started afresh and their start order swapped each time: on the 2-core machine the
+Sluice process started first measured ~8 us faster per round trip than the one started second, both running the
+same code (where the scheduler puts each process relative to the client and the broker, not Sluice's doing). One
+run of one pair of processes would carry that into the before/after difference; swapping the order each rep (ABBA
+over reps) and averaging lands it on both sides alike.
+
+Prints one JSON line per rep, then ``{"summary": "latency", "rev": ..., "before": {...}, "after": {...},
+"delta_added_p50_us": ..., "sends": N, "lost": 0, "duplicated": 0}``: per side ``added_p50_us`` (over direct),
+``added_p50_over_bare_us`` and ``cpu_us_per_send``, means over the reps, and the bare relay's. The check: every send
+was acknowledged (else it exits 1 at once), and the topic holds exactly as many records as were sent over all paths
+and reps (``lost``, ``duplicated``: the broker's end offset against the sends; exit 1 unless both are 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.passthrough import BareRelay, Budget, process_cpu_s, produce_latency, relayed_broker
+from bench.revision import extract_revision, short_revision
+from rig.java_tools import JavaTools
+from rig.kafka import end_offsets
+from rig.sluice_process import SluiceProcess
+
+WARMUP = 300
+
+
+def emit(line: dict[str, Any]) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def rep(broker_bootstrap: str, bare: BareRelay, topic: str, codes: dict[str, Path], first: str, sends: int,
+        budget: Budget) -> dict[str, Any]:
+    """One rep: both Sluices started (``first``'s first), the paths measured in turn, both stopped."""
+    order = [first, *(side for side in codes if side != first)]
+    started: dict[str, SluiceProcess] = {}
+    try:
+        for i, side in enumerate(order):
+            started[side] = SluiceProcess(broker_bootstrap, code=codes[side], node_id=i + 1)
+        paths = {"direct": broker_bootstrap, **{side: started[side].bootstrap for side in codes},
+                 "bare": bare.bootstrap}
+        procs = {side: psutil.Process(started[side].pid) for side in codes} | {"bare": bare.ps}
+        produce_latency(paths, topic, WARMUP, 0, budget)
+        cpu0 = {name: process_cpu_s(p) for name, p in procs.items()}
+        lat = produce_latency(paths, topic, sends, 0, budget)
+        cpu = {name: (process_cpu_s(p) - cpu0[name]) / sends * 1e6 for name, p in procs.items()}
+    finally:
+        for sluice in started.values():
+            sluice.stop()
+    direct = lat["direct"]["p50_ms"]
+    return {name: {"added_p50_us": round((lat[name]["p50_ms"] - direct) * 1000, 1),
+                   "cpu_us_per_send": round(cpu[name], 1)} for name in procs} | {"direct_p50_ms": direct}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--compare", metavar="REV", required=True, help="the revision measured as 'before'")
+    ap.add_argument("--sends", type=int, default=6000, help="measured sends per path per rep (default 6000)")
+    ap.add_argument("--reps", type=int, default=4, help="reps, the start order swapped each time (default 4)")
+    args = ap.parse_args(argv)
+    budget = Budget(120.0 + args.reps * (60.0 + args.sends * 0.004))
+    label = short_revision(args.compare)
+    tools = JavaTools()
+    broker, relay_port = relayed_broker()
+    runs: list[dict[str, Any]] = []
+    with broker, tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
+        extract_revision(args.compare, Path(tmp), ("proxy", "pyproject.toml"))
+        codes = {"before": Path(tmp), "after": Path(__file__).resolve().parent.parent}
+        topic = f"latency-{uuid.uuid4().hex[:8]}"
+        tools.create_topic(broker.bootstrap, topic, partitions=1)
+        bare = BareRelay(relay_port, f"127.0.0.1:{broker.__dict__['relayed_port']}")
+        try:
+            for r in range(args.reps):
+                first = "before" if r % 2 == 0 else "after"
+                line = rep(broker.bootstrap, bare, topic, codes, first, args.sends, budget)
+                runs.append(line)
+                emit({"bench": "latency", "rep": r, "started_first": first, **line})
+        finally:
+            bare.stop()
+        sent = args.reps * (WARMUP + args.sends) * 4  # four paths
+        stored = sum(end_offsets(broker.bootstrap, topic).values())
+    tools.close()
+
+    def mean(name: str, key: str) -> float:
+        return round(statistics.fmean(r[name][key] for r in runs), 1)
+
+    sides = {name: {"added_p50_us": mean(name, "added_p50_us"), "cpu_us_per_send": mean(name, "cpu_us_per_send")}
+             for name in ("before", "after", "bare")}
+    for name in ("before", "after"):
+        sides[name]["added_p50_over_bare_us"] = round(sides[name]["added_p50_us"] - sides["bare"]["added_p50_us"], 1)
+    lost, duplicated = max(0, sent - stored), max(0, stored - sent)
+    emit({"summary": "latency", "rev": label, **sides,
+          "delta_added_p50_us": round(sides["after"]["added_p50_us"] - sides["before"]["added_p50_us"], 1),
+          "delta_cpu_us_per_send": round(sides["after"]["cpu_us_per_send"] - sides["before"]["cpu_us_per_send"], 1),
+          "sends": args.sends, "reps": args.reps, "order": "alternating", "lost": lost, "duplicated": duplicated})
+    return 0 if lost == 0 and duplicated == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
