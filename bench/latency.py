@@ -9,11 +9,11 @@ package extracted beside this checkout, bench/revision.py) and through Sluice as
 taken in turn send by send. Each side's figure is its p50 over direct's p50 in the same rep, and the CPU its
 process spent per send (user + system, psutil).
 
-Why reps, with the processes started afresh and their start order swapped each time: on the 2-core machine the
-Sluice process started first measured ~8 us faster per round trip than the one started second, both running the
-same code (where the scheduler puts each process relative to the client and the broker, not Sluice's doing). One
-run of one pair of processes would carry that into the before/after difference; swapping the order each rep (ABBA
-over reps) and averaging lands it on both sides alike.
+Why reps, with the processes started afresh and their start order swapped each time: on the 2-core machine two
+Sluice processes running the same code measured up to ~8 us apart per round trip, and by a different amount each
+time they were started (where the scheduler puts each process relative to the client and the broker, not Sluice's
+doing). One pair of processes would carry that into the before/after difference; fresh processes each rep, the
+start order alternating, average it out on both sides alike.
 
 Prints one JSON line per rep, then ``{"summary": "latency", "rev": ..., "before": {...}, "after": {...},
 "delta_added_p50_us": ..., "sends": N, "lost": 0, "duplicated": 0}``: per side ``added_p50_us`` (over direct),
