@@ -1,6 +1,6 @@
 """A producer's round trip through Sluice at two revisions, against direct and a bare relay, in one run.
 
-``python -m bench.latency --compare REV [--sends 6000] [--reps 4]``
+``python -m bench.latency [--compare REV] [--sends 6000] [--reps 4]``
 
 What a client feels of Sluice per request, before and after a change: a confluent-kafka producer sends one 100-byte
 record at a time (acks=1, each send awaited: ``bench.passthrough.produce_latency``) straight to the broker, through
@@ -73,7 +73,9 @@ def rep(broker_bootstrap: str, bare: BareRelay, topic: str, codes: dict[str, Pat
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--compare", metavar="REV", required=True, help="the revision measured as 'before'")
+    ap.add_argument("--compare", metavar="REV", default="HEAD",
+                    help="the revision measured as 'before' (default HEAD: the last commit against the working "
+                         "tree; with no change between them, the spread of two identical sides)")
     ap.add_argument("--sends", type=int, default=6000, help="measured sends per path per rep (default 6000)")
     ap.add_argument("--reps", type=int, default=4, help="reps, the start order swapped each time (default 4)")
     args = ap.parse_args(argv)
