@@ -12,9 +12,9 @@ partition rollup and the latency histogram, merged to the report's windows - whe
 time range fall on the landed windows' boundaries (``landed.rollups_missing``, ``landed.windows_unusable``; the
 progress line says which it reads and why). Each table is read back from its Parquet, so the report (``sections``,
 ``minutes``, ``charts``, ``html``) is built from exactly what was written, from small tables; size a replication
-throttle from the measured inbound rates (``kip73``). The per-minute
-tables (``live.MINUTE_TABLES``) are written too: the tables ``sluice stream`` keeps current from the topic, computed
-here mostly from the rollup (the stream computes them from its events: the tests hold both to the same result).
+throttle from the measured inbound rates (``kip73``). The per-minute tables (``live.MINUTE_TABLES``) are written
+too: the tables ``sluice stream`` keeps current from the topic, computed here mostly from the rollup (the stream
+computes them from its events: the tests hold both to the same result).
 
 The same code runs on local[N] and on a cluster: the aggregates are plain DataFrame operations (no Python UDFs, so
 no Python workers and no serialisation per row). On a cluster the Parquet destination must be a filesystem the
