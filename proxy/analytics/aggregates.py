@@ -11,7 +11,13 @@ The events are scanned as few times as possible - each scan of 10M cached rows c
 - ``partition_rollup`` (one scan, when the logs carry ``partitions``): per-partition sums per window, the window a
   divisor of both a minute and the report's bucket; ``topic_minute`` (live.py), ``partition_bytes`` and
   ``fairness_over_time`` are re-aggregations of it.
-- ``latency_by_api`` scans the events itself (percentiles need the values).
+- ``latency_histogram`` (one scan): per API and quantized latency (whole microseconds, 3 significant digits) a
+  count, an exact sum and the max; ``latency_by_api``'s percentiles are exact over it (nearest rank), so they
+  depend on the values alone - not on the order Spark sees them in, nor on how the input was split: histograms of
+  parts (the landed table's micro-batches and windows) re-sum to the histogram of the whole.
+
+Every column of the three is a sum, a min or a max: a finer rollup, or rows of one window computed apart (the rollups
+``landed.py`` lands per micro-batch), merge into the same rollup (``merge_rollup``, ``merge_partition_rollup``).
 
 The remaining tables derive from written ones. Every table is written as Parquet under ``OUT/parquet/<name>/``;
 ``TABLES`` describes each for the report. Sums are of longs (no overflow before 2^63 bytes) and rates divide by
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import math
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 __all__ = [
@@ -40,6 +46,9 @@ __all__ = [
     "fairness_over_time",
     "inbound_rate",
     "latency_by_api",
+    "latency_histogram",
+    "merge_partition_rollup",
+    "merge_rollup",
     "partition_bytes",
     "partition_fairness",
     "partition_rollup",
@@ -54,19 +63,28 @@ __all__ = [
 ]
 
 BYTE_COLUMNS = ("bytes_client_to_proxy", "bytes_proxy_to_upstream", "bytes_upstream_to_proxy", "bytes_proxy_to_client")
-PERCENTILES = (0.5, 0.95, 0.99)
-# percentile_approx's accuracy: relative rank error 1/10000, i.e. p99 of 10M requests is off by at most 1000 ranks.
-PERCENTILE_ACCURACY = 10_000
+#: the latency percentiles of ``latency_by_api``, in percent
+PERCENTILES = (50, 95, 99)
+#: significant decimal digits a latency (in microseconds) keeps in the histogram (``quantized_us``)
+LATENCY_DIGITS = 3
+#: larger latencies (31 years) are not measurements: left out, like a missing one
+MAX_LATENCY_MS = 1e12
 # error_codes is a key so that error_codes() needs no scan of its own: most responses carry none, so it adds few
 # rows (an array key groups by its elements, in order).
 ROLLUP_KEYS = ("window", "source", "conn_id", "client_id", "api", "listener", "upstream", "error_codes")
+# how the rollup's columns merge (merge_rollup)
+ROLLUP_SUMS = ("requests", *BYTE_COLUMNS, "requests_with_errors", "throttle_requests", "throttled_bytes",
+               "session_requests", "session_client_bytes", "session_upstream_bytes")
+ROLLUP_MINS = ("first_ts", "min_target_bps")
+ROLLUP_MAXES = ("last_ts", "target_bps")
 PARTITION_SUMS = ("fetch_bytes", "fetches", "empty_fetches", "produce_bytes", "produces")
 
 TABLES: dict[str, str] = {
     "traffic_over_time": "requests and bytes (4 directions) per time bucket, client_id and API",
     "by_client": "requests and bytes per client_id (from traffic_over_time)",
     "by_api": "requests, bytes and requests with errors per API (from traffic_over_time)",
-    "latency_by_api": "latency p50/p95/p99/max/mean per API, milliseconds",
+    "latency_by_api": "latency p50/p95/p99 (nearest rank; latencies in whole microseconds kept to 3 significant "
+                      "digits: exact below 1 ms, within 0.5 % above), max and mean per API, milliseconds",
     "error_codes": "responses per API and Kafka error code",
     "by_connection": "requests and bytes per connection: log file + conn_id",
     "by_listener": "requests, bytes and connections per Sluice listener (from by_connection)",
@@ -130,6 +148,18 @@ def rollup(events: DataFrame, window_s: int) -> DataFrame:
     )
 
 
+def merge_rollup(rolled: DataFrame, window_s: int) -> DataFrame:
+    """``rollup`` rows of a finer window, or several rows of one key (micro-batches landed apart: landed.py), as
+    the rollup of ``window_s`` (a multiple of their window): every column is a sum, a min or a max, so this is
+    exactly ``rollup`` over the same events."""
+    keys: list[Column | str] = [rebucket("window", window_s).alias("window"), *ROLLUP_KEYS[1:]]
+    return rolled.groupBy(*keys).agg(
+        *_sum_all(*ROLLUP_SUMS),
+        *[F.min(c).alias(c) for c in ROLLUP_MINS],
+        *[F.max(c).alias(c) for c in ROLLUP_MAXES],
+    )
+
+
 def traffic_over_time(rolled: DataFrame, bucket_s: int) -> DataFrame:
     """``requests_with_errors`` rides along so ``by_api`` needs no scan of its own."""
     return rolled.groupBy(rebucket("window", bucket_s).alias("bucket"), "client_id", "api").agg(
@@ -145,30 +175,62 @@ def by_api(traffic: DataFrame) -> DataFrame:
     return traffic.groupBy("api").agg(*_sum_all("requests", *BYTE_COLUMNS, "requests_with_errors"))
 
 
-def latency_by_api(events: DataFrame) -> DataFrame:
-    pct = F.percentile_approx(F.col("latency_ms"), list(PERCENTILES), PERCENTILE_ACCURACY)
-    # percentile_approx's summary (and a sum of doubles) depends on the order it sees the values in; the JSON lines
-    # and the landed table split the same lines into different input partitions. Each API's latencies in one
-    # partition, sorted, make the result a function of the values alone: the report over the table equals the
-    # report over the JSON (bench.analytics checks it at 10M lines, where the summaries compress).
-    ordered = events.select("api", "latency_ms").repartition(F.col("api")).sortWithinPartitions("api", "latency_ms")
-    return (
-        ordered.groupBy("api")
-        .agg(
-            F.count(F.col("latency_ms")).alias("measured"),  # null latencies (non-finite) are not measured
-            pct.alias("_p"),
-            F.max("latency_ms").alias("max_ms"),
-            F.avg("latency_ms").alias("mean_ms"),
-        )
-        .select(
-            "api",
-            "measured",
-            F.col("_p")[0].alias("p50_ms"),
-            F.col("_p")[1].alias("p95_ms"),
-            F.col("_p")[2].alias("p99_ms"),
-            "max_ms",
-            "mean_ms",
-        )
+def latency_us() -> Column:
+    """``latency_ms`` in whole microseconds (half up: floor(ms * 1000 + 0.5), plain IEEE arithmetic, so Python
+    computes the same), null when not measured: null, NaN, infinite, negative or beyond ``MAX_LATENCY_MS``."""
+    ms = F.col("latency_ms")
+    return F.when(ms.between(0.0, MAX_LATENCY_MS), F.floor(ms * 1000.0 + 0.5).cast("long"))
+
+
+def quantized_us(us: Column) -> Column:
+    """``us`` kept to its ``LATENCY_DIGITS`` most significant decimal digits, the rest rounded half up: below
+    1 ms exact, above it within 0.5 % (the step is at most 1 % of the value). Integer arithmetic only (the digit
+    count from the decimal string, not a logarithm), so the oracle reproduces it exactly."""
+    extra = F.greatest(F.length(us.cast("string")) - F.lit(LATENCY_DIGITS), F.lit(0))
+    scale = F.pow(F.lit(10), extra).cast("long")
+    x = us + F.floor(scale / 2).cast("long")  # scale is 1 or a multiple of 10: exact halves
+    return F.when(extra == 0, us).otherwise(x - x % scale)
+
+
+def latency_histogram(events: DataFrame, window_s: int | None = None) -> DataFrame:
+    """One row per (``window`` when ``window_s`` is given, api, ``latency_us``: the quantized latency, null for
+    requests without a measured one): ``latencies`` (how many), ``sum_us`` (exact sum of their unquantized
+    microseconds), ``max_ms`` (the largest ``latency_ms``). Every column merges by sum or max, so histograms of
+    any split of the events - files, micro-batches, windows - re-sum to the histogram of all of them."""
+    us = latency_us()
+    keyed = with_bucket(events, window_s, "window") if window_s else events
+    keys = ["window"] if window_s else []
+    return keyed.groupBy(*keys, "api", quantized_us(us).alias("latency_us")).agg(*_latency_sums(
+        F.count(us), F.sum(us), F.max(F.when(us.isNotNull(), F.col("latency_ms")))))
+
+
+def _latency_sums(latencies: Column, sum_us: Column, max_ms: Column) -> list[Column]:
+    return [latencies.alias("latencies"), sum_us.alias("sum_us"), max_ms.alias("max_ms")]
+
+
+def latency_by_api(histogram: DataFrame) -> DataFrame:
+    """Per API, from ``latency_histogram`` (or the landed ones, any number of rows per value): ``measured``, the
+    percentiles ``PERCENTILES`` (nearest rank: the smallest quantized latency whose cumulative count reaches
+    ceil(p/100 x measured)), the exact max and the mean of the unquantized microseconds, in milliseconds. Exact
+    over the histogram, so the result depends on the values alone, never on the order or split of the input."""
+    values = histogram.groupBy("api", "latency_us").agg(*_latency_sums(
+        F.sum("latencies"), F.sum("sum_us"), F.max("max_ms")))
+    cumulative = Window.partitionBy("api").orderBy("latency_us").rowsBetween(Window.unboundedPreceding,
+                                                                            Window.currentRow)
+    ranked = values.withColumn("_cum", F.sum("latencies").over(cumulative)).withColumn(
+        "measured", F.sum("latencies").over(Window.partitionBy("api")))
+
+    def percentile(p: int) -> Column:
+        # integer ceil(p x measured / 100): a double p/100 would put e.g. 0.95 x 100 one rank too high
+        reached = F.col("_cum") >= F.expr(f"(measured * {p} + 99) div 100")
+        return (F.min(F.when(reached & F.col("latency_us").isNotNull(), F.col("latency_us"))) / 1000.0).alias(
+            f"p{p}_ms")
+
+    return ranked.groupBy("api").agg(
+        F.max("measured").alias("measured"),
+        *[percentile(p) for p in PERCENTILES],
+        F.max("max_ms").alias("max_ms"),
+        F.when(F.max("measured") > 0, F.sum("sum_us").cast("double") / F.max("measured") / 1000.0).alias("mean_ms"),
     )
 
 
@@ -280,6 +342,12 @@ def partition_rollup(events: DataFrame, window_s: int) -> DataFrame:
             F.count_if(is_produce).alias("produces"),
         )
     )
+
+
+def merge_partition_rollup(parts: DataFrame, window_s: int) -> DataFrame:
+    """``partition_rollup`` rows of a finer window (or split across micro-batches) as the one of ``window_s``."""
+    return parts.groupBy(rebucket("window", window_s).alias("window"), "topic", "partition").agg(
+        *_sum_all(*PARTITION_SUMS))
 
 
 def partition_bytes(parts: DataFrame) -> DataFrame:

@@ -7,10 +7,14 @@
 Steps: read and classify every line once - from files or from the access-log topic - caching the valid rows (``source``;
 the landed table is not cached but read column by column, classified when it landed: ``landed``); pick the time-bucket
 size from the span of the logs (``buckets``); roll the events up once and write each aggregate (``aggregates``) as
-Parquet, reading it back, so the report (``sections``, ``minutes``, ``charts``, ``html``) is built from exactly what was
-written, from small tables; size a replication throttle from the measured inbound rates (``kip73``). The per-minute
-tables (``live.MINUTE_TABLES``) are written too: the tables ``sluice stream`` keeps current from the topic, computed
-here mostly from the rollup (the stream computes them from its events: the tests hold both to the same result).
+Parquet. Over a landed table the rollups landed beside its lines replace the lines - the counts, the rollup, the
+partition rollup and the latency histogram, merged to the report's windows - whenever those windows and the table's
+time range fall on the landed windows' boundaries (``landed.rollups_missing``, ``landed.windows_unusable``; the
+progress line says which it reads and why). Each table is read back from its Parquet, so the report (``sections``,
+``minutes``, ``charts``, ``html``) is built from exactly what was written, from small tables; size a replication
+throttle from the measured inbound rates (``kip73``). The per-minute tables (``live.MINUTE_TABLES``) are written
+too: the tables ``sluice stream`` keeps current from the topic, computed here mostly from the rollup (the stream
+computes them from its events: the tests hold both to the same result).
 
 The same code runs on local[N] and on a cluster: the aggregates are plain DataFrame operations (no Python UDFs, so
 no Python workers and no serialisation per row). On a cluster the Parquet destination must be a filesystem the
@@ -33,13 +37,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from proxy.analytics import aggregates as agg
-from proxy.analytics import live
+from proxy.analytics import landed, live
 from proxy.analytics.buckets import choose_bucket_seconds
 from proxy.analytics.html import render
 from proxy.analytics.kip73 import Recommendation, ThrottleInputs, recommend
-from proxy.analytics.landed import LandedTable, read_landed
+from proxy.analytics.landed import LandedRollups, LandedTable
 from proxy.analytics.sections import ReportContext, build_sections, inbound_rates
-from proxy.analytics.source import InputCounts, KafkaTopic, read_access_log_topic, read_access_logs
+from proxy.analytics.source import InputCounts, KafkaTopic, LogInput, read_access_log_topic, read_access_logs
 
 __all__ = ["JobOptions", "JobResult", "run_job"]
 
@@ -151,6 +155,55 @@ def describe(logs: Logs) -> str:
     return f"{len(logs)} path(s)"
 
 
+class _FromEvents:
+    """The aggregates' inputs computed from the events (JSON lines, the topic, or the landed lines): the same
+    methods as ``landed.LandedRollups``, which reads them precomputed."""
+
+    def __init__(self, inp: LogInput) -> None:
+        self.inp = inp
+        self.counts = inp.counts
+        self.malformed_samples = inp.malformed_samples
+
+    def rollup(self, window_s: int) -> DataFrame:
+        return agg.rollup(self.inp.events, window_s)
+
+    def partition_rollup(self, window_s: int) -> DataFrame:
+        return agg.partition_rollup(self.inp.events, window_s)
+
+    def latency_histogram(self) -> DataFrame:
+        return agg.latency_histogram(self.inp.events)
+
+    def minute_tables(self) -> dict[str, DataFrame]:
+        return live.minute_tables(self.inp.events)
+
+    def release(self) -> None:
+        self.inp.release()
+
+
+def _bucket_s(opts: JobOptions, counts: InputCounts) -> int:
+    return opts.bucket_s or choose_bucket_seconds(counts.span_s)
+
+
+def _read(spark: SparkSession, logs: Logs, opts: JobOptions, say: Callable[[str], None]) -> _FromEvents | LandedRollups:
+    """The job's input: a landed table's rollups when they hold the report's tables exactly (landed.py), else the
+    lines, read and classified."""
+    if isinstance(logs, LandedTable):
+        why = landed.rollups_missing(spark, logs)
+        if why is None:
+            rollups = landed.landed_rollups(spark, logs)
+            bucket_s = _bucket_s(opts, rollups.counts)
+            why = landed.windows_unusable(agg.rollup_window_s(bucket_s, opts.rate_window_s),
+                                          agg.partition_rollup_window_s(bucket_s))
+            if why is None:
+                say("reading the landed rollups")
+                return rollups
+        say(f"reading the landed lines: {why}")
+        return _FromEvents(landed.read_landed(spark, logs))
+    if isinstance(logs, KafkaTopic):
+        return _FromEvents(read_access_log_topic(spark, logs))
+    return _FromEvents(read_access_logs(spark, [str(p) for p in logs]))
+
+
 def run_job(
     spark: SparkSession,
     logs: Logs,
@@ -172,22 +225,16 @@ def run_job(
     parquet_root = opts.parquet_uri or str((out_dir / "parquet").resolve())
 
     say(f"reading {describe(logs)}")
-    if isinstance(logs, LandedTable):
-        inp = read_landed(spark, logs)
-    elif isinstance(logs, KafkaTopic):
-        inp = read_access_log_topic(spark, logs)
-    else:
-        inp = read_access_logs(spark, [str(p) for p in logs])
+    src = _read(spark, logs, opts, say)
     try:
-        counts = inp.counts
+        counts = src.counts
         say(f"{counts.lines:,} lines: {counts.valid:,} valid, {counts.malformed:,} malformed")
-        bucket_s = opts.bucket_s or choose_bucket_seconds(counts.span_s)
-        events = inp.events
+        bucket_s = _bucket_s(opts, counts)
         write = _Writer(spark, parquet_root, say)
 
         # The rollup is read by six tables: kept in memory while they are written (it is small, see aggregates).
         window_s = agg.rollup_window_s(bucket_s, opts.rate_window_s)
-        rolled = agg.rollup(events, window_s).persist(StorageLevel.MEMORY_AND_DISK)
+        rolled = src.rollup(window_s).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             traffic = write("traffic_over_time", agg.traffic_over_time(rolled, bucket_s))
             connections = write("by_connection", agg.by_connection(rolled))
@@ -197,7 +244,7 @@ def run_job(
                 write("throttle_over_time", agg.throttle_over_time(rolled, bucket_s))
             if counts.has("session_upstream_bytes"):
                 write("session_savings", agg.session_savings(rolled, bucket_s))
-            minute = live.minute_tables_from_rollup(rolled, window_s) or live.minute_tables(events)
+            minute = live.minute_tables_from_rollup(rolled, window_s) or src.minute_tables()
             write("client_minute", minute["client_minute"])
             write("throttle_minute", minute["throttle_minute"])
         finally:
@@ -207,10 +254,10 @@ def run_job(
         write("by_api", agg.by_api(traffic))
         write("by_listener", agg.by_listener(connections))
         write("by_upstream", agg.by_upstream(connections))
-        write("latency_by_api", agg.latency_by_api(events))
+        write("latency_by_api", agg.latency_by_api(src.latency_histogram()))
         if counts.has("partitions"):
             # one scan of the partitions for all three: the per-minute and per-bucket sums re-aggregate its windows
-            parts = agg.partition_rollup(events, agg.partition_rollup_window_s(bucket_s)).persist(
+            parts = src.partition_rollup(agg.partition_rollup_window_s(bucket_s)).persist(
                 StorageLevel.MEMORY_AND_DISK)
             try:
                 per_minute = write("topic_minute", live.topic_minute(parts))
@@ -221,7 +268,7 @@ def run_job(
             write("partition_fairness", agg.partition_fairness(totals))
         say(f"wrote {len(write.written)} tables under {parquet_root}")
     finally:
-        inp.release()  # every later query reads the small Parquet tables, not the cached events
+        src.release()  # every later query reads the small Parquet tables, not the cached events
 
     rates = inbound_rates(inbound, counts.span_s, opts.rate_window_s)
     rec = recommend(rates, opts.throttle)
@@ -233,7 +280,7 @@ def run_job(
         table_rows=opts.table_rows,
         tables=write.written,
         paths=write.paths,
-        malformed_samples=inp.malformed_samples,
+        malformed_samples=src.malformed_samples,
         recommendation=rec,
         inbound=rates,
     )

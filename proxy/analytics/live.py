@@ -26,7 +26,8 @@ How the stream keeps them current, exactly once:
   one kept for readers still reading it.
 - ``keep_s`` bounds the tables: minutes older than that (before the newest minute) are left out of new versions.
 - With ``table``, each micro-batch's lines are also appended to the landed access-log table (proxy/analytics/
-  landed.py), once: a replayed batch is skipped by the table itself (Delta's idempotent writes).
+  landed.py), with their rollups in its sibling tables (10-second windows: what ``sluice report --table`` reads
+  instead of the lines), once: a replayed batch is skipped by each table itself (Delta's idempotent writes).
 
 The files go through Hadoop's FileSystem API, so ``OUT`` may be any filesystem Spark writes (on a cluster, one
 the executors share: hdfs://, s3a://, or a shared mount).

@@ -51,6 +51,11 @@ DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 _DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # A table's state (its log replayed) is rebuilt on every table's first query, in this many tasks (Delta's
+    # DeltaSQLConf.scala, DELTA_SNAPSHOT_PARTITIONS; Delta's own build runs its local tests with 2). The default's
+    # 50 small tasks cost seconds per table on 2 cores: the report over the landed rollups reads five tables, and
+    # with 50 spent 4-5 s of wall on each, measured at 2M lines (docs/PERFORMANCE.md, Analytics).
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 
 DEFAULT_MASTER = "local[2]"

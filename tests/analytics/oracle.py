@@ -99,6 +99,21 @@ def classify(line: str) -> tuple[str, dict[str, Any] | None]:
     return "valid", obj
 
 
+def latency_us(ms: float | None) -> int | None:
+    """A latency in whole microseconds, half up; None when not a measurement (missing, not finite, negative, or
+    beyond 1e12 ms)."""
+    if ms is None or not math.isfinite(ms) or not 0 <= ms <= 1e12:
+        return None
+    return math.floor(ms * 1000.0 + 0.5)
+
+
+def quantize(us: int) -> int:
+    """``us`` to its 3 most significant decimal digits, the rest rounded half up."""
+    scale = 10 ** max(len(str(us)) - 3, 0)
+    x = us + scale // 2
+    return x - x % scale
+
+
 def epoch_us(ts: str) -> int:
     dt = datetime.fromisoformat(ts)
     return round(dt.timestamp() * 1_000_000)
@@ -166,11 +181,25 @@ class Oracle:
         return dict(acc)
 
     def latencies(self) -> dict[str, list[float]]:
+        """API -> its measured latencies (ms), sorted."""
         acc: dict[str, list[float]] = defaultdict(list)
         for r in self.rows:
-            if r.get("latency_ms") is not None:
+            if latency_us(r.get("latency_ms")) is not None:
                 acc[r["api"]].append(float(r["latency_ms"]))
         return {k: sorted(v) for k, v in acc.items()}
+
+    def latency_by_api(self) -> dict[str, tuple[int, float, float, float, float, float]]:
+        """API -> (measured, p50, p95, p99, max, mean), ms: nearest-rank percentiles of the quantized latencies,
+        the exact max, the mean of the whole microseconds."""
+        out = {}
+        for api, values in self.latencies().items():
+            us = [latency_us(v) for v in values]
+            q = sorted(quantize(u) for u in us if u is not None)
+            n = len(q)
+            # nearest rank: the smallest value whose cumulative count reaches ceil(p/100 x n)
+            p50, p95, p99 = (q[(n * p + 99) // 100 - 1] / 1000 for p in (50, 95, 99))
+            out[api] = (n, p50, p95, p99, values[-1], sum(u for u in us if u is not None) / n / 1000)
+        return out
 
     def partitions(self) -> dict[tuple[str, int], tuple[int, int, int, int, int]]:
         """(topic, partition) -> (fetch bytes, fetches, empty fetches, produce bytes, produces)."""
@@ -207,12 +236,3 @@ def jain(values: list[float]) -> float:
     total = sum(values)
     sq = sum(v * v for v in values)
     return total * total / (len(values) * sq)
-
-
-def rank_ok(sorted_values: list[float], p: float, v: float) -> bool:
-    """v is an acceptable p-quantile of the data: a data value whose rank brackets p (percentile_approx at this
-    size is exact up to rounding of the rank)."""
-    n = len(sorted_values)
-    below = sum(1 for x in sorted_values if x < v) / n
-    at_or_below = sum(1 for x in sorted_values if x <= v) / n
-    return v in sorted_values and below <= p + 1e-9 and at_or_below >= p - 1.0 / n - 1e-9 and not math.isnan(v)

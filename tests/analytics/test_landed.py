@@ -1,12 +1,17 @@
 """The landed table (proxy/analytics/landed.py): generated logs - several files, gzip, malformed lines of every
 kind, lines of another schema or event, the optional fields - landed into a Delta table, and the report over the
 table equals the report over the JSON lines it came from, table by table. A time range reads only its lines; the
-table is partitioned by the lines' date and hour."""
+table is partitioned by the lines' date and hour.
+
+The report reads the rollups landed beside the lines when its windows allow, and the lines otherwise: both equal the
+report over the JSON - whether the logs landed in one batch or in two (rows of one window in each, a batch replayed),
+with a bucket the rollups cannot give (15 s), or from a table landed before the rollups existed."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,7 +25,8 @@ from pyspark.sql import functions as F
 
 from bench.gen_logs import generate
 from proxy.analytics.job import JobOptions, JobResult, run_job
-from proxy.analytics.landed import LandedTable, land_logs
+from proxy.analytics.landed import ROLLUPS, LandedTable, land, land_logs, landed_rows, sibling
+from proxy.analytics.source import classify, read_access_logs_raw
 from tests.analytics.conftest import sorted_rows
 from tests.analytics.oracle import Oracle, epoch_us
 from tests.analytics.test_generated import HAND_MADE
@@ -35,6 +41,31 @@ class Landed:
     uri: str
     logs: Path
     oracle: Oracle
+
+
+@dataclass
+class Report:
+    result: JobResult
+    progress: list[str]
+
+
+def _report(spark: SparkSession, logs: list[str] | LandedTable, out: Path, options: JobOptions = OPTIONS) -> Report:
+    said: list[str] = []
+    return Report(run_job(spark, logs, out, options, progress=said.append), said)
+
+
+def _land_in_two_batches(spark: SparkSession, logs: Path, uri: str, *, without_rollups: bool = False) -> None:
+    """The plain files as micro-batch 0, the rest as batch 1 (landed twice: a replay), as a stream lands them.
+    ``without_rollups``: batch 0 lands as a Sluice before the rollups did (only the lines)."""
+    def rows(paths: list[Path]) -> Any:
+        return landed_rows(classify(read_access_logs_raw(spark, [str(p) for p in paths])))
+
+    land(rows([logs / "plain"]), uri, writer_id="test-stream", batch_id=0)
+    if without_rollups:
+        for name in ROLLUPS:
+            shutil.rmtree(sibling(uri, name))
+    for _ in range(2):
+        land(rows([logs / "gz", logs / "hand-made.jsonl"]), uri, writer_id="test-stream", batch_id=1)
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +86,25 @@ def from_json(spark: SparkSession, landed: Landed) -> JobResult:
 
 
 @pytest.fixture(scope="module")
-def from_table(spark: SparkSession, landed: Landed) -> JobResult:
-    return run_job(spark, LandedTable(landed.uri), landed.logs.parent / "from-table", OPTIONS)
+def table_report(spark: SparkSession, landed: Landed) -> Report:
+    return _report(spark, LandedTable(landed.uri), landed.logs.parent / "from-table")
+
+
+@pytest.fixture(scope="module")
+def from_table(table_report: Report) -> JobResult:
+    return table_report.result
 
 
 def _summary(result: JobResult) -> dict[str, Any]:
     s = result.summary()
     return {k: v for k, v in s.items() if k not in ("report", "seconds", "tables")}
+
+
+def _assert_equal(spark: SparkSession, got: JobResult, want: JobResult) -> None:
+    assert got.tables.keys() == want.tables.keys()
+    for name in want.tables:
+        assert sorted_rows(spark, got.tables[name]) == sorted_rows(spark, want.tables[name]), name
+    assert _summary(got) == _summary(want)
 
 
 def test_the_table_keeps_every_line_partitioned_by_date_and_hour(spark: SparkSession, landed: Landed) -> None:
@@ -91,27 +134,74 @@ def test_the_report_over_the_json_counts_every_line(landed: Landed, from_json: J
 
 
 def test_the_report_over_the_table_equals_the_report_over_the_json(spark: SparkSession, from_json: JobResult,
-                                                                   from_table: JobResult) -> None:
-    assert from_table.tables.keys() == from_json.tables.keys()
-    for name in from_json.tables:
-        assert sorted_rows(spark, from_table.tables[name]) == sorted_rows(spark, from_json.tables[name]), name
-    assert _summary(from_table) == _summary(from_json)
+                                                                   table_report: Report) -> None:
+    assert "reading the landed rollups" in table_report.progress
+    from_table = table_report.result
+    _assert_equal(spark, from_table, from_json)
     c = from_table.counts
     page = from_table.report.read_text()
     assert "First 5 malformed line(s)" in page and f"{c.malformed:,} malformed lines" in page
 
 
-def test_a_time_range_reads_exactly_its_lines(spark: SparkSession, landed: Landed, tmp_path: Path) -> None:
+def test_latency_percentiles_are_those_of_the_quantized_latencies(spark: SparkSession, landed: Landed,
+                                                                  from_table: JobResult) -> None:
+    got = {r["api"]: (r["measured"], r["p50_ms"], r["p95_ms"], r["p99_ms"], r["max_ms"], r["mean_ms"])
+           for r in spark.read.parquet(from_table.tables["latency_by_api"]).collect() if r["measured"]}
+    assert got == landed.oracle.latency_by_api()
+
+
+def test_two_batches_and_a_replay_land_the_same_tables(spark: SparkSession, landed: Landed, from_json: JobResult,
+                                                       tmp_path: Path) -> None:
+    uri = str(tmp_path / "access_log")
+    _land_in_two_batches(spark, landed.logs, uri)
+    # rows of one window in both batches: the rollup holds them apart, the report merges them
+    windows = spark.read.format("delta").load(sibling(uri, "counts")).groupBy("window").agg(
+        F.count_distinct("source").alias("sources"))
+    assert windows.filter(F.col("sources") > 1).count() > 0
+    report = _report(spark, LandedTable(uri), tmp_path / "out")
+    assert "reading the landed rollups" in report.progress
+    _assert_equal(spark, report.result, from_json)
+
+
+def test_a_bucket_the_rollups_cannot_give_reads_the_lines(spark: SparkSession, landed: Landed,
+                                                          tmp_path: Path) -> None:
+    options = JobOptions(bucket_s=15, rate_window_s=10)  # a 5-second rollup window
+    want = run_job(spark, [str(landed.logs)], tmp_path / "json", options)
+    report = _report(spark, LandedTable(landed.uri), tmp_path / "table", options)
+    assert any(m.startswith("reading the landed lines: the report's windows (5 s") for m in report.progress)
+    _assert_equal(spark, report.result, want)
+
+
+def test_a_table_landed_before_the_rollups_keeps_reading_its_lines(spark: SparkSession, landed: Landed,
+                                                                    from_json: JobResult, tmp_path: Path) -> None:
+    uri = str(tmp_path / "access_log")
+    _land_in_two_batches(spark, landed.logs, uri, without_rollups=True)
+    # rollups of batch 1 alone would miss batch 0's lines: none are landed
+    assert not any(Path(sibling(uri, name)).exists() for name in ROLLUPS)
+    report = _report(spark, LandedTable(uri), tmp_path / "out")
+    assert "reading the landed lines: the table has no rollups (landed before them)" in report.progress
+    _assert_equal(spark, report.result, from_json)
+
+
+@pytest.mark.parametrize("offset_s", [0, 3], ids=["on-window-boundaries", "off-them"])
+def test_a_time_range_reads_exactly_its_lines(spark: SparkSession, landed: Landed, tmp_path: Path,
+                                              offset_s: int) -> None:
     rows = landed.oracle.rows
-    first = min(epoch_us(r["ts"]) for r in rows)
-    start = datetime.fromtimestamp(first / 1e6, UTC).replace(microsecond=0) + timedelta(seconds=120)
+    first = min(epoch_us(r["ts"]) for r in rows) // 10_000_000 * 10
+    start = datetime.fromtimestamp(first + 120 + offset_s, UTC)
     end = start + timedelta(seconds=180)
     inside = [r for r in rows if start.timestamp() * 1e6 <= epoch_us(r["ts"]) < end.timestamp() * 1e6]
     assert 0 < len(inside) < len(rows)
-    result = run_job(spark, LandedTable(landed.uri, start, end), tmp_path)
+    # 10-second buckets (3 minutes would get 2-second ones, which only the lines give)
+    report = _report(spark, LandedTable(landed.uri, start, end), tmp_path, JobOptions(bucket_s=10, rate_window_s=10))
+    # the rollups hold 10-second windows: a range between their boundaries is read from the lines
+    assert ("reading the landed rollups" in report.progress) == (offset_s == 0)
+    result = report.result
     assert result.counts.valid == len(inside)
     assert result.counts.first_ts is not None and result.counts.first_ts >= start
     assert result.counts.last_ts is not None and result.counts.last_ts < end
+    requests = spark.read.parquet(result.tables["by_api"]).agg(F.sum("requests")).collect()[0][0]
+    assert requests == len(inside)
 
 
 def test_sluice_report_reads_the_table(landed: Landed, from_json: JobResult, tmp_path: Path) -> None:
