@@ -26,6 +26,25 @@ class QuotaMetrics:
             "sluice_quota_throttled_total", "Responses (or acks=0 Produce requests) throttled by an entry.",
             ["entry", "api"], registry=r)
 
+        #: the per-request children, by (entry, api) and (entry, kind): ``labels()`` takes a lock and builds a key on
+        #: every call (metrics.py); bounded by the entries configured and the two APIs and kinds
+        self._requests: dict[tuple[str, str], Any] = {}
+        self._bytes: dict[tuple[str, str], Any] = {}
+
+    def count(self, entry: str, api: str) -> None:
+        """One Produce or Fetch request of ``entry``'s clients."""
+        child = self._requests.get((entry, api))
+        if child is None:
+            child = self._requests[(entry, api)] = self.requests.labels(entry, api)
+        child.inc()
+
+    def count_bytes(self, entry: str, kind: str, n: int) -> None:
+        """``n`` bytes counted against ``entry`` (``kind``: produce or fetch)."""
+        child = self._bytes.get((entry, kind))
+        if child is None:
+            child = self._bytes[(entry, kind)] = self.bytes.labels(entry, kind)
+        child.inc(n)
+
     def show(self, entries: Iterable[Any]) -> None:
         """Every configured entry's series, at 0 until it counts something (dashboards and alerts see them)."""
         for entry in entries:

@@ -85,13 +85,15 @@ class Quota(Policy):
         if entry is None:
             return None
         now, api = self.clock(), ex.api
-        self.metrics.requests.labels(entry.name, api).inc()
+        self.metrics.count(entry.name, api)
         delay = self.book.record(entry, "request", 1, ex.client_id, ex.principal, now)
         if ex.header.api_key == ApiKey.PRODUCE:
-            self.metrics.bytes.labels(entry.name, "produce").inc(ex.size)
+            self.metrics.count_bytes(entry.name, "produce", ex.size)
             delay = max(delay, self.book.record(entry, "produce", ex.size, ex.client_id, ex.principal, now))
-            if not ex.expects_response:
-                # acks=0: no response to carry the time; the client is held all the same (KIP-219)
+            if not ex.expects_response or delay <= 0:
+                # acks=0: no response to carry the time; the client is held all the same (KIP-219). Not
+                # throttled: nothing to tell the client, so the response is not read for the quota (it is
+                # relayed unread unless another policy reads it)
                 self._apply(ex, entry, delay)
                 return None
         elif not entry.fetch and not delay:
@@ -106,7 +108,7 @@ class Quota(Policy):
         delay = ticket.delay_s
         if isinstance(response, FetchResponse) and ticket.entry.fetch:
             size = _fetch_bytes(response)
-            self.metrics.bytes.labels(ticket.entry.name, "fetch").inc(size)
+            self.metrics.count_bytes(ticket.entry.name, "fetch", size)
             delay = max(delay, self.book.record(ticket.entry, "fetch", size, ex.client_id, ex.principal,
                                                 self.clock()))
         h = ex.header
