@@ -49,6 +49,7 @@ __all__ = [
     "latency_histogram",
     "merge_partition_rollup",
     "merge_rollup",
+    "minute_tables_from_rollup",
     "partition_bytes",
     "partition_fairness",
     "partition_rollup",
@@ -77,6 +78,8 @@ ROLLUP_SUMS = ("requests", *BYTE_COLUMNS, "requests_with_errors", "throttle_requ
                "session_requests", "session_client_bytes", "session_upstream_bytes")
 ROLLUP_MINS = ("first_ts", "min_target_bps")
 ROLLUP_MAXES = ("last_ts", "target_bps")
+#: the per-minute tables' bucket (live.py: what `sluice stream` keeps current)
+MINUTE_S = 60
 PARTITION_SUMS = ("fetch_bytes", "fetches", "empty_fetches", "produce_bytes", "produces")
 
 TABLES: dict[str, str] = {
@@ -390,3 +393,20 @@ def fairness_over_time(parts: DataFrame, bucket_s: int) -> DataFrame:
         .withColumn("jain_index", _jain(F.col("partitions"), F.col("fetch_bytes"), F.col("_sq")))
         .drop("_sq")
     )
+
+
+def minute_tables_from_rollup(rolled: DataFrame, window_s: int) -> dict[str, DataFrame] | None:
+    """``client_minute`` and ``throttle_minute`` re-aggregated from the batch job's rollup (no scan of the events),
+    when its window divides a minute (else None: compute them from the events)."""
+    if MINUTE_S % window_s:
+        return None
+    minute = rebucket("window", MINUTE_S).alias("minute")
+    client = rolled.groupBy(minute, "client_id", "api").agg(
+        *(F.sum(c).alias(c) for c in ("requests", *BYTE_COLUMNS, "requests_with_errors")))
+    throttle = rolled.filter(F.col("throttle_requests") > 0).groupBy(minute, "source").agg(
+        F.sum("throttled_bytes").alias("throttled_bytes"),
+        F.sum("throttle_requests").alias("requests"),
+        F.max("target_bps").alias("target_bps"),
+        F.min("min_target_bps").alias("min_target_bps"),
+    )
+    return {"client_minute": client, "throttle_minute": throttle}

@@ -244,7 +244,7 @@ def run_job(
                 write("throttle_over_time", agg.throttle_over_time(rolled, bucket_s))
             if counts.has("session_upstream_bytes"):
                 write("session_savings", agg.session_savings(rolled, bucket_s))
-            minute = live.minute_tables_from_rollup(rolled, window_s) or src.minute_tables()
+            minute = agg.minute_tables_from_rollup(rolled, window_s) or src.minute_tables()
             write("client_minute", minute["client_minute"])
             write("throttle_minute", minute["throttle_minute"])
         finally:

@@ -45,13 +45,19 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from proxy.analytics import landed
-from proxy.analytics.aggregates import BYTE_COLUMNS, PARTITION_SUMS, partition_rollup, rebucket, with_bucket
+from proxy.analytics.aggregates import (
+    BYTE_COLUMNS,
+    MINUTE_S,
+    PARTITION_SUMS,
+    partition_rollup,
+    rebucket,
+    with_bucket,
+)
 from proxy.analytics.source import CLASSES, CORRUPT_COLUMN, InputCounts, KafkaTopic, classify, parse_kafka_rows
 
 __all__ = ["MINUTE_TABLES", "LiveTables", "current_tables", "lines_from_counts", "lines_table", "merge",
-           "minute_tables", "minute_tables_from_rollup", "run_stream", "topic_minute"]
+           "minute_tables", "run_stream", "topic_minute"]
 
-MINUTE_S = 60
 COMMITTED = "_COMMITTED"
 VERSION_PREFIX = "v-"
 
@@ -118,23 +124,6 @@ def topic_minute(parts: DataFrame) -> DataFrame:
     """``topic_minute`` from a partition rollup (``aggregates.partition_rollup``) whose window divides a minute."""
     return parts.groupBy(rebucket("window", MINUTE_S).alias("minute"), "topic", "partition").agg(
         *(F.sum(c).alias(c) for c in PARTITION_SUMS))
-
-
-def minute_tables_from_rollup(rolled: DataFrame, window_s: int) -> dict[str, DataFrame] | None:
-    """``client_minute`` and ``throttle_minute`` re-aggregated from the batch job's rollup (no scan of the events),
-    when its window divides a minute (else None: compute them from the events)."""
-    if MINUTE_S % window_s:
-        return None
-    minute = rebucket("window", MINUTE_S).alias("minute")
-    client = rolled.groupBy(minute, "client_id", "api").agg(
-        *(F.sum(c).alias(c) for c in ("requests", *BYTE_COLUMNS, "requests_with_errors")))
-    throttle = rolled.filter(F.col("throttle_requests") > 0).groupBy(minute, "source").agg(
-        F.sum("throttled_bytes").alias("throttled_bytes"),
-        F.sum("throttle_requests").alias("requests"),
-        F.max("target_bps").alias("target_bps"),
-        F.min("min_target_bps").alias("min_target_bps"),
-    )
-    return {"client_minute": client, "throttle_minute": throttle}
 
 
 def lines_from_counts(spark: SparkSession, counts: InputCounts) -> DataFrame:

@@ -52,6 +52,12 @@ class WindowedRate:
         self.window_s = window_s
         self._samples: list[_Sample] = []
         self._current = 0
+        # Kept as the samples change, so that measuring (every quota check, every throttled partition's fetch)
+        # walks no sample until one can have expired: the sum of the samples' totals, when the oldest sample began
+        # (inf: none) and when the oldest that recorded bytes began (inf: none did)
+        self._total = 0
+        self._first = math.inf
+        self._first_bytes = math.inf
 
     def reconfigure(self, bound: int, samples: int, window_s: float, now: float | None = None) -> None:
         """A new bound applies from ``now``: the window restarts there, carrying the bytes recorded beyond the old
@@ -72,6 +78,14 @@ class WindowedRate:
             self._samples = [_Sample(now, int(debt))] if debt > 0 else []
             self._current = 0
         self.bound = bound
+        self._recount()
+
+    def _recount(self) -> None:
+        """The running figures from the samples (after any change to them but a record into the current one)."""
+        samples = self._samples
+        self._total = sum(s.total for s in samples)
+        self._first = min((s.start for s in samples), default=math.inf)
+        self._first_bytes = min((s.start for s in samples if s.total), default=math.inf)
 
     # ------------------------------------------------------------------ SampledStat
 
@@ -79,6 +93,7 @@ class WindowedRate:
         if not self._samples:
             self._samples.append(_Sample(now))
             self._current = 0
+            self._first = now
         sample = self._samples[self._current]
         if now - sample.start >= self.window_s:  # Sample.isComplete: advance, the new sample starts now
             self._current = (self._current + 1) % self.samples
@@ -86,21 +101,28 @@ class WindowedRate:
                 self._samples.append(_Sample(now))
             else:
                 self._samples[self._current] = _Sample(now)
+                self._recount()  # a sample replaced: its bytes leave the total, the oldest may be another
             sample = self._samples[self._current]
         sample.total += n
+        self._total += n
+        if n and sample.start < self._first_bytes:
+            self._first_bytes = sample.start
 
     def _purge(self, now: float) -> None:
         expire = self.samples * self.window_s
-        if self._samples and all(now - s.start >= expire for s in self._samples):
+        if now - self._first < expire:
+            return  # no sample is old enough to expire (the test below, for the oldest)
+        if all(now - s.start >= expire for s in self._samples):
             self._samples, self._current = [], 0  # all idle: no history, no credit (module docstring)
-            return
-        for i, s in enumerate(self._samples):
-            if now - s.start >= expire:
-                self._samples[i] = _Sample(now)  # Sample.reset(now)
+        else:
+            for i, s in enumerate(self._samples):
+                if now - s.start >= expire:
+                    self._samples[i] = _Sample(now)  # Sample.reset(now)
+        self._recount()
 
     def total(self, now: float) -> int:
         self._purge(now)
-        return sum(s.total for s in self._samples)
+        return self._total
 
     def window_size(self, now: float) -> float:
         """SimpleRate.windowSize: time since the oldest live sample began, at least one window."""
@@ -109,7 +131,8 @@ class WindowedRate:
 
     def _oldest(self, now: float) -> float:
         """When the oldest sample that recorded bytes began (``now`` if none did: no history)."""
-        return min((s.start for s in self._samples if s.total), default=now)
+        first = self._first_bytes
+        return now if first == math.inf else first
 
     # ------------------------------------------------------------------ Rate / quota
 
