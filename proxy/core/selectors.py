@@ -17,6 +17,10 @@ from typing import Any
 
 __all__ = ["ClientSelector"]
 
+#: answers a selector remembers (client.ids are the clients' to choose: the memory is bounded, and starts over
+#: when full)
+_SEEN_MAX = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class ClientSelector:
@@ -24,6 +28,10 @@ class ClientSelector:
     principal: str | None = None
     network: str | None = None
     _net: Any = field(init=False, repr=False, compare=False, default=None)
+    #: (client.id, principal, address) -> the answer: a selector is asked on every request of the APIs its policy
+    #: reads, by the same few clients, and a glob match costs far more than a look-up
+    _seen: dict[tuple[str | None, str | None, str], bool] = field(init=False, repr=False, compare=False,
+                                                                   default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.network is not None:
@@ -35,6 +43,16 @@ class ClientSelector:
         return cls(entry.client_id, entry.principal, entry.client_address)
 
     def matches(self, client_id: str | None, principal: str | None = None, host: str = "") -> bool:
+        key = (client_id, principal, host)
+        seen = self._seen
+        answer = seen.get(key)
+        if answer is None:
+            if len(seen) >= _SEEN_MAX:
+                seen.clear()
+            answer = seen[key] = self._matches(client_id, principal, host)
+        return answer
+
+    def _matches(self, client_id: str | None, principal: str | None, host: str) -> bool:
         if self.client_id is not None and not fnmatch.fnmatchcase(client_id or "", self.client_id):
             return False
         if self.principal is not None and (principal is None or not fnmatch.fnmatchcase(principal, self.principal)):

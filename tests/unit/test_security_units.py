@@ -189,6 +189,19 @@ def test_selectors_match_all_they_name() -> None:
     assert ClientSelector(network="2001:db8::/32").matches(None, None, "2001:db8::5")
 
 
+def test_a_selector_answers_the_same_when_asked_again_and_past_its_memory() -> None:
+    # answers are remembered (a selector is asked on every request); client.ids are the clients' to choose, so the
+    # memory is bounded and starts over when full: every answer stays the glob's, asked once or many times
+    s = ClientSelector(client_id="etl-*", network="10.0.0.0/8")
+    clients = [(f"etl-{i}" if i % 3 else f"web-{i}", f"10.0.{i % 250}.1" if i % 5 else "11.0.0.1")
+               for i in range(10_000)]
+    for _ in range(2):
+        for client_id, host in clients:
+            assert s.matches(client_id, None, host) == (client_id.startswith("etl-") and host.startswith("10.")), \
+                (client_id, host)
+    assert s == ClientSelector(client_id="etl-*", network="10.0.0.0/8")  # what it remembers is not what it is
+
+
 # ----------------------------------------------------------------------------- the core: in-flight, idle
 
 LIST_OFFSETS = 2
