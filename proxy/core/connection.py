@@ -386,7 +386,7 @@ class Connection:
             pending.popleft()
             self._head_ran = False
             self._dispatch(ex)
-        if not pending and _WAITING in self._client_pauses:
+        if not pending:
             self._resume_client(_WAITING)
 
     def _wait(self, what: str) -> None:
@@ -481,18 +481,6 @@ class Connection:
                     pos += 8
                     if not self._start_response(view[pos - 8 : pos]):
                         return
-                    left = self._left
-                    if left and left <= end - pos and self._head is not None and self._stream is None \
-                            and self._collect is None:
-                        # relayed, and whole in this read (nearly always for all but Fetch): header and body in
-                        # one write, without another turn of this loop
-                        self._head, self._left = None, 0
-                        self.port.send_client((view[self._head_at : pos + left],))
-                        pos += left
-                        self._head_at = -1
-                        self._end_response()
-                        if self.closed:
-                            return
                     continue
                 need = 8 - len(self._hdr)
                 self._hdr += view[pos : pos + need]
@@ -648,12 +636,10 @@ class Connection:
         if ex.held:
             held, ex.held = ex.held, 0
             self._release(held)
-        inflight = self.inflight
-        head = inflight.popleft()
+        head = self.inflight.popleft()
         assert head is ex
         self._complete(ex)
-        if inflight and inflight[0].answer is not None:
-            self._flush_answers()
+        self._flush_answers()
 
     def _flush_answers(self) -> None:
         """Write the answers Sluice made itself once every earlier response has gone out."""
