@@ -26,24 +26,28 @@ class QuotaMetrics:
             "sluice_quota_throttled_total", "Responses (or acks=0 Produce requests) throttled by an entry.",
             ["entry", "api"], registry=r)
 
-        #: the per-request children, by (entry, api) and (entry, kind): ``labels()`` takes a lock and builds a key on
-        #: every call (metrics.py); bounded by the entries configured and the two APIs and kinds
-        self._requests: dict[tuple[str, str], Any] = {}
-        self._bytes: dict[tuple[str, str], Any] = {}
+        #: the per-request children, by (counter, entry, label): ``labels()`` takes a lock and builds a key on every
+        #: call (metrics.py); bounded by the entries configured and the two APIs and kinds
+        self._children: dict[tuple[Counter, str, str], Any] = {}
+
+    def _inc(self, counter: Counter, entry: str, label: str, n: float) -> None:
+        child = self._children.get((counter, entry, label))
+        if child is None:
+            child = self._children[(counter, entry, label)] = counter.labels(entry, label)
+        child.inc(n)
 
     def count(self, entry: str, api: str) -> None:
         """One Produce or Fetch request of ``entry``'s clients."""
-        child = self._requests.get((entry, api))
-        if child is None:
-            child = self._requests[(entry, api)] = self.requests.labels(entry, api)
-        child.inc()
+        self._inc(self.requests, entry, api, 1)
 
     def count_bytes(self, entry: str, kind: str, n: int) -> None:
         """``n`` bytes counted against ``entry`` (``kind``: produce or fetch)."""
-        child = self._bytes.get((entry, kind))
-        if child is None:
-            child = self._bytes[(entry, kind)] = self.bytes.labels(entry, kind)
-        child.inc(n)
+        self._inc(self.bytes, entry, kind, n)
+
+    def throttle(self, entry: str, api: str, seconds: float) -> None:
+        """A response (or acks=0 Produce) of ``entry``'s clients throttled for ``seconds``."""
+        self._inc(self.throttle_seconds, entry, api, seconds)
+        self._inc(self.throttled, entry, api, 1)
 
     def show(self, entries: Iterable[Any]) -> None:
         """Every configured entry's series, at 0 until it counts something (dashboards and alerts see them)."""

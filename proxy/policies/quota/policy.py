@@ -123,8 +123,7 @@ class Quota(Policy):
         if delay <= 0:
             return
         ex.mute_s = max(ex.mute_s, delay)
-        self.metrics.throttle_seconds.labels(entry.name, ex.api).inc(delay)
-        self.metrics.throttled.labels(entry.name, ex.api).inc()
+        self.metrics.throttle(entry.name, ex.api, delay)
 
 
 def _ms(seconds: float) -> int:
