@@ -265,25 +265,14 @@ def windows_unusable(window_s: int, partition_window_s: int) -> str | None:
 
 
 def _counts(counts: DataFrame) -> InputCounts:
-    opt = {name: F.sum(f"opt_{name}").alias(f"opt_{name}") for name in OPTIONAL_FIELDS}
     row = counts.agg(
         *[F.sum(F.when(F.col("class") == k, F.col("lines"))).alias(k) for k in CLASSES],
         F.size(F.collect_set(F.col("source"))).alias("files"),
-        *opt.values(),
+        *[F.sum(f"opt_{name}").alias(f"opt_{name}") for name in OPTIONAL_FIELDS],
         F.min("first_us").alias("first_us"),
         F.max("last_us").alias("last_us"),
     ).collect()[0]
-
-    def n(key: str) -> int:
-        return int(row[key] or 0)
-
-    def utc(us: int | None) -> datetime | None:
-        return None if us is None else datetime.fromtimestamp(us / 1e6, UTC)
-
-    return InputCounts(
-        lines=sum(n(k) for k in CLASSES), valid=n("valid"), malformed=n("malformed"), incomplete=n("incomplete"),
-        other_schema=n("other_schema"), other_event=n("other_event"), first_ts=utc(row["first_us"]),
-        last_ts=utc(row["last_us"]), files=n("files"), optional_rows={k: n(f"opt_{k}") for k in OPTIONAL_FIELDS})
+    return InputCounts.from_row(row)
 
 
 def landed_rollups(spark: SparkSession, table: LandedTable) -> LandedRollups:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from proxy.analytics.schema import (
@@ -92,6 +92,24 @@ class InputCounts:
 
     def has(self, optional_field: str) -> bool:
         return self.optional_rows.get(optional_field, 0) > 0
+
+    @classmethod
+    def from_row(cls, row: Row) -> InputCounts:
+        """From an aggregate row with the lines of each class (``CLASSES``: every line has one), ``files``, the
+        valid rows carrying each optional field (``opt_<field>``) and the first and last ``ts`` of the valid rows
+        (``first_us``, ``last_us``: epoch microseconds, as collected timestamps would be converted with this
+        Python's local zone); a sum over no rows (null) counts 0."""
+
+        def n(key: str) -> int:
+            return int(row[key] or 0)
+
+        def utc(us: int | None) -> datetime | None:
+            return None if us is None else datetime.fromtimestamp(us / 1e6, UTC)
+
+        return cls(lines=sum(n(k) for k in CLASSES), valid=n("valid"), malformed=n("malformed"),
+                   incomplete=n("incomplete"), other_schema=n("other_schema"), other_event=n("other_event"),
+                   first_ts=utc(row["first_us"]), last_ts=utc(row["last_us"]), files=n("files"),
+                   optional_rows={k: n(f"opt_{k}") for k in OPTIONAL_FIELDS})
 
 
 @dataclass
@@ -207,34 +225,15 @@ def load(parsed: DataFrame, *, classified: bool = False, cache: bool = True) -> 
 
     valid = F.col("_class") == "valid"
     aggs = [
-        F.count(F.lit(1)).alias("lines"),
-        *[F.count_if(F.col("_class") == k).alias(k) for k in ("valid", "malformed", "incomplete")],
-        *[F.count_if(F.col("_class") == k).alias(k) for k in ("other_schema", "other_event")],
+        *[F.count_if(F.col("_class") == k).alias(k) for k in CLASSES],
         # A set, not count_distinct: a distinct aggregate beside others makes Spark duplicate every row (Expand)
         # to aggregate it separately; the set of file paths is small, merged per task.
         F.size(F.collect_set(F.col("source"))).alias("files"),
         *[F.count_if(valid & F.col(name).isNotNull()).alias(f"opt_{name}") for name in OPTIONAL_FIELDS],
-        # epoch microseconds as well: collected timestamps would be converted with this Python's local zone
         F.min(F.when(valid, F.unix_micros(F.col("ts")))).alias("first_us"),
         F.max(F.when(valid, F.unix_micros(F.col("ts")))).alias("last_us"),
     ]
-    row = cached.agg(*aggs).collect()[0]
-
-    def utc(us: int | None) -> datetime | None:
-        return None if us is None else datetime.fromtimestamp(us / 1e6, UTC)
-
-    counts = InputCounts(
-        lines=int(row["lines"]),
-        valid=int(row["valid"]),
-        malformed=int(row["malformed"]),
-        incomplete=int(row["incomplete"]),
-        other_schema=int(row["other_schema"]),
-        other_event=int(row["other_event"]),
-        first_ts=utc(row["first_us"]),
-        last_ts=utc(row["last_us"]),
-        files=int(row["files"]),
-        optional_rows={name: int(row[f"opt_{name}"]) for name in OPTIONAL_FIELDS},
-    )
+    counts = InputCounts.from_row(cached.agg(*aggs).collect()[0])
     samples: list[str] = []
     if counts.malformed:
         samples = [
