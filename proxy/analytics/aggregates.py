@@ -402,7 +402,7 @@ def minute_tables_from_rollup(rolled: DataFrame, window_s: int) -> dict[str, Dat
         return None
     minute = rebucket("window", MINUTE_S).alias("minute")
     client = rolled.groupBy(minute, "client_id", "api").agg(
-        *(F.sum(c).alias(c) for c in ("requests", *BYTE_COLUMNS, "requests_with_errors")))
+        *_sum_all("requests", *BYTE_COLUMNS, "requests_with_errors"))
     throttle = rolled.filter(F.col("throttle_requests") > 0).groupBy(minute, "source").agg(
         F.sum("throttled_bytes").alias("throttled_bytes"),
         F.sum("throttle_requests").alias("requests"),
