@@ -29,6 +29,20 @@ before its summary otherwise (with ``--compare``, when either side's check faile
   answer) through the connection core as the server drives it (request framed, classified, sent; response read,
   skimmed for KIP-951 NodeEndpoints, relayed), default settings, access log off: the per-request cost every
   client pays (``ms_per_fetch`` is then per round trip). ``--partitions`` and ``--version`` do not apply to it.
+
+``python -m bench.pipeline_cpu --opcodes [--compare REV]`` counts instead of timing: the Python bytecodes Sluice
+executes, and the calls it makes, for one ``produce`` round trip (after 40 warm-up round trips; the harness's own
+frames, bench/ and rig/, left out), with the functions that execute most. A count does not move with the
+machine's load, so a change of a few percent shows where a timing could not: through a real broker the same
+round trip's added p50 is within a spread of several microseconds between process starts (bench/latency.py), and
+on this machine each of these bytecodes weighs several times its warm cost (docs/PERFORMANCE.md). The bare relay
+(rig/bare_relay.py) executes a few dozen per round trip. ``before_request_write`` and ``before_response_write``
+count what runs before each write is handed over: uvloop sends in ``writelines()`` itself when nothing is queued,
+so those are on the client's wait, and the rest (metrics, the access-log line) overlaps the broker's or the
+client's work. ``{"bench": "pipeline_opcodes", "case": "produce", "opcodes": N, "calls": N,
+"before_request_write": N, "before_response_write": N, "top": [[opcodes, calls, "file:function"], ...]}``;
+with ``--compare REV`` both sides and ``{"summary": "pipeline_opcodes_compare", "before": {...}, "after": {...},
+"ratio": ...}`` (after / before, all bytecodes).
 """
 
 from __future__ import annotations
@@ -67,6 +81,8 @@ from proxy.wire.model import Message
 CLIENT_ID = "bench-client"
 BUSY = 3  # partitions with news in every fetch
 CASES = ("relay", "size_limit", "terminate_sessionless", "terminate_session", "produce")
+#: what ``--opcodes`` reports per side (``--compare``)
+OPCODE_KEYS = ("opcodes", "calls", "before_request_write", "before_response_write", "wrong")
 
 #: a fetch through the proxy's per-request logic: (request frame, upstream response frame) -> the client's reply
 #: (b"" when the response is relayed unopened)
@@ -306,6 +322,50 @@ def _timed(case: str, version: int, fetch: Fetch, frames: list[tuple[bytes, byte
     return statistics.median(times) * 1000, len(wrong)
 
 
+def count_opcodes(top: int = 15) -> dict[str, Any]:
+    """One ``produce`` round trip through the core, traced bytecode by bytecode (sys.settrace with
+    ``f_trace_opcodes``): what Sluice's own code executes, the harness's frames left out."""
+    fetch = _core_engine()
+    frames = [_produce_frames(i) for i in range(42)]
+    for frame, upstream in frames[:40]:  # warm: caches filled, lazily built state built
+        fetch(frame, upstream)
+    harness = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "rig"))
+    opcodes: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    #: the count when each write was handed to the port: what ran before it is on the client's wait (uvloop 0.23
+    #: sends in writelines() itself when nothing is queued), what runs after overlaps the other side's work
+    at_writes: list[int] = []
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        if code.co_filename.startswith(harness):
+            if event == "call" and code.co_name in ("send_client", "send_upstream"):
+                at_writes.append(sum(opcodes.values()))
+            return None  # not Sluice's: neither counted nor traced line by line
+        where = f"{Path(code.co_filename).name}:{code.co_name}"
+        if event == "call":
+            frame.f_trace_opcodes = True
+            frame.f_trace_lines = False
+            calls[where] = calls.get(where, 0) + 1
+        elif event == "opcode":
+            opcodes[where] = opcodes.get(where, 0) + 1
+        return tracer
+
+    frame, upstream = frames[41]
+    sys.settrace(tracer)
+    try:
+        reply = fetch(frame, upstream)
+    finally:
+        sys.settrace(None)
+    wrong = check("produce", 10, frame, upstream, reply)
+    ranked = sorted(opcodes, key=lambda k: -opcodes[k])[:top]
+    before_request, before_response = at_writes[0], at_writes[1] - at_writes[0]
+    return {"bench": "pipeline_opcodes", "case": "produce", "opcodes": sum(opcodes.values()),
+            "calls": sum(calls.values()), "before_request_write": before_request,
+            "before_response_write": before_response,
+            "top": [[opcodes[k], calls.get(k, 0), k] for k in ranked], "wrong": 0 if wrong is None else 1}
+
+
 def measure(tree: Path, argv: list[str], side: str) -> dict[str, float]:
     """Run this file against ``tree``'s code in a process of its own with ``argv``; its summary."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -315,12 +375,14 @@ def measure(tree: Path, argv: list[str], side: str) -> dict[str, float]:
     for line in lines:
         print(json.dumps({**line, "side": side}), flush=True)
     summary = lines[-1]
+    if "--opcodes" in argv:
+        return {key: summary[key] for key in OPCODE_KEYS}
     return {case: summary[case] for case in (*CASES, "wrong")}
 
 
 def compare(rev: str, argv: list[str]) -> dict[str, dict[str, float]]:
     """Per side ("before": ``rev``'s code in a temporary worktree, "after": this tree's), per case, the mean of two
-    runs made in the order before, after, after, before."""
+    runs made in the order before, after, after, before (``--opcodes``: the count, the same in every run)."""
     root = Path(__file__).resolve().parent.parent
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="pipeline-cpu-") as tmp:
@@ -332,7 +394,8 @@ def compare(rev: str, argv: list[str]) -> dict[str, dict[str, float]]:
                 runs[side].append(measure(tree if side == "before" else root, argv, side))
         finally:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=True)
-    return {side: {case: round(sum(r[case] for r in rs) / len(rs), 4) for case in CASES}
+    keys = OPCODE_KEYS[:-1] if "--opcodes" in argv else CASES
+    return {side: {key: round(sum(r[key] for r in rs) / len(rs), 4) for key in keys}
             | {"wrong": sum(int(r["wrong"]) for r in rs)} for side, rs in runs.items()}
 
 
@@ -342,8 +405,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--version", type=int, default=12)
     ap.add_argument("--fetches", type=int, default=20)
     ap.add_argument("--compare", metavar="REV", help="run the same harness against REV's code first, then compare")
+    ap.add_argument("--opcodes", action="store_true", help="count a produce round trip's bytecodes instead")
     args = ap.parse_args(argv)
     common = ["--partitions", str(args.partitions), "--version", str(args.version), "--fetches", str(args.fetches)]
+    if args.opcodes:
+        if not args.compare:
+            line = count_opcodes()
+            print(json.dumps(line), flush=True)
+            sys.exit(1 if line["wrong"] else 0)
+        sides = compare(args.compare, ["--opcodes"])
+        before, after = sides["before"], sides["after"]
+        wrong = int(before["wrong"] + after["wrong"])
+        print(json.dumps({"summary": "pipeline_opcodes_compare", "rev": args.compare, "case": "produce",
+                          "before": before, "after": after, "ratio": round(after["opcodes"] / before["opcodes"], 3),
+                          "wrong": wrong}), flush=True)
+        sys.exit(1 if wrong else 0)
     if args.compare:
         sides = compare(args.compare, common)
         old, new = sides["before"], sides["after"]

@@ -71,3 +71,18 @@ def test_terminate_cases_go_upstream_incrementally(case: str, incremental_upstre
         pipeline_cpu._fetch(pl, conn, frame, pipeline_cpu.response_frame(12, i + 2, keys[:1], i + 1, 77))
     assert metrics.total("sluice_upstream_fetch_requests_total", kind="incremental") == incremental_upstream
     assert metrics.total("sluice_downstream_fetch_requests_total", kind="incremental") == incremental_downstream
+
+
+def test_opcodes_counts_sluices_code_and_places_the_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--opcodes`` counts the round trip's bytecodes in Sluice's own code (the harness's frames left out), with
+    the two writes inside the count, and checks the client's reply like the timed case."""
+    with pytest.raises(SystemExit) as done:
+        pipeline_cpu.main(["--opcodes"])
+    assert done.value.code == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["bench"] == "pipeline_opcodes" and line["wrong"] == 0
+    assert 0 < line["before_request_write"] < line["before_request_write"] + line["before_response_write"] \
+        < line["opcodes"]
+    places = {where for _, _, where in line["top"]}
+    assert {"connection.py:_frame", "connection.py:upstream_data", "chain.py:classify"} <= places
+    assert not any(where.startswith(("pipeline_cpu.py", "core_rig.py")) for where in places)
