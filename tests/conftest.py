@@ -30,6 +30,14 @@ if os.environ.get("CI") == "true":
 route_sluice_logs_to_pytest()  # passing tests print no log lines (tests/support/logs.py)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Spark's tests (tests/analytics) run last, each module's in its order: they are the suite's CPU-bound part
+    (local[2] keeps both cores busy), while the broker and client tests mostly wait on Kafka's clocks. In CI the
+    oldest-Kafka subset runs beside ``make test`` (.ci/run) for its first ten minutes or so: it shares the cores
+    with waiting tests instead of with Spark's."""
+    items.sort(key=lambda item: item.nodeid.startswith("tests/analytics/"))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
     """One broker for the whole session (a start costs ~1.5 s); tests isolate themselves by topic name."""
