@@ -224,11 +224,16 @@ class LandedRollups:
     malformed_samples: list[str]
     tables: dict[str, DataFrame]  # ROLLUPS, of the time range, unmerged
 
+    # The landed rows are handed over unmerged: every table the job derives from a rollup re-aggregates it by
+    # sums, minima and maxima over coarser keys (aggregates.py), so a key's rows from several micro-batches, or
+    # windows finer than the report's, give the same table as their merge would - without the merge, a hash
+    # aggregation over every landed row on all eight keys, measured at a third of the tables phase at 2M lines
+    # (docs/PERFORMANCE.md, "Landed report, fewer jobs").
     def rollup(self, window_s: int) -> DataFrame:
-        return agg.merge_rollup(self.tables["rollup"], window_s)
+        return self.tables["rollup"]
 
     def partition_rollup(self, window_s: int) -> DataFrame:
-        return agg.merge_partition_rollup(self.tables["partitions"], window_s)
+        return self.tables["partitions"]
 
     def latency_histogram(self) -> DataFrame:
         return self.tables["latency"]
