@@ -16,8 +16,9 @@ The events are scanned as few times as possible - each scan of 10M cached rows c
   depend on the values alone - not on the order Spark sees them in, nor on how the input was split: histograms of
   parts (the landed table's micro-batches and windows) re-sum to the histogram of the whole.
 
-Every column of the three is a sum, a min or a max: a finer rollup, or rows of one window computed apart (the rollups
-``landed.py`` lands per micro-batch), merge into the same rollup (``merge_rollup``, ``merge_partition_rollup``).
+Every column of the three is a sum, a min or a max, and every table derived from them re-aggregates them by sums,
+minima and maxima over coarser keys: a finer rollup, or rows of one key computed apart (the rollups ``landed.py``
+lands per micro-batch), give the same tables without being merged first.
 
 The remaining tables derive from written ones. Every table is written as Parquet under ``OUT/parquet/<name>/``;
 ``TABLES`` describes each for the report. Sums are of longs (no overflow before 2^63 bytes) and rates divide by
@@ -47,8 +48,6 @@ __all__ = [
     "inbound_rate",
     "latency_by_api",
     "latency_histogram",
-    "merge_partition_rollup",
-    "merge_rollup",
     "minute_tables_from_rollup",
     "partition_bytes",
     "partition_fairness",
@@ -73,11 +72,6 @@ MAX_LATENCY_MS = 1e12
 # error_codes is a key so that error_codes() needs no scan of its own: most responses carry none, so it adds few
 # rows (an array key groups by its elements, in order).
 ROLLUP_KEYS = ("window", "source", "conn_id", "client_id", "api", "listener", "upstream", "error_codes")
-# how the rollup's columns merge (merge_rollup)
-ROLLUP_SUMS = ("requests", *BYTE_COLUMNS, "requests_with_errors", "throttle_requests", "throttled_bytes",
-               "session_requests", "session_client_bytes", "session_upstream_bytes")
-ROLLUP_MINS = ("first_ts", "min_target_bps")
-ROLLUP_MAXES = ("last_ts", "target_bps")
 #: the per-minute tables' bucket (live.py: what `sluice stream` keeps current)
 MINUTE_S = 60
 PARTITION_SUMS = ("fetch_bytes", "fetches", "empty_fetches", "produce_bytes", "produces")
@@ -148,18 +142,6 @@ def rollup(events: DataFrame, window_s: int) -> DataFrame:
             F.sum(F.when(session, F.col("bytes_proxy_to_client"))).alias("session_client_bytes"),
             F.sum("session_upstream_bytes").alias("session_upstream_bytes"),
         )
-    )
-
-
-def merge_rollup(rolled: DataFrame, window_s: int) -> DataFrame:
-    """``rollup`` rows of a finer window, or several rows of one key (micro-batches landed apart: landed.py), as
-    the rollup of ``window_s`` (a multiple of their window): every column is a sum, a min or a max, so this is
-    exactly ``rollup`` over the same events."""
-    keys: list[Column | str] = [rebucket("window", window_s).alias("window"), *ROLLUP_KEYS[1:]]
-    return rolled.groupBy(*keys).agg(
-        *_sum_all(*ROLLUP_SUMS),
-        *[F.min(c).alias(c) for c in ROLLUP_MINS],
-        *[F.max(c).alias(c) for c in ROLLUP_MAXES],
     )
 
 
@@ -345,12 +327,6 @@ def partition_rollup(events: DataFrame, window_s: int) -> DataFrame:
             F.count_if(is_produce).alias("produces"),
         )
     )
-
-
-def merge_partition_rollup(parts: DataFrame, window_s: int) -> DataFrame:
-    """``partition_rollup`` rows of a finer window (or split across micro-batches) as the one of ``window_s``."""
-    return parts.groupBy(rebucket("window", window_s).alias("window"), "topic", "partition").agg(
-        *_sum_all(*PARTITION_SUMS))
 
 
 def partition_bytes(parts: DataFrame) -> DataFrame:

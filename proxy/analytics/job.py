@@ -8,8 +8,8 @@ Steps: read and classify every line once - from files or from the access-log top
 the landed table is not cached but read column by column, classified when it landed: ``landed``); pick the time-bucket
 size from the span of the logs (``buckets``); roll the events up once and write each aggregate (``aggregates``) as
 Parquet. Over a landed table the rollups landed beside its lines replace the lines - the counts, the rollup, the
-partition rollup and the latency histogram, merged to the report's windows - whenever those windows and the table's
-time range fall on the landed windows' boundaries (``landed.rollups_missing``, ``landed.windows_unusable``; the
+partition rollup and the latency histogram, re-aggregated to the report's windows - whenever those windows and the
+table's time range fall on the landed windows' boundaries (``landed.rollups_missing``, ``landed.windows_unusable``; the
 progress line says which it reads and why). Each table is read back from its Parquet, so the report (``sections``,
 ``minutes``, ``charts``, ``html``) is built from exactly what was written, from small tables; size a replication
 throttle from the measured inbound rates (``kip73``). The per-minute tables (``live.MINUTE_TABLES``) are written
@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -131,7 +132,10 @@ class _Writer:
         started = time.monotonic()
         # One file per table: they are small, and one file is what a person opening the directory expects.
         df.coalesce(1).write.mode("overwrite").parquet(path)
-        back = self.spark.read.parquet(path)
+        # Read back with the schema it was written with: inferring it from the file's footer is a Spark job of
+        # its own per table (ParquetFileFormat.inferSchema), ~0.1-0.3 s each, for what the writer already knows.
+        # A file source reads every column as nullable (DataSource.resolveRelation), so this is the inferred schema.
+        back = self.spark.read.schema(df.schema).parquet(path)
         self.written[name] = back
         self.paths[name] = path
         self.say(f"table {name}: {time.monotonic() - started:.1f} s")
@@ -204,6 +208,30 @@ def _read(spark: SparkSession, logs: Logs, opts: JobOptions, say: Callable[[str]
     return _FromEvents(read_access_logs(spark, [str(p) for p in logs]))
 
 
+#: Spark settings for the job's own queries, restored after it. Adaptive execution off: it runs each query stage as
+#: a Spark job of its own (AdaptiveSparkPlanExec materializes the shuffle stages one by one) to re-plan the rest from
+#: their sizes, and after the read every query here is over small tables - a rollup, the Parquet tables - where
+#: there is nothing to re-plan and the extra jobs were the cost (half of the job's Spark jobs, measured at 2M lines:
+#: docs/PERFORMANCE.md, "Landed report, fewer jobs"). The results do not depend on it (the tests, bench.analytics).
+JOB_CONF = {"spark.sql.adaptive.enabled": "false"}
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """``conf`` set on the session while the block runs, the previous values (or their absence) restored after."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
+
+
 def run_job(
     spark: SparkSession,
     logs: Logs,
@@ -217,6 +245,12 @@ def run_job(
     session needs Delta Lake: ``build_session(delta=True)``). Malformed input lines are counted, never fatal; an
     input path that matches nothing raises Spark's AnalysisException (``sluice report`` checks local paths before
     starting Spark)."""
+    with _session_conf(spark, JOB_CONF):
+        return _run_job(spark, logs, out, options, progress)
+
+
+def _run_job(spark: SparkSession, logs: Logs, out: str | Path, options: JobOptions | None,
+             progress: Callable[[str], None] | None) -> JobResult:
     opts = options or JobOptions()
     started = time.monotonic()
     say = progress or (lambda _msg: None)

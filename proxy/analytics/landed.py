@@ -35,9 +35,10 @@ The rollups: every landing also writes, from the same rows and in the same way (
   valid rows carrying each optional field, first and last ``ts``, a few malformed lines.
 
 Rows of one window come from every micro-batch that held some of its lines, so every column is a sum, a min or a
-max and the report merges them (``aggregates.merge_rollup``...) before use: the same tables as from the lines, from
-a few rows per window instead of every line (``LandedRollups``; job.py falls back to the lines when the report's
-windows or time range do not fall on ``LANDED_WINDOW_S`` boundaries). The rollups are written before the lines and
+max, and every table the report derives from a rollup re-aggregates it by sums, minima and maxima over the report's
+coarser keys: the same tables as from the lines, from a few rows per window instead of every line, unmerged
+(``LandedRollups``; job.py falls back to the lines when the report's windows or time range do not fall on
+``LANDED_WINDOW_S`` boundaries). The rollups are written before the lines and
 ``_counts`` last of them: a table whose lines exist without ``_counts`` was landed before the rollups existed (or
 by an older Sluice) and gets none, ever - rollups of only its later batches would miss lines; such a table is read
 from its lines, as is one landed again from its logs with this version.
@@ -218,17 +219,22 @@ def read_landed(spark: SparkSession, table: LandedTable) -> LogInput:
 @dataclass
 class LandedRollups:
     """The landed rollups of a table's time range, as the report reads them (job.py): the counts, the malformed
-    samples, and each rollup merged to the report's window."""
+    samples, and each rollup as landed (of the time range; the tables derived from it merge its rows)."""
 
     counts: InputCounts
     malformed_samples: list[str]
     tables: dict[str, DataFrame]  # ROLLUPS, of the time range, unmerged
 
+    # The landed rows are handed over unmerged: every table the job derives from a rollup re-aggregates it by
+    # sums, minima and maxima over coarser keys (aggregates.py), so a key's rows from several micro-batches, or
+    # windows finer than the report's, give the same table as their merge would - without the merge, a hash
+    # aggregation over every landed row on all eight keys (~3 of the tables phase's ~22 JVM CPU-s at 2M lines:
+    # docs/PERFORMANCE.md, "Landed report, fewer jobs").
     def rollup(self, window_s: int) -> DataFrame:
-        return agg.merge_rollup(self.tables["rollup"], window_s)
+        return self.tables["rollup"]
 
     def partition_rollup(self, window_s: int) -> DataFrame:
-        return agg.merge_partition_rollup(self.tables["partitions"], window_s)
+        return self.tables["partitions"]
 
     def latency_histogram(self) -> DataFrame:
         return self.tables["latency"]
