@@ -25,6 +25,7 @@ from proxy.analytics.job import JobOptions, JobResult, run_job
 from tests.analytics.conftest import local_path, table
 from tests.analytics.oracle import BYTES, Oracle, jain
 
+ADAPTIVE = "spark.sql.adaptive.enabled"
 MALFORMED_PLAIN = 11
 MALFORMED_GZ = 6
 
@@ -54,6 +55,8 @@ class Run:
     result: JobResult
     oracle: Oracle
     logs: Path
+    #: spark.sql.adaptive.enabled as each progress message of the job saw it (job.JOB_CONF)
+    adaptive_during: set[str]
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +73,17 @@ def run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     (logs / "cut" / "killed.jsonl.gz").write_bytes(data[: len(data) // 2])
     (logs / "hand-made.jsonl").write_text("\n".join(HAND_MADE) + "\n", encoding="utf-8")
 
-    result = run_job(spark, [str(logs.absolute())], base / "out", JobOptions(rate_window_s=10))
-    yield Run(result, Oracle.read([logs.absolute()]), logs)
+    adaptive: set[str] = set()
+    result = run_job(spark, [str(logs.absolute())], base / "out", JobOptions(rate_window_s=10),
+                     progress=lambda _msg: adaptive.add(spark.conf.get(ADAPTIVE)))
+    yield Run(result, Oracle.read([logs.absolute()]), logs, adaptive)
+
+
+def test_the_jobs_settings_hold_while_it_runs_and_the_sessions_come_back(spark: SparkSession, run: Run) -> None:
+    """Adaptive execution is off for the job's queries (job.JOB_CONF: it only added Spark jobs over small tables)
+    and the session's own value is back afterwards."""
+    assert run.adaptive_during == {"false"}
+    assert spark.conf.get(ADAPTIVE) == "true"  # Spark's default: the module's session does not set it
 
 
 def rows(spark: SparkSession, r: Run, name: str, *columns: Any) -> list[Any]:
