@@ -41,8 +41,8 @@ count what runs before each write is handed over: uvloop sends in ``writelines()
 so those are on the client's wait, and the rest (metrics, the access-log line) overlaps the broker's or the
 client's work. ``{"bench": "pipeline_opcodes", "case": "produce", "opcodes": N, "calls": N,
 "before_request_write": N, "before_response_write": N, "top": [[opcodes, calls, "file:function"], ...]}``;
-with ``--compare REV`` both sides and ``{"summary": "pipeline_opcodes_compare", "before": {...}, "after": {...},
-"ratio": ...}`` (after / before, all bytecodes).
+with ``--compare REV`` both sides, one run each, and ``{"summary": "pipeline_opcodes_compare", "before": {...},
+"after": {...}, "ratio": ...}`` (after / before, all bytecodes).
 """
 
 from __future__ import annotations
@@ -82,7 +82,9 @@ CLIENT_ID = "bench-client"
 BUSY = 3  # partitions with news in every fetch
 CASES = ("relay", "size_limit", "terminate_sessionless", "terminate_session", "produce")
 #: what ``--opcodes`` reports per side (``--compare``)
-OPCODE_KEYS = ("opcodes", "calls", "before_request_write", "before_response_write", "wrong")
+OPCODE_KEYS = ("opcodes", "calls", "before_request_write", "before_response_write")
+#: the order of the timed runs of ``--compare``; a count is the same in every run, so each side runs once
+ABBA, ONCE_EACH = ("before", "after", "after", "before"), ("before", "after")
 
 #: a fetch through the proxy's per-request logic: (request frame, upstream response frame) -> the client's reply
 #: (b"" when the response is relayed unopened)
@@ -366,7 +368,7 @@ def count_opcodes(top: int = 15) -> dict[str, Any]:
             "top": [[opcodes[k], calls.get(k, 0), k] for k in ranked], "wrong": 0 if wrong is None else 1}
 
 
-def measure(tree: Path, argv: list[str], side: str) -> dict[str, float]:
+def measure(tree: Path, argv: list[str], side: str, keys: tuple[str, ...]) -> dict[str, float]:
     """Run this file against ``tree``'s code in a process of its own with ``argv``; its summary."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, "-m", "bench.pipeline_cpu", *argv], cwd=tree, env=env,
@@ -375,14 +377,13 @@ def measure(tree: Path, argv: list[str], side: str) -> dict[str, float]:
     for line in lines:
         print(json.dumps({**line, "side": side}), flush=True)
     summary = lines[-1]
-    if "--opcodes" in argv:
-        return {key: summary[key] for key in OPCODE_KEYS}
-    return {case: summary[case] for case in (*CASES, "wrong")}
+    return {key: summary[key] for key in (*keys, "wrong")}
 
 
-def compare(rev: str, argv: list[str]) -> dict[str, dict[str, float]]:
-    """Per side ("before": ``rev``'s code in a temporary worktree, "after": this tree's), per case, the mean of two
-    runs made in the order before, after, after, before (``--opcodes``: the count, the same in every run)."""
+def compare(rev: str, argv: list[str], keys: tuple[str, ...] = CASES,
+            order: tuple[str, ...] = ABBA) -> dict[str, dict[str, float]]:
+    """Per side ("before": ``rev``'s code in a temporary worktree, "after": this tree's), each of ``keys`` as the
+    mean of the side's runs, made in ``order`` (ABBA: a drift of the machine's state lands on both sides alike)."""
     root = Path(__file__).resolve().parent.parent
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="pipeline-cpu-") as tmp:
@@ -390,11 +391,10 @@ def compare(rev: str, argv: list[str]) -> dict[str, dict[str, float]]:
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
         try:
             shutil.copy(Path(__file__), tree / "bench" / "pipeline_cpu.py")  # the same harness for both
-            for side in ("before", "after", "after", "before"):  # ABBA
-                runs[side].append(measure(tree if side == "before" else root, argv, side))
+            for side in order:
+                runs[side].append(measure(tree if side == "before" else root, argv, side, keys))
         finally:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=True)
-    keys = OPCODE_KEYS[:-1] if "--opcodes" in argv else CASES
     return {side: {key: round(sum(r[key] for r in rs) / len(rs), 4) for key in keys}
             | {"wrong": sum(int(r["wrong"]) for r in rs)} for side, rs in runs.items()}
 
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
             line = count_opcodes()
             print(json.dumps(line), flush=True)
             sys.exit(1 if line["wrong"] else 0)
-        sides = compare(args.compare, ["--opcodes"])
+        sides = compare(args.compare, ["--opcodes"], OPCODE_KEYS, ONCE_EACH)
         before, after = sides["before"], sides["after"]
         wrong = int(before["wrong"] + after["wrong"])
         print(json.dumps({"summary": "pipeline_opcodes_compare", "rev": args.compare, "case": "produce",
