@@ -83,7 +83,7 @@ def test_the_jobs_settings_hold_while_it_runs_and_the_sessions_come_back(spark: 
     """Adaptive execution is off for the job's queries (job.JOB_CONF: it only added Spark jobs over small tables)
     and the session's own value is back afterwards."""
     assert run.adaptive_during == {"false"}
-    assert spark.conf.get(ADAPTIVE) == "true"  # Spark's default: the module's session does not set it
+    assert spark.conf.get(ADAPTIVE) == "true"  # what session.py sets on every session
 
 
 def rows(spark: SparkSession, r: Run, name: str, *columns: Any) -> list[Any]:
