@@ -57,14 +57,6 @@ class _Writer:
         self._names += 1
         return f"n{self._names}"
 
-    def uvarint(self, depth: int, target: str) -> None:
-        """``target`` = the unsigned varint at pos; pos past it (the one-byte case inline)."""
-        self.emit(depth, f"{target} = buf[pos]")
-        self.emit(depth, f"if {target} < 0x80:")
-        self.emit(depth + 1, "pos += 1")
-        self.emit(depth, "else:")
-        self.emit(depth + 1, f"{target}, pos = uvarint_at(buf, pos)")
-
     def tags(self, depth: int) -> None:
         """Past a nested tag section (one zero byte when empty)."""
         self.emit(depth, "if buf[pos]:")
@@ -88,8 +80,13 @@ def _struct(w: _Writer, fields: tuple[FieldSpec, ...], version: int, flexible: b
 def _array(w: _Writer, f: FieldSpec, version: int, flexible: bool, depth: int) -> None:
     n = w.name()
     if flexible:
-        w.uvarint(depth, n)
-        w.emit(depth, f"{n} -= 1")  # compact arrays: length + 1, 0 = null
+        # compact arrays: length + 1, 0 = null (the one-byte case inline, the count taken as it is read)
+        w.emit(depth, f"{n} = buf[pos] - 1")
+        w.emit(depth, f"if {n} < 0x7F:")
+        w.emit(depth + 1, "pos += 1")
+        w.emit(depth, "else:")
+        w.emit(depth + 1, f"{n}, pos = uvarint_at(buf, pos)")
+        w.emit(depth + 1, f"{n} -= 1")
     else:
         w.emit(depth, f"{n} = _I32(buf, pos)[0]")
         w.advance(4)
@@ -128,8 +125,12 @@ def _element(w: _Writer, f: FieldSpec, version: int, flexible: bool, depth: int)
     elif t in ("string", "bytes", "records"):
         n = w.name()
         if flexible:
-            w.uvarint(depth, n)  # compact: length + 1, 0 = null
-            w.emit(depth, f"if {n} > 1:")
+            # compact: length + 1, 0 = null; one varint byte and the bytes (n - 1) come to n, a null to 1
+            w.emit(depth, f"{n} = buf[pos]")
+            w.emit(depth, f"if {n} < 0x80:")
+            w.emit(depth + 1, f"pos += {n} or 1")
+            w.emit(depth, "else:")
+            w.emit(depth + 1, f"{n}, pos = uvarint_at(buf, pos)")
             w.emit(depth + 1, f"pos += {n} - 1")
         else:
             unpack, width = ("_I16", 2) if t == "string" else ("_I32", 4)

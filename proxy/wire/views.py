@@ -33,6 +33,7 @@ from .messages import (
     encode_request,
     encode_response,
     response_body_offset,
+    response_header_version,
     response_spec,
 )
 from .model import Message
@@ -224,9 +225,16 @@ def tags_empty(api_key: int, version: int) -> Callable[[memoryview], bool]:
     tag section is empty, found by skimming the fields without decoding them (proxy/wire/skim.py). CodecError if
     the frame is malformed."""
     locate = top_level_tags_locator(response_spec(api_key), version)
+    if response_header_version(api_key, version) == 0:
+        def empty_v0(frame: memoryview) -> bool:
+            return frame[locate(frame, 4)] == 0
+
+        return empty_v0
 
     def empty(frame: memoryview) -> bool:
-        return frame[locate(frame, response_body_offset(api_key, version, frame))] == 0
+        # header v1: the tag section after the correlation id is nearly always empty, one zero byte read in place
+        start = 5 if len(frame) > 4 and frame[4] == 0 else response_body_offset(api_key, version, frame)
+        return frame[locate(frame, start)] == 0
 
     return empty
 
