@@ -588,14 +588,21 @@ def rebuild_batch(header: BatchHeader, records: bytes | bytearray | memoryview, 
     return _write_batch(header, count, payload)
 
 
-def extend_batch(batch: bytes | memoryview, header: BatchHeader, next_offset: int) -> bytes:
-    """The v2 batch ``batch`` (``header`` its header) covering offsets up to ``next_offset`` - 1: LastOffsetDelta
-    moved there and the CRC-32C recomputed, its records untouched. Offsets past its last record hold none, as
-    compaction leaves batches; a consumer fetches on from ``next_offset``."""
+def extend_batch(batch: bytes | memoryview, next_offset: int) -> bytes:
+    """The one whole v2 batch ``batch`` covering offsets up to ``next_offset`` - 1: LastOffsetDelta moved there and
+    the CRC-32C recomputed, its records untouched. Offsets past its last record hold none, as compaction leaves
+    batches; a consumer fetches on from ``next_offset``. The header is read from ``batch`` itself: a batch that
+    filtering rebuilt (proxy/wire/record_filter.py) holds fewer records than the broker's it came from, and a
+    RecordsCount above the records present sends every client reading past the batch's end."""
+    view = memoryview(batch)
+    headers = list(iter_batches(view))
+    if len(headers) != 1 or headers[0].end != len(view):
+        raise CodecError("extend_batch takes exactly one whole record batch")
+    header = headers[0]
     if header.magic != MAGIC_V2:
         raise CodecError(f"cannot extend a record batch with magic {header.magic}")
     moved = header._replace(last_offset_delta=next_offset - 1 - header.base_offset)
-    return _write_batch(moved, header.records_count, memoryview(batch)[HEADER_SIZE:])
+    return _write_batch(moved, header.records_count, view[HEADER_SIZE:])
 
 
 def _write_batch(fields: RecordBatch | BatchHeader, count: int, payload: bytes | memoryview) -> bytes:

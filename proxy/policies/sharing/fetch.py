@@ -107,8 +107,8 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     ``table``."""
     out = Filtered(records)
     pieces: list[bytes | memoryview] = []
-    #: per piece: its header when it is a data batch that keeps records (one whose last offset may be moved)
-    data: list[BatchHeader | None] = []
+    #: per piece: whether it is a data batch that keeps records (one whose last offset may be moved)
+    data: list[bool] = []
     #: a batch left with no record since the last piece (see below)
     empty: tuple[BatchHeader, bytes] | None = None
     end = 0
@@ -126,12 +126,12 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
         if h.is_control:  # a transaction marker is no record a client is handed: the run goes on past it
             empty = None
             pieces.append(view)
-            data.append(None)
+            data.append(False)
             continue
         if h.is_legacy or (count == 1 and (table is None or h.base_offset >= table.ceiling)):
             empty = None
             pieces.append(view)
-            data.append(None if h.is_legacy else h)
+            data.append(not h.is_legacy)
             if cursor is not None and h.base_offset > cursor:
                 gaps.append((cursor, h.base_offset))
             cursor = None if h.is_legacy else h.next_offset
@@ -142,7 +142,7 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
             out.undecodable += 1
             empty = None
             pieces.append(view)
-            data.append(None)
+            data.append(False)
             cursor = None
             continue
         offsets, hashes = entry.batch.offsets, entry.hashes
@@ -163,7 +163,7 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
             continue
         empty = None
         pieces.append(view if len(kept) == len(hashes) else keep_records(entry.batch, kept))
-        data.append(h)
+        data.append(True)
     if empty is not None:
         # Batches left with no record are not sent, except to move the client past the end: kafka-go reads a
         # record from every batch, records count or not (an empty batch before others stalls it for good),
@@ -171,9 +171,8 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
         # fetches on from there. So the last batch that keeps records is stretched over the empty ones after it
         # (its offset range only: the records stay); an empty batch goes out only when no such batch precedes it.
         h, rebuilt = empty
-        prev = data[-1] if data else None
-        if prev is not None:
-            pieces[-1] = extend_batch(pieces[-1], prev, h.next_offset)
+        if data and data[-1]:
+            pieces[-1] = extend_batch(pieces[-1], h.next_offset)  # as filtered: its own record count
         else:
             pieces.append(rebuilt)
     if cursor is not None and last_next > cursor:
