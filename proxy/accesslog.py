@@ -86,7 +86,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from math import isfinite as _isfinite
 from typing import Any, Protocol, TextIO
 
@@ -280,7 +280,7 @@ class AccessLog:
         bytes_upstream_to_proxy: int,
         bytes_proxy_to_client: int,
         latency_ms: float,
-        error_codes: list[int],
+        error_codes: Sequence[int],
         listener: str,
         upstream: str,
         decoded: bool,

@@ -45,7 +45,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from proxy.core.connection import Connection, Limits
-from proxy.core.exchange import ConnectionInfo, Exchange
+from proxy.core.exchange import ConnectionInfo, Exchange, Relayed
 from proxy.metrics import REJECT_REASONS
 from proxy.wire import fetch_fast
 from proxy.wire.errors import CodecError
@@ -334,7 +334,7 @@ def frame_reader_client(data: st.DataObject) -> None:
     max_frame = data.draw(st.sampled_from([64, 1000, 1 << 20]), label="max_frame_bytes")
     rig = _draw_rig(data, Limits(max_frame_bytes=max_frame, request_timeout_s=30.0))
     conn, port = rig.connect(ready=data.draw(st.booleans(), label="upstream ready"))
-    classified: list[Exchange] = []
+    classified: list[Exchange | Relayed] = []
     _record_classified(rig, lambda: classified)
     stream = b"".join(_client_item(data, max_frame) for _ in range(data.draw(st.integers(1, 4), label="items")))
     for piece in chunks(data, stream):
@@ -357,20 +357,22 @@ def frame_reader_client(data: st.DataObject) -> None:
     check_closed_cleanly(rig, [port], [conn])
 
 
-def _record_classified(rig: CoreRig, current: Callable[[], list[Exchange]]) -> None:
-    """Record every exchange the chain classifies, in order, in the list ``current()`` gives at that moment."""
+def _record_classified(rig: CoreRig, current: Callable[[], list[Exchange | Relayed]]) -> None:
+    """Record every request the chain classifies (exchanges and relayed requests), in order, in the list
+    ``current()`` gives at that moment."""
     chain = rig.proxy.chain
     classify = chain.classify
 
-    def recording(frame: bytes, now: float, info: ConnectionInfo | None = None) -> Exchange:
-        ex = classify(frame, now, info)
+    def recording(frame: bytes, now: float, info: ConnectionInfo | None = None,
+                  relayable: bool = False) -> Exchange | Relayed:
+        ex = classify(frame, now, info, relayable)
         current().append(ex)
         return ex
 
-    chain.classify = recording  # type: ignore[method-assign]
+    chain.classify = recording  # type: ignore[method-assign, assignment]
 
 
-def _upstream_answer(data: st.DataObject, ex: Exchange, pair: Golden | None) -> bytes:
+def _upstream_answer(data: st.DataObject, ex: Exchange | Relayed, pair: Golden | None) -> bytes:
     """The upstream's bytes for ``ex``: its response (golden, or the spec's default) with its correlation id,
     mutated or not, its size prefix right or not; or raw bytes."""
     corr = ex.header.correlation_id
@@ -395,7 +397,7 @@ def frame_reader_upstream(data: st.DataObject) -> None:
     not, or bytes), split anywhere, the client's writes pausing and resuming meanwhile."""
     rig = _draw_rig(data, Limits(max_frame_bytes=1 << 20))
     conn, port = rig.connect()
-    classified: list[Exchange] = []
+    classified: list[Exchange | Relayed] = []
     _record_classified(rig, lambda: classified)
     pairs = data.draw(st.lists(st.sampled_from(golden_pairs()), min_size=1, max_size=4), label="pairs")
     by_corr: dict[int, Golden] = {}
@@ -754,7 +756,7 @@ SESSION_ERRORS = [70, 71, 1, -1, 0]
 class _Side:
     conn: Connection
     port: FakePort
-    classified: list[Exchange] = field(default_factory=list)
+    classified: list[Exchange | Relayed] = field(default_factory=list)
     corr: int = 0
     #: upstream request frames sent and not answered yet, in order
     owed: deque[bytes] = field(default_factory=deque)
@@ -983,7 +985,7 @@ def connection_events(data: st.DataObject) -> None:
     for _ in range(2):
         conn, port = rig.connect(ready=data.draw(st.booleans(), label="ready"))
         sides.append(_Side(conn, port))
-    current: list[list[Exchange]] = [sides[0].classified]
+    current: list[list[Exchange | Relayed]] = [sides[0].classified]
     _record_classified(rig, lambda: current[0])
     for _ in range(data.draw(st.integers(1, 60), label="events")):
         if data.draw(st.integers(0, 29), label="ending?") == 0:

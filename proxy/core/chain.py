@@ -2,9 +2,13 @@
 Sans-IO: bytes and exchanges in, exchanges with their effects out.
 
 - :meth:`Chain.classify` reads a request frame's header (one struct unpack), refuses what Kafka does not define,
-  picks the policies that apply (by API, then :meth:`~proxy.core.policy.Policy.applies`) and, if one of them
-  reads topic names (or decodes a Fetch response the access log lists by topic), lists the topic ids Sluice
-  must learn before they run (the connection core waits for them).
+  and, when every policy declaring its API leaves that version alone under the settings in force
+  (:meth:`~proxy.core.policy.Policy.unread`, asked per API version when the chain is built and reconfigured),
+  returns it as a :class:`~proxy.core.exchange.Relayed`: sent as it came, its response relayed as bytes, no
+  policy called. Otherwise it picks the policies that apply (by API, then
+  :meth:`~proxy.core.policy.Policy.applies`) and, if one of them reads topic names (or decodes a Fetch response
+  the access log lists by topic), lists the topic ids Sluice must learn before they run (the connection core
+  waits for them).
 - :meth:`Chain.on_request` runs those policies in registration order (client side first). The request is decoded
   on first access by any of them and re-encoded once at the end, only if one changed it. A policy that answers
   (``ex.answer``) ends the walk: the request never goes upstream. A policy that asks for work of Sluice's own
@@ -24,8 +28,8 @@ Which policies exist, in which order, is decided in one place: ``proxy/policies/
 from __future__ import annotations
 
 import traceback
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, overload
 
 from ..accesslog import AccessLog, get_logger
 from ..metrics import Metrics
@@ -36,12 +40,18 @@ from ..wire.fetch_request_fast import FetchEdit
 from ..wire.messages import peek_request_header
 from ..wire.produce import produce_acks
 from ..wire.views import FetchResponse, response_view
-from .exchange import ConnectionInfo, Exchange, PolicyFailed, Rejected
+from .exchange import ConnectionInfo, Exchange, PolicyFailed, Rejected, Relayed, Streamer
 from .policy import Policy, versions_read
 from .topic_names import TopicNames
 
 _log = get_logger("sluice.chain")
 _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH  # module constants: compared on every request
+
+#: a route (:meth:`Chain.classify`): the one policy's terms (Relay: the response's check, its streamer) and that
+#: policy, which reads the response when the check is false
+Route = tuple[Callable[[memoryview], bool] | None, Callable[[int], Streamer] | None, tuple[Policy, ...]]
+#: the route of an API no policy declares
+_UNREAD: Route = (None, None, ())
 
 
 class ChainConnection:
@@ -77,6 +87,24 @@ class Chain:
         #: the policies that may need topic names (to read them, or to have the access log show them)
         self._name_readers = frozenset(p for p in self.policies if p.decodes_fetch
                                        or type(p).needs_topic_names is not Policy.needs_topic_names)
+        self._routes = self._relay_routes()
+
+    def _relay_routes(self) -> dict[int, Route]:
+        """Per API version some policy declares (key ``api_key << 16 | version``), its route when every policy
+        declaring it leaves it alone (:meth:`Policy.unread`); versions absent go through the policies."""
+        routes: dict[int, Route] = {}
+        for key, candidates in self._by_api.items():
+            for version in self._versions[key]:
+                route = _UNREAD
+                for policy in candidates:
+                    unread = policy.unread(key, version)
+                    if unread is False or (unread is not True and route[2]):
+                        break  # it reads every request, or two policies read the response: the chain's path
+                    if unread is not True:
+                        route = (unread.check, unread.streamer, (policy,))
+                else:
+                    routes[key << 16 | version] = route
+        return routes
 
     # ------------------------------------------------------------------------------------ connections
 
@@ -115,12 +143,23 @@ class Chain:
     def reconfigure(self, settings: Any) -> None:
         for policy in self.policies:
             policy.reconfigure(settings)
+        self._routes = self._relay_routes()  # the next requests see the new settings' routes
 
     # --------------------------------------------------------------------------------------- requests
 
-    def classify(self, frame: bytes, now: float, info: ConnectionInfo | None = None) -> Exchange:
-        """A request frame (no size prefix) as an exchange (of the connection ``info``); Rejected if Sluice must
-        not serve it."""
+    @overload
+    def classify(self, frame: bytes, now: float, info: ConnectionInfo | None = None,
+                 relayable: Literal[False] = False) -> Exchange: ...
+
+    @overload
+    def classify(self, frame: bytes, now: float, info: ConnectionInfo | None, relayable: bool) -> Exchange | Relayed:
+        ...
+
+    def classify(self, frame: bytes, now: float, info: ConnectionInfo | None = None,
+                 relayable: bool = False) -> Exchange | Relayed:
+        """A request frame (no size prefix) as an exchange (of the connection ``info``), or, if ``relayable`` (the
+        connection has nothing waiting ahead of it) and no policy reads its API version, as a
+        :class:`Relayed`; Rejected if Sluice must not serve it."""
         try:
             header = peek_request_header(frame)
         except CodecError as e:
@@ -131,13 +170,18 @@ class Chain:
             # Relaying a key Kafka does not define would only hand the broker garbage; Kafka closes the
             # connection on one too (SocketServer: InvalidRequestException, "Unknown API key").
             raise Rejected("unknown_api", f"api key {key} is not a Kafka API")
-        ex = Exchange(header, name, len(frame) + 4, frame, now, info=info)
+        expects_response = True
         if key == _PRODUCE:
             try:
-                ex.expects_response = produce_acks(frame, header) != 0
+                expects_response = produce_acks(frame, header) != 0
             except CodecError as e:
                 raise Rejected("malformed", str(e)) from None
         candidates = self._by_api.get(key)
+        if relayable:
+            route = _UNREAD if candidates is None else self._routes.get(key << 16 | header.api_version)
+            if route is not None:
+                return Relayed(header, name, frame, now, expects_response, *route)
+        ex = Exchange(header, name, len(frame) + 4, frame, now, expects_response, info=info)
         if candidates:
             if header.api_version not in self._versions[key]:
                 # Sluice's ApiVersions never offered this version: a policy would be handed a layout it does not
@@ -161,6 +205,17 @@ class Chain:
                 request = self._request(ex)
                 assert isinstance(request, FetchEdit)
                 ex.missing_names = self.names.missing(request.view.topic_keys)  # type: ignore[arg-type]
+        return ex
+
+    def exchange(self, conn: ChainConnection, relayed: Relayed) -> Exchange:
+        """A relayed request whose response its readers must see after all (its check was false, or the response
+        came split across reads) as an Exchange, with those readers' :meth:`Policy.on_request` run: by
+        :meth:`Policy.unread`'s contract all they do is ask for the response. Rejected or PolicyFailed as for
+        :meth:`on_request`."""
+        ex = Exchange(relayed.header, relayed.api, relayed.size, relayed.frame, relayed.started,
+                      relayed.expects_response, info=conn.info, policies=relayed.readers, attempts=1,
+                      upstream_sent=relayed.upstream_sent)
+        self.on_request(conn, ex)
         return ex
 
     def _names_wanted(self, ex: Exchange, applying: list[Policy]) -> bool:

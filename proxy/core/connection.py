@@ -21,9 +21,13 @@ close, start a timer). Everything in between is here:
   for topic names Sluice must look up (:mod:`proxy.core.topic_names`), for response memory
   (:mod:`proxy.core.memory`, ``size_limit.global_max_bytes``) and for work a policy asked of Sluice itself
   (``Exchange.pending``, e.g. :mod:`proxy.core.group_calls`).
-- **The chain.** Each request goes through the policies (:mod:`proxy.core.chain`) once its waits are over; a
-  response is relayed as bytes (streamed chunk by chunk as it arrives, never buffered whole), walked as it
-  streams (``Exchange.streamer``), or collected whole for the policies (``Exchange.collect``).
+- **The chain.** A request no policy reads under the settings in force, with nothing waiting ahead of it, is
+  sent as it came (a :class:`~proxy.core.exchange.Relayed`: no Exchange, no policy called) and its response
+  relayed as bytes when it comes whole in one read and its one reader's check holds; otherwise it becomes an
+  Exchange when its response starts. Every other request goes through the policies (:mod:`proxy.core.chain`)
+  once its waits are over; a response is relayed as bytes (streamed chunk by chunk as it arrives, never
+  buffered whole), walked as it streams (``Exchange.streamer``), or collected whole for the policies
+  (``Exchange.collect``).
 - **Effects** the policies ask for: a local answer, the memory reservation, muting the client after a response
   (KIP-73 pacing, like Kafka's channel muting for quotas, KIP-219), sending a request upstream again (a fetch
   session Sluice owns was refused upstream; only when no other request is in flight behind it).
@@ -55,7 +59,7 @@ from ..accesslog import AccessLog, get_logger
 from ..metrics import Metrics, RejectReason
 from ..wire.errors import CodecError
 from .chain import Chain, ChainConnection
-from .exchange import BareTokens, Buffer, ConnectionInfo, Exchange, PolicyFailed, Rejected, Streamer
+from .exchange import BareTokens, Buffer, ConnectionInfo, Exchange, PolicyFailed, Rejected, Relayed, Streamer
 from .memory import HeldBytes
 from .topic_names import TopicNames
 
@@ -148,9 +152,9 @@ class Connection:
         self._head_ran = False  # the policies ran on _pending[0]
         self._waiting: str | None = None  # what _pending[0] waits for: "names", "pending" or "memory"
         #: dispatched, owed a response, in client order
-        self.inflight: deque[Exchange] = deque()
+        self.inflight: deque[Exchange | Relayed] = deque()
         #: sent upstream, response not started, in send order
-        self.awaiting: deque[Exchange] = deque()
+        self.awaiting: deque[Exchange | Relayed] = deque()
         self._upstream_ready = False
         self._queued: list[Buffer] = []
         self._queued_bytes = 0
@@ -160,7 +164,7 @@ class Connection:
         #: read being handled when it lies there (-1: it came across reads)
         self._head: Buffer | None = None
         self._head_at = -1
-        self._resp: Exchange | None = None
+        self._resp: Exchange | Relayed | None = None
         self._left = 0
         self._size = 0
         #: a collected response's pieces: slices of the reads (bytes uvloop never reuses), joined once at its end
@@ -225,7 +229,8 @@ class Connection:
             off = 0
             max_frame = self.limits.max_frame_bytes
             while len(buf) - off >= 4:
-                if _INFLIGHT in self._client_pauses or _DRAINING in self._client_pauses:
+                pauses = self._client_pauses
+                if pauses and (_INFLIGHT in pauses or _DRAINING in pauses):
                     break  # the rest waits in the buffer until a response goes out (draining: for good)
                 size = _SIZE.unpack_from(buf, off)[0]
                 if size < 0:
@@ -286,17 +291,27 @@ class Connection:
         self._partial_timer = self.port.call_later(max(left, 0.001), self._partial_expired)
 
     def _on_request(self, frame: bytes) -> None:
+        first = not self._pending  # nothing waits ahead of it
         try:
-            ex = self.chain.classify(frame, self.clock(), self.info)
+            ex = self.chain.classify(frame, self.clock(), self.info, first)
         except (Rejected, PolicyFailed) as e:
             self._refuse(e)
             return
         self.client_id = ex.header.client_id
-        self._pending.append(ex)
+        if isinstance(ex, Relayed):
+            # no policy reads it (Chain.classify): sent now, as it came
+            self._write_upstream(ex.frame)
+            if ex.expects_response:
+                self.inflight.append(ex)
+                self.awaiting.append(ex)
+            else:
+                self._complete(ex)
+        else:
+            self._pending.append(ex)
         limit = self.limits.max_inflight_requests
         if limit and len(self.inflight) + len(self._pending) >= limit:
             self._inflight_full()
-        if len(self._pending) == 1:
+        if first and self._pending:  # it is the one pending: nothing ahead of it to wait for
             self._pump()
 
     def _inflight_full(self) -> None:
@@ -432,13 +447,18 @@ class Connection:
     def _send_upstream(self, ex: Exchange) -> None:
         ex.attempts += 1
         ex.upstream_sent += len(ex.frame) + 4  # a request sent again may differ (a new full session request)
-        buffers = (len(ex.frame).to_bytes(4, "big"), ex.frame)
-        self._bytes_up.value += len(ex.frame) + 4
+        self._write_upstream(ex.frame)
+
+    def _write_upstream(self, frame: bytes) -> None:
+        """A request frame (no size prefix) to the broker, or queued until the upstream connection is up."""
+        size = len(frame)
+        buffers = (size.to_bytes(4, "big"), frame)
+        self._bytes_up.value += size + 4
         if self._upstream_ready:
             self.port.send_upstream(buffers)
             return
         self._queued.extend(buffers)
-        self._queued_bytes += len(ex.frame) + 4
+        self._queued_bytes += size + 4
         if self._queued_bytes > self.limits.queue_high_water_bytes:
             self._pause_client(_CONNECTING)  # backpressure while the upstream connect is still in flight
 
@@ -476,8 +496,16 @@ class Connection:
                     # the whole header in this read (nearly always): read in place, relayed with the body's first
                     # bytes in one write (one send, one packet for a small response) from offset _head_at
                     self._head_at = pos
-                    if self.awaiting and self.awaiting[0].relay_if is not None:
-                        self._relay_if(view, pos, end)
+                    if self.awaiting:
+                        first = self.awaiting[0]
+                        if isinstance(first, Relayed):
+                            if first.streamer is None and self._relayed(view, pos, end, first):
+                                pos += 4 + self._size
+                                if self.closed:
+                                    return
+                                continue
+                        elif first.relay_if is not None:
+                            self._relay_if(view, pos, end, first)
                     pos += 8
                     if not self._start_response(view[pos - 8 : pos]):
                         return
@@ -518,11 +546,36 @@ class Connection:
             head, self._head, self._head_at = self._head, None, -1
             self.port.send_client((bytes(head),))
 
-    def _relay_if(self, view: memoryview, pos: int, end: int) -> None:
+    def _relayed(self, view: memoryview, pos: int, end: int, r: Relayed) -> bool:
+        """The response to a relayed request that is not walked as it streams, size prefix at ``pos``: when it is
+        whole in this read, answers its request and its check (if any) holds, it is written as it came (True,
+        ``_size`` its size). Otherwise (False) :meth:`_start_response` reads it as any other response (making
+        the request an Exchange if its check is false), and fails the connection if it breaks the protocol."""
+        size, corr = _SIZE_CORR.unpack_from(view, pos)
+        stop = pos + 4 + size
+        if stop > end or corr != r.header.correlation_id or not 4 <= size <= self.limits.max_frame_bytes:
+            return False
+        check = r.check
+        if check is not None:
+            try:
+                if not check(view[pos + 4 : stop]):
+                    return False
+            except CodecError:
+                return False
+        self.awaiting.popleft()
+        head = self.inflight.popleft()
+        assert head is r
+        self.port.send_client((view[pos:stop],))
+        self._size = size
+        r.upstream_bytes = r.client_bytes = size + 4
+        self._complete(r)
+        self._flush_answers()
+        return True
+
+    def _relay_if(self, view: memoryview, pos: int, end: int, ex: Exchange) -> None:
         """The next response (size prefix at ``pos``) is to be collected only if ``Exchange.relay_if`` says it
         holds something to read: when it is whole in this read and holds nothing, it is relayed as bytes instead.
         One that is malformed is collected, and the chain's decode fails the connection as before."""
-        ex = self.awaiting[0]
         assert ex.relay_if is not None
         size = _SIZE_CORR.unpack_from(view, pos)[0]
         if not 4 <= size <= end - pos - 4:
@@ -571,6 +624,14 @@ class Connection:
             self._fail(f"unsolicited response (correlation id {corr})")
             return False
         ex = self.awaiting.popleft()
+        if isinstance(ex, Relayed) and ex.check is not None:
+            # its response is to be read after all (Relayed): from here on an Exchange like any other
+            assert self.inflight[0] is ex
+            try:
+                ex = self.inflight[0] = self.chain.exchange(self.policies, ex)
+            except (Rejected, PolicyFailed) as e:
+                self._refuse(e)
+                return False
         max_frame = self.limits.max_frame_bytes
         if size < 4 or size > max_frame:
             self._fail(f"response frame declares {size} bytes (limit {max_frame})")
@@ -581,6 +642,7 @@ class Connection:
         self._resp, self._size, self._left = ex, size, size - 4
         ex.upstream_bytes += size + 4
         if ex.held and size != ex.held:
+            assert isinstance(ex, Exchange)  # a relayed request holds none
             self.memory.adjust(size - ex.held)  # the real size (KIP-74's first batch may exceed max_bytes)
             ex.held = size
         if ex.collect:
@@ -604,6 +666,7 @@ class Connection:
         ex, self._resp = self._resp, None
         assert ex is not None
         if self._collect is not None:
+            assert isinstance(ex, Exchange)  # a relayed request's response is never collected
             frame, self._collect = b"".join(self._collect), None
             ex.may_resend = not self.awaiting
             try:
@@ -634,6 +697,7 @@ class Connection:
             if stream is not None and stream.changed:
                 self.metrics.rewritten(ex.api)
         if ex.held:
+            assert isinstance(ex, Exchange)
             held, ex.held = ex.held, 0
             self._release(held)
         head = self.inflight.popleft()
@@ -650,7 +714,7 @@ class Connection:
             ex.client_bytes = len(ex.answer)
             self._complete(ex)
 
-    def _complete(self, ex: Exchange) -> None:
+    def _complete(self, ex: Exchange | Relayed) -> None:
         """The exchange is over (its response handed to the client, or none is owed): counted, observed, logged."""
         now = self.clock()
         self._last_active = now

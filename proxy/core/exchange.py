@@ -25,9 +25,10 @@ the generic *effects* below, which the connection core (:mod:`proxy.core.connect
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..wire.messages import RequestHeader
 from ..wire.model import Message
@@ -134,6 +135,64 @@ class Streamer(Protocol):
     def changed(self) -> bool: ...
 
     def feed(self, data: Buffer) -> list[Buffer]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """A policy's terms for letting every request of an API version pass it unread
+    (:meth:`~proxy.core.policy.Policy.unread`): it needs the response only when ``check`` is false for it (a
+    response whole in one read; KIP-951 endpoints in a Produce response), or walks it with ``streamer`` as it
+    streams (KIP-951 endpoints in a Fetch response)."""
+
+    check: Callable[[memoryview], bool] | None = None
+    streamer: Callable[[int], Streamer] | None = None
+
+
+class Relayed:
+    """A request no policy reads under the settings in force (:meth:`~proxy.core.chain.Chain.classify` decides by
+    its API and version, :meth:`~proxy.core.policy.Policy.unread`): sent upstream as it came and its response
+    relayed as bytes, with no :class:`Exchange` and no policy called. Most of a producer's requests are these
+    (Produce, and what no policy declares).
+
+    Its one policy's terms (:class:`Relay`), if any: with ``check``, a response whole in one read for which it
+    holds is relayed unread, and any other response (one it does not hold for, one split across reads, one that
+    breaks the protocol) makes the request an :class:`Exchange` at that point
+    (:meth:`~proxy.core.chain.Chain.exchange`), the core carrying on as for any other; with ``streamer``, the
+    response is walked as it streams, as an Exchange's would be. The class attributes are what an
+    :class:`Exchange` may carry and a relayed request never does: the core reads both kinds alike."""
+
+    __slots__ = ("api", "check", "client_bytes", "expects_response", "frame", "header", "readers", "started",
+                 "streamer", "upstream_bytes")
+
+    answer: ClassVar[None] = None
+    collect: ClassVar[bool] = False
+    held: ClassVar[int] = 0
+    decoded: ClassVar[bool] = False
+    error_codes: ClassVar[tuple[int, ...]] = ()
+    log: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+
+    def __init__(self, header: RequestHeader, api: str, frame: bytes, started: float, expects_response: bool,
+                 check: Callable[[memoryview], bool] | None, streamer: Callable[[int], Streamer] | None,
+                 readers: tuple[Any, ...]) -> None:
+        self.header = header
+        self.api = api
+        self.frame = frame
+        self.started = started
+        self.expects_response = expects_response
+        #: None: nothing reads the response; else the response is relayed unread only when check(frame) holds
+        self.check = check
+        self.streamer = streamer
+        #: the policy that reads the response when ``check`` does not hold (it runs when it becomes an Exchange)
+        self.readers = readers
+        #: the response's bytes as read, and as written
+        self.upstream_bytes = self.client_bytes = 0
+
+    @property
+    def size(self) -> int:
+        """Bytes received from the client and sent upstream, size prefix included (the access log's)."""
+        return len(self.frame) + 4
+
+    upstream_sent = size
 
 
 @dataclass(slots=True, eq=False)

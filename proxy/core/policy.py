@@ -11,7 +11,9 @@ registration list, client side first). Modelled on Kroxylicious's filters (``sho
   ignored ApiVersions, closes its connection as Kafka does for a version it has not enabled (SocketServer's
   parseRequestHeader: InvalidRequestException), so no request bypasses a policy unread.
   :meth:`Policy.applies` then decides per request from the header alone (version, client id), before anything
-  is decoded.
+  is decoded. :meth:`Policy.unread` says, per API version and under the settings in force, whether it leaves
+  every such request alone: when every policy declaring an API does, its requests are relayed without an
+  Exchange (:class:`~proxy.core.exchange.Relayed`) and no policy is called for them.
 - :meth:`Policy.open` / :meth:`Policy.close` give it a state of its own per client connection.
 - :meth:`Policy.on_request` sees the request (``ex.request``: decoded on first access, once for all policies,
   re-encoded once at the end if any changed it) and returns its per-request state; a non-None state means it
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..wire.messages import negotiable_versions
 from ..wire.schema import Versions
-from .exchange import ConnectionInfo, Exchange
+from .exchange import ConnectionInfo, Exchange, Relay
 from .group_calls import GroupCalls, GroupRequests
 
 if TYPE_CHECKING:
@@ -110,6 +112,16 @@ class Policy:
     def applies(self, ex: Exchange) -> bool:
         """Whether this request concerns the policy, from its header alone (cheap: called per request)."""
         return True
+
+    def unread(self, api_key: int, version: int) -> bool | Relay:
+        """Whether, under the settings in force, this policy leaves every request of this API version alone,
+        whoever sends it (asked per API version when the chain is built and after each reconfiguration, never per
+        request). False (the default): it must see each request. True: it acts on neither the request nor its
+        response. A :class:`~proxy.core.exchange.Relay`: its :meth:`on_request` only asks for the response, on
+        those terms (read only when a check is false for it, or walked as it streams). When every policy
+        declaring the API says one of the last two (at most one a Relay), the API version's requests are relayed
+        without an Exchange (:class:`~proxy.core.exchange.Relayed`)."""
+        return False
 
     def needs_topic_names(self, ex: Exchange) -> bool:
         """Whether the policy reads topic names of this request: if it names topics by id only (Fetch v13+),

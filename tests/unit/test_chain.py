@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from proxy.core.exchange import Rejected
+from proxy.core.chain import Chain
+from proxy.core.exchange import ConnectionInfo, Exchange, Rejected, Relay, Relayed
+from proxy.core.policy import Policy, reads
 from proxy.core.routing import Router
+from proxy.core.topic_names import TopicNames
+from proxy.metrics import Metrics
 from proxy.wire.messages import (
     decode_response,
     encode_request,
@@ -15,7 +21,7 @@ from proxy.wire.messages import (
 )
 from proxy.wire.model import Message
 from proxy.wire.versions import UNSUPPORTED_VERSION
-from rig.chain_rig import SansIOProxy
+from rig.chain_rig import Clock, SansIOProxy
 from tests.support.legacy_produce import produce_v0_2_frame
 
 
@@ -179,6 +185,59 @@ def test_apis_no_policy_declares_are_relayed_without_decoding() -> None:
     p = proxy()
     ex = p.request(req_frame(2, 7))
     assert ex.policies == () and ex.view is None and not ex.collect and ex.streamer is None
+
+
+class _Leaves(Policy):
+    """Declares one API (Produce unless told); says what Policy.unread is told to for every version."""
+
+    name = "leaves"
+
+    def __init__(self, unread: bool | Relay, api_key: int = 0) -> None:
+        self.apis = reads(api_key)
+        self._unread = unread
+
+    def unread(self, api_key: int, version: int) -> bool | Relay:
+        return self._unread
+
+
+def _skim(frame: memoryview) -> bool:
+    return True
+
+
+def _walker(size: int) -> Any:
+    return None
+
+
+SKIM, WALK = Relay(check=_skim), Relay(streamer=_walker)
+
+
+@pytest.mark.parametrize(("declared", "relayed", "terms"), [
+    ((True,), True, (None, None)),  # no policy acts on it
+    ((True, SKIM), True, (_skim, None)),  # one reads the response, and only when its check is false
+    ((WALK, True), True, (None, _walker)),  # one walks the response as it streams
+    ((SKIM, True, WALK), False, None),  # two read the response: it is the chain's
+    ((True, False), False, None),  # one reads every request
+])
+def test_a_request_is_relayed_only_when_every_policy_leaves_it_alone(
+        declared: tuple[bool | Relay, ...], relayed: bool, terms: object) -> None:
+    policies = [_Leaves(d) for d in declared]
+    chain = Chain(policies, Metrics(), TopicNames(Clock()))
+    info = ConnectionInfo(1, "bootstrap")
+    frame = req_frame(0, 9, request_codec(0, 9).default().replace(acks=-1))
+    ex = chain.classify(frame, 0.0, info, True)
+    assert isinstance(ex, Relayed) is relayed
+    if isinstance(ex, Relayed):
+        assert ((ex.check, ex.streamer), ex.expects_response, ex.frame, ex.header.correlation_id) == (
+            terms, True, frame, 7)
+        assert ex.readers == tuple(p for p in policies if isinstance(p._unread, Relay))
+    assert isinstance(chain.classify(frame, 0.0, info), Exchange)  # not while another request waits ahead
+
+
+def test_a_version_outside_what_the_policies_read_is_refused_not_relayed() -> None:
+    chain = Chain([_Leaves(True, api_key=3)], Metrics(), TopicNames(Clock()))
+    with pytest.raises(Rejected) as e:
+        chain.classify(bytes.fromhex("0003 0063 00000001 ffff".replace(" ", "")), 0.0, None, True)
+    assert e.value.reason == "unsupported_version"
 
 
 @pytest.mark.parametrize("api_key, version", [(0, 10), (0, 13)])

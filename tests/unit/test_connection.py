@@ -20,7 +20,7 @@ from proxy.core.connection import Connection, Limits
 from proxy.core.exchange import Exchange, Signal
 from proxy.core.policy import Policy, reads
 from proxy.policies.terminate.sessions import LEGACY, PartitionKey
-from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
+from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, NodeEndpoint, decode_frame
 from proxy.wire.fetch_request_fast import decode_fetch_request
 from proxy.wire.messages import decode_response, request_codec, response_codec
 from proxy.wire.model import Message
@@ -528,6 +528,86 @@ def test_a_produce_response_another_policy_reads_is_collected() -> None:
     assert [ln["decoded"] for ln in rig.lines()] == [True]
 
 
+# ------------------------------------------------- requests no policy reads: relayed without an Exchange
+
+
+class _Counts(Policy):
+    """Declares Produce and ListOffsets, leaves them alone or not as told (Policy.unread), counts its calls."""
+
+    name = "counts"
+
+    def __init__(self, leaves: bool) -> None:
+        self.apis = reads(PRODUCE, LIST_OFFSETS)
+        self.leaves = leaves
+        self.requests = 0
+
+    def unread(self, api_key: int, version: int) -> bool:
+        return self.leaves
+
+    def on_request(self, ex: Exchange, conn: Any) -> Any:
+        self.requests += 1
+        return None
+
+
+@pytest.mark.parametrize("leaves", [True, False])
+def test_a_request_every_policy_leaves_alone_reaches_none_of_them(leaves: bool) -> None:
+    """Relayed as it came, answered as the broker answered, counted and logged alike either way; only a policy
+    that does not leave the API alone is called."""
+    rig = make_rig()
+    counts = _Counts(leaves)
+    rig.proxy.chain = Chain([counts], rig.metrics, rig.names, rig.access_log)
+    conn, port = rig.connect()
+    requests = sized(produce_v10(1), list_offsets(2))
+    conn.client_data(requests)
+    assert port.take_upstream() == requests
+    answers = sized(produce_v10_response(1), list_offsets_response(2))
+    conn.upstream_data(answers)
+    assert port.take_client() == answers and not conn.busy
+    assert counts.requests == (0 if leaves else 2)
+    assert [(ln["api"], ln["correlation_id"], ln["decoded"]) for ln in rig.lines()] == [
+        ("Produce", 1, False), ("ListOffsets", 2, False)]
+    assert rig.metrics.total("sluice_requests_total", api="Produce", version="10") == 1
+
+
+def metadata_response(corr: int) -> bytes:
+    return response(METADATA, 12, corr, response_codec(METADATA, 12).default().replace(
+        brokers=[Message(node_id=1, host="10.0.0.1", port=9092, rack=None)]))
+
+
+def test_relayed_and_read_requests_pipelined_keep_their_order() -> None:
+    """Produce (relayed), Metadata (read: its brokers rewritten), Produce (relayed, but its response carries
+    NodeEndpoints: read after all) and ListOffsets (relayed) in one read each way: every answer in order, every
+    broker address rewritten."""
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(produce_v10(1), request(METADATA, 12, 2), produce_v10(3), list_offsets(4)))
+    assert correlation_ids(port.take_upstream(), request_side=True) == [1, 2, 3, 4]
+    moved = produce_v10_response(3, error=6, endpoints=(Message(node_id=2, host="b2", port=9092, rack=None),))
+    conn.upstream_data(sized(produce_v10_response(1), metadata_response(2), moved, list_offsets_response(4)))
+    out = frames(port.take_client())
+    assert [int.from_bytes(f[:4], "big") for f in out] == [1, 2, 3, 4]
+    assert out[0] == produce_v10_response(1) and out[3] == list_offsets_response(4)
+    assert [b.host for b in decode_response(METADATA, 12, out[1])[1].brokers] == ["proxy.example"]
+    assert [e.host for e in decode_response(PRODUCE, 10, out[2])[1].node_endpoints] == ["proxy.example"]
+    assert [ln["decoded"] for ln in rig.lines()] == [False, True, True, False] and not conn.busy
+
+
+def test_a_policy_switched_on_at_run_time_reads_the_next_requests() -> None:
+    """No quota: a Produce passes no policy; once an entry selects its client, the next one is the quota's."""
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(produce_v10(1)))
+    conn.upstream_data(sized(produce_v10_response(1)))
+    settings = rig.proxy.settings.with_overrides({"quota.entries": [{"client_id": "c",
+                                                                     "produce_rate_bytes": 1 << 30}]})
+    rig.proxy.chain.reconfigure(settings)
+    conn.client_data(sized(produce_v10(2)))
+    conn.upstream_data(sized(produce_v10_response(2)))
+    assert port.take_client() == sized(produce_v10_response(1), produce_v10_response(2))
+    assert rig.metrics.total("sluice_quota_requests_total", entry="entries[0]", api="Produce") == 1
+    assert [ln.get("quota_throttle_time_ms") for ln in rig.lines()] == [None, 0]
+
+
 # ---------------------------------------------------------------------------------------------- memory waits
 
 
@@ -723,6 +803,26 @@ def test_a_fetch_v16_streams_through_chunk_by_chunk() -> None:
             assert port.client != b""  # streamed, not collected whole
     assert port.take_client() == answer and not conn.busy
     assert rig.lines()[0]["bytes_proxy_to_client"] == len(answer)
+
+
+def test_a_fetch_v16_with_node_endpoints_streams_through_rewritten() -> None:
+    """No policy but the address rewriting reads a Fetch v16 here: relayed without an Exchange, its response walked
+    as it streams and its NodeEndpoints (KIP-951) rewritten in place, its size unchanged."""
+    rig = make_rig()
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1, version=16, keys=[(TID, 0)])))
+    view = FetchResponseView(16, topics=[FetchTopic(topic_id=TID, partitions=[
+        FetchPartition(0, 0, 7, 7, 0, None, -1, batch(), None)])],
+        node_endpoints=[NodeEndpoint(2, "kafka-2.cluster.internal", 9092)])  # the rewritten form fits in its place
+    answer = sized(view_frame(view, 1))
+    for i in range(0, len(answer), 7):
+        conn.upstream_data(answer[i : i + 7])
+    sent = port.take_client()
+    assert len(sent) == len(answer) and not conn.busy
+    _, _, got = decode_frame(sent[4:], 16)
+    assert [(e.node_id, e.host) for e in got.node_endpoints] == [(2, "proxy.example")]
+    assert [p.records for t in got.topics for p in t.partitions] == [batch()]
+    assert rig.metrics.total("sluice_responses_rewritten_total", api="Fetch") == 1
 
 
 def test_the_client_gone_mid_streamed_fetch() -> None:

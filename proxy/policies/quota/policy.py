@@ -77,6 +77,9 @@ class Quota(Policy):
         """Per entry and kind, the highest rate measured now: what GET /quotas adds as ``status``."""
         return {"rates": self.book.rates_now(self.clock())}
 
+    def unread(self, api_key: int, version: int) -> bool:
+        return not self.book.quotas.entries  # switched off: no client's request is its business
+
     def applies(self, ex: Exchange) -> bool:
         return bool(self.book.quotas.entries)
 

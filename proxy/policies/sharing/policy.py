@@ -166,6 +166,9 @@ class Sharing(Policy):
 
     # ------------------------------------------------------------------------------------------- policy
 
+    def unread(self, api_key: int, version: int) -> bool:
+        return not self.enabled  # switched off: no client's request is its business
+
     def applies(self, ex: Exchange) -> bool:
         if not self.enabled:
             return False

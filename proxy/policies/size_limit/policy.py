@@ -266,6 +266,9 @@ class SizeLimit(Policy):
     def reconfigure(self, settings: Settings) -> None:
         self._set(SizeLimits.from_settings(settings.size_limit))
 
+    def unread(self, api_key: int, version: int) -> bool:
+        return not self._active  # switched off: no client's request is its business
+
     def applies(self, ex: Exchange) -> bool:
         return self._active and self.limits.may_apply(ex.client_id, ex.principal, ex.client_host)
 

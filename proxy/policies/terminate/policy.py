@@ -543,6 +543,9 @@ class Terminate(Policy):
         cache = self.server.cache
         self.metrics.bind_session_cache(lambda: len(cache), lambda: cache.partitions_cached)
 
+    def unread(self, api_key: int, version: int) -> bool:
+        return not self._active  # switched off: no client's request is its business
+
     def applies(self, ex: Exchange) -> bool:
         return self._active and self.modes.terminates(ex.client_id)
 

@@ -423,6 +423,9 @@ class Throttle(Policy):
                 "leader_exceeded": state.leader.exceeded(now), "follower_exceeded": state.follower.exceeded(now),
                 "sum_lag": state.sum_lag(now)}
 
+    def unread(self, api_key: int, version: int) -> bool:
+        return not self._active  # switched off: no client's request is its business
+
     def applies(self, ex: Exchange) -> bool:
         return self._active
 
