@@ -551,21 +551,15 @@ class Connection:
         whole in this read, answers its request and its check (if any) holds, it is written as it came (True,
         ``_size`` its size). Otherwise (False) :meth:`_start_response` reads it as any other response (making
         the request an Exchange if its check is false), and fails the connection if it breaks the protocol."""
-        size, corr = _SIZE_CORR.unpack_from(view, pos)
-        stop = pos + 4 + size
-        if stop > end or corr != r.header.correlation_id or not 4 <= size <= self.limits.max_frame_bytes:
+        if _SIZE_CORR.unpack_from(view, pos)[1] != r.header.correlation_id:
             return False
-        check = r.check
-        if check is not None:
-            try:
-                if not check(view[pos + 4 : stop]):
-                    return False
-            except CodecError:
-                return False
+        size = self._unread_size(view, pos, end, r.check)
+        if size < 0:
+            return False
         self.awaiting.popleft()
         head = self.inflight.popleft()
         assert head is r
-        self.port.send_client((view[pos:stop],))
+        self.port.send_client((view[pos : pos + 4 + size],))
         self._size = size
         r.upstream_bytes = r.client_bytes = size + 4
         self._complete(r)
@@ -576,16 +570,23 @@ class Connection:
         """The next response (size prefix at ``pos``) is to be collected only if ``Exchange.relay_if`` says it
         holds something to read: when it is whole in this read and holds nothing, it is relayed as bytes instead.
         One that is malformed is collected, and the chain's decode fails the connection as before."""
-        assert ex.relay_if is not None
-        size = _SIZE_CORR.unpack_from(view, pos)[0]
-        if not 4 <= size <= end - pos - 4:
-            return
-        try:
-            unread = ex.relay_if(view[pos + 4 : pos + 4 + size])
-        except CodecError:
-            return
-        if unread:
+        if self._unread_size(view, pos, end, ex.relay_if) >= 0:
             ex.collect = False
+
+    def _unread_size(self, view: memoryview, pos: int, end: int, check: Callable[[memoryview], bool] | None) -> int:
+        """The size of the response whose size prefix is at ``pos`` when it is whole in this read, within the frame
+        limit, and ``check`` (if any) holds for it: nothing in it is to be read. Else -1: it is read as any other
+        (one that is malformed, or that the check finds malformed, fails the connection there)."""
+        size = _SIZE.unpack_from(view, pos)[0]
+        if not 4 <= size <= min(end - pos - 4, self.limits.max_frame_bytes):
+            return -1
+        if check is not None:
+            try:
+                if not check(view[pos + 4 : pos + 4 + size]):
+                    return -1
+            except CodecError:
+                return -1
+        return size
 
     def _server_token(self, view: memoryview, pos: int, end: int) -> int:
         """Read (part of) a bare SASL answer from ``view[pos:end]``; relay it whole; return the new position."""

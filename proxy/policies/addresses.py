@@ -13,7 +13,6 @@ carries no endpoints (they appear only after a leadership change).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 from ..core.exchange import Exchange, Relay
@@ -38,21 +37,13 @@ class Addresses(Policy):
         #: Fetch v16+ response walkers, one factory per version (made once, not per request)
         self._streamers = {v: functools.partial(FetchStreamer, v, rewrite=rewrite)
                            for v in range(FIRST_NODE_ENDPOINTS, MAX_VERSION + 1)}
-        #: Produce v10+ response skims, one per version (made once, not per request)
-        self._skims: dict[int, Callable[[memoryview], bool]] = {}
-
-    def _skim(self, version: int) -> Callable[[memoryview], bool]:
-        skim = self._skims.get(version)
-        if skim is None:
-            skim = self._skims[version] = tags_empty(ApiKey.PRODUCE, version)
-        return skim
 
     def unread(self, api_key: int, version: int) -> bool | Relay:
         """Produce before v10 and Fetch before v16 carry no address (KIP-951); a Produce v10+ response is read
         only when it carries NodeEndpoints (the skim finds its top-level tag section non-empty), a Fetch v16+
         response is walked as it streams (its last bytes are NodeEndpoints' place)."""
         if api_key == ApiKey.PRODUCE:
-            return True if version < FIRST_PRODUCE_ENDPOINTS else Relay(check=self._skim(version))
+            return True if version < FIRST_PRODUCE_ENDPOINTS else Relay(check=tags_empty(api_key, version))
         if api_key == ApiKey.FETCH:
             return True if version < FIRST_NODE_ENDPOINTS else Relay(streamer=self._streamers[version])
         return False
@@ -69,7 +60,7 @@ class Addresses(Policy):
                 return None
             # NodeEndpoints come only after a leader moved (KIP-951): a response without a top-level tagged
             # field is relayed unread (on every producer's request)
-            ex.relay_if = self._skim(version)
+            ex.relay_if = tags_empty(key, version)
         ex.collect = True
         return True
 

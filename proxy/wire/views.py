@@ -32,6 +32,7 @@ from .messages import (
     decode_response,
     encode_request,
     encode_response,
+    header_v1_body_offset,
     response_body_offset,
     response_header_version,
     response_spec,
@@ -232,9 +233,7 @@ def tags_empty(api_key: int, version: int) -> Callable[[memoryview], bool]:
         return empty_v0
 
     def empty(frame: memoryview) -> bool:
-        # header v1: the tag section after the correlation id is nearly always empty, one zero byte read in place
-        start = 5 if len(frame) > 4 and frame[4] == 0 else response_body_offset(api_key, version, frame)
-        return frame[locate(frame, start)] == 0
+        return frame[locate(frame, header_v1_body_offset(api_key, version, frame))] == 0
 
     return empty
 
