@@ -35,6 +35,7 @@ from tests.support.sharing import (
     check_in_key_order,
     check_in_order,
     check_keys_at_one_consumer,
+    check_members_alive,
     describe_members,
     java_member,
     produce,
@@ -548,10 +549,26 @@ def test_mixed_classic_and_kip848_members_of_one_group(kafka_broker: KafkaBroker
     group = f"g-{topic}"
     with contextlib.ExitStack() as stack:
         proxies = [stack.enter_context(ProxyThread(kafka_broker.bootstrap, **SHARING)) for _ in range(CONSUMERS)]
-        # the KIP-848 members first: the group is a consumer group, which the classic members then join
+        # The KIP-848 members first, until they hold every partition: the group is then a consumer group, which the
+        # classic members join. Started together, a classic member's JoinGroup can reach the broker first; the group
+        # is then a classic one, and the first KIP-848 heartbeat converts it online. That is another scenario, and
+        # not Sluice's: the conversion fails every JoinGroup in flight with REBALANCE_IN_PROGRESS
+        # (GroupMetadataManager.convertToConsumerGroup), and while the classic group is in its first rebalance the
+        # broker answers the heartbeat with UNKNOWN_SERVER_ERROR (ConsumerGroup.fromClassicGroup reads a protocol
+        # not chosen yet), fatal to librdkafka. Both seen in runs started
+        # classic first (2 of 9).
         members = stack.enter_context(members_of(*(
-            python_member("confluent", p.bootstrap, topic, group, f"upgrade-{i}",
-                          protocol="consumer" if i < 4 else "classic") for i, p in enumerate(proxies))))
+            python_member("confluent", p.bootstrap, topic, group, f"upgrade-{i}", protocol="consumer")
+            for i, p in enumerate(proxies[:4]))))
+
+        def every_partition_held() -> bool:
+            check_members_alive()
+            return {p for m in members for _, p in m.assignment or ()} == set(range(PARTITIONS))
+
+        wait_until(every_partition_held, 90, "the KIP-848 members to hold every partition")
+        members += stack.enter_context(members_of(*(
+            python_member("confluent", p.bootstrap, topic, group, f"upgrade-{i}", protocol="classic")
+            for i, p in enumerate(proxies[4:], start=4))))
         settled(lambda: (float(all(m.assignment is not None for m in members[4:])),
                          float(hash(str([m.assignment for m in members])))), quiet_s=KIP848_SETTLE_S)
         consumed_once(kafka_broker, topic, members, "upgrade")
