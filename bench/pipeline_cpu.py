@@ -30,8 +30,8 @@ before its summary otherwise (with ``--compare``, when either side's check faile
   skimmed for KIP-951 NodeEndpoints, relayed), default settings, access log off: the per-request cost every
   client pays (``ms_per_fetch`` is then per round trip). ``--partitions`` and ``--version`` do not apply to it.
 
-``python -m bench.pipeline_cpu --opcodes [--compare REV]`` counts instead of timing: the Python bytecodes Sluice
-executes, and the calls it makes, for one ``produce`` round trip (after 40 warm-up round trips; the harness's own
+``python -m bench.pipeline_cpu --opcodes [--case fetch_all] [--compare REV]`` counts instead of timing: the Python
+bytecodes Sluice executes, and the calls it makes, for one ``produce`` round trip (after 40 warm-up round trips; the harness's own
 frames, bench/ and rig/, left out), with the functions that execute most. A count does not move with the
 machine's load, so a change of a few percent shows where a timing could not: through a real broker the same
 round trip's added p50 is within a spread of several microseconds between process starts (bench/latency.py), and
@@ -41,6 +41,11 @@ count what runs before each write is handed over: uvloop sends in ``writelines()
 so those are on the client's wait, and the rest (metrics, the access-log line) overlaps the broker's or the
 client's work. ``{"bench": "pipeline_opcodes", "case": "produce", "opcodes": N, "calls": N,
 "before_request_write": N, "before_response_write": N, "top": [[opcodes, calls, "file:function"], ...]}``;
+``--case fetch_all`` counts a Fetch round trip instead, through the core with every policy on as
+``bench.passthrough --policies all`` runs them (its ``ALL_POLICIES``): a session-less client (librdkafka's
+requests) of 3 partitions, each answered with 20 batches of 16 KiB (~1 MiB, as a consumer catching up gets them),
+version ``--version``, the fake clock 50 ms on per round trip; the check: every batch reaches the client
+unchanged;
 with ``--compare REV`` both sides, one run each, and ``{"summary": "pipeline_opcodes_compare", "before": {...},
 "after": {...}, "ratio": ...}`` (after / before, all bytecodes).
 """
@@ -57,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -256,13 +262,14 @@ def _produce_frames(corr: int) -> tuple[bytes, bytes]:
     return request(0, 10, corr, body, client_id=CLIENT_ID), response(0, 10, corr, answer)
 
 
-def _core_engine() -> Fetch:
+def _core_engine(overrides: dict[str, Any] | None = None, tick_s: float = 0.0) -> Fetch:
     """A connection of the core (proxy/core/connection.py) on a port that keeps what it is handed: a request and
-    its response go through as the server's reads would hand them over; the client's bytes come back."""
+    its response go through as the server's reads would hand them over; the client's bytes come back. The fake
+    clock moves ``tick_s`` on after each round trip."""
     from proxy.accesslog import AccessLog
     from rig.core_rig import CoreRig
 
-    rig = CoreRig()
+    rig = CoreRig(overrides)
     rig.access_log = AccessLog("off")  # `sluice run`'s default
     conn, port = rig.connect()
 
@@ -270,9 +277,54 @@ def _core_engine() -> Fetch:
         conn.client_data(len(frame).to_bytes(4, "big") + frame)
         conn.upstream_data(len(upstream).to_bytes(4, "big") + upstream)
         port.upstream.clear()
+        rig.advance(tick_s)
         return port.take_client()
 
     return round_trip
+
+
+#: ``--case fetch_all``: partitions, batches in each partition's answer, record bytes per batch
+FETCH_ALL_SHAPE = (3, 20, 16 * 1024)
+
+
+def _fetch_all_frames(version: int, count: int) -> list[tuple[bytes, bytes]]:
+    """``count`` Fetch round trips of a session-less client under every policy: each request asks for the 3
+    partitions from where the last answer ended; each answer carries 20 batches of 16 KiB per partition. The
+    upstream answers name session 77, the session Sluice opens upstream (terminate mode)."""
+    from proxy.wire.records import Record, encode_batch, new_batch
+
+    partitions, batches, size = FETCH_ALL_SHAPE
+    topic: str | bytes = bytes(range(16)) if version >= 13 else "bench"
+    keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
+    frames = []
+    for i in range(count):
+        base = i * batches * 16
+        records = b"".join(encode_batch(new_batch([Record(value=b"v" * (size // 16 - 10)) for _ in range(16)],
+                                                  base_offset=base + b * 16)) for b in range(batches))
+        topics = [FetchTopic(topic_id=topic) if isinstance(topic, bytes) else FetchTopic(topic=topic)]
+        topics[0].partitions = [FetchPartition(k[1], 0, base + batches * 16, base + batches * 16, 0, None, -1,
+                                               records, None) for k in keys]
+        buffers, _ = FetchResponseView(version, 0, 0, 77, topics).encode_frame(i + 1)
+        frames.append((request_frame(version, i + 1, dict.fromkeys(keys, base), LEGACY),
+                       b"".join(bytes(b) for b in buffers)[4:]))
+    return frames
+
+
+def _records_of(view: FetchResponseView) -> dict[int, bytes]:
+    return {p.partition_index: bytes(p.records or b"") for t in view.topics for p in t.partitions}
+
+
+def _check_fetch_all(version: int, request: bytes, upstream: bytes, reply: bytes) -> str | None:
+    """The client's answer carries its correlation id, no error, and every partition's batches as the broker
+    sent them."""
+    if not reply:
+        return "no reply"
+    corr, _, view = decode_frame(reply[4:], version)
+    if corr != decode_fetch_request(request).correlation_id or view.error_code:
+        return f"correlation id {corr}, error {view.error_code}"
+    if _records_of(view) != _records_of(decode_frame(upstream, version)[2]):
+        return "the records differ from the broker's"
+    return None
 
 
 def run_case(case: str, partitions: int, version: int, fetches: int) -> tuple[float, int]:
@@ -324,11 +376,17 @@ def _timed(case: str, version: int, fetch: Fetch, frames: list[tuple[bytes, byte
     return statistics.median(times) * 1000, len(wrong)
 
 
-def count_opcodes(top: int = 15) -> dict[str, Any]:
-    """One ``produce`` round trip through the core, traced bytecode by bytecode (sys.settrace with
-    ``f_trace_opcodes``): what Sluice's own code executes, the harness's frames left out."""
-    fetch = _core_engine()
-    frames = [_produce_frames(i) for i in range(42)]
+def count_opcodes(case: str = "produce", version: int = 12, top: int = 15) -> dict[str, Any]:
+    """One ``produce`` (or ``fetch_all``) round trip through the core, traced bytecode by bytecode (sys.settrace
+    with ``f_trace_opcodes``): what Sluice's own code executes, the harness's frames left out."""
+    if case == "fetch_all":
+        from bench.passthrough import ALL_POLICIES
+
+        fetch = _core_engine(tomllib.loads(ALL_POLICIES), tick_s=0.05)
+        frames = _fetch_all_frames(version, 42)
+    else:
+        fetch = _core_engine()
+        frames = [_produce_frames(i) for i in range(42)]
     for frame, upstream in frames[:40]:  # warm: caches filled, lazily built state built
         fetch(frame, upstream)
     harness = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "rig"))
@@ -359,10 +417,11 @@ def count_opcodes(top: int = 15) -> dict[str, Any]:
         reply = fetch(frame, upstream)
     finally:
         sys.settrace(None)
-    wrong = check("produce", 10, frame, upstream, reply)
+    wrong = (_check_fetch_all(version, frame, upstream, reply) if case == "fetch_all"
+             else check("produce", 10, frame, upstream, reply))
     ranked = sorted(opcodes, key=lambda k: -opcodes[k])[:top]
     before_request, before_response = at_writes[0], at_writes[1] - at_writes[0]
-    return {"bench": "pipeline_opcodes", "case": "produce", "opcodes": sum(opcodes.values()),
+    return {"bench": "pipeline_opcodes", "case": case, "opcodes": sum(opcodes.values()),
             "calls": sum(calls.values()), "before_request_write": before_request,
             "before_response_write": before_response,
             "top": [[opcodes[k], calls.get(k, 0), k] for k in ranked], "wrong": 0 if wrong is None else 1}
@@ -406,17 +465,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fetches", type=int, default=20)
     ap.add_argument("--compare", metavar="REV", help="run the same harness against REV's code first, then compare")
     ap.add_argument("--opcodes", action="store_true", help="count a produce round trip's bytecodes instead")
+    ap.add_argument("--case", choices=("produce", "fetch_all"), default="produce",
+                    help="with --opcodes: the round trip counted (fetch_all: a Fetch, every policy on)")
     args = ap.parse_args(argv)
     common = ["--partitions", str(args.partitions), "--version", str(args.version), "--fetches", str(args.fetches)]
     if args.opcodes:
         if not args.compare:
-            line = count_opcodes()
+            line = count_opcodes(args.case, args.version)
             print(json.dumps(line), flush=True)
             sys.exit(1 if line["wrong"] else 0)
-        sides = compare(args.compare, ["--opcodes"], OPCODE_KEYS, ONCE_EACH)
+        sides = compare(args.compare, ["--opcodes", "--case", args.case, "--version", str(args.version)],
+                        OPCODE_KEYS, ONCE_EACH)
         before, after = sides["before"], sides["after"]
         wrong = int(before["wrong"] + after["wrong"])
-        print(json.dumps({"summary": "pipeline_opcodes_compare", "rev": args.compare, "case": "produce",
+        print(json.dumps({"summary": "pipeline_opcodes_compare", "rev": args.compare, "case": args.case,
                           "before": before, "after": after, "ratio": round(after["opcodes"] / before["opcodes"], 3),
                           "wrong": wrong}), flush=True)
         sys.exit(1 if wrong else 0)

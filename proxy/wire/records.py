@@ -78,12 +78,12 @@ DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
 # MaxTimestamp, ProducerId, ProducerEpoch, BaseSequence, RecordsCount
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == HEADER_SIZE
-_OFFSET_LENGTH = struct.Struct(">qi")
 # Legacy MessageSet entry (LegacyRecord): Offset, Size, CRC, Magic, Attributes[, Timestamp for magic 1]
 _LEGACY = struct.Struct(">qiIbb")
 _LEGACY_TS = struct.Struct(">q")
 _CRC = struct.Struct(">I")
 _INT32 = struct.Struct(">i")
+_LENGTH_MAGIC = struct.Struct(">i4xb")  # Length, then Magic four bytes on (PartitionLeaderEpoch between)
 
 
 # --------------------------------------------------------------------------------------------- walking
@@ -152,35 +152,52 @@ class BatchWalk(NamedTuple):
     truncated: int  # bytes of a trailing partial batch (0 when the record set ends on a batch boundary)
 
 
-def _next_batch(buf: memoryview | bytes | bytearray, pos: int, n: int) -> BatchHeader | None:
-    """The complete batch at ``pos``, or None when the bytes from ``pos`` are a truncated batch."""
+def _batch_end(buf: memoryview | bytes | bytearray, pos: int, n: int) -> int:
+    """Where the complete batch at ``pos`` ends, or -1 when the bytes from ``pos`` are a truncated batch.
+
+    Reads only Length and Magic: the walks that need no more (:func:`prefix_within`, :func:`complete_size`) run
+    once per batch of every fetched partition under a size limit or a throttle. Raises CodecError for Kafka's
+    CorruptRecordException cases (``ByteBufferLogInputStream.nextBatchSize``, the v2 and magic 1 overheads)."""
     remaining = n - pos
+    if remaining > MAGIC_OFFSET:  # the common case first, in one read: a whole v2 batch passes every rule below
+        length, magic = _LENGTH_MAGIC.unpack_from(buf, pos + 8)
+        end = pos + LOG_OVERHEAD + length
+        if magic == MAGIC_V2 and length >= MIN_LENGTH_V2 and end <= n:
+            return end
     if remaining < LOG_OVERHEAD:
-        return None
-    base_offset, length = _OFFSET_LENGTH.unpack_from(buf, pos)
+        return -1
+    length = _INT32.unpack_from(buf, pos + 8)[0]
     if length < RECORD_OVERHEAD_V0:
         raise CodecError(f"record batch size {length} is less than the minimum record overhead "
                          f"({RECORD_OVERHEAD_V0})", where=pos + 8)
     if remaining < MAGIC_OFFSET + 1:
-        return None
+        return -1
     magic = buf[pos + MAGIC_OFFSET]
     if magic > MAGIC_V2:  # buf[i] is unsigned: a negative magic reads as >= 128
         raise CodecError(f"invalid magic {magic - 256 if magic > 127 else magic} in record batch",
                          where=pos + MAGIC_OFFSET)
     end = pos + LOG_OVERHEAD + length
     if end > n:
-        return None
+        return -1
     if magic == MAGIC_V2:
         if length < MIN_LENGTH_V2:
             raise CodecError(f"record batch length {length} is shorter than the v2 header", where=pos + 8)
+    elif magic == 1 and length < RECORD_OVERHEAD_V0 + 8:
+        raise CodecError(f"magic 1 record size {length} is less than its overhead", where=pos + 8)
+    return end
+
+
+def _next_batch(buf: memoryview | bytes | bytearray, pos: int, n: int) -> BatchHeader | None:
+    """The complete batch at ``pos``, or None when the bytes from ``pos`` are a truncated batch."""
+    end = _batch_end(buf, pos, n)
+    if end < 0:
+        return None
+    magic = buf[pos + MAGIC_OFFSET]
+    if magic == MAGIC_V2:
         return BatchHeader(pos, end, *_HEADER.unpack_from(buf, pos))
     # Legacy entry: LegacyRecord header (offset, size, crc, magic, attributes[, timestamp]).
-    _, _, crc, _, attributes = _LEGACY.unpack_from(buf, pos)
-    ts = -1
-    if magic == 1:
-        if length < RECORD_OVERHEAD_V0 + 8:
-            raise CodecError(f"magic 1 record size {length} is less than its overhead", where=pos + 8)
-        ts = _LEGACY_TS.unpack_from(buf, pos + 18)[0]
+    base_offset, length, crc, _, attributes = _LEGACY.unpack_from(buf, pos)
+    ts = _LEGACY_TS.unpack_from(buf, pos + 18)[0] if magic == 1 else -1
     return BatchHeader(pos, end, base_offset, length, -1, magic, crc, attributes, 0, ts, ts, -1, -1, -1, -1)
 
 
@@ -210,10 +227,7 @@ def walk_batches(buf: memoryview | bytes | bytearray) -> BatchWalk:
 
 def complete_size(buf: memoryview | bytes | bytearray) -> int:
     """The number of leading bytes of ``buf`` that form complete batches."""
-    end = 0
-    for header in iter_batches(buf):
-        end = header.end
-    return end
+    return prefix_within(buf, len(buf), False)
 
 
 def prefix_within(buf: memoryview | bytes | bytearray, allowed: int, at_least_one: bool) -> int:
@@ -221,12 +235,11 @@ def prefix_within(buf: memoryview | bytes | bytearray, allowed: int, at_least_on
     ``at_least_one`` the first batch whatever its size (KIP-74's progress guarantee). A truncated trailing
     batch (the broker's reads are byte slices of the log) is never kept: every client discards it anyway, and
     the Java consumer fails with "Failed to make progress" on a partition holding nothing else."""
+    n = len(buf)
     kept = 0
-    for header in iter_batches(buf):
-        if kept + header.size <= allowed or (at_least_one and kept == 0):
-            kept += header.size
-        else:
-            break
+    # kept is where the batch at hand starts, so its end is all it would keep: within ``allowed`` or the first
+    while kept < n and (end := _batch_end(buf, kept, n)) >= 0 and (end <= allowed or (at_least_one and not kept)):
+        kept = end
     return kept
 
 

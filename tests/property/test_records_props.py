@@ -1,13 +1,16 @@
 """Record batches under hypothesis: decode(encode(b)) == b for random batches in every compression, the struct
 walk agrees with the spec-based header decoder (proxy/codecs/RecordBatch.json), kafka-python's reader sees the
-same records, and the record filter's fast path equals decoding, dropping records and encoding."""
+same records, the light walks (size limits, throttles) keep what the header walk finds, and the record filter's
+fast path equals decoding, dropping records and encoding."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
 
+from proxy.wire.errors import CodecError
 from proxy.wire.record_filter import keep_records, parse_batch
 from proxy.wire.records import (
     COMPRESSION_MASK,
@@ -16,10 +19,12 @@ from proxy.wire.records import (
     Record,
     RecordBatch,
     batch_header_codec,
+    complete_size,
     decode_batch,
     decode_batches,
     encode_batch,
     iter_batches,
+    prefix_within,
 )
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -77,6 +82,32 @@ def test_walk_equals_spec_decoder(items: list[RecordBatch], cut: int) -> None:
         spec = batch_header_codec().decode(buf[header.start : header.start + HEADER_SIZE])
         assert {k: getattr(header, k) for k in spec.fields()} == spec.fields()
     assert len(decode_batches(buf)) == len(headers)
+
+
+@SETTINGS
+@given(st.lists(batches, max_size=4), st.integers(0, 200), st.booleans(), st.binary(max_size=30), st.data())
+def test_light_walks_equal_the_header_walk(items: list[RecordBatch], cut: int, at_least_one: bool, noise: bytes,
+                                          data: st.DataObject) -> None:
+    """prefix_within and complete_size read only Length and Magic; they keep what iter_batches finds: whole
+    batches within ``allowed`` (the first whatever its size with ``at_least_one``), never a truncated tail, and
+    the same CodecError for a corrupt header (noise after the batches)."""
+    buf = b"".join(encode_batch(b) for b in items)
+    buf = buf[: max(0, len(buf) - cut)] + noise
+    try:
+        ends = [h.end for h in iter_batches(memoryview(buf))]
+    except CodecError as e:
+        for walk in (lambda: complete_size(buf), lambda: prefix_within(buf, 1 << 62, at_least_one)):
+            with pytest.raises(CodecError) as got:
+                walk()
+            assert str(got.value) == str(e)
+        return
+    assert complete_size(buf) == (ends[-1] if ends else 0)
+    # a budget at a batch's end, either side of it, or anywhere
+    allowed = data.draw(st.one_of(st.integers(0, len(buf) + 1),
+                                  st.sampled_from([0, *ends]).flatmap(lambda e: st.sampled_from([e - 1, e, e + 1]))))
+    # ends grow, so the batches that fit are a prefix
+    kept = max((e for i, e in enumerate(ends) if e <= allowed or (at_least_one and i == 0)), default=0)
+    assert prefix_within(buf, allowed, at_least_one) == kept
 
 
 @SETTINGS

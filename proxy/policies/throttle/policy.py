@@ -358,7 +358,7 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
             # In sync (KAFKA-4313: not throttled, but counted): the fetcher is at the high watermark. The first
             # batch's base offset tells without the request: a consumer gets records only below the high
             # watermark, and a follower's fetch starts where its log ends, at a batch boundary.
-            if first >= p.high_watermark or allow == math.inf:
+            if first >= p.high_watermark or allow >= size:  # in sync, or every whole batch fits: no walk
                 kept = size
             elif allow <= 0:
                 kept = 0
