@@ -32,8 +32,8 @@ before its summary otherwise (with ``--compare``, when either side's check faile
 
 ``python -m bench.pipeline_cpu --opcodes [--case fetch_all] [--compare REV]`` counts instead of timing: the Python
 bytecodes Sluice executes, and the calls it makes, for one ``produce`` round trip (after 40 warm-up round trips;
-the harness's own frames, bench/ and rig/, left out), with the functions that execute most. A count does not move with the
-machine's load, so a change of a few percent shows where a timing could not: through a real broker the same
+the harness's own frames, bench/ and rig/, left out), with the functions that execute most. A count does not
+move with the machine's load, so a change of a few percent shows where a timing could not: through a real broker the same
 round trip's added p50 is within a spread of several microseconds between process starts (bench/latency.py), and
 on this machine each of these bytecodes weighs several times its warm cost (docs/PERFORMANCE.md). The bare relay
 (rig/bare_relay.py) executes a few dozen per round trip. ``before_request_write`` and ``before_response_write``
