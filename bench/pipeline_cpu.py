@@ -31,23 +31,22 @@ before its summary otherwise (with ``--compare``, when either side's check faile
   client pays (``ms_per_fetch`` is then per round trip). ``--partitions`` and ``--version`` do not apply to it.
 
 ``python -m bench.pipeline_cpu --opcodes [--case fetch_all] [--compare REV]`` counts instead of timing: the Python
-bytecodes Sluice executes, and the calls it makes, for one ``produce`` round trip (after 40 warm-up round trips;
-the harness's own frames, bench/ and rig/, left out), with the functions that execute most. A count does not
-move with the machine's load, so a change of a few percent shows where a timing could not: through a real broker the same
-round trip's added p50 is within a spread of several microseconds between process starts (bench/latency.py), and
-on this machine each of these bytecodes weighs several times its warm cost (docs/PERFORMANCE.md). The bare relay
+bytecodes Sluice executes, and the calls it makes, for one ``produce`` round trip (after 40 warm-up round trips; the
+harness's own frames, bench/ and rig/, left out), with the functions that execute most. A count does not move with
+the machine's load, so a change of a few percent shows where a timing could not: through a real broker the same
+round trip's added p50 is within a spread of several microseconds between process starts (bench/latency.py), and on
+this machine each of these bytecodes weighs several times its warm cost (docs/PERFORMANCE.md). The bare relay
 (rig/bare_relay.py) executes a few dozen per round trip. ``before_request_write`` and ``before_response_write``
-count what runs before each write is handed over: uvloop sends in ``writelines()`` itself when nothing is queued,
-so those are on the client's wait, and the rest (metrics, the access-log line) overlaps the broker's or the
-client's work. ``{"bench": "pipeline_opcodes", "case": "produce", "opcodes": N, "calls": N,
-"before_request_write": N, "before_response_write": N, "top": [[opcodes, calls, "file:function"], ...]}``;
-``--case fetch_all`` counts a Fetch round trip instead, through the core with every policy on as
-``bench.passthrough --policies all`` runs them (its ``ALL_POLICIES``): a session-less client (librdkafka's
-requests) of 3 partitions, each answered with 20 batches of 16 KiB (~1 MiB, as a consumer catching up gets them),
-version ``--version``, the fake clock 50 ms on per round trip; the check: every batch reaches the client
-unchanged;
-with ``--compare REV`` both sides, one run each, and ``{"summary": "pipeline_opcodes_compare", "before": {...},
-"after": {...}, "ratio": ...}`` (after / before, all bytecodes).
+count what runs before each write is handed over: uvloop sends in ``writelines()`` itself when nothing is queued, so
+those are on the client's wait, and the rest (metrics, the access-log line) overlaps the broker's or the client's
+work. ``{"bench": "pipeline_opcodes", "case": "produce", "opcodes": N, "calls": N, "before_request_write": N,
+"before_response_write": N, "top": [[opcodes, calls, "file:function"], ...]}``; ``--case fetch_all`` counts a Fetch
+round trip instead, through the core with every policy on as ``bench.passthrough --policies all`` runs them (its
+``ALL_POLICIES``): a session-less client (librdkafka's requests) of 3 partitions, each answered with 20 batches of
+16 KiB (~1 MiB, as a consumer catching up gets them), version ``--version``, the fake clock 50 ms on per round trip;
+the check: every batch reaches the client unchanged; with ``--compare REV`` both sides, one run each, and
+``{"summary": "pipeline_opcodes_compare", "before": {...}, "after": {...}, "ratio": ...}`` (after / before, all
+bytecodes).
 """
 
 from __future__ import annotations
