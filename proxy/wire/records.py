@@ -2,9 +2,10 @@
 
 Two levels, because the proxy almost never needs the records themselves:
 
-- **walk** (:func:`iter_batches`, :func:`walk_batches`, :func:`complete_size`): read each batch's 61-byte
-  header with one ``struct.unpack_from`` over the caller's buffer. Nothing is copied or decompressed; this is
-  what size budgets and throttles use to find batch boundaries and offsets.
+- **walk** (:func:`iter_batches`, :func:`walk_batches`): read each batch's 61-byte header with one
+  ``struct.unpack_from`` over the caller's buffer; :func:`prefix_within` and :func:`complete_size`, what size
+  budgets and throttles use to find batch boundaries, read only Length and Magic (:func:`_batch_end`, where the
+  framing rules below live). Nothing is copied or decompressed.
 - **full decode/encode** (:func:`decode_batch`, :func:`encode_batch`): the reference path, built on Sluice's
   own declarative specs ``proxy/codecs/RecordBatch.json`` and ``proxy/codecs/Record.json`` compiled by
   :mod:`proxy.wire.compiler`. Only policies that read keys (cooperative consumption) need it.
