@@ -237,5 +237,19 @@ class KafkaCluster:
             except Exception as exc:  # a broker just died or came back: ask again
                 last = exc
             if time.monotonic() >= deadline:
-                raise RigError(f"{topic}: {what or 'condition'} not reached in {timeout:.0f}s; last: {last}")
+                raise RigError(f"{topic}: {what or 'condition'} not reached in {timeout:.0f}s; last: {last}\n"
+                               f"{self.describe()}")
             time.sleep(0.2)  # poll interval of the condition above
+
+    def describe(self, lines: int = 12) -> str:
+        """For a failure: each node's broker and sidecar, running or not, with their errors and last log lines
+        (the temp dirs holding the full logs go with the cluster)."""
+        parts = [f"=== controller {'running' if self.controller.is_running else 'DOWN'}\n"
+                 f"{self.controller.log_tail(lines)}"]
+        for node, broker in self._brokers.items():
+            parts.append(f"=== broker {node} {'running' if broker.is_running else 'DOWN'}\n{broker.log_tail(lines)}")
+            sidecar = self.sidecars.get(node)
+            if sidecar is not None:
+                state = "running" if sidecar.is_running else "DOWN"
+                parts.append(f"=== sidecar of broker {node} {state}\n{sidecar.log_tail(lines)}")
+        return "\n".join(parts)

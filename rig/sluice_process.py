@@ -225,12 +225,12 @@ class SluiceProcess:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 self.returncode = self._proc.returncode
-                raise RigError(f"sluice exited with {self.returncode} while starting:\n{self._tail()}")
+                raise RigError(f"sluice exited with {self.returncode} while starting:\n{self.log_tail()}")
             ready, last = self._ready_once()
             if ready:
                 return
             time.sleep(_POLL_S)  # bounded poll of a real condition (readiness), not a synchronising sleep
-        raise RigError(f"sluice not ready after {timeout:.0f}s ({last}):\n{self._tail()}")
+        raise RigError(f"sluice not ready after {timeout:.0f}s ({last}):\n{self.log_tail()}")
 
     def _ready_once(self) -> tuple[bool, str]:
         try:
@@ -248,7 +248,8 @@ class SluiceProcess:
             return False, f"bootstrap port: {exc}"
         return True, "ready"
 
-    def _tail(self, lines: int = 40) -> str:
+    def log_tail(self, lines: int = 40) -> str:
+        """For error messages: the last lines of its operational log."""
         return "\n".join(self.stderr_text().strip().splitlines()[-lines:])
 
     @property
@@ -273,7 +274,7 @@ class SluiceProcess:
                 self._proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
-                raise RigError(f"sluice did not exit within {timeout:.0f}s of SIGTERM:\n{self._tail()}") from None
+                raise RigError(f"sluice did not exit within {timeout:.0f}s of SIGTERM:\n{self.log_tail()}") from None
         self.returncode = self._proc.returncode
         return self.returncode
 
