@@ -86,3 +86,27 @@ def test_opcodes_counts_sluices_code_and_places_the_writes(capsys: pytest.Captur
     places = {where for _, _, where in line["top"]}
     assert {"connection.py:_frame", "connection.py:upstream_data", "chain.py:classify"} <= places
     assert not any(where.startswith(("pipeline_cpu.py", "core_rig.py")) for where in places)
+
+
+def test_opcodes_fetch_all_counts_a_fetch_with_every_policy_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--opcodes --case fetch_all``: a Fetch with records through the core under every policy (the size limit
+    and the throttle walk its batches), its reply checked; versions with topic ids are refused, not miscounted."""
+    with pytest.raises(SystemExit) as done:
+        pipeline_cpu.main(["--opcodes", "--case", "fetch_all"])
+    assert done.value.code == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["case"] == "fetch_all" and line["wrong"] == 0
+    places = {where for _, _, where in line["top"]}
+    assert {"records.py:_batch_end", "records.py:prefix_within"} <= places
+    with pytest.raises(SystemExit) as refused:
+        pipeline_cpu.main(["--opcodes", "--case", "fetch_all", "--version", "13"])
+    assert refused.value.code == 2
+
+
+def test_the_fetch_all_check_finds_changed_records() -> None:
+    (request, upstream), = pipeline_cpu._fetch_all_frames(12, 1)
+    same = b"\0\0\0\0" + upstream
+    assert pipeline_cpu.check("fetch_all", 12, request, upstream, same) is None
+    keys = [("bench", i) for i in range(pipeline_cpu.FETCH_ALL_SHAPE[0])]
+    changed = b"\0\0\0\0" + pipeline_cpu.response_frame(12, 1, keys, pipeline_cpu.FETCH_ALL_SHAPE[1] * 16, 77, b"")
+    assert pipeline_cpu.check("fetch_all", 12, request, upstream, changed) == "the records differ from the broker's"
