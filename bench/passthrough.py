@@ -12,7 +12,8 @@ off) in front of it. Measured against the same broker and the same data:
 - produce latency, direct vs through Sluice: confluent-kafka sending small records one at a time (acks=1,
   linger 0, each awaited with flush()); direct and proxied sends alternate record by record; p50/p99;
 - Sluice's CPU seconds per GiB relayed (psutil user+system time of the Sluice process across the proxied consume
-  runs, divided by the bytes it wrote to clients, from its own sluice_bytes_total).
+  runs, divided by the bytes it wrote to clients, from its own sluice_bytes_total), and its minor page faults per
+  GiB the same way (``minor_faults_per_gib``: pages its heap returned to the kernel and faulted in again).
 - the same for a bare relay (rig/bare_relay.py: bytes in, bytes out, on the same event loop, Protocols and
   backpressure marks, no Kafka parsing: the least a Python proxy can do), which the broker advertises on a
   listener of its own: the Java consumer through it, its CPU per GiB of records, and produce latency through it.
@@ -132,13 +133,21 @@ def process_cpu_s(proc: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
+def minor_faults(pid: int) -> int:
+    """The process's minor page faults so far (/proc/PID/stat field 10, minflt; psutil does not read it): a page
+    the heap handed back to the kernel and took again is one per 4 KiB (proxy/heap.py)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[7])  # fields after "(comm)" start at field 3
+
+
 class CpuMeter:
-    """Sluice's CPU seconds and client-bound bytes across the measured (proxied) runs."""
+    """Sluice's CPU seconds, minor page faults and client-bound bytes across the measured (proxied) runs."""
 
     def __init__(self, sluice: SluiceProcess) -> None:
         self.sluice = sluice
         self.proc = psutil.Process(sluice.pid)
         self.cpu_s = 0.0
+        self.faults = 0
         self.bytes = 0.0
         self.mib = 0.0  # of records, as the consumer counted them
 
@@ -148,11 +157,12 @@ class CpuMeter:
     def measure(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         # the /metrics scrapes outside the CPU interval: the bench's own reads are not Sluice relaying
         b0 = self._bytes()
-        cpu0 = process_cpu_s(self.proc)
+        cpu0, faults0 = process_cpu_s(self.proc), minor_faults(self.proc.pid)
         result = fn()
-        cpu1 = process_cpu_s(self.proc)
+        cpu1, faults1 = process_cpu_s(self.proc), minor_faults(self.proc.pid)
         b1 = self._bytes()
         self.cpu_s += cpu1 - cpu0
+        self.faults += faults1 - faults0
         self.bytes += b1 - b0
         self.mib += float(result.get("mb") or 0.0)
         result["sluice_cpu_s"] = round(cpu1 - cpu0, 3)
@@ -471,8 +481,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                               left)),
                 }, "confluent-kafka", budget)
                 cpu_s_per_gib = meter.cpu_s / (meter.bytes / GIB) if meter.bytes else float("nan")
+                faults_per_gib = meter.faults / (meter.bytes / GIB) if meter.bytes else float("nan")
                 emit({"bench": "passthrough", "measure": "sluice_cpu", "cpu_s": round(meter.cpu_s, 3),
-                      "gib_relayed": round(meter.bytes / GIB, 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3)})
+                      "gib_relayed": round(meter.bytes / GIB, 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3),
+                      "minor_faults_per_gib": round(faults_per_gib)})
                 emit({"bench": "passthrough", "measure": "cpu_vs_bare_relay", "client": "java-consumer-perf",
                       "sluice_cpu_s_per_gib_records": round(java_cpu_records, 3),
                       "bare_cpu_s_per_gib_records": round(bare_cpu, 3),
@@ -526,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
           "added_p50_over_bare_ms": round(added_p50 - bare_p50, 4),
           "added_p99_ms": round(added_p99, 4), "bare_added_p99_ms": round(bare_p99, 4),
           "sluice_cpu_us_per_send": cpu_us["sluice"], "bare_cpu_us_per_send": cpu_us["bare"],
-          "cpu_s_per_gib": round(cpu_s_per_gib, 3),
+          "cpu_s_per_gib": round(cpu_s_per_gib, 3), "minor_faults_per_gib": round(faults_per_gib),
           "cpu_vs_bare_relay": round(java_cpu_records / bare_cpu, 3)})
     return 0
 

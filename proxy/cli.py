@@ -121,9 +121,15 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
     from proxy import reconfigure
     from proxy.accesslog import get_logger
     from proxy.admin import AdminServer
+    from proxy.heap import keep_freed_memory
     from proxy.server import Proxy
 
     log = get_logger("sluice.cli")
+    heap = keep_freed_memory()  # before the first response is collected (proxy/heap.py)
+    if heap is None:
+        log.info("heap", thresholds="the C library's own")
+    else:
+        log.info("heap", **heap)
     proxy = Proxy(settings)
     fleet = None
     if settings.fleet.enabled:  # the fleet's settings applied before anything listens (proxy/fleet/control.py)
