@@ -4,8 +4,8 @@ Two levels, because the proxy almost never needs the records themselves:
 
 - **walk** (:func:`iter_batches`, :func:`walk_batches`): read each batch's 61-byte header with one
   ``struct.unpack_from`` over the caller's buffer; :func:`prefix_within`, what size budgets and throttles use
-  to find batch boundaries, reads only Length and Magic (:func:`_batch_end`, where the
-  framing rules below live). Nothing is copied or decompressed.
+  to find batch boundaries, reads only Length and Magic (:func:`_batch_end`, where the framing rules below
+  live). Nothing is copied or decompressed.
 - **full decode/encode** (:func:`decode_batch`, :func:`encode_batch`): the reference path, built on Sluice's
   own declarative specs ``proxy/codecs/RecordBatch.json`` and ``proxy/codecs/Record.json`` compiled by
   :mod:`proxy.wire.compiler`. Only policies that read keys (cooperative consumption) need it.
@@ -156,9 +156,10 @@ class BatchWalk(NamedTuple):
 def _batch_end(buf: memoryview | bytes | bytearray, pos: int, n: int) -> int:
     """Where the complete batch at ``pos`` ends, or -1 when the bytes from ``pos`` are a truncated batch.
 
-    Reads only Length and Magic: the walk that needs no more (:func:`prefix_within`) runs once per batch of
-    every fetched partition under a size limit (and of a throttled one the throttle cuts). Raises CodecError for Kafka's
-    CorruptRecordException cases (``ByteBufferLogInputStream.nextBatchSize``, the v2 and magic 1 overheads)."""
+    Reads only Length and Magic: the walk that needs no more (:func:`prefix_within`) runs once per batch of every
+    fetched partition under a size limit (and of each throttled one the throttle cuts). Raises CodecError for
+    Kafka's CorruptRecordException cases (``ByteBufferLogInputStream.nextBatchSize``, the v2 and magic 1
+    overheads)."""
     remaining = n - pos
     if remaining > MAGIC_OFFSET:  # the common case first, in one read: a whole v2 batch passes every rule below
         length, magic = _LENGTH_MAGIC.unpack_from(buf, pos + 8)

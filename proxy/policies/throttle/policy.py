@@ -336,7 +336,9 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
                 continue
             key = (name, p.partition_index)
             records = memoryview(p.records) if size else None  # type: ignore[arg-type]
-            first = _BASE_OFFSET.unpack_from(records)[0] if records is not None and size >= 8 else None
+            # the first batch's base offset (none in a record set too short to hold one)
+            first = _BASE_OFFSET.unpack_from(records)[0] if records is not None and size >= _BASE_OFFSET.size \
+                else None
             if p.error_code == 0:
                 state.high_watermarks[key] = p.high_watermark
                 offset = ticket.offsets.get(key, first)
