@@ -3,9 +3,9 @@
 Two levels, because the proxy almost never needs the records themselves:
 
 - **walk** (:func:`iter_batches`, :func:`walk_batches`): read each batch's 61-byte header with one
-  ``struct.unpack_from`` over the caller's buffer; :func:`prefix_within`, what size budgets and throttles use
-  to find batch boundaries, reads only Length and Magic (:func:`_batch_end`, where the framing rules below
-  live). Nothing is copied or decompressed.
+  ``struct.unpack_from`` over the caller's buffer; :func:`prefix_within` and :func:`complete_size`, what size
+  budgets and throttles use to find batch boundaries, read only Length and Magic (:func:`_batch_end`, where the
+  framing rules below live). Nothing is copied or decompressed.
 - **full decode/encode** (:func:`decode_batch`, :func:`encode_batch`): the reference path, built on Sluice's
   own declarative specs ``proxy/codecs/RecordBatch.json`` and ``proxy/codecs/Record.json`` compiled by
   :mod:`proxy.wire.compiler`. Only policies that read keys (cooperative consumption) need it.
@@ -156,10 +156,9 @@ class BatchWalk(NamedTuple):
 def _batch_end(buf: memoryview | bytes | bytearray, pos: int, n: int) -> int:
     """Where the complete batch at ``pos`` ends, or -1 when the bytes from ``pos`` are a truncated batch.
 
-    Reads only Length and Magic: the walk that needs no more (:func:`prefix_within`) runs once per batch of every
-    fetched partition under a size limit (and of each throttled one the throttle cuts). Raises CodecError for
-    Kafka's CorruptRecordException cases (``ByteBufferLogInputStream.nextBatchSize``, the v2 and magic 1
-    overheads)."""
+    Reads only Length and Magic: the walks that need no more (:func:`prefix_within`, :func:`complete_size`) run
+    once per batch of every fetched partition under a size limit or a throttle. Raises CodecError for Kafka's
+    CorruptRecordException cases (``ByteBufferLogInputStream.nextBatchSize``, the v2 and magic 1 overheads)."""
     remaining = n - pos
     if remaining > MAGIC_OFFSET:  # the common case first, in one read: a whole v2 batch passes every rule below
         length, magic = _LENGTH_MAGIC.unpack_from(buf, pos + 8)
@@ -225,6 +224,11 @@ def walk_batches(buf: memoryview | bytes | bytearray) -> BatchWalk:
     batches = list(iter_batches(buf))
     done = batches[-1].end if batches else 0
     return BatchWalk(batches, done, len(buf) - done)
+
+
+def complete_size(buf: memoryview | bytes | bytearray) -> int:
+    """The number of leading bytes of ``buf`` that form complete batches."""
+    return prefix_within(buf, len(buf), False)
 
 
 def prefix_within(buf: memoryview | bytes | bytearray, allowed: int, at_least_one: bool) -> int:

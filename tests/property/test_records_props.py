@@ -19,6 +19,7 @@ from proxy.wire.records import (
     Record,
     RecordBatch,
     batch_header_codec,
+    complete_size,
     decode_batch,
     decode_batches,
     encode_batch,
@@ -87,7 +88,7 @@ def test_walk_equals_spec_decoder(items: list[RecordBatch], cut: int) -> None:
 @given(st.lists(batches, max_size=4), st.integers(0, 200), st.booleans(), st.binary(max_size=30), st.data())
 def test_light_walks_equal_the_header_walk(items: list[RecordBatch], cut: int, at_least_one: bool, noise: bytes,
                                           data: st.DataObject) -> None:
-    """prefix_within reads only Length and Magic; they keep what iter_batches finds: whole
+    """prefix_within and complete_size read only Length and Magic; they keep what iter_batches finds: whole
     batches within ``allowed`` (the first whatever its size with ``at_least_one``), never a truncated tail, and
     the same CodecError for a corrupt header (noise after the batches)."""
     buf = b"".join(encode_batch(b) for b in items)
@@ -95,12 +96,12 @@ def test_light_walks_equal_the_header_walk(items: list[RecordBatch], cut: int, a
     try:
         ends = [h.end for h in iter_batches(memoryview(buf))]
     except CodecError as e:
-        for walk in (lambda: prefix_within(buf, len(buf), False), lambda: prefix_within(buf, 1 << 62, at_least_one)):
+        for walk in (lambda: complete_size(buf), lambda: prefix_within(buf, 1 << 62, at_least_one)):
             with pytest.raises(CodecError) as got:
                 walk()
             assert str(got.value) == str(e)
         return
-    assert prefix_within(buf, len(buf), False) == (ends[-1] if ends else 0)
+    assert complete_size(buf) == (ends[-1] if ends else 0)
     # a budget at a batch's end, either side of it, or anywhere
     allowed = data.draw(st.one_of(st.integers(0, len(buf) + 1),
                                   st.sampled_from([0, *ends]).flatmap(lambda e: st.sampled_from([e - 1, e, e + 1]))))

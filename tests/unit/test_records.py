@@ -29,13 +29,13 @@ from proxy.wire.records import (
     Record,
     RecordBatch,
     batch_header_codec,
+    complete_size,
     control_record_type,
     decode_batch,
     decode_batches,
     encode_batch,
     iter_batches,
     new_batch,
-    prefix_within,
     walk_batches,
 )
 
@@ -157,7 +157,7 @@ def test_truncated_trailing_batch_is_reported_not_an_error() -> None:
         walk = walk_batches(part)
         ends = [sum(len(b) for b in batches[: i + 1]) for i in range(3)]
         done = max([e for e in ends if e <= cut], default=0)
-        assert walk.complete_size == done == prefix_within(part, len(part), False)
+        assert walk.complete_size == done == complete_size(part)
         assert walk.truncated == cut - done
         assert [h.base_offset for h in walk.batches] == [i * 3 for i in range(len(walk.batches))]
         assert len(decode_batches(part)) == len(walk.batches)

@@ -31,10 +31,8 @@ What happens (ReplicationQuotaManager.scala, ReplicaManager.readFromLocalLog, Re
 - Leader side, on the response to the fetcher: if the leader quota is exceeded, a throttled partition's records
   are left out: the partition stays, error 0, real high watermark, empty records (shouldLeaderThrottle). Below
   the bound, the records that fit the quota's headroom pass, cut at batch boundaries (see :func:`enforce`: a
-  consumer's response can hold many seconds of quota at once). Records that fit pass as the broker sent them,
-  a truncated trailing batch included (every client discards it; Kafka's quota counts it, as it counts all it
-  sends), and only a cut walks the batches. Then the bytes of all throttled partitions sent are recorded
-  (ReplicaManager records after responding).
+  consumer's response can hold many seconds of quota at once). Then the bytes of all throttled partitions sent
+  are recorded (ReplicaManager records after responding).
 - Follower side: if the follower quota is exceeded, throttled partitions are left out of a session-less fetch
   sent upstream (buildFetch's ``shouldFollowerThrottle``). A fetch session's partitions cannot be left out of
   its request (a full request defines the broker's session; an incremental one only lists changes, and the
@@ -75,7 +73,7 @@ from ...wire.errors import CodecError
 from ...wire.fetch_fast import FetchResponseView
 from ...wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
 from ...wire.fetch_request_fast import FetchEdit
-from ...wire.records import prefix_within
+from ...wire.records import complete_size, prefix_within
 from ...wire.views import FetchResponse, MessageRequest, MessageResponse, ResponseView
 from ..topic_rules import TopicRules
 from . import share
@@ -243,7 +241,7 @@ class Outcome:
 
     left_out: int = 0  # throttled partitions whose records were (all or partly) held back for the leader quota
     follower_left_out: int = 0  # ... for the follower quota (fetch sessions)
-    trimmed_bytes: int = 0  # truncated trailing batches dropped from throttled partitions cut to the headroom
+    trimmed_bytes: int = 0  # truncated trailing batches dropped from throttled partitions
     #: record bytes of throttled partitions handed to the fetcher: what both quotas record
     sent_bytes: int = 0
     mute_s: float = 0.0
@@ -336,9 +334,20 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
                 continue
             key = (name, p.partition_index)
             records = memoryview(p.records) if size else None  # type: ignore[arg-type]
-            # the first batch's base offset (none in a record set too short to hold one)
-            first = _BASE_OFFSET.unpack_from(records)[0] if records is not None and size >= _BASE_OFFSET.size \
-                else None
+            if records is not None:
+                # The broker's read is a byte slice of the log: a truncated trailing batch is useless to every
+                # client (they discard it) and would make the quota count bytes nobody can use. Drop it, as
+                # size_limit does; v3+ brokers always send at least one whole batch, so nothing is lost.
+                try:
+                    complete = complete_size(records)
+                except CodecError:  # not Sluice's to judge here: the client reports corrupt records itself
+                    complete = size
+                if complete < size:
+                    records = records[:complete]
+                    p.records = records
+                    out.trimmed_bytes += size - complete
+                    size = complete
+            first = _BASE_OFFSET.unpack_from(records)[0] if records is not None and size else None
             if p.error_code == 0:
                 state.high_watermarks[key] = p.high_watermark
                 offset = ticket.offsets.get(key, first)
@@ -349,25 +358,18 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
             # In sync (KAFKA-4313: not throttled, but counted): the fetcher is at the high watermark. The first
             # batch's base offset tells without the request: a consumer gets records only below the high
             # watermark, and a follower's fetch starts where its log ends, at a batch boundary.
-            # Records that fit pass as the broker sent them, a truncated trailing batch included: every client
-            # discards it, and Kafka's quota counts it too (it records the size of what it sends). Only a cut
-            # walks the batches; it keeps whole ones, so the truncated batch goes with it.
-            held_back = True  # a cut holds whole batches back (else it only dropped the truncated one)
-            if first >= p.high_watermark or allow >= size:
+            if first >= p.high_watermark or allow >= size:  # in sync, or every whole batch fits: no walk
                 kept = size
             elif allow <= 0:
                 kept = 0
             else:
                 try:
                     kept = prefix_within(records, int(allow), first_pass)
-                    held_back = prefix_within(records[kept:], 0, True) > 0
-                except CodecError:  # not Sluice's to judge here: the client reports corrupt records itself
+                except CodecError:
                     kept = size
             if kept < size:
                 p.records = records[:kept]
-                if not held_back:
-                    out.trimmed_bytes += size - kept
-                elif leader:
+                if leader:
                     out.left_out += 1
                 else:
                     out.follower_left_out += 1
