@@ -28,9 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rig.kafka import DEFAULT_BROKER_JVM_OPTS, KafkaBroker, RigError, find_libs, free_ports, random_cluster_id
+
+if TYPE_CHECKING:
+    from rig.sluice_process import SluiceProcess
 
 #: the dedicated controller's node id (never a broker id, so never in Metadata nor a Sluice port)
 CONTROLLER_ID = 100
@@ -244,12 +247,13 @@ class KafkaCluster:
     def describe(self, lines: int = 12) -> str:
         """For a failure: each node's broker and sidecar, running or not, with their errors and last log lines
         (the temp dirs holding the full logs go with the cluster)."""
-        parts = [f"=== controller {'running' if self.controller.is_running else 'DOWN'}\n"
-                 f"{self.controller.log_tail(lines)}"]
+        def one(title: str, proc: KafkaBroker | SluiceProcess) -> str:
+            return f"=== {title} {'running' if proc.is_running else 'DOWN'}\n{proc.log_tail(lines)}"
+
+        parts = [one("controller", self.controller)]
         for node, broker in self._brokers.items():
-            parts.append(f"=== broker {node} {'running' if broker.is_running else 'DOWN'}\n{broker.log_tail(lines)}")
+            parts.append(one(f"broker {node}", broker))
             sidecar = self.sidecars.get(node)
             if sidecar is not None:
-                state = "running" if sidecar.is_running else "DOWN"
-                parts.append(f"=== sidecar of broker {node} {state}\n{sidecar.log_tail(lines)}")
+                parts.append(one(f"sidecar of broker {node}", sidecar))
         return "\n".join(parts)
