@@ -82,9 +82,11 @@ class FakePort:
 
     ``actions`` holds ``(name, argument)`` pairs: ``("send_client", bytes)``, ``("send_upstream", bytes)``,
     ``("pause_client", None)``, ``("resume_client", None)``, ``("pause_upstream", None)``,
-    ``("resume_upstream", None)``, ``("close", abort)``, ``("call_later", delay)``. Bytes sent are copied at once
-    (the core may hand out views of buffers it reuses). ``late`` lists sends and timers asked for after the
-    connection was closed (by the core, or by the test through :meth:`gone`)."""
+    ``("resume_upstream", None)``, ``("close", abort)``, ``("call_later", delay)``, ``("read_upstream_into",
+    on)``. Bytes sent are copied at once (the core may hand out views of buffers it reuses). ``late`` lists sends
+    and timers asked for after the connection was closed (by the core, or by the test through :meth:`gone`).
+    :meth:`deliver` hands upstream bytes to the core as a transport does, reading into the core's buffer while it
+    asked for that (a test may also call ``Connection.upstream_data`` itself: the core takes either)."""
 
     def __init__(self, timers: Timers) -> None:
         self.timers = timers
@@ -96,6 +98,7 @@ class FakePort:
         self.closed: bool | None = None  # None: open; else the abort flag of the close
         self.lost = False  # the test said the client went away (client_lost)
         self.late: list[tuple[str, Any]] = []
+        self.reading_into = False  # read_upstream_into is on
 
     def _record(self, name: str, arg: Any = None) -> None:
         if name in LATE and (self.closed is not None or self.lost):
@@ -136,6 +139,26 @@ class FakePort:
     def call_later(self, delay: float, callback: Callable[[], None]) -> FakeTimer:
         self._record("call_later", delay)
         return self.timers.call_later(delay, callback)
+
+    def read_upstream_into(self, on: bool) -> None:
+        self._record("read_upstream_into", on)
+        assert on != self.reading_into, f"read_upstream_into({on}) twice"
+        self.reading_into = on
+
+    def deliver(self, conn: Connection, data: bytes) -> None:
+        """``data`` from the upstream, as one read hands it over (``upstream_data``) or, while the core asked for
+        it, as reads into its buffer, each as large as the buffer or what is left of ``data``."""
+        pos = 0
+        while pos < len(data):
+            if self.reading_into:
+                target = conn.upstream_buffer()
+                n = min(len(target), len(data) - pos)
+                target[:n] = data[pos : pos + n]
+                pos += n
+                conn.upstream_read_into(n)
+            else:
+                conn.upstream_data(data[pos:])
+                return
 
     def gone(self) -> None:
         """The client went away (the test then calls ``Connection.client_lost``)."""

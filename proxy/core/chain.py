@@ -40,7 +40,7 @@ from ..wire.fetch_request_fast import FetchEdit
 from ..wire.messages import peek_request_header
 from ..wire.produce import produce_acks
 from ..wire.views import FetchResponse, response_view
-from .exchange import ConnectionInfo, Exchange, PolicyFailed, Rejected, Relayed, Streamer
+from .exchange import Buffer, ConnectionInfo, Exchange, PolicyFailed, Rejected, Relayed, Streamer
 from .policy import Policy, versions_read
 from .topic_names import TopicNames
 
@@ -278,7 +278,7 @@ class Chain:
 
     # -------------------------------------------------------------------------------------- responses
 
-    def on_response(self, conn: ChainConnection, ex: Exchange, frame: bytes | bytearray) -> None:
+    def on_response(self, conn: ChainConnection, ex: Exchange, frame: Buffer) -> None:
         """Run the interested policies on a collected response frame (no size prefix) in reverse order. Sets
         ``ex.reply`` (and the access-log fields), or ``ex.resend``. CodecError if the response is malformed."""
         h = ex.header

@@ -2,8 +2,9 @@
 bytes and actions out. :mod:`proxy.io` owns the sockets and only moves bytes between them and this core.
 
 Events in (called by the server): :meth:`Connection.client_data`, :meth:`~Connection.upstream_ready`,
-:meth:`~Connection.upstream_data`, the four write-buffer signals (``*_write_paused`` / ``*_write_resumed``),
-:meth:`~Connection.client_lost`, :meth:`~Connection.upstream_lost`, :meth:`~Connection.upstream_failed`.
+:meth:`~Connection.upstream_data` (or :meth:`~Connection.upstream_read_into`, below), the four write-buffer
+signals (``*_write_paused`` / ``*_write_resumed``), :meth:`~Connection.client_lost`,
+:meth:`~Connection.upstream_lost`, :meth:`~Connection.upstream_failed`.
 Actions out: the calls it makes on its :class:`Port` (send to either side, pause or resume reading either side,
 close, start a timer). Everything in between is here:
 
@@ -27,7 +28,9 @@ close, start a timer). Everything in between is here:
   Exchange when its response starts. Every other request goes through the policies (:mod:`proxy.core.chain`)
   once its waits are over; a response is relayed as bytes (streamed chunk by chunk as it arrives, never
   buffered whole), walked as it streams (``Exchange.streamer``), or collected whole for the policies
-  (``Exchange.collect``).
+  (``Exchange.collect``). A collected response is read into one buffer of the size its prefix declares; while
+  more than ``DIRECT_READ_MIN`` of it is still to come the port may read straight into that buffer
+  (:meth:`Port.read_upstream_into`): no copy of each read, and no join of the reads at the end.
 - **Effects** the policies ask for: a local answer, the memory reservation, muting the client after a response
   (KIP-73 pacing, like Kafka's channel muting for quotas, KIP-219), sending a request upstream again (a fetch
   session Sluice owns was refused upstream; only when no other request is in flight behind it).
@@ -91,6 +94,16 @@ class Port(Protocol):
     def close(self, abort: bool) -> None: ...
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer: ...
+
+    def read_upstream_into(self, on: bool) -> None:
+        """``on``: the next upstream reads may go straight into :meth:`Connection.upstream_buffer` (each reported by
+        :meth:`Connection.upstream_read_into`), until this is called with False. A port may ignore it and go on
+        calling :meth:`Connection.upstream_data`; the core takes either."""
+
+
+#: a collected response with at least this much still to come is read straight into its buffer (the port's
+#: choice): below it, one more read of a copied chunk costs less than switching the transport's protocol twice
+DIRECT_READ_MIN = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +180,11 @@ class Connection:
         self._resp: Exchange | Relayed | None = None
         self._left = 0
         self._size = 0
-        #: a collected response's pieces: slices of the reads (bytes uvloop never reuses), joined once at its end
-        #: (one copy of the response, not a growing buffer's reallocations)
-        self._collect: list[Buffer] | None = None
+        #: a collected response's frame (correlation id and body), allocated at its size prefix and filled up to
+        #: ``_filled``, from copies of the reads or by reads straight into it (``_direct``: the port was told so)
+        self._collect: bytearray | None = None
+        self._filled = 0
+        self._direct = False
         self._stream: Streamer | None = None
         # flow control
         self._client_pauses: set[str] = set()
@@ -530,7 +545,8 @@ class Connection:
                     return
                 self.port.send_client(out if head is None else [head, *out])
             elif self._collect is not None:
-                self._collect.append(chunk)
+                self._collect[self._filled : self._filled + take] = chunk
+                self._filled += take
             elif head is None:
                 self.port.send_client((chunk,))
             elif self._head_at >= 0:
@@ -545,6 +561,26 @@ class Connection:
         if self._head is not None:  # a header that ended this read: its body comes in a later one
             head, self._head, self._head_at = self._head, None, -1
             self.port.send_client((bytes(head),))
+        elif self._collect is not None and not self._direct and self._left >= DIRECT_READ_MIN:
+            self._direct = True
+            self.port.read_upstream_into(True)
+
+    def upstream_buffer(self) -> memoryview:
+        """Where the port reads upstream bytes straight into while :meth:`Port.read_upstream_into` is on: what is
+        still to come of the collected response (so a read never takes bytes of the next one)."""
+        if self._collect is None:  # closed while the port was reading: the bytes go nowhere
+            return memoryview(bytearray(DIRECT_READ_MIN))
+        return memoryview(self._collect)[self._filled :]
+
+    def upstream_read_into(self, n: int) -> None:
+        """``n`` bytes were read into :meth:`upstream_buffer`."""
+        if self.closed:
+            return
+        self._bytes_back.value += n
+        self._filled += n
+        self._left -= n
+        if self._left == 0:
+            self._end_response()
 
     def _relayed(self, view: memoryview, pos: int, end: int, r: Relayed) -> bool:
         """The response to a relayed request that is not walked as it streams, size prefix at ``pos``: when it is
@@ -647,7 +683,9 @@ class Connection:
             self.memory.adjust(size - ex.held)  # the real size (KIP-74's first batch may exceed max_bytes)
             ex.held = size
         if ex.collect:
-            self._collect = [bytes(hdr[4:])]
+            self._collect = bytearray(size)
+            self._collect[:4] = hdr[4:]
+            self._filled = 4
         else:
             # Kafka answers in order and nothing is held back: this response's request is the client's oldest.
             assert self.inflight and self.inflight[0] is ex
@@ -668,7 +706,11 @@ class Connection:
         assert ex is not None
         if self._collect is not None:
             assert isinstance(ex, Exchange)  # a relayed request's response is never collected
-            frame, self._collect = b"".join(self._collect), None
+            if self._direct:
+                self._direct = False
+                self.port.read_upstream_into(False)
+            # read-only, as bytes were: slices of it hash (topic ids as keys) and nothing can write through them
+            frame, self._collect = memoryview(self._collect).toreadonly(), None
             ex.may_resend = not self.awaiting
             try:
                 self.chain.on_response(self.policies, ex, frame)

@@ -59,6 +59,9 @@ class ClientProtocol(asyncio.Protocol):
         self.node_id = node_id
         self.transport: Any = None  # uvloop's TCPTransport is not an asyncio.Transport
         self.upstream: Any = None
+        #: the upstream transport's two protocols: bytes handed over per read, or read into the core's buffer
+        self._upstream_protocol: UpstreamProtocol | None = None
+        self._read_into: ReadInto | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._torn_down = False
         #: admitted by proxy.io.listeners.accepted (the limits count it until teardown)
@@ -159,6 +162,20 @@ class ClientProtocol(asyncio.Protocol):
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         return asyncio.get_running_loop().call_later(delay, callback)
 
+    def read_upstream_into(self, on: bool) -> None:
+        # A transport takes a new protocol between two reads, even from inside a read's callback (uvloop's
+        # set_protocol restarts reading with the callbacks of the new protocol's kind; asyncio's selector and SSL
+        # transports switch theirs likewise), and a BufferedProtocol's reads go into the buffer it hands out.
+        upstream = self._upstream_protocol
+        if self.upstream is None or self._torn_down or upstream is None:
+            return
+        if on:
+            if self._read_into is None:
+                self._read_into = ReadInto(upstream)
+            self.upstream.set_protocol(self._read_into)
+        else:
+            self.upstream.set_protocol(upstream)
+
     def _teardown(self, abort: bool) -> None:
         if self._torn_down:
             return
@@ -191,6 +208,7 @@ class UpstreamProtocol(asyncio.Protocol):
             transport.close()
             return
         client.upstream = transport
+        client._upstream_protocol = self
 
     def data_received(self, data: bytes) -> None:
         self.conn.upstream_data(data)
@@ -204,3 +222,28 @@ class UpstreamProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.proxy.metrics.upstream_connections_open.dec()
         self.conn.upstream_lost(str(exc) if exc else None)
+
+
+class ReadInto(asyncio.BufferedProtocol):
+    """The upstream transport's protocol while a collected response is read straight into the core's buffer
+    (``Port.read_upstream_into``): each read lands in place, with no ``bytes`` made of it and no join at the end.
+    Everything else is the upstream connection's own (:class:`UpstreamProtocol`)."""
+
+    def __init__(self, upstream: UpstreamProtocol) -> None:
+        self.upstream = upstream
+        self.conn = upstream.conn
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.conn.upstream_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.conn.upstream_read_into(nbytes)
+
+    def pause_writing(self) -> None:
+        self.upstream.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.upstream.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.upstream.connection_lost(exc)

@@ -8,6 +8,7 @@ actions (pause/resume reading, close, timers).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -701,6 +702,65 @@ def test_memory_is_released_once_when_the_client_drains_after_the_close() -> Non
     assert rig.memory.held == 0
     conn.client_write_resumed()
     assert rig.memory.held == 0
+
+
+# ------------------------------------------------------------------- collected responses read into their buffer
+
+
+UNBOUND = {"size_limit.budgets": [{"client_id": CLIENT, "fetch_max_bytes": 1 << 24}]}
+
+
+def large_fetch_response(corr: int) -> bytes:
+    """A collected Fetch response (a size limit reads it) of ~600 KB: three partitions of four 50 KB batches."""
+    records = b"".join(batch(50_000, base_offset=i) for i in range(4))
+    return response_frame(12, corr, KEYS, 4, 0, records)
+
+
+@pytest.mark.parametrize("read", [1000, 65536, 1 << 20])
+def test_a_large_collected_response_is_read_into_its_buffer(read: int) -> None:
+    """Reads of ``read`` bytes: once more than DIRECT_READ_MIN of the collected response is still to come, the core
+    asks the port to read straight into its buffer, and back once the response is whole. The reads never take
+    bytes of the next response (relayed as it came), and every byte reaches the client once, in order."""
+    rig = make_rig(UNBOUND)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1), list_offsets(2)))
+    wire = sized(large_fetch_response(1), list_offsets_response(2))
+    for i in range(0, len(wire), read):
+        port.deliver(conn, wire[i : i + read])
+    assert port.take_client() == wire
+    switches = [on for _, on in port.named("read_upstream_into")]
+    assert switches == ([] if read > len(wire) else [True, False])
+    assert [ln["correlation_id"] for ln in rig.lines()] == [1, 2]
+    assert rig.metrics.total("sluice_bytes_total", direction="upstream_to_proxy") == len(wire)
+    assert rig.memory.held == 0
+
+
+def test_responses_split_anywhere_read_into_their_buffers() -> None:
+    """Two large collected responses back to back, cut at every kind of place: each read ends where the chunk
+    does, whichever of the two ways the core takes it."""
+    rig = make_rig(UNBOUND)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1), fetch(2)))
+    wire = sized(large_fetch_response(1), large_fetch_response(2))
+    cuts = [0, 3, 8, 70_000, 70_001, len(wire) // 2 - 1, len(wire) // 2 + 6, len(wire) - 70_000, len(wire)]
+    for a, b in itertools.pairwise(cuts):
+        port.deliver(conn, wire[a:b])
+    assert port.take_client() == wire
+    assert [on for _, on in port.named("read_upstream_into")] == [True, False, True, False]
+    assert [ln["correlation_id"] for ln in rig.lines()] == [1, 2]
+
+
+def test_the_client_gone_while_a_response_is_read_into_its_buffer() -> None:
+    rig = make_rig(UNBOUND)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1)))
+    wire = sized(large_fetch_response(1))
+    port.deliver(conn, wire[:1000])
+    assert port.reading_into
+    port.gone()
+    conn.client_lost()
+    port.deliver(conn, wire[1000:])  # the transport may still hand over what it read: dropped
+    assert port.client == b"" and rig.memory.held == 0 and rig.lines() == []
 
 
 # ---------------------------------------------------------------------------------------- topic-name waits
