@@ -750,6 +750,18 @@ def test_responses_split_anywhere_read_into_their_buffers() -> None:
     assert [ln["correlation_id"] for ln in rig.lines()] == [1, 2]
 
 
+def test_a_port_that_keeps_handing_over_reads_is_served_too() -> None:
+    """A port may ignore read_upstream_into and go on calling upstream_data: the same bytes, the same order."""
+    rig = make_rig(UNBOUND)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1), list_offsets(2)))
+    wire = sized(large_fetch_response(1), list_offsets_response(2))
+    feed(conn.upstream_data, wire, 10_000)
+    assert port.take_client() == wire
+    assert [on for _, on in port.named("read_upstream_into")] == [True, False]
+    assert [ln["correlation_id"] for ln in rig.lines()] == [1, 2]
+
+
 def test_the_client_gone_while_a_response_is_read_into_its_buffer() -> None:
     rig = make_rig(UNBOUND)
     conn, port = rig.connect()
