@@ -180,10 +180,10 @@ class Connection:
         self._resp: Exchange | Relayed | None = None
         self._left = 0
         self._size = 0
-        #: a collected response's frame (correlation id and body), allocated at its size prefix and filled up to
-        #: ``_filled``, from copies of the reads or by reads straight into it (``_direct``: the port was told so)
+        #: a collected response's frame (correlation id and body), allocated at its size prefix; all but its last
+        #: ``_left`` bytes are filled, from copies of the reads or by reads straight into it (``_direct``: the port
+        #: was told so)
         self._collect: bytearray | None = None
-        self._filled = 0
         self._direct = False
         self._stream: Streamer | None = None
         # flow control
@@ -545,8 +545,8 @@ class Connection:
                     return
                 self.port.send_client(out if head is None else [head, *out])
             elif self._collect is not None:
-                self._collect[self._filled : self._filled + take] = chunk
-                self._filled += take
+                filled = len(self._collect) - self._left  # _left already counts this chunk
+                self._collect[filled - take : filled] = chunk
             elif head is None:
                 self.port.send_client((chunk,))
             elif self._head_at >= 0:
@@ -570,14 +570,13 @@ class Connection:
         still to come of the collected response (so a read never takes bytes of the next one)."""
         if self._collect is None:  # closed while the port was reading: the bytes go nowhere
             return memoryview(bytearray(DIRECT_READ_MIN))
-        return memoryview(self._collect)[self._filled :]
+        return memoryview(self._collect)[len(self._collect) - self._left :]
 
     def upstream_read_into(self, n: int) -> None:
         """``n`` bytes were read into :meth:`upstream_buffer`."""
         if self.closed:
             return
         self._bytes_back.value += n
-        self._filled += n
         self._left -= n
         if self._left == 0:
             self._end_response()
@@ -685,7 +684,6 @@ class Connection:
         if ex.collect:
             self._collect = bytearray(size)
             self._collect[:4] = hdr[4:]
-            self._filled = 4
         else:
             # Kafka answers in order and nothing is held back: this response's request is the client's oldest.
             assert self.inflight and self.inflight[0] is ex

@@ -59,9 +59,8 @@ class ClientProtocol(asyncio.Protocol):
         self.node_id = node_id
         self.transport: Any = None  # uvloop's TCPTransport is not an asyncio.Transport
         self.upstream: Any = None
-        #: the upstream transport's two protocols: bytes handed over per read, or read into the core's buffer
+        #: the upstream transport's protocol (it switches to its ``read_into`` and back: read_upstream_into)
         self._upstream_protocol: UpstreamProtocol | None = None
-        self._read_into: ReadInto | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._torn_down = False
         #: admitted by proxy.io.listeners.accepted (the limits count it until teardown)
@@ -169,12 +168,7 @@ class ClientProtocol(asyncio.Protocol):
         upstream = self._upstream_protocol
         if self.upstream is None or self._torn_down or upstream is None:
             return
-        if on:
-            if self._read_into is None:
-                self._read_into = ReadInto(upstream)
-            self.upstream.set_protocol(self._read_into)
-        else:
-            self.upstream.set_protocol(upstream)
+        self.upstream.set_protocol(upstream.read_into if on else upstream)
 
     def _teardown(self, abort: bool) -> None:
         if self._torn_down:
@@ -197,6 +191,8 @@ class UpstreamProtocol(asyncio.Protocol):
     def __init__(self, client: ClientProtocol) -> None:
         self.client = client
         self.conn = client.conn
+        #: the transport's protocol while a collected response is read in place
+        self.read_into = ReadInto(self)
 
     def connection_made(self, transport: Any) -> None:
         client = self.client
