@@ -33,6 +33,11 @@ a KIP-73 throttle on every topic for every consumer at a rate far above the traf
 client above it too, sharing on for other groups' clients, the access log written to a file), against direct in
 the same run. The last line carries ``"policies": "all"`` (goal: consume_ratio >= 0.9).
 
+``--batch-size BYTES``: the producer's ``batch.size`` for the consumed data (default 256 KiB, so producing it takes
+seconds: a ~1 MiB fetch then holds ~4 batches per partition). ``--batch-size 16384`` is the Java producer's own
+default: ~64 batches per MiB, and the size limit and the throttle read each batch's header, so with ``--policies
+all`` it shows what the batch walk costs a consumer of default producers. The last line carries ``"batch_size"``.
+
 ``--profile DIR``: py-spy samples Sluice (non-blocking) from its start to its stop; ``DIR/sluice.raw`` holds the
 collapsed stacks (flamegraph.pl, speedscope.app), ``DIR/sluice.json`` and one ``"measure": "profile"`` line
 the CPU per request by part of Sluice (framing, header parse, chain, policies, codecs, access log, metrics,
@@ -71,6 +76,8 @@ from .profiling import Profile
 
 RECORD_SIZE = 1024
 PARTITIONS = 3
+#: the producer's batch.size: large batches, so producing the bench's data takes seconds (``--batch-size``)
+BATCH_SIZE = 262144
 GIB = float(1 << 30)
 ROUNDS = 2  # ABBA rounds per client: 2 x 2 measured runs per path
 BUDGET_S = 330.0  # the whole bench stays near 5 minutes
@@ -375,7 +382,7 @@ def main_tls(mib: int) -> int:
         topic = f"bench-tls-{uuid.uuid4().hex[:8]}"
         tools.create_topic(secure.plaintext, topic, partitions=PARTITIONS)
         produced = tools.producer_perf(secure.plaintext, topic, num_records=records, record_size=RECORD_SIZE,
-                                       producer_props={"acks": 1, "linger.ms": 20, "batch.size": 262144,
+                                       producer_props={"acks": 1, "linger.ms": 20, "batch.size": BATCH_SIZE,
                                                        "compression.type": "none"}, timeout=150)
         emit({"bench": "passthrough_tls", "event": "produced", "records": produced.records, "mib": mib})
         ca = CA(work / "sluice", "sluice")
@@ -433,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="all: every policy on in Sluice, none binding, access log to a file (module docstring)")
     ap.add_argument("--profile", metavar="DIR", type=Path, default=None,
                     help="sample Sluice with py-spy into DIR (sluice.raw collapsed stacks, sluice.json summary)")
+    ap.add_argument("--batch-size", type=int, default=BATCH_SIZE,
+                    help=f"the producer's batch.size in bytes (default {BATCH_SIZE}; 16384 is the Java producer's own "
+                         "default, whose consumers get ~64 batches per MiB fetched: the size limit and the throttle "
+                         "walk each one)")
     args = ap.parse_args(argv)
     if args.tls:
         return main_tls(args.mib or 200)
@@ -449,10 +460,10 @@ def main(argv: list[str] | None = None) -> int:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         tools.create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
         produced = tools.producer_perf(broker.bootstrap, topic, num_records=records, record_size=RECORD_SIZE,
-                                       producer_props={"acks": 1, "linger.ms": 20, "batch.size": 262144,
+                                       producer_props={"acks": 1, "linger.ms": 20, "batch.size": args.batch_size,
                                                        "compression.type": "none"}, timeout=150)
         emit({"bench": "passthrough", "event": "produced", "records": produced.records,
-              "mb_per_s": produced.mb_per_sec, "mib": args.mib})
+              "mb_per_s": produced.mb_per_sec, "mib": args.mib, "batch_size": args.batch_size})
 
         bare = BareRelay(relay_port, f"127.0.0.1:{broker.__dict__['relayed_port']}")
         work = Path(tempfile.mkdtemp(prefix="bench-passthrough-"))
@@ -531,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     emit({"bench": "passthrough", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
     # "lost": every run read every record produced and every measured send was delivered, or the bench exited
     # non-zero before this line
-    emit({"summary": "passthrough", "policies": args.policies, "lost": 0,
+    emit({"summary": "passthrough", "policies": args.policies, "batch_size": args.batch_size, "lost": 0,
           "consume_ratio": round(java["sluice"] / java["direct"], 3),
           "bare_relay_ratio": round(java["bare"] / java["direct"], 3), "added_p50_ms": round(added_p50, 4),
           "bare_added_p50_ms": round(bare_p50, 4),

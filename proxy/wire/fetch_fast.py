@@ -288,7 +288,7 @@ class FetchResponseView:
     only if someone reads :attr:`topics` (then it is an ordinary view)."""
 
     __slots__ = ("_topics", "encoded", "error_code", "node_endpoints", "session_id", "throttle_time_ms",
-                 "unknown_tags", "version")
+                 "unknown_tags", "version", "whole")
 
     def __init__(
         self,
@@ -312,6 +312,12 @@ class FetchResponseView:
         self.node_endpoints = node_endpoints if node_endpoints is not None else []
         # top-level tagged fields other than NodeEndpoints (tag 0 from v16), raw
         self.unknown_tags = unknown_tags if unknown_tags is not None else {}
+        # Not on the wire: the partitions (their id(): a FetchPartition is unhashable, and the view holds each one
+        # while it lives) whose records a policy walked and left as whole batches. The broker's read is a byte
+        # slice of the log, so a decoded record set may end in a truncated batch; the throttle and the size limit
+        # each drop it (proxy/wire/records.py, prefix_within), and with both on the second need not walk the same
+        # batches again. Kept here, not on the partition, so decoding and building partitions cost nothing more.
+        self.whole: set[int] = set()
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, FetchResponseView) and self.version == other.version

@@ -36,6 +36,7 @@ from proxy.wire.records import (
     encode_batch,
     iter_batches,
     new_batch,
+    prefix_within,
     walk_batches,
 )
 
@@ -212,6 +213,31 @@ def test_legacy_entries_are_walked_not_decoded(magic: int) -> None:
     assert headers[-1].end == len(data)
     with pytest.raises(CodecError, match="only message format v2"):
         decode_batch(data[headers[0].start : headers[0].end])
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_budget_walk_crosses_from_v2_batches_to_legacy_entries_and_back(magic: int) -> None:
+    """prefix_within reads v2 batches in its own loop and leaves anything else to the full framing rules: a log
+    whose v2 batches are followed by legacy entries (an old segment) and v2 again is cut where the header walk
+    puts batch ends, under every budget; a corrupt header after whole batches is the same CodecError."""
+    builder = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=1 << 20)
+    for i in range(2):
+        builder.append(i, timestamp=1000 + i if magic else None, key=b"k", value=b"v%d" % i)
+    legacy = bytes(builder.build())
+    v2 = [encode_batch(new_batch(sample_records(2), base_offset=i * 2)) for i in range(3)]
+    data = v2[0] + v2[1] + legacy + v2[2]
+    ends = [h.end for h in iter_batches(data)]
+    assert len(ends) == 5
+    for allowed in range(len(data) + 2):
+        for at_least_one in (False, True):
+            kept = max((e for i, e in enumerate(ends) if e <= allowed or (at_least_one and i == 0)), default=0)
+            assert prefix_within(data, allowed, at_least_one) == kept
+    for cut in range(len(data) + 1):
+        assert complete_size(data[:cut]) == max((e for e in ends if e <= cut), default=0)
+    corrupt = bytearray(data + v2[0])
+    corrupt[len(data) + R.MAGIC_OFFSET] = 3
+    with pytest.raises(CodecError, match="magic 3"):
+        complete_size(corrupt)
 
 
 # --------------------------------------------------------------------------------------------- control,

@@ -92,6 +92,24 @@ def test_truncated_trailing_batch_from_broker() -> None:
     assert kept(view) == [0, len(records(100))]
 
 
+def test_records_known_whole_are_not_walked_again_unless_the_budget_cuts_them() -> None:
+    """A partition an earlier policy walked (``whole``: the throttle, before the size limit on the way to the
+    client) is kept as it is when it fits; one that does not fit is still cut at a batch boundary. Every partition
+    the budget walked is marked whole for whoever reads it next."""
+    full = records(100, 100)
+    truncated = full + batch(2, 100)[:30]
+    view = response(truncated, truncated)
+    view.whole.add(id(view.topics[0].partitions[0]))  # trusted: a tail here would be the earlier walker's to drop
+    out = enforce(view, Budget(fetch_max_bytes=1 << 20), None)
+    assert kept(view) == [len(truncated), len(full)] and out.trimmed_bytes == 30
+    assert view.whole == {id(p) for _, p in view.partitions()}
+    assert view == response(truncated, full)  # what Sluice knows is not on the wire: equal
+    view = response(full)
+    view.whole.add(id(view.topics[0].partitions[0]))
+    out = enforce(view, Budget(fetch_max_bytes=len(full) - 1), None)
+    assert kept(view) == [len(batch(0, 100))] and out.trimmed_bytes == len(full) - len(batch(0, 100))
+
+
 def test_empty_responses_and_unlimited_budget_change_nothing() -> None:
     view = response(b"", b"")
     out = enforce(view, Budget(fetch_max_bytes=10), None)

@@ -469,6 +469,11 @@ def test_reconfigure_applies_new_bound_and_keeps_rate_history() -> None:
 
 
 def test_truncated_trailing_batch_of_throttled_partition_is_dropped_and_not_counted() -> None:
+    """The truncated tail is dropped and counted out by the throttle, which records the partition as walked; the
+    size limit, after it on the way to the client, keeps that partition's bytes without walking it again and walks
+    only the one nobody walked (u is not throttled)."""
+    from proxy.policies.size_limit.policy import Budget
+    from proxy.policies.size_limit.policy import enforce as enforce_budget
     from proxy.wire.records import Record, encode_batch, new_batch
 
     whole = encode_batch(new_batch([Record(offset_delta=0, value=b"v" * 100)], base_offset=0))
@@ -482,6 +487,12 @@ def test_truncated_trailing_batch_of_throttled_partition_is_dropped_and_not_coun
     out = enforce(view, ticket, t, st, NO_IDS, 0.0)
     assert out.trimmed_bytes == 40 and out.changed and out.sent_bytes == len(whole)
     assert sizes(view) == {("t", 0): len(whole), ("u", 0): len(whole) + 40}  # unthrottled: untouched
+    t0, u0 = (p for _, p in view.partitions())
+    assert view.whole == {id(t0)}
+    limited = enforce_budget(view, Budget(fetch_max_bytes=1 << 20), None)
+    assert limited.trimmed_bytes == 40  # u's tail: the size limit's own walk
+    assert sizes(view) == {("t", 0): len(whole), ("u", 0): len(whole)}
+    assert view.whole == {id(t0), id(u0)}
 
 
 def test_below_the_bound_the_batches_that_fit_the_headroom_pass() -> None:

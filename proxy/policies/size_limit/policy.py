@@ -226,18 +226,24 @@ def enforce(view: FetchResponseView, budget: Budget, fairness: Fairness | None) 
     remaining = budget.fetch_max_bytes or 1 << 62
     cap = budget.partition_max_bytes or 1 << 62
     progress = True  # the first partition with data keeps at least one whole batch
+    whole = view.whole
     for key in order:
         p = parts[key]
         if not p.records:  # null (None) or empty
             continue
-        records = memoryview(p.records)
-        size = len(records)
-        kept = prefix_within(records, min(remaining, cap), progress)
-        if kept < size:
-            out.trimmed_bytes += size - kept
-            p.records = records[:kept]
-            if not kept:
-                out.deferred_partitions += 1
+        size = len(p.records)
+        allowed = min(remaining, cap)
+        if size <= allowed and id(p) in whole:  # whole batches already (the throttle walked them), all in budget
+            kept = size
+        else:
+            records = memoryview(p.records)
+            kept = prefix_within(records, allowed, progress)
+            whole.add(id(p))
+            if kept < size:
+                out.trimmed_bytes += size - kept
+                p.records = records[:kept]
+                if not kept:
+                    out.deferred_partitions += 1
         if kept:
             progress = False
             remaining = max(0, remaining - kept)

@@ -320,6 +320,7 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
     fetcher = ticket.fetcher
     any_records = False
     first_pass = True  # no throttled records kept yet in this response
+    whole = view.whole
     for topic in view.topics:
         name: str | None = topic.topic
         if not name:
@@ -334,12 +335,13 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
                 continue
             key = (name, p.partition_index)
             records = memoryview(p.records) if size else None  # type: ignore[arg-type]
-            if records is not None:
+            if records is not None and id(p) not in whole:
                 # The broker's read is a byte slice of the log: a truncated trailing batch is useless to every
                 # client (they discard it) and would make the quota count bytes nobody can use. Drop it, as
                 # size_limit does; v3+ brokers always send at least one whole batch, so nothing is lost.
                 try:
                     complete = complete_size(records)
+                    whole.add(id(p))  # size_limit, next on the way to the client, need not walk it again
                 except CodecError:  # not Sluice's to judge here: the client reports corrupt records itself
                     complete = size
                 if complete < size:
