@@ -240,9 +240,10 @@ def prefix_within(buf: memoryview | bytes | bytearray, allowed: int, at_least_on
     n = len(buf)
     kept = 0  # where the batch at hand starts, so its end is all it would keep: within ``allowed`` or the first
     # _batch_end's common case inlined (a whole v2 batch: Length and Magic in one read), as this loop runs once
-    # per batch of every fetched partition under a size limit or a throttle (about a third of the bytecodes of a
-    # ~1 MiB fetch with every policy on, bench.pipeline_cpu --opcodes --case fetch_all); anything else - another
-    # magic, a length below the v2 header, a truncated tail - is left to _batch_end and its rules below.
+    # per batch of every fetched partition under a size limit or a throttle (with a call of _batch_end per batch
+    # it was a third of the bytecodes of a ~1 MiB fetch with every policy on, bench.pipeline_cpu --opcodes --case
+    # fetch_all); anything else - another magic, a length below the v2 header, a truncated tail - is left to
+    # _batch_end and its rules below.
     read = _LENGTH_MAGIC.unpack_from
     last = n - MAGIC_OFFSET  # a batch starting before this has its Magic in the buffer
     while kept < last:
