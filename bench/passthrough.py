@@ -36,7 +36,8 @@ the same run. The last line carries ``"policies": "all"`` (goal: consume_ratio >
 ``--batch-size BYTES``: the producer's ``batch.size`` for the consumed data (default 256 KiB, so producing it takes
 seconds: a ~1 MiB fetch then holds ~4 batches per partition). ``--batch-size 16384`` is the Java producer's own
 default: ~64 batches per MiB, and the size limit and the throttle read each batch's header, so with ``--policies
-all`` it shows what the batch walk costs a consumer of default producers. The last line carries ``"batch_size"``.
+all`` it shows what the batch walk costs a consumer of default producers. With ``--tls`` too. The last line carries
+``"batch_size"``.
 
 ``--profile DIR``: py-spy samples Sluice (non-blocking) from its start to its stop; ``DIR/sluice.raw`` holds the
 collapsed stacks (flamegraph.pl, speedscope.app), ``DIR/sluice.json`` and one ``"measure": "profile"`` line
@@ -363,7 +364,7 @@ def stop_checked(sluice: SluiceProcess) -> None:
         raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
 
 
-def main_tls(mib: int) -> int:
+def main_tls(mib: int, batch_size: int = BATCH_SIZE) -> int:
     """TLS client -> Sluice -> TLS broker vs TLS straight to the broker (module docstring)."""
     from pathlib import Path
 
@@ -382,9 +383,10 @@ def main_tls(mib: int) -> int:
         topic = f"bench-tls-{uuid.uuid4().hex[:8]}"
         tools.create_topic(secure.plaintext, topic, partitions=PARTITIONS)
         produced = tools.producer_perf(secure.plaintext, topic, num_records=records, record_size=RECORD_SIZE,
-                                       producer_props={"acks": 1, "linger.ms": 20, "batch.size": BATCH_SIZE,
+                                       producer_props={"acks": 1, "linger.ms": 20, "batch.size": batch_size,
                                                        "compression.type": "none"}, timeout=150)
-        emit({"bench": "passthrough_tls", "event": "produced", "records": produced.records, "mib": mib})
+        emit({"bench": "passthrough_tls", "event": "produced", "records": produced.records, "mib": mib,
+              "batch_size": batch_size})
         ca = CA(work / "sluice", "sluice")
         server = ca.issue("sluice")
         env = {"SLUICE_LISTEN__TLS__ENABLED": "true", "SLUICE_LISTEN__TLS__CERT_FILE": str(server.cert),
@@ -425,8 +427,9 @@ def main_tls(mib: int) -> int:
         tools.close()
     emit({"bench": "passthrough_tls", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
     # "lost": every run read every record produced, or the bench exited non-zero before this line
-    emit({"summary": "passthrough_tls", "lost": 0, "consume_ratio": round(java["sluice"] / java["direct"], 3),
-          "cpu_s_per_gib": round(cpu_s_per_gib, 3), "plain_cpu_s_per_gib": round(plain_cpu, 3)})
+    emit({"summary": "passthrough_tls", "batch_size": batch_size, "lost": 0,
+          "consume_ratio": round(java["sluice"] / java["direct"], 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3),
+          "plain_cpu_s_per_gib": round(plain_cpu, 3)})
     return 0
 
 
@@ -446,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                          "walk each one)")
     args = ap.parse_args(argv)
     if args.tls:
-        return main_tls(args.mib or 200)
+        return main_tls(args.mib or 200, args.batch_size)
     args.mib = args.mib or 400
     budget = Budget(BUDGET_S)
     records = args.mib * (1 << 20) // RECORD_SIZE
