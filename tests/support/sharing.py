@@ -5,6 +5,7 @@ what it received, and the checks made of it from the clients' side."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 import weakref
 from collections import Counter, defaultdict
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import ConsumerGroupState, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 
 from proxy.policies.sharing.keys import key_hash, slice_of
 from rig.group_consumer import ConsumerProcess
@@ -154,6 +156,19 @@ def settled(metrics: Callable[[], tuple[float, float]], timeout: float = 90.0,
     wait_until(quiet, timeout, lambda: f"the group to settle (last {last[0]})")
 
 
+def stable_members(admin: AdminClient, group: str) -> int:
+    """How many members ``group`` has while its coordinator holds it Stable; 0 while it rebalances (or before the
+    coordinator loaded it). A settled group is judged from the broker as well as from Sluice: each Sluice's figures
+    stay what its member was handed last while a rebalance runs, and a rebalance can wait seconds on one member
+    (kafka-go, after a JoinGroup, SyncGroup or OffsetFetch that failed other than by a rebalance, leaves the group
+    and joins again 5 s later: ConsumerGroup.run, JoinGroupBackoff)."""
+    try:
+        described = admin.describe_consumer_groups([group])[group].result(30)
+    except KafkaException:  # not loaded by its coordinator yet
+        return 0
+    return len(described.members) if described.state == ConsumerGroupState.STABLE else 0
+
+
 def wait_for_all(members: Iterable[Member], values: set[str], timeout: float = 90.0,
                  late_s: float = LATE_S) -> None:
     """Wait until ``values`` have all been received, then go on watching the consumers, still polling, for
@@ -179,10 +194,28 @@ def check_exactly_once(members: Iterable[Member], produced: list[tuple[str, str]
     key_of = dict((v, k) for k, v in produced)
     assert set(counts) == set(key_of), "records missing or unknown"
     twice = [v for v, n in counts.items() if n > 1]
-    assert not twice, f"{len(twice)} records delivered twice: {twice[:5]}"
+    assert not twice, f"{len(twice)} records delivered twice: {twice[:5]}\n{describe_twice(members, twice[:5])}"
     for m in members:
         assert all(key_of[g.value] == g.key for g in m.received), "a record changed"
         check_in_order(m)
+
+
+def describe_twice(members: list[Member], values: list[str]) -> str:
+    """For a failure: where and when each of ``values`` was received, then every member's group events (whatever
+    it reported besides records and successful commits: generations joined, errors, failed commits), timed from the
+    first record any member received. Duplicates after a rebalance and duplicates within one generation read apart
+    here."""
+    start = min((t for m in members for t, _ in m.timed_records()), default=0.0)
+    lines = []
+    for v in values:
+        seen = [f"{m.client_id} p{r[0]}@{r[1]} +{t - start:.2f}s" for m in members for t, r in m.timed_records()
+                if r[3] == v]
+        lines.append(f"{v}: {', '.join(seen)}")
+    for m in members:
+        events = [f"+{t - start:.2f}s {json.dumps(e)[:200]}" for t, e in m.timed_events()
+                  if not {"rs", "committing", "commit"} & e.keys()]
+        lines.append(f"{m.client_id}: {'; '.join(events) or 'no group events'}")
+    return "\n".join(lines)
 
 
 def check_in_order(m: Member) -> None:
@@ -218,7 +251,6 @@ def committed_and_end_offsets(bootstrap: str, topic: str, group: str,
                               partitions: int) -> tuple[dict[int, int], dict[int, int]]:
     """(the group's committed offset per partition, read from the broker; each partition's end offset)."""
     from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
 
     committed = committed_offsets(AdminClient({"bootstrap.servers": bootstrap}), group, topic, partitions)
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-watermarks"})

@@ -6,6 +6,8 @@
 //	{"rs": [[partition, offset, key, value], ...]}  per poll, once its records are processed
 //	{"committing": {"<partition>": offset}}      before a synchronous commit, {"commit": {...}} after it succeeded
 //	{"commit_failed": "..."}, {"fetch_error": "..."}
+//	{"joined": {"member": id, "generation": n}}, {"subscribed": "..."}  kafka-go's generations and the offsets each
+//	                                             starts its partitions from (its own log lines, kept for a diagnosis)
 //
 // Commits are each client's own "last record received + 1" (franz-go's CommitUncommittedOffsets, kafka-go's
 // CommitMessages). SIGTERM: the consumer leaves its group and the process exits 0.
@@ -21,6 +23,7 @@ import (
 	"os/signal"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -155,6 +158,16 @@ func runKafkaGo(ctx context.Context, a args) error {
 		MinBytes: 1, MaxBytes: 1 << 20,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
 			emit(map[string]any{"fetch_error": fmt.Sprintf(msg, args...)})
+		}),
+		// kafka-go says nothing of its rebalances but in its log: a generation joined (ConsumerGroup.joinGroup) and
+		// the offsets its partitions restart from (Reader.subscribe); the rest of its log is left out
+		Logger: kafka.LoggerFunc(func(msg string, args ...any) {
+			switch {
+			case strings.HasPrefix(msg, "joined group") && len(args) == 3:
+				emit(map[string]any{"joined": map[string]any{"member": args[1], "generation": args[2]}})
+			case strings.HasPrefix(msg, "subscribed to topics and partitions"):
+				emit(map[string]any{"subscribed": fmt.Sprint(args...)})
+			}
 		}),
 	})
 	defer r.Close()
