@@ -319,6 +319,37 @@ def test_two_members_committing_at_once_leave_the_group_at_the_stable_offset() -
     assert fake.calls[-1].reads and not fake.calls[-1].commits  # read once more: nothing left to raise
 
 
+def test_a_commit_of_a_partition_released_is_its_old_slices_position_not_the_groups() -> None:
+    """kafka-go commits messages read in an earlier generation under the current one (Reader.CommitMessages): m2,
+    moved off partition 0 by the next generation, commits the position of its old slice there. That is the
+    slice's position; the group's commit goes on with the stable offset (the other slice is at 100), not with
+    m2's position, which would say the other slice's records up to it were done."""
+    fake, m1, m2 = two_members_of_partition_0_at_100()  # m1 holds slice 0/2 of partition 0, m2 slice 1/2
+    m0, m6 = Client(m1.proxy, "app-0", 10), Client(m1.proxy, "app-6", 16)
+    m0.member_id, m6.member_id = "m0", "m6"
+    # generation 2: m0, m1, m2, m6, in that order: partition 0 m0 m1, partition 1 m2 (whole), partition 2 m6
+    members = [m0, m1, m2, m6]
+    exchanges = [join(c) for c in members]
+    joined = [(c.member_id, bytes(sent(ex).protocols[0].metadata)) for c, ex in zip(members, exchanges, strict=True)]
+    for c, ex in zip(members[1:], exchanges[1:], strict=True):
+        join_answer(c, ex, [], generation=2, leader="m0")
+    join_answer(m0, exchanges[0], joined, generation=2)
+    got = sync_all(members, 2, {"m0": assignment({TOPIC: [0]}), "m1": assignment({TOPIC: [1]}),
+                                "m2": assignment({TOPIC: [2]}), "m6": assignment({})})
+    assert got["m2"] == assignment({TOPIC: [1]})
+    ex = commit(m2, {0: 130, 1: 50})
+    assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)] == Committed(130, -1, "mine")
+    parts = {part.partition_index: part for part in sent(ex).topics[0].partitions}
+    assert parts[0].committed_offset == 100 and decode_metadata(parts[0].committed_metadata) == ([2], None)
+    assert parts[1].committed_offset == 50  # partition 1, held whole and never shared: the client's own commit
+    # m1 keeps partition 0 with the other slice: left out this generation (it rejoins), and its commit there is
+    # still slice 0/2's; the stable offset is now the lower of the two slices' positions
+    assert got["m1"] == assignment({})
+    ex = commit(m1, {0: 120})
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)] == Committed(120, -1, "mine")
+    assert sent(ex).topics[0].partitions[0].committed_offset == 120
+
+
 def test_offset_fetch_answers_each_member_its_slices_position() -> None:
     proxy, fake = sharing_proxy()
     clients, _ = form_group(proxy, 5)

@@ -96,6 +96,10 @@ class Member:
     marked: frozenset[str] = frozenset()
     #: the shared-topic partitions its client holds, as handed to it (None: not known, e.g. after a restart)
     partitions: dict[TopicPartition, PartitionState] | None = None
+    #: slices of partitions it held and no longer holds (classic groups, from its SyncGroups): a commit of such a
+    #: partition is its old slice's position (kafka-go's Reader.CommitMessages commits messages read in an earlier
+    #: generation under the current one), never the group's stable offset
+    released: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     #: coordinator connections that carried its group requests and are open
     conns: set[int] = field(default_factory=set)
     detached_since: float | None = None

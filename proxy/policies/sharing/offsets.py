@@ -11,7 +11,9 @@
   positions in the same call, and the member's request goes on with the partition's stable offset instead (and
   the layouts to remember in its metadata), so the group's commit, fenced by the coordinator with the member's
   generation like any, never gets ahead of what every slice has consumed. If Sluice's own commit fails, the
-  client's commit fails with COORDINATOR_NOT_AVAILABLE (retriable) and nothing is written.
+  client's commit fails with COORDINATOR_NOT_AVAILABLE (retriable) and nothing is written. A commit of a partition
+  the member released at a SyncGroup (kafka-go commits what it read in an earlier generation) is the position of
+  the slice it held there (``Member.released``).
 - **Recovery** after a Sluice restart (:func:`recover`): a member's client keeps consuming while its new Sluice
   knows nothing; its first group request names the group and member id, and Sluice reads the member's assignment
   back from the group (DescribeGroups: the broker stores the assignment the leader sent, slices included) and the
@@ -156,7 +158,7 @@ def _plan_fetch(p: Sharing, ex: Exchange, m: Member, group: str, topics: list[Me
 def _layouts(m: Member, tps: Any) -> dict[TopicPartition, set[int]]:
     out: dict[TopicPartition, set[int]] = {}
     for tp in tps:
-        state = (m.partitions or {}).get(tp)
+        state = (m.partitions or {}).get(tp) or m.released.get(tp)
         if state is not None and state.frontier is not None:
             out[tp] = state.frontier.layouts
     return out
@@ -246,6 +248,7 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
     group = body.group_id
     commits: dict[TopicPartition, tuple[int, str | None]] = {}
     wanted: dict[TopicPartition, Slice] = {}
+    states: dict[TopicPartition, PartitionState | None] = {}
     for t in body.topics:
         name = _name(p, t)
         if not name:
@@ -253,9 +256,16 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
         for part in t.partitions:
             tp = (name, part.partition_index)
             s = _slice_for(p, m, tp)
-            if s is None:
-                continue
             state = (m.partitions or {}).get(tp)
+            if s is None:
+                # A partition the member no longer holds: its client commits what it read in an earlier
+                # generation (kafka-go). Relayed as it is, it would be the group's commit, the stable offset of
+                # every slice; it is the position of the slice the member held
+                state = m.released.get(tp)
+                if state is None:
+                    continue
+                s = state.slice
+            states[tp] = state
             if s.whole and state is not None and state.frontier is not None and not state.frontier.positions:
                 continue  # a whole partition no slice ever consumed: the client's commit is the plain one
             wanted[tp] = s
@@ -268,7 +278,7 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
     own: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
     for tp, s in wanted.items():
         offset, metadata = commits[tp]
-        state = (m.partitions or {}).get(tp)
+        state = states[tp]
         start = state.start if state is not None else -1
         if not s.whole and offset > start and offset >= 0:
             own.setdefault(slice_group(group, s), {})[tp] = (offset, metadata)
