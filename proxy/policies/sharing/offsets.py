@@ -248,7 +248,7 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
     group = body.group_id
     commits: dict[TopicPartition, tuple[int, str | None]] = {}
     wanted: dict[TopicPartition, Slice] = {}
-    states: dict[TopicPartition, PartitionState | None] = {}
+    own: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
     for t in body.topics:
         name = _name(p, t)
         if not name:
@@ -265,7 +265,6 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
                 if state is None:
                     continue
                 s = state.slice
-            states[tp] = state
             if s.whole and state is not None and state.frontier is not None and not state.frontier.positions:
                 continue  # a whole partition no slice ever consumed: the client's commit is the plain one
             wanted[tp] = s
@@ -273,15 +272,11 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
             if state is not None and offset >= 0:
                 offset = skip_filtered(state.skips, offset)
             commits[tp] = (offset, part.committed_metadata)
+            start = state.start if state is not None else -1
+            if not s.whole and offset > start and offset >= 0:
+                own.setdefault(slice_group(group, s), {})[tp] = commits[tp]
     if not wanted:
         return None
-    own: dict[str, dict[TopicPartition, tuple[int, str | None]]] = {}
-    for tp, s in wanted.items():
-        offset, metadata = commits[tp]
-        state = states[tp]
-        start = state.start if state is not None else -1
-        if not s.whole and offset > start and offset >= 0:
-            own.setdefault(slice_group(group, s), {})[tp] = (offset, metadata)
     ticket = OffsetTicket(m, group, wanted, commits=commits)
     ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted), commits=own)
     ex.pending = ticket.read
