@@ -53,10 +53,15 @@ $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC)
 # wait on Kafka's clocks (heartbeats, sessions, retries) and leave about one core of two idle. Spark's session runs
 # at the lowest CPU priority (nice 19), so it takes mostly the cycles the rest leaves idle and hardly delays a test
 # that waits on a clock; each session has its own brokers, on free ports. Spark's output follows the rest's, whole.
+# Each session picks its ports from a range of its own (rig/kafka.py PORT_RANGE_ENV), below the kernel's ephemeral
+# range (32768 up): sessions side by side never pick the same port.
+PORTS_TEST      ?= 10000-19999
+PORTS_ANALYTICS ?= 20000-23999
+PORTS_OLDEST    ?= 24000-29999
 test: install lint-only
 	@spark_log=$$(mktemp); trap 'rm -f "$$spark_log"' EXIT; \
-	nice -n 19 $(PY) -m pytest -q tests/analytics >"$$spark_log" 2>&1 & spark=$$!; \
-	status=0; $(PY) -m pytest -q tests/ --ignore=tests/analytics || status=$$?; \
+	SLUICE_PORT_RANGE=$(PORTS_ANALYTICS) nice -n 19 $(PY) -m pytest -q tests/analytics >"$$spark_log" 2>&1 & spark=$$!; \
+	status=0; SLUICE_PORT_RANGE=$(PORTS_TEST) $(PY) -m pytest -q tests/ --ignore=tests/analytics || status=$$?; \
 	spark_status=0; wait $$spark || spark_status=$$?; \
 	echo "# tests/analytics, beside the rest (exit $$spark_status)"; cat "$$spark_log"; \
 	[ $$status -eq 0 ] && [ $$spark_status -eq 0 ]
@@ -64,6 +69,7 @@ test: install lint-only
 # The broker tests on the oldest supported Kafka (KAFKA_OLDEST in rig/kafka.py); the version is one setting.
 TESTS ?= tests/
 test-kafka-oldest: install
+	SLUICE_PORT_RANGE=$(PORTS_OLDEST) \
 	SLUICE_KAFKA_VERSION=$$($(PY) -c 'from rig.kafka import KAFKA_OLDEST; print(KAFKA_OLDEST)') $(PY) -m pytest -q \
 	    $(if $(K),-k "$(K)") $(TESTS)
 

@@ -393,11 +393,29 @@ def cds_finish(pending: Path | None, clean_exit: bool) -> None:
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
+#: SLUICE_PORT_RANGE="LOW-HIGH" (inclusive): the ports this process's rig picks from. Sessions that run side by side
+#: (`make test`'s two pytest sessions and the oldest-Kafka subset in `.ci/run`) each get a range of their own, so a
+#: port one session picked and has not bound yet can never be bound by another (seen: a cluster's sidecar refused
+#: its bootstrap port with EADDRINUSE when the other session's cluster started in the same seconds).
+PORT_RANGE_ENV = "SLUICE_PORT_RANGE"
+
+
 def _listen_port_range() -> range:
-    """Ports below the kernel's ephemeral range. A port picked for a listener that starts later (a broker, a
-    sidecar that binds once the brokers serve) is free when picked but not reserved: picked from the ephemeral
-    range, any connect() meanwhile may take it as its local port, and the listener then cannot bind it (seen: a
-    cluster's replication sidecar whose broker port was taken, every follower of that leader out of the ISR)."""
+    """Ports below the kernel's ephemeral range, or the session's own part of them (PORT_RANGE_ENV). A port picked
+    for a listener that starts later (a broker, a sidecar that binds once the brokers serve) is free when picked but
+    not reserved: picked from the ephemeral range, any connect() meanwhile may take it as its local port, and the
+    listener then cannot bind it (seen: a cluster's replication sidecar whose broker port was taken, every follower
+    of that leader out of the ISR)."""
+    own = os.environ.get(PORT_RANGE_ENV)
+    if own:
+        try:
+            low_s, high_s = own.split("-")
+            low, high = int(low_s), int(high_s)
+        except ValueError as e:
+            raise RigError(f"{PORT_RANGE_ENV}={own!r}: expected LOW-HIGH, e.g. 10000-17999") from e
+        if not 1024 <= low < high <= 65535:
+            raise RigError(f"{PORT_RANGE_ENV}={own!r}: expected 1024 <= LOW < HIGH <= 65535")
+        return range(low, high + 1)
     try:
         low = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
