@@ -19,17 +19,18 @@ from typing import TYPE_CHECKING
 
 from .accesslog import AccessLog, LogLimiter, get_access_log, get_logger
 from .config import Settings
+from .config.sections import LimitsSettings, UpstreamSettings
 from .core.admission import Admission
 from .core.chain import Chain
-from .core.connection import Limits
+from .core.connection import Connection, Limits, Port
+from .core.exchange import ConnectionInfo
 from .core.group_calls import GroupCalls
 from .core.memory import HeldBytes
 from .core.policy import Policy, Services
 from .core.routing import Address, Router
 from .core.topic_names import TopicNames
 from .io.cluster import OwnRequests
-from .io.listeners import Listener, listening_socket
-from .io.transports import ClientProtocol
+from .io.listeners import Listener, Refusals, listening_socket
 from .metrics import Metrics
 from .policies import build as build_policies
 from .policies import memory_bound
@@ -80,23 +81,50 @@ class Proxy:
         services = Services(self.metrics, clock, self.router, self.names, self.group_requests)
         self.chain = Chain(build_policies(settings, services), self.metrics, self.names, self.access_log)
         limits = settings.limits
-        self.limits = Limits(limits.max_frame_bytes, limits.write_high_water_bytes, limits.request_timeout_s,
-                             limits.max_inflight_requests, limits.idle_timeout_s)
+        #: each connection's bounds, from [limits] (static: a restart changes them)
+        self.connection_limits = Limits(
+            max_frame_bytes=limits.max_frame_bytes, write_high_water_bytes=limits.write_high_water_bytes,
+            request_timeout_s=limits.request_timeout_s, max_inflight_requests=limits.max_inflight_requests,
+            idle_timeout_s=limits.idle_timeout_s)
         self.admission = Admission(limits.max_connections, limits.max_connections_per_address)
         #: the TLS contexts in force (ConfigError here, before anything listens, if a file cannot be used)
         self.tls = TlsContexts(settings, on_reload=lambda outcome: self.metrics.tls_reloads.labels(outcome).inc())
-        self._refused_log = LogLimiter(_CONNECT_LOG_INTERVAL_S, time.monotonic)
+        self.refusals = Refusals(self)
         self._tls_task: asyncio.Task[None] | None = None
         self.bootstrap: list[Address] = [_parse_address(a) for a in settings.upstream.bootstrap_servers]
         #: Sluice's own requests to the cluster: brokers, topic names, group requests
         self.own_requests = OwnRequests(settings.upstream, self.tls, self.router, self.names, self.group_requests,
                                         self.metrics, self.bootstrap)
         self._servers: dict[int | None, Listener] = {}  # None: the bootstrap listener
-        self._clients: set[ClientProtocol] = set()
+        #: the client connections open now (their client transport up, not yet torn down)
+        self.connections: set[Connection] = set()
         self._conn_ids = itertools.count(1)
         self._closing = False
         self._connect_log = LogLimiter(_CONNECT_LOG_INTERVAL_S, time.monotonic)
         self.loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ what io.host.ConnectionHost asks
+
+    @property
+    def limits(self) -> LimitsSettings:
+        return self.settings.limits
+
+    @property
+    def upstream(self) -> UpstreamSettings:
+        return self.settings.upstream
+
+    def connection(self, info: ConnectionInfo, port: Port) -> Connection:
+        return Connection(info, self.chain, port, memory=self.memory, names=self.names, metrics=self.metrics,
+                          access_log=self.access_log, clock=self.clock, limits=self.connection_limits)
+
+    def opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+
+    def closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+
+    def next_connection_id(self) -> int:
+        return next(self._conn_ids)
 
     def policy(self, name: str) -> Policy:
         """The chain's policy called ``name`` (admin endpoints report its state)."""
@@ -115,7 +143,7 @@ class Proxy:
             self.access_log_sink.start(self.loop)
             self.access_log.attach_sink(self.access_log_sink)
         listen = self.settings.listen
-        self._servers[None] = Listener(self, None, listening_socket(listen.host, listen.bootstrap_port))
+        self._servers[None] = Listener(self, self.refusals, None, listening_socket(listen.host, listen.bootstrap_port))
         self.metrics.listeners.set(len(self._servers))
         if self.tls.enabled and listen.tls.reload_interval_s:
             self._tls_task = self.loop.create_task(self._watch_tls(listen.tls.reload_interval_s))
@@ -150,14 +178,14 @@ class Proxy:
         timeout = self.settings.shutdown.drain_timeout_s if drain_timeout is None else drain_timeout
         for server in self._servers.values():
             server.close()
-        for client in self._clients:
-            client.conn.drain()  # what was read is answered; nothing more is read
+        for conn in self.connections:
+            conn.drain()  # what was read is answered; nothing more is read
         deadline = time.monotonic() + timeout
-        while any(c.conn.busy for c in self._clients) and time.monotonic() < deadline:
+        while any(c.busy for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # polling a real condition (requests in flight), bounded by the deadline
-        pending = sum(len(c.conn.inflight) for c in self._clients)
-        for client in list(self._clients):
-            client.conn.close()
+        pending = sum(len(c.inflight) for c in self.connections)
+        for conn in list(self.connections):
+            conn.close()
         for server in self._servers.values():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 1.0)
@@ -194,7 +222,7 @@ class Proxy:
         except OSError as e:
             log.error("listener_failed", node_id=node_id, host=listen.host, port=port, error=str(e))
             return port
-        self._servers[node_id] = Listener(self, node_id, sock)
+        self._servers[node_id] = Listener(self, self.refusals, node_id, sock)
         self.metrics.listeners.set(len(self._servers))
         log.info("listening", role="broker", node_id=node_id, port=int(sock.getsockname()[1]),
                  upstream="{}:{}".format(*self.router.upstream[node_id]) if node_id in self.router.upstream else "")

@@ -978,7 +978,7 @@ def connection_events(data: st.DataObject) -> None:
     config = data.draw(st.sampled_from(["policies", "terminate", "policies", "terminate", "policies_passthrough",
                                         "default"]), label="config")
     rig = CoreRig(CONFIGS[config], limits=Limits(max_frame_bytes=1 << 20, request_timeout_s=30.0,
-                                                 queue_high_water_bytes=300))
+                                                 write_high_water_bytes=300))
     if "sessions.mode" in CONFIGS[config]:  # the session ids Sluice hands out: the same in every run of an example
         rig.proxy.policy("terminate").server.cache.rng = random.Random(0)
     sides = []

@@ -87,7 +87,7 @@ class ProxyThread:
     def policy_states(self, name: str) -> list[Any]:
         """Each open client connection's state of the chain's policy ``name`` (read it on the proxy's loop)."""
         policy = self.proxy.policy(name)
-        return [c.conn.policies.states[policy] for c in self.proxy._clients]
+        return [c.policies.states[policy] for c in self.proxy.connections]
 
     def total(self, name: str, **labels: str) -> float:
         """A metric of this proxy (its own registry), summed over samples matching ``labels``."""

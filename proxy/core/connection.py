@@ -106,11 +106,14 @@ class Port(Protocol):
 DIRECT_READ_MIN = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
+    """A connection's bounds ([limits]); keyword-only, so a field can never take its neighbour's setting."""
+
     max_frame_bytes: int = 100 * 1024 * 1024
-    #: bytes queued for a not-yet-connected upstream before the client is no longer read
-    queue_high_water_bytes: int = 4 * 1024 * 1024
+    #: the write high water ([limits] write_high_water_bytes) also bounds what is queued for a not-yet-connected
+    #: upstream: past it, the client is no longer read
+    write_high_water_bytes: int = 4 * 1024 * 1024
     request_timeout_s: float = 30.0
     #: requests owed a response before the client is no longer read (0 = no bound)
     max_inflight_requests: int = 0
@@ -474,7 +477,7 @@ class Connection:
             return
         self._queued.extend(buffers)
         self._queued_bytes += size + 4
-        if self._queued_bytes > self.limits.queue_high_water_bytes:
+        if self._queued_bytes > self.limits.write_high_water_bytes:
             self._pause_client(_CONNECTING)  # backpressure while the upstream connect is still in flight
 
     def upstream_ready(self, name: str) -> None:

@@ -16,17 +16,16 @@ import asyncio
 import contextlib
 import socket
 import ssl
-from typing import TYPE_CHECKING, Any
+import time
+from typing import Any
 
-from ..accesslog import get_logger
+from ..accesslog import LogLimiter, get_logger
 from ..core.proxy_protocol import ProxyHeader, ProxyProtocolError
 from ..core.proxy_protocol import parse as parse_proxy_header
+from .host import ConnectionHost
 from .transports import ClientProtocol, tls_error
 
-if TYPE_CHECKING:
-    from ..server import Proxy
-
-__all__ = ["LISTEN_BACKLOG", "Listener", "accepted", "listening_socket", "refused"]
+__all__ = ["LISTEN_BACKLOG", "Listener", "Refusals", "accepted", "listening_socket"]
 
 log = get_logger("sluice.server")
 
@@ -36,23 +35,36 @@ log = get_logger("sluice.server")
 LISTEN_BACKLOG = 1024
 
 
-def refused(proxy: Proxy, reason: str, host: str, listener: str, **detail: Any) -> None:
-    """A client connection closed before its first request: counted, and logged once per reason and address
-    per interval (a client retrying in a loop, or a scanner, must not flood the log)."""
-    proxy.metrics.connections_refused.labels(reason).inc()
-    suppressed = proxy._refused_log.allow((reason, host, detail.get("error")))
-    if suppressed is not None:
-        log.warning("connection_refused", reason=reason, client=host, listener=listener,
-                    not_logged=suppressed, **detail)
+#: a refused connection is logged at most once per reason, address and error in this many seconds
+REFUSED_LOG_INTERVAL_S = 10.0
 
-async def accepted(proxy: Proxy, sock: socket.socket, peer: Any, node_id: int | None) -> None:
+
+class Refusals:
+    """Client connections closed before their first request: each counted, and logged once per reason and address
+    per interval (a client retrying in a loop, or a scanner, must not flood the log). One per host, shared by its
+    listeners."""
+
+    def __init__(self, host: ConnectionHost) -> None:
+        self._count = host.metrics.connections_refused
+        self._log = LogLimiter(REFUSED_LOG_INTERVAL_S, time.monotonic)
+
+    def __call__(self, reason: str, client: str, listener: str, **detail: Any) -> None:
+        self._count.labels(reason).inc()
+        suppressed = self._log.allow((reason, client, detail.get("error")))
+        if suppressed is not None:
+            log.warning("connection_refused", reason=reason, client=client, listener=listener,
+                        not_logged=suppressed, **detail)
+
+
+async def accepted(proxy: ConnectionHost, refused: Refusals, sock: socket.socket, peer: Any,
+                   node_id: int | None) -> None:
     """A connection accepted on listener ``node_id``: its PROXY header (if the listener reads one), the
     limits (at accept, as Kafka), the TLS handshake (with the context in force now), then the core."""
     assert proxy.loop is not None
     name = "bootstrap" if node_id is None else f"broker-{node_id}"
     policy = proxy.tls.listener(name)
     host, port = (peer[0], peer[1]) if isinstance(peer, tuple) else ("", 0)
-    timeout = proxy.settings.limits.request_timeout_s
+    timeout = proxy.limits.request_timeout_s
     if policy.proxy_protocol != "off":
         try:
             header = await asyncio.wait_for(read_proxy_header(proxy.loop, sock, policy.proxy_protocol), timeout)
@@ -62,16 +74,16 @@ async def accepted(proxy: Proxy, sock: socket.socket, peer: Any, node_id: int | 
         except (ProxyProtocolError, OSError, TimeoutError) as e:
             error = str(e) if isinstance(e, ProxyProtocolError) else \
                 f"no PROXY header within {timeout:g} s" if isinstance(e, TimeoutError) else str(e)
-            refused(proxy, "proxy_protocol", host, name, error=error)
+            refused("proxy_protocol", host, name, error=error)
             sock.close()
             return
         if header.source is not None:
             host, port = header.source
     reason = proxy.admission.admit(host)
     if reason is not None:
-        limits = proxy.settings.limits
-        refused(proxy, reason, host, name, limit=limits.max_connections if reason == "max_connections"
-                     else limits.max_connections_per_address)
+        limits = proxy.limits
+        refused(reason, host, name, limit=limits.max_connections if reason == "max_connections"
+                else limits.max_connections_per_address)
         sock.close()
         return
     protocol = ClientProtocol(proxy, node_id, host, port)
@@ -88,8 +100,7 @@ async def accepted(proxy: Proxy, sock: socket.socket, peer: Any, node_id: int | 
             sock.close()
         if not isinstance(e, ssl.SSLError | OSError | TimeoutError):
             raise  # cancelled (Sluice is stopping), or a bug
-        refused(proxy, "tls_handshake" if policy.ssl is not None else "accept_failed", host, name,
-                     error=tls_error(e))
+        refused("tls_handshake" if policy.ssl is not None else "accept_failed", host, name, error=tls_error(e))
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -106,11 +117,12 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 class Listener:
-    """One listening socket and its accept loop: each accepted connection goes to :meth:`Proxy.accepted` in a
-    task of its own (a slow PROXY header or TLS handshake holds up no other connection)."""
+    """One listening socket and its accept loop: each accepted connection goes to :func:`accepted` in a task of its
+    own (a slow PROXY header or TLS handshake holds up no other connection)."""
 
-    def __init__(self, proxy: Proxy, node_id: int | None, sock: socket.socket) -> None:
+    def __init__(self, proxy: ConnectionHost, refused: Refusals, node_id: int | None, sock: socket.socket) -> None:
         self.proxy = proxy
+        self.refused = refused
         self.node_id = node_id
         self.sockets = [sock]
         self._connecting: set[asyncio.Task[None]] = set()
@@ -132,7 +144,7 @@ class Listener:
                 await asyncio.sleep(0.1)
                 continue
             conn.setblocking(False)
-            task = loop.create_task(accepted(self.proxy, conn, peer, self.node_id))
+            task = loop.create_task(accepted(self.proxy, self.refused, conn, peer, self.node_id))
             self._connecting.add(task)
             task.add_done_callback(self._connecting.discard)
 

@@ -20,14 +20,12 @@ import contextlib
 import socket
 import ssl
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..core.connection import Connection, Timer
+from ..core.connection import Timer
 from ..core.exchange import Buffer, ConnectionInfo
 from ..wire.errors import CodecError
-
-if TYPE_CHECKING:
-    from ..server import Proxy
+from .host import ConnectionHost
 
 __all__ = ["ClientProtocol", "UpstreamProtocol", "tls_error"]
 
@@ -54,7 +52,7 @@ class ClientProtocol(asyncio.Protocol):
     """A client's connection to one of Sluice's listeners, the upstream connection made for it, and the
     :class:`~proxy.core.connection.Port` through which the core acts on both."""
 
-    def __init__(self, proxy: Proxy, node_id: int | None, host: str = "", port: int = 0) -> None:
+    def __init__(self, proxy: ConnectionHost, node_id: int | None, host: str = "", port: int = 0) -> None:
         self.proxy = proxy
         self.node_id = node_id
         self.transport: Any = None  # uvloop's TCPTransport is not an asyncio.Transport
@@ -65,18 +63,16 @@ class ClientProtocol(asyncio.Protocol):
         self._torn_down = False
         #: admitted by proxy.io.listeners.accepted (the limits count it until teardown)
         self.host = host
-        info = ConnectionInfo(next(proxy._conn_ids), "bootstrap" if node_id is None else f"broker-{node_id}",
+        info = ConnectionInfo(proxy.next_connection_id(), "bootstrap" if node_id is None else f"broker-{node_id}",
                               node_id, host, port)
-        self.conn = Connection(info, proxy.chain, self, memory=proxy.memory, names=proxy.names,
-                               metrics=proxy.metrics, access_log=proxy.access_log, clock=proxy.clock,
-                               limits=proxy.limits)
+        self.conn = proxy.connection(info, self)
 
     # ------------------------------------------------------------------ the client's transport
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        configure(transport, self.proxy.settings.limits)
-        self.proxy._clients.add(self)
+        configure(transport, self.proxy.limits)
+        self.proxy.opened(self.conn)
         m = self.proxy.metrics
         m.client_connections.inc()
         m.client_connections_open.inc()
@@ -98,7 +94,7 @@ class ClientProtocol(asyncio.Protocol):
     async def _connect(self) -> None:
         proxy, conn = self.proxy, self.conn
         loop = asyncio.get_running_loop()
-        timeout = proxy.settings.upstream.connect_timeout_s
+        timeout = proxy.upstream.connect_timeout_s
         try:
             addresses = await proxy.upstream_address(self.node_id)
         except (TimeoutError, OSError, CodecError) as e:
@@ -170,11 +166,19 @@ class ClientProtocol(asyncio.Protocol):
             return
         self.upstream.set_protocol(upstream.read_into if on else upstream)
 
+    def upstream_made(self, transport: Any, protocol: UpstreamProtocol) -> None:
+        """The upstream connection is up (its transport and protocol); one made after the teardown is closed."""
+        if self._torn_down:
+            transport.close()
+            return
+        self.upstream = transport
+        self._upstream_protocol = protocol
+
     def _teardown(self, abort: bool) -> None:
         if self._torn_down:
             return
         self._torn_down = True
-        self.proxy._clients.discard(self)
+        self.proxy.closed(self.conn)
         self.proxy.admission.release(self.host)
         self.proxy.metrics.client_connections_open.dec()
         if self.transport is not None:
@@ -196,15 +200,11 @@ class UpstreamProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: Any) -> None:
         client = self.client
-        configure(transport, client.proxy.settings.limits)
+        configure(transport, client.proxy.limits)
         m = client.proxy.metrics
         m.upstream_connections.inc()
         m.upstream_connections_open.inc()
-        if client._torn_down:
-            transport.close()
-            return
-        client.upstream = transport
-        client._upstream_protocol = self
+        client.upstream_made(transport, self)
 
     def data_received(self, data: bytes) -> None:
         self.conn.upstream_data(data)

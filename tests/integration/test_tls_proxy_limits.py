@@ -307,7 +307,7 @@ def test_proxy_protocol_v1_v2_before_tls_and_garbage(secure_broker: SecureBroker
         raw.sendall(v2("192.0.2.5", 1234))
         with tls_client(pki["ca"].cert).wrap_socket(raw, server_hostname="127.0.0.1") as s:
             assert round_trip(s, 4) == 4
-            [info] = [c.conn.info for c in sluice.proxy._clients]
+            [info] = [c.info for c in sluice.proxy.connections]
             assert (info.client_host, info.client_port) == ("192.0.2.5", 1234)
 
 

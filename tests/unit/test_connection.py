@@ -234,7 +234,7 @@ def test_a_draining_connection_answers_what_it_read_and_reads_nothing_more() -> 
 
 
 def test_requests_before_the_upstream_is_up_are_queued_and_bounded() -> None:
-    rig = make_rig(limits=Limits(queue_high_water_bytes=50))
+    rig = make_rig(limits=Limits(write_high_water_bytes=50))
     conn, port = rig.connect(ready=False)
     conn.client_data(sized(list_offsets(1), list_offsets(2)))  # 2 x 23 bytes: under the bound
     assert port.upstream == b"" and not port.client_paused
