@@ -29,7 +29,7 @@ from typing import Any
 
 from proxy.accesslog import AccessLog, configure_logging
 from proxy.accesslog_kafka import KafkaAccessLogSink
-from proxy.config import load_settings
+from proxy.app import load_settings
 from proxy.metrics import Metrics
 from rig.kafka import KafkaBroker, end_offsets
 

@@ -66,7 +66,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from proxy.config import load_settings
+from proxy.app import load_settings
 
 try:
     from proxy.policies.terminate.sessions import LEGACY, FetchMetadata, FetchParams, PartitionKey, UpstreamPlan

@@ -38,7 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from proxy.config import ConfigError, Settings, apply_state_file, load_settings
+from proxy.app import Settings, load_settings
+from proxy.config import ConfigError, apply_state_file
 
 __all__ = ["COMMANDS", "EXIT_CONFIG", "main"]
 

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiohttp import web
 
 from .accesslog import get_logger
-from .config import ConfigError, apply_state_file, load_settings, save_state_section
+from .app import load_settings
+from .config import ConfigError, apply_state_file, save_state_section
 from .core.registration import Registration
 
 if TYPE_CHECKING:

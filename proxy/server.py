@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .accesslog import AccessLog, LogLimiter, get_access_log, get_logger
-from .config import Settings
+from .config import CoreSettings
 from .config.sections import LimitsSettings, UpstreamSettings
 from .core.admission import Admission
 from .core.chain import Chain
@@ -33,7 +33,7 @@ from .io.cluster import OwnRequests
 from .io.listeners import Listener, Refusals, listening_socket
 from .metrics import Metrics
 from .policies import build as build_policies
-from .policies import memory_bound
+from .policies import dynamic_sections, memory_bound
 from .tls import TlsContexts
 from .wire.errors import CodecError
 from .wire.schema import check_specs
@@ -55,7 +55,7 @@ def _parse_address(text: str) -> Address:
 class Proxy:
     """A running Sluice instance: listeners, the chain, the shared state of its connections."""
 
-    def __init__(self, settings: Settings, access_log: AccessLog | None = None,
+    def __init__(self, settings: CoreSettings, access_log: AccessLog | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.settings = settings
         #: monotonic, high resolution: request latencies are sub-millisecond (uvloop's loop.time() counts ms)
@@ -161,12 +161,12 @@ class Proxy:
     def listener_ports(self) -> dict[int | None, int]:
         return {n: int(s.sockets[0].getsockname()[1]) for n, s in self._servers.items()}
 
-    def apply_dynamic(self, settings: Settings) -> None:
-        """Apply the run-time changeable sections of ``settings`` (``Settings.dynamic_sections``) without dropping a
+    def apply_dynamic(self, settings: CoreSettings) -> None:
+        """Apply the run-time changeable sections of ``settings`` (``CoreSettings.dynamic_sections``) without dropping a
         connection. Requests already in flight keep the snapshot they started with; the next ones see the new one."""
         dynamic = {name: getattr(settings, name) for name in self.settings.dynamic_sections}
         self.settings = self.settings.model_copy(update=dynamic)
-        self.chain.reconfigure(self.settings)
+        self.chain.reconfigure(dynamic_sections(self.settings, self.chain.policies))
         self.memory.set_limit(memory_bound(self.settings))
         log.info("reconfigured", **{name: section.model_dump() for name, section in dynamic.items()})
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .accesslog import get_logger
-from .config import ClientTlsSettings, ConfigError, ListenSettings, ServerTlsSettings, Settings
+from .config import ClientTlsSettings, ConfigError, CoreSettings, ListenSettings, ServerTlsSettings
 
 __all__ = ["ListenerPolicy", "TlsContexts", "client_context", "server_context"]
 
@@ -114,7 +114,7 @@ class TlsContexts:
     :meth:`reload` (SIGHUP) rebuilds them whatever the files say. ConfigError at construction (start-up) when a
     file cannot be used."""
 
-    def __init__(self, settings: Settings, on_reload: Callable[[str], object] | None = None) -> None:
+    def __init__(self, settings: CoreSettings, on_reload: Callable[[str], object] | None = None) -> None:
         self.listen: ListenSettings = settings.listen
         self.upstream_tls: ClientTlsSettings = settings.upstream.tls
         self._on_reload = on_reload

@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.accesslog import AccessLog
-from proxy.config import load_settings
+from proxy.app import load_settings
 from proxy.core.chain import Chain, ChainConnection
 from proxy.core.exchange import ConnectionInfo, Exchange
 from proxy.core.policy import Policy, Services
 from proxy.core.routing import Router
 from proxy.core.topic_names import TopicNames
 from proxy.metrics import Metrics
-from proxy.policies import build
+from proxy.policies import build, dynamic_sections
 
 
 class Clock:
@@ -43,6 +43,11 @@ class SansIOProxy:
 
     def connect(self, conn_id: int = 1, host: str = "10.0.0.1") -> ChainConnection:
         return self.chain.connect(ConnectionInfo(conn_id, "bootstrap", client_host=host))
+
+    def apply_dynamic(self, settings: Any) -> None:
+        """New run-time sections, applied as ``Proxy.apply_dynamic`` applies them."""
+        self.settings = settings
+        self.chain.reconfigure(dynamic_sections(settings, self.chain.policies))
 
     def policy(self, name: str) -> Any:
         found: list[Policy] = [p for p in self.chain.policies if p.name == name]

@@ -21,7 +21,7 @@ import uvloop
 from proxy import reconfigure
 from proxy.accesslog import AccessLog
 from proxy.admin import AdminServer
-from proxy.config import Settings, load_settings
+from proxy.app import Settings, load_settings
 from proxy.fleet.control import FleetControl
 from proxy.server import Proxy
 from rig.kafka import free_ports

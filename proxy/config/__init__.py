@@ -1,19 +1,13 @@
-"""Sluice's configuration: defaults <- TOML file <- environment (<- the state file), validated.
+"""Sluice's configuration: defaults <- TOML file <- environment (<- the state file), validated. It knows no policy:
+the settings model of Sluice's registered policies is composed above it, in ``proxy/app.py``.
 
 - :mod:`.base`: the vocabulary every settings model uses (``Section``, ``ConfigError``, shared checks), what
   policies import for their own sections;
-- :mod:`.sections`: the core sections (listen, upstream, limits, shutdown, admin, logging);
-- :mod:`.loader`: the settings model composed from those and the registered policies' own sections
-  (``proxy/policies/__init__.py``), loaded from TOML and the environment, every problem one line naming the key;
+- :mod:`.sections`: the core sections (listen, upstream, limits, shutdown, admin, logging, fleet);
+- :mod:`.loader`: a settings model composed from those and the sections handed in, loaded from TOML and the
+  environment, every problem one line naming the key;
 - :mod:`.state`: the state file of the run-time changeable sections.
-
-Imports go one way: loader -> the policies (their sections) -> base. So that a policy (or a module a policy uses,
-like the access log) importing ``proxy.config.base`` or a core section does not import the loader, and with it the
-policies being imported, the loader's and the state file's names are imported here on first use (PEP 562).
 """
-
-import importlib
-from typing import TYPE_CHECKING, Any
 
 from .base import (
     ConfigError,
@@ -24,6 +18,7 @@ from .base import (
     parse_host_port,
     topic_is_glob,
 )
+from .loader import CoreSettings, SectionOwner, compose
 from .sections import (
     AccessLogKafkaSettings,
     AdminSettings,
@@ -37,17 +32,9 @@ from .sections import (
     UpstreamSaslSettings,
     UpstreamSettings,
 )
-
-if TYPE_CHECKING:
-    from .loader import DYNAMIC_SECTIONS, CoreSettings, Settings, compose, load_settings
-    from .state import apply_state_file, read_state, save_state_section, write_state
-
-_LAZY = {"DYNAMIC_SECTIONS": "loader", "CoreSettings": "loader", "Settings": "loader", "compose": "loader",
-         "load_settings": "loader", "apply_state_file": "state", "read_state": "state",
-         "save_state_section": "state", "write_state": "state"}
+from .state import apply_state_file, read_state, save_state_section, write_state
 
 __all__ = [
-    "DYNAMIC_SECTIONS",
     "AccessLogKafkaSettings",
     "AdminSettings",
     "ClientTlsSettings",
@@ -59,8 +46,8 @@ __all__ = [
     "ListenSettings",
     "LoggingSettings",
     "Section",
+    "SectionOwner",
     "ServerTlsSettings",
-    "Settings",
     "ShutdownSettings",
     "UpstreamSaslSettings",
     "UpstreamSettings",
@@ -68,17 +55,9 @@ __all__ = [
     "check_topic_name",
     "check_topic_or_glob",
     "compose",
-    "load_settings",
     "parse_host_port",
     "read_state",
     "save_state_section",
     "topic_is_glob",
     "write_state",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,5 +1,6 @@
-"""The loader: the settings model composed from the core sections and the policies' own, and where values come
-from: defaults <- TOML file <- environment, typed and validated by pydantic v2.
+"""The loader: a settings model composed from the core sections and the sections of whatever owns one (the
+policies: the composition root, ``proxy/app.py``, hands them in), and where values come from: defaults <- TOML
+file <- environment, typed and validated by pydantic v2. It names no policy.
 
 Sources, later wins:
 
@@ -18,7 +19,7 @@ Every problem becomes one :class:`ConfigError` whose ``str()`` is a single line 
 reason and where the value came from, e.g. ``listen.bootstrap_port: input should be less than or equal to
 65535, got 70000 (in sluice.toml)``; the CLI prints it and exits 2.
 
-Copies for tests::
+Copies for tests (``proxy.app.load_settings``: this loader with Sluice's own settings model)::
 
     s = load_settings(None, env={})
     # validated, dotted keys:
@@ -27,7 +28,7 @@ Copies for tests::
     s3 = s.model_copy(update={"listen": s.listen.model_copy(update={"bootstrap_port": 0})})
 
 The sections: the core ones are fields of :class:`CoreSettings` (proxy/config/sections.py); a policy's section
-is its registration's (``proxy/policies/__init__.py``), added by :func:`compose`. Either way a section is one model
+is its registration's (``proxy/core/registration.py``), added by :func:`compose`. Either way a section is one model
 class deriving from :class:`~proxy.config.base.Section`; env overrides, unknown-key errors and error messages then
 work for it without further code (env overrides reach scalar and list-of-scalar keys only).
 """
@@ -39,13 +40,11 @@ import os
 import tomllib
 import typing
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, Self, TypeVar
 
 from pydantic import BaseModel, ValidationError, create_model, model_validator
 from pydantic.fields import FieldInfo
 
-from ..core.registration import Registration
-from ..policies import POLICIES
 from .base import ConfigError, KeyedValueError, Section, hosts_overlap
 from .sections import (
     AdminSettings,
@@ -58,6 +57,27 @@ from .sections import (
 )
 
 _Model = TypeVar("_Model", bound=BaseModel)
+_Settings = TypeVar("_Settings", bound="CoreSettings")
+
+
+class SectionOwner(Protocol):
+    """What :func:`compose` reads of each thing that brings a section (a policy's registration)."""
+
+    @property
+    def section(self) -> str:
+        """The TOML table ``[section]`` (env overrides ``SLUICE_<SECTION>__<KEY>``); "" = none."""
+        ...
+
+    @property
+    def settings(self) -> type[Section] | None:
+        """The section's settings model."""
+        ...
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the section changes at run time (admin API, SIGHUP, the state file)."""
+        ...
+
 
 ENV_PREFIX = "SLUICE_"
 ENV_SEPARATOR = "__"
@@ -79,8 +99,8 @@ class CoreSettings(Section):
     admin: AdminSettings = AdminSettings()
     logging: LoggingSettings = LoggingSettings()
     fleet: FleetSettings = FleetSettings()
-    #: the policies this model was composed from, in chain order
-    policies: ClassVar[tuple[Registration, ...]] = ()
+    #: what this model was composed from (the policies' registrations, in chain order)
+    policies: ClassVar[tuple[Any, ...]] = ()
     #: their sections changeable while running (admin API, SIGHUP), and so the ones a state file holds
     dynamic_sections: ClassVar[tuple[str, ...]] = ()
 
@@ -126,7 +146,7 @@ class CoreSettings(Section):
         return data
 
 
-def compose(policies: Sequence[Registration]) -> type[CoreSettings]:
+def compose(policies: Sequence[SectionOwner]) -> type[CoreSettings]:
     """The settings model of a proxy with ``policies``: the core sections and each policy's section (after them,
     in list order), defaults included."""
     names = [r.section for r in policies if r.section]
@@ -140,22 +160,13 @@ def compose(policies: Sequence[Registration]) -> type[CoreSettings]:
     return model
 
 
-if TYPE_CHECKING:
-    Settings = CoreSettings
-else:
-    #: All of Sluice's settings: the core sections and those of the registered policies (POLICIES).
-    Settings = compose(POLICIES)
-#: The sections changeable while running (admin API, SIGHUP), and so the ones a state file holds.
-DYNAMIC_SECTIONS = Settings.dynamic_sections
-
-
 # --------------------------------------------------------------------------------------------- loading
 
 
-def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None,
-                  model: type[Settings] = Settings) -> Settings:
+def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None, *,
+                  model: type[_Settings]) -> _Settings:
     """Defaults <- TOML file at ``path`` (None = no file) <- ``env`` overrides (None = ``os.environ``), as a
-    ``model`` (one :func:`compose` made; by default the one of the registered policies).
+    ``model`` (one :func:`compose` made).
 
     Pass ``env={}`` for settings independent of the process environment (tests).
     Raises :class:`ConfigError` for anything invalid.

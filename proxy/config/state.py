@@ -12,17 +12,19 @@ import json
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .base import ConfigError
-from .loader import DYNAMIC_SECTIONS, Settings
+from .loader import CoreSettings
+
+_Settings = TypeVar("_Settings", bound=CoreSettings)
 
 STATE_KEY = "admin.state_file"
 #: ``"version"`` in the state file: a later Sluice that changes the format can tell an old file from its own.
 STATE_VERSION = 1
 
 
-def read_state(path: str, dynamic: Sequence[str] = DYNAMIC_SECTIONS) -> dict[str, Any]:
+def read_state(path: str, dynamic: Sequence[str]) -> dict[str, Any]:
     """The sections saved in the state file at ``path`` (``{}`` when there is no file yet: nothing was changed
     through the admin API). Raises :class:`ConfigError` naming ``admin.state_file`` if it cannot be read or is
     not a state file or holds a section that is not one of ``dynamic``; each section's values are validated by
@@ -77,8 +79,7 @@ def write_state(path: str, sections: Mapping[str, Any]) -> None:
         os.close(dir_fd)
 
 
-def save_state_section(path: str, section: str, values: Mapping[str, Any],
-                       dynamic: Sequence[str] = DYNAMIC_SECTIONS) -> None:
+def save_state_section(path: str, section: str, values: Mapping[str, Any], dynamic: Sequence[str]) -> None:
     """Save one dynamic section (its whole ``model_dump()``) in the state file, keeping the other sections saved
     there. Raises :class:`ConfigError` naming ``admin.state_file`` if the file cannot be read or written."""
     sections = read_state(path, dynamic)
@@ -89,7 +90,7 @@ def save_state_section(path: str, section: str, values: Mapping[str, Any],
         raise ConfigError(STATE_KEY, f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def apply_state_file(settings: Settings, path: str | None = None) -> Settings:
+def apply_state_file(settings: _Settings, path: str | None = None) -> _Settings:
     """``settings`` with the sections saved in the state file (``path``, default ``settings.admin.state_file``;
     empty = none) replacing theirs whole: the last admin API change wins over the config file, the environment
     and the defaults. Used at start-up (``sluice run``) and by every SIGHUP reload, so a restart and a reload give

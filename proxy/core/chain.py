@@ -28,7 +28,7 @@ Which policies exist, in which order, is decided in one place: ``proxy/policies/
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from ..accesslog import AccessLog, get_logger
@@ -140,9 +140,12 @@ class Chain:
         _log.debug("policy_failed_traceback", policy=failure.policy, conn=info.conn_id,
                    traceback="".join(traceback.format_exception(error)))
 
-    def reconfigure(self, settings: Any) -> None:
-        for policy in self.policies:
-            policy.reconfigure(settings)
+    def reconfigure(self, sections: Mapping[Policy, Any]) -> None:
+        """New run-time settings, each policy's own section: all or nothing. Every policy makes its change ready
+        first (an error there changes nothing and propagates), then all are applied, none of which can fail."""
+        ready = [policy.reconfigure(section) for policy, section in sections.items()]
+        for apply in ready:
+            apply()
         self._routes = self._relay_routes()  # the next requests see the new settings' routes
 
     # --------------------------------------------------------------------------------------- requests

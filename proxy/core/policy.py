@@ -41,7 +41,6 @@ from .exchange import ConnectionInfo, Exchange, Relay
 from .group_calls import GroupCalls, GroupRequests
 
 if TYPE_CHECKING:
-    from ..config import Settings
     from ..metrics import Metrics
     from ..wire.views import ResponseView
     from .routing import Router
@@ -91,6 +90,10 @@ class Services:
     #: for any policy that submits a :class:`~proxy.core.group_calls.GroupCall`
     group_requests: GroupRequests = field(default_factory=lambda: GroupCalls())
 
+
+
+def _unchanged() -> None:
+    """What a policy without run-time settings applies on reconfiguration: nothing."""
 
 class Policy:
     """Base class: every hook is optional."""
@@ -151,5 +154,9 @@ class Policy:
         """The response is encoded as the client gets it (``ex.client_bytes``): for figures that need its final
         size. Called only for policies that define it."""
 
-    def reconfigure(self, settings: Settings) -> None:
-        """New run-time settings (size limits, throttles): apply to the requests that come next."""
+    def reconfigure(self, section: Any) -> Callable[[], None]:
+        """New run-time settings of this policy's own section (a dynamic one: size limits, throttles, quotas),
+        made ready: whatever can fail (building the new snapshot) happens here, and the function returned applies
+        it to the requests that come next and cannot fail. The chain makes every policy's ready before it applies
+        any (:meth:`~proxy.core.chain.Chain.reconfigure`: all or nothing)."""
+        return _unchanged

@@ -19,7 +19,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from ..config import ConfigError, load_settings
+from ..app import load_settings
+from ..config import ConfigError
 from .kafka_config import client_config
 from .records import FleetState, Skipped
 from .status import StatusRecord, fleet_table

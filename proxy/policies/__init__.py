@@ -9,7 +9,8 @@ the state file are composed from this list. Adding a policy is a package here an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.policy import Policy, Services
 from ..core.registration import Registration
@@ -19,7 +20,7 @@ from .api_versions import ApiVersions
 from .sasl import Sasl
 
 if TYPE_CHECKING:
-    from ..config import Settings
+    from ..config import CoreSettings
 
 POLICIES: tuple[Registration, ...] = (
     # SASL relayed untouched; the accepted principal's name becomes the connection's
@@ -35,7 +36,7 @@ POLICIES: tuple[Registration, ...] = (
 )
 
 
-def build(settings: Settings, services: Services) -> list[Policy]:
+def build(settings: CoreSettings, services: Services) -> list[Policy]:
     """The policies of one proxy, in chain order: those its settings model was composed from
     (``settings.policies``), each given its section and its metrics, made on the proxy's registry."""
     registry = services.metrics.registry
@@ -47,7 +48,14 @@ def build(settings: Settings, services: Services) -> list[Policy]:
     return policies
 
 
-def memory_bound(settings: Settings) -> int:
+def dynamic_sections(settings: CoreSettings, policies: Sequence[Policy]) -> dict[Policy, Any]:
+    """Each of ``policies`` (built from ``settings.policies`` by :func:`build`, in that order) whose section
+    changes at run time, with that section of ``settings``: what ``Chain.reconfigure`` hands each policy."""
+    return {policy: getattr(settings, r.section) for policy, r in zip(policies, settings.policies, strict=True)
+            if r.dynamic}
+
+
+def memory_bound(settings: CoreSettings) -> int:
     """The proxy-wide bound on response bytes held (proxy/core/memory.py) that the sections set; 0 = none."""
     bounds = [r.memory_bound(getattr(settings, r.section)) for r in settings.policies if r.memory_bound is not None]
     return min((b for b in bounds if b), default=0)

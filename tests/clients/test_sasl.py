@@ -341,7 +341,7 @@ def test_readme_tls_sasl_example_loads_and_runs(secure_broker: SecureBroker, slu
     import shutil
     import tomllib
 
-    from proxy.config import load_settings
+    from proxy.app import load_settings
 
     section = README.read_text().split("\n## Security: TLS, SASL, PROXY protocol, limits\n", 1)[1]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0].replace("/etc/sluice/", f"{tmp_path}/")

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from proxy import reconfigure
 from proxy.admin import AdminServer
-from proxy.config import Settings
+from proxy.app import Settings
 from proxy.server import Proxy
 
 

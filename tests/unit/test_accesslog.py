@@ -16,7 +16,8 @@ import pytest
 
 from proxy import accesslog
 from proxy.accesslog import SCHEMA_VERSION, AccessLog, LogLimiter, configure_logging, get_access_log, get_logger
-from proxy.config import LoggingSettings, load_settings
+from proxy.app import load_settings
+from proxy.config import LoggingSettings
 from proxy.server import Proxy
 from tests.support.logs import route_sluice_logs_to_pytest
 

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from proxy.accesslog_kafka import KafkaAccessLogSink, producer_config
-from proxy.config import AccessLogKafkaSettings, ConfigError, load_settings
+from proxy.app import load_settings
+from proxy.config import AccessLogKafkaSettings, ConfigError
 from proxy.metrics import Metrics
 from rig.kafka import free_ports
 

@@ -265,7 +265,8 @@ async def test_token_file_auth_reads_and_https(http: aiohttp.ClientSession, tmp_
 
 
 def test_token_sources_are_validated(tmp_path: Path) -> None:
-    from proxy.config import ConfigError, load_settings
+    from proxy.app import load_settings
+    from proxy.config import ConfigError
 
     empty = tmp_path / "empty"
     empty.write_text("\n")

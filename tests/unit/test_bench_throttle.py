@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import throttle
-from proxy.config import load_settings
+from proxy.app import load_settings
 
 TARGET = 1_000_000
 

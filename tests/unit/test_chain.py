@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from proxy.accesslog import AccessLog
 from proxy.core.chain import Chain
 from proxy.core.exchange import ConnectionInfo, Exchange, Rejected, Relay, Relayed
 from proxy.core.policy import Policy, reads
@@ -334,3 +335,26 @@ def test_fetch_by_topic_id_waits_for_names_when_the_access_log_lists_them(versio
     assert not logged.chain.classify(frame, 0.0).missing_names
     ex = logged.request(frame)
     assert ex.collect  # the budget decodes the response: its access-log line names "topic"
+
+
+def test_reconfiguration_is_all_or_nothing() -> None:
+    """A policy whose new section cannot be made ready leaves every policy as it was, those before it included;
+    once every one is ready, all apply."""
+
+    class Setting(Policy):
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.value = "old"
+
+        def reconfigure(self, section: Any) -> Any:
+            if section == "bad":
+                raise ValueError("cannot be made ready")
+            return lambda: setattr(self, "value", section)
+
+    first, second = Setting("first"), Setting("second")
+    chain = Chain([first, second], Metrics(), TopicNames(Clock()), AccessLog("off"))
+    with pytest.raises(ValueError):
+        chain.reconfigure({first: "new", second: "bad"})
+    assert (first.value, second.value) == ("old", "old")
+    chain.reconfigure({first: "new", second: "newer"})
+    assert (first.value, second.value) == ("new", "newer")

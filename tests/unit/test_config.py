@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from proxy.config import ConfigError, Settings, load_settings, parse_host_port
+from proxy.app import Settings, load_settings
+from proxy.config import ConfigError, parse_host_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "config" / "sluice.toml"

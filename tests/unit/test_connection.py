@@ -601,7 +601,7 @@ def test_a_policy_switched_on_at_run_time_reads_the_next_requests() -> None:
     conn.upstream_data(sized(produce_v10_response(1)))
     settings = rig.proxy.settings.with_overrides({"quota.entries": [{"client_id": "c",
                                                                      "produce_rate_bytes": 1 << 30}]})
-    rig.proxy.chain.reconfigure(settings)
+    rig.proxy.apply_dynamic(settings)
     conn.client_data(sized(produce_v10(2)))
     conn.upstream_data(sized(produce_v10_response(2)))
     assert port.take_client() == sized(produce_v10_response(1), produce_v10_response(2))

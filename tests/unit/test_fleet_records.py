@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, load_settings
+from proxy.app import load_settings
+from proxy.config import ConfigError
 from proxy.fleet.kafka_config import client_config
 from proxy.fleet.records import SCHEMA, Change, Conflict, FleetState, Skipped, decode, encode, next_revision
 from proxy.fleet.status import StatusRecord, fleet_table

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from proxy.config import load_settings
+from proxy.app import load_settings
 from proxy.server import MAX_PORT, Proxy
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -21,7 +22,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import Field
 
-from proxy.config import ConfigError, apply_state_file, compose, load_settings
+from proxy.app import load_settings
+from proxy.config import ConfigError, apply_state_file, compose
 from proxy.config.base import Section
 from proxy.core.exchange import ConnectionInfo, Exchange
 from proxy.core.group_calls import GroupCall
@@ -61,8 +63,9 @@ class Mark(Policy):
         self.metrics = metrics
         self.group_calls = services.group_requests
 
-    def reconfigure(self, settings: Any) -> None:
-        self.glob = settings.mark.client_id
+    def reconfigure(self, section: MarkSettings) -> Callable[[], None]:
+        glob = section.client_id
+        return lambda: setattr(self, "glob", glob)
 
     def on_request(self, ex: Exchange, conn: Any) -> Any:
         if not (self.glob and fnmatch.fnmatchcase(ex.client_id or "", self.glob)):

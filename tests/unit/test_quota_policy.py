@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 
 from bench.pipeline_cpu import request_frame, response_frame
-from proxy.config import ConfigError, load_settings
+from proxy.app import load_settings
+from proxy.config import ConfigError
 from proxy.core.rate import WindowedRate
 from proxy.policies.quota.book import QuotaBook, Quotas
 from proxy.policies.terminate.sessions import LEGACY
@@ -228,12 +229,12 @@ def test_a_new_bound_applies_to_the_next_requests() -> None:
     assert throttle_of(port.take_client(), PRODUCE, 9) == 0
     settings = rig.proxy.settings.with_overrides({"quota.entries": [{"client_id": "etl-*",
                                                                      "produce_rate_bytes": size // 4}]})
-    rig.proxy.chain.reconfigure(settings)
+    rig.proxy.apply_dynamic(settings)
     conn.client_data(sized(produce(2)))
     conn.upstream_data(sized(produce_response(2)))
     assert throttle_of(port.take_client(), PRODUCE, 9) > 0
     settings = settings.with_overrides({"quota.entries": [{"client_id": "etl-*", "produce_rate_bytes": 0}]})
-    rig.proxy.chain.reconfigure(settings)  # 0 = none
+    rig.proxy.apply_dynamic(settings)  # 0 = none
     rig.advance(10)
     conn.client_data(sized(produce(3)))
     conn.upstream_data(sized(produce_response(3)))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, load_settings
+from proxy.app import load_settings
+from proxy.config import ConfigError
 from proxy.tls import TlsContexts
 from rig.pki import CA
 

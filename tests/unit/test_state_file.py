@@ -18,7 +18,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from proxy import reconfigure
-from proxy.config import ConfigError, apply_state_file, load_settings, read_state, save_state_section, write_state
+from proxy.app import DYNAMIC_SECTIONS, load_settings
+from proxy.config import ConfigError, apply_state_file, read_state, save_state_section, write_state
 from proxy.policies.throttle.policy import CONSUMER
 from tests.support.admin import admin_over
 from tests.unit.test_config import clean_env, sluice
@@ -60,9 +61,9 @@ def config_file(tmp_path: Path, state: Path, leader_rate: int = 7) -> Path:
 
 def test_write_then_read_back(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
-    assert read_state(str(path)) == {}  # no file yet: nothing was changed through the admin API
+    assert read_state(str(path), DYNAMIC_SECTIONS) == {}  # no file yet: nothing was changed through the admin API
     write_state(str(path), {"throttle": THROTTLE})
-    assert read_state(str(path)) == {"throttle": THROTTLE}
+    assert read_state(str(path), DYNAMIC_SECTIONS) == {"throttle": THROTTLE}
     assert json.loads(path.read_text()) == {"version": 1, "throttle": THROTTLE}
     assert os.listdir(tmp_path) == ["state.json"]  # no temporary file left behind
 
@@ -93,7 +94,7 @@ def test_write_is_temp_file_fsync_rename_in_the_same_directory(tmp_path: Path, m
          {"version": 1, "throttle": THROTTLE}),
         ("fsync", "directory"),  # the rename itself is durable
     ]
-    assert read_state(str(path)) == {"throttle": THROTTLE, "size_limit": SIZE_LIMIT}
+    assert read_state(str(path), DYNAMIC_SECTIONS) == {"throttle": THROTTLE, "size_limit": SIZE_LIMIT}
 
 
 def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path,
@@ -109,7 +110,7 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path,
     with pytest.raises(OSError):
         write_state(str(path), {"size_limit": SIZE_LIMIT})
     with pytest.raises(ConfigError) as e:
-        save_state_section(str(path), "size_limit", SIZE_LIMIT)
+        save_state_section(str(path), "size_limit", SIZE_LIMIT, DYNAMIC_SECTIONS)
     assert e.value.key == "admin.state_file" and os.strerror(errno.ENOSPC) in e.value.reason
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["state.json"]
@@ -117,10 +118,11 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path,
 
 def test_saving_a_section_keeps_the_other(tmp_path: Path) -> None:
     path = str(tmp_path / "state.json")
-    save_state_section(path, "throttle", THROTTLE)
-    save_state_section(path, "size_limit", SIZE_LIMIT)
-    save_state_section(path, "throttle", {**THROTTLE, "leader_rate_bytes": 2})
-    assert read_state(path) == {"throttle": {**THROTTLE, "leader_rate_bytes": 2}, "size_limit": SIZE_LIMIT}
+    save_state_section(path, "throttle", THROTTLE, DYNAMIC_SECTIONS)
+    save_state_section(path, "size_limit", SIZE_LIMIT, DYNAMIC_SECTIONS)
+    save_state_section(path, "throttle", {**THROTTLE, "leader_rate_bytes": 2}, DYNAMIC_SECTIONS)
+    assert read_state(path, DYNAMIC_SECTIONS) == {"throttle": {**THROTTLE, "leader_rate_bytes": 2},
+                                                  "size_limit": SIZE_LIMIT}
 
 
 CORRUPT = [
@@ -167,7 +169,7 @@ def test_state_file_wins_over_environment_file_and_defaults(tmp_path: Path) -> N
     from_file = load_settings(config, env={"SLUICE_THROTTLE__SAMPLES": "5"})
     assert apply_state_file(from_file) == from_file  # no state file yet: the file (+ env) as is
     assert apply_state_file(from_file, "") == from_file  # no state file configured
-    save_state_section(str(state), "throttle", THROTTLE)
+    save_state_section(str(state), "throttle", THROTTLE, DYNAMIC_SECTIONS)
     applied = apply_state_file(from_file)
     # The saved section replaces the whole section (follower_rate_bytes and the env's samples included) ...
     assert applied.throttle.model_dump() == THROTTLE
@@ -209,18 +211,18 @@ async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: 
         assert not state.exists()  # nothing changed through the admin API yet
         status, applied = await call(http, "PUT", f"{url}/throttles", THROTTLE)
         assert status == 200 and applied == THROTTLE
-        assert read_state(str(state)) == {"throttle": THROTTLE}
+        assert read_state(str(state), DYNAMIC_SECTIONS) == {"throttle": THROTTLE}
         # GET shows the entries as configured: globs as written, in order.
         status, shown = await call(http, "GET", f"{url}/throttles")
         assert status == 200 and shown["topics"] == THROTTLE["topics"]
         throttles = proxy.policy("throttle").throttles
         assert throttles.throttled("orders-eu", 0, CONSUMER) and not throttles.throttled("orders-audit", 0, CONSUMER)
         assert (await call(http, "PUT", f"{url}/size-limits", SIZE_LIMIT)) == (200, SIZE_LIMIT)
-        assert read_state(str(state)) == {"throttle": THROTTLE, "size_limit": SIZE_LIMIT}
+        assert read_state(str(state), DYNAMIC_SECTIONS) == {"throttle": THROTTLE, "size_limit": SIZE_LIMIT}
         # A refused change is not saved.
         bad = await call(http, "PUT", f"{url}/throttles", {"topics": [{"topic": "x"}, {"topic": "x"}]})
         assert bad[0] == 400 and bad[1]["key"] == "throttle.topics[1].topic"
-        assert read_state(str(state))["throttle"] == THROTTLE
+        assert read_state(str(state), DYNAMIC_SECTIONS)["throttle"] == THROTTLE
 
         # A restart reads the config file and then the state file: the admin changes are back.
         restarted = apply_state_file(load_settings(config, env={}))

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, load_settings
+from proxy.app import load_settings
+from proxy.config import ConfigError
 from proxy.policies.throttle.policy import (
     CONSUMER,
     ReplicaSet,

@@ -28,6 +28,7 @@ client gets (after throttles and size limits took their part out).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,6 @@ from .metrics import QuotaMetrics
 from .settings import QuotaSettings
 
 if TYPE_CHECKING:
-    from ...config import Settings
     from ...core.exchange import Exchange
     from ...wire.views import ResponseView
 
@@ -69,9 +69,13 @@ class Quota(Policy):
         self.book = QuotaBook(Quotas.from_settings(settings))
         self.metrics.show(self.book.quotas.entries)
 
-    def reconfigure(self, settings: Settings) -> None:
-        self.book.reconfigure(Quotas.from_settings(settings.quota), self.clock())
-        self.metrics.show(self.book.quotas.entries)
+    def reconfigure(self, section: QuotaSettings) -> Callable[[], None]:
+        quotas = Quotas.from_settings(section)
+
+        def apply() -> None:
+            self.book.reconfigure(quotas, self.clock())
+            self.metrics.show(self.book.quotas.entries)
+        return apply
 
     def status(self) -> dict[str, Any]:
         """Per entry and kind, the highest rate measured now: what GET /quotas adds as ``status``."""

@@ -37,9 +37,9 @@ Rules (KIP-74 and shipped Kafka: KafkaApis, ReplicaManager, LogSegment):
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from ...core.exchange import Exchange
 from ...core.policy import Policy, Services, reads
@@ -52,9 +52,6 @@ from ...wire.records import prefix_within
 from ...wire.views import FetchResponse, MessageRequest, ResponseView
 from .metrics import SizeLimitMetrics
 from .settings import SizeLimitSettings
-
-if TYPE_CHECKING:
-    from ...config import Settings
 
 #: replica.fetch.response.max.bytes' default: the budget of a replica-fetcher rule that names none
 REPLICA_DEFAULT_MAX_BYTES = 10 * 1024 * 1024
@@ -269,8 +266,9 @@ class SizeLimit(Policy):
         self.limits = limits
         self._active = limits.active  # asked on every Fetch: computed once per snapshot
 
-    def reconfigure(self, settings: Settings) -> None:
-        self._set(SizeLimits.from_settings(settings.size_limit))
+    def reconfigure(self, section: SizeLimitSettings) -> Callable[[], None]:
+        limits = SizeLimits.from_settings(section)
+        return lambda: self._set(limits)
 
     def unread(self, api_key: int, version: int) -> bool:
         return not self._active  # switched off: no client's request is its business

@@ -62,7 +62,7 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from ...core.exchange import Exchange
 from ...core.policy import Policy, Services, reads
@@ -79,9 +79,6 @@ from ..topic_rules import TopicRules
 from . import share
 from .metrics import ThrottleMetrics
 from .settings import ThrottleSettings
-
-if TYPE_CHECKING:
-    from ...config import Settings
 
 #: fetcher id of a consumer (replica_id < 0) selected by a [[throttle.consumers]] glob
 CONSUMER = -1
@@ -411,11 +408,15 @@ class Throttle(Policy):
         self.state = ThrottleState(self.throttles)
         self.metrics.bind(self.state, self.throttles, self.clock)
 
-    def reconfigure(self, settings: Settings) -> None:
-        self.throttles = Throttles.from_settings(settings.throttle)
-        self._active = self.throttles.active
-        self.state.reconfigure(self.throttles, self.clock())
-        self.metrics.bind(self.state, self.throttles, self.clock)
+    def reconfigure(self, section: ThrottleSettings) -> Callable[[], None]:
+        throttles = Throttles.from_settings(section)
+
+        def apply() -> None:
+            self.throttles = throttles
+            self._active = throttles.active
+            self.state.reconfigure(throttles, self.clock())
+            self.metrics.bind(self.state, throttles, self.clock)
+        return apply
 
     def status(self) -> dict[str, Any]:
         """The quotas as measured now (bytes/s over the window) and the sum of lag of throttled partitions: what
