@@ -147,7 +147,7 @@ def run_config(name: str, broker: KafkaBroker, topic: str, ends: dict[int, int],
                     "mb_per_s": round(sum(received) / MB / elapsed, 1),
                     # every consumer read every record once, in order: no batch out of place, the same bytes
                     "out_of_order": sum(bad for _, bad in drained), "consumers_differing": len(set(received)) - 1,
-                    "waits": sluice.metric("sluice_size_limit_waits_total"),
+                    "waits": sluice.metric("sluice_response_memory_waits_total"),
                     "trimmed_mb": round(sluice.metric("sluice_size_limit_trimmed_bytes_total") / MB, 1)}
             emit(line)
             return line

@@ -39,24 +39,20 @@ field                       type          meaning
                                           to the client; the topic is its name (Sluice looks up the names of
                                           Fetch v13+ topic ids first), or its topic id (Kafka's base64 form)
                                           when that lookup found no such topic or failed
-``throttle_target_bps``     int           optional, only for throttled fetches (KIP-73): the leader rate in
-                                          force, bytes/s
-``throttled_bytes``         int           optional, with ``throttle_target_bps``: record bytes of this response
-                                          that counted against it
-``session_upstream_bytes``  int           optional, only for fetches Sluice sent upstream in its own session
-                                          ([sessions] terminate): the upstream response bytes (every attempt),
-                                          to compare with ``bytes_proxy_to_client``
 ``client_address``          string        optional, the client's IP address (the PROXY protocol header's
                                           source on listeners that read one, else the peer's); absent when
                                           unknown (e.g. a Unix socket)
 ``principal``               string        optional, only on connections whose SASL authentication the broker
                                           accepted: the principal's name (PLAIN user, SCRAM ``n=``, the
                                           OAUTHBEARER token's ``sub``), never a credential
-``quota_throttle_time_ms``  int           optional, only for requests a ``[[quota.entries]]`` entry selects:
-                                          the throttle time Sluice applied (0: within quota), milliseconds;
-                                          the response's ``throttle_time_ms`` is the larger of it and the
-                                          broker's (KIP-219)
 ==========================  ============  ====================================================================
+
+After those, the optional fields the policies declare (each policy's ``Registration.log_fields``: name, type and
+meaning; ``sluice`` lists them all in the access-log reference it generates), each only on the lines its policy
+sets it on (``Exchange.log``), in the order they were set: e.g. ``throttle_target_bps`` and ``throttled_bytes``
+(KIP-73 throttles), ``session_upstream_bytes`` (fetch sessions Sluice owns), ``quota_throttle_time_ms`` (client
+quotas), ``share_acquired`` and ``share_acknowledged`` (share groups). A value is written as JSON: an int or a
+string as such, anything else through :func:`json.dumps`.
 
 Cost: ``record()`` formats the line itself, from its arguments, in one f-string: the timestamp's seconds are
 formatted once per second and strings are JSON-escaped once and cached. That is ~3 us per call on this
@@ -86,7 +82,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from math import isfinite as _isfinite
 from typing import Any, Protocol, TextIO
 
@@ -285,14 +281,9 @@ class AccessLog:
         upstream: str,
         decoded: bool,
         partitions: list[tuple[str, int, int]] | None = None,
-        throttle_target_bps: int | None = None,
-        throttled_bytes: int | None = None,
-        session_upstream_bytes: int | None = None,
         client_address: str | None = None,
         principal: str | None = None,
-        quota_throttle_time_ms: int | None = None,
-        share_acquired: int | None = None,
-        share_acknowledged: dict[str, int] | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> None:
         """Write one access-log line (see the module docstring for the schema). Never raises on I/O errors."""
         if not self.enabled:
@@ -320,10 +311,8 @@ class AccessLog:
             f'"error_codes":[{",".join(map(str, error_codes)) if error_codes else ""}],'
             f'"decoded":{"true" if decoded else "false"}'
             f"{_partitions_json(partitions, js) if partitions is not None else ''}"
-            f"{_optional_json(throttle_target_bps, throttled_bytes, session_upstream_bytes)}"
             f"{_who_json(client_address, principal, js)}"
-            f"{'' if quota_throttle_time_ms is None else _quota_json(quota_throttle_time_ms)}"
-            f"{_share_json(share_acquired, share_acknowledged)}}}\n"
+            f"{_fields_json(fields, js) if fields else ''}}}\n"
         )
 
     def flush(self) -> None:
@@ -350,17 +339,6 @@ class AccessLog:
             self._rewire()
 
 
-def _optional_json(throttle_target_bps: int | None, throttled_bytes: int | None,
-                   session_upstream_bytes: int | None) -> str:
-    """The optional throttle and session fields (only on the lines they apply to)."""
-    out = ""
-    if throttle_target_bps is not None:
-        out += f',"throttle_target_bps":{throttle_target_bps},"throttled_bytes":{throttled_bytes or 0}'
-    if session_upstream_bytes is not None:
-        out += f',"session_upstream_bytes":{session_upstream_bytes}'
-    return out
-
-
 def _who_json(client_address: str | None, principal: str | None, js: Callable[[str | None], str]) -> str:
     """The optional ``client_address`` and ``principal`` fields (only when known)."""
     out = ""
@@ -371,18 +349,17 @@ def _who_json(client_address: str | None, principal: str | None, js: Callable[[s
     return out
 
 
-def _quota_json(quota_throttle_time_ms: int) -> str:
-    """The optional ``quota_throttle_time_ms`` field (only on requests a quota entry selects)."""
-    return f',"quota_throttle_time_ms":{quota_throttle_time_ms}'
-
-
-def _share_json(acquired: int | None, acknowledged: dict[str, int] | None) -> str:
-    """The optional share-group fields (KIP-932: ShareFetch / ShareAcknowledge lines only)."""
-    if acquired is None and acknowledged is None:
-        return ""
-    out = "" if acquired is None else f',"share_acquired":{acquired}'
-    if acknowledged is not None:
-        out += ',"share_acknowledged":{' + ",".join(f'"{k}":{n}' for k, n in acknowledged.items()) + "}"
+def _fields_json(fields: Mapping[str, Any], js: Callable[[str | None], str]) -> str:
+    """The fields policies set on this line (``Exchange.log``), in the order set: ints and strings as such (the
+    common case, cheap), anything else through json.dumps."""
+    out = ""
+    for name, value in fields.items():
+        if type(value) is int:
+            out += f',"{name}":{value}'
+        elif type(value) is str:
+            out += f',"{name}":{js(value)}'
+        else:
+            out += f',"{name}":{json.dumps(value, separators=(",", ":"))}'
     return out
 
 

@@ -262,17 +262,14 @@ class Metrics:
         self.build_info.info({"version": sluice_version(), "python": platform.python_version()})
 
         # ----------------------------------------------- response memory (proxy/core/memory.py, HeldBytes)
-        # The proxy-wide bound is set by a policy's section (its registration's memory_bound); the names are
-        # the ones operators know.
+        # The proxy-wide bound is set by the policies' sections (each registration's memory_bound).
         self.response_bytes_held = Gauge(
             "sluice_response_bytes_held",
-            "Bytes of fetch responses reserved or held in Sluice, counted against the proxy's response memory "
-            "bound (the sections that set one: size_limit.global_max_bytes).",
+            "Bytes of responses reserved or held in Sluice, counted against the proxy's response memory bound.",
             registry=r)
         self.response_memory_waits = Counter(
-            "sluice_size_limit_waits_total",
-            "Fetches that waited for response memory (the proxy's bound: size_limit.global_max_bytes) before going "
-            "upstream.",
+            "sluice_response_memory_waits_total",
+            "Requests that waited for response memory (the proxy's bound) before going upstream.",
             registry=r)
 
         # ------------------------------------------------------------------- access log (file and Kafka)

@@ -111,10 +111,10 @@ ROWS = [
               [(rate("sluice_size_limit_deferred_partitions_total"), "deferred")], width=6),
         Panel("Limited responses/s and memory waits/s", "cps",
               "sluice_size_limit_limited_responses_total: responses the budget changed; "
-              "sluice_size_limit_waits_total: fetches that waited for response memory "
+              "sluice_response_memory_waits_total: fetches that waited for response memory "
               "(size_limit.global_max_bytes) before going upstream.",
               [(rate("sluice_size_limit_limited_responses_total"), "limited responses"),
-               (rate("sluice_size_limit_waits_total"), "memory waits")], width=6),
+               (rate("sluice_response_memory_waits_total"), "memory waits")], width=6),
         Panel("Response bytes held", "bytes",
               "sluice_response_bytes_held: fetch response bytes reserved or held, counted against "
               "size_limit.global_max_bytes.",

@@ -314,7 +314,7 @@ class Chain:
         if response.changed:
             self.metrics.rewritten(ex.api)
         if isinstance(response, FetchResponse) and self.access_log is not None and self.access_log.enabled:
-            ex.log["partitions"] = self._partitions(response)
+            ex.partitions = self._partitions(response)
 
     def _partitions(self, response: FetchResponse) -> list[tuple[str, int, int]]:
         """Record bytes sent per partition, for the access log. Partitions with none count too: the analytics'

@@ -775,7 +775,7 @@ class Connection:
                 bytes_upstream_to_proxy=ex.upstream_bytes, bytes_proxy_to_client=ex.client_bytes,
                 latency_ms=latency * 1000.0, error_codes=ex.error_codes, listener=self.info.listener,
                 upstream=self.upstream_name, decoded=ex.decoded, client_address=self.info.client_host or None,
-                principal=self.info.principal, **ex.log,
+                principal=self.info.principal, partitions=ex.partitions, fields=ex.log,
             )
         if self.limits.max_inflight_requests:
             self._inflight_below()  # after the line: a request this lets through is logged after this one

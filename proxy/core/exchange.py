@@ -170,6 +170,7 @@ class Relayed:
     decoded: ClassVar[bool] = False
     error_codes: ClassVar[tuple[int, ...]] = ()
     log: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    partitions: ClassVar[None] = None
 
     def __init__(self, header: RequestHeader, api: str, frame: bytes, started: float, expects_response: bool,
                  check: Callable[[memoryview], bool] | None, streamer: Callable[[int], Streamer] | None,
@@ -235,9 +236,12 @@ class Exchange:
     attempts: int = 0
     upstream_sent: int = 0
     #: for the access log: non-zero error codes of a decoded response, optional fields policies add
-    #: (``log``), response bytes read from upstream (every attempt) and sent to the client
+    #: (``log``, each declared in its policy's ``Registration.log_fields``), record bytes per partition of a
+    #: decoded Fetch (topic, partition, bytes), response bytes read from upstream (every attempt) and sent to
+    #: the client
     error_codes: list[int] = field(default_factory=list)
     log: dict[str, Any] = field(default_factory=dict)
+    partitions: list[tuple[str, int, int]] | None = None
     decoded: bool = False
     upstream_bytes: int = 0
     client_bytes: int = 0

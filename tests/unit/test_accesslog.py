@@ -153,12 +153,13 @@ def test_partitions_field_only_when_given() -> None:
                                      {"topic": "t2", "partition": 3, "bytes": 0}]
 
 
-def test_throttle_and_session_fields_only_when_given() -> None:
+def test_policy_fields_only_when_given() -> None:
     out = io.StringIO()
     log = AccessLog(out)
     log.record(**fields())
-    log.record(**fields(throttle_target_bps=5_000_000, throttled_bytes=1234, session_upstream_bytes=77))
-    log.record(**fields(session_upstream_bytes=0))
+    log.record(**fields(fields={"throttle_target_bps": 5_000_000, "throttled_bytes": 1234,
+                                "session_upstream_bytes": 77}))
+    log.record(**fields(fields={"session_upstream_bytes": 0}))
     plain, both, session = lines_of(out.getvalue())
     assert not {"throttle_target_bps", "throttled_bytes", "session_upstream_bytes"} & set(plain)
     assert (both["throttle_target_bps"], both["throttled_bytes"], both["session_upstream_bytes"]) == \
@@ -367,7 +368,8 @@ def test_a_sink_gets_the_same_line_as_the_file(tmp_path: Path) -> None:
     sink = ListSink()
     log.attach_sink(sink)
     for i in range(3):
-        log.record(**fields(correlation_id=i, partitions=[("t", 0, 10)], throttle_target_bps=5, throttled_bytes=1))
+        log.record(**fields(correlation_id=i, partitions=[("t", 0, 10)],
+                            fields={"throttle_target_bps": 5, "throttled_bytes": 1}))
     log.close()  # the file closes; the sink stays
     assert log.enabled
     log.record(**fields(correlation_id=3))
@@ -390,3 +392,12 @@ async def test_last_lines_of_a_burst_are_flushed_without_another_request(tmp_pat
         assert [e["correlation_id"] for e in lines_of(path.read_text(encoding="utf-8"))] == [0, 1, 2]
     finally:
         log.close()
+
+
+def test_policy_fields_of_every_json_kind() -> None:
+    out = io.StringIO()
+    log = AccessLog(out)
+    log.record(**fields(fields={"n": 3, "s": 'a"b', "counts": {"ACCEPT": 2}, "flag": True, "none": None}))
+    (line,) = lines_of(out.getvalue())
+    assert {k: line[k] for k in ("n", "s", "counts", "flag", "none")} == \
+        {"n": 3, "s": 'a"b', "counts": {"ACCEPT": 2}, "flag": True, "none": None}

@@ -297,7 +297,7 @@ def test_access_log_partitions_include_those_without_bytes() -> None:
     p = SansIOProxy({"sessions.mode": "terminate"}, access_log=AccessLog(io.StringIO()))
     ex = p.request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY))
     p.respond(ex, response_frame(12, 1, keys, 0, 77))
-    assert ex.log["partitions"] == [("t", i, 0) for i in range(5)]
+    assert ex.partitions == [("t", i, 0) for i in range(5)]
 
 
 def test_access_log_partitions_are_not_gathered_when_the_access_log_is_off() -> None:

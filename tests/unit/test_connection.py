@@ -626,7 +626,7 @@ def test_a_fetch_waits_for_memory_another_connection_holds() -> None:
     assert rig.memory.held == BUDGET  # the clamped max_bytes, reserved before it went upstream
     b.client_data(sized(fetch(1)))
     assert port_b.upstream == b"" and port_b.client_paused and rig.memory.waiting == 1
-    assert rig.metrics.total("sluice_size_limit_waits_total") == 1
+    assert rig.metrics.total("sluice_response_memory_waits_total") == 1
     answer = sized(fetch_response(1))
     a.upstream_data(answer[:20])  # the response's real size replaces the reservation...
     assert rig.memory.held == len(answer) - 4 and port_b.upstream == b""  # ...still no room for b's
