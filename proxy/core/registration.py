@@ -9,8 +9,9 @@ gives them and name no policy: adding a policy is its package and one line in th
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class Registration:
     status: Callable[[Any], dict[str, Any]] | None = None
     #: the proxy-wide bound on response bytes held (:class:`~proxy.core.memory.HeldBytes`), if the section sets it
     memory_bound: Callable[[Any], int] | None = None
+    #: the optional access-log fields the policy sets (``Exchange.log``): name -> its JSON type and meaning, as
+    #: the access-log reference lists it (schema 1: a field is added, never renamed or retyped)
+    log_fields: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if bool(self.section) != (self.settings is not None):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import io
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import proxy
 from proxy import accesslog
 from proxy.accesslog import SCHEMA_VERSION, AccessLog, LogLimiter, configure_logging, get_access_log, get_logger
 from proxy.app import load_settings
@@ -401,3 +404,16 @@ def test_policy_fields_of_every_json_kind() -> None:
     (line,) = lines_of(out.getvalue())
     assert {k: line[k] for k in ("n", "s", "counts", "flag", "none")} == \
         {"n": 3, "s": 'a"b', "counts": {"ACCEPT": 2}, "flag": True, "none": None}
+
+
+def test_every_access_log_field_a_policy_sets_is_declared_by_its_registration() -> None:
+    """Read from the source: the fields each policy package writes into ``Exchange.log`` are exactly those its
+    registration declares (``Registration.log_fields``, the access-log reference), and no generic module sets one."""
+    root = Path(proxy.__file__).parent
+    written = re.compile(r'\bex\.log\[\s*"([a-z_]+)"\s*\]\s*=')
+    for package in sorted(p for p in (root / "policies").iterdir() if (p / "__init__.py").exists()):
+        registration = importlib.import_module(f"proxy.policies.{package.name}").REGISTRATION
+        sets = {m for f in package.rglob("*.py") for m in written.findall(f.read_text())}
+        assert sets == set(registration.log_fields), package.name
+    generic = [f for f in root.rglob("*.py") if "policies" not in f.parts and written.search(f.read_text())]
+    assert generic == []
