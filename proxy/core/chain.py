@@ -18,9 +18,10 @@ Sans-IO: bytes and exchanges in, exchanges with their effects out.
   policies that asked to see it in the reverse order (back towards the client), and encodes it once, only if
   one changed it. A policy asking for the request to go upstream again (``ex.resend``) ends the walk.
 
-A policy's hook that raises (anything but a rejection or a CodecError) becomes :class:`PolicyFailed`, naming the
-policy and the hook: the connection core closes that connection only and :meth:`Chain.report` logs and counts it,
-so a policy's bug never reaches the event loop's fatal-error path and never concerns other connections.
+A policy's hook that raises becomes :class:`PolicyFailed`, naming the policy and the hook (but a rejection; and on
+the response side a CodecError, the broker's bytes found malformed as a policy reads them): the connection core
+closes that connection only and :meth:`Chain.report` logs and counts it, so a policy's bug never reaches the event
+loop's fatal-error path and never concerns other connections.
 
 Which policies exist, in which order, is decided in one place: ``proxy/policies/__init__.py``.
 """
@@ -34,7 +35,7 @@ from typing import Any, Literal, overload
 from ..accesslog import AccessLog, get_logger
 from ..metrics import Metrics
 from ..wire.api_keys import ApiKey, api_names
-from ..wire.errors import CodecError
+from ..wire.errors import CodecError, MalformedFrame
 from ..wire.fetch_layout import FIRST_TOPIC_ID
 from ..wire.fetch_request_fast import FetchEdit
 from ..wire.messages import peek_request_header
@@ -205,7 +206,10 @@ class Chain:
             if key == _FETCH and header.api_version >= FIRST_TOPIC_ID \
                     and not self._name_readers.isdisjoint(applying) and self._names_wanted(ex, applying):
                 # Fetch v13+ names topics by id only
-                request = self._request(ex)
+                try:
+                    request = ex.request
+                except MalformedFrame as e:
+                    raise Rejected("malformed", str(e)) from None
                 assert isinstance(request, FetchEdit)
                 ex.missing_names = self.names.missing(request.view.topic_keys)  # type: ignore[arg-type]
         return ex
@@ -238,13 +242,6 @@ class Chain:
                 raise
         return False
 
-    @staticmethod
-    def _request(ex: Exchange) -> Any:
-        try:
-            return ex.request
-        except CodecError as e:
-            raise Rejected("malformed", str(e)) from None
-
     def on_request(self, conn: ChainConnection, ex: Exchange) -> None:
         """Run the policies on the request (after any topic-name lookup it waited for). Rejected if a policy
         finds it malformed or refuses it."""
@@ -273,9 +270,10 @@ class Chain:
             view = ex.view
             if view is not None and view.changed:
                 ex.frame = view.encode()
-        except CodecError as e:
+        except MalformedFrame as e:  # the client's frame, whichever policy first read it
             raise Rejected("malformed", str(e)) from None
         except Exception as e:
+            # a CodecError of a policy's own (its parsing of nested bytes, a value it cannot encode) is its failure
             _blame(running, hook, ex, e)
             raise
 
@@ -339,9 +337,15 @@ class Chain:
 
 def _blame(policy: Policy | None, hook: str, ex: Exchange, error: Exception) -> None:
     """Raise PolicyFailed for ``error`` raised in ``policy``'s ``hook``, unless it is one of the chain's defined
-    outcomes (a rejection, a CodecError: handled by the caller) or no policy was running (the chain's own)."""
-    if policy is not None and not isinstance(error, (Rejected, CodecError)):
+    outcomes (a rejection; a CodecError of a response, whose bytes a policy reads lazily: the caller's malformed
+    response) or no policy was running (the chain's own)."""
+    if policy is not None and not isinstance(error, Rejected) and not (
+            isinstance(error, CodecError) and hook in _RESPONSE_HOOKS):
         raise PolicyFailed(policy.name, hook, ex, error) from error
+
+
+#: the hooks that read the broker's response, whose bytes are decoded as they are read
+_RESPONSE_HOOKS = frozenset({"on_response", "on_sent"})
 
 
 def _span(versions: range) -> str:

@@ -51,14 +51,25 @@ if TYPE_CHECKING:
 ANY_VERSION = Versions.parse("0+")
 
 
-def reads(*api_keys: int, **up_to: int) -> dict[int, Versions]:
+def reads(*api_keys: int, up_to: Mapping[int, int] | None = None) -> dict[int, Versions]:
     """A policy's declaration: each API at every version Sluice decodes or relays (proxy/codecs/manifest.json,
-    :func:`~proxy.wire.messages.negotiable_versions`) -- the versions a policy written against Kafka's specs reads."""
+    :func:`~proxy.wire.messages.negotiable_versions`) -- the versions a policy written against Kafka's specs reads
+    -- or, for an API in ``up_to``, only up to that version (a policy that cannot read a newer layout yet: clients
+    are then offered no newer version, :func:`versions_read`)."""
     declared: dict[int, Versions] = {}
+    caps = dict(up_to or {})
+    unknown = set(caps) - set(api_keys)
+    if unknown:
+        raise ValueError(f"up_to names APIs the declaration does not read: {sorted(unknown)}")
     for key in api_keys:
         ours = negotiable_versions(key)
         if ours is None:
             raise ValueError(f"API {key} is not in proxy/codecs/manifest.json: Sluice decodes none of its versions")
+        cap = caps.get(key)
+        if cap is not None:
+            if cap < ours.low:
+                raise ValueError(f"API {key} up to v{cap}: Sluice decodes it from v{ours.low} only")
+            ours = Versions(ours.low, min(ours.high, cap))
         declared[key] = ours
     return declared
 

@@ -46,6 +46,12 @@ class CodecError(ValueError):
         )
 
 
+class MalformedFrame(CodecError):
+    """The frame being read is malformed: raised by the request views a policy reads (``proxy.wire.views``), so that
+    the chain can tell a client's malformed frame (rejected as such) from a CodecError a policy's own parsing or
+    encoding raised (that policy's failure)."""
+
+
 class codec_errors:  # a lower-case name: used as a function, ``with codec_errors(...):``
     """Around a hand-written decoder (the fast paths): what malformed input makes Python raise there
     (struct.error / IndexError past the end, bad UTF-8, a size Python cannot allocate) becomes one CodecError

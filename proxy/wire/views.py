@@ -25,6 +25,7 @@ from functools import cache
 from . import fetch_fast
 from .api_keys import ApiKey
 from .compiler import head_codec
+from .errors import CodecError, MalformedFrame
 from .fetch_fast import FetchResponseView
 from .fetch_request_fast import FetchEdit, decode_fetch_request
 from .messages import (
@@ -65,7 +66,10 @@ class MessageRequest:
         self.changed = False
 
     def _decode(self) -> None:
-        self._header, self._body = decode_request(self.frame)
+        try:
+            self._header, self._body = decode_request(self.frame)
+        except CodecError as e:
+            raise MalformedFrame(e.what, where=e.where, api=e.api, version=e.version) from None
 
     @property
     def header(self) -> Message:
@@ -103,9 +107,13 @@ RequestView = FetchEdit | MessageRequest
 
 
 def request_view(api_key: int, frame: bytes) -> RequestView:
-    """The view policies edit for a request of ``api_key`` (frame without size prefix)."""
+    """The view policies edit for a request of ``api_key`` (frame without size prefix). A malformed frame raises
+    :class:`MalformedFrame`, here or when its body is first read."""
     if api_key == ApiKey.FETCH:
-        return FetchEdit(decode_fetch_request(frame))
+        try:
+            return FetchEdit(decode_fetch_request(frame))
+        except CodecError as e:
+            raise MalformedFrame(e.what, where=e.where, api=e.api, version=e.version) from None
     return MessageRequest(frame)
 
 

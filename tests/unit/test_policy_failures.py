@@ -14,7 +14,8 @@ from proxy.core.chain import Chain
 from proxy.core.exchange import ConnectionInfo, Exchange, Signal
 from proxy.core.policy import Policy, reads
 from proxy.wire.api_keys import ApiKey
-from proxy.wire.views import ResponseView
+from proxy.wire.errors import CodecError
+from proxy.wire.views import MessageRequest, ResponseView
 from rig.core_rig import CoreRig, FakePort, request, response, sized
 
 HOOKS = ("open", "applies", "on_request", "on_resume", "on_response", "on_sent", "close")
@@ -105,3 +106,45 @@ def test_a_policy_that_raises_closes_only_its_connection(hook: str, logs: list[M
         assert exchange(good, good_port, corr) == sized(response(ApiKey.LIST_OFFSETS, 7, corr))
     assert not good.closed
     assert rig.metrics.total("sluice_policy_errors_total") == 1
+
+
+class ReadsTheRequest(Policy):
+    """Reads every ListOffsets request; raises a CodecError of its own on connection BAD when ``own_error``."""
+
+    name = "reads"
+
+    def __init__(self, own_error: bool) -> None:
+        self.apis = reads(ApiKey.LIST_OFFSETS)
+        self.own_error = own_error
+
+    def on_request(self, ex: Exchange, info: ConnectionInfo) -> Any:
+        request = ex.request
+        assert isinstance(request, MessageRequest)
+        request.body  # noqa: B018 - decoded here: a malformed frame is found by the first policy that reads it
+        if self.own_error and info.conn_id == BAD:
+            raise CodecError("a value this policy cannot encode")
+        return None
+
+
+def test_a_codec_error_of_the_policys_own_is_its_failure_not_a_malformed_frame(
+        logs: list[MutableMapping[str, Any]]) -> None:
+    rig = CoreRig()
+    rig.proxy.chain = Chain([ReadsTheRequest(own_error=True)], rig.metrics, rig.names, rig.access_log)
+    bad, bad_port = rig.connect()
+    exchange(bad, bad_port, 1)
+    assert bad.closed
+    assert [e["policy"] for e in logs if e["event"] == "policy_failed"] == ["reads"]
+    assert rig.metrics.total("sluice_policy_errors_total", policy="reads", api="ListOffsets") == 1
+    assert rig.rejected("malformed") == 0
+
+
+def test_a_malformed_frame_a_policy_reads_is_rejected_as_malformed_not_its_failure(
+        logs: list[MutableMapping[str, Any]]) -> None:
+    rig = CoreRig()
+    rig.proxy.chain = Chain([ReadsTheRequest(own_error=False)], rig.metrics, rig.names, rig.access_log)
+    bad, bad_port = rig.connect()
+    bad.client_data(sized(request(ApiKey.LIST_OFFSETS, 7, 1)[:-3]))  # its body cut short
+    assert bad.closed and bad_port.take_upstream() == b""
+    assert rig.rejected("malformed") == 1
+    assert rig.metrics.total("sluice_policy_errors_total") == 0
+    assert [e for e in logs if e["event"] == "policy_failed"] == []

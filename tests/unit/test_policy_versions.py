@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from proxy.core.exchange import Rejected
+from proxy.core.policy import Policy, reads, versions_read
 from proxy.wire.api_keys import ApiKey
 from proxy.wire.messages import decode_response, encode_request, encode_response, request_codec, response_codec
 from proxy.wire.model import Message
+from proxy.wire.schema import Versions
 from rig.chain_rig import SansIOProxy
 
 SHARING_ON = {"sharing": {"enabled": True, "clients": ["*"], "topics": [{"topic": "*"}]}}
@@ -77,3 +79,21 @@ def test_without_sharing_offset_fetch_v10_is_relayed_unread() -> None:
     p = SansIOProxy(None)
     ex = p.request(req_frame(ApiKey.OFFSET_FETCH, 10))
     assert ex.policies == () and ex.view is None and not ex.collect
+
+
+def test_a_declaration_up_to_a_version_caps_what_the_policy_reads() -> None:
+    every = reads(ApiKey.FETCH, ApiKey.OFFSET_COMMIT)
+    capped = reads(ApiKey.FETCH, ApiKey.OFFSET_COMMIT, up_to={ApiKey.FETCH: 12})
+    assert capped[ApiKey.FETCH] == Versions(every[ApiKey.FETCH].low, 12)
+    assert capped[ApiKey.OFFSET_COMMIT] == every[ApiKey.OFFSET_COMMIT]
+    # the chain offers clients the intersection: a policy capped at v12 keeps every client at v12 or below
+    assert versions_read([_Declares(every), _Declares(capped)])[ApiKey.FETCH].high == 12
+    with pytest.raises(ValueError, match="does not read"):
+        reads(ApiKey.FETCH, up_to={ApiKey.OFFSET_COMMIT: 3})
+    with pytest.raises(ValueError, match="from v"):
+        reads(ApiKey.FETCH, up_to={ApiKey.FETCH: every[ApiKey.FETCH].low - 1})
+
+
+class _Declares(Policy):
+    def __init__(self, apis: dict[int, Versions]) -> None:
+        self.apis = apis
