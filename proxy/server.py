@@ -21,10 +21,10 @@ from .accesslog import AccessLog, LogLimiter, get_access_log, get_logger
 from .config import CoreSettings
 from .config.sections import LimitsSettings, UpstreamSettings
 from .core.admission import Admission
+from .core.broker_calls import BrokerCalls
 from .core.chain import Chain
 from .core.connection import Connection, Limits, Port
 from .core.exchange import ConnectionInfo
-from .core.group_calls import GroupCalls
 from .core.memory import HeldBytes
 from .core.policy import Policy, Services
 from .core.routing import Address, Router
@@ -76,9 +76,9 @@ class Proxy:
         self.names = TopicNames(clock)
         #: the global bound on response bytes held (set by a policy's section), shared by every connection
         self.memory = HeldBytes(memory_bound(settings), on_change=self.metrics.response_bytes_held.set)
-        #: Sluice's own group requests (proxy/core/group_calls.py), made by :attr:`own_requests`
-        self.group_requests = GroupCalls()
-        services = Services(self.metrics, clock, self.router, self.names, self.group_requests)
+        #: the work policies queue for the cluster (proxy/core/broker_calls.py), run by :attr:`own_requests`
+        self.broker_calls = BrokerCalls()
+        services = Services(self.metrics, clock, self.router, self.names, self.broker_calls)
         self.chain = Chain(build_policies(settings, services), self.metrics, self.names, self.access_log)
         limits = settings.limits
         #: each connection's bounds, from [limits] (static: a restart changes them)
@@ -92,9 +92,9 @@ class Proxy:
         self.refusals = Refusals(self)
         self._tls_task: asyncio.Task[None] | None = None
         self.bootstrap: list[Address] = [_parse_address(a) for a in settings.upstream.bootstrap_servers]
-        #: Sluice's own requests to the cluster: brokers, topic names, group requests
-        self.own_requests = OwnRequests(settings.upstream, self.tls, self.router, self.names, self.group_requests,
-                                        self.metrics, self.bootstrap)
+        #: Sluice's own requests to the cluster: brokers, topic names, the policies' work
+        self.own_requests = OwnRequests(settings.upstream, self.tls, self.router, self.names, self.broker_calls,
+                                        self.metrics, self.bootstrap, settings.limits.max_frame_bytes)
         self._servers: dict[int | None, Listener] = {}  # None: the bootstrap listener
         #: the client connections open now (their client transport up, not yet torn down)
         self.connections: set[Connection] = set()

@@ -56,7 +56,7 @@ class SansIOProxy:
     def request(self, frame: bytes, conn: ChainConnection | None = None) -> Exchange:
         """Classify and run the request side (topic names must be known: tests teach ``names`` first), resumed
         after each piece of work a policy waits for, as the connection core does (the test's fakes must have
-        settled it: Services.group_requests' ``on_work``)."""
+        settled it: Services.broker's ``on_work``)."""
         ex = self.chain.classify(frame, self.clock(), (conn or self.conn).info)
         assert not ex.missing_names, f"unknown topic ids {ex.missing_names}"
         self.chain.on_request(conn or self.conn, ex)

@@ -8,8 +8,9 @@
 - ``memory.py``: the proxy-wide bound on response bytes held; ``admission.py``: connections in total and per
   client address; ``rate.py``: Kafka's windowed rate (throttles, client quotas);
 - ``routing.py``: broker node ids <-> listeners, and the rewriting of responses that carry addresses;
-- ``topic_names.py``: topic id -> name, with Sluice's own lookups; ``group_calls.py``: Sluice's own requests to
-  group coordinators, queued for the I/O layer;
+- ``topic_names.py``: topic id -> name, with Sluice's own lookups; ``broker_calls.py``: Sluice's own requests to
+  the cluster a policy asks for (any API, to a broker, any broker or a key's coordinator), queued for the I/O
+  layer;
 - ``proxy_protocol.py``: the PROXY protocol v1/v2 header; ``sasl_principal.py``: the principal's name read from
   relayed SASL; ``sasl_client.py``: Sluice's own SASL login; ``selectors.py``: client selectors (client.id,
   principal, client network).

@@ -21,7 +21,7 @@ close, start a timer). Everything in between is here:
 - **Waits.** A request may wait, in order (the ones behind it wait too and the client is not read meanwhile),
   for topic names Sluice must look up (:mod:`proxy.core.topic_names`), for response memory
   (:mod:`proxy.core.memory`, ``size_limit.global_max_bytes``) and for work a policy asked of Sluice itself
-  (``Exchange.pending``, e.g. :mod:`proxy.core.group_calls`).
+  (``Exchange.pending``, e.g. :mod:`proxy.core.broker_calls`).
 - **The chain.** A request no policy reads under the settings in force, with nothing waiting ahead of it, is
   sent as it came (a :class:`~proxy.core.exchange.Relayed`: no Exchange, no policy called) and its response
   relayed as bytes when it comes whole in one read and its one reader's check holds; otherwise it becomes an

@@ -19,7 +19,7 @@ the generic *effects* below, which the connection core (:mod:`proxy.core.connect
   KIP-152: a length and the token, no Kafka header, each answered by one such frame) until the
   :class:`BareTokens` says the exchange is over; the core relays them and hands each to it.
 - ``pending``: work Sluice must do itself before the request can go on (its own requests to the cluster, e.g.
-  :class:`~proxy.core.group_calls.GroupCall`): the connection waits for it, in order like the other waits, then
+  :class:`~proxy.core.broker_calls.Work`): the connection waits for it, in order like the other waits, then
   the chain resumes the policy that asked (:meth:`~proxy.core.policy.Policy.on_resume`).
 """
 

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..wire.messages import negotiable_versions
 from ..wire.schema import Versions
+from .broker_calls import BrokerCalls, BrokerRequests
 from .exchange import ConnectionInfo, Exchange, Relay
-from .group_calls import GroupCalls, GroupRequests
 
 if TYPE_CHECKING:
     from ..metrics import Metrics
@@ -97,9 +97,9 @@ class Services:
     router: Router
     #: topic id -> name (Fetch v13+ names topics by id only)
     names: TopicNames
-    #: Sluice's own group requests (commit a group's offsets, read them, describe groups), made by the I/O layer
-    #: for any policy that submits a :class:`~proxy.core.group_calls.GroupCall`
-    group_requests: GroupRequests = field(default_factory=lambda: GroupCalls())
+    #: Sluice's own requests to the cluster, any API, made by the I/O layer for the policy that sends them
+    #: (:mod:`proxy.core.broker_calls`: one request, or a procedure of several)
+    broker: BrokerRequests = field(default_factory=lambda: BrokerCalls())
 
 
 

@@ -1,10 +1,13 @@
 """Sluice's own requests to the cluster, made once here for every policy: the broker list and topic names
-(:mod:`proxy.core.topic_names`), and group requests (:mod:`proxy.core.group_calls`: commits and reads of group
-offsets, group descriptions), each group's sent to its coordinator (FindCoordinator v4, KIP-699: several groups
-in one request; cached, found again when a broker says it is not the coordinator or is loading).
+(:mod:`proxy.core.topic_names`), and the work policies queue (:mod:`proxy.core.broker_calls`: a request of any API
+to a broker, any broker or a key's coordinator, or a procedure of several, such as cooperative consumption's
+commits and reads), run here with a :class:`Sender` over one hardened connection per broker
+(:mod:`proxy.io.own_connection`: one deadline per call, answers bounded, never a request sent twice). Metadata
+goes over the same connections; coordinators are found with FindCoordinator v4 (KIP-699: several keys in one
+request) and remembered until a procedure learns one moved.
 
-They go over Sluice's own hand-written connections (:mod:`proxy.io.own_connection`), not confluent-kafka's
-AdminClient, because the AdminClient cannot make the calls as they are needed:
+Sluice's own connections, not confluent-kafka's AdminClient, because the AdminClient cannot make the calls as they
+are needed:
 
 - Metadata naming topics by id (v12+, KIP-516): ``describe_topics`` takes topic names only, and ``list_topics``
   returns no ids. The broker list comes with the same request.
@@ -16,61 +19,64 @@ AdminClient, because the AdminClient cannot make the calls as they are needed:
   Python gets runs past its end: a commit's metadata came back with foreign bytes after it (a
   UnicodeDecodeError on cooperative consumption's own base64 metadata, with confluent-kafka 2.16.1). The
   metadata is where cooperative consumption keeps the layouts to read back.
-- OffsetCommit alone it could make; a second client, with its own connections and login, only for the commits of
-  calls whose reads and descriptions go over these connections, would add a path and buy nothing.
+- Any other API a policy needs (``BrokerRequests.send``): the AdminClient covers a fixed set, and a second client
+  with its own connections and login would add a path and buy nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..accesslog import get_logger
-from ..core.group_calls import Committed, GroupCall, GroupCalls
+from ..core.broker_calls import AnyBroker, Broker, BrokerCalls, Coordinator, Target, Work
 from ..core.routing import Address, Router
 from ..core.topic_names import TopicNames
 from ..metrics import Metrics
-from ..wire.api_keys import ApiKey
+from ..wire.api_keys import ApiKey, api_name
 from ..wire.errors import CodecError
 from ..wire.messages import request_codec
-from ..wire.model import Message, TopicPartition
-from .own_connection import Link, one_request
+from ..wire.model import Message
+from .own_connection import DEFAULT_MAX_FRAME_BYTES, Link, NotSent
 
 if TYPE_CHECKING:
     from ..config import UpstreamSettings
     from ..tls import TlsContexts
 
-__all__ = ["GROUP_CALL_TIMEOUT_S", "OwnRequests"]
+__all__ = ["OwnRequests"]
 
 log = get_logger("sluice.server")
 
 #: Metadata v12: the first version whose request may name topics by id (MetadataRequest.json)
 METADATA_BY_ID_VERSION = 12
-#: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: find the coordinator again, retry
-_COORDINATOR_MOVED = frozenset({16, 15, 14})
-_GROUP_CALL_ATTEMPTS = 8
-#: a group call's bound in all (a client's request waits for it; its request.timeout.ms is 30 s by default)
-GROUP_CALL_TIMEOUT_S = 15.0
+#: FindCoordinator v4: several keys in one request (KIP-699)
+FIND_COORDINATOR_VERSION = 4
 
 
-class _CoordinatorError(Exception):
-    """A group request the cluster did not serve (after retries)."""
+def _read_only(api_key: int) -> bool:
+    """A request that changes nothing on the broker (Kafka's Describe*, List* and lookups): sent to any broker, one
+    that failed may go on to the next."""
+    name = api_name(api_key)
+    return name.startswith(("Describe", "List")) or name in ("Metadata", "FindCoordinator", "ApiVersions",
+                                                              "OffsetFetch")
 
 
 class OwnRequests:
     """Sluice's own requests to the cluster (see the module docstring), for one proxy. Takes the lookups
-    ``names`` waits for and the calls queued in ``group_calls`` as they come."""
+    ``names`` waits for and the work queued in ``calls`` as they come; it is the :class:`Sender` that work runs
+    with."""
 
     def __init__(self, upstream: UpstreamSettings, tls: TlsContexts, router: Router, names: TopicNames,
-                 group_calls: GroupCalls, metrics: Metrics, bootstrap: list[Address],
-                 group_call_timeout: float = GROUP_CALL_TIMEOUT_S) -> None:
+                 calls: BrokerCalls, metrics: Metrics, bootstrap: list[Address],
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.upstream, self.tls, self.router, self.names = upstream, tls, router, names
-        self.group_calls, self.metrics, self.bootstrap = group_calls, metrics, bootstrap
-        self.group_call_timeout = group_call_timeout
+        self.calls, self.metrics, self.bootstrap = calls, metrics, bootstrap
+        self.max_frame_bytes = max_frame_bytes
         names.on_lookup = self._lookup_wanted
-        group_calls.on_work = self._group_calls_wanted
+        calls.on_work = self._work_wanted
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._coordinators: dict[str, Address] = {}
+        self._coordinators: dict[Coordinator, Broker] = {}
         self._links: dict[Address, Link] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._lookup_task: asyncio.Task[None] | None = None
@@ -79,7 +85,7 @@ class OwnRequests:
         self.loop = loop
 
     async def close(self) -> None:
-        """Stop: the calls in flight are cancelled (each fails, its connection closed), then the links closed."""
+        """Stop: the work in flight is cancelled (each fails, its connection closed), then the links closed."""
         tasks = [t for t in (self._lookup_task, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
@@ -87,24 +93,102 @@ class OwnRequests:
         for link in self._links.values():
             link.close()
 
-    # ------------------------------------------------------------------ Metadata: brokers, topic names
+    # ------------------------------------------------------------------ the Sender work runs with
 
-    def _servers(self) -> list[Address]:
-        return [*self.bootstrap, *self.router.upstream.values()]
+    async def send(self, api_key: int, version: int, body: Message, to: Target) -> Message:
+        if isinstance(to, AnyBroker):
+            return await self._any(api_key, version, body, read_only=_read_only(api_key))
+        if isinstance(to, Coordinator):
+            found = await self.locate([to])
+            if to not in found:
+                raise OSError(f"no coordinator for {to.key!r} yet")
+            to = found[to]
+        address = self.router.upstream.get(to.node_id)
+        if address is None:
+            await self.refresh_brokers()
+            address = self.router.upstream.get(to.node_id)
+            if address is None:
+                raise OSError(f"broker node {to.node_id} is unknown to the cluster")
+        return await self._link(address).request(api_key, version, body)
+
+    async def locate(self, coordinators: Iterable[Coordinator]) -> dict[Coordinator, Broker]:
+        wanted = set(coordinators)
+        found = {c: b for c, b in self._coordinators.items() if c in wanted}
+        by_type: dict[int, list[str]] = {}
+        for c in sorted(wanted - found.keys(), key=lambda c: (c.key_type, c.key)):
+            by_type.setdefault(c.key_type, []).append(c.key)
+        for key_type, keys in by_type.items():
+            body = request_codec(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION).default().replace(
+                key_type=key_type, coordinator_keys=keys)
+            answer = await self._any(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION, body, read_only=True)
+            for entry in answer.coordinators:
+                if entry.error_code == 0:
+                    self.router.learn(entry.node_id, entry.host, entry.port)
+                    found[Coordinator(entry.key, key_type)] = self._coordinators[Coordinator(entry.key, key_type)] = \
+                        Broker(entry.node_id)
+        return found
+
+    def forget(self, coordinator: Coordinator) -> None:
+        self._coordinators.pop(coordinator, None)
+
+    async def pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def _any(self, api_key: int, version: int, body: Message, read_only: bool = False) -> Message:
+        """To the first bootstrap server (then known broker) that takes the request. A request that was never sent
+        goes on to the next server, and so does a ``read_only`` one (Metadata, FindCoordinator) whatever failed;
+        any other that was sent and then failed fails here (it may have been applied)."""
+        last: Exception | None = None
+        for address in dict.fromkeys([*self.bootstrap, *self.router.upstream.values()]):
+            try:
+                return await self._link(address).request(api_key, version, body)
+            except NotSent as e:
+                last = e
+            except (OSError, CodecError) as e:
+                if not read_only:
+                    raise
+                last = e
+        raise last if last is not None else OSError("no upstream address")
+
+    def _link(self, address: Address) -> Link:
+        link = self._links.get(address)
+        if link is None:
+            link = self._links[address] = Link(address, self.upstream.connect_timeout_s, self.tls.upstream,
+                                               self.upstream.sasl, self.max_frame_bytes)
+        return link
+
+    # ------------------------------------------------------------------ work the policies queue
+
+    def _work_wanted(self) -> None:
+        if self.loop is None:
+            return
+        for work in self.calls.take():
+            task = self.loop.create_task(self._run(work))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, work: Work) -> None:
+        """Run one piece of work, bounded by its deadline; what came of it is the caller's to count (it sees the
+        work settle)."""
+        try:
+            async with asyncio.timeout(work.deadline_s):
+                await work.run(self)
+        except asyncio.CancelledError:  # Sluice is stopping: whoever waits for the work learns it failed
+            work.fail("cancelled: Sluice is stopping")
+            raise
+        except (TimeoutError, OSError, CodecError, EOFError) as e:
+            error = str(e) or type(e).__name__
+            log.warning("broker_call_failed", work=type(work).__name__, error=error)
+            work.fail(error)
+        else:
+            work.settle()
+
+    # ------------------------------------------------------------------ Metadata: brokers, topic names
 
     async def _metadata(self, body: Message) -> Message:
         """A Metadata request of Sluice's own (v12), to the first bootstrap server (then known broker) that
-        answers."""
-        last: Exception | None = None
-        for address in self._servers():
-            try:
-                return await one_request(address, ApiKey.METADATA, METADATA_BY_ID_VERSION, body,
-                                         self.upstream.connect_timeout_s, self.tls.upstream, self.upstream.sasl)
-            except (TimeoutError, OSError, CodecError, EOFError) as e:
-                # EOFError: a listener that closes on requests it does not take before authentication (SASL)
-                last = e if not isinstance(e, EOFError) else OSError(f"{address[0]}:{address[1]} closed the "
-                                                                     "connection")
-        raise last if last is not None else OSError("no upstream address")
+        takes it, over the same connections as every other request of Sluice's own."""
+        return await self._any(ApiKey.METADATA, METADATA_BY_ID_VERSION, body, read_only=True)
 
     async def refresh_brokers(self) -> None:
         """Ask the cluster for its broker list (Metadata, no topics) and open their listeners."""
@@ -127,7 +211,7 @@ class OwnRequests:
                 body = await self._metadata(Message(
                     topics=[Message(topic_id=i, name=None) for i in sorted(ids)],
                     allow_auto_topic_creation=False, include_topic_authorized_operations=False))
-            except (TimeoutError, OSError, CodecError) as e:
+            except (TimeoutError, OSError, CodecError, EOFError) as e:
                 self.metrics.topic_lookups.labels("failed").inc(len(ids))
                 log.warning("topic_lookup_failed", topics=len(ids), error=str(e))
             else:
@@ -139,141 +223,3 @@ class OwnRequests:
                 self.metrics.topic_lookups.labels("unknown").inc(len(ids) - len(found))
             self.names.settle(found, ids - found.keys())
 
-    # ------------------------------------------------------------------ group requests
-
-    def _group_calls_wanted(self) -> None:
-        if self.loop is None:
-            return
-        for call in self.group_calls.take():
-            task = self.loop.create_task(self._group_call(call))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _group_call(self, call: GroupCall) -> None:
-        """Carry out one :class:`~proxy.core.group_calls.GroupCall`: commits, then reads, then descriptions.
-        Bounded: ``group_call_timeout`` in all; what came of it is the caller's to count (it sees the call
-        settle)."""
-        try:
-            async with asyncio.timeout(self.group_call_timeout):
-                await self._group_call_io(call)
-        except asyncio.CancelledError:  # Sluice is stopping: whoever waits for the call learns it failed
-            call.fail("cancelled: Sluice is stopping")
-            raise
-        except (TimeoutError, OSError, CodecError, _CoordinatorError) as e:
-            log.warning("group_call_failed", groups=sorted({*call.commits, *call.reads, *call.describe}),
-                        error=str(e) or type(e).__name__)
-            call.fail(str(e) or type(e).__name__)
-        else:
-            call.settle()
-
-    async def _group_call_io(self, call: GroupCall) -> None:
-        for attempt in range(_GROUP_CALL_ATTEMPTS):
-            retry = await self._group_call_once(call)
-            if not retry:
-                return
-            for group in retry:
-                self._coordinators.pop(group, None)
-            await asyncio.sleep(0.1 * (attempt + 1))  # the coordinator is moving or loading: ask again shortly
-        raise _CoordinatorError(f"no coordinator answered for {sorted(retry)}")
-
-    async def _group_call_once(self, call: GroupCall) -> set[str]:
-        """One pass over what is left of ``call``; the groups whose coordinator must be found again."""
-        retry: set[str] = set()
-        groups = {*call.commits, *call.reads, *call.describe, *call.describe_consumer}
-        where = await self._find_coordinators(groups - self._coordinators.keys())
-        where.update((g, self._coordinators[g]) for g in groups if g in self._coordinators)
-        retry |= groups - where.keys()
-        for group, offsets in call.commits.items():
-            if group in retry or group in call.committed:
-                continue
-            generation, member_id, instance = call.as_member.get(group, (-1, "", None))
-            version = 9 if group in call.consumer_protocol else 8
-            body = request_codec(ApiKey.OFFSET_COMMIT, version).default().replace(
-                group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
-                group_instance_id=instance,
-                topics=[Message(name=topic, partitions=[
-                    Message(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata=md)
-                    for (t, p), (o, md) in sorted(offsets.items()) if t == topic])
-                    for topic in sorted({t for t, _ in offsets})])
-            answer = await self._link(where[group]).request(ApiKey.OFFSET_COMMIT, version, body)
-            codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
-            if any(c in _COORDINATOR_MOVED for c in codes.values()):
-                retry.add(group)
-            else:
-                call.committed[group] = codes
-        by_node: dict[Address, list[str]] = {}
-        for group in call.reads:
-            if group not in retry and group not in call.offsets:
-                by_node.setdefault(where[group], []).append(group)
-        for address, names in by_node.items():
-            body = request_codec(ApiKey.OFFSET_FETCH, 8).default().replace(require_stable=False, groups=[
-                Message(group_id=g, topics=[Message(name=topic, partition_indexes=sorted(
-                    p for t, p in call.reads[g] if t == topic)) for topic in sorted({t for t, _ in call.reads[g]})])
-                for g in names])
-            answer = await self._link(address).request(ApiKey.OFFSET_FETCH, 8, body)
-            for entry in answer.groups:
-                if entry.error_code in _COORDINATOR_MOVED:
-                    retry.add(entry.group_id)
-                    continue
-                if entry.error_code:
-                    raise _CoordinatorError(f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
-                read: dict[TopicPartition, Committed] = {}
-                for t in entry.topics:
-                    for p in t.partitions:
-                        if p.error_code in _COORDINATOR_MOVED:
-                            retry.add(entry.group_id)
-                        read[(t.name, p.partition_index)] = Committed(p.committed_offset, p.committed_leader_epoch,
-                                                                      p.metadata)
-                if entry.group_id not in retry:
-                    call.offsets[entry.group_id] = read
-        described: dict[Address, list[str]] = {}
-        for group in call.describe:
-            if group not in retry and group not in call.described:
-                described.setdefault(where[group], []).append(group)
-        for address, names in described.items():
-            body = request_codec(ApiKey.DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
-            answer = await self._link(address).request(ApiKey.DESCRIBE_GROUPS, 5, body)
-            for entry in answer.groups:
-                if entry.error_code in _COORDINATOR_MOVED:
-                    retry.add(entry.group_id)
-                else:
-                    call.described[entry.group_id] = entry
-        for group in sorted(call.describe_consumer):
-            if group in retry or group in call.described_consumer:
-                continue
-            body = request_codec(ApiKey.CONSUMER_GROUP_DESCRIBE, 0).default().replace(group_ids=[group])
-            answer = await self._link(where[group]).request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body)
-            for entry in answer.groups:
-                if entry.error_code in _COORDINATOR_MOVED:
-                    retry.add(entry.group_id)
-                else:
-                    call.described_consumer[entry.group_id] = entry
-        for group in retry:
-            self._coordinators.pop(group, None)
-        return retry
-
-    async def _find_coordinators(self, groups: set[str]) -> dict[str, Address]:
-        """FindCoordinator v4 (KIP-699: several keys in one request) for ``groups``, from the first bootstrap
-        server (then known broker) that answers; the groups without an answer yet (coordinator not available,
-        e.g. __consumer_offsets still being created) are left out."""
-        if not groups:
-            return {}
-        body = request_codec(ApiKey.FIND_COORDINATOR, 4).default().replace(key_type=0, coordinator_keys=sorted(groups))
-        last: Exception | None = None
-        for address in self._servers():
-            try:
-                answer = await self._link(address).request(ApiKey.FIND_COORDINATOR, 4, body)
-            except (TimeoutError, OSError, CodecError) as e:
-                last = e
-                continue
-            found = {c.key: (c.host, c.port) for c in answer.coordinators if c.error_code == 0}
-            self._coordinators.update(found)
-            return found
-        raise last if last is not None else OSError("no upstream address")
-
-    def _link(self, address: Address) -> Link:
-        link = self._links.get(address)
-        if link is None:
-            link = self._links[address] = Link(address, self.upstream.connect_timeout_s, self.tls.upstream,
-                                               self.upstream.sasl)
-        return link

@@ -3,11 +3,19 @@ says which, and why not through confluent-kafka's AdminClient).
 
 Over the upstream TLS settings, and authenticated first with Sluice's own identity when ``[upstream.sasl]`` names
 one (KIP-43: SaslHandshake v1, then SaslAuthenticate v2): a broker's SASL listener closes a connection whose first
-request is anything else. One request at a time on a connection, and Kafka answers in order, so the answer read
-next must carry the request's correlation id (NetworkClient.correlate in Kafka's client does the same check): one
-that does not means the stream is out of step, and the connection is closed. So is a connection whose call
-failed in any way mid-exchange - timed out, cancelled, closed by the broker: the unread rest of an answer would
-otherwise be read as the next request's.
+request is anything else. Held to the rules a Kafka client keeps:
+
+- one request at a time on a connection, and Kafka answers in order, so the answer read next must carry the
+  request's correlation id (NetworkClient.correlate in Kafka's client does the same check): one that does not
+  means the stream is out of step, and the connection is closed;
+- one deadline per call, the answer's size prefix and body together, and an answer larger than the frame bound
+  (``[limits] max_frame_bytes``) is refused before its bytes are read, as the broker bounds requests
+  (socket.request.max.bytes);
+- a connection whose call failed in any way mid-exchange (timed out, cancelled, closed by the broker, too large)
+  is closed: the unread rest of an answer would otherwise be read as the next request's;
+- a request is never sent twice: a call that failed after its request was written may have been applied (an
+  OffsetCommit, say), so it fails; only a connection the broker had closed while it was idle (seen before the
+  request is written) is opened again first (:class:`Link`).
 """
 
 from __future__ import annotations
@@ -22,7 +30,10 @@ from ..wire.api_keys import ApiKey
 from ..wire.messages import decode_response, encode_request
 from ..wire.model import Message
 
-__all__ = ["Link", "OwnConnection", "one_request"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "Link", "NotSent", "OwnConnection"]
+
+#: the answer bound when none is given: Kafka's socket.request.max.bytes default, as [limits] max_frame_bytes
+DEFAULT_MAX_FRAME_BYTES = 104857600
 
 
 
@@ -30,19 +41,20 @@ class OwnConnection:
     """A connection of Sluice's own to one broker; see the module docstring."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: Address,
-                 timeout: float) -> None:
+                 timeout: float, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._reader, self._writer = reader, writer
-        self.address, self.timeout = address, timeout
+        self.address, self.timeout, self.max_frame_bytes = address, timeout, max_frame_bytes
         self._corr = 0
         self.closed = False
 
     @classmethod
     async def open(cls, address: Address, timeout: float, tls: ssl.SSLContext | None,
-                   sasl: UpstreamSaslSettings | None) -> OwnConnection:
+                   sasl: UpstreamSaslSettings | None,
+                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> OwnConnection:
         host, port = address
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls is not None else None), timeout)
-        conn = cls(reader, writer, address, timeout)
+        conn = cls(reader, writer, address, timeout, max_frame_bytes)
         try:
             if sasl is not None and sasl.mechanism:
                 await conn._login(sasl)
@@ -68,9 +80,16 @@ class OwnConnection:
             except SaslClientError as e:
                 raise OSError(f"{host}:{port}: {e}") from None
 
+    @property
+    def idle_closed(self) -> bool:
+        """The broker closed this connection while no request was on it (its end of stream already read): a
+        request written now would be lost unread, so the connection is to be opened again first."""
+        return self._reader.at_eof() or self._writer.is_closing()
+
     async def call(self, api_key: int, version: int, body: Message) -> Message:
-        """Send one request and read its answer. Any failure on the way (a timeout, a cancellation, the broker
-        closing, an answer to another request) closes the connection before it propagates."""
+        """Send one request and read its answer, within one deadline. Any failure on the way (a timeout, a
+        cancellation, the broker closing, an answer to another request or over the frame bound) closes the
+        connection before it propagates."""
         if self.closed:
             raise OSError(f"{self.address[0]}:{self.address[1]}: connection closed")
         self._corr += 1
@@ -82,7 +101,9 @@ class OwnConnection:
             self._writer.write(len(frame).to_bytes(4, "big") + frame)
             async with asyncio.timeout(self.timeout):
                 size = int.from_bytes(await self._reader.readexactly(4), "big")
-            async with asyncio.timeout(self.timeout):
+                if size > self.max_frame_bytes:
+                    raise OSError(f"{self.address[0]}:{self.address[1]}: an answer of {size} bytes, over the frame "
+                                  f"bound ({self.max_frame_bytes})")
                 data = await self._reader.readexactly(size)
             head, answer = decode_response(api_key, version, data)
             if head.correlation_id != corr:
@@ -100,29 +121,43 @@ class OwnConnection:
 
 
 class Link:
-    """Sluice's own connection to one broker for its group requests: opened on first use, one request at a
-    time, opened again after a failure (a failed call has closed it)."""
+    """Sluice's own connection to one broker: opened on first use, one request at a time, opened again when the
+    last call failed (it closed it) or the broker closed it while idle. A call is made once: it fails if anything
+    goes wrong after its request was written (see the module docstring)."""
 
     def __init__(self, address: Address, timeout: float, tls: ssl.SSLContext | None,
-                 sasl: UpstreamSaslSettings | None) -> None:
+                 sasl: UpstreamSaslSettings | None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.address, self.timeout, self._tls, self._sasl = address, timeout, tls, sasl
+        self.max_frame_bytes = max_frame_bytes
         self._lock = asyncio.Lock()
         self._conn: OwnConnection | None = None
 
+    @property
+    def idle_closed(self) -> bool:
+        """Its connection is open on Sluice's side only (the broker closed it while idle): the next request opens
+        another first."""
+        return self._conn is not None and not self._conn.closed and self._conn.idle_closed
+
     async def request(self, api_key: int, version: int, body: Message) -> Message:
+        """One request and its answer. OSError names the broker: :class:`NotSent` if the request never left
+        (no connection could be made), else the call's failure, after which it must not be sent again."""
         async with self._lock:
-            for attempt in (1, 2):  # a connection the broker closed while idle: opened again, once
-                if self._conn is not None and self._conn.closed:
-                    self._conn = None
+            conn = self._conn
+            if conn is None or conn.closed or conn.idle_closed:
+                self.close()
                 try:
-                    if self._conn is None:
-                        self._conn = await OwnConnection.open(self.address, self.timeout, self._tls, self._sasl)
-                    return await self._conn.call(api_key, version, body)
+                    conn = self._conn = await OwnConnection.open(self.address, self.timeout, self._tls, self._sasl,
+                                                                 self.max_frame_bytes)
                 except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-                    self.close()
-                    if attempt == 2:
-                        raise OSError(f"{self.address[0]}:{self.address[1]}: {e!r}") from None
-            raise AssertionError("unreachable")
+                    raise NotSent(f"{self.address[0]}:{self.address[1]}: {e!r}") from None
+            try:
+                return await conn.call(api_key, version, body)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+                self.close()
+                raise OSError(f"{self.address[0]}:{self.address[1]}: {e!r}") from None
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         if self._conn is not None:
@@ -130,11 +165,5 @@ class Link:
             self._conn = None
 
 
-async def one_request(address: Address, api_key: int, version: int, body: Message, timeout: float,
-                      tls: ssl.SSLContext | None = None, sasl: UpstreamSaslSettings | None = None) -> Message:
-    """A single request/response on a fresh connection of Sluice's own (its Metadata lookups)."""
-    conn = await OwnConnection.open(address, timeout, tls, sasl)
-    try:
-        return await conn.call(api_key, version, body)
-    finally:
-        conn.close()
+class NotSent(OSError):
+    """A request that never reached the broker (no connection could be made): safe to try at another broker."""

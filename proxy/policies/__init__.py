@@ -3,8 +3,10 @@
 :data:`POLICIES` lists the chain's policies in order, client side first: requests go through them top to bottom
 (towards the broker), responses bottom to top (see :mod:`proxy.core.chain`). Each entry is a
 :class:`~proxy.core.registration.Registration`: the policy, its config section and settings model, whether the
-section changes at run time, its metrics. The settings model (``proxy.config``), the proxy, the admin API and
-the state file are composed from this list. Adding a policy is a package here and one line below.
+section changes at run time, its metrics, its access-log fields. The settings model (``proxy.app``), the proxy,
+the admin API and the state file are composed from this list and the policies installed from other packages
+(``proxy.app``: the ``sluice.policies`` entry points). Adding a built-in policy is a package here and one line
+below; adding one from outside Sluice is a package of its own and one entry point.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from .sasl import Sasl
 if TYPE_CHECKING:
     from ..config import CoreSettings
 
-POLICIES: tuple[Registration, ...] = (
+#: the built-in policies from the client's side up to the ones next to the broker; policies installed from other
+#: packages (``proxy.app``, the ``sluice.policies`` entry points) come between the two
+CLIENT_SIDE: tuple[Registration, ...] = (
     # SASL relayed untouched; the accepted principal's name becomes the connection's
     Registration(lambda _settings, services, _metrics: Sasl(services)),
     Registration(lambda _settings, services, _metrics: ApiVersions(services)),  # only versions Sluice reads
@@ -32,8 +36,13 @@ POLICIES: tuple[Registration, ...] = (
     throttle.REGISTRATION,  # KIP-73 replication throttles
     share_groups.REGISTRATION,  # KIP-932 share groups: records acquired and acknowledged (access log, metrics)
     sharing.REGISTRATION,  # cooperative consumption: consumers share partitions by key-hash slice
+)
+#: the built-in policies next to the broker: they see a request last and its response first
+BROKER_SIDE: tuple[Registration, ...] = (
     terminate.REGISTRATION,  # KIP-227: Sluice owns the fetch sessions (next to the broker)
 )
+#: every built-in policy, in chain order
+POLICIES: tuple[Registration, ...] = CLIENT_SIDE + BROKER_SIDE
 
 
 def build(settings: CoreSettings, services: Services) -> list[Policy]:

@@ -1,6 +1,7 @@
-"""Sluice's own group requests (proxy/io/cluster.py) against a local misbehaving broker, as the sharing policy
-makes them: each call settles, ok or failed, and is counted once in sluice_sharing_group_calls_total{outcome};
-a call cut off mid-answer by the group-call bound leaves nothing behind for the next call."""
+"""Sluice's own group requests (sharing's GroupCall, run by proxy/io/cluster.py) against a local misbehaving
+broker, as the sharing policy makes them: each call settles, ok or failed, and is counted once in
+sluice_sharing_group_calls_total{outcome}; a call cut off mid-answer by its deadline leaves nothing behind for the
+next call."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from proxy.core.group_calls import Committed, GroupCall
+from proxy.core.broker_calls import BrokerCalls
 from proxy.io.cluster import OwnRequests
 from proxy.policies.sharing import Sharing
+from proxy.policies.sharing.group_calls import Committed, GroupCall
 from proxy.tls import TlsContexts
 from proxy.wire.messages import response_codec
 from proxy.wire.model import Message
@@ -102,8 +104,9 @@ async def rig() -> AsyncIterator[Rig]:
         proxy = SansIOProxy({"sharing.enabled": True, "sharing.topics": [{"topic": TOPIC}],
                              "upstream.bootstrap_servers": [f"{host}:{port}"]})
         sharing = proxy.policy("sharing")
+        assert isinstance(sharing.calls, BrokerCalls)
         own = OwnRequests(proxy.settings.upstream, TlsContexts(proxy.settings), proxy.router, proxy.names,
-                          sharing.calls, proxy.metrics, [broker.address], group_call_timeout=1.0)
+                          sharing.calls, proxy.metrics, [broker.address])
         own.start(asyncio.get_running_loop())
         state.append(Rig(broker, sharing, own, proxy, unanswered=asyncio.Event(), commits=[]))
         yield state[0]
@@ -111,7 +114,7 @@ async def rig() -> AsyncIterator[Rig]:
 
 
 def reads(group: str) -> GroupCall:
-    return GroupCall(reads={group: {(TOPIC, 0), (TOPIC, 1)}})
+    return GroupCall(reads={group: {(TOPIC, 0), (TOPIC, 1)}}, deadline_s=1.0)
 
 
 async def test_a_call_answered_is_settled_with_its_answers_and_counted_ok(rig: Rig) -> None:

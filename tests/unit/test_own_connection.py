@@ -117,3 +117,62 @@ async def test_after_a_call_cancelled_mid_read_the_next_call_on_the_link_gets_it
     got = await link.request(DESCRIBE_GROUPS, V, describe("b"))
     assert [g.group_id for g in got.groups] == ["b"]
     link.close()
+
+
+async def test_an_answer_over_the_frame_bound_is_refused_before_it_is_read(broker: Broker) -> None:
+    conn = await OwnConnection.open(broker.address, 30.0, None, None, max_frame_bytes=16)
+    with pytest.raises(OSError, match=r"an answer of \d+ bytes, over the frame bound \(16\)"):
+        await conn.call(DESCRIBE_GROUPS, V, describe("g"))
+    assert conn.closed
+
+
+async def test_a_call_has_one_deadline_for_the_size_and_the_body_together(broker: Broker) -> None:
+    """Each half of the answer comes within the deadline, the whole does not: the call times out."""
+    async def slow_halves(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
+        data = answer(header.correlation_id, body.groups[0])
+        writer.write(data[:4])
+        await asyncio.sleep(0.3)
+        writer.write(data[4:10])
+        await asyncio.sleep(0.3)
+        writer.write(data[10:])
+
+    broker.behave = slow_halves
+    conn = await OwnConnection.open(broker.address, 0.4, None, None)
+    with pytest.raises(TimeoutError):
+        await conn.call(DESCRIBE_GROUPS, V, describe("g"))
+    assert conn.closed
+
+
+async def test_a_request_that_timed_out_is_never_sent_again(broker: Broker) -> None:
+    """It may have been applied (an OffsetCommit): the link fails the call, and the next call is the next one."""
+    received: list[str] = []
+
+    async def first_unanswered(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
+        received.append(body.groups[0])
+        if len(received) > 1:
+            writer.write(answer(header.correlation_id, body.groups[0]))
+
+    broker.behave = first_unanswered
+    link = Link(broker.address, 0.2, None, None)
+    with pytest.raises(OSError, match="TimeoutError"):
+        await link.request(DESCRIBE_GROUPS, V, describe("a"))
+    got = await link.request(DESCRIBE_GROUPS, V, describe("b"))
+    assert [g.group_id for g in got.groups] == ["b"] and received == ["a", "b"]
+    link.close()
+
+
+async def test_a_connection_the_broker_closed_while_idle_is_opened_again_before_the_request(broker: Broker) -> None:
+    async def answer_then_close(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer(header.correlation_id, body.groups[0]))
+        writer.close()  # as a broker does after connections.max.idle.ms
+
+    broker.behave = answer_then_close
+    link = Link(broker.address, 30.0, None, None)
+    assert [g.group_id for g in (await link.request(DESCRIBE_GROUPS, V, describe("a"))).groups] == ["a"]
+    async with asyncio.timeout(30.0):
+        while not link.idle_closed:  # the broker's end of stream reaches Sluice's side
+            await asyncio.sleep(0.01)
+    opened = broker.connections
+    got = await link.request(DESCRIBE_GROUPS, V, describe("b"))
+    assert [g.group_id for g in got.groups] == ["b"] and broker.connections == opened + 1
+    link.close()

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from proxy.core.broker_calls import BrokerCalls, Work
 from proxy.core.chain import ChainConnection
 from proxy.core.exchange import Exchange
-from proxy.core.group_calls import Committed, GroupCall, GroupCalls
 from proxy.policies.sharing import Sharing, marker
 from proxy.policies.sharing.frontier import decode_metadata, encode_metadata, slice_group
+from proxy.policies.sharing.group_calls import Committed, GroupCall
 from proxy.policies.sharing.keys import Slice, key_hash
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.messages import (
@@ -43,11 +44,12 @@ class FakeCoordinators:
         self.calls: list[GroupCall] = []
         self.down = False
 
-    def attach(self, calls: GroupCalls) -> None:
+    def attach(self, calls: BrokerCalls) -> None:
         calls.on_work = lambda: self.run(calls.take())
 
-    def run(self, calls: Iterable[GroupCall]) -> None:
+    def run(self, calls: Iterable[Work]) -> None:
         for call in calls:
+            assert isinstance(call, GroupCall)
             self.calls.append(call)
             if self.down:
                 call.fail("coordinator down")

@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange
-from ...core.group_calls import GroupCall
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageRequest, MessageResponse, ResponseView
 from . import layout as layouts
+from .group_calls import GroupCall
 from .keys import WHOLE, Slice
 from .members import HeartbeatState, IdPartition, Member, PartitionState, member_key
 

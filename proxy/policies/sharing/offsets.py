@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange, Signal
-from ...core.group_calls import GroupCall
 from ...wire.api_keys import ApiKey
 from ...wire.errors import CodecError
 from ...wire.messages import response_codec
@@ -36,6 +35,7 @@ from ...wire.views import MessageResponse, ResponseView, local_response
 from . import heartbeats, marker
 from .fetch import skip_filtered
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
+from .group_calls import GroupCall
 from .keys import WHOLE, Slice
 from .members import Member, PartitionState, member_key
 from .reads import FrontierRead

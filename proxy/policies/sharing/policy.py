@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...accesslog import LogLimiter, get_logger
+from ...core.broker_calls import BrokerRequests
 from ...core.exchange import ConnectionInfo, Exchange, Signal
-from ...core.group_calls import GroupCall, GroupRequests
 from ...core.policy import Policy, Services, reads
 from ...core.selectors import ClientSelector
 from ...wire.api_keys import ApiKey
@@ -41,6 +41,7 @@ from ...wire.views import FetchResponse, ResponseView
 from ..topic_rules import TopicRules
 from . import groups, heartbeats, offsets
 from .fetch import BatchCache, filter_records, note_gaps
+from .group_calls import GroupCall
 from .keys import Slice
 from .layout import Layout
 from .members import Member, Members, member_key
@@ -93,7 +94,7 @@ class Sharing(Policy):
         self.clock = services.clock
         self.names = services.names
         #: Sluice's own group requests (submitted through :meth:`submit`, which counts what came of each)
-        self.calls: GroupRequests = services.group_requests
+        self.calls: BrokerRequests = services.broker
         self.rules: TopicRules[bool] = TopicRules({t.topic: t.shared for t in settings.topics})
         self.clients = tuple(ClientSelector(c) if isinstance(c, str) else ClientSelector.of(c)
                              for c in settings.clients)

@@ -1,7 +1,7 @@
 """Reading a shared partition's :class:`~proxy.policies.sharing.frontier.Frontier` from Kafka: the group's own
 committed offset (and in its metadata, the layouts to read), and the position of every slice of the current and
 remembered layouts, each in its slice's group. Two rounds at most: the layouts named in the metadata are known only
-once it is read. Sans-IO: each round is a :class:`~proxy.core.group_calls.GroupCall` the I/O layer carries out; a
+once it is read. Sans-IO: each round is a :class:`.group_calls.GroupCall` the I/O layer carries out; a
 :class:`FrontierRead` is the :class:`~proxy.core.exchange.Pending` a request (or a recovery) waits for.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ...core.exchange import Signal
-from ...core.group_calls import Committed, GroupCall
 from ...wire.model import TopicPartition
 from .frontier import Frontier, decode_metadata, slice_group
+from .group_calls import Committed, GroupCall
 from .keys import Slice
 
 
