@@ -26,6 +26,7 @@ from .core.chain import Chain
 from .core.connection import Connection, Limits, Port
 from .core.exchange import ConnectionInfo
 from .core.memory import HeldBytes
+from .core.observer import ConnectionEvents
 from .core.policy import Policy, Services
 from .core.routing import Address, Router
 from .core.topic_names import TopicNames
@@ -80,6 +81,8 @@ class Proxy:
         self.broker_calls = BrokerCalls()
         services = Services(self.metrics, clock, self.router, self.names, self.broker_calls)
         self.chain = Chain(build_policies(settings, services), self.metrics, self.names, self.access_log)
+        #: what every connection reports to: the metrics, the operational log and the access log
+        self.events = ConnectionEvents(self.metrics, self.access_log, self.chain)
         limits = settings.limits
         #: each connection's bounds, from [limits] (static: a restart changes them)
         self.connection_limits = Limits(
@@ -114,8 +117,8 @@ class Proxy:
         return self.settings.upstream
 
     def connection(self, info: ConnectionInfo, port: Port) -> Connection:
-        return Connection(info, self.chain, port, memory=self.memory, names=self.names, metrics=self.metrics,
-                          access_log=self.access_log, clock=self.clock, limits=self.connection_limits)
+        return Connection(info, self.chain, port, memory=self.memory, names=self.names, observer=self.events,
+                          tallies=self.events.tallies, clock=self.clock, limits=self.connection_limits)
 
     def opened(self, conn: Connection) -> None:
         self.connections.add(conn)

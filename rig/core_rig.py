@@ -17,6 +17,7 @@ from proxy.accesslog import AccessLog
 from proxy.core.connection import Connection, Limits
 from proxy.core.exchange import Buffer, ConnectionInfo
 from proxy.core.memory import HeldBytes
+from proxy.core.observer import ConnectionEvents
 from proxy.wire.messages import encode_request, encode_response, request_codec, response_codec
 from proxy.wire.model import Message
 from rig.chain_rig import Clock, SansIOProxy
@@ -204,8 +205,9 @@ class CoreRig:
         """A new client connection (and its upstream connection, up unless ``ready`` is False)."""
         self._ids += 1
         port = FakePort(self.timers)
+        events = ConnectionEvents(self.metrics, self.access_log, self.proxy.chain)
         conn = Connection(ConnectionInfo(self._ids, "bootstrap"), self.proxy.chain, port, memory=self.memory,
-                          names=self.names, metrics=self.metrics, access_log=self.access_log, clock=self.clock,
+                          names=self.names, observer=events, tallies=events.tallies, clock=self.clock,
                           limits=self.limits)
         if ready:
             conn.upstream_ready("broker:9092")

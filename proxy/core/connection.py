@@ -46,11 +46,16 @@ close, start a timer). Everything in between is here:
   (``Exchange.bare_tokens``), client frames are relayed as tokens, not requests, and each upstream answer is read
   as a bare frame (a length and the token, no correlation id) until the exchange says it is over; neither is a
   request, so neither is logged or counted as one.
-- **Metrics and the access log**, one line per request when its response has been handed to the client.
+- **State**: explicit, as h11's: the connection's :class:`State` (connecting upstream, open, closed), what its
+  head request waits for (:class:`Wait`), and the reasons reading the client is paused (:class:`Pause`).
+- **Observed from outside**: the core counts bytes (tallies read at scrape time) and reports every event (a request
+  completed, a frame rejected, a policy failed, the connection closed for idleness...) to its observer
+  (:mod:`proxy.core.observer`), which keeps the metrics, the operational log and the access log.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import struct
 from collections import deque
@@ -58,15 +63,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..accesslog import AccessLog, get_logger
-from ..metrics import Metrics, RejectReason
+from ..metrics import RejectReason, Tally
 from ..wire.errors import CodecError
 from .chain import Chain, ChainConnection
 from .exchange import BareTokens, Buffer, ConnectionInfo, Exchange, PolicyFailed, Rejected, Relayed, Streamer
 from .memory import HeldBytes
+from .observer import ConnectionObserver
 from .topic_names import TopicNames
-
-log = get_logger("sluice.connection")
 
 _SIZE_CORR = struct.Struct(">ii")
 _SIZE = struct.Struct(">i")
@@ -101,6 +104,9 @@ class Port(Protocol):
         calling :meth:`Connection.upstream_data`; the core takes either."""
 
 
+#: the byte counts a connection keeps (client -> Sluice, Sluice -> upstream, upstream -> Sluice, Sluice -> client)
+Tallies = tuple[Tally, Tally, Tally, Tally]
+
 #: a collected response with at least this much still to come is read straight into its buffer (the port's
 #: choice): below it, one more read of a copied chunk costs less than switching the transport's protocol twice
 DIRECT_READ_MIN = 64 * 1024
@@ -121,35 +127,57 @@ class Limits:
     idle_timeout_s: float = 0.0
 
 
-# reasons reading the client is paused
-_UPSTREAM_FULL, _WAITING, _MUTED, _CONNECTING = "upstream_full", "waiting", "muted", "connecting"
-_INFLIGHT = "inflight"
-#: shutdown: for good (see Connection.drain)
-_DRAINING = "draining"
+class State(enum.Enum):
+    """Where a connection is in its life."""
+
+    #: the client is connected, its upstream connection is being made (requests are queued, bounded)
+    CONNECTING = "connecting"
+    #: both connections are up
+    OPEN = "open"
+    #: closed (by either side, or by Sluice): nothing more is read, written or reported
+    CLOSED = "closed"
+
+
+class Wait(enum.Enum):
+    """What the head request (the oldest not yet sent) waits for; those behind it wait too."""
+
+    NAMES = "names"  # topic names Sluice looks up (proxy/core/topic_names.py)
+    PENDING = "pending"  # work a policy asked of Sluice itself (Exchange.pending)
+    MEMORY = "memory"  # response memory (proxy/core/memory.py)
+
+
+class Pause(enum.Enum):
+    """Why the client is not read; it is read again when no reason is left."""
+
+    UPSTREAM_FULL = "upstream_full"  # the broker reads slower than the client sends
+    WAITING = "waiting"  # a request waits (Wait): the ones behind it stay unread
+    MUTED = "muted"  # a policy asked for it (KIP-219 quotas, KIP-73 pacing)
+    CONNECTING = "connecting"  # the upstream connection is not up yet and the queue is full
+    INFLIGHT = "inflight"  # max_inflight_requests are owed a response (Kafka's channel muting)
+    DRAINING = "draining"  # shutdown: for good (see Connection.drain)
+
+
+_CONNECTING, _OPEN, _CLOSED = State.CONNECTING, State.OPEN, State.CLOSED
 
 
 class Connection:
     """One client connection (to one of Sluice's listeners) paired with one upstream connection."""
 
     def __init__(self, info: ConnectionInfo, chain: Chain, port: Port, *, memory: HeldBytes, names: TopicNames,
-                 metrics: Metrics, access_log: AccessLog, clock: Callable[[], float],
+                 observer: ConnectionObserver, tallies: Tallies, clock: Callable[[], float],
                  limits: Limits = Limits()) -> None:
         self.info = info
         self.chain = chain
         self.port = port
         self.memory = memory
         self.names = names
-        self.metrics = metrics
-        self.access_log = access_log
+        self.observer = observer
         self.clock = clock
         self.limits = limits
-        # the per-request metrics, bound once and added to in place (metrics.Tally, RequestTallies: read at scrape
-        # time): each is on every request's path, where a call more per request is measurable (docs/PERFORMANCE.md)
-        self._bytes_in = metrics.bytes_client_to_proxy
-        self._bytes_up = metrics.bytes_proxy_to_upstream
-        self._bytes_back = metrics.bytes_upstream_to_proxy
-        self._bytes_out = metrics.bytes_proxy_to_client
-        self._observe = metrics.requests.observe
+        self.state = _CONNECTING
+        # the byte counts, bound once and added to in place (metrics.Tally: read at scrape time): each is on every
+        # read's path, where a call more per read is measurable (docs/PERFORMANCE.md)
+        self._bytes_in, self._bytes_up, self._bytes_back, self._bytes_out = tallies
         try:
             self.policies = chain.connect(info)
         except PolicyFailed as failure:
@@ -158,7 +186,6 @@ class Connection:
             port.call_later(0, functools.partial(self._policy_failed, failure))
         self.client_id: str | None = None
         self.upstream_name = ""
-        self.closed = False
         # requests
         self._buf = bytearray()
         self._partial_since: float | None = None  # when the incomplete frame in _buf started (while read)
@@ -166,12 +193,11 @@ class Connection:
         #: classified, not yet dispatched: the head may wait for topic names or memory, the rest behind it
         self._pending: deque[Exchange] = deque()
         self._head_ran = False  # the policies ran on _pending[0]
-        self._waiting: str | None = None  # what _pending[0] waits for: "names", "pending" or "memory"
+        self._waiting: Wait | None = None  # what _pending[0] waits for
         #: dispatched, owed a response, in client order
         self.inflight: deque[Exchange | Relayed] = deque()
         #: sent upstream, response not started, in send order
         self.awaiting: deque[Exchange | Relayed] = deque()
-        self._upstream_ready = False
         self._queued: list[Buffer] = []
         self._queued_bytes = 0
         # responses
@@ -190,7 +216,7 @@ class Connection:
         self._direct = False
         self._stream: Streamer | None = None
         # flow control
-        self._client_pauses: set[str] = set()
+        self._client_pauses: set[Pause] = set()
         self._upstream_paused = False
         self._client_full = False
         self._release_on_drain = 0
@@ -215,17 +241,21 @@ class Connection:
         consumer's next long poll) keeps the connection busy until the drain timeout, and its last request is
         abandoned anyway. Reading is paused for good; bytes already buffered are left unread, as a broker's
         SocketServer leaves what it has not read when it shuts down (the client resends on its next connection)."""
-        self._pause_client(_DRAINING)
+        self._pause_client(Pause.DRAINING)
+
+    @property
+    def closed(self) -> bool:
+        return self.state is _CLOSED
 
     @property
     def busy(self) -> bool:
         """Requests are owed a response (shutdown drains these)."""
-        return (bool(self.inflight) or bool(self._pending)) and not self.closed
+        return (bool(self.inflight) or bool(self._pending)) and self.state is not _CLOSED
 
     # ============================================================================================ requests
 
     def client_data(self, data: bytes) -> None:
-        if self.closed:
+        if self.state is _CLOSED:
             return
         self._bytes_in.value += len(data)
         self._last_active = self.clock()
@@ -248,7 +278,7 @@ class Connection:
             max_frame = self.limits.max_frame_bytes
             while len(buf) - off >= 4:
                 pauses = self._client_pauses
-                if pauses and (_INFLIGHT in pauses or _DRAINING in pauses):
+                if pauses and (Pause.INFLIGHT in pauses or Pause.DRAINING in pauses):
                     break  # the rest waits in the buffer until a response goes out (draining: for good)
                 size = _SIZE.unpack_from(buf, off)[0]
                 if size < 0:
@@ -270,7 +300,7 @@ class Connection:
                     self._client_token(frame)
                     continue
                 self._on_request(frame)
-                if self.closed:
+                if self.state is _CLOSED:
                     return
             if data is not None:
                 if off < len(data):
@@ -293,7 +323,7 @@ class Connection:
 
     def _partial_expired(self) -> None:
         self._partial_timer = None
-        if self.closed or self._partial_since is None:
+        if self.state is _CLOSED or self._partial_since is None:
             return
         now = self.clock()
         if self._client_pauses:
@@ -335,25 +365,22 @@ class Connection:
     def _inflight_full(self) -> None:
         """Kafka's channel muting: a connection with ``max_inflight_requests`` owed a response is not read until
         one goes out; the client's further requests wait in its socket and Sluice's buffer, none is refused."""
-        self.metrics.inflight_limited.inc()
-        if not self._inflight_hit:
-            self._inflight_hit = True
-            log.info("inflight_limit", conn=self.info.conn_id, listener=self.info.listener,
-                     limit=self.limits.max_inflight_requests, client_id=self.client_id,
-                     client=self.info.client_host, principal=self.info.principal)
-        self._pause_client(_INFLIGHT)
+        self.observer.inflight_limited(self.info, self.client_id, self.limits.max_inflight_requests,
+                                       not self._inflight_hit)
+        self._inflight_hit = True
+        self._pause_client(Pause.INFLIGHT)
 
     def _inflight_below(self) -> None:
-        if _INFLIGHT in self._client_pauses and \
+        if Pause.INFLIGHT in self._client_pauses and \
                 len(self.inflight) + len(self._pending) < self.limits.max_inflight_requests:
-            self._resume_client(_INFLIGHT)
-            if not self.closed and _INFLIGHT not in self._client_pauses:
+            self._resume_client(Pause.INFLIGHT)
+            if self.state is not _CLOSED and Pause.INFLIGHT not in self._client_pauses:
                 self._frame()  # requests already read and buffered go on now
 
     def _idle_check(self) -> None:
         """Kafka's connections.max.idle.ms: nothing in flight, no client bytes for idle_timeout_s -> closed."""
         self._idle_timer = None
-        if self.closed:
+        if self.state is _CLOSED:
             return
         idle = self.limits.idle_timeout_s
         now = self.clock()
@@ -361,9 +388,7 @@ class Connection:
         if self.busy:
             left = idle
         elif quiet >= idle:
-            self.metrics.connections_closed.labels("idle").inc()
-            log.info("idle_closed", conn=self.info.conn_id, listener=self.info.listener, idle_s=round(quiet, 3),
-                     client_id=self.client_id, client=self.info.client_host, principal=self.info.principal)
+            self.observer.idle_closed(self.info, self.client_id, quiet)
             self.close()
             return
         else:
@@ -377,7 +402,7 @@ class Connection:
         self._bare_owed += 1
         self._bytes_up.value += len(token) + 4
         buffers = (len(token).to_bytes(4, "big"), token)
-        if self._upstream_ready:
+        if self.state is _OPEN:
             self.port.send_upstream(buffers)
         else:
             self._queued.extend(buffers)
@@ -386,13 +411,13 @@ class Connection:
     def _pump(self) -> None:
         """Take pending requests through their waits and the chain, in order, and dispatch them."""
         pending = self._pending
-        while pending and not self.closed and self._waiting is None:
+        while pending and self.state is not _CLOSED and self._waiting is None:
             ex = pending[0]
             if ex.missing_names:
                 # names learnt (or given up on) while it waited behind another request: not waited for again
                 ex.missing_names = self.names.missing(ex.missing_names)
             if ex.missing_names:
-                self._wait("names")
+                self._wait(Wait.NAMES)
                 self.names.wait(ex.missing_names, self._names_settled)
                 return
             if not self._head_ran:
@@ -406,41 +431,41 @@ class Connection:
                 # a policy asked for work of Sluice's own first: wait for it, then the chain resumes that policy
                 self._head_ran = False
                 if not ex.pending.settled:
-                    self._wait("pending")
+                    self._wait(Wait.PENDING)
                     ex.pending.on_settled(self._pending_settled)
                     return
                 continue
             if ex.reserve and not ex.held and ex.answer is None:
                 if not self.memory.reserve(ex.reserve, self._memory_granted):
-                    self.metrics.response_memory_waits.inc()
-                    self._wait("memory")
+                    self.observer.memory_wait(self.info)
+                    self._wait(Wait.MEMORY)
                     return
                 ex.held = ex.reserve
             pending.popleft()
             self._head_ran = False
             self._dispatch(ex)
         if not pending:
-            self._resume_client(_WAITING)
+            self._resume_client(Pause.WAITING)
 
-    def _wait(self, what: str) -> None:
+    def _wait(self, what: Wait) -> None:
         self._waiting = what
-        self._pause_client(_WAITING)
+        self._pause_client(Pause.WAITING)
 
     def _names_settled(self) -> None:
-        if self.closed or self._waiting != "names":
+        if self.state is _CLOSED or self._waiting is not Wait.NAMES:
             return
         self._pending[0].missing_names = frozenset()
         self._waiting = None
         self._pump()
 
     def _pending_settled(self) -> None:
-        if self.closed or self._waiting != "pending":
+        if self.state is _CLOSED or self._waiting is not Wait.PENDING:
             return
         self._waiting = None
         self._pump()
 
     def _memory_granted(self) -> None:
-        if self.closed or self._waiting != "memory":  # granted in the instant the connection went away
+        if self.state is _CLOSED or self._waiting is not Wait.MEMORY:  # granted as the connection went away
             self.memory.release(self._pending[0].reserve if self._pending else 0)
             return
         ex = self._pending[0]
@@ -472,24 +497,24 @@ class Connection:
         size = len(frame)
         buffers = (size.to_bytes(4, "big"), frame)
         self._bytes_up.value += size + 4
-        if self._upstream_ready:
+        if self.state is _OPEN:
             self.port.send_upstream(buffers)
             return
         self._queued.extend(buffers)
         self._queued_bytes += size + 4
         if self._queued_bytes > self.limits.write_high_water_bytes:
-            self._pause_client(_CONNECTING)  # backpressure while the upstream connect is still in flight
+            self._pause_client(Pause.CONNECTING)  # backpressure while the upstream connect is still in flight
 
     def upstream_ready(self, name: str) -> None:
         """The upstream connection is up (``name``: host:port, for the logs)."""
-        if self.closed:
+        if self.state is _CLOSED:
             return
         self.upstream_name = name
-        self._upstream_ready = True
+        self.state = _OPEN
         queued, self._queued, self._queued_bytes = self._queued, [], 0
         if queued:
             self.port.send_upstream(queued)
-        self._resume_client(_CONNECTING)
+        self._resume_client(Pause.CONNECTING)
 
     def upstream_failed(self, detail: str) -> None:
         """The upstream connection could not be made (the server logs the cause, rate-limited)."""
@@ -498,7 +523,7 @@ class Connection:
     # =========================================================================================== responses
 
     def upstream_data(self, data: bytes) -> None:
-        if self.closed:
+        if self.state is _CLOSED:
             return
         self._bytes_back.value += len(data)
         view = memoryview(data)
@@ -506,7 +531,7 @@ class Connection:
         while pos < end:
             if self._bare_owed and self._resp is None:
                 pos = self._server_token(view, pos, end)
-                if self.closed:
+                if self.state is _CLOSED:
                     return
                 continue
             if self._resp is None:
@@ -519,7 +544,7 @@ class Connection:
                         if isinstance(first, Relayed):
                             if first.streamer is None and self._relayed(view, pos, end, first):
                                 pos += 4 + self._size
-                                if self.closed:
+                                if self.state is _CLOSED:
                                     return
                                 continue
                         elif first.relay_if is not None:
@@ -559,7 +584,7 @@ class Connection:
             self._head_at = -1
             if self._left == 0:
                 self._end_response()
-                if self.closed:
+                if self.state is _CLOSED:
                     return
         if self._head is not None:  # a header that ended this read: its body comes in a later one
             head, self._head, self._head_at = self._head, None, -1
@@ -577,7 +602,7 @@ class Connection:
 
     def upstream_read_into(self, n: int) -> None:
         """``n`` bytes were read into :meth:`upstream_buffer`."""
-        if self.closed:
+        if self.state is _CLOSED:
             return
         self._bytes_back.value += n
         self._left -= n
@@ -700,7 +725,7 @@ class Connection:
         self._hdr.clear()
         if self._left == 0:
             self._end_response()
-        return not self.closed  # the response may have closed the connection: read nothing after it
+        return self.state is not _CLOSED  # the response may have closed the connection: read nothing after it
 
     def _end_response(self) -> None:
         ex, self._resp = self._resp, None
@@ -739,7 +764,7 @@ class Connection:
             ex.client_bytes = self._size + 4
             stream, self._stream = self._stream, None
             if stream is not None and stream.changed:
-                self.metrics.rewritten(ex.api)
+                self.observer.stream_rewritten(ex.api)
         if ex.held:
             assert isinstance(ex, Exchange)
             held, ex.held = ex.held, 0
@@ -759,49 +784,36 @@ class Connection:
             self._complete(ex)
 
     def _complete(self, ex: Exchange | Relayed) -> None:
-        """The exchange is over (its response handed to the client, or none is owed): counted, observed, logged."""
+        """The exchange is over (its response handed to the client, or none is owed): counted and observed."""
         now = self.clock()
         self._last_active = now
-        latency = now - ex.started
-        h = ex.header
-        self._observe(ex.api, h.api_version, latency)
         self._bytes_out.value += ex.client_bytes
-        access_log = self.access_log
-        if access_log.enabled:
-            access_log.record(
-                conn_id=self.info.conn_id, client_id=h.client_id, api=ex.api, api_key=h.api_key,
-                version=h.api_version, correlation_id=h.correlation_id, bytes_client_to_proxy=ex.size,
-                bytes_proxy_to_upstream=ex.upstream_sent,
-                bytes_upstream_to_proxy=ex.upstream_bytes, bytes_proxy_to_client=ex.client_bytes,
-                latency_ms=latency * 1000.0, error_codes=ex.error_codes, listener=self.info.listener,
-                upstream=self.upstream_name, decoded=ex.decoded, client_address=self.info.client_host or None,
-                principal=self.info.principal, partitions=ex.partitions, fields=ex.log,
-            )
+        self.observer.completed(self.info, ex, now - ex.started, self.upstream_name)
         if self.limits.max_inflight_requests:
             self._inflight_below()  # after the line: a request this lets through is logged after this one
 
     # ======================================================================================== flow control
 
-    def _pause_client(self, reason: str) -> None:
+    def _pause_client(self, reason: Pause) -> None:
         if not self._client_pauses:
             self.port.pause_client()
         self._client_pauses.add(reason)
 
-    def _resume_client(self, reason: str) -> None:
+    def _resume_client(self, reason: Pause) -> None:
         if reason not in self._client_pauses:
             return
         self._client_pauses.discard(reason)
-        if not self._client_pauses and not self.closed:
+        if not self._client_pauses and self.state is not _CLOSED:
             self.port.resume_client()
             if self._partial_since is not None:
                 self._partial_since = self.clock()  # the time Sluice did not read does not count
 
     def upstream_write_paused(self) -> None:
         """The broker reads slower than the client sends: stop reading requests."""
-        self._pause_client(_UPSTREAM_FULL)
+        self._pause_client(Pause.UPSTREAM_FULL)
 
     def upstream_write_resumed(self) -> None:
-        self._resume_client(_UPSTREAM_FULL)
+        self._resume_client(Pause.UPSTREAM_FULL)
 
     def client_write_paused(self) -> None:
         """The client reads slower than the broker sends: stop reading responses."""
@@ -815,7 +827,7 @@ class Connection:
         if self._release_on_drain:
             n, self._release_on_drain = self._release_on_drain, 0
             self.memory.release(n)
-        if self._upstream_paused and not self.closed:
+        if self._upstream_paused and self.state is not _CLOSED:
             self._upstream_paused = False
             self.port.resume_upstream()
 
@@ -834,7 +846,7 @@ class Connection:
         if until <= self._muted_until and self._mute_timer is not None:
             return
         self._muted_until = max(self._muted_until, until)
-        self._pause_client(_MUTED)
+        self._pause_client(Pause.MUTED)
         if self._mute_timer is not None:
             self._mute_timer.cancel()
         self._mute_timer = self.port.call_later(self._muted_until - self.clock(), self._unmute)
@@ -845,14 +857,12 @@ class Connection:
         if left > 0.002:  # timers may fire a little early (libuv counts milliseconds)
             self._mute_timer = self.port.call_later(left, self._unmute)
             return
-        self._resume_client(_MUTED)
+        self._resume_client(Pause.MUTED)
 
     # ============================================================================================= closing
 
     def _reject(self, reason: RejectReason, detail: str) -> None:
-        self.metrics.frames_rejected.labels(reason).inc()
-        log.warning("frame_rejected", conn=self.info.conn_id, listener=self.info.listener, reason=reason,
-                    detail=detail, client_id=self.client_id)
+        self.observer.frame_rejected(self.info, self.client_id, reason, detail)
         self.close(abort=True)
 
     def _refuse(self, e: Rejected | PolicyFailed) -> None:
@@ -863,49 +873,46 @@ class Connection:
             self._policy_failed(e)
 
     def _policy_failed(self, failure: PolicyFailed) -> None:
-        """A policy raised: this connection only is closed (the chain logs and counts it)."""
-        if self.closed:
+        """A policy raised: this connection only is closed."""
+        if self.state is _CLOSED:
             return
-        self.chain.report(failure, self.info, self.client_id)
+        self.observer.policy_failed(self.info, self.client_id, failure)
         self.close(abort=True)
 
     def _fail(self, detail: str) -> None:
         """The upstream broke the protocol (or Sluice could not read what it must rewrite)."""
-        self.metrics.frames_rejected.labels("malformed").inc()
-        log.error("upstream_protocol_error", conn=self.info.conn_id, detail=detail)
+        self.observer.upstream_error(self.info, detail)
         self.close(abort=True)
 
     def client_lost(self) -> None:
-        if (self.inflight or self._pending) and not self.closed:
-            log.debug("client_closed", conn=self.info.conn_id, pending=len(self.inflight) + len(self._pending))
+        if (self.inflight or self._pending) and self.state is not _CLOSED:
+            self.observer.client_closed(self.info, len(self.inflight) + len(self._pending))
         self._finish_close()
 
     def upstream_lost(self, error: str | None = None) -> None:
-        if (self._resp is not None or self.awaiting) and not self.closed:
+        if (self._resp is not None or self.awaiting) and self.state is not _CLOSED:
             # a response cut off, or requests that will never be answered
-            self.metrics.frames_rejected.labels("upstream_closed").inc()
             ex = self._resp or self.awaiting[0]
-            pending = len(self.awaiting) + (self._resp is not None)
-            log.warning("upstream_closed", conn=self.info.conn_id, pending=pending, api=ex.api,
-                        version=ex.header.api_version, error=error)
+            self.observer.upstream_closed(self.info, len(self.awaiting) + (self._resp is not None), ex.api,
+                                          ex.header.api_version, error)
         self.close()
 
     def close(self, abort: bool = False) -> None:
-        if not self.closed:
+        if self.state is not _CLOSED:
             self.port.close(abort)
         self._finish_close()
 
     def _finish_close(self) -> None:
-        if self.closed:
+        if self.state is _CLOSED:
             return
-        self.closed = True
+        self.state = _CLOSED
         self.chain.disconnect(self.policies)
         # Response memory this connection reserved, held or waits for goes back to the others.
-        if self._waiting == "memory":
+        if self._waiting is Wait.MEMORY:
             self.memory.cancel(self._memory_granted)
-        elif self._waiting == "names":
+        elif self._waiting is Wait.NAMES:
             self.names.cancel(self._names_settled)
-        elif self._waiting == "pending" and self._pending and self._pending[0].pending is not None:
+        elif self._waiting is Wait.PENDING and self._pending and self._pending[0].pending is not None:
             self._pending[0].pending.cancel(self._pending_settled)
         held = sum(ex.held for ex in self.inflight) + sum(ex.held for ex in self._pending) + self._release_on_drain
         self._release_on_drain = 0  # released here: a drain after the close (a transport flushing) is not another
@@ -919,4 +926,4 @@ class Connection:
         return f"Connection({self.info.conn_id}, {self.info.listener}, inflight={len(self.inflight)})"
 
 
-__all__ = ["Connection", "Limits", "Port", "Timer"]
+__all__ = ["Connection", "Limits", "Pause", "Port", "State", "Tallies", "Timer", "Wait"]

@@ -17,9 +17,10 @@ from structlog.testing import capture_logs
 
 from bench.pipeline_cpu import request_frame, response_frame
 from proxy.core.chain import Chain
-from proxy.core.connection import Connection, Limits
-from proxy.core.exchange import Exchange, Signal
+from proxy.core.connection import Connection, Limits, State
+from proxy.core.exchange import ConnectionInfo, Exchange, Signal
 from proxy.core.policy import Policy, reads
+from proxy.metrics import Tally
 from proxy.policies.terminate.sessions import LEGACY, PartitionKey
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, NodeEndpoint, decode_frame
 from proxy.wire.fetch_request_fast import decode_fetch_request
@@ -1187,3 +1188,44 @@ def test_closing_while_waiting_forgets_the_wait() -> None:
     conn.client_lost()
     policy.signals[0].settle()  # the work ends after the client left: nothing is sent, nothing resumed
     assert port.upstream == b"" and policy.resumed == []
+
+
+def test_the_connections_state_is_explicit() -> None:
+    """Connecting until the upstream connection is up (requests queued), open, closed; the head request's wait
+    and the reasons the client is not read are enums too."""
+    rig = make_rig()
+    conn, port = rig.connect(ready=False)
+    assert conn.state is State.CONNECTING and not conn.closed
+    conn.client_data(sized(list_offsets(1)))
+    assert port.take_upstream() == b""  # queued while connecting
+    conn.upstream_ready("broker:9092")
+    assert conn.state is State.OPEN and port.take_upstream() == sized(list_offsets(1))
+    conn.drain()
+    assert port.named("pause_client") and conn.state is State.OPEN
+    conn.close()
+    assert conn.state is State.CLOSED and conn.closed
+
+
+class Recorder:
+    """An observer that records the events it is told, and nothing else: the core counts and logs nothing itself."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: self.events.append((name, args[-1]))
+
+
+def test_the_core_reports_to_its_observer_and_counts_nothing_itself() -> None:
+    rig = make_rig()
+    recorder = Recorder()
+    port = FakePort(rig.timers)
+    conn = Connection(ConnectionInfo(9, "bootstrap"), rig.proxy.chain, port, memory=rig.memory, names=rig.names,
+                      observer=recorder, tallies=(Tally(), Tally(), Tally(), Tally()), clock=rig.clock)
+    conn.upstream_ready("broker:9092")
+    conn.client_data(sized(list_offsets(1)))
+    conn.upstream_data(sized(response(2, 7, 1)))
+    conn.client_data((-1).to_bytes(4, "big", signed=True))
+    assert [name for name, _ in recorder.events] == ["completed", "frame_rejected"]
+    assert recorder.events[1][1].startswith("request frame declares a negative length")
+    assert rig.metrics.total("sluice_frames_rejected_total") == 0 and rig.lines() == []
