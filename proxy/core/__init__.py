@@ -1,9 +1,10 @@
 """The sans-IO core of the proxy: the connection state machine, the policy chain and what they share.
 
-- ``connection.py``: one client connection and its upstream connection, as a state machine;
+- ``connection.py``: one client connection and its upstream connection, as a state machine; ``observer.py``:
+  the events it reports, and the metrics, logs and access log kept from them;
 - ``chain.py``: runs the policies over requests and responses; ``policy.py``: the policy protocol (what a policy
   declares, its hooks, its Services); ``registration.py``: what a policy package registers (its section,
-  settings model, metrics, whether it changes at run time); ``exchange.py``: one request/response pair and the
+  settings model, metrics, access-log fields, whether it changes at run time); ``exchange.py``: one request/response pair and the
   effects policies ask for;
 - ``memory.py``: the proxy-wide bound on response bytes held; ``admission.py``: connections in total and per
   client address; ``rate.py``: Kafka's windowed rate (throttles, client quotas);
