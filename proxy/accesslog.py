@@ -90,8 +90,8 @@ import structlog
 
 from proxy.config import LoggingSettings
 
-__all__ = ["SCHEMA_VERSION", "AccessLog", "LineSink", "LogLimiter", "configure_logging", "get_access_log",
-           "get_logger"]
+__all__ = ["SCHEMA_VERSION", "AccessLog", "LineSink", "LogLimiter", "SluiceHandler", "configure_logging",
+           "get_access_log", "get_logger", "reset_access_log"]
 
 SCHEMA_VERSION = 1
 
@@ -110,6 +110,9 @@ class _JsonStrings:
 
     def __init__(self) -> None:
         self._cache: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._cache)
 
     def __call__(self, value: str | None) -> str:
         if value is None:
@@ -214,7 +217,8 @@ class AccessLog:
         self._clock = clock
         self._sec = -1  # the second self._prefix was formatted for
         self._prefix = ""
-        self._js = _JsonStrings()
+        #: the JSON-escaped strings of client ids, API names and addresses, cached (bounded)
+        self.strings = _JsonStrings()
 
     @staticmethod
     def _open(path: str) -> TextIO:
@@ -295,7 +299,7 @@ class AccessLog:
         if sec != self._sec:  # strftime once per second; microseconds are appended per call
             self._sec = sec
             self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        js = self._js
+        js = self.strings
         # Plain {int} formatting (no :d spec) is the fast path; the arguments are typed ints from the server.
         self._write(
             f'{{"schema":{SCHEMA_VERSION},"event":"request",'
@@ -378,6 +382,13 @@ def get_access_log() -> AccessLog:
     return _access_log
 
 
+def reset_access_log() -> None:
+    """Close the access log :func:`configure_logging` set up, and go back to none (what a test undoes)."""
+    global _access_log
+    _access_log.close()
+    _access_log = AccessLog("off")
+
+
 class LogLimiter:
     """At most one log event per key per ``interval_s``: what to log while something fails in a loop (a broker
     that is down, retried by every client connection) without flooding the log. Sans-IO: the clock is
@@ -427,7 +438,7 @@ def _add_logger_name(logger: Any, _method: str, event: MutableMapping[str, Any])
     return event
 
 
-class _SluiceHandler(logging.StreamHandler[TextIO]):
+class SluiceHandler(logging.StreamHandler[TextIO]):
     """Marks the root handler we install, so reconfiguring replaces ours and leaves others' (pytest) alone."""
 
 
@@ -460,7 +471,7 @@ def configure_logging(settings: LoggingSettings) -> AccessLog:
     )
 
     # Libraries (asyncio, aiohttp) log through the standard library: render them the same way, to stderr.
-    handler = _SluiceHandler(stderr)
+    handler = SluiceHandler(stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, *exc],
@@ -468,7 +479,7 @@ def configure_logging(settings: LoggingSettings) -> AccessLog:
         )
     )
     root = logging.getLogger()
-    for old in [h for h in root.handlers if isinstance(h, _SluiceHandler)]:
+    for old in [h for h in root.handlers if isinstance(h, SluiceHandler)]:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)

@@ -247,7 +247,7 @@ def check_closed_cleanly(rig: CoreRig, ports: list[FakePort], conns: list[Connec
     assert rig.memory.held == 0, f"{rig.memory.held} response bytes still held after every close"
     assert rig.memory.waiting == 0
     assert rig.metrics.total("sluice_response_bytes_held") == 0
-    assert not rig.names._waiters, "a closed connection still waits for topic names"
+    assert not rig.names.waiting, "a closed connection still waits for topic names"
     late = [port.late for port in ports if port.late]
     assert not late, f"actions after close: {late}"
 
@@ -353,7 +353,7 @@ def frame_reader_client(data: st.DataObject) -> None:
         assert not bad, "a bad size prefix must close the connection"
         # every whole frame was handled: answered or relayed (complete), or owed a response, or waiting
         done = rig.metrics.total("sluice_requests_total")
-        assert done + len(conn.inflight) + len(conn._pending) == n == len(classified)
+        assert done + len(conn.inflight) + conn.queued == n == len(classified)
     check_closed_cleanly(rig, [port], [conn])
 
 

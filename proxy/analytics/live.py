@@ -14,7 +14,7 @@ equal tables - the tests hold them to it.
 How the stream keeps them current, exactly once:
 
 - The query reads the topic (Spark's Kafka source; its offsets in ``OUT/checkpoint``) and hands each micro-batch to
-  :func:`_apply_batch` (``foreachBatch``). A micro-batch is a plain DataFrame: it is parsed and classified as the
+  :func:`apply_batch` (``foreachBatch``). A micro-batch is a plain DataFrame: it is parsed and classified as the
   batch job does (``source``), aggregated per minute, and *merged* into the current tables by key: sums add, maxima
   and minima combine. Every table is mergeable that way, so late events (a sidecar whose sink was cut off and sent
   its buffer later) land in their own minute whenever they arrive - there is no watermark and nothing is dropped
@@ -210,7 +210,7 @@ def current_tables(spark: SparkSession, out: str) -> LiveTables:
 # ------------------------------------------------------------------------------------------------ the stream
 
 
-def _apply_batch(spark: SparkSession, out: str, keep_s: int | None, batch: DataFrame, batch_id: int,
+def apply_batch(spark: SparkSession, out: str, keep_s: int | None, batch: DataFrame, batch_id: int,
                  say: Callable[[str], None], table: str | None = None) -> None:
     store = _Store(spark, out)
     base = store.latest()
@@ -222,7 +222,7 @@ def _apply_batch(spark: SparkSession, out: str, keep_s: int | None, batch: DataF
         if table is not None:
             # Landed first: a crash before the tables' commit replays this batch, and the table skips what it
             # already holds from this stream (its checkpoint names it) at this batch id.
-            landed.land(landed.landed_rows(classified), table, writer_id=_writer_id(out), batch_id=batch_id)
+            landed.land(landed.landed_rows(classified), table, writer_id=writer_id_of(out), batch_id=batch_id)
         updates = minute_tables(classified.filter(F.col("_class") == "valid").drop(CORRUPT_COLUMN, "_class"))
         updates["lines"] = lines_table(classified)
         target = store.version_path(batch_id)
@@ -241,7 +241,7 @@ def _apply_batch(spark: SparkSession, out: str, keep_s: int | None, batch: DataF
     say(f"batch {batch_id}: version {batch_id} committed")
 
 
-def _writer_id(out: str) -> str:
+def writer_id_of(out: str) -> str:
     """The stream's id in the landed table's commits: its checkpoint, which is what makes batch ids mean the same
     records across restarts."""
     return f"sluice-stream:{out.rstrip('/')}/checkpoint"
@@ -271,7 +271,7 @@ def run_stream(
         reader.load()
         .writeStream.queryName("sluice-access-log")
         .option("checkpointLocation", f"{out.rstrip('/')}/checkpoint")
-        .foreachBatch(lambda df, batch_id: _apply_batch(spark, out, keep_s, df, batch_id, say, table))
+        .foreachBatch(lambda df, batch_id: apply_batch(spark, out, keep_s, df, batch_id, say, table))
     )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger_s} seconds")
     query = writer.start()

@@ -4,8 +4,8 @@
   the events it reports, and the metrics, logs and access log kept from them;
 - ``chain.py``: runs the policies over requests and responses; ``policy.py``: the policy protocol (what a policy
   declares, its hooks, its Services); ``registration.py``: what a policy package registers (its section,
-  settings model, metrics, access-log fields, whether it changes at run time); ``exchange.py``: one request/response pair and the
-  effects policies ask for;
+  settings model, metrics, access-log fields, whether it changes at run time); ``exchange.py``: one
+  request/response pair and the effects policies ask for;
 - ``memory.py``: the proxy-wide bound on response bytes held; ``admission.py``: connections in total and per
   client address; ``rate.py``: Kafka's windowed rate (throttles, client quotas);
 - ``routing.py``: broker node ids <-> listeners, and the rewriting of responses that carry addresses;

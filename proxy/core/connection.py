@@ -248,6 +248,11 @@ class Connection:
         return self.state is _CLOSED
 
     @property
+    def queued(self) -> int:
+        """Requests read and not yet sent or answered: the head one waiting (Wait), the others behind it."""
+        return len(self._pending)
+
+    @property
     def busy(self) -> bool:
         """Requests are owed a response (shutdown drains these)."""
         return (bool(self.inflight) or bool(self._pending)) and self.state is not _CLOSED

@@ -89,6 +89,11 @@ class TopicNames:
         known), without waiting."""
         self._want(self.missing(ids))
 
+    @property
+    def waiting(self) -> int:
+        """How many waits for names are open (a closed connection leaves none behind)."""
+        return len(self._waiters)
+
     def cancel(self, callback: Callable[[], None]) -> None:
         """Forget a waiter (its connection closed)."""
         self._waiters = [w for w in self._waiters if w.callback != callback]  # bound methods compare by ==

@@ -166,6 +166,11 @@ class ClientProtocol(asyncio.Protocol):
             return
         self.upstream.set_protocol(upstream.read_into if on else upstream)
 
+    @property
+    def torn_down(self) -> bool:
+        """Both transports are closed (or closing): nothing more is written."""
+        return self._torn_down
+
     def upstream_made(self, transport: Any, protocol: UpstreamProtocol) -> None:
         """The upstream connection is up (its transport and protocol); one made after the teardown is closed."""
         if self._torn_down:

@@ -473,6 +473,22 @@ class Codec:
     def default(self) -> Message:
         return self._struct.default()
 
+    def default_of(self, *path: str) -> Message:
+        """The default of the struct at ``path`` (field names, each an array of structs or a struct), e.g.
+        ``default_of("topics", "partitions")``: a Fetch response's partition with every field at its default."""
+        st: cs.Construct = self._struct
+        for name in path:
+            assert isinstance(st, KafkaStruct)
+            fields = {fname: sub for fname, sub, _ in (*st.plain, *(st.tagged or {}).values())}
+            if name not in fields:
+                raise KeyError(f"{self.spec.name} v{self.version}: no field {name!r} in {st.struct_name}")
+            st = fields[name]
+            if isinstance(st, Array):
+                st = st.element
+        if not isinstance(st, KafkaStruct):
+            raise KeyError(f"{self.spec.name} v{self.version}: {'.'.join(path)} is not a struct")
+        return st.default()
+
     def decode_from(self, stream: io.BytesIO) -> Message:
         """Decode one struct from the stream's position (used for headers followed by a body)."""
         try:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 from .api_keys import ApiKey
@@ -150,6 +151,11 @@ class FetchRequestView:
         parameters (Kafka reads them into a map; so does
         :class:`proxy.policies.terminate.sessions.SessionServer`). A new dict on each call."""
         return dict(self._partitions)
+
+    @property
+    def params(self) -> Mapping[PartitionKey, FetchParams]:
+        """The partitions in request order, as :meth:`partitions` but read-only and not copied (the hot paths)."""
+        return MappingProxyType(self._partitions)
 
     def forgotten(self) -> list[PartitionKey]:
         """ForgottenTopicsData flattened in request order (v7+; empty before)."""

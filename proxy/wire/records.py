@@ -562,7 +562,7 @@ def decode_batches(buf: memoryview | bytes | bytearray, *, verify_crc: bool = Tr
 # --------------------------------------------------------------------------------------------- encode
 
 
-def _encode_records(records: list[Record]) -> bytes:
+def encode_records(records: list[Record]) -> bytes:
     codec = record_codec()
     out = bytearray()
     for r in records:
@@ -583,7 +583,7 @@ def encode_batch(batch: RecordBatch) -> bytes:
     """Encode a v2 batch: records (compressed per ``attributes``), then Length, RecordsCount and CRC-32C."""
     if batch.magic != MAGIC_V2:
         raise CodecError(f"cannot encode a record batch with magic {batch.magic}")
-    body = _encode_records(batch.records)
+    body = encode_records(batch.records)
     compression = batch.attributes & COMPRESSION_MASK
     payload: bytes | memoryview
     if compression == COMPRESSION_NONE:

@@ -144,7 +144,7 @@ def test_the_stream_lands_every_record_once_and_the_report_over_it_equals_the_to
     # A crash between landing a batch and committing the per-minute tables: Spark replays the batch, it lands again,
     # and the table skips it (the same stream, the same batch id).
     replay = spark.read.format("kafka").options(**topic.source.reader_options()).load()
-    landed.land(landed.landed_rows(classify(parse_kafka_rows(replay))), table, writer_id=live._writer_id(out),
+    landed.land(landed.landed_rows(classify(parse_kafka_rows(replay))), table, writer_id=live.writer_id_of(out),
                 batch_id=version)
     assert spark.read.format("delta").load(table).count() == len(topic.records)
     said: list[str] = []
@@ -164,7 +164,7 @@ def test_a_replayed_micro_batch_is_not_counted_twice(spark: SparkSession, topic:
     rows = rows_of(spark, before.paths["client_minute"], spec.columns)
     # What Spark does after a crash between the tables' commit and its own: the same batch id again.
     replay = spark.read.format("kafka").options(**topic.source.reader_options()).load()
-    live._apply_batch(spark, out, None, replay, before.version, lambda _m: None)
+    live.apply_batch(spark, out, None, replay, before.version, lambda _m: None)
     after = live.current_tables(spark, out)
     assert after.version == before.version
     assert rows_of(spark, after.paths["client_minute"], spec.columns) == rows

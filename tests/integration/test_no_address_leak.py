@@ -3,7 +3,7 @@
 Two independent proofs, with kafka-python, confluent-kafka (librdkafka) and the Java client, each producing,
 consuming in a group and asking for cluster metadata through Sluice:
 
-1. Every byte Sluice writes to a client is recorded (a tap on ``ClientConnection.write``/``writelines``), cut
+1. Every byte Sluice writes to a client is recorded (a tap on ``ClientProtocol.send_client``), cut
    into response frames and matched to the request that asked for it by correlation id. Responses that carry addresses
    (Metadata, FindCoordinator, DescribeCluster; Fetch v16+/Produce v10+ node endpoints) are decoded and every
    host/port in them must be Sluice's; the broker's port (and its controller's) must appear in no response
@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient as CKAdmin
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
-from proxy.core.connection import Connection
+from proxy.core.chain import Chain
 from proxy.io import transports
 from proxy.wire.messages import decode_response, peek_request_header
 from proxy.wire.model import Message
@@ -57,29 +57,30 @@ class Tap:
         self.written: dict[int, bytearray] = defaultdict(bytearray)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        original_on_request = Connection._on_request
+        original_classify = Chain.classify
         original_send = transports.ClientProtocol.send_client
         tap = self
 
-        def on_request(conn: Connection, frame: bytes) -> None:
+        def classify(chain: Chain, frame: bytes, now: float, info: Any = None, relayable: bool = False) -> Any:
             try:
                 h = peek_request_header(frame)
             except Exception:  # malformed: Sluice rejects it itself; nothing is answered
                 pass
             else:
-                with tap.lock:
-                    tap.requests[conn.info.conn_id][h.correlation_id] = (h.api_key, h.api_version)
-            original_on_request(conn, frame)
+                if info is not None:
+                    with tap.lock:
+                        tap.requests[info.conn_id][h.correlation_id] = (h.api_key, h.api_version)
+            return original_classify(chain, frame, now, info, relayable)
 
         def send_client(client: transports.ClientProtocol, buffers: Any) -> None:
             buffers = list(buffers)
-            if client.transport is not None and not client._torn_down:
+            if client.transport is not None and not client.torn_down:
                 with tap.lock:
                     for data in buffers:
                         tap.written[client.conn.info.conn_id] += bytes(data)
             original_send(client, buffers)
 
-        monkeypatch.setattr(Connection, "_on_request", on_request)
+        monkeypatch.setattr(Chain, "classify", classify)
         monkeypatch.setattr(transports.ClientProtocol, "send_client", send_client)
 
     def frames(self) -> Iterator[tuple[int, int, bytes]]:

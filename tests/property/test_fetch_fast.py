@@ -215,13 +215,12 @@ def _boundary_response(version: int) -> Message:
     16384, 3 below 2**21, 4 above; int32 lengths before v12), null and empty ones between them,
     AbortedTransactions null, empty and not, and (v12+) partition tagged fields, in two topics."""
     codec = response_codec(1, version)
-    element = codec._struct.plain[-1][1].element.plain[-1][1].element
     sizes = [None, 0, 1, 126, 127, 128, 300, None, 16382, 16383, 16384, 70000, 0, 5, 2097150, 2097151, 2097150]
     topics = []
     for t in range(2):
         parts = []
         for i, size in enumerate(sizes):
-            part = element.default()
+            part = codec.default_of("responses", "partitions")
             part.partition_index = i
             part.high_watermark = 1 << 40 if i % 2 else i
             part.last_stable_offset = part.high_watermark

@@ -78,12 +78,11 @@ def restore_logging() -> Iterator[None]:
     """configure_logging() changes global state (structlog, the root logger, the access log): undo it."""
     yield
     root = logging.getLogger()
-    for handler in [h for h in root.handlers if isinstance(h, accesslog._SluiceHandler)]:
+    for handler in [h for h in root.handlers if isinstance(h, accesslog.SluiceHandler)]:
         root.removeHandler(handler)
     root.setLevel(logging.WARNING)
     route_sluice_logs_to_pytest()  # the test session's own configuration (tests/support/logs.py)
-    accesslog._access_log.close()
-    accesslog._access_log = AccessLog("off")
+    accesslog.reset_access_log()
 
 
 # ------------------------------------------------------------------------------------------------ schema
@@ -183,7 +182,7 @@ def test_client_id_cache_is_bounded() -> None:
     log = AccessLog(out)
     for i in range(10_000):  # a client inventing a new client_id per request
         log.record(**fields(client_id=f"c{i}"))
-    assert len(log._js._cache) <= 4096
+    assert len(log.strings) <= 4096
     assert lines_of(out.getvalue())[-1]["client_id"] == "c9999"
 
 

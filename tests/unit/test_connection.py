@@ -822,10 +822,10 @@ def test_closing_while_waiting_for_names_cancels_the_wait() -> None:
     conn.client_data(sized(fetch(1, version=13, keys=[(TID, 0)])))
     other.client_data(sized(fetch(1, version=13, keys=[(TID, 0)])))
     ids = rig.names.take()
-    assert len(rig.names._waiters) == 2
+    assert rig.names.waiting == 2
     port.gone()
     conn.client_lost()
-    assert len(rig.names._waiters) == 1  # its wait is forgotten (only the other connection's is left)
+    assert rig.names.waiting == 1  # its wait is forgotten (only the other connection's is left)
     rig.names.settle({TID: "t"}, ())
     assert port.upstream == b"" and not conn.busy
     assert correlation_ids(other_port.take_upstream(), request_side=True) == [1]  # the other one goes on
@@ -840,10 +840,10 @@ def test_closing_while_a_share_fetch_waits_for_names_cancels_the_lookup_wait() -
     body = request_codec(SHARE_FETCH, 1).default().replace(
         topics=[Message(topic_id=TID, partitions=[Message(partition_index=0, acknowledgement_batches=[])])])
     conn.client_data(sized(request(SHARE_FETCH, 1, 1, body)))
-    assert port.upstream == b"" and conn.busy and len(rig.names._waiters) == 1
+    assert port.upstream == b"" and conn.busy and rig.names.waiting == 1
     port.gone()
     conn.client_lost()
-    assert rig.names._waiters == []
+    assert rig.names.waiting == 0
 
 
 # ------------------------------------------------------------------------------ closing mid-response

@@ -62,7 +62,7 @@ class Rig:
     commits: list[Message] | None = None
 
     def outcomes(self) -> dict[str, float]:
-        return {o: self.sharing.metrics.sharing_group_calls.labels(o)._value.get() for o in ("ok", "failed")}
+        return {o: self.proxy.metrics.total("sluice_sharing_group_calls_total", outcome=o) for o in ("ok", "failed")}
 
     async def call(self, call: GroupCall) -> GroupCall:
         done = asyncio.Event()

@@ -361,7 +361,7 @@ def _with_payload(batch: RecordBatch, payload: bytes) -> bytes:
 
 def test_raw_and_concatenated_snappy_are_read() -> None:
     batch = new_batch(sample_records(10), compression=COMPRESSION_SNAPPY)
-    raw_records = R._encode_records(batch.records)
+    raw_records = R.encode_records(batch.records)
     # raw snappy (no xerial framing), as librdkafka writes it
     raw = bytes(cramjam.snappy.compress_raw(raw_records))
     assert decode_batch(_with_payload(batch, raw)).records == batch.records

@@ -32,8 +32,7 @@ def header(api_key: int, version: int, client_id: str | None = "c") -> Message:
 def metadata_request(version: int, topics: list[str]) -> bytes:
     codec = request_codec(3, version)
     body = codec.default()
-    topic = codec._struct.plain[0][1].element  # the Topics array's element struct
-    body.topics = [Message(**{**topic.default().fields(), "name": t}) for t in topics]
+    body.topics = [Message(**{**codec.default_of("topics").fields(), "name": t}) for t in topics]
     return encode_request(header(3, version), body)
 
 
@@ -86,7 +85,7 @@ def test_every_truncated_fetch_response_is_a_codec_error(version: int) -> None:
     codec = response_codec(1, version)
     msg = codec.default()
     topic = {"topic": "t"} if version < 13 else {"topic_id": b"\x01" * 16}
-    part = codec._struct.plain[-1][1].element.plain[-1][1].element.default()
+    part = codec.default_of("responses", "partitions")
     part.records = b"r" * 200
     part.aborted_transactions = [Message(producer_id=1, first_offset=2)]
     msg.responses = [Message(**topic, partitions=[part, part])]

@@ -237,7 +237,7 @@ def sessionless_delta(frame: bytes, sessions: UpstreamSessions
         sessions.baseline = None
         return None
     view, differing = read  # params that differ from the baseline's
-    wanted, diverged, original = sessions.wanted, sessions.diverged, baseline.view._partitions
+    wanted, diverged, original = sessions.wanted, sessions.diverged, baseline.view.params
     changed: dict[PartitionKey, FetchParams] = {}
     for key in diverged - differing.keys():  # back to the baseline's params
         if wanted[key] != original[key]:
