@@ -48,11 +48,9 @@ field                       type          meaning
 ==========================  ============  ====================================================================
 
 After those, the optional fields the policies declare (each policy's ``Registration.log_fields``: name, type and
-meaning; ``sluice`` lists them all in the access-log reference it generates), each only on the lines its policy
-sets it on (``Exchange.log``), in the order they were set: e.g. ``throttle_target_bps`` and ``throttled_bytes``
-(KIP-73 throttles), ``session_upstream_bytes`` (fetch sessions Sluice owns), ``quota_throttle_time_ms`` (client
-quotas), ``share_acquired`` and ``share_acknowledged`` (share groups). A value is written as JSON: an int or a
-string as such, anything else through :func:`json.dumps`.
+meaning; the documentation's access-log reference lists every one with its policy), each only on the lines its
+policy sets it on (``Exchange.log``), in the order they were set. A value is written as JSON: an int or a string as
+such, anything else through :func:`json.dumps`.
 
 Cost: ``record()`` formats the line itself, from its arguments, in one f-string: the timestamp's seconds are
 formatted once per second and strings are JSON-escaped once and cached. That is ~3 us per call on this

@@ -7,7 +7,7 @@
   settings model, metrics, access-log fields, whether it changes at run time); ``exchange.py``: one
   request/response pair and the effects policies ask for;
 - ``memory.py``: the proxy-wide bound on response bytes held; ``admission.py``: connections in total and per
-  client address; ``rate.py``: Kafka's windowed rate (throttles, client quotas);
+  client address; ``rate.py``: Kafka's windowed rate with a bound (SimpleRate);
 - ``routing.py``: broker node ids <-> listeners, and the rewriting of responses that carry addresses;
 - ``topic_names.py``: topic id -> name, with Sluice's own lookups; ``broker_calls.py``: Sluice's own requests to
   the cluster a policy asks for (any API, to a broker, any broker or a key's coordinator), queued for the I/O

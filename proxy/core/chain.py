@@ -228,7 +228,7 @@ class Chain:
     def _names_wanted(self, ex: Exchange, applying: list[Policy]) -> bool:
         """A policy reads topic names, or the access log will list this Fetch's partitions (a policy may decode
         its response): then a Fetch v13+ waits for the names of its ids (a connection that never sends Metadata
-        would otherwise be throttled and logged without them)."""
+        would otherwise meet rules by topic name and be logged without them)."""
         log = self.access_log
         logged = log is not None and log.enabled
         for policy in applying:

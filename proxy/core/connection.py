@@ -20,7 +20,7 @@ close, start a timer). Everything in between is here:
   an upstream response must belong to the oldest request awaiting one.
 - **Waits.** A request may wait, in order (the ones behind it wait too and the client is not read meanwhile),
   for topic names Sluice must look up (:mod:`proxy.core.topic_names`), for response memory
-  (:mod:`proxy.core.memory`, ``size_limit.global_max_bytes``) and for work a policy asked of Sluice itself
+  (:mod:`proxy.core.memory`: the bound a policy's section sets) and for work a policy asked of Sluice itself
   (``Exchange.pending``, e.g. :mod:`proxy.core.broker_calls`).
 - **The chain.** A request no policy reads under the settings in force, with nothing waiting ahead of it, is
   sent as it came (a :class:`~proxy.core.exchange.Relayed`: no Exchange, no policy called) and its response
@@ -32,8 +32,8 @@ close, start a timer). Everything in between is here:
   more than ``DIRECT_READ_MIN`` of it is still to come the port may read straight into that buffer
   (:meth:`Port.read_upstream_into`): no copy of each read, and no join of the reads at the end.
 - **Effects** the policies ask for: a local answer, the memory reservation, muting the client after a response
-  (KIP-73 pacing, like Kafka's channel muting for quotas, KIP-219), sending a request upstream again (a fetch
-  session Sluice owns was refused upstream; only when no other request is in flight behind it).
+  (Kafka's channel muting, KIP-219), sending a request upstream again (a session a policy keeps with the broker
+  was refused; only when no other request is in flight behind it).
 - **Backpressure.** When one side's write buffer passes its high-water mark, reading the other side pauses
   until it drains. Reading the client is paused for any of several reasons at once (upstream full, waiting,
   muted, upstream not yet connected); it resumes only when none is left.
@@ -151,7 +151,7 @@ class Pause(enum.Enum):
 
     UPSTREAM_FULL = "upstream_full"  # the broker reads slower than the client sends
     WAITING = "waiting"  # a request waits (Wait): the ones behind it stay unread
-    MUTED = "muted"  # a policy asked for it (KIP-219 quotas, KIP-73 pacing)
+    MUTED = "muted"  # a policy asked for it (Exchange.mute_s: Kafka's channel muting, KIP-219)
     CONNECTING = "connecting"  # the upstream connection is not up yet and the queue is full
     INFLIGHT = "inflight"  # max_inflight_requests are owed a response (Kafka's channel muting)
     DRAINING = "draining"  # shutdown: for good (see Connection.drain)
@@ -844,9 +844,9 @@ class Connection:
             self.memory.release(n)
 
     def _mute(self, seconds: float) -> None:
-        """KIP-73 pacing (policies/throttle.py): a fetcher that got only throttled partitions back is not read
-        from for ``seconds`` (at most its max_wait_ms), like Kafka's channel muting for quotas (KIP-219),
-        instead of letting it fetch again at once in a tight loop."""
+        """A policy asked that the client not be read for ``seconds`` after its response (``Exchange.mute_s``), as
+        Kafka mutes a client's channel (KIP-219): a client that ignores the throttle time it was told is held
+        anyway, instead of asking again at once in a tight loop."""
         until = self.clock() + seconds
         if until <= self._muted_until and self._mute_timer is not None:
             return

@@ -1,4 +1,5 @@
-"""The proxy-wide bound on response bytes held in Sluice (``size_limit.global_max_bytes``). Sans-IO.
+"""The proxy-wide bound on response bytes held in Sluice (set by a policy's section: ``Registration.memory_bound``).
+Sans-IO.
 
 KIP-74's memory bound for a broker is ``min(N * max_bytes, ...)``; a proxy that buffers whole responses needs
 one of its own. A request whose response a policy will hold whole (``Exchange.reserve``) reserves its bytes before

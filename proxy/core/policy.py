@@ -166,7 +166,7 @@ class Policy:
         size. Called only for policies that define it."""
 
     def reconfigure(self, section: Any) -> Callable[[], None]:
-        """New run-time settings of this policy's own section (a dynamic one: size limits, throttles, quotas),
+        """New run-time settings of this policy's own section (one its registration declares dynamic),
         made ready: whatever can fail (building the new snapshot) happens here, and the function returned applies
         it to the requests that come next and cannot fail. The chain makes every policy's ready before it applies
         any (:meth:`~proxy.core.chain.Chain.reconfigure`: all or nothing)."""

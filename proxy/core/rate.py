@@ -1,6 +1,6 @@
 """A windowed rate with a bound: Kafka's ``SimpleRate`` over a ``SampledTotal``, as KIP-73's
-ReplicationQuotaManager uses it (group LeaderReplication/FollowerReplication, "byte-rate"), shared by the
-replication throttles (proxy/policies/throttle) and the client quotas (proxy/policies/quota, KIP-13/KIP-124).
+ReplicationQuotaManager uses it (group LeaderReplication/FollowerReplication, "byte-rate") and ClientQuotaManager
+(KIP-13/KIP-124): the rate every policy that bounds one measures with.
 
 Sans-IO: every call takes ``now`` (seconds, any monotonic origin); nothing here reads a clock.
 

@@ -1,5 +1,5 @@
-"""Client selectors: which client connections a rule (a size-limit budget, a throttled consumer, a sharing rule)
-applies to. Sans-IO. A selector names any of three things about a request, and all it names must match:
+"""Client selectors: which client connections a rule of a policy's section (a budget, a throttled consumer, an
+entity's quota) applies to. Sans-IO. A selector names any of three things about a request, and all it names must match:
 
 - ``client_id``: a glob over the request header's client.id (fnmatch, case-sensitive), chosen by the client;
 - ``principal``: a glob over the SASL principal the broker accepted on the connection

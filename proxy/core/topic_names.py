@@ -1,8 +1,8 @@
 """Topic id -> name, for every connection of a proxy, with the lookups Sluice makes itself. Sans-IO.
 
-Fetch v13+ names topics by id only (KIP-516), while throttles are configured by topic name and the access log
+Fetch v13+ names topics by id only (KIP-516), while operators configure policies by topic name and the access log
 reports names. A client's own Metadata responses are not enough: a connection that never sends Metadata (a
-replica fetcher never does) would never learn them, and a throttle on its topics would silently do nothing. So,
+replica fetcher never does) would never learn them, and a rule on its topics would silently do nothing. So,
 as Kroxylicious's ``topicNames(ids)`` does, Sluice asks the cluster itself: the server sends a Metadata request
 of its own (v12+, topics by id) whenever a request that needs names names an id Sluice does not know, and the
 request waits for the answer (:meth:`TopicNames.wait`). Names are cached for the life of the proxy (a topic id is
@@ -79,7 +79,7 @@ class TopicNames:
     def pending(self, ids: Iterable[bytes]) -> Signal:
         """A request's wait (``Exchange.pending``) for ``ids``, settled as :meth:`wait` would call back. When the
         connection waiting on it closes (cancels its callback), the lookup stops waiting for it too: a policy
-        that waits for names itself (ShareFetch's throttle plan, sharing's offsets) leaves nothing behind."""
+        that waits for names itself (with the ids it finds while reading a request) leaves nothing behind."""
         signal = _NamesWait(names=self)
         self.wait(ids, signal.settle)
         return signal
