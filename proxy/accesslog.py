@@ -11,46 +11,13 @@ client (so ``ts`` minus ``latency_ms`` is roughly when the request arrived). Fie
 input of the Spark pipeline, so the schema is versioned: adding a field keeps ``schema`` at 1 (readers must
 ignore unknown fields); renaming or removing a field, or changing its type or meaning, increments it.
 
-==========================  ============  ====================================================================
-field                       type          meaning
-==========================  ============  ====================================================================
-``schema``                  int           schema version, ``1``
-``event``                   string        always ``"request"``
-``ts``                      string        ISO-8601 UTC with microseconds, ``2025-01-31T12:34:56.789012Z``
-``conn_id``                 int           client connection id, unique within one proxy process
-``client_id``               string|null   Kafka request header client_id (null when the client sent none)
-``api``                     string        Kafka API name, e.g. ``"Fetch"``
-``api_key``                 int           Kafka API key, e.g. ``1``
-``version``                 int           request API version
-``correlation_id``          int           request header correlation id
-``listener``                string        the listener the client connected to: ``bootstrap`` or ``broker-N``
-``upstream``                string        upstream broker that served it, ``host:port``
-``bytes_client_to_proxy``   int           request bytes read from the client (frame incl. 4-byte length)
-``bytes_proxy_to_upstream`` int           request bytes sent upstream (0 if the proxy answered itself)
-``bytes_upstream_to_proxy`` int           response bytes read from upstream (0 if the proxy answered itself)
-``bytes_proxy_to_client``   int           response bytes written to the client
-``latency_ms``              float|null    request read -> response written, milliseconds, 3 decimals (us);
-                                          null if not a finite number
-``error_codes``             int[]         non-zero Kafka error codes seen in the response (empty: none, or
-                                          the response was relayed without decoding)
-``decoded``                 bool          the proxy decoded the request/response (false = relayed as bytes)
-``partitions``              object[]      optional, only for Fetch responses Sluice decoded (a policy applied):
-                                          ``{"topic", "partition", "bytes"}`` per partition, record bytes sent
-                                          to the client; the topic is its name (Sluice looks up the names of
-                                          Fetch v13+ topic ids first), or its topic id (Kafka's base64 form)
-                                          when that lookup found no such topic or failed
-``client_address``          string        optional, the client's IP address (the PROXY protocol header's
-                                          source on listeners that read one, else the peer's); absent when
-                                          unknown (e.g. a Unix socket)
-``principal``               string        optional, only on connections whose SASL authentication the broker
-                                          accepted: the principal's name (PLAIN user, SCRAM ``n=``, the
-                                          OAUTHBEARER token's ``sub``), never a credential
-==========================  ============  ====================================================================
+The fields every line carries, in order, are :data:`CORE_FIELDS` (name, JSON type, meaning; the documentation's
+access-log reference, ``proxy/reference.py``, is generated from it).
 
-After those, the optional fields the policies declare (each policy's ``Registration.log_fields``: name, type and
-meaning; the documentation's access-log reference lists every one with its policy), each only on the lines its
-policy sets it on (``Exchange.log``), in the order they were set. A value is written as JSON: an int or a string as
-such, anything else through :func:`json.dumps`.
+After those come the optional fields the policies declare (each policy's ``Registration.log_fields``: name, type
+and meaning; the reference lists every one with its policy), each only on the lines its policy sets it on
+(``Exchange.log``), in the order they were set. A value is written as JSON: an int or a string as such, anything
+else through :func:`json.dumps`.
 
 Cost: ``record()`` formats the line itself, from its arguments, in one f-string: the timestamp's seconds are
 formatted once per second and strings are JSON-escaped once and cached. That is ~3 us per call on this
@@ -88,10 +55,43 @@ import structlog
 
 from proxy.config import LoggingSettings
 
-__all__ = ["SCHEMA_VERSION", "AccessLog", "LineSink", "LogLimiter", "SluiceHandler", "configure_logging",
+__all__ = ["CORE_FIELDS", "SCHEMA_VERSION", "AccessLog", "LineSink", "LogLimiter", "SluiceHandler", "configure_logging",
            "get_access_log", "get_logger", "reset_access_log"]
 
 SCHEMA_VERSION = 1
+
+#: the fields of every access-log line (optional ones where they apply), in order: name, JSON type, meaning
+CORE_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ('schema', 'int', 'schema version, ``1``'),
+    ('event', 'string', 'always ``"request"``'),
+    ('ts', 'string', 'ISO-8601 UTC with microseconds, ``2025-01-31T12:34:56.789012Z``'),
+    ('conn_id', 'int', 'client connection id, unique within one proxy process'),
+    ('client_id', 'string|null', 'Kafka request header client_id (null when the client sent none)'),
+    ('api', 'string', 'Kafka API name, e.g. ``"Fetch"``'),
+    ('api_key', 'int', 'Kafka API key, e.g. ``1``'),
+    ('version', 'int', 'request API version'),
+    ('correlation_id', 'int', 'request header correlation id'),
+    ('listener', 'string', 'the listener the client connected to: ``bootstrap`` or ``broker-N``'),
+    ('upstream', 'string', 'upstream broker that served it, ``host:port``'),
+    ('bytes_client_to_proxy', 'int', 'request bytes read from the client (frame incl. 4-byte length)'),
+    ('bytes_proxy_to_upstream', 'int', 'request bytes sent upstream (0 if the proxy answered itself)'),
+    ('bytes_upstream_to_proxy', 'int', 'response bytes read from upstream (0 if the proxy answered itself)'),
+    ('bytes_proxy_to_client', 'int', 'response bytes written to the client'),
+    ('latency_ms', 'float|null', 'request read -> response written, milliseconds, 3 decimals (us); null if not a '
+                                 'finite number'),
+    ('error_codes', 'int[]', 'non-zero Kafka error codes seen in the response (empty: none, or the response was '
+                             'relayed without decoding)'),
+    ('decoded', 'bool', 'the proxy decoded the request/response (false = relayed as bytes)'),
+    ('partitions', 'object[]', 'optional, only for Fetch responses Sluice decoded (a policy applied): ``{"topic", '
+                               '"partition", "bytes"}`` per partition, record bytes sent to the client; the topic is '
+                               'its name (Sluice looks up the names of Fetch v13+ topic ids first), or its topic id '
+                               "(Kafka's base64 form) when that lookup found no such topic or failed"),
+    ('client_address', 'string', "optional, the client's IP address (the PROXY protocol header's source on listeners "
+                                 "that read one, else the peer's); absent when unknown (e.g. a Unix socket)"),
+    ('principal', 'string', 'optional, only on connections whose SASL authentication the broker accepted: the '
+                            "principal's name (PLAIN user, SCRAM ``n=``, the OAUTHBEARER token's ``sub``), never a "
+                            'credential'),
+)
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
