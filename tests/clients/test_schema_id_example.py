@@ -177,3 +177,31 @@ def test_records_without_a_schema_id_are_refused_and_the_rest_arrive(
     # kafka-python drains every ready partition of a broker into one request: it went upstream without the refused
     # partition; librdkafka sends a request per partition: Sluice answered that one itself, nothing went upstream
     assert refusals == [(len(bad), client == "kafka-python")]
+
+
+def test_acks_0_refused_closes_the_connection_and_sends_nothing_upstream(installed: Installed,
+                                                                          kafka_broker: KafkaBroker) -> None:
+    sluice = installed.sluice
+    topic = f"checked-acks0-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_broker.bootstrap, topic, partitions=2)
+    good, bad = records("acks0")
+    closed = sluice.metric("sluice_frames_rejected_total", {"reason": "refused"})
+    producer = KafkaProducer(bootstrap_servers=sluice.bootstrap, acks=0, linger_ms=1000)
+    try:
+        for r in (good[0], bad[0]):  # one request: a passing partition and a refused one
+            producer.send(topic, key=r.key, value=r.value, partition=r.partition, timestamp_ms=r.timestamp_ms)
+        producer.flush(60)
+        deadline = time.monotonic() + 30  # acks=0: flush() returns once written; Sluice reads it after
+        while sluice.metric("sluice_frames_rejected_total", {"reason": "refused"}) == closed:
+            assert time.monotonic() < deadline, "the acks=0 request was not refused"
+            time.sleep(0.05)
+    finally:
+        producer.close()
+    # the refusal came before anything of the request went upstream: a record acknowledged after it is the
+    # partition's first
+    after = KafkaProducer(bootstrap_servers=sluice.bootstrap, acks="all")
+    try:
+        assert after.send(topic, value=good[1].value, partition=GOOD).get(60).offset == 0
+    finally:
+        after.close()
+    assert read_back(kafka_broker.bootstrap, topic)[1] == 0
