@@ -61,7 +61,7 @@ PORTS_OLDEST    ?= 24000-29999
 test: install lint-only
 	@spark_log=$$(mktemp); trap 'rm -f "$$spark_log"' EXIT; \
 	SLUICE_PORT_RANGE=$(PORTS_ANALYTICS) nice -n 19 $(PY) -m pytest -q tests/analytics >"$$spark_log" 2>&1 & spark=$$!; \
-	status=0; SLUICE_PORT_RANGE=$(PORTS_TEST) $(PY) -m pytest -q tests/ --ignore=tests/analytics || status=$$?; \
+	status=0; SLUICE_PORT_RANGE=$(PORTS_TEST) $(PY) -m pytest -q tests/ examples/ --ignore=tests/analytics || status=$$?; \
 	spark_status=0; wait $$spark || spark_status=$$?; \
 	echo "# tests/analytics, beside the rest (exit $$spark_status)"; cat "$$spark_log"; \
 	[ $$status -eq 0 ] && [ $$spark_status -eq 0 ]
@@ -123,5 +123,5 @@ test-image: install
 	$(PY) -m rig.image
 
 lint-only:
-	$(VENV)/bin/ruff check $(LINT_DIRS) tests config/grafana
-	$(VENV)/bin/mypy $(LINT_DIRS) config/grafana/dashboard.py
+	$(VENV)/bin/ruff check $(LINT_DIRS) tests config/grafana examples
+	$(VENV)/bin/mypy $(LINT_DIRS) config/grafana/dashboard.py examples/sluice-schema-id/src

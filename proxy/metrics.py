@@ -35,9 +35,11 @@ from prometheus_client.utils import floatToGoString
 
 Direction = Literal["client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client"]
 Side = Literal["client", "upstream"]
-#: why a frame or connection was refused; a value handed along by whoever refused it, never parsed from text
+#: why a frame or connection was refused; a value handed along by whoever refused it, never parsed from text.
+#: "refused": a policy refused a request it has no response to refuse it in (Produce with acks=0: Kafka closes the
+#: connection on a failed one, KafkaApis.handleProduceRequest)
 RejectReason = Literal["too_large", "malformed", "unknown_api", "unsupported_version", "upstream_closed",
-                       "request_timeout"]
+                       "request_timeout", "refused"]
 
 DIRECTIONS: Final[tuple[Direction, ...]] = (
     "client_to_proxy",
@@ -53,6 +55,7 @@ REJECT_REASONS: Final[tuple[RejectReason, ...]] = (
     "unsupported_version",
     "upstream_closed",
     "request_timeout",
+    "refused",
 )
 TOPIC_LOOKUP_OUTCOMES: Final[tuple[str, ...]] = ("resolved", "unknown", "failed")
 #: why a client connection was closed before its first request was read (proxy/io/listeners.py)

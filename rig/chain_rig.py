@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.accesslog import AccessLog
-from proxy.app import load_settings
+from proxy.app import Settings, load_settings
 from proxy.core.chain import Chain, ChainConnection
 from proxy.core.exchange import ConnectionInfo, Exchange
 from proxy.core.policy import Policy, Services
@@ -31,8 +31,11 @@ class Clock:
 
 class SansIOProxy:
     def __init__(self, overrides: dict[str, Any] | None = None, *, router: Router | None = None,
-                 clock: Clock | None = None, access_log: AccessLog | None = None) -> None:
-        self.settings = load_settings(None, env={}).with_overrides(overrides or {})
+                 clock: Clock | None = None, access_log: AccessLog | None = None,
+                 model: type[Settings] = Settings) -> None:
+        """``model``: the settings model (and so the policies) to build from, e.g. one composed with a policy of
+        another package (``proxy.config.compose(proxy.app.chain_of(...))``)."""
+        self.settings = load_settings(None, env={}, model=model).with_overrides(overrides or {})
         self.metrics = Metrics()
         self.clock = clock or Clock()
         self.router = router or Router("proxy.example", 20000)

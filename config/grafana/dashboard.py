@@ -256,7 +256,7 @@ ROWS = [
     Row("Rejected frames and access log", [
         Panel("Rejected frames/s by reason", "cps",
               "sluice_frames_rejected_total: each closed one connection (too_large, malformed, unknown_api, "
-              "unsupported_version, request_timeout, upstream_closed). Alert: SluiceFramesRejected. "
+              "unsupported_version, request_timeout, upstream_closed, refused). Alert: SluiceFramesRejected. "
               "sluice_policy_errors_total: a policy raised (a bug: the log's policy_failed event says where); "
               "each closed one connection.",
               [(rate("sluice_frames_rejected_total", by="reason"), "{{reason}}"),
