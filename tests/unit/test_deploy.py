@@ -45,7 +45,8 @@ def test_the_checker_refuses_what_kubernetes_refuses(tmp_path: Path) -> None:
     with pytest.raises(DeployError, match="unknown field"):
         kubecheck([misplaced])
     policy = tmp_path / "policy.yaml"
-    policy.write_text(bad.replace("        - name: sluice\n", "        - name: sluice\n          restartPolicy: Always\n"))
+    sluice = "        - name: sluice\n"
+    policy.write_text(bad.replace(sluice, sluice + "          restartPolicy: Always\n"))
     with pytest.raises(DeployError, match="only allowed on init containers"):
         kubecheck([policy])
 
@@ -83,7 +84,8 @@ def test_application_bootstraps_at_its_sidecar_and_probes_use_the_admin_port() -
 
 def test_secrets_never_land_in_the_configmap_or_env_values() -> None:
     rendered = template("--set", "upstream.sasl.mechanism=SCRAM-SHA-512", "--set", "upstream.sasl.username=sluice",
-                        "--set", "upstream.sasl.passwordSecret.name=kafka-sluice", "--set", "admin.tokenSecret.name=adm",
+                        "--set", "upstream.sasl.passwordSecret.name=kafka-sluice",
+                        "--set", "admin.tokenSecret.name=adm",
                         "--set", "upstream.tls.enabled=true", "--set", "upstream.tls.secretName=kafka-ca")
     assert re.search(r"SLUICE_UPSTREAM__SASL__PASSWORD\n\s+valueFrom:\n\s+secretKeyRef: "
                      r'\{name: "kafka-sluice", key: "password"\}', rendered)
@@ -95,7 +97,7 @@ def test_fleet_values_become_its_settings() -> None:
     rendered = template("--set", "fleet.enabled=true", "--set", "fleet.name=payments")
     assert re.search(r'SLUICE_FLEET__NAME\n\s+value: "payments"', rendered)
     assert re.search(r"SLUICE_FLEET__INSTANCE_ID\n\s+valueFrom: \{fieldRef: \{fieldPath: metadata.name\}\}", rendered)
-    with pytest.raises(DeployError, match="fleet.name is required"):
+    with pytest.raises(DeployError, match=r"fleet\.name is required"):
         template("--set", "fleet.enabled=true")
 
 
