@@ -298,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         topic = f"footprint-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
+        del admin  # its handle would log the broker going away at the end
         produce(broker.bootstrap, topic, records)
         plain = under_load(broker, env, work, topic, records, policies=False)
         every = under_load(broker, env, work, topic, records, policies=True)

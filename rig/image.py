@@ -721,4 +721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # main of the module rig.image, not of __main__: rig/kube_pod.py raises rig.image's ImageTestError
+    from rig.image import main as rig_main
+
+    sys.exit(rig_main())

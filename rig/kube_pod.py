@@ -101,7 +101,7 @@ def poll(what: str, probe: Callable[[], str | None], timeout: float, interval: f
 
 def pod_containers(env: Mapping[str, str], pod_prefix: str) -> dict[str, dict[str, Any]]:
     """{container name without the pod prefix: its podman inspect} of the pod whose name starts with the prefix."""
-    proc = run(["podman", "ps", "-a", "--format", "json"], env=env, capture=True, quiet=True)
+    proc = run(["podman", "ps", "-a", "--pod", "--format", "json"], env=env, capture=True, quiet=True)
     out = {}
     for c in json.loads(proc.stdout or "[]"):
         pod = c.get("PodName") or ""
@@ -156,15 +156,26 @@ def _run(env: Mapping[str, str]) -> None:
                 containers = pod_containers(env, RELEASE)
                 if set(containers) != {"app", "sluice"}:
                     raise ImageTestError(f"the pod's containers are {sorted(containers)}, not app and sluice")
-                app = containers["app"]["Names"][0]
-                pod = containers["app"]["PodName"]
-                poll(f"the application committed {STOP_AFTER} records through Sluice",
-                     lambda: _committed_at_least(env, app, STOP_AFTER), timeout=180)
-                t0 = time.monotonic()
-                grace = _grace_period(work / "app.yaml")
-                run(["podman", "pod", "stop", "-t", str(grace), pod], env=env, timeout=grace + 60)
-                print(f"pod stopped in {time.monotonic() - t0:.1f}s (grace period {grace}s)")
-                _check_stopped(env, pod, app, bootstrap, topic, group)
+                try:
+                    _stop_mid_way(env, containers, bootstrap, topic, group, work / "app.yaml")
+                except ImageTestError:
+                    for c in containers.values():
+                        print(f"\n--- {c['Names'][0]}: last 40 log lines ---", flush=True)
+                        run(["podman", "logs", "--tail", "40", c["Names"][0]], env=env, check=False, quiet=True)
+                    raise
+
+
+def _stop_mid_way(env: Mapping[str, str], containers: Mapping[str, Mapping[str, Any]], bootstrap: str, topic: str,
+                  group: str, rendered: Path) -> None:
+    app = containers["app"]["Names"][0]
+    pod = containers["app"]["PodName"]
+    poll(f"the application committed {STOP_AFTER} records through Sluice",
+         lambda: _committed_at_least(env, app, STOP_AFTER), timeout=180)
+    t0 = time.monotonic()
+    grace = _grace_period(rendered)
+    run(["podman", "pod", "stop", "-t", str(grace), pod], env=env, timeout=grace + 60)
+    print(f"pod stopped in {time.monotonic() - t0:.1f}s (grace period {grace}s)")
+    _check_stopped(env, pod, app, bootstrap, topic, group)
 
 
 def _broker_answers(bootstrap: str) -> str | None:
@@ -234,18 +245,14 @@ def _check_stopped(env: Mapping[str, str], pod: str, app: str, bootstrap: str, t
 
 def _after_the_stop(bootstrap: str, topic: str, group: str, start: int) -> tuple[int | None, list[bytes]]:
     """The group's committed offset, and every record from ``start`` to the end of the topic."""
-    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer, TopicPartition
 
     tp = TopicPartition(topic, 0)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        offsets = admin.list_consumer_group_offsets(group)
-    finally:
-        admin.close()
-    committed = offsets[tp].offset if tp in offsets else None
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    # in the group only to read its commit (OffsetFetch): it never subscribes, so it never joins
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     rest: list[bytes] = []
     try:
+        committed = consumer.committed(tp)
         consumer.assign([tp])
         consumer.seek(tp, start)
         end = consumer.end_offsets([tp])[tp]

@@ -48,7 +48,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   {{- if $v.sidecar.native }}
   restartPolicy: Always
   {{- end }}
-  args: ["run", "--config", "/etc/sluice/sluice.toml"]
+  args: ["run", "--config", "/etc/sluice/config/sluice.toml"]
   env:
     {{- if $broker }}
     - name: POD_NAME
@@ -158,7 +158,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   securityContext:
     {{- toYaml $v.securityContext | nindent 4 }}
   volumeMounts:
-    - {name: sluice-config, mountPath: /etc/sluice/sluice.toml, subPath: sluice.toml, readOnly: true}
+    {{- /* the directory, not a subPath: Kubernetes updates it in place when the ConfigMap changes (SIGHUP applies
+    the run-time sections), and Podman's kube play mounts no subPath of a ConfigMap */}}
+    - {name: sluice-config, mountPath: /etc/sluice/config, readOnly: true}
     {{- if $v.upstream.tls.enabled }}
     - {name: sluice-upstream-tls, mountPath: /etc/sluice/upstream-tls, readOnly: true}
     {{- end }}
