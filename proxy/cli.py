@@ -146,10 +146,11 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
         reconfigure.add_routes(admin, proxy, fleet)
         await admin.start()
         log.info("admin_listening", host=settings.admin.host, port=admin.port)
-    # Start-up built what Sluice keeps for its whole life (every spec and codec it reads: check_specs, the policies,
-    # the registry): ~100k objects that each full collection of the cyclic GC would walk again, for tens to
-    # hundreds of milliseconds in the middle of requests (the soak's p99, docs/PERFORMANCE.md). Frozen, the
-    # collector leaves them alone (gc.freeze, CPython's advice for long-running processes).
+    # Start-up built what Sluice keeps for its whole life (its modules, the settings, the policies, the registry):
+    # objects that each full collection of the cyclic GC would walk again, for tens to hundreds of milliseconds in
+    # the middle of requests (the soak's p99, docs/PERFORMANCE.md). Frozen, the collector leaves them alone
+    # (gc.freeze, CPython's advice for long-running processes). The specs and codecs of the APIs clients use are
+    # built on their first decode (proxy/wire/schema.py), after this.
     gc.collect()
     gc.freeze()
     stop = asyncio.Event()
