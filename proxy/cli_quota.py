@@ -77,7 +77,7 @@ def table(body: dict[str, Any]) -> list[str]:
         head += (f"; fleet usage topic {fleet['usage_topic']}, {fleet['live_instances']} live instance(s), this one "
                  f"{fleet['instance'] or '?'}")
     lines.append(head)
-    rows = [("ENTRY", "ENTITY", "PRODUCE", "FETCH", "REQUESTS", "SCOPE", "SHARED")]
+    rows: list[tuple[str, ...]] = [("ENTRY", "ENTITY", "PRODUCE", "FETCH", "REQUESTS", "SCOPE", "SHARED")]
     for i, e in enumerate(body.get("entries") or []):
         rows.append((e.get("name") or f"entries[{i}]", _entity(e), _quota("produce", e.get("produce_rate_bytes")),
                      _quota("fetch", e.get("fetch_rate_bytes")), _quota("request", e.get("request_rate")),
@@ -86,7 +86,7 @@ def table(body: dict[str, Any]) -> list[str]:
     measured = status.get("entities") or []
     if measured:
         lines.append("")
-        rows = [("ENTRY", "KIND", "ENTITY", "RATE", "BOUND")]
+        rows = [("ENTRY", "KIND", "ENTITY", "RATE", "BOUND")]  # a table of its own
         for m in measured:
             rows.append((m["entry"], m["kind"], _entity(m), _quota(m["kind"], m["rate"]) if m["rate"] else "0",
                          _quota(m["kind"], m["bound"])))

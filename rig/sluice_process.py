@@ -70,6 +70,7 @@ class SluiceProcess:
         python: str | None = None,
         ports: tuple[int, int, int] | None = None,
         code: Path | None = None,
+        wait: bool = True,
     ) -> None:
         self.upstream = upstream
         self.node_id = node_id
@@ -102,9 +103,9 @@ class SluiceProcess:
         self._env = env
         self.start_timeout = start_timeout
         self.returncode: int | None = None
-        self._spawn("wb")
+        self._spawn("wb", wait)
 
-    def _spawn(self, mode: str) -> None:
+    def _spawn(self, mode: str, wait: bool = True) -> None:
         with open(self._stderr_path, mode) as err, open(self._stdout_path, mode) as out:
             self._proc = subprocess.Popen(
                 self.command,
@@ -116,6 +117,13 @@ class SluiceProcess:
                 preexec_fn=set_pdeathsig,  # only asks Linux to SIGTERM it if we die
             )
         self.returncode = None
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Return once the process serves (its /readyz and its bootstrap port answer), within ``start_timeout``;
+        else it is killed and RigError says why. What ``wait=False`` left to the caller: several started at once,
+        then each waited for."""
         try:
             self._wait_ready(self.start_timeout)
         except BaseException:

@@ -5,6 +5,8 @@ each one's reports to the others (the usage topic's part) on one fake clock."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from proxy.policies.quota.shares import FLOOR, GROWTH, SILENT_INTERVALS, FleetShares, water_fill
@@ -38,7 +40,7 @@ class Fleet:
                 continue
             amount, throttled = usage.get(name, (0.0, False))
             if amount:
-                s.used(KEY, amount, throttled)
+                s.used(KEY, amount, throttled, self.now - 0.1)  # throttled up to the interval's end
             reports[name] = s.report(self.now)
         for name, value in reports.items():
             if name in self.lost:
@@ -132,3 +134,35 @@ def test_reports_that_are_not_reports_are_skipped() -> None:
     assert not s.offer("i1", b'{"schema": 1, "instance": "i1", "usage": [["x"]]}', 0.0)
     assert s.offer("i1", b'{"schema": 1, "instance": "i1", "interval_s": 1.0, "usage": []}', 0.0)
     assert s.live(0.0) == 2
+
+
+def test_a_client_arriving_at_an_idle_instance_gets_an_equal_share_at_once() -> None:
+    """Held to the idle floor, its first request would wait seconds; the instance counts itself among those that
+    want more from its first throttle, and holds the client to an equal share (and never more than two intervals)."""
+    from proxy.config import load_settings
+    from proxy.policies.quota.book import QuotaBook, Quotas
+
+    settings = load_settings(None, env={}).with_overrides({"fleet.enabled": True, "fleet.name": "f", "quota.entries": [
+        {"name": "payments", "client_id": "app", "produce_rate_bytes": int(Q), "scope": "fleet"}]})
+    shares = FleetShares(me="i0")
+    book = QuotaBook(Quotas.from_settings(settings.quota), shares)
+    for other in ("i1", "i2"):  # both hold half the quota and want more
+        shares.offer(other, json.dumps({"schema": 1, "instance": other, "interval_s": 1.0, "usage": [
+            [*KEY, Q / 2, True]]}).encode(), 0.0)
+    [entry] = book.quotas.entries
+    assert entry.key("produce", "app", None, "") == KEY
+    delay = book.record(entry, "produce", int(Q / 3), KEY, 0.0)  # a second of an equal share, at once
+    assert book.rates[KEY].bound == pytest.approx(Q / 3, rel=0.01)
+    assert delay == pytest.approx(0.0, abs=0.01)
+    delay = book.record(entry, "produce", int(Q), KEY, 0.0)  # far more: held two intervals at most
+    assert delay == pytest.approx(2.0)
+
+
+def test_an_instance_whose_client_stopped_early_in_the_interval_wants_no_more() -> None:
+    s = FleetShares(me="i0")
+    s.used(KEY, 100.0, True, 0.1)  # throttled early on, then its client left
+    s.report(1.0)
+    assert s.share(KEY, Q, 1.0) == Q  # alone: all of it, whatever it wants
+    s.offer("i1", json.dumps({"schema": 1, "instance": "i1", "interval_s": 1.0, "usage": [[*KEY, Q, True]]}).encode(),
+            1.0)
+    assert s.share(KEY, Q, 1.0) == pytest.approx(max(FLOOR * Q / 2, 100.0 * (1 + GROWTH)))

@@ -27,14 +27,15 @@ counted across every connection and broker of this Sluice; with ``scope = "fleet
 share of the quota (shares.py). Rates are Kafka's windowed rate (:class:`~proxy.core.rate.WindowedRate`).
 
 **Throttle time**: Kafka's (QuotaUtils.throttleTime, :meth:`~proxy.core.rate.WindowedRate.throttle_time`), bounded
-by the quota's whole window (QuotaUtils.boundedThrottleTime).
+by the quota's whole window (QuotaUtils.boundedThrottleTime); and, unlike Kafka's, at least what keeps the client
+within :data:`BURST_S` windows of its quota's pace (the rate's ``burst_s``: a windowed rate alone lets a client
+repeat a burst every samples x window_s).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import ipaddress
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -256,11 +257,15 @@ class QuotaBook:
                 self._sweep(now)
             q = self.quotas
             bound = self.fleet.share(key, quota, now) if entry.fleet else quota
-            rate = self.rates[key] = WindowedRate(_scaled(kind, bound), q.samples, q.window_s)
+            rate = self.rates[key] = WindowedRate(_scaled(kind, bound), q.samples, q.window_s, BURST_S * q.window_s)
         rate.record(amount * _scale(kind), now)
         delay = min(rate.throttle_time(now), rate.samples * rate.window_s)
         if entry.fleet:
-            self.fleet.used(key, amount, delay > 0)
+            if self.fleet.used(key, amount, delay > 0, now) and self._follow_share(rate, key, quota, now):
+                delay = min(rate.throttle_time(now), rate.samples * rate.window_s)  # under its grown share
+            # This instance's share follows its demand within an interval or two (shares.py): a client held to a
+            # share about to change waits no longer than that, then for the new one
+            delay = min(delay, FLEET_HOLD_INTERVALS * self.fleet.interval_s)
         return delay
 
     def bound(self, key: RateKey, kind: Kind, entry: Entry) -> float:
@@ -268,25 +273,25 @@ class QuotaBook:
         rate = self.rates.get(key)
         return rate.bound / _scale(kind) if rate is not None else entry.bound(kind) or 0.0
 
-    def headroom(self, key: RateKey, kind: Kind, now: float) -> float:
-        """What ``key``'s rate may still record now (inf: no rate yet, nothing recorded)."""
-        rate = self.rates.get(key)
-        return math.inf if rate is None else rate.headroom(now) / _scale(kind)
-
     def rebalance(self, now: float) -> None:
         """Set every fleet-scoped rate's bound to this instance's share of its quota now (shares.py), when it moved
         by more than :data:`SHARE_STEP`: a new bound applies from ``now`` (:meth:`WindowedRate.reconfigure`), so
         a bound raised gives no credit for the window before (the other instances used that part of it)."""
         by_name = {e.name: e for e in self.quotas.entries if e.fleet}
-        q = self.quotas
         for key, rate in self.rates.items():
             entry = by_name.get(key[0])
             quota = entry.bound(key[1]) if entry is not None else None
-            if not quota:
-                continue
-            bound = _scaled(key[1], self.fleet.share(key, quota, now))
-            if abs(bound - rate.bound) > SHARE_STEP * rate.bound:
-                rate.reconfigure(bound, q.samples, q.window_s, now)
+            if quota:
+                self._follow_share(rate, key, quota, now)
+
+    def _follow_share(self, rate: WindowedRate, key: RateKey, quota: float, now: float) -> bool:
+        """Set ``rate``'s bound to this instance's share of ``quota`` if it moved enough; True if it changed."""
+        bound = _scaled(key[1], self.fleet.share(key, quota, now))
+        if abs(bound - rate.bound) <= SHARE_STEP * rate.bound:
+            return False
+        q = self.quotas
+        rate.reconfigure(bound, q.samples, q.window_s, now)
+        return True
 
     def _sweep(self, now: float) -> None:
         """Forget the rates with nothing left in their window: an idle rate earns no credit
@@ -306,10 +311,15 @@ class QuotaBook:
         return rows, max(0, len(measured) - limit)
 
 
+#: how far ahead of its quota's pace a client may get, in windows (core/rate.py ``burst_s``: without it a windowed
+#: rate lets a client repeat an uneven history every samples x window_s)
+BURST_S = 1.0
 #: rates kept before idle ones are swept (then twice the number left)
 _SWEEP_MIN = 1024
 #: request rates are counted in thousandths, so that a fractional requests/s quota is an integer bound
 _REQUEST_SCALE = 1000
+#: a fleet-scoped client is held at most this many usage intervals at a time (see :meth:`QuotaBook.record`)
+FLEET_HOLD_INTERVALS = 2
 #: a fleet-scoped rate's bound follows its share when the share moved by more than this fraction
 SHARE_STEP = 0.02
 

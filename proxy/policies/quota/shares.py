@@ -2,7 +2,8 @@
 instance publishes (the publishing and reading are proxy/fleet/usage.py's, over a Kafka topic; no other server).
 
 Every ``interval_s`` each instance publishes a usage report: per fleet-scoped rate it counted in the interval just
-ended, its rate (bytes/s or requests/s) and whether it throttled a client on it (it wanted more than its share).
+ended, its rate (bytes/s or requests/s) and whether it throttled a client on it in the interval's second half (it
+wants more than its share: a client that stopped early in the interval wants nothing more).
 From the latest report of every live instance (one heard from within :data:`SILENT_INTERVALS` intervals; this one
 always counts) each instance computes its share of each quota by max-min fairness (water-filling):
 
@@ -12,7 +13,9 @@ always counts) each instance computes its share of each quota by max-min fairnes
 - what nobody wants is spread equally over all, so the shares add up to the quota.
 
 A share follows a change in demand within one or two intervals: a client that moves between instances, an
-instance killed (silent after :data:`SILENT_INTERVALS` intervals: its share goes to the others). Until this
+instance killed (silent after :data:`SILENT_INTERVALS` intervals: its share goes to the others). An instance that
+starts throttling a client counts itself among those that want more at once (its share grows then; the others'
+shrink at its next report). Until this
 instance has read its own report back (the usage topic works both ways) it takes an equal share of the instances it
 knows; when its reports stop coming back for :data:`SILENT_INTERVALS` intervals (the usage topic unreachable) it
 falls back to the quota divided by the instances it last knew live, and says so (:meth:`FleetShares.tick`).
@@ -72,6 +75,8 @@ class _Report:
 class _Interval:
     amount: float = 0.0
     throttled: bool = False
+    #: when a client was last throttled on the key in this interval
+    throttled_at: float = -math.inf
 
 
 @dataclass
@@ -94,12 +99,17 @@ class FleetShares:
 
     # ------------------------------------------------------------------------------ this instance's usage
 
-    def used(self, key: Key, amount: float, throttled: bool) -> None:
+    def used(self, key: Key, amount: float, throttled: bool, now: float) -> bool:
+        """Count this instance's use of ``key``; True when it is the first throttle of ``key`` this interval (its
+        share is recomputed at once, book.py)."""
         interval = self._current.get(key)
         if interval is None:
             interval = self._current[key] = _Interval()
         interval.amount += amount
-        interval.throttled = interval.throttled or throttled
+        newly = throttled and not interval.throttled
+        if throttled:
+            interval.throttled, interval.throttled_at = True, now
+        return newly
 
     def keys(self) -> Iterable[Key]:
         return list(self._current)
@@ -113,7 +123,8 @@ class FleetShares:
         """Close the interval: this instance's report of it (None before it has an id)."""
         elapsed = max(self.interval_s, now - self._closed_at) if self._closed_at is not None else self.interval_s
         self._closed_at = now
-        self._mine = {k: (i.amount / elapsed, i.throttled) for k, i in self._current.items() if i.amount}
+        recent = now - elapsed / 2
+        self._mine = {k: (i.amount / elapsed, i.throttled_at >= recent) for k, i in self._current.items() if i.amount}
         self._current = {k: _Interval() for k, i in self._current.items() if i.amount}  # idle keys dropped
         if not self.me:
             return None
@@ -168,7 +179,12 @@ class FleetShares:
         if self.state == "unreachable":
             return quota / max(1, self.known_live)
         silent = SILENT_INTERVALS * self.interval_s
-        usages = [self._mine.get(key, (0.0, False))]
+        # this instance as the others see it, but wanting more as soon as it throttles (the others follow at its next
+        # report): a client that came to an idle instance gets an equal share at once, not the floor's for an
+        # interval (the fleet's total may exceed the quota by that much for an interval, rather than fall short)
+        rate, throttled = self._mine.get(key, (0.0, False))
+        current = self._current.get(key)
+        usages = [(rate, throttled or (current is not None and current.throttled))]
         usages += [r.usage.get(key, (0.0, False)) for r in self._reports.values() if now - r.received <= silent]
         floor = FLOOR * quota / len(usages)
         wants = [math.inf if throttled else max(floor, rate * (1 + GROWTH)) for rate, throttled in usages]
