@@ -13,6 +13,8 @@ ShareFetch responses would leave records acquired but unseen, and after two such
   ``share_acknowledged``), and the share-group's Sluice metrics count what was acquired and acknowledged.
 - A consumer throttle: the rate is a bench's (bench/share_throttle.py); here, the throttled consumers still get
   every record, and nothing is acknowledged other than accepted.
+- A client quota (``[quota]``): the rate is ``python -m bench.quota``'s; here, a share consumer held by a fetch
+  quota gets every record once, every one accepted, none archived.
 """
 
 from __future__ import annotations
@@ -60,13 +62,14 @@ def _share_group(java_tools: JavaTools, bootstrap: str, group: str) -> None:
 
 
 def _consume_all(java_tools: JavaTools, bootstrap: str, topic: str, group: str, want: set[str],
-                 within: float) -> list[str]:
-    """Two share consumers of ``group`` until together they have printed every value of ``want`` (bounded by
-    ``within`` s), then closed (a share consumer's close acknowledges what it was handed); every line printed."""
+                 within: float, consumers: int = 2) -> list[str]:
+    """``consumers`` share consumers of ``group`` until together they have printed every value of ``want``
+    (bounded by ``within`` s), then closed (a share consumer's close acknowledges what it was handed); every line
+    printed."""
     args_each = [[
         "--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--timeout-ms", "600000",
         "--consumer-property", f"client.id=share-policies-{n}",
-    ] for n in range(2)]  # fmt: skip
+    ] for n in range(consumers)]  # fmt: skip
     with java_tools.spawned(CONSOLE_SHARE_CONSUMER, args_each) as consumers:
         readers = [LineReader(c.stdout) for c in consumers]
         errors = [LineReader(c.stderr) for c in consumers]
@@ -168,16 +171,16 @@ QUOTA_BPS = 1_000_000  # 2.4 MB of records: a few seconds of the quota
 
 def test_share_consumers_held_by_a_fetch_quota_get_every_record_once(
         share_broker: KafkaBroker, java_tools: JavaTools, unique_topic: str, tmp_path: Path) -> None:
-    """A client quota on share consumers (proxy/policies/quota) holds them on the request side only: every record
+    """A client quota on a share consumer (proxy/policies/quota) holds it on the request side only: every record
     delivered once (none acquired twice: no lock lapsed) and accepted, none archived under the delivery limit of 2,
-    the responses passed whole with the throttle time, and the consumers muted (the quota bound)."""
+    the responses passed whole with the throttle time, and the consumer muted (the quota bound)."""
     topic, group, values = _share_topic_with_records(share_broker, java_tools, unique_topic)
     log = tmp_path / "access.log"
     proxy = ProxyThread(share_broker.bootstrap, **{
-        "quota.entries": [{"client_id": "share-policies-*", "fetch_rate_bytes": QUOTA_BPS, "shared": True}],
+        "quota.entries": [{"client_id": "share-policies-*", "fetch_rate_bytes": QUOTA_BPS}],
         "logging.access_log": str(log)})
     try:
-        got = _consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120)
+        got = _consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120, consumers=1)
         metered = proxy.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch")
         held = proxy.total("sluice_quota_throttled_total", entry="entries[0]", api="ShareFetch")
     finally:

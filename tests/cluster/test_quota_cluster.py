@@ -32,7 +32,7 @@ from tests.support.faults import wait_until
 
 pytestmark = pytest.mark.broker
 
-FOLLOWER_QUOTA = 200_000  # B/s per follower (client.id <default>): a 6 MB topic is 10 s of it per replica
+FOLLOWER_QUOTA = 200_000  # B/s per follower (client.id <default>): a 3 MB topic is 5 s of it per replica
 FLEET_QUOTA = 300_000  # B/s for the whole fleet
 
 
@@ -73,14 +73,14 @@ def test_followers_through_a_catch_all_quota_are_never_held(kafka_cluster: Kafka
     producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap, "acks": "all", "linger.ms": 20,
                          "enable.idempotence": True, "log_level": 0})
     acked: list[int] = []
-    for chunk in range(6):  # 6 MB with every replica in sync (min.insync.replicas 3): the ISR checked after each MB
-        for i in range(100):
-            producer.produce(unique_topic, b"r" * 10_000, partition=(chunk * 100 + i) % 3,
+    for chunk in range(6):  # 3 MB with every replica in sync (min.insync.replicas 3), the ISR checked every 0.5 MB
+        for i in range(50):
+            producer.produce(unique_topic, b"r" * 10_000, partition=(chunk * 50 + i) % 3,
                              on_delivery=lambda err, _m: acked.append(0 if err else 1))
         assert producer.flush(60) == 0
         assert all(len(p.isr) == 3 for p in kafka_cluster.partitions(unique_topic)), \
             kafka_cluster.partitions(unique_topic)
-    assert sum(acked) == 600
+    assert sum(acked) == 300
     for i, sidecar in enumerate(catch_all):
         assert _fetches(sidecar) > before[i]  # followers fetched through every sidecar...
         assert _counted(sidecar) == 0  # ...and not one byte or request of theirs was counted

@@ -120,8 +120,9 @@ def test_the_usage_topic_lost_falls_back_to_the_quota_over_the_instances_last_li
 
 def test_a_starting_instance_that_never_reads_its_reports_falls_back_to_the_whole_quota_alone() -> None:
     s = FleetShares(me="i0")
-    s.tick(0.0)
-    assert s.state == "starting"
+    for t in range(SILENT_INTERVALS + 1):
+        s.tick(float(t))
+        assert s.state == "starting"
     s.tick(SILENT_INTERVALS + 0.5)
     assert s.state == "unreachable" and s.share(KEY, Q, 4.0) == Q  # it never knew another instance
 
@@ -166,3 +167,13 @@ def test_an_instance_whose_client_stopped_early_in_the_interval_wants_no_more() 
     s.offer("i1", json.dumps({"schema": 1, "instance": "i1", "interval_s": 1.0, "usage": [[*KEY, Q, True]]}).encode(),
             1.0)
     assert s.share(KEY, Q, 1.0) == pytest.approx(max(FLOOR * Q / 2, 100.0 * (1 + GROWTH)))
+
+
+def test_ticks_resumed_after_a_pause_start_over_rather_than_report_the_topic_lost() -> None:
+    s = FleetShares(me="i0")
+    s.tick(0.0)
+    s.offer("i0", s.report(0.0), 0.0)
+    assert s.tick(1.0) == "reachable"
+    assert s.tick(100.0) is None and s.state == "starting"  # no fleet quota meanwhile: not a lost topic
+    s.offer("i0", s.report(100.5), 100.5)
+    assert s.tick(101.0) == "reachable"

@@ -96,6 +96,7 @@ class FleetShares:
     _closed_at: float | None = None
     _own_seen: float | None = None
     _started: float | None = None
+    _ticked: float = -math.inf
 
     # ------------------------------------------------------------------------------ this instance's usage
 
@@ -157,9 +158,11 @@ class FleetShares:
 
     def tick(self, now: float) -> State | None:
         """Judge the usage topic's reachability now; the new state when it changed."""
-        if self._started is None:
-            self._started = now
         silent = SILENT_INTERVALS * self.interval_s
+        if self._started is None or now - self._ticked > silent:  # the first, or again after a pause (no fleet
+            self._started, self._own_seen = now, None               # quota for a while): starting over
+            self.state = "starting"
+        self._ticked = now
         seen = self._own_seen
         if seen is not None and now - seen <= silent:
             state: State = "reachable"
