@@ -439,3 +439,12 @@ def test_principal_and_address_select_through_the_core() -> None:
         if entry is not None:
             assert rig.metrics.total("sluice_quota_requests_total", entry=entry, api="Produce") >= 1
     assert rig.metrics.total("sluice_quota_requests_total", entry="ops", api="Produce") == 0  # exempt: not counted
+
+
+def test_an_api_no_entry_counts_is_left_unread() -> None:
+    """A produce-only configuration reads no Fetch: each kind's APIs are relayed untouched unless an entry sets a
+    kind they are counted on (every data-path API counts on the request kind)."""
+    quota = SansIOProxy({"quota.entries": [{"client_id": "a", "produce_rate_bytes": 1}]}).policy("quota")
+    assert [quota.unread(k, 12) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == [False, True, True, True]
+    quota = SansIOProxy({"quota.entries": [{"client_id": "a", "request_rate": 1}]}).policy("quota")
+    assert [quota.unread(k, 12) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == [False] * 4

@@ -69,6 +69,8 @@ log = get_logger("sluice.quota")
 #: the share of a second's fetch quota one response may carry (see the module docstring)
 RESPONSE_SHARE_S = 0.1
 _SHARE_APIS = (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
+#: the byte kind each API is counted on (every one of them on the request kind too)
+_BYTES_KIND: dict[int, Kind] = {ApiKey.PRODUCE: "produce", ApiKey.FETCH: "fetch", ApiKey.SHARE_FETCH: "fetch"}
 
 
 @dataclass(slots=True)
@@ -151,10 +153,10 @@ class Quota(Policy):
     # ------------------------------------------------------------------------------------------ the chain
 
     def unread(self, api_key: int, version: int) -> bool:
-        # switched off: no client's request is its business; a ShareAcknowledge is only counted as a request
-        if api_key == ApiKey.SHARE_ACKNOWLEDGE:
-            return not self.book.quotas.sets("request")
-        return not self.book.quotas.entries
+        # no entry sets a kind this API is counted on: none of its requests is the quota's business
+        q = self.book.quotas
+        kind = _BYTES_KIND.get(api_key)
+        return not (q.sets("request") or (kind is not None and q.sets(kind)))
 
     def applies(self, ex: Exchange) -> bool:
         return bool(self.book.quotas.entries)
