@@ -4,6 +4,7 @@
     sluice check-config FILE          validate FILE (+ SLUICE_* env overrides unless --no-env); "ok: FILE"
     sluice version | sluice --version print the version
     sluice throttle status|set|clear|plan   replication throttles (proxy/cli_throttle.py)
+    sluice quota status|set|clear     client quotas (proxy/cli_quota.py)
     sluice fleet status               the fleet's instances: up, lagging, silent (proxy/fleet/cli.py)
     sluice report --logs PATH... --out DIR [--master local[2]|spark://...]
                                       Spark job over access logs: Parquet tables + DIR/report.html (proxy/analytics)
@@ -131,12 +132,15 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
     else:
         log.info("heap", **heap)
     proxy = Proxy(settings)
-    fleet = None
+    fleet = usage = None
     if settings.fleet.enabled:  # the fleet's settings applied before anything listens (proxy/fleet/control.py)
         from proxy.fleet.control import FleetControl
+        from proxy.fleet.usage import FleetUsage
 
         fleet = FleetControl(proxy)
         await fleet.start()
+        usage = FleetUsage(fleet)  # the fleet's quotas: the recent usage read before anything listens
+        await usage.start()
     await proxy.start()
     if fleet is not None:
         fleet.serving()
@@ -162,6 +166,8 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
         await stop.wait()
     finally:
         log.info("shutting_down", drain_timeout_s=settings.shutdown.drain_timeout_s)
+        if usage is not None:
+            await usage.stop()
         if fleet is not None:
             await fleet.stop()
         await proxy.stop()
@@ -456,6 +462,18 @@ def _throttle(args: argparse.Namespace) -> int:
     return cli_throttle.run(args)
 
 
+def _quota_arguments(p: argparse.ArgumentParser) -> None:
+    from proxy import cli_quota
+
+    cli_quota.add_arguments(p)
+
+
+def _quota(args: argparse.Namespace) -> int:
+    from proxy import cli_quota
+
+    return cli_quota.run(args)
+
+
 # ----------------------------------------------------------------------------------------------------- fleet
 
 
@@ -477,6 +495,7 @@ COMMANDS: tuple[_Command, ...] = (
     _Command("version", "print the version", lambda _p: None, _version),
     _Command("throttle", "replication throttles (KIP-73): status | set | clear | plan", _throttle_arguments,
              _throttle),
+    _Command("quota", "client quotas (KIP-13, KIP-124): status | set | clear", _quota_arguments, _quota),
     _Command("fleet", "a fleet of instances run as one: status", _fleet_arguments, _fleet),
     _Command("report", "analyse access logs on Spark: Parquet aggregates and an HTML report", _report_arguments,
              _report),

@@ -69,6 +69,7 @@ class SluiceProcess:
         ports: tuple[int, int, int] | None = None,
         code: Path | None = None,
         poll_s: float = 0.05,
+        wait: bool = True,
     ) -> None:
         self.upstream = upstream
         self.node_id = node_id
@@ -106,11 +107,11 @@ class SluiceProcess:
         #: to within ``poll_s``
         self.ready_s = 0.0
         self.returncode: int | None = None
-        self._spawn("wb")
+        self._spawn("wb", wait)
 
-    def _spawn(self, mode: str) -> None:
+    def _spawn(self, mode: str, wait: bool = True) -> None:
         with open(self._stderr_path, mode) as err, open(self._stdout_path, mode) as out:
-            started = time.monotonic()
+            self._started = time.monotonic()
             self._proc = subprocess.Popen(
                 self.command,
                 env=self._env,
@@ -121,12 +122,19 @@ class SluiceProcess:
                 preexec_fn=set_pdeathsig,  # only asks Linux to SIGTERM it if we die
             )
         self.returncode = None
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Return once the process serves (its /readyz and its bootstrap port answer), within ``start_timeout``;
+        else it is killed and RigError says why. What ``wait=False`` left to the caller: several started at once,
+        then each waited for."""
         try:
             self._wait_ready(self.start_timeout)
         except BaseException:
             self.kill()
             raise
-        self.ready_s = time.monotonic() - started
+        self.ready_s = time.monotonic() - self._started
 
     def restart(self) -> None:
         """Start Sluice again on the same ports with the same settings, once the previous process has exited

@@ -100,6 +100,12 @@ class CoreSettings(Section):
             ):
                 if admin.port == port:
                     raise KeyedValueError("admin.port", f"collides with listen.{name} ({port})")
+        if not self.fleet.enabled:
+            for registration in self.policies:
+                key = registration.needs_fleet(getattr(self, registration.section)) if registration.needs_fleet else ""
+                if key:
+                    raise KeyedValueError(f"{registration.section}.{key}", "needs [fleet] enabled (a quota for the "
+                                                                           "whole fleet is shared through it)")
         return self
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Self:

@@ -41,6 +41,8 @@ class Registration:
     status: Callable[[Any], dict[str, Any]] | None = None
     #: the proxy-wide bound on response bytes held (:class:`~proxy.core.memory.HeldBytes`), if the section sets it
     memory_bound: Callable[[Any], int] | None = None
+    #: the key of a setting of the section that needs ``[fleet]`` on, if one is set ("": none); checked at load
+    needs_fleet: Callable[[Any], str] | None = None
 
     def __post_init__(self) -> None:
         if bool(self.section) != (self.settings is not None):

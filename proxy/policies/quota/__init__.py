@@ -6,6 +6,7 @@ from .policy import Quota
 from .settings import QuotaSettings
 
 REGISTRATION = Registration(
-    Quota, "quota", QuotaSettings, dynamic=True, admin_path="/quotas", metrics=QuotaMetrics, status=Quota.status)
+    Quota, "quota", QuotaSettings, dynamic=True, admin_path="/quotas", metrics=QuotaMetrics, status=Quota.status,
+    needs_fleet=QuotaSettings.fleet_key)
 
 __all__ = ["REGISTRATION", "Quota", "QuotaSettings"]
