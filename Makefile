@@ -1,5 +1,5 @@
 # Thin wrappers around the project's commands (see README / ARCHITECTURE.md).
-#   make install   venv + `pip install -e .[dev,analytics]` + Kafka jars + Prometheus + Chromium (idempotent)
+#   make install   venv + `pip install -e .[dev,analytics]` + Kafka jars + Prometheus + Chromium + Helm (idempotent)
 #   make test      the whole test suite against real Kafka (the newest release the rig runs, rig/kafka.py)
 #   make test-kafka-oldest  the same suite against the oldest release Sluice supports (TESTS=...: only those)
 #   make test-kafka-oldest-behaviour  on the oldest release, the tests that depend on Kafka's behaviour
@@ -21,6 +21,10 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The Go consumer's source and where `make install` builds it (rig/group_consumer.py runs it from there)
 GO_CONSUMER_SRC := rig/go/consumer/go.mod rig/go/consumer/go.sum rig/go/consumer/main.go
 GO_CONSUMER := $(VENV)/bin/sluice-go-consumer
+# Helm, pinned, from the Go module proxy (deploy/helm; rig/deploy.py runs it from the venv's bin), and the offline
+# checker of the Kubernetes manifests (rig/go/kubecheck: the API's own Go types, strictly decoded)
+HELM_VERSION := v3.22.0
+KUBECHECK_SRC := rig/go/kubecheck/go.mod rig/go/kubecheck/go.sum rig/go/kubecheck/main.go
 LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 && echo $$d; done)
 
 .PHONY: install test test-kafka-oldest test-kafka-oldest-behaviour test-repeat run bench lint lint-only test-image
@@ -33,7 +37,9 @@ install: $(STAMP)
 # 4. Prometheus + promtool (a test scrapes the proxy with a real Prometheus), from Debian, only if missing
 # 5. Chromium (the analytics report is checked in a real headless browser), from Debian, only if missing
 # 6. the Go consumer (franz-go, kafka-go: rig/go/consumer/) the sharing tests run, built into the venv
-$(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC)
+# 7. Helm $(HELM_VERSION) (go install from the Go module proxy, only when the venv's is not that version) and
+#    sluice-kubecheck, into the venv's bin
+$(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[dev,analytics]'
 	$(PY) -m rig.kafka fetch --all
@@ -46,6 +52,10 @@ $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC)
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; \
 	fi
 	cd rig/go/consumer && go build -o $(CURDIR)/$(GO_CONSUMER) .
+	if ! go version -m $(VENV)/bin/helm 2>/dev/null | grep -q "^[[:space:]]*mod[[:space:]]*helm.sh/helm/v3[[:space:]]*$(HELM_VERSION)[[:space:]]"; then \
+	    GOBIN=$(CURDIR)/$(VENV)/bin go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); \
+	fi
+	cd rig/go/kubecheck && go build -o $(CURDIR)/$(VENV)/bin/sluice-kubecheck .
 	touch $@
 
 # Lint first: main stays ruff- and mypy-clean (cheap next to the suite).

@@ -2,9 +2,15 @@
 client quotas (proxy/policies/quota, KIP-13 enforced as KIP-219), per second and per 11 s window, per client kind.
 
 ``python -m bench.quota [--seconds 33] [--rate 5] [--mib 600] [--producers confluent,kafka-python]
-[--consumers kafka-python,java,confluent] [--no-unquoted] [--smoke] [--upstream HOST:PORT]``
+[--consumers kafka-python,java,confluent,java-share] [--no-unquoted] [--fleet N] [--smoke] [--check]
+[--upstream HOST:PORT]``
 
-Goal: every 11 s window after the first within +/-5% of the quota (``worst_window_error`` <= 0.05).
+Goal: every 11 s window after the first within +/-5% of the quota (``worst_window_error`` <= 0.05), for every
+client; with ``--fleet N``, the entity's total over its N instances within +/-10% in every window
+(``fleet_total_worst_window_error`` <= 0.10). The summary's ``goals`` and ``met`` say which; its ``check`` is what
+the clients observed: every acknowledged record stored once (the topics' end offsets), every consumer's records
+each once, in offset order per partition (``out_of_order``: a gap, a repeat or a step back), no client without
+records. Exit code 1 when the check fails, and with ``--check`` also when a goal is not met.
 
 Setup: one rig broker (real Kafka 4.x, KRaft). Each run has a fresh Sluice subprocess (rig/sluice_process.py)
 with one ``[[quota.entries]]`` entry selecting ``client_id = "bench-quota-*"`` with ``produce_rate_bytes`` and
@@ -15,8 +21,10 @@ with one ``[[quota.entries]]`` entry selecting ``client_id = "bench-quota-*"`` w
   application (the delivery callback), with its value's bytes. Afterwards the topic's end offsets must add up to
   the records acknowledged (idempotent producers: nothing lost, nothing twice), else the bench exits 1.
 - consumers (bench/throttle.py's clients: ``kafka-python`` and ``java`` with incremental fetch sessions,
-  ``confluent`` session-less) read a backlog of ``--mib`` MiB of 16 KiB records, produced once directly to the
-  broker, from the beginning; a record counts when it is handed to the application, with its key + value bytes.
+  ``confluent`` session-less, ``java-share`` a Java share consumer, KIP-932, alone in its share group) read a
+  backlog of ``--mib`` MiB of 16 KiB records, produced once directly to the broker, from the beginning; a record
+  counts when it is handed to the application, with its key + value bytes. The share consumer is held on the
+  request side (MaxBytes, muting within its acquisition lock): a record cut from its response would stay acquired.
 
 Time 0 of a run is the first record acknowledged or received (client start-up is not the quota's doing); the run
 lasts ``--seconds`` after it. Figures as in bench/throttle.py: bytes per whole second, windows of 11 s after the
@@ -38,14 +46,24 @@ the quota itself costs the clients it does not select.
 
 The Java producer is left out: its perf tool reports 5 s averages, not the records' acknowledgement times.
 
+``--fleet N``: one entity over a fleet instead (proxy/policies/quota/shares.py): N Sluice processes, one fleet
+(its control and usage topics on the broker), one ``scope = "fleet"`` entry of ``--rate`` MB/s for the client.id
+``bench-quota-fleet``, and a confluent producer of that client.id on each instance, each into a topic of its own,
+as fast as the quota lets it. At a third of the run the last instance's producer stops and one starts on the
+first instance (its clients moved); at two thirds it moves back. The figure is the entity's total: the bytes
+acknowledged to all its producers per second, its windows as above (``fleet_total_worst_window_error``); each
+producer's own rate is in its line. Its check: every acknowledged record stored once.
+
 JSON lines on stdout (logs on stderr): per run and second ``{"bench": "quota", "side", "client", "second",
 "target_bytes_s", "measured_bytes_s"}``; per run ``{"bench": "quota", "side", "client", "target_bytes_s",
 "mean_bytes_s", "ratio", "worst_window_error", "windows", ...}``; last line ``{"summary": "quota",
 "worst_window_error": <max over every run>, "goal", "within_goal", "by_side": {side: {client: {...}}}, "lost",
 "errors", "unquoted_alongside_vs_alone", "unquoted_alongside_vs_same_load"}``; the unquoted runs' line
 ``{"bench": "quota", "side": "unquoted", "alone_bytes_s", "alongside_bytes_s", "beside_same_load_bytes_s",
-"quoted_alongside_bytes_s", "paced_alongside_bytes_s", "ratio", "ratio_vs_same_load"}``. ``--smoke``: 3 s runs with one
-producer and one consumer, a 16 MiB backlog, for a quick check that it runs (no window is counted).
+"quoted_alongside_bytes_s", "paced_alongside_bytes_s", "ratio", "ratio_vs_same_load"}``; with ``--fleet``, per
+second of the total ``{"bench": "quota", "side": "fleet_total", "second", ...}`` and ``{"bench": "quota", "side":
+"fleet_total", "instances", "moves", "worst_window_error", ...}``. ``--smoke``: 3 s runs with one producer and one
+consumer (with ``--fleet``: two instances), a 16 MiB backlog, for a quick check that it runs (no window is counted).
 """
 
 from __future__ import annotations
@@ -78,12 +96,15 @@ from bench.throttle import (
     names_arg,
 )
 from bench.throttle import produce as produce_backlog
+from rig.fleet import fleet_env, start_fleet
 from rig.kafka import KafkaBroker, end_offsets
 from rig.sluice_process import SluiceProcess
 
 PRODUCERS = ("confluent", "kafka-python")
 CLIENT_ID_PREFIX = "bench-quota-"
 OUTSTANDING = 256  # records a producer has unacknowledged at most: 4 MiB, as for librdkafka's queue below
+FLEET_GOAL = 0.10  # the fleet's total: every counted window within +/-10% of the quota
+FLEET_CLIENT_ID = f"{CLIENT_ID_PREFIX}fleet"
 
 
 def log(message: str) -> None:
@@ -124,8 +145,9 @@ def create_topic(bootstrap: str, topic: str) -> None:
 
 
 def produce_confluent(bootstrap: str, topic: str, client_id: str, acks: Acks, seconds: int,
-                      pace_bytes_s: int = 0) -> None:
-    """As fast as the queue takes records, or at most ``pace_bytes_s`` (0: no pace) from the first record on."""
+                      pace_bytes_s: int = 0, stop: threading.Event | None = None) -> None:
+    """As fast as the queue takes records, or at most ``pace_bytes_s`` (0: no pace) from the first record on;
+    ``seconds`` after the first acknowledgement, or when ``stop`` is set."""
     # batch.size as kafka-python's order of magnitude (librdkafka's default is 1 MB per partition): a request is
     # the quota's unit, and one of 4 MB is most of a second at 5 MB/s (see the module docstring)
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "enable.idempotence": True,
@@ -140,7 +162,7 @@ def produce_confluent(bootstrap: str, topic: str, client_id: str, acks: Acks, se
 
     deadline = time.monotonic() + START_TIMEOUT_S
     i = 0
-    while True:
+    while stop is None or not stop.is_set():
         first = acks.first
         now = time.monotonic()
         if (first is not None and now >= first + seconds) or (first is None and now > deadline):
@@ -316,27 +338,105 @@ def run_consumer(bootstrap: str, topic: str, ends: dict[int, int], name: str, ta
         finally:
             client.close()
     line = result("fetch", name, arrivals.samples, arrivals.first, target, seconds)
+    line["out_of_order"] = arrivals.out_of_order  # every offset once, in order per partition
     if arrivals.exhausted_at is not None:
         line["note"] = "reached the end of the backlog: the quota did not hold it"
     emit(line)
     return line
 
 
+def run_fleet(bootstrap: str, instances: int, target: int, seconds: int, tmp: Path) -> list[dict[str, Any]]:
+    """One entity's producers over a fleet of ``instances`` (see the module docstring); its lines."""
+    name = f"bench-quota-{int(time.time() * 1000)}"
+    config = tmp / "sluice-fleet.toml"
+    config.write_text(f'[quota]\nscope = "fleet"\n[[quota.entries]]\nname = "bench"\n'
+                      f'client_id = "{FLEET_CLIENT_ID}"\nproduce_rate_bytes = {target}\n')
+    env = {**fleet_env(name, status_interval_s="1"), "SLUICE_CONFIG": str(config)}
+    log(f"fleet of {instances}: {seconds} s at {target / MB:g} MB/s for the whole fleet")
+    fleet = start_fleet([bootstrap] * instances, env, together=True)
+    # (instance, when it starts, when it stops: fractions of the run): one client per instance, the last one's
+    # moved to the first at a third, and back at two thirds
+    plan = [(i, 0.0, 1.0) for i in range(instances - 1)]
+    plan += [(instances - 1, 0.0, 1 / 3), (0, 1 / 3, 2 / 3), (instances - 1, 2 / 3, 1.0)] if instances > 1 else []
+    runs: list[tuple[int, str, Acks, threading.Event, threading.Thread | None]] = []
+    stamp = int(time.time() * 1000)
+    try:
+        for n, (i, _, _) in enumerate(plan):
+            topic = f"bench-quota-fleet-{stamp}-{n}"
+            create_topic(bootstrap, topic)
+            runs.append((i, topic, Acks(), threading.Event(), None))
+        started = time.monotonic()
+        for step in sorted({at for _, at, _ in plan} | {until for _, _, until in plan}):
+            wait = started + step * seconds - time.monotonic() if step else 0.0
+            if wait > 0:
+                time.sleep(wait)  # the run's schedule: clients move at fixed points of it
+            for n, (i, at, until) in enumerate(plan):
+                instance, topic, acks, stop, thread = runs[n]
+                if at == step and thread is None:
+                    thread = threading.Thread(target=produce_confluent, name=f"fleet-{n}", daemon=True, args=(
+                        fleet[i].bootstrap, topic, FLEET_CLIENT_ID, acks, 10 * seconds),
+                        kwargs={"stop": stop})
+                    thread.start()
+                    runs[n] = (instance, topic, acks, stop, thread)
+                if until == step:
+                    stop.set()
+        for _, _, _, _, thread in runs:
+            if thread is not None:
+                thread.join(180)
+    finally:
+        for process in fleet:
+            process.close()
+    lines: list[dict[str, Any]] = []
+    every = [sample for _, _, acks, _, _ in runs for sample in acks.samples]
+    first = min((t for t, _ in every), default=None)
+    for n, (i, topic, acks, _, _) in enumerate(runs):
+        line = result("fleet", f"instance-{i + 1}/{n}", acks.samples, first, target, seconds)
+        line.pop("error", None)  # one client's run is part of the whole; the total's is the figure
+        check_stored(bootstrap, topic, acks, line)
+        emit(line)
+        lines.append(line)
+    total = result("fleet_total", FLEET_CLIENT_ID, sorted(every), first, target, seconds)
+    total.update({"instances": instances, "moves": [f"instance-{instances} -> instance-1 at 1/3",
+                                                    f"instance-1 -> instance-{instances} at 2/3"]})
+    total["acknowledged"] = sum(x["acknowledged"] for x in lines)
+    total["stored"] = sum(x["stored"] for x in lines)
+    emit(total)
+    return [*lines, total]
+
+
 def summary(lines: list[dict[str, Any]], args: argparse.Namespace, target: int) -> dict[str, Any]:
     by_side: dict[str, dict[str, Any]] = {}
-    quoted = [x for x in lines if x["side"] != "unquoted"]
+    quoted = [x for x in lines if x["side"] not in ("unquoted", "fleet", "fleet_total")]
     for x in quoted:
         by_side.setdefault(x["side"], {})[x["client"]] = {"ratio": x["ratio"],
                                                          "worst_window_error": x["worst_window_error"]}
     worst = max((x["worst_window_error"] for x in quoted), default=None)  # None: no quoted run
     unquoted = [x for x in lines if x["side"] == "unquoted"]
+    fleet = [x for x in lines if x["side"] == "fleet_total"]
+    fleet_worst = fleet[0]["worst_window_error"] if fleet else None
+    goals: dict[str, Any] = {}
+    met: dict[str, bool] = {}
+    if worst is not None:
+        goals["worst_window_error"] = GOAL
+        met["worst_window_error"] = worst <= GOAL
+    if fleet_worst is not None:
+        goals["fleet_total_worst_window_error"] = FLEET_GOAL
+        met["fleet_total_worst_window_error"] = fleet_worst <= FLEET_GOAL
+    if args.smoke:
+        met = {k: True for k in met}  # no window is counted in a smoke run: the goals are not what it checks
+    lost = [f"{x['side']}/{x['client']}: {x['lost']}" for x in lines if "lost" in x]
+    errors = [f"{x['side']}/{x['client']}: {x['error']}" for x in lines if "error" in x]
+    out_of_order = sum(x.get("out_of_order", 0) for x in lines)
     return {"summary": "quota", "worst_window_error": worst, "goal": GOAL,
             "within_goal": None if worst is None else worst <= GOAL,
+            "fleet_total_worst_window_error": fleet_worst,
+            "goals": goals, "met": all(met.values()) if met else None, "met_by_goal": met,
+            "check": {"ok": not (lost or errors or out_of_order), "lost": lost, "errors": errors,
+                      "out_of_order": out_of_order},
             "target_bytes_s": target, "seconds": args.seconds, "by_side": by_side,
             "unquoted_alongside_vs_alone": unquoted[0]["ratio"] if unquoted else None,
             "unquoted_alongside_vs_same_load": unquoted[0]["ratio_vs_same_load"] if unquoted else None,
-            "lost": [f"{x['side']}/{x['client']}: {x['lost']}" for x in lines if "lost" in x],
-            "errors": [f"{x['side']}/{x['client']}: {x['error']}" for x in lines if "error" in x]}
+            "lost": lost, "errors": errors}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -350,16 +450,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--consumers", default=",".join(CLIENTS), help=f"of: {', '.join(CLIENTS)}")
     ap.add_argument("--no-unquoted", dest="unquoted", action="store_false",
                     help="skip the unquoted producer's runs (alone, then beside a quoted one)")
+    ap.add_argument("--fleet", type=int, default=0, metavar="N",
+                    help="instead: one entity's producers over a fleet of N instances, one quota for the fleet")
     ap.add_argument("--smoke", action="store_true", help="3 s runs, one producer and one consumer, 16 MiB")
+    ap.add_argument("--check", action="store_true", help="exit 1 also when a goal is not met")
     ap.add_argument("--upstream", default="", help="a running broker's bootstrap (default: start one from rig/)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.seconds, args.mib, args.producers, args.consumers = 3, 16, "confluent", "confluent"
         args.unquoted = False
+        args.fleet = min(args.fleet, 2)
     elif args.seconds < 2 * WINDOW:
         ap.error(f"--seconds must be at least {2 * WINDOW}: a warm-up window and one counted window")
     if args.rate <= 0:
         ap.error("--rate must be positive")
+    if args.fleet < 0 or args.fleet == 1:
+        ap.error("--fleet: at least 2 instances")
     args.producers = names_arg(args.producers, PRODUCERS, "producers", ap, allow_empty=True)
     args.consumers = names_arg(args.consumers, list(CLIENTS), "consumers", ap, allow_empty=True)
     return args
@@ -372,18 +478,23 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         bootstrap = args.upstream or stack.enter_context(KafkaBroker()).bootstrap
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-quota-")))
-        for name in args.producers:
-            lines.append(run_producer(bootstrap, name, target, args.seconds, tmp))
-        if args.unquoted:
-            lines.append(run_unquoted(bootstrap, target, args.seconds, tmp))
-        if args.consumers:
-            topic = f"bench-quota-backlog-{int(time.time() * 1000)}"
-            ends = produce_backlog(bootstrap, topic, args.mib)
-            for name in args.consumers:
-                lines.append(run_consumer(bootstrap, topic, ends, name, target, args.seconds, tmp))
+        if args.fleet:
+            lines += run_fleet(bootstrap, args.fleet, target, args.seconds, tmp)
+        else:
+            for name in args.producers:
+                lines.append(run_producer(bootstrap, name, target, args.seconds, tmp))
+            if args.unquoted:
+                lines.append(run_unquoted(bootstrap, target, args.seconds, tmp))
+            if args.consumers:
+                topic = f"bench-quota-backlog-{int(time.time() * 1000)}"
+                ends = produce_backlog(bootstrap, topic, args.mib)
+                for name in args.consumers:
+                    lines.append(run_consumer(bootstrap, topic, ends, name, target, args.seconds, tmp))
     out = summary(lines, args, target)
     emit(out)
-    return 1 if out["lost"] or out["errors"] else 0
+    if not out["check"]["ok"]:
+        return 1
+    return 1 if args.check and out["met"] is False else 0
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     sluice check-config FILE          validate FILE (+ SLUICE_* env overrides unless --no-env); "ok: FILE"
     sluice version | sluice --version print the version
     sluice throttle status|set|clear|plan   replication throttles (proxy/cli_throttle.py)
+    sluice quota status|set|clear     client quotas (proxy/cli_quota.py)
     sluice fleet status               the fleet's instances: up, lagging, silent (proxy/fleet/cli.py)
     sluice report --logs PATH... --out DIR [--master local[2]|spark://...]
                                       Spark job over access logs: Parquet tables + DIR/report.html (proxy/analytics)
@@ -132,12 +133,15 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
     else:
         log.info("heap", **heap)
     proxy = Proxy(settings)
-    fleet = None
+    fleet = usage = None
     if settings.fleet.enabled:  # the fleet's settings applied before anything listens (proxy/fleet/control.py)
         from proxy.fleet.control import FleetControl
+        from proxy.fleet.usage import FleetUsage
 
         fleet = FleetControl(proxy)
         await fleet.start()
+        usage = FleetUsage(fleet)  # the fleet's quotas: the recent usage read before anything listens
+        await usage.start()
     await proxy.start()
     if fleet is not None:
         fleet.serving()
@@ -147,10 +151,11 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
         reconfigure.add_routes(admin, proxy, fleet)
         await admin.start()
         log.info("admin_listening", host=settings.admin.host, port=admin.port)
-    # Start-up built what Sluice keeps for its whole life (every spec and codec it reads: check_specs, the policies,
-    # the registry): ~100k objects that each full collection of the cyclic GC would walk again, for tens to
-    # hundreds of milliseconds in the middle of requests (the soak's p99, docs/PERFORMANCE.md). Frozen, the
-    # collector leaves them alone (gc.freeze, CPython's advice for long-running processes).
+    # Start-up built what Sluice keeps for its whole life (its modules, the settings, the policies, the registry):
+    # objects that each full collection of the cyclic GC would walk again, for tens to hundreds of milliseconds in
+    # the middle of requests (the soak's p99, docs/PERFORMANCE.md). Frozen, the collector leaves them alone
+    # (gc.freeze, CPython's advice for long-running processes). The specs and codecs of the APIs clients use are
+    # built on their first decode (proxy/wire/schema.py), after this.
     gc.collect()
     gc.freeze()
     stop = asyncio.Event()
@@ -162,6 +167,8 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
         await stop.wait()
     finally:
         log.info("shutting_down", drain_timeout_s=settings.shutdown.drain_timeout_s)
+        if usage is not None:
+            await usage.stop()
         if fleet is not None:
             await fleet.stop()
         await proxy.stop()
@@ -456,6 +463,18 @@ def _throttle(args: argparse.Namespace) -> int:
     return cli_throttle.run(args)
 
 
+def _quota_arguments(p: argparse.ArgumentParser) -> None:
+    from proxy import cli_quota
+
+    cli_quota.add_arguments(p)
+
+
+def _quota(args: argparse.Namespace) -> int:
+    from proxy import cli_quota
+
+    return cli_quota.run(args)
+
+
 # ----------------------------------------------------------------------------------------------------- fleet
 
 
@@ -477,6 +496,7 @@ COMMANDS: tuple[_Command, ...] = (
     _Command("version", "print the version", lambda _p: None, _version),
     _Command("throttle", "replication throttles (KIP-73): status | set | clear | plan", _throttle_arguments,
              _throttle),
+    _Command("quota", "client quotas (KIP-13, KIP-124): status | set | clear", _quota_arguments, _quota),
     _Command("fleet", "a fleet of instances run as one: status", _fleet_arguments, _fleet),
     _Command("report", "analyse access logs on Spark: Parquet aggregates and an HTML report", _report_arguments,
              _report),

@@ -5,9 +5,7 @@
                            [--consumer GLOB]... [--window-s S] [--samples N] [--file JSON]
     sluice throttle clear  --admin URL      PUT the defaults: no throttle
 
-The admin API's bearer token comes from ``SLUICE_ADMIN__TOKEN`` (the variable the server reads its token from)
-or ``--token-file FILE``, never from the command line, where every user on the host sees it (``ps``). An
-``https://`` admin URL is verified against ``--cacert`` (else the system's CAs).
+The admin API's token and TLS: proxy/cli_admin.py.
     sluice throttle plan   --bytes B --inbound-rate IN --throttle T [--network N] [--replication-factor R]
 
 ``set`` reads the configuration in force, changes what its options name, and PUTs the whole section back;
@@ -27,18 +25,13 @@ Sizes and rates accept B, KB/MB/GB (10^3), KiB/MiB/GiB (2^10), an optional ``/s`
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import math
-import os
 import re
-import socket
-import ssl
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
 
+from proxy.cli_admin import add_admin_arguments, admin_call
 from proxy.policies.throttle.sizing import move_time_s, safe_range
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -125,50 +118,8 @@ def _plan(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------- admin API
 
 
-TOKEN_ENV = "SLUICE_ADMIN__TOKEN"
-
-
-def admin_token(token_file: str | None) -> str:
-    """The bearer token: the file's contents (stripped) or $SLUICE_ADMIN__TOKEN; "" when neither is set."""
-    if token_file:
-        try:
-            with open(token_file, encoding="utf-8") as fh:
-                return fh.read().strip()
-        except OSError as e:
-            raise SystemExit(f"error: --token-file {token_file}: {e.strerror or e}") from None
-    return os.environ.get(TOKEN_ENV, "").strip()
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no login name and no passwd entry (a container's arbitrary uid)
-        return "?"
-
-
 def _call(args: argparse.Namespace, method: str, body: Any = None) -> Any:
-    url = args.admin.rstrip("/") + "/throttles"
-    # who changed it, in a fleet's control record (proxy/fleet/records.py changed_by)
-    headers = {"Content-Type": "application/json", "X-Sluice-Changed-By": f"{_user()}@{socket.gethostname()} "
-                                                                          "(sluice throttle)"}
-    token = admin_token(args.token_file)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    context = ssl.create_default_context(cafile=args.cacert) if url.startswith("https:") else None
-    try:
-        with urllib.request.urlopen(req, timeout=args.timeout, context=context) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace").strip()
-        try:
-            detail = json.loads(detail).get("error", detail)
-        except (json.JSONDecodeError, AttributeError):
-            pass
-        raise SystemExit(f"error: {method} {url}: HTTP {e.code}: {detail}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise SystemExit(f"error: {method} {url}: {getattr(e, 'reason', e)}") from None
+    return admin_call(args, method, "/throttles", "sluice throttle", body)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -216,13 +167,7 @@ def _set(args: argparse.Namespace) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    def admin(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--admin", required=True, metavar="URL", help="admin base URL, e.g. http://127.0.0.1:9644")
-        q.add_argument("--token-file", metavar="FILE",
-                       help=f"file holding the admin bearer token (default: ${TOKEN_ENV}, if set)")
-        q.add_argument("--cacert", metavar="FILE", help="CA bundle to verify an https:// admin URL with")
-        q.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout, seconds (default 10)")
-
+    admin = add_admin_arguments
     q = sub.add_parser("status", help="show the throttle configuration and measured rates")
     admin(q)
     q.set_defaults(_action=_status)

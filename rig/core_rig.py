@@ -201,12 +201,15 @@ class CoreRig:
         self.ports: list[FakePort] = []
         self._ids = 0
 
-    def connect(self, *, ready: bool = True) -> tuple[Connection, FakePort]:
-        """A new client connection (and its upstream connection, up unless ``ready`` is False)."""
+    def connect(self, *, ready: bool = True, host: str = "",
+                principal: str | None = None) -> tuple[Connection, FakePort]:
+        """A new client connection (and its upstream connection, up unless ``ready`` is False), from ``host`` and
+        authenticated as ``principal`` when given."""
         self._ids += 1
         port = FakePort(self.timers)
         events = ConnectionEvents(self.metrics, self.access_log, self.proxy.chain)
-        conn = Connection(ConnectionInfo(self._ids, "bootstrap"), self.proxy.chain, port, memory=self.memory,
+        info = ConnectionInfo(self._ids, "bootstrap", client_host=host, principal=principal)
+        conn = Connection(info, self.proxy.chain, port, memory=self.memory,
                           names=self.names, observer=events, tallies=events.tallies, clock=self.clock,
                           limits=self.limits)
         if ready:

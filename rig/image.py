@@ -17,12 +17,15 @@ Steps, each timed; any failure stops the run with a message saying what failed (
    Central) tagged with the official name, so ``--pull=never`` resolves it. Stand-ins are rebuilt only when their
    recipe changes (a label holds its digest).
 4. The Sluice image: ``podman build --format docker --pull=never`` (the docker format keeps HEALTHCHECK).
-5. docker-compose.yml up with podman-compose: Kafka, Sluice, Prometheus (``TESTED_SERVICES``; not Grafana).
+5. docker-compose.yml up with podman-compose: Kafka (the rig's default release, checked first), Sluice,
+   Prometheus, and the sidecar example (app + app-sidecar in app's network namespace) (``TESTED_SERVICES``; not
+   Grafana).
 6. Checks, from the host: /readyz is 200; kafka-python produces records through Sluice (bootstrap
    localhost:19092, the broker listener it advertises) and a consumer group reads every one once, in order; the
    image's HEALTHCHECK passes (``podman healthcheck run``); Prometheus's API shows the sluice target up and
-   sluice_* series scraped from it.
-7. The rig down, also on failure (after printing each container's last log lines).
+   sluice_* series scraped from it; the example application consumed all its records through its sidecar.
+7. The rig down (also on failure, after printing each container's last log lines), then the Helm chart's pod run
+   with ``podman kube play`` and stopped mid-way (rig/kube_pod.py).
 
 Usage: ``python -m rig.image [--keep-up]`` (``make test-image``). Exit code 0 when every check passed, 1 otherwise.
 """
@@ -72,6 +75,7 @@ HOST_PACKAGES = {
     "/usr/lib/podman/aardvark-dns": "aardvark-dns",
     "iptables": "iptables",
     "mmdebstrap": "mmdebstrap",
+    "catatonit": "catatonit",  # podman kube play builds its pause image with it (rig/kube_pod.py)
 }
 # What docker-compose.yml publishes on the host (Sluice's bootstrap and node-1 listeners, its admin port, Prometheus)
 BOOTSTRAP = "localhost:19092"
@@ -265,19 +269,36 @@ def qualified(name: str) -> str:
 #: the docker-compose.yml services the target brings up and checks. Grafana (provisioned by the compose file for
 #: its users) is not among them: no registry answers here and its licence rules out a stand-in; the suite checks
 #: its dashboard and queries instead (tests/integration/test_dashboard_alerts.py).
-TESTED_SERVICES = ("kafka", "sluice", "prometheus")
+TESTED_SERVICES = ("kafka", "sluice", "prometheus", "app", "app-sidecar")
+
+
+def compose_images() -> dict[str, str]:
+    """{service: the image it names} of docker-compose.yml (a service that builds its image names the build's)."""
+    compose = COMPOSE_FILE.read_text()
+    images = {}
+    for block in re.split(r"(?m)^  (?=\S)", compose.split("services:", 1)[1])[1:]:
+        image = re.search(r"(?m)^\s+image:\s*(\S+)", block)
+        if image:
+            images[block.split(":", 1)[0].strip()] = image.group(1)
+    return images
 
 
 def needed_images() -> list[str]:
-    """The images the Dockerfile and the tested docker-compose.yml services start from (not the ones built)."""
+    """The images the Dockerfile and the tested docker-compose.yml services start from (not the one built)."""
     names = re.findall(r"(?m)^FROM\s+(\S+)", DOCKERFILE.read_text())
-    compose = COMPOSE_FILE.read_text()
-    for block in re.split(r"(?m)^  (?=\S)", compose.split("services:", 1)[1])[1:]:
-        service = block.split(":", 1)[0].strip()
-        image = re.search(r"(?m)^\s+image:\s*(\S+)", block)
-        if service in TESTED_SERVICES and image and not re.search(r"(?m)^\s+build:", block):
-            names.append(image.group(1))
+    names += [image for service, image in compose_images().items()
+              if service in TESTED_SERVICES and image != SLUICE_IMAGE]
     return sorted(set(names))
+
+
+def check_compose_kafka() -> None:
+    """docker-compose.yml runs the Kafka release the rig runs by default (rig/kafka.py KAFKA_NEWEST)."""
+    from rig.kafka import KAFKA_NEWEST
+
+    image = compose_images().get("kafka", "")
+    if image.rpartition(":")[2] != KAFKA_NEWEST:
+        raise ImageTestError(f"docker-compose.yml's kafka service runs {image}, not the rig's default release "
+                             f"{KAFKA_NEWEST} (rig/kafka.py KAFKA_NEWEST): update one or the other")
 
 
 def image_label(env: Mapping[str, str], name: str) -> str | None:
@@ -569,6 +590,44 @@ def _produce_consume(records: int) -> None:
     print(f"consumed all {records} records once, in order (group {topic}-group)")
 
 
+def app_events(env: Mapping[str, str], container: str) -> list[dict[str, Any]]:
+    """The JSON events rig/example_app.py wrote to its container's stdout so far."""
+    proc = run(["podman", "logs", container], env=env, capture=True, check=False, quiet=True)
+    events = []
+    for line in proc.stdout.splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if isinstance(event, dict) and "event" in event:
+                events.append(event)
+    return events
+
+
+def check_sidecar_example(env: Mapping[str, str]) -> None:
+    """The compose file's sidecar pair: app-sidecar runs in app's network namespace, and the application produced
+    and consumed every record through it at localhost (it reaches no broker otherwise)."""
+    names = project_containers(env)
+    app, sidecar = names.get("app"), names.get("app-sidecar")
+    if app is None or sidecar is None:
+        raise ImageTestError(f"the sidecar example's containers are not all up: {sorted(names)}")
+    mode = run(["podman", "inspect", "--format", "{{.HostConfig.NetworkMode}}", sidecar], env=env, capture=True,
+               quiet=True).stdout.strip()
+    app_id = run(["podman", "inspect", "--format", "{{.Id}}", app], env=env, capture=True, quiet=True).stdout.strip()
+    if mode not in (f"container:{app_id}", f"container:{app}"):
+        raise ImageTestError(f"{sidecar} does not share {app}'s network namespace (network mode {mode!r})")
+    records = int(re.search(r'RECORDS: "(\d+)"', COMPOSE_FILE.read_text()).group(1))  # type: ignore[union-attr]
+
+    def consumed() -> str | None:
+        events = app_events(env, app)
+        failed = [e for e in events if e["event"] == "failed"]
+        if failed:
+            raise ImageTestError(f"the example application failed: {failed[0]}")
+        done = [e for e in events if e["event"] == "committed" and e["offset"] == records]
+        return None if done else f"last event {events[-1] if events else None}"
+
+    wait_for(f"the example application consumed its {records} records through its sidecar", consumed, env,
+             timeout=120)
+
+
 def check_prometheus(env: Mapping[str, str]) -> None:
     def target_up() -> str | None:
         _, body = http_get(f"{PROMETHEUS_URL}/api/v1/targets")
@@ -611,6 +670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ensure_root()
         state.mkdir(parents=True, exist_ok=True)
         with file_lock(state / ".lock"):  # one run at a time per cache: same ports, same project
+            check_compose_kafka()
             with timings.step("host tools (Debian packages, podman-compose, Podman's configuration)"):
                 ensure_host_packages()
                 exe = ensure_podman_compose(state)
@@ -632,6 +692,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check_produce_consume()
                 check_healthcheck(env)
                 check_prometheus(env)
+                check_sidecar_example(env)
+            if not args.keep_up:
+                with timings.step("docker-compose.yml down"):
+                    compose(exe, env, "down", timeout=120)
+                up = False
+            with timings.step("Kubernetes: the Helm chart's pod (helm lint, sluice-kubecheck, podman kube play)"):
+                from rig.kube_pod import run_pod_test
+
+                run_pod_test(env)
             ok = True
     except ImageTestError as exc:
         print(f"\nmake test-image: FAILED: {exc}", file=sys.stderr, flush=True)
@@ -652,4 +721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # main of the module rig.image, not of __main__: rig/kube_pod.py raises rig.image's ImageTestError
+    from rig.image import main as rig_main
+
+    sys.exit(rig_main())

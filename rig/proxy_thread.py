@@ -23,6 +23,7 @@ from proxy.accesslog import AccessLog
 from proxy.admin import AdminServer
 from proxy.app import Settings, load_settings
 from proxy.fleet.control import FleetControl
+from proxy.fleet.usage import FleetUsage
 from proxy.server import Proxy
 from rig.kafka import free_ports
 
@@ -54,9 +55,12 @@ class ProxyThread:
         self.proxy = Proxy(self.settings, access_log=AccessLog(self.settings.logging))
         #: the fleet's part of this instance ([fleet] enabled), as `sluice run` composes it (proxy/cli.py serve)
         self.fleet: FleetControl | None = None
+        self.usage: FleetUsage | None = None
         if self.settings.fleet.enabled:
             self.fleet = FleetControl(self.proxy)
             self.call(self.fleet.start())
+            self.usage = FleetUsage(self.fleet)
+            self.call(self.usage.start())
         self.call(self.proxy.start())
         if self.fleet is not None:
             self.call(_serving(self.fleet))
@@ -97,6 +101,8 @@ class ProxyThread:
         try:
             if self.admin is not None:
                 self.call(self.admin.stop())
+            if self.usage is not None:
+                self.call(self.usage.stop())
             if self.fleet is not None:
                 self.call(self.fleet.stop())
             self.call(self.proxy.stop(drain_timeout=2.0))

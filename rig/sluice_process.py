@@ -37,8 +37,6 @@ from rig.kafka import RigError, free_ports, set_pdeathsig
 
 __all__ = ["SluiceProcess", "pick_ports"]
 
-_POLL_S = 0.05
-
 
 def pick_ports(node_id: int) -> tuple[int, int, int]:
     """(bootstrap port, broker port base, admin port): all free, and base above bootstrap as the config
@@ -70,6 +68,8 @@ class SluiceProcess:
         python: str | None = None,
         ports: tuple[int, int, int] | None = None,
         code: Path | None = None,
+        poll_s: float = 0.05,
+        wait: bool = True,
     ) -> None:
         self.upstream = upstream
         self.node_id = node_id
@@ -101,11 +101,17 @@ class SluiceProcess:
         self.code = code or Path(__file__).resolve().parent.parent
         self._env = env
         self.start_timeout = start_timeout
+        #: how often readiness is polled while starting (bench/footprint.py times the start finer than tests need)
+        self.poll_s = poll_s
+        #: seconds from the exec of the last (re)start to ready (/readyz 200 and the bootstrap port accepting),
+        #: to within ``poll_s``
+        self.ready_s = 0.0
         self.returncode: int | None = None
-        self._spawn("wb")
+        self._spawn("wb", wait)
 
-    def _spawn(self, mode: str) -> None:
+    def _spawn(self, mode: str, wait: bool = True) -> None:
         with open(self._stderr_path, mode) as err, open(self._stdout_path, mode) as out:
+            self._started = time.monotonic()
             self._proc = subprocess.Popen(
                 self.command,
                 env=self._env,
@@ -116,11 +122,19 @@ class SluiceProcess:
                 preexec_fn=set_pdeathsig,  # only asks Linux to SIGTERM it if we die
             )
         self.returncode = None
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Return once the process serves (its /readyz and its bootstrap port answer), within ``start_timeout``;
+        else it is killed and RigError says why. What ``wait=False`` left to the caller: several started at once,
+        then each waited for."""
         try:
             self._wait_ready(self.start_timeout)
         except BaseException:
             self.kill()
             raise
+        self.ready_s = time.monotonic() - self._started
 
     def restart(self) -> None:
         """Start Sluice again on the same ports with the same settings, once the previous process has exited
@@ -208,6 +222,17 @@ class SluiceProcess:
         """Resident set size of the running process (psutil)."""
         return int(self._ps().memory_info().rss)
 
+    def vm_kib(self) -> dict[str, int]:
+        """The kernel's memory figures of the running process, in KiB, from /proc/PID/status: VmRSS (resident now)
+        and VmHWM (the most it was resident at any moment since exec: a start-up peak shows there)."""
+        out: dict[str, int] = {}
+        with open(f"/proc/{self._proc.pid}/status") as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = int(value.split()[0])
+        return out
+
     def num_fds(self) -> int:
         """Open file descriptors of the running process: listeners, client and upstream sockets, log files."""
         return int(self._ps().num_fds())
@@ -229,7 +254,7 @@ class SluiceProcess:
             ready, last = self._ready_once()
             if ready:
                 return
-            time.sleep(_POLL_S)  # bounded poll of a real condition (readiness), not a synchronising sleep
+            time.sleep(self.poll_s)  # bounded poll of a real condition (readiness), not a synchronising sleep
         raise RigError(f"sluice not ready after {timeout:.0f}s ({last}):\n{self.log_tail()}")
 
     def _ready_once(self) -> tuple[bool, str]:

@@ -120,6 +120,12 @@ class CoreSettings(Section):
             ):
                 if admin.port == port:
                     raise KeyedValueError("admin.port", f"collides with listen.{name} ({port})")
+        if not self.fleet.enabled:
+            for registration in self.policies:
+                key = registration.needs_fleet(getattr(self, registration.section)) if registration.needs_fleet else ""
+                if key:
+                    raise KeyedValueError(f"{registration.section}.{key}", "needs [fleet] enabled (the fleet shares "
+                                                                           "it through its topics)")
         return self
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Self:

@@ -520,6 +520,10 @@ class FleetSettings(Section):
         default=5.0, description="How often this instance publishes its status record.")
     replication_factor: Annotated[int, Field(ge=0, le=32)] = Field(
         default=0, description="Replication factor of the topics Sluice creates; 0 = min(3, brokers).")
+    usage_topic: str = Field(default="", description='Topic of the instances\' quota usage reports (fleet-scoped '
+                                                     '[quota] entries); empty = "sluice-fleet-<name>-usage".')
+    usage_interval_s: Annotated[float, Field(gt=0, le=60)] = Field(
+        default=1.0, description="How often this instance publishes its quota usage (and its shares follow).")
 
     @field_validator("name", "instance_id")
     @classmethod
@@ -528,12 +532,12 @@ class FleetSettings(Section):
             raise ValueError("only letters, digits, '.', '_', '-' (':' in instance_id), at most 100")
         return value
 
-    @field_validator("control_topic", "status_topic")
+    @field_validator("control_topic", "status_topic", "usage_topic")
     @classmethod
     def _topic(cls, value: str) -> str:
         return check_topic_name(value) if value else value
 
-    @field_validator("startup_timeout_s", "write_timeout_s", "status_interval_s")
+    @field_validator("startup_timeout_s", "write_timeout_s", "status_interval_s", "usage_interval_s")
     @classmethod
     def _finite(cls, value: float) -> float:
         return check_finite(value)
@@ -544,6 +548,8 @@ class FleetSettings(Section):
             raise KeyedValueError("name", "is needed when the fleet is enabled")
         if self.control_topic and self.control_topic == self.status_topic:
             raise KeyedValueError("status_topic", "must differ from control_topic")
+        if self.usage_topic and self.usage_topic in (self.control, self.status):
+            raise KeyedValueError("usage_topic", "must differ from control_topic and status_topic")
         return self
 
     @property
@@ -555,3 +561,8 @@ class FleetSettings(Section):
     def status(self) -> str:
         """The status topic in force."""
         return self.status_topic or f"sluice-fleet-{self.name}-status"
+
+    @property
+    def usage(self) -> str:
+        """The quota usage topic in force."""
+        return self.usage_topic or f"sluice-fleet-{self.name}-usage"

@@ -27,6 +27,13 @@ Arithmetic, following org.apache.kafka.common.metrics.stats.{SampledStat, Rate, 
 - ``throttle_time(now)``: how long until the rate is back at the bound if nothing more is recorded: Kafka's
   client-quota throttle time (ClientQuotaManager, QuotaUtils.throttleTime: ``(rate - bound) / bound * window``)
   for this rate, whose window is the time elapsed since its oldest sample: ``total / bound - elapsed``.
+- With ``burst_s`` (the client quotas'; Kafka has none), also never more than ``burst_s`` ahead of the bound's pace
+  (a GCRA: each record moves the time its bytes would have taken at the bound, from no earlier than ``now``), so
+  the throttle time is at least how far the pace is ahead of ``now + burst_s``. A windowed rate alone lets a
+  client repeat its history: the bytes of an uneven sample (a slow first fetch, then a second's catch-up) leave
+  the window eleven seconds later in one step, the client is muted or let through in a burst accordingly, and the
+  samples it then fills are as uneven again (a Java share consumer at 5 MB/s: a 0.4 MB second, then an 11 MB one,
+  every 11 s). The pace bound keeps a sample from holding much more than its second's worth, and the echo dies.
 """
 
 from __future__ import annotations
@@ -44,12 +51,15 @@ class _Sample:
 class WindowedRate:
     """Bytes per second over ``samples`` x ``window_s`` seconds, compared against ``bound`` (0 = unbounded)."""
 
-    def __init__(self, bound: int = 0, samples: int = 11, window_s: float = 1.0) -> None:
+    def __init__(self, bound: int = 0, samples: int = 11, window_s: float = 1.0, burst_s: float = 0.0) -> None:
         if samples < 1 or window_s <= 0:
             raise ValueError("samples must be >= 1 and window_s > 0")
         self.bound = bound
         self.samples = samples
         self.window_s = window_s
+        #: the pace bound (module docstring; 0 = none) and the time the bytes recorded so far would take at the bound
+        self.burst_s = burst_s
+        self._paced = -math.inf
         self._samples: list[_Sample] = []
         self._current = 0
         # Kept as the samples change, so that measuring (every quota check, every throttled partition's fetch)
@@ -68,6 +78,8 @@ class WindowedRate:
         movement"). Bytes recorded while there was no bound (0) are measured against the new one: what exceeds it
         is a debt (Kafka's quota, exceeded at once), what it leaves unused is no credit. A new sample shape restarts
         the history (Kafka re-creates the sensor)."""
+        if bound and self.bound and now is not None and self._paced > now:
+            self._paced = now + (self._paced - now) * self.bound / bound  # what is ahead, at the new pace
         if (samples, window_s) != (self.samples, self.window_s):
             if samples < 1 or window_s <= 0:
                 raise ValueError("samples must be >= 1 and window_s > 0")
@@ -107,6 +119,8 @@ class WindowedRate:
         self._total += n
         if n and sample.start < self._first_bytes:
             self._first_bytes = sample.start
+        if self.burst_s and self.bound:
+            self._paced = max(self._paced, now) + n / self.bound
 
     def _purge(self, now: float) -> None:
         expire = self.samples * self.window_s
@@ -152,9 +166,10 @@ class WindowedRate:
     def throttle_time(self, now: float) -> float:
         """Seconds until ``rate`` falls to the bound if nothing more is recorded (an upper bound: samples that
         expire meanwhile only lower it). 0 when not exceeded. Paces a fetcher that got nothing back (KIP-73),
-        and is the client quotas' throttle time (KIP-219)."""
+        and is the client quotas' throttle time (KIP-219); with ``burst_s``, at least the pace's lead over it."""
+        pace = self._paced - now - self.burst_s if self.burst_s and self.bound else 0.0
         if not self.exceeded(now):
-            return 0.0
+            return max(0.0, pace)
         total, elapsed = self.total(now), now - self._oldest(now)
-        return max(0.0, total / self.bound - elapsed)
+        return max(0.0, total / self.bound - elapsed, pace)
 

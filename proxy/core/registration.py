@@ -45,6 +45,8 @@ class Registration:
     #: the optional access-log fields the policy sets (``Exchange.log``): name -> its JSON type and meaning, as
     #: the access-log reference lists it (schema 1: a field is added, never renamed or retyped)
     log_fields: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: the key of a setting of the section that needs ``[fleet]`` on, if one is set ("": none); checked at load
+    needs_fleet: Callable[[Any], str] | None = None
 
     def __post_init__(self) -> None:
         if bool(self.section) != (self.settings is not None):

@@ -9,10 +9,9 @@ the number comes from the spec, never from a literal written here.
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Final
 
-from .schema import kafka_spec
+from .schema import kafka_python_specs, parse_spec_text
 
 
 @cache
@@ -22,13 +21,11 @@ def api_names() -> dict[int, str]:
     from .kio_specs import kio_api_names
 
     names: dict[int, str] = dict(kio_api_names())
-    pkg = resources.files("kafka.protocol.schemas.resources")
-    for entry in pkg.iterdir():
-        fname = entry.name
-        if fname.endswith("Request.json"):
-            spec = kafka_spec(fname[: -len(".json")])
-            if spec.api_key is not None:
-                names[spec.api_key] = fname[: -len("Request.json")]
+    # Only each spec's "apiKey" is read here; the spec itself is built when its API is first decoded.
+    for path in kafka_python_specs().glob("*Request.json"):
+        key = parse_spec_text(path.read_text(encoding="utf-8")).get("apiKey")
+        if key is not None:
+            names[key] = path.name[: -len("Request.json")]
     return names
 
 

@@ -173,6 +173,12 @@ class FetchRequestView:
         return out
 
     @property
+    def from_follower(self) -> bool:
+        """A follower broker's fetch (FetchRequest.isFromFollower: its replica id, in ReplicaState from v15,
+        is a broker id, >= 0); a consumer's is -1 (an observer's, -2, is no follower either)."""
+        return self.replica_id >= 0
+
+    @property
     def has_partitions(self) -> bool:
         """At least one partition is requested (a topic entry with no partitions does not count)."""
         return bool(self._partitions)

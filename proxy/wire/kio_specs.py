@@ -46,9 +46,9 @@ def kio_api_names() -> dict[int, str]:
     return {int(key): _camel(name) for key, name in api_key_map.items()}
 
 
-def _classes(api: str, kind: str) -> dict[int, type]:
-    from pkgutil import resolve_name
-
+def _entries(api: str, kind: str) -> dict[int, str]:
+    """version -> the dotted name of kio's class for ``api``'s ``kind`` ("request"/"response"), from kio's index
+    alone: no class imported (kio's classes import its whole type system, and hypothesis's when it is installed)."""
     from kio.schema.index import schema_name_map
     from kio.static.constants import EntityType
 
@@ -56,7 +56,17 @@ def _classes(api: str, kind: str) -> dict[int, type]:
     if snake is None:
         return {}
     entity: Any = EntityType.request if kind == "request" else EntityType.response
-    return {int(v): resolve_name(types_[entity]) for v, types_ in schema_name_map[snake].items() if entity in types_}
+    return {int(v): types_[entity] for v, types_ in schema_name_map[snake].items() if entity in types_}
+
+
+def _classes(api: str, kind: str) -> dict[int, type]:
+    from pkgutil import resolve_name
+
+    return {v: resolve_name(dotted) for v, dotted in _entries(api, kind).items()}
+
+
+def _kind(name: str) -> str | None:
+    return "request" if name.endswith("Request") else "response" if name.endswith("Response") else None
 
 
 def _range(versions: list[int]) -> Versions:
@@ -128,12 +138,21 @@ def _field(name: str, by_version: dict[int, tuple[dataclasses.Field[Any], Any]])
     )  # fmt: skip
 
 
+def kio_versions(name: str) -> Versions | None:
+    """The versions kio has of spec ``name`` ("ShareFetchResponse"), read from its index; None if it has none."""
+    kind = _kind(name)
+    if kind is None or not kio_api_names():
+        return None
+    versions = list(_entries(name[: -len(kind)], kind))
+    return _range(versions) if versions else None
+
+
 @cache
 def kio_spec(name: str) -> MessageSpec | None:
     """Kafka's spec ``name`` ("ShareFetchResponse") rebuilt from kio's classes; None if kio does not have it."""
     if not kio_api_names():
         return None
-    kind = "request" if name.endswith("Request") else "response" if name.endswith("Response") else None
+    kind = _kind(name)
     if kind is None:
         return None
     by_version = _classes(name[: -len(kind)], kind)

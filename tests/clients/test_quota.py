@@ -2,13 +2,20 @@
 produced is acknowledged and consumed once, in order; the throttle time reaches the client (librdkafka's
 throttle callback, the Java producer's produce-throttle-time-avg, kafka-python's throttle-time metrics, and for
 aiokafka, which has no such metric, the access log); a raw client that ignores throttle_time_ms is held all the
-same (Sluice does not read its next request before the throttle time it was told has passed)."""
+same (Sluice does not read its next request before the throttle time it was told has passed).
+
+Which entry governs a client (Kafka's order of precedence, exemptions) is tests/unit/test_quota_entities.py's; here
+the wiring on the real broker: a more specific entry wins over a catch-all and an exempt client is never throttled,
+the SASL principal the broker accepted selects its entry, and so does the client address a PROXY protocol v2 header
+carries."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import socket
+import struct
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,12 +28,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaException, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
+from proxy.core.proxy_protocol import V2_SIGNATURE
 from proxy.wire.messages import request_codec
 from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, new_batch
 from rig.java_tools import JavaTools
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
+from rig.secure_broker import SASL_USERS, SecureBroker
 from tests.support.records import Rec, assert_same_records, make_records
 from tests.support.topics import create_topic
 
@@ -38,6 +47,9 @@ ENTRIES = [
     {"name": "producers", "client_id": "quota-p-*", "produce_rate_bytes": RATE},
     {"name": "consumers", "client_id": "quota-c-*", "fetch_rate_bytes": RATE},
     {"name": "raw", "client_id": "quota-raw", "produce_rate_bytes": 100_000},
+    # a catch-all below the globs above, and one client exempt from it
+    {"name": "everyone", "client_id": "<default>", "produce_rate_bytes": 100_000},
+    {"name": "exempt", "client_id": "quota-exempt", "produce_rate_bytes": 0},
 ]
 
 
@@ -208,3 +220,75 @@ async def test_aiokafka_is_throttled_and_loses_nothing(sluice: ProxyThread, acce
     told = {c: max((ln.get("quota_throttle_time_ms", 0) for ln in lines if ln["client_id"] == c), default=0)
             for c in ("quota-p-aio", "quota-c-aio")}
     assert all(told.values()), told
+
+
+def _produce_raw(raw: RawClient, topic: str, requests: int, value_size: int = 50_000) -> list[int]:
+    """``requests`` Produce v9 requests of one ``value_size`` record each, each sent once the previous answer is in;
+    the throttle_time_ms of each answer (every record acknowledged)."""
+    batch = encode_batch(new_batch([Record(offset_delta=0, value=b"x" * value_size)]))
+    body = request_codec(0, 9).default().replace(acks=1, timeout_ms=30_000, topic_data=[
+        Message(name=topic, partition_data=[Message(index=0, records=batch)])])
+    throttles = []
+    for _ in range(requests):
+        answer = raw.request(0, 9, body)
+        assert [p.error_code for t in answer.responses for p in t.partition_responses] == [0]
+        throttles.append(answer.throttle_time_ms)
+    return throttles
+
+
+def test_the_most_specific_entry_governs_and_an_exempt_client_is_never_held(sluice: ProxyThread,
+                                                                           unique_topic: str) -> None:
+    create_topic(sluice.bootstrap, unique_topic, 1)
+    host, port = sluice.bootstrap.split(":")
+    throttled = {}
+    for client_id in ("quota-other", "quota-exempt"):
+        with RawClient(host, int(port), client_id=client_id) as raw:
+            throttled[client_id] = _produce_raw(raw, unique_topic, 4)  # 200 KB at once: twice a 100 KB/s quota
+    assert any(throttled["quota-other"]) and not any(throttled["quota-exempt"]), throttled
+    assert sluice.total("sluice_quota_requests_total", entry="everyone", api="Produce") >= 4
+    assert sluice.total("sluice_quota_requests_total", entry="exempt", api="Produce") == 0
+
+
+def _v2(src: str, sport: int) -> bytes:
+    """A PROXY protocol v2 header (HAProxy's spec): TCP over IPv4 from ``src``:``sport``."""
+    addrs = socket.inet_aton(src) + socket.inet_aton("127.0.0.1") + struct.pack(">HH", sport, 19092)
+    return V2_SIGNATURE + b"\x21\x11" + struct.pack(">H", len(addrs)) + addrs
+
+
+def test_the_client_address_of_a_proxy_protocol_header_selects_its_entry(kafka_broker: Any, unique_topic: str) -> None:
+    create_topic(kafka_broker.bootstrap, unique_topic, 1)
+    entries = [{"name": "office", "client_address": "10.9.0.0/16", "produce_rate_bytes": 100_000, "shared": True}]
+    with ProxyThread(kafka_broker.bootstrap, **{"quota.entries": entries, "listen.proxy_protocol": "v2"}) as p:
+        host, port = p.bootstrap.split(":")
+        throttled = {}
+        for n, src in enumerate(("10.9.1.7", "10.9.200.3", "198.51.100.9")):
+            with RawClient(host, int(port), client_id="quota-addr") as raw:
+                raw.sock.sendall(_v2(src, 40000 + n))
+                throttled[src] = _produce_raw(raw, unique_topic, 2)
+        assert p.total("sluice_quota_requests_total", entry="office", api="Produce") == 4
+    # one quota for the network (shared): the second host is over it from its first request; the third not in it
+    assert throttled["10.9.1.7"][0] == 0 and all(throttled["10.9.200.3"]), throttled
+    assert not any(throttled["198.51.100.9"]), throttled
+
+
+def test_the_sasl_principal_selects_its_entry(secure_broker: SecureBroker, unique_topic: str) -> None:
+    entries = [{"name": "alice", "principal": "alice", "produce_rate_bytes": 20_000},
+               {"name": "users", "principal": "<default>", "produce_rate_bytes": 10_000_000}]
+    create_topic(secure_broker.plaintext, unique_topic, 1)
+    with ProxyThread(secure_broker.sasl_plaintext, **{"quota.entries": entries}) as p:
+        throttled: dict[str, list[float]] = {}
+        acked: dict[str, list[int]] = {}
+        for user in ("alice", "bob"):
+            throttled[user], acked[user] = [], []
+            producer = Producer({"bootstrap.servers": p.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                                 "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": SASL_USERS[user],
+                                 "client.id": "quota-sasl", "linger.ms": 0, "log_level": 0,
+                                 "throttle_cb": lambda ev, u=user: throttled[u].append(ev.throttle_time)})
+            for _ in range(40):  # 40 KB: two seconds of alice's quota, nothing to bob's
+                producer.produce(unique_topic, b"s" * 1000,
+                                 on_delivery=lambda err, _m, u=user: acked[u].append(0 if err else 1))
+            assert producer.flush(60) == 0 and sum(acked[user]) == 40
+        assert p.total("sluice_quota_requests_total", entry="alice", api="Produce") > 0
+        assert p.total("sluice_quota_requests_total", entry="users", api="Produce") > 0
+    assert throttled["alice"] and max(throttled["alice"]) > 0
+    assert not any(throttled["bob"]), throttled["bob"]

@@ -13,6 +13,8 @@ ShareFetch responses would leave records acquired but unseen, and after two such
   ``share_acknowledged``), and the share-group's Sluice metrics count what was acquired and acknowledged.
 - A consumer throttle: the rate is a bench's (bench/share_throttle.py); here, the throttled consumers still get
   every record, and nothing is acknowledged other than accepted.
+- A client quota (``[quota]``): the rate is ``python -m bench.quota``'s; here, a share consumer held by a fetch
+  quota gets every record once, every one accepted, none archived.
 """
 
 from __future__ import annotations
@@ -60,13 +62,14 @@ def _share_group(java_tools: JavaTools, bootstrap: str, group: str) -> None:
 
 
 def _consume_all(java_tools: JavaTools, bootstrap: str, topic: str, group: str, want: set[str],
-                 within: float) -> list[str]:
-    """Two share consumers of ``group`` until together they have printed every value of ``want`` (bounded by
-    ``within`` s), then closed (a share consumer's close acknowledges what it was handed); every line printed."""
+                 within: float, consumers: int = 2) -> list[str]:
+    """``consumers`` share consumers of ``group`` until together they have printed every value of ``want``
+    (bounded by ``within`` s), then closed (a share consumer's close acknowledges what it was handed); every line
+    printed."""
     args_each = [[
         "--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--timeout-ms", "600000",
         "--consumer-property", f"client.id=share-policies-{n}",
-    ] for n in range(2)]  # fmt: skip
+    ] for n in range(consumers)]  # fmt: skip
     with java_tools.spawned(CONSOLE_SHARE_CONSUMER, args_each) as consumers:
         readers = [LineReader(c.stdout) for c in consumers]
         errors = [LineReader(c.stderr) for c in consumers]
@@ -89,6 +92,15 @@ def _share_topic_with_records(broker: KafkaBroker, java_tools: JavaTools, topic:
     values = [_value(i) for i in range(RECORDS)]
     java_tools.console_produce(broker.bootstrap, topic, values)
     return topic, group, values
+
+
+def _acknowledged(lines: list[dict[str, object]]) -> dict[str, int]:
+    """Records acknowledged per type (accept, release, reject, gap), from the access log's lines."""
+    acks: dict[str, int] = {}
+    for line in lines:
+        for kind, n in dict(line.get("share_acknowledged") or {}).items():  # type: ignore[call-overload]
+            acks[kind] = acks.get(kind, 0) + n
+    return acks
 
 
 def _share_lines(log: Path, api: str) -> list[dict[str, object]]:
@@ -120,10 +132,7 @@ def test_budget_bounds_share_fetches_and_every_record_is_delivered(
     # Never trimmed: what the broker sent is what the consumer got.
     assert all(f["bytes_upstream_to_proxy"] == f["bytes_proxy_to_client"] for f in fetches)
     # Every record acquired was handed over and acknowledged as accepted (none released, rejected or lost).
-    acks: dict[str, int] = {}
-    for line in fetches + _share_lines(log, "ShareAcknowledge"):
-        for kind, n in dict(line.get("share_acknowledged") or {}).items():  # type: ignore[call-overload]
-            acks[kind] = acks.get(kind, 0) + n
+    acks = _acknowledged(fetches + _share_lines(log, "ShareAcknowledge"))
     logged_acquired = sum(int(f.get("share_acquired") or 0) for f in fetches)  # type: ignore[call-overload]
     assert logged_acquired == acquired >= RECORDS
     assert set(acks) == {"accept"} and acks["accept"] == accepted >= RECORDS, acks
@@ -153,8 +162,35 @@ def test_throttled_share_consumers_get_every_record_and_the_quota_counts_them(
     logged = sum(int(f.get("throttled_bytes") or 0) for f in fetches)  # type: ignore[call-overload]
     assert metered == logged >= RECORDS * VALUE_SIZE
     assert {f.get("throttle_target_bps") for f in fetches} == {THROTTLE_BPS}
-    acks: dict[str, int] = {}
-    for line in fetches + _share_lines(log, "ShareAcknowledge"):
-        for kind, n in dict(line.get("share_acknowledged") or {}).items():  # type: ignore[call-overload]
-            acks[kind] = acks.get(kind, 0) + n
+    acks = _acknowledged(fetches + _share_lines(log, "ShareAcknowledge"))
     assert set(acks) == {"accept"} and acks["accept"] >= RECORDS, acks
+
+
+QUOTA_BPS = 1_000_000  # 2.4 MB of records: a few seconds of the quota
+
+
+def test_share_consumers_held_by_a_fetch_quota_get_every_record_once(
+        share_broker: KafkaBroker, java_tools: JavaTools, unique_topic: str, tmp_path: Path) -> None:
+    """A client quota on a share consumer (proxy/policies/quota) holds it on the request side only: every record
+    delivered once (none acquired twice: no lock lapsed) and accepted, none archived under the delivery limit of 2,
+    the responses passed whole with the throttle time, and the consumer muted (the quota bound)."""
+    topic, group, values = _share_topic_with_records(share_broker, java_tools, unique_topic)
+    log = tmp_path / "access.log"
+    proxy = ProxyThread(share_broker.bootstrap, **{
+        "quota.entries": [{"client_id": "share-policies-*", "fetch_rate_bytes": QUOTA_BPS}],
+        "logging.access_log": str(log)})
+    try:
+        got = _consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120, consumers=1)
+        metered = proxy.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch")
+        held = proxy.total("sluice_quota_throttled_total", entry="entries[0]", api="ShareFetch")
+    finally:
+        proxy.stop()
+    assert sorted(got) == sorted(values), f"{len(got)} delivered for {len(values)} records"  # each once
+    fetches = _share_lines(log, "ShareFetch")
+    assert sum(int(f["bytes_proxy_to_client"]) for f in fetches) == metered >= RECORDS * VALUE_SIZE  # type: ignore[call-overload]
+    assert held > 0 and any(f.get("quota_throttle_time_ms") for f in fetches)
+    # never cut: every response as the broker sent it, but for the throttle time (same size)
+    assert all(f["bytes_upstream_to_proxy"] == f["bytes_proxy_to_client"] for f in fetches)
+    acks = _acknowledged(fetches + _share_lines(log, "ShareAcknowledge"))
+    acquired = sum(int(f.get("share_acquired") or 0) for f in fetches)  # type: ignore[call-overload]
+    assert set(acks) == {"accept"} and acks["accept"] == acquired == RECORDS, (acks, acquired)

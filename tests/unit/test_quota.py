@@ -115,3 +115,24 @@ def test_bytes_sent_with_no_bound_are_measured_against_the_first_one() -> None:
     idle.record(10, now=0.0)
     idle.reconfigure(100, 11, 1.0, now=5.0)
     assert idle.total(5.0) == 0 and idle.headroom(5.0) == pytest.approx(100.0)
+
+
+def test_a_pace_bound_keeps_a_client_from_repeating_a_burst() -> None:
+    """A slow first record then a catch-up: the windowed rate alone lets the next second carry two seconds' worth
+    (and, when those samples leave the window, a stall and a burst again); with burst_s the catch-up is bounded."""
+    plain, paced = WindowedRate(bound=100), WindowedRate(bound=100, burst_s=0.5)
+    for q in (plain, paced):
+        q.record(10, now=0.0)
+    # 1.5 s later: the windowed rate has 1.5 s of credit (less the 10 bytes), the pace only burst_s ahead of now
+    assert plain.throttle_time(1.5) == 0.0 and paced.throttle_time(1.5) == 0.0
+    for q in (plain, paced):
+        q.record(140, now=1.5)
+    assert plain.throttle_time(1.5) == 0.0  # 150 bytes over 1.5 s: at the bound, nothing owed
+    assert paced.throttle_time(1.5) == pytest.approx(0.9)  # 140 bytes from 1.5 at 100 B/s: 2.9, less 0.5 ahead
+    q = WindowedRate(bound=100, burst_s=0.5)
+    q.record(100, now=0.0)
+    assert q.throttle_time(0.0) == pytest.approx(0.5)  # 1 s of pace ahead, 0.5 s allowed
+    q.reconfigure(200, 11, 1.0, now=0.0)  # a doubled bound: the pace's lead halves, to what is allowed
+    assert q.throttle_time(0.0) == 0.0
+    q.record(100, now=0.0)
+    assert q.throttle_time(0.0) == pytest.approx(0.5)

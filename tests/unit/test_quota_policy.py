@@ -18,9 +18,10 @@ from proxy.core.rate import WindowedRate
 from proxy.policies.quota.book import QuotaBook, Quotas
 from proxy.policies.terminate.sessions import LEGACY
 from proxy.wire.fetch_request_fast import decode_fetch_request
-from proxy.wire.messages import decode_response, request_codec, response_codec
+from proxy.wire.messages import decode_request, decode_response, request_codec, response_codec
 from proxy.wire.throttle_time import set_throttle_time_ms, throttle_time_ms
 from proxy.wire.views import MessageResponse, response_view
+from rig.chain_rig import SansIOProxy
 from rig.core_rig import CoreRig, request, response, sized
 from tests.support.admin import admin_over
 
@@ -245,7 +246,7 @@ def test_a_new_bound_applies_to_the_next_requests() -> None:
     ({"client_id": "etl-*", "produce_rate_bytes": -1},
      "quota.entries[0].produce_rate_bytes: input should be greater than or equal to 0"),
     ({"produce_rate_bytes": 5},
-     "quota.entries[0].client_id: set at least one of client_id, principal, client_address"),
+     "quota.entries[0].client_id: set at least one of principal, client_id, client_address"),
     ({"client_id": "etl-*", "request_rate": "fast"}, "quota.entries[0].request_rate: input should be a valid number"),
     ({"client_address": "10.0.0.300/8", "fetch_rate_bytes": 5}, "quota.entries[0].client_address: "),
 ])
@@ -268,7 +269,7 @@ def test_quota_metrics_carry_the_entry_name() -> None:
     samples = {(s.name, tuple(sorted(s.labels.items()))) for m in rig.metrics.registry.collect()
                for s in m.samples if s.name.startswith("sluice_quota_throttle_seconds_total")}
     assert samples == {("sluice_quota_throttle_seconds_total", (("api", api), ("entry", "etl")))
-                       for api in ("Produce", "Fetch")}  # shown at 0 before anything is throttled
+                       for api in ("Produce", "Fetch", "ShareFetch", "ShareAcknowledge")}  # at 0 from the start
     conn, _ = rig.connect()
     conn.client_data(sized(produce(1)))
     assert rig.metrics.total("sluice_quota_requests_total", entry="etl", api="Produce") == 1
@@ -280,12 +281,17 @@ def test_idle_clients_rates_are_forgotten() -> None:
         {"quota.entries": [{"client_id": "*", "produce_rate_bytes": 100}]}).quota)
     book = QuotaBook(quotas)
     [entry] = quotas.entries
+
+    def record(client_id: str, now: float) -> None:
+        book.record(entry, "produce", 10, entry.key("produce", client_id, None, ""), now)
+
     for i in range(1024):
-        book.record(entry, "produce", 10, f"job-{i}", None, 0.0)
-    book.record(entry, "produce", 10, "job-0", None, 20.0)  # still there, active again
+        record(f"job-{i}", 0.0)
+    record("job-0", 20.0)  # still there, active again
     assert len(book.rates) == 1024
-    book.record(entry, "produce", 10, "new", None, 20.0)  # the 1025th: the idle ones go (11 s window passed)
-    assert set(book.rates) == {("entries[0]", "produce", None, "job-0"), ("entries[0]", "produce", None, "new")}
+    record("new", 20.0)  # the 1025th: the idle ones go (11 s window passed)
+    assert set(book.rates) == {("entries[0]", "produce", None, "job-0", None),
+                               ("entries[0]", "produce", None, "new", None)}
 
 
 async def test_quotas_change_at_run_time_through_the_admin_api() -> None:
@@ -294,7 +300,8 @@ async def test_quotas_change_at_run_time_through_the_admin_api() -> None:
     async with admin_over(settings) as (proxy, url), aiohttp.ClientSession() as http:
         async with http.get(f"{url}/quotas") as r:
             body = await r.json()
-        assert body["entries"][0]["produce_rate_bytes"] == 1000 and body["status"] == {"rates": {}}
+        assert body["entries"][0]["produce_rate_bytes"] == 1000
+        assert body["status"] == {"entities": [], "more_entities": 0}
         body["entries"][0]["produce_rate_bytes"] = -5
         async with http.put(f"{url}/quotas", json=body) as r:
             assert r.status == 400 and (await r.json())["key"] == "quota.entries[0].produce_rate_bytes"
@@ -322,3 +329,123 @@ def test_a_decoded_produce_response_carries_the_time_in_its_body() -> None:
     set_throttle_time_ms(PRODUCE, 11, view, 900)
     buffers, _ = view.encode()
     assert throttle_of(b"".join(bytes(b) for b in buffers), PRODUCE, 11) == 900
+
+
+# ------------------------------------------------------------------------------- followers, share consumers
+
+
+@pytest.mark.parametrize("version", [12, 15, 17])  # 15+: the replica id in the tagged ReplicaState (KIP-903)
+def test_a_followers_fetch_is_neither_counted_nor_held(version: int) -> None:
+    """Kafka applies no client quota to replication: a catch-all fetch quota leaves a follower's fetch alone,
+    request and response, while a consumer's identical fetch is metered."""
+    p = SansIOProxy({"quota.entries": [{"client_id": "<default>", "fetch_rate_bytes": 10, "request_rate": 1}]})
+    keys: list[tuple[Any, int]] = [("t", 0) if version < 13 else (bytes(range(16)), 0)]
+    body = request_codec(FETCH, version).default()
+    follower = (body.replace(replica_state=body.replica_state.replace(replica_id=2, replica_epoch=7))
+                if version >= 15 else body.replace(replica_id=2))
+    frame = request(FETCH, version, 1, follower, client_id="broker-2-fetcher-0")
+    for _ in range(3):
+        ex = p.request(frame)
+        assert ex.frame == frame  # MaxBytes untouched
+        assert p.respond(ex, response_frame(version, 1, keys, 5, 0))[4:] == response_frame(version, 1, keys, 5, 0)
+        assert ex.mute_s == 0 and "quota_throttle_time_ms" not in ex.log
+    assert p.metrics.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch") == 0
+    assert p.metrics.total("sluice_quota_requests_total", entry="entries[0]", api="Fetch") == 0
+    consumer = [("t", 0)]
+    ex = p.request(request_frame(12, 2, dict.fromkeys(consumer, 0), LEGACY))  # a consumer: counted and held
+    p.respond(ex, response_frame(12, 2, consumer, 5, 0))
+    assert ex.mute_s > 0 and p.metrics.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch") > 0
+
+
+def _share_fetch_exchange(p: SansIOProxy, version: int, max_bytes: int, lock_ms: int = 30_000,
+                          records: bytes = b"\x00" * 5000) -> tuple[Any, bytes, bytes]:
+    """A ShareFetch through ``p`` and the broker's response to it: (exchange, sent upstream, what the client got)."""
+    from tests.unit.test_share_policies import frame as share_frame
+    from tests.unit.test_share_policies import share_fetch, share_fetch_response
+
+    ex = p.request(share_frame(version, share_fetch(version, max_bytes=max_bytes)))
+    sent = ex.frame
+    raw = bytearray(share_fetch_response(version, records, [(0, 9)]))
+    if lock_ms != 30_000:
+        body = decode_response(SHARE_FETCH, version, raw)[1].replace(acquisition_lock_timeout_ms=lock_ms)
+        raw = bytearray(response(SHARE_FETCH, version, 3, body))
+    return ex, sent, p.respond(ex, bytes(raw))
+
+
+SHARE_FETCH, SHARE_ACK = 78, 79
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_share_consumer_is_held_on_the_request_side_and_its_response_passes_whole(version: int) -> None:
+    rate = 2000
+    p = SansIOProxy({"quota.entries": [{"client_id": "share-*", "fetch_rate_bytes": rate}]})
+    ex, sent, got = _share_fetch_exchange(p, version, 50 << 20)
+    # MaxBytes: a tenth of a second's quota, like a Fetch's (the response is the quota's unit)
+    assert decode_request(sent)[1].max_bytes == rate // 10
+    # the broker's response, whole: every record it acquired for the member reaches it (only throttle_time_ms set)
+    _, body = decode_response(SHARE_FETCH, version, got[4:])
+    assert len(body.responses[0].partitions[0].records) == 5000
+    size = p.metrics.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch")
+    assert size == len(got)  # the response's size, as Kafka records it (ShareFetchContext.responseSize)
+    assert body.throttle_time_ms == math.ceil(size / rate * 1000) and ex.mute_s == pytest.approx(size / rate)
+    # over the quota now: the next one asks for as much (the mute, not a smaller response, holds the client)
+    _, sent2, _ = _share_fetch_exchange(p, version, 50 << 20)
+    assert decode_request(sent2)[1].max_bytes == rate // 10
+
+
+def test_a_share_consumers_mute_stays_within_its_acquisition_lock() -> None:
+    """A share consumer muted past its acquisition lock would see its records redelivered (and archived past the
+    delivery limit): the mute and the time it is told are capped at half the lock."""
+    p = SansIOProxy({"quota.entries": [{"client_id": "share-*", "fetch_rate_bytes": 100, "request_rate": 0.1}]})
+    ex, _, got = _share_fetch_exchange(p, 2, 50 << 20, lock_ms=2000, records=b"\x00" * 50_000)
+    assert ex.mute_s == pytest.approx(1.0)  # 11 s earned (the window's bound), 1 s allowed
+    assert decode_response(SHARE_FETCH, 2, got[4:])[1].throttle_time_ms == 1000
+    ack = request(SHARE_ACK, 2, 4, request_codec(SHARE_ACK, 2).default().replace(group_id="g", member_id="m"),
+                  client_id="share-1")
+    ex = p.request(ack)  # its request quota is exceeded: held, within the lock the connection last saw
+    reply = p.respond(ex, response(SHARE_ACK, 2, 4))
+    assert ex.mute_s == pytest.approx(1.0) and decode_response(SHARE_ACK, 2, reply[4:])[1].throttle_time_ms == 1000
+    assert p.metrics.total("sluice_quota_requests_total", entry="entries[0]", api="ShareAcknowledge") == 1
+
+
+def test_share_acknowledge_counts_only_against_a_request_rate() -> None:
+    """Kafka counts a ShareAcknowledge against the request quota only (sendMaybeThrottle): with no request_rate
+    set, the quota leaves it unread."""
+    p = SansIOProxy({"quota.entries": [{"client_id": "share-*", "fetch_rate_bytes": 100}]})
+    ack = request(SHARE_ACK, 2, 4, request_codec(SHARE_ACK, 2).default(), client_id="share-1")
+    assert p.policy("quota").unread(SHARE_ACK, 2)
+    p2 = SansIOProxy({"quota.entries": [{"client_id": "share-*", "request_rate": 1}]})
+    assert not p2.policy("quota").unread(SHARE_ACK, 2)
+    for _ in range(2):
+        ex = p2.request(ack)
+        p2.respond(ex, response(SHARE_ACK, 2, 4))
+    assert ex.mute_s == pytest.approx(2.0)  # two at once against 1/s: back at the bound after 2 s
+    assert p.metrics.total("sluice_quota_requests_total", entry="entries[0]", api="ShareAcknowledge") == 0
+
+
+def test_principal_and_address_select_through_the_core() -> None:
+    """The wiring: the connection's principal and address reach the resolver; the most specific entry governs."""
+    frame = produce(1, client_id="app")
+    size = len(frame) + 4
+    rig = CoreRig({"quota.entries": [
+        {"name": "default", "client_id": "<default>", "produce_rate_bytes": 10 * size},
+        {"name": "office", "client_address": "10.9.0.0/16", "produce_rate_bytes": size // 2},
+        {"name": "ops", "principal": "ops", "produce_rate_bytes": 0}]})
+    for host, principal, entry, held in [("10.1.0.1", None, "default", False), ("10.9.0.1", None, "office", True),
+                                         ("10.9.0.1", "ops", None, False)]:
+        conn, port = rig.connect(host=host, principal=principal)
+        conn.client_data(sized(frame))
+        conn.upstream_data(sized(produce_response(1)))
+        assert port.client_paused is held, (host, principal)
+        if entry is not None:
+            assert rig.metrics.total("sluice_quota_requests_total", entry=entry, api="Produce") >= 1
+    assert rig.metrics.total("sluice_quota_requests_total", entry="ops", api="Produce") == 0  # exempt: not counted
+
+
+def test_an_api_no_entry_counts_is_left_unread() -> None:
+    """A produce-only configuration reads no Fetch: each kind's APIs are relayed untouched unless an entry sets a
+    kind they are counted on (every data-path API counts on the request kind)."""
+    quota = SansIOProxy({"quota.entries": [{"client_id": "a", "produce_rate_bytes": 1}]}).policy("quota")
+    assert [quota.unread(k, 12) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == [False, True, True, True]
+    quota = SansIOProxy({"quota.entries": [{"client_id": "a", "request_rate": 1}]}).policy("quota")
+    assert [quota.unread(k, 12) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == [False] * 4

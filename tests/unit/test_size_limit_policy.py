@@ -170,13 +170,16 @@ def test_rules_first_match_and_replicas() -> None:
         BudgetRule(Budget(10 << 20), replicas=True),
         BudgetRule(Budget(5000), client_id="*"),
     ))
-    assert limits.budget_for("batch-7", -1) == Budget(1000)
-    assert limits.budget_for("web", -1) == Budget(5000)
-    assert limits.budget_for("batch-7", 3) == Budget(10 << 20)
+    assert limits.budget_for("batch-7", False) == Budget(1000)
+    assert limits.budget_for("web", False) == Budget(5000)
+    assert limits.budget_for("batch-7", True) == Budget(10 << 20)
     follower = request_codec(1, 15).default().replica_state.replace(replica_id=2)
     assert decode_fetch_request(fetch_frame(15, replica_state=follower)).replica_id == 2  # KIP-903: tagged
-    assert decode_fetch_request(fetch_frame(12, replica_id=3)).replica_id == 3
-    assert decode_fetch_request(fetch_frame(12)).replica_id == -1
+    assert decode_fetch_request(fetch_frame(15, replica_state=follower)).from_follower
+    assert decode_fetch_request(fetch_frame(12, replica_id=3)).from_follower
+    assert decode_fetch_request(fetch_frame(12, replica_id=0)).from_follower  # broker 0 is a follower too
+    assert not decode_fetch_request(fetch_frame(12)).from_follower  # a consumer: -1
+    assert not decode_fetch_request(fetch_frame(12, replica_id=-2)).from_follower  # an observer (KIP-392's -2)
 
 
 def test_held_bytes_waits_in_order_and_always_progresses() -> None:

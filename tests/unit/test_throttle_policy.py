@@ -59,9 +59,15 @@ def test_settings_to_snapshot() -> None:
         "throttle.consumers": [{"client_id": "backfill-*"}]})
     t = Throttles.from_settings(s.throttle)
     assert t.active and t.leader_rate == 5 * MB and t.samples == 11 and t.window_s == 1.0
-    assert t.fetcher("backfill-7", -1) == CONSUMER
-    assert t.fetcher("live", -1) is None
-    assert t.fetcher("broker-1-fetcher-0", 1) == 1  # replica fetches are throttled by broker id
+    consumer = decode_fetch_request(encode_request(
+        Message(request_api_key=1, request_api_version=12, correlation_id=1, client_id="c"),
+        request_codec(1, 12).default()))
+    follower = decode_fetch_request(encode_request(
+        Message(request_api_key=1, request_api_version=12, correlation_id=1, client_id="c"),
+        request_codec(1, 12).default().replace(replica_id=1)))
+    assert t.fetcher("backfill-7", consumer) == CONSUMER and t.fetcher("backfill-7", None) == CONSUMER
+    assert t.fetcher("live", consumer) is None
+    assert t.fetcher("broker-1-fetcher-0", follower) == 1  # replica fetches are throttled by broker id
     assert t.throttled("t", 0, 1) and not t.throttled("t", 0, 2) and t.throttled("t", 0, CONSUMER)
     assert not t.throttled("u", 0, 1) and not t.throttled(None, 0, 1)
     assert not Throttles.from_settings(load_settings(None, env={}).throttle).active

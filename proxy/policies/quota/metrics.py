@@ -1,11 +1,21 @@
-"""The client quotas' metrics, on the proxy's registry: per entry, what was counted and the throttle applied."""
+"""The client quotas' metrics, on the proxy's registry: per entry (and kind or API), what was counted and the throttle
+applied; for a fleet, what this instance sees of it. No label names a client: an entry's series are bounded by
+the entries configured, the APIs and the kinds (an entity's own rate is the admin API's ``GET /quotas`` status)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .book import QuotaBook
+
+#: the APIs a quota meters, as the access log and sluice_requests_total name them
+APIS = ("Produce", "Fetch", "ShareFetch", "ShareAcknowledge")
 
 
 class QuotaMetrics:
@@ -13,21 +23,31 @@ class QuotaMetrics:
         r = registry
         self.bytes = Counter(
             "sluice_quota_bytes_total",
-            "Bytes counted against a [[quota.entries]] entry: produce = Produce request bytes, fetch = Fetch "
-            "response bytes.", ["entry", "kind"], registry=r)
+            "Bytes counted against a [[quota.entries]] entry's quota of a kind: produce = Produce request bytes, "
+            "fetch = Fetch and ShareFetch response bytes.", ["entry", "kind"], registry=r)
         self.requests = Counter(
-            "sluice_quota_requests_total", "Produce and Fetch requests of the clients an entry selects.",
-            ["entry", "api"], registry=r)
+            "sluice_quota_requests_total",
+            "Requests of the clients an entry governs (for any kind): Produce, consumers' Fetch, ShareFetch, "
+            "ShareAcknowledge.", ["entry", "api"], registry=r)
         self.throttle_seconds = Counter(
             "sluice_quota_throttle_seconds_total",
-            "Throttle time Sluice applied to the clients an entry selects (throttle_time_ms sent, the connection "
+            "Throttle time Sluice applied to the clients an entry governs (throttle_time_ms sent, the connection "
             "not read for that long; KIP-219), summed over their requests.", ["entry", "api"], registry=r)
         self.throttled = Counter(
             "sluice_quota_throttled_total", "Responses (or acks=0 Produce requests) throttled by an entry.",
             ["entry", "api"], registry=r)
+        self.fleet_fallbacks = Counter(
+            "sluice_quota_fleet_fallbacks_total",
+            "Times this instance lost the fleet's usage topic (its own reports not read back) and fell back to "
+            "each fleet quota divided by the instances last seen live.", registry=r)
+        self.fleet_reports_skipped = Counter(
+            "sluice_quota_fleet_reports_skipped_total", "Usage topic records that are not a usage report this "
+            "Sluice reads (skipped).", registry=r)
+        self._fleet = _FleetCollector()
+        r.register(self._fleet)
 
         #: the per-request children, by (counter, entry, label): ``labels()`` takes a lock and builds a key on every
-        #: call (metrics.py); bounded by the entries configured and the two APIs and kinds
+        #: call (metrics.py); bounded by the entries configured and the APIs and kinds
         self._children: dict[tuple[Counter, str, str], Any] = {}
 
     def _inc(self, counter: Counter, entry: str, label: str, n: float) -> None:
@@ -37,7 +57,7 @@ class QuotaMetrics:
         child.inc(n)
 
     def count(self, entry: str, api: str) -> None:
-        """One Produce or Fetch request of ``entry``'s clients."""
+        """One request of a client ``entry`` governs."""
         self._inc(self.requests, entry, api, 1)
 
     def count_bytes(self, entry: str, kind: str, n: int) -> None:
@@ -49,12 +69,36 @@ class QuotaMetrics:
         self._inc(self.throttle_seconds, entry, api, seconds)
         self._inc(self.throttled, entry, api, 1)
 
-    def show(self, entries: Iterable[Any]) -> None:
-        """Every configured entry's series, at 0 until it counts something (dashboards and alerts see them)."""
-        for entry in entries:
-            for kind in ("produce", "fetch"):
-                self.bytes.labels(entry.name, kind)
-            for api in ("Produce", "Fetch"):
+    def bind(self, book: QuotaBook, clock: Callable[[], float]) -> None:
+        """Every configured entry's series, at 0 until it counts something (dashboards and alerts see them); the
+        fleet gauges read ``book`` when scraped."""
+        for entry in book.quotas.entries:
+            for kind, bound in (("produce", entry.produce), ("fetch", entry.fetch)):
+                if bound is not None:
+                    self.bytes.labels(entry.name, kind)
+            for api in APIS:
                 self.requests.labels(entry.name, api)
                 self.throttle_seconds.labels(entry.name, api)
                 self.throttled.labels(entry.name, api)
+        self._fleet.book, self._fleet.clock = book, clock
+
+
+class _FleetCollector(Collector):
+    """The fleet's gauges, read from the book when scraped (only while an entry is fleet-scoped)."""
+
+    def __init__(self) -> None:
+        self.book: QuotaBook | None = None
+        self.clock: Callable[[], float] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        book, clock = self.book, self.clock
+        if book is None or clock is None or not book.quotas.fleet:
+            return
+        shares = book.fleet
+        yield GaugeMetricFamily("sluice_quota_fleet_usage_reachable",
+                                "1 while this instance reads its own usage reports back from the fleet's usage "
+                                "topic (the shares follow the fleet), 0 while not (the fallback).",
+                                value=0 if shares.state == "unreachable" else 1)
+        yield GaugeMetricFamily("sluice_quota_fleet_live_instances",
+                                "Instances of the fleet this one heard from lately, itself included: what a fleet "
+                                "quota is shared by.", value=shares.live(clock()))

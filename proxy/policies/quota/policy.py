@@ -4,18 +4,35 @@ Kafka's broker measures a client's produce bytes, fetch bytes and requests over 
 (ClientQuotaManager); when a client is over its quota it computes the time that brings it back within it,
 answers at once with that time in ``throttle_time_ms`` and mutes the client's channel for as long, so a client
 that ignores the hint is held anyway (KIP-219). Sluice does the same in front of the broker, where it can select
-clients by principal, client.id and real address and count them across the brokers they talk to:
+clients by principal, client.id and real address and count them across the brokers they talk to. Which entry
+governs each kind for a client, and the rates: book.py.
 
-- **Produce**: its request bytes are recorded when it arrives (with its request, for ``request_rate``); the
-  throttle time earned goes into the response's ``throttle_time_ms`` (the larger of the broker's and
-  Sluice's) and the client is not read for that long after the response. A Produce with acks=0 has no
-  response: the client is not read for that long from the moment the request goes upstream.
-- **Fetch**: its request is recorded when it arrives (``request_rate``), its response's bytes when it comes
-  back (Kafka records the response's size); the response carries the throttle time and the client is muted.
-  The response's size is its frame's, or, when a policy changed it, its record bytes.
+What is metered, as KafkaApis meters it (handleProduceRequest, handleFetchRequest, handleShareFetchRequest's
+processShareFetchResponse, handleShareAcknowledgeRequest's sendMaybeThrottle):
+
+- **Produce**: its request bytes when it arrives (``produce_rate_bytes``); the throttle time earned goes into the
+  response's ``throttle_time_ms`` (the larger of the broker's and Sluice's) and the client is not read for that
+  long after the response. A Produce with acks=0 has no response: the client is not read for that long from the
+  moment the request goes upstream.
+- **Fetch**: its response's bytes when it comes back (``fetch_rate_bytes``); the response carries the throttle
+  time and the client is muted. The response's size is its frame's, or, when a policy changed it, its record
+  bytes. A follower's Fetch (FetchRequestView.from_follower) is never counted nor held: Kafka applies no client
+  quota to replication (followers have KIP-73's replication quotas: the throttle policy).
+- **ShareFetch** (KIP-932): its response's bytes against the same fetch quota (Kafka records them on its fetch
+  quota manager too). The response is never cut: a record left out would stay acquired by this member until its
+  lock lapses, and count toward the delivery limit (proxy/policies/throttle/share.py). The client is held on the
+  request side instead: MaxBytes lowered as a Fetch's (below), and the mute (and the throttle time the client is
+  told) capped at half the acquisition lock the broker announced, so what it holds is acknowledged in time
+  (share.py ``within_lock``). Not lowered to the quota's headroom, as the throttle policy does: that holds the
+  client just below its quota, never muted, in responses of a batch or two, where it spends its time in round
+  trips (a Java share consumer at 5 MB/s read 0.96 of it, worst window 7%).
+- **Requests** (``request_rate``): each Produce, consumer Fetch, ShareFetch and ShareAcknowledge, on arrival (the
+  requests of Kafka's data path; its own request quota is a share of broker thread time, KIP-124, which has no
+  meaning in front of the broker).
 - A response is the quota's unit, so a client's rate over a window is off by up to one response: a consumer's
   default fetch (1 MB per partition, Kafka's ``max.partition.fetch.bytes``) of 4 partitions is 4 MB, most of a
-  second at 5 MB/s and ~7% of Kafka's 11 s window. Sluice therefore lowers the request's MaxBytes (KIP-74) to
+  second at 5 MB/s and ~7% of Kafka's 11 s window. Sluice therefore lowers a Fetch's (and ShareFetch's) MaxBytes
+  (KIP-74) to
   :data:`RESPONSE_SHARE_S` of the client's fetch quota: the broker fills the response up to it, never less than
   one record batch (KIP-74's progress rule), so a window's error stays near 1% and the client's rate is the
   same (it fetches more often, in smaller responses). A MaxBytes already lower is kept.
@@ -32,12 +49,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...accesslog import get_logger
 from ...core.policy import Policy, Services, reads
 from ...wire.api_keys import ApiKey
 from ...wire.fetch_request_fast import FetchEdit
 from ...wire.throttle_time import carries_throttle_time, set_throttle_time_ms, throttle_time_ms
-from ...wire.views import FetchResponse
-from .book import Entry, QuotaBook, Quotas
+from ...wire.views import FetchResponse, MessageRequest, MessageResponse
+from ..throttle.share import clamp_max_bytes, within_lock
+from .book import NOTHING, Entry, Governing, Kind, QuotaBook, Quotas, RateKey
 from .metrics import QuotaMetrics
 from .settings import QuotaSettings
 
@@ -45,16 +64,32 @@ if TYPE_CHECKING:
     from ...core.exchange import Exchange
     from ...wire.views import ResponseView
 
+log = get_logger("sluice.quota")
+
 #: the share of a second's fetch quota one response may carry (see the module docstring)
 RESPONSE_SHARE_S = 0.1
+_SHARE_APIS = (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
+#: the byte kind each API is counted on (every one of them on the request kind too)
+_BYTES_KIND: dict[int, Kind] = {ApiKey.PRODUCE: "produce", ApiKey.FETCH: "fetch", ApiKey.SHARE_FETCH: "fetch"}
+
+
+@dataclass(slots=True)
+class ShareLock:
+    """A connection's last acquisition lock announced by the broker (ShareFetch AcquisitionLockTimeoutMs): what a
+    ShareAcknowledge's mute is capped by."""
+
+    lock_ms: int = 0
 
 
 @dataclass(slots=True)
 class Ticket:
-    """A request's quota state until its response: the entry, the throttle time earned so far."""
+    """A request's quota state until its response: the fetch entry and rate (None: not metered), the throttle time
+    earned so far and the entry it is counted against."""
 
-    entry: Entry
+    fetch: Entry | None
+    key: RateKey | None
     delay_s: float
+    by: Entry | None
 
 
 class Quota(Policy):
@@ -62,72 +97,158 @@ class Quota(Policy):
 
     def __init__(self, settings: QuotaSettings, services: Services, metrics: QuotaMetrics) -> None:
         # Produce requests and Fetch responses are read only for their sizes and throttle_time_ms, found by
-        # position in every version (proxy/wire/throttle_time.py)
-        self.apis = reads(ApiKey.PRODUCE, ApiKey.FETCH)
+        # position in every version (proxy/wire/throttle_time.py); ShareFetch is decoded (MaxBytes, the lock)
+        self.apis = reads(ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
         self.clock = services.clock
         self.metrics = metrics
         self.book = QuotaBook(Quotas.from_settings(settings))
-        self.metrics.show(self.book.quotas.entries)
+        self.metrics.bind(self.book, self.clock)
 
     def reconfigure(self, section: QuotaSettings) -> Callable[[], None]:
         quotas = Quotas.from_settings(section)
 
         def apply() -> None:
             self.book.reconfigure(quotas, self.clock())
-            self.metrics.show(self.book.quotas.entries)
+            self.metrics.bind(self.book, self.clock)
         return apply
 
     def status(self) -> dict[str, Any]:
-        """Per entry and kind, the highest rate measured now: what GET /quotas adds as ``status``."""
-        return {"rates": self.book.rates_now(self.clock())}
+        """The rates measured now (busiest first, bounded) and, for a fleet, its view: what GET /quotas adds."""
+        now = self.clock()
+        rows, more = self.book.entities(now)
+        out: dict[str, Any] = {"entities": rows, "more_entities": more}
+        if self.book.quotas.fleet:
+            shares = self.book.fleet
+            out["fleet"] = {"usage_topic": shares.state, "live_instances": shares.live(now),
+                            "instance": shares.me}
+        return out
+
+    # ------------------------------------------------------------------------------------------ the fleet
+
+    def fleet_wanted(self) -> bool:
+        """Whether an entry is fleet-scoped (proxy/fleet/usage.py publishes and reads usage only then)."""
+        return self.book.quotas.fleet
+
+    def fleet_report(self, instance: str, interval_s: float) -> bytes | None:
+        """Close this instance's usage interval (every ``interval_s``): its report to publish; the usage topic's
+        reachability judged, the shares updated."""
+        now = self.clock()
+        shares = self.book.fleet
+        shares.me, shares.interval_s = instance, interval_s
+        value = shares.report(now)
+        changed = shares.tick(now)
+        if changed == "unreachable":
+            self.metrics.fleet_fallbacks.inc()
+            log.warning("quota_fleet_usage_unreachable", live_instances=shares.known_live,
+                        using="each fleet quota divided by the instances last seen live")
+        elif changed == "reachable":
+            log.info("quota_fleet_usage_reachable", live_instances=shares.live(now))
+        self.book.rebalance(now)
+        return value
+
+    def fleet_offer(self, instance: str, value: bytes | None) -> None:
+        """An instance's usage report read from the usage topic (this one's too)."""
+        now = self.clock()
+        if self.book.fleet.offer(instance, value, now):
+            self.book.rebalance(now)
+        else:
+            self.metrics.fleet_reports_skipped.inc()
+
+    # ------------------------------------------------------------------------------------------ the chain
 
     def unread(self, api_key: int, version: int) -> bool:
-        return not self.book.quotas.entries  # switched off: no client's request is its business
+        # no entry sets a kind this API is counted on: none of its requests is the quota's business
+        q = self.book.quotas
+        kind = _BYTES_KIND.get(api_key)
+        return not (q.sets("request") or (kind is not None and q.sets(kind)))
 
     def applies(self, ex: Exchange) -> bool:
         return bool(self.book.quotas.entries)
 
-    def on_request(self, ex: Exchange, conn: Any) -> Any:
-        entry = self.book.quotas.entry(ex.client_id, ex.principal, ex.client_host)
-        if entry is None:
+    def open(self, info: Any) -> ShareLock:
+        return ShareLock()
+
+    def on_request(self, ex: Exchange, conn: ShareLock) -> Ticket | None:
+        gov = self.book.quotas.governing(ex.client_id, ex.principal, ex.client_host)
+        if gov is NOTHING:
             return None
+        api_key = ex.header.api_key
+        if api_key == ApiKey.FETCH:
+            edit = ex.request
+            if isinstance(edit, FetchEdit) and edit.view.from_follower:
+                return None  # replication: never a client quota's (the module docstring)
         now, api = self.clock(), ex.api
-        self.metrics.count(entry.name, api)
-        delay = self.book.record(entry, "request", 1, ex.client_id, ex.principal, now)
-        if ex.header.api_key == ApiKey.PRODUCE:
-            self.metrics.count_bytes(entry.name, "produce", ex.size)
-            delay = max(delay, self.book.record(entry, "produce", ex.size, ex.client_id, ex.principal, now))
+        for entry in gov.entries:
+            self.metrics.count(entry.name, api)
+        delay, by = self._record(gov, "request", 1, ex, now, 0.0, None)
+        if api_key == ApiKey.PRODUCE:
+            if gov.produce is not None:
+                self.metrics.count_bytes(gov.produce.name, "produce", ex.size)
+                delay, by = self._record(gov, "produce", ex.size, ex, now, delay, by)
             if not ex.expects_response or delay <= 0:
                 # acks=0: no response to carry the time; the client is held all the same (KIP-219). Not
                 # throttled: nothing to tell the client, so the response is not read for the quota (it is
                 # relayed unread unless another policy reads it)
-                self._apply(ex, entry, delay)
+                self._apply(ex, by, delay, 0)
                 return None
-        elif not entry.fetch and not delay:
-            return None  # nothing to meter in the response, nothing to tell the client
-        elif entry.fetch:
-            _cap_response(ex.request, entry.fetch)
+            ex.collect = True
+            return Ticket(None, None, delay, by)
+        fetch = gov.fetch if api_key != ApiKey.SHARE_ACKNOWLEDGE else None
+        if fetch is None:
+            if delay <= 0:
+                return None  # nothing to meter in the response, nothing to tell the client
+            ex.collect = True
+            return Ticket(None, None, delay, by)
+        key = fetch.key("fetch", ex.client_id, ex.principal, ex.client_host)
+        cap = max(1, int(self.book.bound(key, "fetch", fetch) * RESPONSE_SHARE_S))
+        if api_key == ApiKey.FETCH:
+            _cap_response(ex.request, cap)
+        else:
+            request = ex.request
+            assert isinstance(request, MessageRequest)
+            if clamp_max_bytes(request.body, cap):
+                request.changed = True
         ex.collect = True
-        return Ticket(entry, delay)
+        return Ticket(fetch, key, delay, by)
 
-    def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
+    def _record(self, gov: Governing, kind: Kind, amount: int, ex: Exchange, now: float, delay: float,
+                by: Entry | None) -> tuple[float, Entry | None]:
+        """Record ``amount`` on the client's rate of ``kind`` (if an entry governs it); the larger throttle time so
+        far and the entry it is counted against."""
+        entry = gov.entry(kind)
+        if entry is None:
+            return delay, by
+        key = entry.key(kind, ex.client_id, ex.principal, ex.client_host)
+        earned = self.book.record(entry, kind, amount, key, now)
+        return (earned, entry) if earned > delay else (delay, by)
+
+    def on_response(self, ex: Exchange, response: ResponseView, conn: ShareLock, state: Any) -> None:
         ticket: Ticket = state
-        delay = ticket.delay_s
-        if isinstance(response, FetchResponse) and ticket.entry.fetch:
-            size = _fetch_bytes(response)
-            self.metrics.count_bytes(ticket.entry.name, "fetch", size)
-            delay = max(delay, self.book.record(ticket.entry, "fetch", size, ex.client_id, ex.principal,
-                                                self.clock()))
+        delay, by = ticket.delay_s, ticket.by
         h = ex.header
+        lock_ms = conn.lock_ms if h.api_key in _SHARE_APIS else 0
+        if ticket.fetch is not None and ticket.key is not None:
+            if isinstance(response, FetchResponse):
+                size = _fetch_bytes(response)
+            else:
+                assert isinstance(response, MessageResponse)
+                size = _share_fetch_bytes(response)
+                lock_ms = conn.lock_ms = int(response.body.acquisition_lock_timeout_ms)
+            self.metrics.count_bytes(ticket.fetch.name, "fetch", size)
+            earned = self.book.record(ticket.fetch, "fetch", size, ticket.key, self.clock())
+            if earned > delay:
+                delay, by = earned, ticket.fetch
+        if lock_ms:
+            delay = within_lock(delay, lock_ms)
         ms = _ms(delay)
         if ms and carries_throttle_time(h.api_key, h.api_version) \
                 and ms > throttle_time_ms(h.api_key, h.api_version, response):
             set_throttle_time_ms(h.api_key, h.api_version, response, ms)
-        self._apply(ex, ticket.entry, delay)
+        self._apply(ex, by, delay, ms)
 
-    def _apply(self, ex: Exchange, entry: Entry, delay: float) -> None:
-        ex.log["quota_throttle_time_ms"] = _ms(delay)
-        if delay <= 0:
+    def _apply(self, ex: Exchange, entry: Entry | None, delay: float, ms: int) -> None:
+        ex.log["quota_throttle_time_ms"] = ms or _ms(delay)
+        if delay <= 0 or entry is None:
             return
         ex.mute_s = max(ex.mute_s, delay)
         self.metrics.throttle(entry.name, ex.api, delay)
@@ -138,12 +259,9 @@ def _ms(seconds: float) -> int:
     return math.ceil(seconds * 1000) if seconds > 0 else 0
 
 
-def _cap_response(request: object, fetch_rate: int) -> None:
-    """Lower a Fetch request's MaxBytes to :data:`RESPONSE_SHARE_S` of the fetch quota (never raise it)."""
-    if not isinstance(request, FetchEdit):
-        return
-    cap = max(1, int(fetch_rate * RESPONSE_SHARE_S))
-    if request.max_bytes > cap:
+def _cap_response(request: object, cap: int) -> None:
+    """Lower a Fetch request's MaxBytes to ``cap`` (never raise it)."""
+    if isinstance(request, FetchEdit) and request.max_bytes > cap:
         request.max_bytes = cap
         request.changed = True
 
@@ -154,3 +272,11 @@ def _fetch_bytes(response: FetchResponse) -> int:
     if not response.changed:
         return len(response.frame) + 4
     return sum(p.records_size for t in response.view.topics for p in t.partitions)
+
+
+def _share_fetch_bytes(response: MessageResponse) -> int:
+    """A ShareFetch response's bytes as the client gets them (Kafka records ShareFetchContext.responseSize): its
+    frame when no policy changed it (none cuts records from it), else its record bytes."""
+    if not response.changed:
+        return len(response.frame) + 4
+    return sum(len(p.records or b"") for t in response.body.responses or () for p in t.partitions or ())

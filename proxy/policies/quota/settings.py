@@ -1,45 +1,131 @@
-"""``[quota]``: client quotas (KIP-13 byte rates, KIP-124 request rates) per client selector, changeable at run
-time."""
+"""``[quota]``: client quotas (KIP-13 byte rates, KIP-124 request rates) per quota entity, changeable at run time.
+
+An entry names an entity as Kafka's ``kafka-configs --entity-type users/clients`` does, plus Sluice's own third
+part, the client's address: each of ``principal`` (Kafka's user), ``client_id`` and ``client_address`` is a name
+(an address or network for the last), a glob (Sluice's: ``"etl-*"``), ``"<default>"`` (Kafka's default entity:
+every value that has no entry of its own) or left out. Each quota kind is set, or left out (the client's next
+most specific entry that sets it applies: book.py has the order), or 0: no quota of that kind for this entity,
+whatever a less specific entry says (an exemption).
+
+The form before entities (a glob or network per selector, 0 for "none", the first entry selecting a client
+governing every kind) is read as it is: its selectors are this form's names and globs, and its 0 is an
+exemption. Kafka's own config names (``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``,
+``user``) are refused with the key to use instead.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+import ipaddress
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from ...config.base import ClientSelectorSettings, KeyedValueError, Section, check_finite
+from ...config.base import KeyedValueError, Section, check_finite
+
+#: Kafka's name for the default entity of a kind (kafka-configs ``--entity-default``, ClientQuotaEntity)
+DEFAULT = "<default>"
+
+#: Kafka's quota config names and users' entity name -> (this section's key, what to say)
+_KAFKA_NAMES = {
+    "producer_byte_rate": ("produce_rate_bytes", "Produce request bytes/s"),
+    "consumer_byte_rate": ("fetch_rate_bytes", "Fetch and ShareFetch response bytes/s"),
+    "request_percentage": ("request_rate",
+                           "requests/s; Kafka's share of broker thread time has no meaning in front of the broker"),
+    "user": ("principal", "the SASL principal's name, or a glob, or \"<default>\""),
+}
+
+Scope = Literal["instance", "fleet"]
 
 
-class QuotaEntrySettings(ClientSelectorSettings):
-    """One ``[[quota.entries]]`` entry: the clients it selects (client.id glob, principal glob, client network;
-    all that are given must match) and their quotas. A client takes the first entry that selects it."""
+class QuotaEntrySettings(Section):
+    """One ``[[quota.entries]]`` entry: an entity (principal, client.id, client address: each a name, a glob,
+    ``"<default>"`` or left out; at least one given) and its quotas per kind."""
 
     name: str = Field(default="", description='Name in metrics and logs; "" = "entries[N]".')
-    produce_rate_bytes: Annotated[int, Field(ge=0)] = Field(
-        default=0, description="Produce request bytes/s (Kafka's producer_byte_rate); 0 = none.")
-    fetch_rate_bytes: Annotated[int, Field(ge=0)] = Field(
-        default=0, description="Fetch response bytes/s (Kafka's consumer_byte_rate); 0 = none.")
-    request_rate: Annotated[float, Field(ge=0)] = Field(
-        default=0.0, description="Produce and Fetch requests/s; 0 = none.")
+    principal: str | None = Field(
+        default=None, description='SASL principal (Kafka\'s user): a name, a glob, or "<default>".')
+    client_id: str | None = Field(default=None, description='client.id: a name, a glob, or "<default>".')
+    client_address: str | None = Field(
+        default=None, description='Client IP address or CIDR network (PROXY protocol\'s source), or "<default>".')
+    produce_rate_bytes: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Produce request bytes/s (Kafka's producer_byte_rate); 0 = exempt; unset = "
+                                  "the next entry's.")
+    fetch_rate_bytes: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Fetch and ShareFetch response bytes/s (Kafka's consumer_byte_rate); 0 = exempt; "
+                                  "unset = the next entry's.")
+    request_rate: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="Produce, Fetch, ShareFetch and ShareAcknowledge requests/s; 0 = exempt; "
+                                  "unset = the next entry's.")
     shared: bool = Field(
         default=False,
-        description="true: one quota for every connection the entry selects together; false: one per client "
-                    "(principal and client.id, Kafka's quota entity).")
+        description="true: one quota for every client the entry selects together; false: one per entity, as Kafka "
+                    "keys it (each value a glob or \"<default>\" matches has its own).")
+    scope: Scope | None = Field(
+        default=None, description='"instance": this Sluice\'s alone; "fleet": one quota for the whole [fleet]; '
+                                  "unset = [quota] scope.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kafka_names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for kafka, (ours, what) in _KAFKA_NAMES.items():
+                if kafka in data:
+                    raise KeyedValueError(kafka, f"Sluice's name for this is {ours} ({what})")
+        return data
+
+    @field_validator("principal", "client_id")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not value:
+            raise ValueError('must be a name, a glob (e.g. "etl-*") or "<default>"')
+        return value
+
+    @field_validator("client_address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None or value == DEFAULT:
+            return value
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ValueError('must be an IP address, a CIDR network (e.g. 10.1.0.0/16) or "<default>", got '
+                             f"{value!r}") from None
+        return value
 
     @field_validator("request_rate")
     @classmethod
-    def _finite(cls, value: float) -> float:
-        return check_finite(value)
+    def _finite(cls, value: float | None) -> float | None:
+        return None if value is None else check_finite(value)
+
+    @model_validator(mode="after")
+    def _complete(self) -> Self:
+        if self.client_id is None and self.principal is None and self.client_address is None:
+            raise KeyedValueError("client_id", "set at least one of principal, client_id, client_address (a name, "
+                                               'a glob or "<default>")')
+        if self.produce_rate_bytes is None and self.fetch_rate_bytes is None and self.request_rate is None:
+            raise KeyedValueError("produce_rate_bytes", "set at least one of produce_rate_bytes, fetch_rate_bytes, "
+                                                        "request_rate (0 = exempt from a less specific entry's)")
+        return self
 
 
 class QuotaSettings(Section):
-    """Client quotas. Changeable at run time (admin API PUT /quotas, SIGHUP)."""
+    """Client quotas. Changeable at run time (admin API PUT /quotas, ``sluice quota set``, SIGHUP)."""
 
     window_s: Annotated[float, Field(gt=0, le=3600)] = Field(
         default=1.0, description="Sample window, seconds (quota.window.size.seconds).")
     samples: Annotated[int, Field(ge=1, le=1000)] = Field(
         default=11, description="Samples kept (quota.window.num).")
-    entries: list[QuotaEntrySettings] = Field(default_factory=list, description="Quotas per client selector.")
+    scope: Scope = Field(
+        default="instance", description='Entries\' scope unless they set one: "instance" (each Sluice its own, as '
+                                        'each Kafka broker) or "fleet" (one for the [fleet], needs it on).')
+    entries: list[QuotaEntrySettings] = Field(default_factory=list, description="Quotas per entity.")
+
+    def fleet_key(self) -> str:
+        """The key that makes a quota the fleet's, if any ("" if none): it needs [fleet] on."""
+        if any(e.scope == "fleet" or (e.scope is None and self.scope == "fleet") for e in self.entries):
+            return "scope" if self.scope == "fleet" else next(
+                f"entries[{i}].scope" for i, e in enumerate(self.entries) if e.scope == "fleet")
+        return ""
 
     @field_validator("window_s")
     @classmethod
@@ -47,11 +133,27 @@ class QuotaSettings(Section):
         return check_finite(value)
 
     @model_validator(mode="after")
-    def _unique_names(self) -> Self:
-        seen: dict[str, int] = {}
+    def _unique(self) -> Self:
+        names: dict[str, int] = {}
+        entities: dict[tuple[Any, ...], int] = {}
         for i, entry in enumerate(self.entries):
             name = entry.name or f"entries[{i}]"
-            if name in seen:
-                raise KeyedValueError(f"entries[{i}].name", f"{name!r} is already quota.entries[{seen[name]}]")
-            seen[name] = i
+            if name in names:
+                raise KeyedValueError(f"entries[{i}].name", f"{name!r} is already quota.entries[{names[name]}]")
+            names[name] = i
+            # Kafka keeps one config per entity; two entries for one entity would leave one unused for the kinds
+            # both set (the first wins), which is never what was meant
+            entity = (entry.principal, entry.client_id, _network_key(entry.client_address))
+            if entity in entities:
+                raise KeyedValueError(f"entries[{i}].client_id",
+                                      f"names the entity of quota.entries[{entities[entity]}] (principal, "
+                                      "client_id, client_address): one entry per entity, its kinds together")
+            entities[entity] = i
         return self
+
+
+def _network_key(address: str | None) -> str | None:
+    """An address as its network (so ``10.0.0.1`` and ``10.0.0.1/32`` are one entity)."""
+    if address is None or address == DEFAULT:
+        return address
+    return str(ipaddress.ip_network(address, strict=False))

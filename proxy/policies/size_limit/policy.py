@@ -72,7 +72,7 @@ class Budget:
 @dataclass(frozen=True, slots=True)
 class BudgetRule:
     """Who a budget applies to: consumers a client selector matches (client.id glob, SASL principal glob, client
-    network: :mod:`proxy.core.selectors`), or replica fetchers (replica_id >= 0)."""
+    network: :mod:`proxy.core.selectors`), or replica fetchers (FetchRequestView.from_follower)."""
 
     budget: Budget
     client_id: str | None = None
@@ -84,10 +84,10 @@ class BudgetRule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "selector", ClientSelector(self.client_id, self.principal, self.network))
 
-    def matches(self, client_id: str | None, replica_id: int, principal: str | None = None, host: str = "") -> bool:
+    def matches(self, client_id: str | None, follower: bool, principal: str | None = None, host: str = "") -> bool:
         if self.replicas:
-            return replica_id >= 0
-        return replica_id < 0 and self.selector.matches(client_id, principal, host)
+            return follower
+        return not follower and self.selector.matches(client_id, principal, host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,17 +112,17 @@ class SizeLimits:
     def active(self) -> bool:
         return any(not r.budget.unlimited for r in self.rules)
 
-    def budget_for(self, client_id: str | None, replica_id: int, principal: str | None = None,
+    def budget_for(self, client_id: str | None, follower: bool, principal: str | None = None,
                    host: str = "") -> Budget | None:
         """The first matching rule's budget (rules are ordered, like firewall rules), or None."""
         for rule in self.rules:
-            if rule.matches(client_id, replica_id, principal, host):
+            if rule.matches(client_id, follower, principal, host):
                 return None if rule.budget.unlimited else rule.budget
         return None
 
     def may_apply(self, client_id: str | None, principal: str | None = None, host: str = "") -> bool:
         """Whether any rule could apply to this client before its request body is decoded."""
-        return any(r.replicas or r.matches(client_id, -1, principal, host) for r in self.rules
+        return any(r.replicas or r.matches(client_id, False, principal, host) for r in self.rules
                    if not r.budget.unlimited)
 
 
@@ -287,7 +287,7 @@ class SizeLimit(Policy):
             return self._share_request(ex, limits)
         edit = ex.request
         assert isinstance(edit, FetchEdit)
-        budget = limits.budget_for(ex.client_id, edit.view.replica_id, ex.principal, ex.client_host)
+        budget = limits.budget_for(ex.client_id, edit.view.from_follower, ex.principal, ex.client_host)
         if budget is None:
             return None
         clamp_request(edit, budget)
@@ -306,7 +306,7 @@ class SizeLimit(Policy):
     def _share_request(self, ex: Exchange, limits: SizeLimits) -> None:
         """A ShareFetch: MaxBytes clamped to the budget; its response is never collected for trimming (see the
         module docstring: what is cut from a share fetch response is lost to the group, in the end)."""
-        budget = limits.budget_for(ex.client_id, -1, ex.principal, ex.client_host)
+        budget = limits.budget_for(ex.client_id, False, ex.principal, ex.client_host)
         if budget is None:
             return None
         request = ex.request

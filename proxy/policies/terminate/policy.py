@@ -43,7 +43,7 @@ a session fetch is relayed untouched (a request with session id 0 and epoch -1 d
 and a session-using client's pipelined Fetch goes upstream session-less, listing its whole session (the
 clients named above never pipeline fetches to one broker, so this is the rare path).
 
-Followers' fetches (replica_id >= 0) are relayed untouched: Sluice terminates consumer sessions only.
+Followers' fetches (FetchRequestView.from_follower) are relayed untouched: Sluice terminates consumer sessions only.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def uses_session(request: FetchRequestView) -> bool:
 def eligible(request: FetchRequestView) -> bool:
     """A consumer's session-less Fetch (v7+, epoch -1, no session named) with at least one partition."""
     return (request.version >= FIRST_SESSION and not uses_session(request)
-            and request.replica_id < 0 and request.has_partitions)
+            and not request.from_follower and request.has_partitions)
 
 
 def plan_request(request: FetchRequestView, sessions: UpstreamSessions,
@@ -256,7 +256,7 @@ def plan_session_request(request: FetchRequestView, sessions: UpstreamSessions, 
                          now: float) -> SessionPlan:
     """A Fetch of a client that uses sessions (:func:`uses_session`), answered by Sluice's ``server``."""
     version = request.version
-    if request.replica_id >= 0:
+    if request.from_follower:
         return SessionPlan(Kind.SESSIONLESS)  # followers keep their own sessions with the broker
     decision = server.handle_request(request, version, now)
     if decision.is_error:
@@ -580,7 +580,7 @@ class Terminate(Policy):
         if uses_session(request):
             sessions.baseline = None
             plan = plan_session_request(request, sessions, self.server, self.clock())
-            if request.replica_id < 0:
+            if not request.from_follower:
                 m.downstream_fetch_requests_by_kind[plan.kind.value].inc()
             self._count_stats(self.server.stats)
             if plan.answer is not None:  # a session error of Sluice's own: answered here, nothing goes upstream

@@ -384,9 +384,8 @@ class SessionServer:
         """FetchManager.newContext for a decoded FetchRequest of ``version``."""
         # v<7 has neither SessionId nor SessionEpoch: the view reads them as no session, session-less
         session_id, epoch = request.session_id, request.session_epoch
-        # FetchRequest.isFromFollower: replica_id >= 0 (in ReplicaState from v15). Follower sessions are
-        # privileged in the cache.
-        privileged = request.replica_id >= 0
+        # Follower sessions are privileged in the cache
+        privileged = request.from_follower
         if is_full(epoch):
             # "Any session specified in a FULL fetch request will be closed."
             if session_id != INVALID_SESSION_ID and self.cache.remove(session_id) is not None:

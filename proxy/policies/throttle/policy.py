@@ -72,7 +72,7 @@ from ...wire.api_keys import ApiKey
 from ...wire.errors import CodecError
 from ...wire.fetch_fast import FetchResponseView
 from ...wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
-from ...wire.fetch_request_fast import FetchEdit
+from ...wire.fetch_request_fast import FetchEdit, FetchRequestView
 from ...wire.records import complete_size, prefix_within
 from ...wire.views import FetchResponse, MessageRequest, MessageResponse, ResponseView
 from ..topic_rules import TopicRules
@@ -162,11 +162,12 @@ class Throttles:
         """Whether any fetch can be throttled (else Fetch is not decoded for throttling at all)."""
         return bool(self.topics) and bool(self.leader_rate or self.follower_rate)
 
-    def fetcher(self, client_id: str | None, replica_id: int, principal: str | None = None,
+    def fetcher(self, client_id: str | None, request: FetchRequestView | None, principal: str | None = None,
                 host: str = "") -> int | None:
-        """The fetcher id a fetch is throttled as (a broker id, or CONSUMER), or None if it is not selected."""
-        if replica_id >= 0:
-            return replica_id
+        """The fetcher id a fetch is throttled as (a follower's broker id, or CONSUMER), or None if it is not
+        selected; ``request`` None: a consumer's (ShareFetch)."""
+        if request is not None and request.from_follower:
+            return request.replica_id
         if any(c.matches(client_id, principal, host) for c in self.consumers if isinstance(c, ClientSelector)):
             return CONSUMER
         return None
@@ -444,7 +445,7 @@ class Throttle(Policy):
         t = self.throttles
         edit = ex.request
         assert isinstance(edit, FetchEdit)
-        fetcher = t.fetcher(ex.client_id, edit.view.replica_id, ex.principal, ex.client_host)
+        fetcher = t.fetcher(ex.client_id, edit.view, ex.principal, ex.client_host)
         if fetcher is None:
             return None
         ticket = plan_request(edit, fetcher, t, self.state, self.names.get, self.clock())
@@ -463,7 +464,7 @@ class Throttle(Policy):
         assert isinstance(request, MessageRequest)
         session.update(request.body)
         t = self.throttles
-        if t.fetcher(ex.client_id, -1, ex.principal, ex.client_host) is None or not t.leader_rate:
+        if t.fetcher(ex.client_id, None, ex.principal, ex.client_host) is None or not t.leader_rate:
             return None
         unknown = self.names.missing({tid for tid, _ in session.partitions})
         if unknown:

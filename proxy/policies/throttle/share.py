@@ -96,7 +96,13 @@ def throttled_bytes(body: Any, throttled: Any) -> tuple[int, list[bytes]]:
 def mute_for(quota: WindowedRate, lock_timeout_ms: int, now: float) -> float:
     """How long to stop reading the client (0: within the quota): the quota's throttle time, capped by the
     acquisition lock (see the module docstring)."""
-    wait = quota.throttle_time(now)
+    return within_lock(quota.throttle_time(now), lock_timeout_ms)
+
+
+def within_lock(wait: float, lock_timeout_ms: int) -> float:
+    """``wait`` capped at :data:`LOCK_SHARE` of the acquisition lock the broker announced (0 or less: none
+    announced, no cap): a share consumer muted for that long still acknowledges its records before their lock
+    lapses (the client quotas hold share consumers this way too, proxy/policies/quota)."""
     if wait <= 0:
         return 0.0
     if lock_timeout_ms > 0:
