@@ -10,9 +10,9 @@ import json
 import pytest
 from structlog.testing import capture_logs
 
+from proxy.app import load_settings
 from proxy.cli import main
 from proxy.cli_quota import table
-from proxy.config import load_settings
 from tests.support.admin import admin_over
 
 

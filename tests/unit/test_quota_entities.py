@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError, load_settings
+from proxy.app import load_settings
+from proxy.config import ConfigError
 from proxy.policies.quota.book import QuotaBook, Quotas
 
 #: README's precedence table, most specific first: each entry's produce quota is its rank, so the governing entry

@@ -140,7 +140,7 @@ def test_reports_that_are_not_reports_are_skipped() -> None:
 def test_a_client_arriving_at_an_idle_instance_gets_an_equal_share_at_once() -> None:
     """Held to the idle floor, its first request would wait seconds; the instance counts itself among those that
     want more from its first throttle, and holds the client to an equal share (and never more than two intervals)."""
-    from proxy.config import load_settings
+    from proxy.app import load_settings
     from proxy.policies.quota.book import QuotaBook, Quotas
 
     settings = load_settings(None, env={}).with_overrides({"fleet.enabled": True, "fleet.name": "f", "quota.entries": [
