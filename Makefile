@@ -6,7 +6,8 @@
 #   make test-repeat N=10 K=<pytest -k>  the broker-facing tests N times, each run its own session; prints how
 #                  often each test failed (rig/repeat.py; TESTS=... narrows the paths)
 #   make run       a real Kafka broker with Sluice in front of it, until Ctrl-C (BROKERS=3: a 3-broker cluster)
-#   make bench     every bench/*.py module, JSON lines on stdout
+#   make bench     every bench (the modules of bench/), JSON lines on stdout
+#   make bench-smoke  every bench's --smoke run (its whole path and its check, in seconds), judged; CI runs it
 #   make lint      ruff + mypy
 #   make test-image  the container image + docker-compose rig, built and run with Podman, checked from the host
 #                  (root; installs podman & co. from Debian; rig/image.py)
@@ -23,7 +24,8 @@ GO_CONSUMER_SRC := rig/go/consumer/go.mod rig/go/consumer/go.sum rig/go/consumer
 GO_CONSUMER := $(VENV)/bin/sluice-go-consumer
 LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 && echo $$d; done)
 
-.PHONY: install test test-kafka-oldest test-kafka-oldest-behaviour test-repeat run bench lint lint-only test-image
+.PHONY: install test test-kafka-oldest test-kafka-oldest-behaviour test-repeat run bench bench-smoke lint lint-only \
+	test-image
 
 install: $(STAMP)
 
@@ -106,14 +108,13 @@ test-repeat: install
 run: install
 	$(PY) -m rig.run $(if $(BROKERS),--brokers $(BROKERS))
 
+# The benches are the modules of bench/ (bench/support/ holds what they share): bench/__main__.py runs them.
 bench: install
-	@set -e; for f in bench/*.py; do \
-	    [ -e "$$f" ] || continue; \
-	    name=$$(basename "$$f" .py); \
-	    [ "$$name" = __init__ ] && continue; \
-	    echo "# bench.$$name" >&2; \
-	    $(PY) -m bench.$$name; \
-	done
+	$(PY) -m bench
+
+# Every bench's --smoke (its whole path and its check, in seconds), one after the other; CI runs it.
+bench-smoke: install
+	$(PY) -m bench --smoke
 
 lint: install lint-only
 

@@ -4,12 +4,11 @@ access logs, on local[2], compared with another revision's job on the same data 
 ``python -m bench.analytics [--rows 10000000] [--compare REV] [--files 4] [--clients 64] [--topics 24]
 [--malformed N] [--cache-dir DIR] [--master local[2]]``
 
-The logs (``bench.gen_logs`` with the optional per-partition/throttle/session fields, so every report section runs)
-are generated once and kept in ``--cache-dir`` (default: ``sluice-bench-analytics`` in the temporary directory),
+The logs (``bench.support.gen_logs`` with the optional per-partition/throttle/session fields, so every report section
+runs) are generated once and kept in ``--cache-dir`` (default: ``sluice-bench-analytics`` in the temporary directory),
 keyed by the generator's parameters and source: a later run with the same parameters reads them again instead of
-spending a minute or two writing ~5 GB. The default data set is a fleet's hour: 10M request lines from 4 sidecars,
-each serving 64 client_ids (Zipf-like shares; one throttled) over 24 topics (~260 partitions), 1 line in 10,000
-malformed.
+spending a minute or two writing ~5 GB. The default data set is a fleet's hour: 10M request lines from 4 sidecars, each
+serving 64 client_ids (Zipf-like shares; one throttled) over 24 topics (~260 partitions), 1 line in 10,000 malformed.
 
 The landed table: the same logs landed once (``proxy.analytics.landed.land_logs``, in its own process; kept in the
 cache directory beside the logs, keyed by them and the landing code), and the same job over it (``sluice report
@@ -49,9 +48,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import bench.gen_logs as gen_logs
-from bench.gen_logs import Deployment, generate
-from bench.revision import REPO, extract_revision
+import bench.support.gen_logs as gen_logs
+from bench.support.gen_logs import Deployment, generate
+from bench.support.revision import REPO, extract_revision
 
 WARMUP_ROWS = 100_000
 SPAN_S = 3600.0

@@ -5,7 +5,7 @@
 What a client feels of Sluice per request, before and after a change: a confluent-kafka producer sends one 100-byte
 record at a time (acks=1, each send awaited: ``bench.passthrough.produce_latency``) straight to the broker, through
 the bare relay (rig/bare_relay.py, the least a Python proxy can do), through Sluice at ``REV`` (its ``proxy``
-package extracted beside this checkout, bench/revision.py) and through Sluice as this checkout has it, the paths
+package extracted beside this checkout, bench/support/revision.py) and through Sluice as this checkout has it, the paths
 taken in turn send by send. Each side's figure is its p50 over direct's p50 in the same rep, and the CPU its
 process spent per send (user + system, psutil).
 
@@ -36,7 +36,7 @@ from typing import Any
 import psutil
 
 from bench.passthrough import BareRelay, Budget, process_cpu_s, produce_latency, relayed_broker
-from bench.revision import extract_revision, short_revision
+from bench.support.revision import extract_revision, short_revision
 from rig.java_tools import JavaTools
 from rig.kafka import end_offsets
 from rig.sluice_process import SluiceProcess

@@ -42,7 +42,7 @@ all`` it shows what the batch walk costs a consumer of default producers. With `
 ``--profile DIR``: py-spy samples Sluice (non-blocking) from its start to its stop; ``DIR/sluice.raw`` holds the
 collapsed stacks (flamegraph.pl, speedscope.app), ``DIR/sluice.json`` and one ``"measure": "profile"`` line
 the CPU per request by part of Sluice (framing, header parse, chain, policies, codecs, access log, metrics,
-writes, the event loop) and the top functions (bench/profiling.py). Figures measured with the profiler attached
+writes, the event loop) and the top functions (bench/support/profiling.py). Figures measured with the profiler attached
 are not the bench's figures: run it again without for those.
 
 ``python -m bench.passthrough --tls [--mib 200]``: TLS on both sides. A broker with an SSL listener (client
@@ -69,11 +69,10 @@ from typing import Any
 import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench.support.profiling import Profile
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker, free_ports
 from rig.sluice_process import SluiceProcess
-
-from .profiling import Profile
 
 RECORD_SIZE = 1024
 PARTITIONS = 3

@@ -26,7 +26,7 @@ its p99 and how many took longer than the goal (5 ms): which requests make the t
 request from its last byte read to its response handed over, the broker's time included, so ``probe`` separates the
 two: 20 times a second one Metadata request through Sluice and the same straight to the broker, alternating, timed
 by the client; per path p50/p99/p999 and ``added_*_ms``, what the Sluice path adds (:class:`Probe`).
-``--profile DIR``: py-spy samples Sluice for the whole run (bench/profiling.py: ``DIR/soak.raw``,
+``--profile DIR``: py-spy samples Sluice for the whole run (bench/support/profiling.py: ``DIR/soak.raw``,
 ``DIR/soak.json``, one ``profile`` line).
 
 After the run the producers stop, the consumers drain, and one line reports per consumer the acknowledged records
@@ -61,13 +61,12 @@ from confluent_kafka import Message as CkMessage
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.support.profiling import Profile
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker
 from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
-
-from .profiling import Profile
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from pyspark.sql import SparkSession
 
-from bench.gen_logs import generate
+from bench.support.gen_logs import generate
 from rig.proxy_thread import ProxyThread
 from tests.analytics.oracle import Oracle, classify, epoch_us
 

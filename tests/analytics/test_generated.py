@@ -20,7 +20,7 @@ from PIL import Image
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bench.gen_logs import generate
+from bench.support.gen_logs import generate
 from proxy.analytics.job import JobOptions, JobResult, run_job
 from tests.analytics.conftest import local_path, table
 from tests.analytics.oracle import BYTES, Oracle, jain

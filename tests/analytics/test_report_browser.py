@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from bench.gen_logs import generate
+from bench.support.gen_logs import generate
 from proxy.cli import main
 
 CHROMIUM = "/usr/bin/chromium"

@@ -12,11 +12,13 @@ from bench import pipeline_cpu
 
 @pytest.mark.parametrize("version", [12, 16])
 def test_every_case_runs(version: int, capsys: pytest.CaptureFixture[str]) -> None:
-    pipeline_cpu.main(["--partitions", "300", "--fetches", "3", "--version", str(version)])
+    with pytest.raises(SystemExit) as done:
+        pipeline_cpu.main(["--partitions", "300", "--fetches", "3", "--version", str(version)])
+    assert done.value.code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line.get("case") for line in lines[:-1]] == list(pipeline_cpu.CASES)
     assert lines[-1]["summary"] == "pipeline_cpu" and all(lines[-1][case] >= 0 for case in pipeline_cpu.CASES)
-    assert lines[-1]["wrong"] == 0 and all(line["wrong"] == 0 for line in lines[:-1])
+    assert lines[-1]["wrong"] == 0 and all(line["wrong"] == 0 for line in lines[:-1]) and lines[-1]["correct"]
 
 
 def test_the_check_finds_a_wrong_reply() -> None:
@@ -79,8 +81,9 @@ def test_opcodes_counts_sluices_code_and_places_the_writes(capsys: pytest.Captur
     with pytest.raises(SystemExit) as done:
         pipeline_cpu.main(["--opcodes"])
     assert done.value.code == 0
-    line = json.loads(capsys.readouterr().out)
+    line, summary = (json.loads(x) for x in capsys.readouterr().out.splitlines())
     assert line["bench"] == "pipeline_opcodes" and line["wrong"] == 0
+    assert summary["summary"] == "pipeline_opcodes" and summary["opcodes"] == line["opcodes"] and summary["correct"]
     assert 0 < line["before_request_write"] < line["before_request_write"] + line["before_response_write"] \
         < line["opcodes"]
     places = {where for _, _, where in line["top"]}
@@ -95,7 +98,7 @@ def test_opcodes_fetch_all_counts_a_fetch_with_every_policy_on(capsys: pytest.Ca
     with pytest.raises(SystemExit) as done:
         pipeline_cpu.main(["--opcodes", "--case", "fetch_all"])
     assert done.value.code == 0
-    line = json.loads(capsys.readouterr().out)
+    line = json.loads(capsys.readouterr().out.splitlines()[0])
     assert line["case"] == "fetch_all" and line["wrong"] == 0
     walks = [calls for _, calls, where in line["top"] if where == "records.py:prefix_within"]
     assert walks == [3]  # one walk of each of the 3 partitions, not one per policy
