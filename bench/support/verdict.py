@@ -23,13 +23,15 @@ import json
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["Delivery", "Goal", "add_options", "at_least", "at_most", "delivery", "emit", "exit_status",
            "goals_met", "summary"]
 
 #: (operator, target): the figure must be ``>=`` or ``<=`` the target
 Goal = tuple[str, float]
+S = TypeVar("S", bound=Hashable)  # a stream of records: a partition, a consumer's partition
+R = TypeVar("R", bound=Hashable)  # a record's identity in its stream: an offset, a key
 
 
 def at_least(target: float) -> Goal:
@@ -85,8 +87,7 @@ class Delivery:
         return asdict(self)
 
 
-def delivery(sent: Mapping[Hashable, Sequence[Hashable]],
-             received: Mapping[Hashable, Iterable[Hashable]]) -> Delivery:
+def delivery(sent: Mapping[S, Sequence[R]], received: Mapping[S, Iterable[R]]) -> Delivery:
     """Compare, stream by stream (a partition; a receiver's partition), the records sent in their order with the
     records received in the order they were handed over. A record is its identity (an offset, a key, a value),
     distinct within its stream. A stream sent but never received loses every record in it; one received but
@@ -94,7 +95,7 @@ def delivery(sent: Mapping[Hashable, Sequence[Hashable]],
     lost = duplicated = out_of_order = unexpected = 0
     for stream in {*sent, *received}:
         position = {record: i for i, record in enumerate(sent.get(stream, ()))}
-        seen: set[Hashable] = set()
+        seen: set[R] = set()
         highest = -1
         for record in received.get(stream, ()):
             if record in seen:
