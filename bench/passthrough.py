@@ -67,11 +67,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from bench.support.profiling import Profile
+from bench.support.verdict import Delivery, delivery
 from rig.java_tools import JavaTools
-from rig.kafka import KafkaBroker, free_ports
+from rig.kafka import KafkaBroker, free_ports, read_topic
 from rig.sluice_process import SluiceProcess
 
 RECORD_SIZE = 1024
@@ -294,18 +295,24 @@ def relayed_broker() -> tuple[KafkaBroker, int]:
 
 
 def produce_latency(bootstraps: dict[str, str], topic: str, records: int, warmup: int,
-                    budget: Budget) -> dict[str, dict[str, float]]:
-    """Alternate synchronous sends over the paths (each send's order rotates); latency percentiles (ms) per path."""
+                    budget: Budget, acked: list[Sent] | None = None) -> dict[str, dict[str, float]]:
+    """Alternate synchronous sends over the paths (each send's order rotates); latency percentiles (ms) per path.
+    Each record's key is its own (path, this call, its number); ``acked`` gets (partition, offset, key) of each,
+    as the broker acknowledged it (:func:`check_stored` compares them with the topic)."""
     config = {"acks": "1", "linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False}
     producers = {path: Producer({"bootstrap.servers": b, **config}) for path, b in bootstraps.items()}
     samples: dict[str, list[float]] = {path: [] for path in bootstraps}
     order = list(bootstraps)
     value = b"v" * 100
     errors: list[object] = []
+    call = uuid.uuid4().hex[:8]
 
-    def on_delivery(err: object, _msg: object) -> None:
-        if err is not None:
+    def on_delivery(err: object, msg: Message) -> None:
+        partition, offset, key = msg.partition(), msg.offset(), msg.key()
+        if err is not None or partition is None or offset is None or key is None:
             errors.append(err)
+        elif acked is not None:
+            acked.append((partition, offset, key))
 
     for i in range(warmup + records):
         if i % 200 == 0:
@@ -313,7 +320,7 @@ def produce_latency(bootstraps: dict[str, str], topic: str, records: int, warmup
         for path in order[i % len(order):] + order[: i % len(order)]:
             p = producers[path]
             t0 = time.perf_counter()
-            p.produce(topic, value=value, key=b"k%d" % i, partition=0, on_delivery=on_delivery)
+            p.produce(topic, value=value, key=f"{path}-{call}-{i}".encode(), partition=0, on_delivery=on_delivery)
             if p.flush(10) != 0:
                 raise SystemExit(f"{path} producer: record {i} not delivered within 10 s")
             if i >= warmup:
@@ -327,6 +334,20 @@ def produce_latency(bootstraps: dict[str, str], topic: str, records: int, warmup
                 "mean_ms": round(statistics.fmean(xs), 4), "records": len(xs)}
 
     return {path: pct(xs) for path, xs in samples.items()}
+
+
+#: a record sent, as its acknowledgement gave it: (partition, offset, key)
+Sent = tuple[int, int, bytes]
+
+
+def check_stored(bootstrap: str, topic: str, acked: list[Sent]) -> Delivery:
+    """The topic holds exactly the records acknowledged, each once, in offset order (by offset and key: a Produce
+    sent twice, a record lost or changed on the way shows)."""
+    sent: dict[int, list[tuple[int, bytes | None]]] = {}
+    for partition, offset, key in sorted(acked):
+        sent.setdefault(partition, []).append((offset, key))
+    stored = {p: [(offset, key) for offset, key, _ in records] for p, records in read_topic(bootstrap, topic).items()}
+    return delivery(sent, stored)
 
 
 # ------------------------------------------------------------------------------------------------- main

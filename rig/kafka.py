@@ -128,6 +128,38 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+#: a record as :func:`read_topic` gives it: (offset, key, value)
+StoredRecord = tuple[int, bytes | None, bytes | None]
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> dict[int, list[StoredRecord]]:
+    """Every record of ``topic`` up to its end offsets as they are when called, per partition in the order read:
+    what the log holds, to compare record by record with what was sent. Read by offset (assigned from the
+    beginning until each partition's next offset reaches its end), never by a count that would stop before a
+    record stored twice; RigError if the end is not reached within ``timeout``."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    ends = end_offsets(bootstrap, topic)
+    out: dict[int, list[StoredRecord]] = {p: [] for p in ends}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rig-read-topic", "enable.auto.commit": False,
+                         "enable.partition.eof": False})
+    next_offset = dict.fromkeys(ends, 0)
+    deadline = time.monotonic() + timeout
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends if ends[p] > 0])
+        while any(next_offset[p] < end for p, end in ends.items()):
+            if time.monotonic() > deadline:
+                raise RigError(f"{topic}: read to {next_offset}, not to its end offsets {ends}, in {timeout:.0f} s")
+            for m in consumer.consume(num_messages=1000, timeout=0.2):
+                partition, offset = m.partition(), m.offset()
+                if m.error() is None and partition is not None and offset is not None and offset < ends[partition]:
+                    out[partition].append((offset, m.key(), m.value()))
+                    next_offset[partition] = max(next_offset[partition], offset + 1)
+    finally:
+        consumer.close()
+    return out
+
+
 def cache_root() -> Path:
     """Where downloaded jars live: ${SLUICE_CACHE:-~/.cache/sluice}."""
     return Path(os.environ.get("SLUICE_CACHE") or Path.home() / ".cache" / "sluice").expanduser()
