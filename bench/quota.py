@@ -41,8 +41,12 @@ The Java producer is left out: its perf tool reports 5 s averages, not the recor
 JSON lines on stdout (logs on stderr): per run and second ``{"bench": "quota", "side", "client", "second",
 "target_bytes_s", "measured_bytes_s"}``; per run ``{"bench": "quota", "side", "client", "target_bytes_s",
 "mean_bytes_s", "ratio", "worst_window_error", "windows", ...}``; last line ``{"summary": "quota",
-"worst_window_error": <max over every run>, "goal", "within_goal", "by_side": {side: {client: {...}}}, "lost",
-"errors", "unquoted_alongside_vs_alone", "unquoted_alongside_vs_same_load"}``; the unquoted runs' line
+"worst_window_error": <max over every run>, "by_side": {side: {client: {...}}}, "unquoted_alongside_vs_alone",
+"unquoted_alongside_vs_same_load", "out_of_order", "goals", "met", "each_partition_once_in_order", "errors",
+"correct"}``
+(bench/support/verdict.py: the goals above, met or not; the check: each consumer read each partition's records
+once, in order, the topics hold the records acknowledged (else ``errors`` says what was lost), no client failed;
+exit 1 when it fails, and with ``--check`` when a goal is missed); the unquoted runs' line
 ``{"bench": "quota", "side": "unquoted", "alone_bytes_s", "alongside_bytes_s", "beside_same_load_bytes_s",
 "quoted_alongside_bytes_s", "paced_alongside_bytes_s", "ratio", "ratio_vs_same_load"}``. ``--smoke``: 3 s runs with one
 producer and one consumer, a 16 MiB backlog, for a quick check that it runs (no window is counted).
@@ -63,6 +67,8 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
+from bench.support import verdict
+from bench.support.verdict import at_least, at_most
 from bench.throttle import (
     CLIENTS,
     GOAL,
@@ -316,6 +322,7 @@ def run_consumer(bootstrap: str, topic: str, ends: dict[int, int], name: str, ta
         finally:
             client.close()
     line = result("fetch", name, arrivals.samples, arrivals.first, target, seconds)
+    line["out_of_order"] = arrivals.out_of_order
     if arrivals.exhausted_at is not None:
         line["note"] = "reached the end of the backlog: the quota did not hold it"
     emit(line)
@@ -330,13 +337,20 @@ def summary(lines: list[dict[str, Any]], args: argparse.Namespace, target: int) 
                                                          "worst_window_error": x["worst_window_error"]}
     worst = max((x["worst_window_error"] for x in quoted), default=None)  # None: no quoted run
     unquoted = [x for x in lines if x["side"] == "unquoted"]
-    return {"summary": "quota", "worst_window_error": worst, "goal": GOAL,
-            "within_goal": None if worst is None else worst <= GOAL,
-            "target_bytes_s": target, "seconds": args.seconds, "by_side": by_side,
-            "unquoted_alongside_vs_alone": unquoted[0]["ratio"] if unquoted else None,
-            "unquoted_alongside_vs_same_load": unquoted[0]["ratio_vs_same_load"] if unquoted else None,
-            "lost": [f"{x['side']}/{x['client']}: {x['lost']}" for x in lines if "lost" in x],
-            "errors": [f"{x['side']}/{x['client']}: {x['error']}" for x in lines if "error" in x]}
+    goals = {"worst_window_error": at_most(GOAL)}
+    if unquoted:  # what the quota costs the clients it does not select: within 5%
+        goals["unquoted_alongside_vs_same_load"] = at_least(1 - GOAL)
+    # the check: the consumers read each partition's records once, in order (a gap, a repeat or a step back
+    # is out of order); the topics hold what the producers' acknowledgements say; no client failed
+    out_of_order = sum(x.get("out_of_order", 0) for x in lines)
+    return verdict.summary("quota", {
+        "worst_window_error": worst, "target_bytes_s": target, "seconds": args.seconds, "by_side": by_side,
+        "unquoted_alongside_vs_alone": unquoted[0]["ratio"] if unquoted else None,
+        "unquoted_alongside_vs_same_load": unquoted[0]["ratio_vs_same_load"] if unquoted else None,
+        "out_of_order": out_of_order},
+        goals, checks={"each_partition_once_in_order": out_of_order == 0},
+        errors=[f"{x['side']}/{x['client']}: lost: {x['lost']}" for x in lines if "lost" in x]
+        + [f"{x['side']}/{x['client']}: {x['error']}" for x in lines if "error" in x])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -350,8 +364,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--consumers", default=",".join(CLIENTS), help=f"of: {', '.join(CLIENTS)}")
     ap.add_argument("--no-unquoted", dest="unquoted", action="store_false",
                     help="skip the unquoted producer's runs (alone, then beside a quoted one)")
-    ap.add_argument("--smoke", action="store_true", help="3 s runs, one producer and one consumer, 16 MiB")
     ap.add_argument("--upstream", default="", help="a running broker's bootstrap (default: start one from rig/)")
+    verdict.add_options(ap, "3 s runs, one producer and one consumer, 16 MiB")
     args = ap.parse_args(argv)
     if args.smoke:
         args.seconds, args.mib, args.producers, args.consumers = 3, 16, "confluent", "confluent"
@@ -383,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(run_consumer(bootstrap, topic, ends, name, target, args.seconds, tmp))
     out = summary(lines, args, target)
     emit(out)
-    return 1 if out["lost"] or out["errors"] else 0
+    return verdict.exit_status(out, args.check)
 
 
 if __name__ == "__main__":
