@@ -125,4 +125,4 @@ test-image: install
 
 lint-only:
 	$(VENV)/bin/ruff check $(LINT_DIRS) tests config/grafana
-	$(VENV)/bin/mypy $(LINT_DIRS) config/grafana/dashboard.py
+	$(VENV)/bin/mypy $(LINT_DIRS) tests config/grafana/dashboard.py

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-#: a smoke run that takes longer than this has stopped being one (the whole set is sized for under 5 minutes)
-SMOKE_TIMEOUT_S = 300.0
+#: a smoke run that takes longer than this has stopped being one (the whole set is sized for under 5 minutes on an
+#: idle machine; CI runs it at the lowest CPU priority beside the tests)
+SMOKE_TIMEOUT_S = 600.0
 
 
 def benches() -> list[str]:

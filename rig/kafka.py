@@ -118,14 +118,16 @@ def find_java() -> str:
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """Each partition of ``topic`` and its end offset (the offset its next record will get), as the broker reports
     them (ListOffsets, latest): how the benches count what a run stored."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rig-end-offsets", "enable.auto.commit": False})
-    try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
-    finally:
-        consumer.close()
+    # The admin client's ListOffsets (it finds each partition's leader itself): a consumer's watermark query answered
+    # "Local: Unknown partition" right after a broker was paused and resumed.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+    asked = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+                               request_timeout=30)
+    return {tp.partition: int(future.result(timeout=60).offset) for tp, future in asked.items()}
 
 
 #: a record as :func:`read_topic` gives it: (offset, key, value)

@@ -75,7 +75,7 @@ def run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
     adaptive: set[str] = set()
     result = run_job(spark, [str(logs.absolute())], base / "out", JobOptions(rate_window_s=10),
-                     progress=lambda _msg: adaptive.add(spark.conf.get(ADAPTIVE)))
+                     progress=lambda _msg: adaptive.add(str(spark.conf.get(ADAPTIVE))))
     yield Run(result, Oracle.read([logs.absolute()]), logs, adaptive)
 
 

@@ -27,7 +27,7 @@ from proxy.wire.records import Record, encode_batch, new_batch
 from rig.java_tools import JavaTools
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
-from tests.support.records import Rec, assert_same_records, make_records
+from tests.support.records import Rec, assert_same_records, make_records, rec_of
 from tests.support.topics import create_topic
 
 pytestmark = pytest.mark.broker
@@ -84,7 +84,7 @@ def test_confluent_kafka_is_throttled_and_loses_nothing(sluice: ProxyThread, uni
                 continue
             if m.error():
                 raise KafkaException(m.error())
-            got.append(Rec(m.partition(), m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1]))
+            got.append(rec_of(m))
     finally:
         consumer.close()
     assert_same_records(records, got)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from bench import pipeline_cpu
+from proxy.wire.fetch_layout import PartitionKey
 
 
 @pytest.mark.parametrize("version", [12, 16])
@@ -24,11 +25,11 @@ def test_every_case_runs(version: int, capsys: pytest.CaptureFixture[str]) -> No
 def test_the_check_finds_a_wrong_reply() -> None:
     """The summary's "wrong": 0 means something: a reply missing a partition's news, listing a partition never
     asked for, with another correlation id, or partial for a session-less client is each found."""
-    keys = [("t", i) for i in range(5)]
+    keys: list[PartitionKey] = [("t", i) for i in range(5)]
     request = pipeline_cpu.request_frame(12, 7, dict.fromkeys(keys, 0), pipeline_cpu.LEGACY)
     upstream = pipeline_cpu.response_frame(12, 7, keys[:2], 3, 0)
 
-    def reply(corr: int, listed: list[tuple[str, int]], hw: int = 3) -> bytes:
+    def reply(corr: int, listed: list[PartitionKey], hw: int = 3) -> bytes:
         return b"\0\0\0\0" + pipeline_cpu.response_frame(12, corr, listed, hw, 0)
 
     assert pipeline_cpu.check("size_limit", 12, request, upstream, reply(7, keys[:2])) is None
@@ -58,7 +59,7 @@ def test_terminate_cases_go_upstream_incrementally(case: str, incremental_upstre
     """3 fetches after the warm-up went upstream in Sluice's own session; the session client's were its own
     incremental fetches too."""
     pl, conn, metrics = pipeline_cpu.chain(case)
-    keys = [("t", i) for i in range(20)]
+    keys: list[PartitionKey] = [("t", i) for i in range(20)]
     frame = pipeline_cpu.request_frame(12, 1, dict.fromkeys(keys, 0), pipeline_cpu.FetchMetadata(0, 0)
                                        if case == "terminate_session" else pipeline_cpu.LEGACY)
     reply = pipeline_cpu._fetch(pl, conn, frame, pipeline_cpu.response_frame(12, 1, keys, 0, 77))
@@ -111,6 +112,6 @@ def test_the_fetch_all_check_finds_changed_records() -> None:
     (request, upstream), = pipeline_cpu._fetch_all_frames(12, 1)
     same = b"\0\0\0\0" + upstream
     assert pipeline_cpu.check("fetch_all", 12, request, upstream, same) is None
-    keys = [("bench", i) for i in range(pipeline_cpu.FETCH_ALL_SHAPE[0])]
+    keys: list[PartitionKey] = [("bench", i) for i in range(pipeline_cpu.FETCH_ALL_SHAPE[0])]
     changed = b"\0\0\0\0" + pipeline_cpu.response_frame(12, 1, keys, pipeline_cpu.FETCH_ALL_SHAPE[1] * 16, 77, b"")
     assert pipeline_cpu.check("fetch_all", 12, request, upstream, changed) == "the records differ from the broker's"
