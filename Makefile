@@ -56,10 +56,11 @@ $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC)
 # at the lowest CPU priority (nice 19), so it takes mostly the cycles the rest leaves idle and hardly delays a test
 # that waits on a clock; each session has its own brokers, on free ports. Spark's output follows the rest's, whole.
 # Each session picks its ports from a range of its own (rig/kafka.py PORT_RANGE_ENV), below the kernel's ephemeral
-# range (32768 up): sessions side by side never pick the same port.
+# range (32768 up): sessions side by side never pick the same port (.ci/run runs bench-smoke beside them too).
 PORTS_TEST      ?= 10000-19999
 PORTS_ANALYTICS ?= 20000-23999
 PORTS_OLDEST    ?= 24000-29999
+PORTS_BENCH     ?= 30000-32767
 test: install lint-only
 	@spark_log=$$(mktemp); trap 'rm -f "$$spark_log"' EXIT; \
 	SLUICE_PORT_RANGE=$(PORTS_ANALYTICS) nice -n 19 $(PY) -m pytest -q tests/analytics >"$$spark_log" 2>&1 & spark=$$!; \
@@ -112,9 +113,10 @@ run: install
 bench: install
 	$(PY) -m bench
 
-# Every bench's --smoke (its whole path and its check, in seconds), one after the other; CI runs it.
+# Every bench's --smoke (its whole path and its check, in seconds), two at a time (most of a smoke run waits on a
+# broker, a JVM's start or a client's pace), each pair on ports of its own; CI runs it.
 bench-smoke: install
-	$(PY) -m bench --smoke
+	SLUICE_PORT_RANGE=$(PORTS_BENCH) $(PY) -m bench --smoke --jobs 2
 
 lint: install lint-only
 

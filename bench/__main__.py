@@ -5,21 +5,27 @@ bench.NAME`` with ``--smoke`` and ``--check`` passed on. Without ``--smoke`` (``
 to stdout as they come. With ``--smoke`` (``make bench-smoke``, CI) each bench's output is kept and, when it ends,
 one line says how it went, ``{"bench": "smoke", "name", "seconds", "exit", "met", "correct"}``, followed by its
 summary line (all of its output and the tail of its stderr when it failed); a bench passes when it exits 0 and its
-last line is a summary carrying the verdict (bench/support/verdict.py). The last line: ``{"summary": "bench",
-"benches", "seconds", "failed": [...]}``; the exit status is 1 when any bench failed.
+last line is a summary carrying the verdict (bench/support/verdict.py). ``--jobs N`` runs N smoke runs at once, each
+picking its ports from a part of its own of the rig's port range (rig/kafka.py SLUICE_PORT_RANGE), so two never
+pick the same one. The last line: ``{"summary": "bench", "benches", "seconds", "failed": [...]}``; the exit status is
+1 when any bench failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pkgutil
+import queue
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from rig.kafka import PORT_RANGE_ENV, listen_port_range
 
 HERE = Path(__file__).resolve().parent
 #: a smoke run that takes longer than this has stopped being one (the whole set is sized for under 5 minutes on an
@@ -44,18 +50,32 @@ def last_summary(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def smoke(name: str, extra: list[str]) -> tuple[dict[str, Any], str]:
-    """One bench's smoke run: its result line, and what to print after it."""
+def port_ranges(jobs: int) -> list[str]:
+    """The rig's port range split into ``jobs`` parts, as SLUICE_PORT_RANGE values."""
+    ports = listen_port_range()
+    if len(ports) < jobs * 100:
+        raise SystemExit(f"{len(ports)} ports to share between {jobs} smoke runs: set {PORT_RANGE_ENV} wider")
+    size = len(ports) // jobs
+    return [f"{ports.start + i * size}-{ports.start + (i + 1) * size - 1}" for i in range(jobs)]
+
+
+def smoke(name: str, extra: list[str], ports: queue.SimpleQueue[str]) -> tuple[dict[str, Any], str]:
+    """One bench's smoke run, on a part of the port range no other run has meanwhile: its result line, and what to
+    print after it."""
     start = time.monotonic()
+    mine = ports.get()
     try:
         proc = subprocess.run([sys.executable, "-m", f"bench.{name}", "--smoke", *extra], cwd=HERE.parent,
-                              capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
+                              env={**os.environ, PORT_RANGE_ENV: mine}, capture_output=True, text=True,
+                              timeout=SMOKE_TIMEOUT_S)
         code, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as e:
         code = -1
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = (e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")) + \
             f"\nkilled after {SMOKE_TIMEOUT_S:.0f} s"
+    finally:
+        ports.put(mine)
     line = last_summary(out)
     result = {"bench": "smoke", "name": name, "seconds": round(time.monotonic() - start, 1), "exit": code,
               "met": None if line is None else line["met"], "correct": None if line is None else line["correct"]}
@@ -91,8 +111,12 @@ def main(argv: list[str] | None = None) -> int:
             if subprocess.run([sys.executable, "-m", f"bench.{name}", *extra], cwd=HERE.parent).returncode:
                 failed.append(name)
     else:
-        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            for result, shown in pool.map(lambda n: smoke(n, extra), names):
+        jobs = max(1, args.jobs)
+        ports: queue.SimpleQueue[str] = queue.SimpleQueue()
+        for part in port_ranges(jobs):
+            ports.put(part)
+        with ThreadPoolExecutor(jobs) as pool:
+            for result, shown in pool.map(lambda n: smoke(n, extra, ports), names):
                 passed = result.pop("passed")
                 print(json.dumps(result), flush=True)
                 print(shown, flush=True)

@@ -198,6 +198,28 @@ def _jvm_cpu() -> Callable[[], float]:
     return cpu
 
 
+def measured_job(spark: Any, cpu: Callable[[], float], logs: Any, out: Path) -> dict[str, Any]:
+    """One measured run of the job over ``logs`` (JSON lines' paths, or a landed table), with its tables' digests."""
+    from proxy.analytics.job import run_job
+
+    phases = _Phases(cpu)
+    result = run_job(spark, logs, out, progress=phases)
+    job_s = time.monotonic() - phases.start[0]
+    job_cpu = cpu() - phases.start[1]
+    job_py_cpu = time.process_time() - phases.start[2]
+    return {
+        "lines": result.counts.lines,
+        "valid": result.counts.valid,
+        "malformed": result.counts.malformed,
+        "job_s": round(job_s, 2),
+        "job_cpu_s": round(job_cpu, 1),
+        "job_py_cpu_s": round(job_py_cpu, 1),
+        **phases.split(),
+        "rows_per_s": round(result.counts.lines / job_s),
+        "tables": table_digests(spark, result.tables),
+    }
+
+
 def worker(code: Path, logs: Path, warmup: Path, out: Path, master: str, landed: bool = False) -> dict[str, Any]:
     """One job in this process, importing ``proxy`` from ``code`` (this tree, or a revision extracted from git);
     ``landed``: ``logs`` and ``warmup`` are landed tables (``sluice report --table``), not JSON lines."""
@@ -223,30 +245,28 @@ def worker(code: Path, logs: Path, warmup: Path, out: Path, master: str, landed:
         cpu = _jvm_cpu()
         session_s = time.monotonic() - started
         t = time.monotonic()
-        if warmup != logs:  # --smoke warms up on nothing: its one job is not measured for its figures
-            run_job(spark, source(warmup), out / "warmup")
+        run_job(spark, source(warmup), out / "warmup")
         warmup_s = time.monotonic() - t
-        phases = _Phases(cpu)
-        result = run_job(spark, source(logs), out / "job", progress=phases)
-        job_s = time.monotonic() - phases.start[0]
-        job_cpu = cpu() - phases.start[1]
-        job_py_cpu = time.process_time() - phases.start[2]
-        digests = table_digests(spark, result.tables)
+        result = measured_job(spark, cpu, source(logs), out / "job")
     finally:
         spark.stop()
-    return {
-        "lines": result.counts.lines,
-        "valid": result.counts.valid,
-        "malformed": result.counts.malformed,
-        "session_s": round(session_s, 1),
-        "warmup_s": round(warmup_s, 1),
-        "job_s": round(job_s, 2),
-        "job_cpu_s": round(job_cpu, 1),
-        "job_py_cpu_s": round(job_py_cpu, 1),
-        **phases.split(),
-        "rows_per_s": round(result.counts.lines / job_s),
-        "tables": digests,
-    }
+    return {"session_s": round(session_s, 1), "warmup_s": round(warmup_s, 1), **result}
+
+
+def smoke_worker(logs: Path, out: Path, master: str) -> dict[str, Any]:
+    """``--smoke`` in one Spark session (each session costs a JVM's start and its JIT warm-up, most of a smoke
+    run's time): ``logs`` landed into a table under ``out``, the job over the lines, the job over the table."""
+    from proxy.analytics.landed import LandedTable, land_logs
+    from proxy.analytics.session import build_session
+
+    spark = build_session(master, app_name="sluice-bench-analytics-smoke", delta=True)
+    try:
+        cpu = _jvm_cpu()
+        land_logs(spark, [str(logs)], str(out / "table"))
+        return {"current": measured_job(spark, cpu, [str(logs)], out / "current"),
+                "landed": measured_job(spark, cpu, LandedTable(str(out / "table")), out / "landed")}
+    finally:
+        spark.stop()
 
 
 def run_worker(code: Path, logs: Path, warmup: Path, scratch: Path, master: str, landed: bool = False
@@ -274,6 +294,51 @@ def mean_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def measure(a: argparse.Namespace, cache: Path, logs: Path) -> dict[str, list[dict[str, Any]]]:
+    """The measured jobs (each in a process of its own, after a warm-up job): over the lines and over the landed
+    table, ABBA, and with ``--compare`` the baseline's around them; each job's line emitted."""
+    warmup = cached_logs(cache, WARMUP_ROWS, files=a.files, clients=a.clients, topics=a.topics, malformed=10)
+    warmup_table = landed_table(cache, warmup, a.master)
+    table = landed_table(cache, logs, a.master)
+    scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-"))
+    try:
+        current = ("current", REPO, "working tree")
+        landed = ("landed", REPO, "working tree")
+        jobs: list[tuple[str, Path, str]] = [current, landed, landed, current]  # ABBA
+        if a.compare:
+            code = scratch / "baseline"
+            baseline = ("baseline", code, extract_revision(a.compare, code))
+            jobs = [baseline, *jobs, baseline]
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for name, code, rev in jobs:
+            if name == "landed":
+                r = run_worker(code, table, warmup_table, scratch, a.master, landed=True)
+            else:
+                r = run_worker(code, logs, warmup, scratch, a.master)
+            runs.setdefault(name, []).append(r)
+            emit({"bench": "analytics", "job": name, "revision": rev, "rows": a.rows,
+                  "load_avg_1m": round(os.getloadavg()[0], 2), **r})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return runs
+
+
+def smoke(logs: Path, master: str) -> dict[str, list[dict[str, Any]]]:
+    """``--smoke``: :func:`smoke_worker` in a child process (its own JVM, as every job's); each job's line emitted."""
+    scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-smoke-"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bench.analytics", "--smoke-worker", str(logs), "--out",
+                               str(scratch), "--master", master], cwd=REPO, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the smoke run's jobs failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    jobs: dict[str, dict[str, Any]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, r in jobs.items():
+        emit({"bench": "analytics", "job": name, "revision": "working tree", **r})
+    return {name: [r] for name, r in jobs.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000, help="request lines (default 10M)")
@@ -291,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--landed", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--land", type=Path, help=argparse.SUPPRESS)
-    add_options(ap, "2,000 lines over 2 files, no warm-up, one job over the lines and one over the table")
+    ap.add_argument("--smoke-worker", type=Path, help=argparse.SUPPRESS)
+    add_options(ap, "2,000 lines over 2 files landed, one job over the lines and one over the table, in one Spark "
+                    "session, no warm-up")
     a = ap.parse_args(argv)
     if a.smoke:
         a.rows, a.files = 2_000, 2
@@ -301,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.land is not None:
         print(json.dumps(land_worker(a.land, a.out, a.master)), flush=True)
         return 0
+    if a.smoke_worker is not None:
+        print(json.dumps(smoke_worker(a.smoke_worker, a.out, a.master)), flush=True)
+        return 0
 
     cache = Path(a.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
@@ -308,32 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     emit({"bench": "analytics", "stage": "start", "master": a.master, "cpus": os.cpu_count(),
           "load_avg_1m": round(os.getloadavg()[0], 2)})
     logs = cached_logs(cache, a.rows, files=a.files, clients=a.clients, topics=a.topics, malformed=malformed)
-    warmup = logs if a.smoke else cached_logs(cache, WARMUP_ROWS, files=a.files, clients=a.clients,
-                                              topics=a.topics, malformed=10)
-    warmup_table = landed_table(cache, warmup, a.master)
-    table = landed_table(cache, logs, a.master)
-
-    scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-"))
-    try:
-        current = ("current", REPO, "working tree")
-        landed = ("landed", REPO, "working tree")
-        jobs: list[tuple[str, Path, str]] = [current, landed] if a.smoke else [current, landed, landed, current]
-        if a.compare:
-            code = scratch / "baseline"
-            baseline = ("baseline", code, extract_revision(a.compare, code))
-            jobs = [baseline, *jobs, baseline]
-        runs: dict[str, list[dict[str, Any]]] = {}
-        for name, code, rev in jobs:
-            if name == "landed":
-                r = run_worker(code, table, warmup_table, scratch, a.master, landed=True)
-            else:
-                r = run_worker(code, logs, warmup, scratch, a.master)
-            runs.setdefault(name, []).append(r)
-            emit({"bench": "analytics", "job": name, "revision": rev, "rows": a.rows,
-                  "load_avg_1m": round(os.getloadavg()[0], 2), **r})
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
+    runs = smoke(logs, a.master) if a.smoke else measure(a, cache, logs)
     results = {name: mean_of(rs) for name, rs in runs.items()}
     cur = results["current"]
     figures: dict[str, Any] = {"rows": cur["lines"], "rows_per_s": cur["rows_per_s"], "job_s": cur["job_s"],

@@ -22,8 +22,8 @@ The budget is split evenly between the targets. One JSON line per target: ``{"be
 shrinking included; ``crashes``: distinct failures, by exception type and the line that raised it), then
 ``{"summary": "fuzz", "engine", "minutes", "inputs", "crashes", "targets": {target: [inputs, crashes]}}``.
 Exit status 1 when anything crashed or a target ran no input (the summary's verdict, bench/support/verdict.py;
-fuzzing has no goal: ``"goals": {}``). ``--smoke``: ten seconds in all. Every crash found becomes an explicit
-regression test.
+fuzzing has no goal: ``"goals": {}``). ``--smoke``: five seconds in all (each target at least one batch of 5). Every
+crash found becomes an explicit regression test.
 """
 
 from __future__ import annotations
@@ -211,10 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=BATCH, help="hypothesis: examples per batch")
     ap.add_argument("--shrink", action="store_true",
                     help="hypothesis: shrink a failure to a minimal example (unbounded time)")
-    add_options(ap, "every target for about a second, batches of 20")
+    add_options(ap, "every target for about half a second, batches of 5")
     args = ap.parse_args(args_in)
     if args.smoke:
-        args.minutes, args.batch = 10 / 60, 20
+        args.minutes, args.batch = 5 / 60, 5
     from rig.fuzz_targets import TARGETS
 
     if args.replay:

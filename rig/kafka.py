@@ -434,7 +434,7 @@ _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 PORT_RANGE_ENV = "SLUICE_PORT_RANGE"
 
 
-def _listen_port_range() -> range:
+def listen_port_range() -> range:
     """Ports below the kernel's ephemeral range, or the session's own part of them (PORT_RANGE_ENV). A port picked
     for a listener that starts later (a broker, a sidecar that binds once the brokers serve) is free when picked but
     not reserved: picked from the ephemeral range, any connect() meanwhile may take it as its local port, and the
@@ -461,7 +461,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct TCP ports free to listen on, below the ephemeral range when the machine leaves room (else
     picked by the kernel); all sockets held open until all are picked."""
     socks: list[socket.socket] = []
-    candidates = _listen_port_range()
+    candidates = listen_port_range()
     try:
         while len(socks) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
