@@ -12,6 +12,7 @@ from proxy.core.policy import Policy, reads
 from proxy.core.routing import Router
 from proxy.core.topic_names import TopicNames
 from proxy.metrics import Metrics
+from proxy.wire.fetch_layout import PartitionKey
 from proxy.wire.messages import (
     decode_response,
     encode_request,
@@ -292,7 +293,7 @@ def test_access_log_partitions_include_those_without_bytes() -> None:
     from proxy.accesslog import AccessLog
     from proxy.policies.terminate.sessions import LEGACY
 
-    keys = [("t", i) for i in range(5)]
+    keys: list[PartitionKey] = [("t", i) for i in range(5)]
     p = SansIOProxy({"sessions.mode": "terminate"}, access_log=AccessLog(io.StringIO()))
     ex = p.request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY))
     p.respond(ex, response_frame(12, 1, keys, 0, 77))
@@ -303,7 +304,7 @@ def test_access_log_partitions_are_not_gathered_when_the_access_log_is_off() -> 
     from bench.pipeline_cpu import request_frame, response_frame
     from proxy.policies.terminate.sessions import LEGACY
 
-    keys = [("t", i) for i in range(5)]
+    keys: list[PartitionKey] = [("t", i) for i in range(5)]
     p = SansIOProxy({"sessions.mode": "terminate"})
     ex = p.request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY))
     p.respond(ex, response_frame(12, 1, keys, 0, 77))
