@@ -6,7 +6,8 @@
 #   make test-repeat N=10 K=<pytest -k>  the broker-facing tests N times, each run its own session; prints how
 #                  often each test failed (rig/repeat.py; TESTS=... narrows the paths)
 #   make run       a real Kafka broker with Sluice in front of it, until Ctrl-C (BROKERS=3: a 3-broker cluster)
-#   make bench     every bench/*.py module, JSON lines on stdout
+#   make bench     every bench (the modules of bench/), JSON lines on stdout
+#   make bench-smoke  every bench's --smoke run (its whole path and its check, in seconds), judged; CI runs it
 #   make lint      ruff + mypy
 #   make test-image  the container image + docker-compose rig, built and run with Podman, checked from the host
 #                  (root; installs podman & co. from Debian; rig/image.py)
@@ -27,7 +28,8 @@ HELM_VERSION := v3.22.0
 KUBECHECK_SRC := rig/go/kubecheck/go.mod rig/go/kubecheck/go.sum rig/go/kubecheck/main.go
 LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 && echo $$d; done)
 
-.PHONY: install test test-kafka-oldest test-kafka-oldest-behaviour test-repeat run bench lint lint-only test-image
+.PHONY: install test test-kafka-oldest test-kafka-oldest-behaviour test-repeat run bench bench-smoke lint lint-only \
+	test-image
 
 install: $(STAMP)
 
@@ -64,10 +66,11 @@ $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)
 # at the lowest CPU priority (nice 19), so it takes mostly the cycles the rest leaves idle and hardly delays a test
 # that waits on a clock; each session has its own brokers, on free ports. Spark's output follows the rest's, whole.
 # Each session picks its ports from a range of its own (rig/kafka.py PORT_RANGE_ENV), below the kernel's ephemeral
-# range (32768 up): sessions side by side never pick the same port.
+# range (32768 up): sessions side by side never pick the same port (.ci/run runs bench-smoke beside them too).
 PORTS_TEST      ?= 10000-19999
 PORTS_ANALYTICS ?= 20000-23999
 PORTS_OLDEST    ?= 24000-29999
+PORTS_BENCH     ?= 30000-32767
 test: install lint-only
 	@spark_log=$$(mktemp); trap 'rm -f "$$spark_log"' EXIT; \
 	SLUICE_PORT_RANGE=$(PORTS_ANALYTICS) nice -n 19 $(PY) -m pytest -q tests/analytics >"$$spark_log" 2>&1 & spark=$$!; \
@@ -116,14 +119,14 @@ test-repeat: install
 run: install
 	$(PY) -m rig.run $(if $(BROKERS),--brokers $(BROKERS))
 
+# The benches are the modules of bench/ (bench/support/ holds what they share): bench/__main__.py runs them.
 bench: install
-	@set -e; for f in bench/*.py; do \
-	    [ -e "$$f" ] || continue; \
-	    name=$$(basename "$$f" .py); \
-	    [ "$$name" = __init__ ] && continue; \
-	    echo "# bench.$$name" >&2; \
-	    $(PY) -m bench.$$name; \
-	done
+	$(PY) -m bench
+
+# Every bench's --smoke (its whole path and its check, in seconds), two at a time (most of a smoke run waits on a
+# broker, a JVM's start or a client's pace), each pair on ports of its own; CI runs it.
+bench-smoke: install
+	SLUICE_PORT_RANGE=$(PORTS_BENCH) $(PY) -m bench --smoke --jobs 2
 
 lint: install lint-only
 
@@ -134,4 +137,4 @@ test-image: install
 
 lint-only:
 	$(VENV)/bin/ruff check $(LINT_DIRS) tests config/grafana examples
-	$(VENV)/bin/mypy $(LINT_DIRS) config/grafana/dashboard.py examples/sluice-schema-id/src
+	$(VENV)/bin/mypy $(LINT_DIRS) tests config/grafana/dashboard.py examples/sluice-schema-id/src

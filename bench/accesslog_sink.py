@@ -10,10 +10,12 @@ Cases: ``off``; ``file`` (a file, as today); ``kafka`` (destination off, the sin
 handed to librdkafka's queue); ``file+kafka``; ``kafka_buffer_full`` (the sink's buffer full, the broker stopped:
 every event is dropped and counted - the cost during an outage).
 
-The summary carries what the run checked (``"lost": 0``), and the bench exits 1 before it otherwise: the file
-holds one line per record offered to it (each a JSON object with the record's fields), and each sink accounts for
-every line offered to it: delivered (the topic's end offsets, counted before the broker stops) or dropped and
-counted in ``sluice_access_log_dropped_total``; the healthy sinks drop none, the full one drops every line.
+The summary carries what the run checked (bench/support/verdict.py), line by line (each record offered has its own
+correlation id): the file holds the lines offered to it, each once, in order; the topic (read by offset to its end,
+before the broker stops) the lines offered to the two healthy sinks, each once (``lost``, ``duplicated``,
+``out_of_order``, ``unexpected``); the healthy sinks dropped none, and the full one counted every line it dropped
+in ``sluice_access_log_dropped_total``. The exit status is 1 when any of it failed. No goal is set (``"goals":
+{}``). ``--smoke``: 2,000 records, 2 repeats.
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from bench.support.verdict import Delivery, add_options, delivery, emit, exit_status, summary
 from proxy.accesslog import AccessLog, configure_logging
 from proxy.accesslog_kafka import KafkaAccessLogSink
 from proxy.app import load_settings
 from proxy.metrics import Metrics
-from rig.kafka import KafkaBroker, end_offsets
+from rig.kafka import KafkaBroker, read_topic
 
 TOPIC = "bench-access-log"
 FIELDS: dict[str, Any] = dict(
@@ -42,15 +46,25 @@ FIELDS: dict[str, Any] = dict(
 )
 
 
-def _time(log: AccessLog, records: int, repeats: int) -> float:
-    best = float("inf")
-    record = log.record
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(records):
-            record(**FIELDS)
-        best = min(best, time.perf_counter() - started)
-    return best / records * 1e6
+class Case:
+    """The records one case offers, each its own correlation id (from ``first`` on, built before the timing: a call
+    costs what ``record(**FIELDS)`` does), so the lines can be checked one by one."""
+
+    def __init__(self, first: int, records: int, repeats: int) -> None:
+        self.calls = [[{**FIELDS, "correlation_id": first + r * records + i} for i in range(records)]
+                      for r in range(repeats)]
+        self.ids = [c["correlation_id"] for calls in self.calls for c in calls]
+
+    def time(self, log: AccessLog) -> float:
+        """The best run's microseconds per record."""
+        best = float("inf")
+        record = log.record
+        for calls in self.calls:
+            started = time.perf_counter()
+            for fields in calls:
+                record(**fields)
+            best = min(best, time.perf_counter() - started)
+        return best / len(self.calls[0]) * 1e6
 
 
 def _dropped(metrics: Metrics) -> int:
@@ -59,14 +73,15 @@ def _dropped(metrics: Metrics) -> int:
                    if sample.name.endswith("_total")))
 
 
-def _file_lines(path: Path) -> int:
-    """Lines of the access-log file that hold the records' fields (each one JSON object)."""
-    lines = path.read_text().splitlines()
-    return sum(1 for line in lines if json.loads(line).get("correlation_id") == FIELDS["correlation_id"])
+def _ids(lines: Iterable[bytes | str | None]) -> list[int]:
+    """The correlation ids of access-log lines, in order (a line that is not one of the cases' counts as -1)."""
+    return [int(json.loads(line).get("correlation_id", -1)) if line else -1 for line in lines]
 
 
-async def _run(records: int, repeats: int, broker: KafkaBroker, tmp: Path) -> tuple[dict[str, float], list[str]]:
-    """Each case's microseconds per record, and what the checks found wrong (nothing, when all is well)."""
+async def _run(records: int, repeats: int, broker: KafkaBroker, tmp: Path
+               ) -> tuple[dict[str, float], Delivery, dict[str, bool]]:
+    """Each case's microseconds per record; what the file and the topic hold of the lines offered to them, line by
+    line (the file in order; the topic each once); the drop counts' checks."""
     base = load_settings(None, env={})
     sink_settings = base.with_overrides({
         "logging.access_log_kafka.enabled": True,
@@ -77,35 +92,35 @@ async def _run(records: int, repeats: int, broker: KafkaBroker, tmp: Path) -> tu
         "logging.access_log_kafka.buffer_bytes": 2**31 - 1,
     }).logging.access_log_kafka
     offered = records * repeats  # lines per case
+    cases = {name: Case(i * offered, records, repeats)
+             for i, name in enumerate(("off", "file", "kafka", "file+kafka", "kafka_buffer_full"))}
     loop = asyncio.get_running_loop()
     results: dict[str, float] = {}
-    results["off"] = _time(AccessLog("off"), records, repeats)
+    results["off"] = cases["off"].time(AccessLog("off"))
     path = tmp / "access.jsonl"
     file_log = AccessLog(str(path))
-    results["file"] = _time(file_log, records, repeats)
+    results["file"] = cases["file"].time(file_log)
     healthy = Metrics()  # the two healthy sinks' drops
     sink = KafkaAccessLogSink(sink_settings, [], healthy)
     sink.start(loop)
     kafka_log = AccessLog("off")
     kafka_log.attach_sink(sink)
-    results["kafka"] = _time(kafka_log, records, repeats)
+    results["kafka"] = cases["kafka"].time(kafka_log)
     kafka_log.detach_sink()
     await sink.close(60)
     sink = KafkaAccessLogSink(sink_settings, [], healthy)
     sink.start(loop)
     file_log.attach_sink(sink)
-    results["file+kafka"] = _time(file_log, records, repeats)
+    results["file+kafka"] = cases["file+kafka"].time(file_log)
     file_log.detach_sink()
     file_log.close()
     await sink.close(60)
-    wrong: list[str] = []
-    in_file = _file_lines(path)
-    if in_file != 2 * offered:  # the file and file+kafka cases write the same file
-        wrong.append(f"file: {in_file} lines of {2 * offered} offered")
-    delivered = sum(end_offsets(broker.bootstrap, TOPIC).values())
-    if delivered != 2 * offered or _dropped(healthy):
-        wrong.append(f"kafka, file+kafka: {delivered} delivered and {_dropped(healthy)} dropped "
-                     f"of {2 * offered} offered")
+    # the file and file+kafka cases write the file, in order; the two healthy sinks the topic, each line once
+    in_file = delivery({0: cases["file"].ids + cases["file+kafka"].ids}, {0: _ids(path.read_bytes().splitlines())})
+    topic = read_topic(broker.bootstrap, TOPIC)
+    in_topic = delivery({0: cases["kafka"].ids + cases["file+kafka"].ids},
+                        {0: sorted(_ids(value for p in topic.values() for _, _, value in p))})
+    healthy_dropped = _dropped(healthy)
     broker.stop()
     outage = Metrics()
     full = KafkaAccessLogSink(sink_settings.model_copy(update={"buffer_events": 1}), [], outage)
@@ -113,33 +128,36 @@ async def _run(records: int, repeats: int, broker: KafkaBroker, tmp: Path) -> tu
     full_log = AccessLog("off")
     full_log.attach_sink(full)
     full.offer("{}\n")  # fills the buffer of one
-    results["kafka_buffer_full"] = _time(full_log, records, repeats)
+    results["kafka_buffer_full"] = cases["kafka_buffer_full"].time(full_log)
     full_log.detach_sink()
     await full.close(0)
-    if _dropped(outage) != offered + 1:  # every line, and the one that filled the buffer (stopped at close)
-        wrong.append(f"kafka_buffer_full: {_dropped(outage)} dropped of {offered + 1} offered")
-    return results, wrong
+    return results, in_file + in_topic, {
+        "healthy_sinks_dropped_none": healthy_dropped == 0,
+        # every line, and the one that filled the buffer (stopped at close)
+        "full_sink_counted_every_drop": _dropped(outage) == offered + 1}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    add_options(parser, "2,000 records, 2 repeats")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.records, args.repeats = 2000, 2
     # the sink's operational events go to stderr: stdout carries only the JSON lines
     configure_logging(load_settings(None, env={}).logging.model_copy(update={"access_log": "off"}))
     with KafkaBroker() as broker, tempfile.TemporaryDirectory() as tmp:
-        results, wrong = asyncio.run(_run(args.records, args.repeats, broker, Path(tmp)))
+        results, check, checks = asyncio.run(_run(args.records, args.repeats, broker, Path(tmp)))
     for case, us in results.items():
-        print(json.dumps({"bench": "accesslog_sink", "case": case, "us_per_record": round(us, 3)}))
-    if wrong:
-        print(json.dumps({"bench": "accesslog_sink", "error": "lines lost", "wrong": wrong}), flush=True)
-        sys.exit(1)
-    # what turning the sink on adds to a proxy that already writes a file
-    added = results["file+kafka"] - results["file"]
-    print(json.dumps({"summary": "accesslog_sink", "lost": 0, **{k: round(v, 3) for k, v in results.items()},
-                      "kafka_added_us": round(added, 3)}))
+        emit({"bench": "accesslog_sink", "case": case, "us_per_record": round(us, 3)})
+    # what turning the sink on adds to a proxy that already writes a file; no goal is set for it
+    line = summary("accesslog_sink", {**{k: round(v, 3) for k, v in results.items()},
+                                      "kafka_added_us": round(results["file+kafka"] - results["file"], 3)}, {},
+                   check=check, checks=checks)
+    emit(line)
+    return exit_status(line, args.check)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

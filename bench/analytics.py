@@ -4,12 +4,11 @@ access logs, on local[2], compared with another revision's job on the same data 
 ``python -m bench.analytics [--rows 10000000] [--compare REV] [--files 4] [--clients 64] [--topics 24]
 [--malformed N] [--cache-dir DIR] [--master local[2]]``
 
-The logs (``bench.gen_logs`` with the optional per-partition/throttle/session fields, so every report section runs)
-are generated once and kept in ``--cache-dir`` (default: ``sluice-bench-analytics`` in the temporary directory),
+The logs (``bench.support.gen_logs`` with the optional per-partition/throttle/session fields, so every report section
+runs) are generated once and kept in ``--cache-dir`` (default: ``sluice-bench-analytics`` in the temporary directory),
 keyed by the generator's parameters and source: a later run with the same parameters reads them again instead of
-spending a minute or two writing ~5 GB. The default data set is a fleet's hour: 10M request lines from 4 sidecars,
-each serving 64 client_ids (Zipf-like shares; one throttled) over 24 topics (~260 partitions), 1 line in 10,000
-malformed.
+spending a minute or two writing ~5 GB. The default data set is a fleet's hour: 10M request lines from 4 sidecars, each
+serving 64 client_ids (Zipf-like shares; one throttled) over 24 topics (~260 partitions), 1 line in 10,000 malformed.
 
 The landed table: the same logs landed once (``proxy.analytics.landed.land_logs``, in its own process; kept in the
 cache directory beside the logs, keyed by them and the landing code), and the same job over it (``sluice report
@@ -22,14 +21,16 @@ job of git revision REV (its ``proxy/`` package, extracted from git) the same wa
 this tree, this tree, REV (ABBA: whatever the machine's state drifts by, e.g. a page cache warmed by the first job,
 lands on both sides alike); each side's figures are the mean of its two jobs.
 
-Prints JSON lines: the data set (generated or cached), the landed table (landed or cached), one line per job -
-seconds and rows/s, the phases (read: parse + classify + counts; tables; report), and the Spark JVM's CPU seconds in
-each phase, which say more than wall seconds on a shared machine - and a last line ``{"summary": "analytics",
-"rows": ..., "rows_per_s": ..., "landed_rows_per_s": ..., "baseline_rows_per_s": ..., "speedup": ...,
-"tables_equal": ...}``. ``tables_equal``, the
-check: every Parquet table of every job - over the JSON lines and over the landed table - holds the same rows
-(floats to 9 significant digits), so a faster job that changed a result shows here; the exit status is 1 when they
-differ.
+Prints JSON lines: the data set (generated or cached), the landed table (landed or cached), one line per job - seconds
+and rows/s, the phases (read: parse + classify + counts; tables; report), and the Spark JVM's CPU seconds in each phase,
+which say more than wall seconds on a shared machine - and a last line ``{"summary": "analytics", "rows": ...,
+"rows_per_s": ..., "landed_rows_per_s": ..., "baseline_rows_per_s": ..., "speedup": ..., "goals", "met", "tables_equal",
+"every_line_read", "correct"}`` (bench/support/verdict.py). The checks: every Parquet table of every job - over the JSON
+lines and over the landed table - holds the same rows (floats to 9 significant digits), so a faster job that changed a
+result shows here (``tables_equal``); every job read every line generated, valid as valid and malformed as malformed
+(``every_line_read``); the exit status is 1 when either fails. Goals: 150k rows/s over the JSON lines, 1M over the
+landed table (``--check`` exits 1 when one is missed). ``--smoke``: 2,000 lines over 2 files, no warm-up, one job
+over the lines and one over the table.
 
 Measured figures are in docs/PERFORMANCE.md (Analytics).
 """
@@ -49,21 +50,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import bench.gen_logs as gen_logs
-from bench.gen_logs import Deployment, generate
-from bench.revision import REPO, extract_revision
+import bench.support.gen_logs as gen_logs
+from bench.support.gen_logs import Deployment, generate
+from bench.support.revision import REPO, extract_revision
+from bench.support.verdict import add_options, at_least, emit, exit_status, summary
 
 WARMUP_ROWS = 100_000
 SPAN_S = 3600.0
-GOAL_ROWS_PER_S = 150_000
-GOAL_LANDED_ROWS_PER_S = 1_000_000
+#: the job over JSON lines at 150k rows/s, over the landed table at 1M rows/s (on local[2])
+GOALS = {"rows_per_s": at_least(150_000), "landed_rows_per_s": at_least(1_000_000)}
 #: what the landed table's layout depends on: a change to these lands the cached tables again
 LANDING_SOURCES = ("proxy/analytics/landed.py", "proxy/analytics/source.py", "proxy/analytics/schema.py",
                    "proxy/analytics/aggregates.py")  # the rollups landed beside the lines
-
-
-def emit(line: dict[str, Any]) -> None:
-    print(json.dumps(line), flush=True)
 
 
 # ------------------------------------------------------------------------------------------------- the data
@@ -200,6 +198,28 @@ def _jvm_cpu() -> Callable[[], float]:
     return cpu
 
 
+def measured_job(spark: Any, cpu: Callable[[], float], logs: Any, out: Path) -> dict[str, Any]:
+    """One measured run of the job over ``logs`` (JSON lines' paths, or a landed table), with its tables' digests."""
+    from proxy.analytics.job import run_job
+
+    phases = _Phases(cpu)
+    result = run_job(spark, logs, out, progress=phases)
+    job_s = time.monotonic() - phases.start[0]
+    job_cpu = cpu() - phases.start[1]
+    job_py_cpu = time.process_time() - phases.start[2]
+    return {
+        "lines": result.counts.lines,
+        "valid": result.counts.valid,
+        "malformed": result.counts.malformed,
+        "job_s": round(job_s, 2),
+        "job_cpu_s": round(job_cpu, 1),
+        "job_py_cpu_s": round(job_py_cpu, 1),
+        **phases.split(),
+        "rows_per_s": round(result.counts.lines / job_s),
+        "tables": table_digests(spark, result.tables),
+    }
+
+
 def worker(code: Path, logs: Path, warmup: Path, out: Path, master: str, landed: bool = False) -> dict[str, Any]:
     """One job in this process, importing ``proxy`` from ``code`` (this tree, or a revision extracted from git);
     ``landed``: ``logs`` and ``warmup`` are landed tables (``sluice report --table``), not JSON lines."""
@@ -227,27 +247,26 @@ def worker(code: Path, logs: Path, warmup: Path, out: Path, master: str, landed:
         t = time.monotonic()
         run_job(spark, source(warmup), out / "warmup")
         warmup_s = time.monotonic() - t
-        phases = _Phases(cpu)
-        result = run_job(spark, source(logs), out / "job", progress=phases)
-        job_s = time.monotonic() - phases.start[0]
-        job_cpu = cpu() - phases.start[1]
-        job_py_cpu = time.process_time() - phases.start[2]
-        digests = table_digests(spark, result.tables)
+        result = measured_job(spark, cpu, source(logs), out / "job")
     finally:
         spark.stop()
-    return {
-        "lines": result.counts.lines,
-        "valid": result.counts.valid,
-        "malformed": result.counts.malformed,
-        "session_s": round(session_s, 1),
-        "warmup_s": round(warmup_s, 1),
-        "job_s": round(job_s, 2),
-        "job_cpu_s": round(job_cpu, 1),
-        "job_py_cpu_s": round(job_py_cpu, 1),
-        **phases.split(),
-        "rows_per_s": round(result.counts.lines / job_s),
-        "tables": digests,
-    }
+    return {"session_s": round(session_s, 1), "warmup_s": round(warmup_s, 1), **result}
+
+
+def smoke_worker(logs: Path, out: Path, master: str) -> dict[str, Any]:
+    """``--smoke`` in one Spark session (each session costs a JVM's start and its JIT warm-up, most of a smoke
+    run's time): ``logs`` landed into a table under ``out``, the job over the lines, the job over the table."""
+    from proxy.analytics.landed import LandedTable, land_logs
+    from proxy.analytics.session import build_session
+
+    spark = build_session(master, app_name="sluice-bench-analytics-smoke", delta=True)
+    try:
+        cpu = _jvm_cpu()
+        land_logs(spark, [str(logs)], str(out / "table"))
+        return {"current": measured_job(spark, cpu, [str(logs)], out / "current"),
+                "landed": measured_job(spark, cpu, LandedTable(str(out / "table")), out / "landed")}
+    finally:
+        spark.stop()
 
 
 def run_worker(code: Path, logs: Path, warmup: Path, scratch: Path, master: str, landed: bool = False
@@ -275,41 +294,12 @@ def mean_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=10_000_000, help="request lines (default 10M)")
-    ap.add_argument("--files", type=int, default=4, help="log files, one per sidecar (default 4)")
-    ap.add_argument("--clients", type=int, default=64, help="client_ids per sidecar (default 64)")
-    ap.add_argument("--topics", type=int, default=24, help="topics (default 24)")
-    ap.add_argument("--malformed", type=int, default=None, help="malformed lines (default rows / 10,000)")
-    ap.add_argument("--compare", metavar="REV", help="first run the job of this git revision on the same data")
-    ap.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "sluice-bench-analytics"),
-                    help="where generated logs are kept between runs")
-    ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--logs", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--warmup", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--landed", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--land", type=Path, help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.worker is not None:
-        print(json.dumps(worker(a.worker, a.logs, a.warmup, a.out, a.master, a.landed)), flush=True)
-        return 0
-    if a.land is not None:
-        print(json.dumps(land_worker(a.land, a.out, a.master)), flush=True)
-        return 0
-
-    cache = Path(a.cache_dir)
-    cache.mkdir(parents=True, exist_ok=True)
-    malformed = a.rows // 10_000 if a.malformed is None else a.malformed
-    emit({"bench": "analytics", "stage": "start", "master": a.master, "cpus": os.cpu_count(),
-          "load_avg_1m": round(os.getloadavg()[0], 2)})
+def measure(a: argparse.Namespace, cache: Path, logs: Path) -> dict[str, list[dict[str, Any]]]:
+    """The measured jobs (each in a process of its own, after a warm-up job): over the lines and over the landed
+    table, ABBA, and with ``--compare`` the baseline's around them; each job's line emitted."""
     warmup = cached_logs(cache, WARMUP_ROWS, files=a.files, clients=a.clients, topics=a.topics, malformed=10)
-    logs = cached_logs(cache, a.rows, files=a.files, clients=a.clients, topics=a.topics, malformed=malformed)
     warmup_table = landed_table(cache, warmup, a.master)
     table = landed_table(cache, logs, a.master)
-
     scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-"))
     try:
         current = ("current", REPO, "working tree")
@@ -330,29 +320,88 @@ def main(argv: list[str] | None = None) -> int:
                   "load_avg_1m": round(os.getloadavg()[0], 2), **r})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return runs
 
+
+def smoke(logs: Path, master: str) -> dict[str, list[dict[str, Any]]]:
+    """``--smoke``: :func:`smoke_worker` in a child process (its own JVM, as every job's); each job's line emitted."""
+    scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-smoke-"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bench.analytics", "--smoke-worker", str(logs), "--out",
+                               str(scratch), "--master", master], cwd=REPO, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the smoke run's jobs failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    jobs: dict[str, dict[str, Any]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, r in jobs.items():
+        emit({"bench": "analytics", "job": name, "revision": "working tree", **r})
+    return {name: [r] for name, r in jobs.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=10_000_000, help="request lines (default 10M)")
+    ap.add_argument("--files", type=int, default=4, help="log files, one per sidecar (default 4)")
+    ap.add_argument("--clients", type=int, default=64, help="client_ids per sidecar (default 64)")
+    ap.add_argument("--topics", type=int, default=24, help="topics (default 24)")
+    ap.add_argument("--malformed", type=int, default=None, help="malformed lines (default rows / 10,000)")
+    ap.add_argument("--compare", metavar="REV", help="first run the job of this git revision on the same data")
+    ap.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "sluice-bench-analytics"),
+                    help="where generated logs are kept between runs")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--logs", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--warmup", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--landed", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--land", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--smoke-worker", type=Path, help=argparse.SUPPRESS)
+    add_options(ap, "2,000 lines over 2 files landed, one job over the lines and one over the table, in one Spark "
+                    "session, no warm-up")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.rows, a.files = 2_000, 2
+    if a.worker is not None:
+        print(json.dumps(worker(a.worker, a.logs, a.warmup, a.out, a.master, a.landed)), flush=True)
+        return 0
+    if a.land is not None:
+        print(json.dumps(land_worker(a.land, a.out, a.master)), flush=True)
+        return 0
+    if a.smoke_worker is not None:
+        print(json.dumps(smoke_worker(a.smoke_worker, a.out, a.master)), flush=True)
+        return 0
+
+    cache = Path(a.cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    malformed = a.rows // 10_000 if a.malformed is None else a.malformed
+    emit({"bench": "analytics", "stage": "start", "master": a.master, "cpus": os.cpu_count(),
+          "load_avg_1m": round(os.getloadavg()[0], 2)})
+    logs = cached_logs(cache, a.rows, files=a.files, clients=a.clients, topics=a.topics, malformed=malformed)
+    runs = smoke(logs, a.master) if a.smoke else measure(a, cache, logs)
     results = {name: mean_of(rs) for name, rs in runs.items()}
     cur = results["current"]
-    summary: dict[str, Any] = {"summary": "analytics", "rows": cur["lines"], "rows_per_s": cur["rows_per_s"],
-                               "job_s": cur["job_s"], "job_cpu_s": cur["job_cpu_s"], "goal_rows_per_s": GOAL_ROWS_PER_S,
-                               "goal_met": cur["rows_per_s"] >= GOAL_ROWS_PER_S,
-                               "landed_rows_per_s": results["landed"]["rows_per_s"],
+    figures: dict[str, Any] = {"rows": cur["lines"], "rows_per_s": cur["rows_per_s"], "job_s": cur["job_s"],
+                               "job_cpu_s": cur["job_cpu_s"], "landed_rows_per_s": results["landed"]["rows_per_s"],
                                "landed_job_s": results["landed"]["job_s"],
-                               "landed_job_cpu_s": results["landed"]["job_cpu_s"],
-                               "goal_landed_rows_per_s": GOAL_LANDED_ROWS_PER_S,
-                               "landed_goal_met": results["landed"]["rows_per_s"] >= GOAL_LANDED_ROWS_PER_S}
+                               "landed_job_cpu_s": results["landed"]["job_cpu_s"]}
     base = results.get("baseline")
     every = [r["tables"] for rs in runs.values() for r in rs]
     differing = sorted(n for n in set().union(*every) if len({t.get(n) for t in every}) > 1)
-    summary.update({"tables_equal": not differing, "tables_differing": differing, "order": "ABBA"})
+    figures.update({"tables_differing": differing, "order": "AB" if a.smoke else "ABBA"})
     if base is not None:
-        summary.update({
+        figures.update({
             "baseline_rows_per_s": base["rows_per_s"],
             "speedup": round(cur["rows_per_s"] / base["rows_per_s"], 2),
             "cpu_ratio": round(base["job_cpu_s"] / cur["job_cpu_s"], 2) if cur["job_cpu_s"] else None,
         })
-    emit(summary)
-    return 0 if not differing else 1
+    line = summary("analytics", figures, GOALS, checks={
+        "tables_equal": not differing,
+        # every job read every line generated: the valid ones as valid, the malformed ones as malformed
+        "every_line_read": all(r["valid"] == a.rows and r["malformed"] == malformed for rs in runs.values()
+                               for r in rs)})
+    emit(line)
+    return exit_status(line, a.check)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ Sluice's relay does, not what a decoder hands over) and is reported beside it, a
 lazy decode, then a pass that reads every field and copies each record set: the headline's definition before
 ``copy_records`` existed). The checks: the fast path re-encodes every version's body byte for byte
 (``reencoded_equal``) and its like-for-like decode hands out what kafka-python decodes, records as ``bytes``
-(``same_as_kafka_python``); the exit status is 1 unless both hold.
+(``same_as_kafka_python``); the exit status is 1 unless both hold. Goal (``met``, bench/support/verdict.py):
+``fast_us_per_partition`` <= 0.5; with ``--check`` a missed goal exits 1 too. ``--smoke``: 100 partitions, versions
+12 and 16, 3 runs each.
 
 ``python -m bench.codec --compare REV [--versions 12,4,16] [--rounds 1]`` measures the fast path of another revision
 against this checkout's, in one run: each side in its own process (REV's ``proxy`` and ``rig`` exported with
@@ -31,7 +33,8 @@ ratios this/REV (below 1 is faster) and the like-for-like check of this side.
 fast path instead (proxy.wire.fetch_request_fast, used by the fetch-session policies) against the construct
 path it replaces: ``{"bench": "fetch_request", "partitions", "version", "decode_us_per_partition"
 (decode + partitions()), "encode_us_per_partition", "construct_us_per_partition" (decode_request +
-request_partitions), "construct_encode_us_per_partition" (apply_plan + encode_request, v7+)}``.
+request_partitions), "construct_encode_us_per_partition" (apply_plan + encode_request, v7+)}``, then
+``{"summary": "codec_fetch_request", ...}``, whose check is that the fast path re-encodes every request byte for byte.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.support.verdict import add_options, at_most, emit, exit_status, summary
 from proxy.policies.terminate import sessions
 from proxy.wire.fetch_fast import FetchResponseView
 from proxy.wire.fetch_layout import FIRST_SESSION
@@ -61,6 +65,8 @@ from proxy.wire.records import Record, encode_batch, iter_batches, new_batch
 from rig.fetch_oracle import apply_plan, request_partitions
 
 RECORD_SIZE = 1024
+#: like for like, per partition, v12 (docs/PERFORMANCE.md)
+GOALS = {"fast_us_per_partition": at_most(0.5)}
 
 
 def build_response(version: int, partitions: int, topics: int = 10, record_size: int = RECORD_SIZE) -> bytes:
@@ -209,18 +215,29 @@ def contenders(version: int, body: bytes) -> dict[str, tuple[Callable[[], Any], 
     return out
 
 
-def check_fast(version: int, body: bytes) -> None:
-    """The fast path must reproduce the body exactly (a benchmark of a wrong codec is worthless)."""
+def reencodes(version: int, body: bytes) -> bool:
+    """Whether the fast path reproduces the body exactly (a benchmark of a wrong codec is worthless)."""
     view = FetchResponseView.decode(memoryview(body), version)
-    if b"".join(view.encode()[0]) != body:
+    return b"".join(view.encode()[0]) == body
+
+
+def check_fast(version: int, body: bytes) -> None:
+    """:func:`reencodes`, or exit 1 (one side of --compare: its parent reports the failure)."""
+    if not reencodes(version, body):
         raise SystemExit(f"fast path re-encode differs from the input for v{version}")
 
 
 def run(versions: list[int], partitions: int, repeat: int, record_size: int) -> list[dict[str, Any]]:
+    """Each version's contenders timed; a version whose body the fast path does not re-encode byte for byte is
+    not timed, and its line says so (``reencoded_equal``: false)."""
     lines: list[dict[str, Any]] = []
     for version in versions:
         body = build_response(version, partitions, record_size=record_size)
-        check_fast(version, body)
+        if not reencodes(version, body):
+            line = {"name": "fast", "version": version, "reencoded_equal": False}
+            lines.append(line)
+            print(json.dumps(line), flush=True)
+            continue
         mb = len(body) / 1e6
         for name, (dec, enc) in contenders(version, body).items():
             # Slow codecs get fewer runs: each has ~4 s per op at most.
@@ -260,16 +277,17 @@ def side(version: int, partitions: int, repeat: int, record_size: int = RECORD_S
             "load": round(os.getloadavg()[0], 2)}
 
 
-#: runs the bench file given as argv[1] with the rest of argv, importing ``proxy`` from the working directory
-_CHILD = ("import runpy, sys; path = sys.argv[1]; sys.argv = ['bench.codec', *sys.argv[2:]]; "
-          "runpy.run_path(path, run_name='__main__')")
+#: runs the bench file given as argv[1] with the rest of argv, importing ``proxy`` from the working directory (first
+#: on the path) and ``bench`` from this checkout (appended: the other tree holds proxy/ and rig/ only)
+_CHILD = ("import runpy, sys; path = sys.argv[1]; sys.path.append(path.rsplit('/bench/', 1)[0]); "
+          "sys.argv = ['bench.codec', *sys.argv[2:]]; runpy.run_path(path, run_name='__main__')")
 
 
 def compare(rev: str, versions: list[int], partitions: int, repeat: int, rounds: int,
-            record_size: int = RECORD_SIZE) -> int:
+            record_size: int = RECORD_SIZE, check_goals: bool = False) -> int:
     """This checkout against ``rev``, ABBA per round, each side in its own process; see the module doc."""
     # here, not at the top: each side runs this file in a tree of proxy/ and rig/ only
-    from bench.revision import extract_revision, short_revision
+    from bench.support.revision import extract_revision, short_revision
 
     root = Path(__file__).resolve().parents[1]
     label = short_revision(rev)
@@ -306,18 +324,18 @@ def compare(rev: str, versions: list[int], partitions: int, repeat: int, rounds:
         }), flush=True)
     first = versions[0]
     body = build_response(first, partitions, record_size=record_size)
-    check_fast(first, body)  # exits 1 if this side does not re-encode byte for byte
-    same = same_as_kafka_python(first, body)
-    print(json.dumps({
-        "summary": "codec_compare", "rev": label, "this": here, "version": first, "record_size": record_size,
+    line = summary("codec_compare", {
+        "rev": label, "this": here, "version": first, "record_size": record_size,
         "fast_us_per_partition": round(mean("this", first, "like_for_like_us"), 3),
         "rev_fast_us_per_partition": round(mean("rev", first, "like_for_like_us"), 3),
         "ratio": round(mean("this", first, "like_for_like_us") / mean("rev", first, "like_for_like_us"), 3),
         "lazy_ratio": round(mean("this", first, "lazy_us") / mean("rev", first, "lazy_us"), 3),
         "loads": [r["load"] for r in runs["rev"] + runs["this"] if r["version"] == first],
-        "order": "ABBA", "rounds": rounds, "reencoded_equal": True, "same_as_kafka_python": same,
-    }), flush=True)
-    return 0 if same else 1
+        "order": "ABBA", "rounds": rounds,
+    }, GOALS, checks={"reencoded_equal": reencodes(first, body),
+                      "same_as_kafka_python": same_as_kafka_python(first, body)})
+    emit(line)
+    return exit_status(line, check_goals)
 
 
 def build_request(version: int, partitions: int, topics: int = 10) -> tuple[Message, Message, bytes]:
@@ -343,7 +361,9 @@ def run_request(version: int, partitions: int, repeat: int) -> dict[str, Any]:
     view = decode_fetch_request(frame)
     wanted, forgotten = view.partitions(), view.forgotten()
     if encode_fetch_request(view, view.session_id, view.session_epoch, wanted, forgotten) != frame:
-        raise SystemExit(f"fetch request fast path re-encode differs from the input for v{version}")
+        line: dict[str, Any] = {"bench": "fetch_request", "version": version, "reencoded_equal": False}
+        print(json.dumps(line), flush=True)
+        return line
     t_dec = best_of(lambda: decode_fetch_request(frame).partitions(), repeat, 4.0)
     t_enc = best_of(lambda: encode_fetch_request(view, 1, 1, wanted, forgotten), repeat, 4.0)
     t_con = best_of(lambda: request_partitions(decode_request(frame)[1], version), repeat, 4.0)
@@ -355,7 +375,7 @@ def run_request(version: int, partitions: int, repeat: int) -> dict[str, Any]:
     def us(t: float | None) -> float | None:
         return None if t is None else round(t / partitions * 1e6, 3)
 
-    line = {"bench": "fetch_request", "partitions": partitions, "version": version,
+    line = {"bench": "fetch_request", "partitions": partitions, "version": version, "reencoded_equal": True,
             "decode_us_per_partition": us(t_dec), "encode_us_per_partition": us(t_enc),
             "construct_us_per_partition": us(t_con), "construct_encode_us_per_partition": us(t_con_enc)}
     print(json.dumps(line), flush=True)
@@ -376,45 +396,53 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-size", type=int, default=RECORD_SIZE,
                     help="bytes of record value per partition (one record; the headline is at 1024)")
     ap.add_argument("--side", action="store_true", help=argparse.SUPPRESS)  # one side of --compare
+    add_options(ap, "100 partitions, versions 12 and 16, 3 runs each (with --fetch-request: 1,000 partitions)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.partitions, args.repeat, args.rounds = (1000 if args.fetch_request else 100), 3, 1
+        if args.versions == "12,4,16" and not args.fetch_request:
+            args.versions = "12,16"
     if args.side:
         for version in (int(v) for v in args.versions.split(",")):
             print(json.dumps(side(version, args.partitions, args.repeat, args.record_size)), flush=True)
         return 0
     if args.compare:
         versions = [int(v) for v in args.versions.split(",")]
-        return compare(args.compare, versions, args.partitions, max(args.repeat, 200), args.rounds,
-                       args.record_size)
+        return compare(args.compare, versions, args.partitions, args.repeat if args.smoke else max(args.repeat, 200),
+                       args.rounds, args.record_size, args.check)
     if args.fetch_request:
         versions = [int(v) for v in (args.versions if args.versions != "12,4,16" else "16").split(",")]
-        for version in versions:
-            run_request(version, args.partitions if args.partitions != 1000 else 10000, args.repeat)
-        return 0
+        partitions = args.partitions if args.partitions != 1000 or args.smoke else 10000
+        requests = [run_request(version, partitions, args.repeat) for version in versions]
+        line = summary("codec_fetch_request", {"partitions": partitions, "versions": versions}, {},
+                       checks={"reencoded_equal": all(r["reencoded_equal"] for r in requests)})
+        emit(line)
+        return exit_status(line, args.check)
     versions = [int(v) for v in args.versions.split(",")]
     lines = run(versions, args.partitions, args.repeat, args.record_size)
     first = versions[0]
 
     def figure(name: str) -> float | None:
         for line in lines:
-            if line["name"] == name and line["version"] == first and line["op"] == "decode+encode":
+            if line["name"] == name and line["version"] == first and line.get("op") == "decode+encode":
                 return float(line["us_per_partition"])
         return None
 
     fast = figure("fast-materialised")
     kp = figure("kafka-python")
-    same = all(same_as_kafka_python(v, build_response(v, args.partitions, record_size=args.record_size))
-               for v in versions)
-    print(json.dumps({
-        "summary": "codec",
+    line = summary("codec", {
         "version": first,
         "fast_us_per_partition": fast,
         "speedup_vs_kafka_python": round(kp / fast, 2) if fast and kp else None,
         "lazy_fast_us_per_partition": figure("fast"),
-        "reencoded_equal": True,  # run() stops (exit status 1) at the first body the fast path changes
-        "same_as_kafka_python": same,
         "load": round(os.getloadavg()[0], 2),
-    }))
-    return 0 if same else 1
+    }, GOALS, checks={
+        "reencoded_equal": all(x.get("reencoded_equal", True) for x in lines),
+        "same_as_kafka_python": all(same_as_kafka_python(v, build_response(v, args.partitions,
+                                                                             record_size=args.record_size))
+                                    for v in versions)})
+    emit(line)
+    return exit_status(line, args.check)
 
 
 if __name__ == "__main__":

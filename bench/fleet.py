@@ -19,8 +19,10 @@ event of that revision. Per change a line with the instances'
 end, committing, and the writer's own application); the last line:
 
 ``{"summary": "fleet", "instances", "changes", "apply_p50_s", "apply_p99_s", "apply_max_s", "put_p50_s",
-"missed", "goal_p99_s", "met"}``: ``missed`` counts (change, instance) pairs never applied within ``--timeout``;
-the exit code is 1 when any was missed.
+"missed", "goals", "met", "every_change_applied_everywhere", "errors", "correct"}`` (bench/support/verdict.py):
+``missed`` counts (change, instance) pairs never applied within ``--timeout``, the check; the exit code is 1 when any
+was missed or a change failed, and with ``--check`` also when p99 is above the goal. ``--smoke``: 3 instances, 2
+changes.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from bench.support import verdict
 from rig.fleet import admin_json, fleet_env, start_fleet
 from rig.kafka import KafkaBroker
 from rig.sluice_process import SluiceProcess
@@ -98,13 +101,16 @@ def change(fleet: list[SluiceProcess], writer: SluiceProcess, rate: int, timeout
 def summary(lines: list[dict[str, Any]], instances: int) -> dict[str, Any]:
     apply_s = [x for line in lines for x in line.get("apply_s", [])]
     missed = sum(line.get("missed", instances) for line in lines)
-    p99 = round(percentile(apply_s, 99), 4) if apply_s else None
-    return {"summary": "fleet", "instances": instances, "changes": len(lines),
-            "apply_p50_s": round(percentile(apply_s, 50), 4) if apply_s else None, "apply_p99_s": p99,
-            "apply_max_s": round(max(apply_s), 4) if apply_s else None,
-            "put_p50_s": round(percentile([x["put_s"] for x in lines if "put_s" in x], 50), 3)
-            if any("put_s" in x for x in lines) else None,
-            "missed": missed, "goal_p99_s": GOAL_P99_S, "met": p99 is not None and p99 <= GOAL_P99_S and not missed}
+    return verdict.summary("fleet", {
+        "instances": instances, "changes": len(lines),
+        "apply_p50_s": round(percentile(apply_s, 50), 4) if apply_s else None,
+        "apply_p99_s": round(percentile(apply_s, 99), 4) if apply_s else None,
+        "apply_max_s": round(max(apply_s), 4) if apply_s else None,
+        "put_p50_s": round(percentile([x["put_s"] for x in lines if "put_s" in x], 50), 3)
+        if any("put_s" in x for x in lines) else None,
+        "missed": missed}, {"apply_p99_s": verdict.at_most(GOAL_P99_S)},
+        checks={"every_change_applied_everywhere": missed == 0},
+        errors=[line["error"] for line in lines if "error" in line])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -113,7 +119,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--changes", type=int, default=10, help="changes written, one after the other (default 10)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds a change may take to reach every "
                                                                 "instance before it counts as missed (default 30)")
+    verdict.add_options(ap, "3 instances, 2 changes")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.instances, args.changes = 3, 2
     if not 1 <= args.instances <= 200:
         ap.error("--instances must be 1..200")
     if not 1 <= args.changes <= 1000:
@@ -139,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.close()
     result = summary(lines, args.instances)
     emit(result)
-    return 0 if result["missed"] == 0 and all("error" not in x for x in lines) else 1
+    return verdict.exit_status(result, args.check)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,10 @@ package has it (an unmeasured first start writes it into the cache, ``PYTHONPYCA
   sent an ApiVersions request (so Sluice holds its upstream connection too) and then stay idle.
 
 One JSON line per measurement; the last line is ``{"summary": "footprint", ...}`` with each figure, ``"goals"``
-(start-up peak <= 64 MiB, idle <= 40 MiB, ready <= 0.5 s) and ``"met"`` beside them, and ``"check"``: the
-correctness of what was measured, from observed data (every start became ready, every record produced was
-consumed through Sluice exactly once per offset, every connection got its ApiVersions answer). Exit code 1 when
+(start-up peak <= 64 MiB, idle <= 40 MiB, ready <= 0.5 s) and ``"met"`` beside them, and the check of what was
+measured, from observed data (bench/support/verdict.py): every start became ready, every record stored was consumed
+through Sluice once, in order, offset by offset to the log's end (``lost``, ``duplicated``, ``out_of_order``), every
+connection got its ApiVersions answer. Exit code 1 when
 the check fails; with ``--check`` also when a goal is not met. ``--smoke``: 2 starts, 8 MiB, 200 connections.
 Timing moves with the machine's load: figures from a shared machine are noisy (the memory ones much less).
 """
@@ -48,7 +49,9 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from rig.kafka import KafkaBroker, cache_root
+from bench.support import verdict
+from bench.support.verdict import at_most
+from rig.kafka import KafkaBroker, cache_root, end_offsets
 from rig.sluice_process import SluiceProcess
 
 from .passthrough import ALL_POLICIES
@@ -158,36 +161,34 @@ class Sampler:
         self.max_rss = max(self.max_rss, self.proc.vm_kib()["VmHWM"])
 
 
-def consume_through(proc: SluiceProcess, topic: str, records: int) -> dict[str, Any]:
-    """Every record of ``topic`` read through Sluice; what arrived, per partition offsets seen once each."""
+def consume_through(proc: SluiceProcess, topic: str, ends: Mapping[int, int]) -> dict[str, Any]:
+    """Every record of ``topic`` read through Sluice, by offset until each partition reaches its end offset (never a
+    count a duplicate could reach early); what arrived, checked offset by offset against what the log holds."""
     consumer = Consumer({"bootstrap.servers": proc.bootstrap, "group.id": f"footprint-{uuid.uuid4().hex[:6]}",
                          "client.id": "bench-footprint", "auto.offset.reset": "earliest",
                          "enable.auto.commit": False, "fetch.max.bytes": 8 * 1024 * 1024})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    seen: dict[int, set[int]] = {p: set() for p in range(PARTITIONS)}
-    got = duplicates = 0
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    received: dict[int, list[int]] = {p: [] for p in ends}
+    next_offset = dict.fromkeys(ends, 0)
     t0 = time.monotonic()
     deadline = t0 + 300
     try:
-        while got < records and time.monotonic() < deadline:
+        while any(next_offset[p] < end for p, end in ends.items()) and time.monotonic() < deadline:
             for msg in consumer.consume(1000, timeout=1.0):
                 partition, offset = msg.partition(), msg.offset()
                 if msg.error() or partition is None or offset is None:
                     continue
-                offsets = seen[partition]
-                if offset in offsets:
-                    duplicates += 1
-                offsets.add(offset)
-                got += 1
+                received[partition].append(offset)
+                next_offset[partition] = max(next_offset[partition], offset + 1)
     finally:
         consumer.close()
-    distinct = sum(len(s) for s in seen.values())
-    return {"consumed": got, "lost": records - distinct, "duplicates": duplicates,
+    check = verdict.delivery({p: list(range(end)) for p, end in ends.items()}, received)
+    return {"consumed": sum(len(r) for r in received.values()), **check.fields(), "delivery": check,
             "seconds": round(time.monotonic() - t0, 2)}
 
 
 def under_load(broker: KafkaBroker, env: Mapping[str, str], work: Path, topic: str, records: int,
-               policies: bool) -> dict[str, Any]:
+               ends: Mapping[int, int], policies: bool) -> dict[str, Any]:
     extra = dict(env)
     access_log = None
     if policies:
@@ -197,11 +198,11 @@ def under_load(broker: KafkaBroker, env: Mapping[str, str], work: Path, topic: s
     with sluice(broker.bootstrap, extra, access_log) as proc:
         before = proc.vm_kib()["VmRSS"]
         with Sampler(proc) as sampler:
-            result = consume_through(proc, topic, records)
+            result = consume_through(proc, topic, ends)
         after = proc.vm_kib()["VmRSS"]
     line = {"measure": "all_policies" if policies else "passthrough", "mib": round(records * RECORD_SIZE / 2**20),
             "rss_before_mib": mib(before), "rss_max_mib": mib(sampler.max_rss), "rss_after_mib": mib(after), **result}
-    emit(line)
+    emit({k: v for k, v in line.items() if k != "delivery"})
     return line
 
 
@@ -261,15 +262,7 @@ def summary(starts: list[dict[str, Any]], plain: dict[str, Any], every: dict[str
         "startup_peak_mib": max(s["startup_peak_mib"] for s in starts),
         "idle_rss_mib": max(s["idle_rss_mib"] for s in starts),
     }
-    check = {
-        "starts_ready": sum(s["exit_code"] == 0 for s in starts) == len(starts),
-        "lost": plain["lost"] + every["lost"],
-        "duplicates": plain["duplicates"] + every["duplicates"],
-        "connections_answered": conns["answered"] == conns["connections"],
-    }
-    check["ok"] = check["starts_ready"] and not check["lost"] and check["connections_answered"]
-    return {
-        "summary": "footprint",
+    return verdict.summary("footprint", {
         **figures,
         "ready_s_max": max(s["ready_s"] for s in starts),
         # the CPU Sluice spent to get ready: what ready_s would be on an idle core, whatever else the machine runs
@@ -277,12 +270,12 @@ def summary(starts: list[dict[str, Any]], plain: dict[str, Any], every: dict[str
         "passthrough_rss_mib": plain["rss_max_mib"],
         "all_policies_rss_mib": every["rss_max_mib"],
         "per_connection_kib": conns["per_connection_kib"],
-        "goals": GOALS,
-        "met": {name: figures[name] <= goal for name, goal in GOALS.items()},
-        "check": check,
         "runs": len(starts),
         "python": sys.version.split()[0],
-    }
+    }, {name: at_most(goal) for name, goal in GOALS.items()},
+        check=plain["delivery"] + every["delivery"],
+        checks={"starts_ready": sum(s["exit_code"] == 0 for s in starts) == len(starts),
+                "connections_answered": conns["answered"] == conns["connections"]})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,8 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="measured starts (default 5)")
     parser.add_argument("--mib", type=int, default=64, help="MiB consumed through Sluice under load (default 64)")
     parser.add_argument("--connections", type=int, default=1000, help="idle client connections (default 1000)")
-    parser.add_argument("--smoke", action="store_true", help="a quick run: 2 starts, 8 MiB, 200 connections")
-    parser.add_argument("--check", action="store_true", help="exit 1 also when a goal is not met")
+    verdict.add_options(parser, "2 starts, 8 MiB, 200 connections")
     args = parser.parse_args(argv)
     if args.smoke:
         args.runs, args.mib, args.connections = 2, 8, 200
@@ -305,14 +297,13 @@ def main(argv: list[str] | None = None) -> int:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
         del admin  # its handle would log the broker going away at the end
         produce(broker.bootstrap, topic, records)
-        plain = under_load(broker, env, work, topic, records, policies=False)
-        every = under_load(broker, env, work, topic, records, policies=True)
+        ends = end_offsets(broker.bootstrap, topic)
+        plain = under_load(broker, env, work, topic, records, ends, policies=False)
+        every = under_load(broker, env, work, topic, records, ends, policies=True)
         conns = connections(broker, env, args.connections)
     line = summary(starts, plain, every, conns)
-    emit(line)
-    if not line["check"]["ok"]:
-        return 1
-    return 1 if args.check and not all(line["met"].values()) else 0
+    verdict.emit(line)
+    return verdict.exit_status(line, args.check)
 
 
 if __name__ == "__main__":

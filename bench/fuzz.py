@@ -21,7 +21,9 @@ The budget is split evenly between the targets. One JSON line per target: ``{"be
 "engine", "seconds", "inputs", "crashes", "found": [{"error", "where", "example"}]}`` (``inputs``: the inputs run,
 shrinking included; ``crashes``: distinct failures, by exception type and the line that raised it), then
 ``{"summary": "fuzz", "engine", "minutes", "inputs", "crashes", "targets": {target: [inputs, crashes]}}``.
-Exit status 1 when anything crashed. Every crash found becomes an explicit regression test.
+Exit status 1 when anything crashed or a target ran no input (the summary's verdict, bench/support/verdict.py;
+fuzzing has no goal: ``"goals": {}``). ``--smoke``: five seconds in all (each target at least one batch of 5). Every
+crash found becomes an explicit regression test.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from bench.support.verdict import add_options, emit, exit_status, summary
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 200  # hypothesis examples per batch (the budget is checked between batches)
@@ -207,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=BATCH, help="hypothesis: examples per batch")
     ap.add_argument("--shrink", action="store_true",
                     help="hypothesis: shrink a failure to a minimal example (unbounded time)")
+    add_options(ap, "every target for about half a second, batches of 5")
     args = ap.parse_args(args_in)
+    if args.smoke:
+        args.minutes, args.batch = 5 / 60, 5
     from rig.fuzz_targets import TARGETS
 
     if args.replay:
@@ -237,10 +244,13 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(line), flush=True)
             totals[name] = [result["inputs"], len(result["found"])]
     crashes = sum(c for _, c in totals.values())
-    print(json.dumps({"summary": "fuzz", "engine": engine, "minutes": args.minutes,
-                      "inputs": sum(i for i, _ in totals.values()), "crashes": crashes, "targets": totals}),
-          flush=True)
-    return 1 if crashes else 0
+    # the check: nothing crashed, and every target was run (a target that ran no input checked nothing)
+    line = summary("fuzz", {"engine": engine, "minutes": round(args.minutes, 3),
+                            "inputs": sum(i for i, _ in totals.values()), "crashes": crashes, "targets": totals}, {},
+                   checks={"every_target_ran": all(inputs > 0 for inputs, _ in totals.values())},
+                   errors=[f"{name}: {c} crashes" for name, (_, c) in totals.items() if c])
+    emit(line)
+    return exit_status(line, args.check)
 
 
 if __name__ == "__main__":

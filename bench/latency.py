@@ -5,7 +5,7 @@
 What a client feels of Sluice per request, before and after a change: a confluent-kafka producer sends one 100-byte
 record at a time (acks=1, each send awaited: ``bench.passthrough.produce_latency``) straight to the broker, through
 the bare relay (rig/bare_relay.py, the least a Python proxy can do), through Sluice at ``REV`` (its ``proxy``
-package extracted beside this checkout, bench/revision.py) and through Sluice as this checkout has it, the paths
+package extracted beside this checkout, bench/support/revision.py) and through Sluice as this checkout has it, the paths
 taken in turn send by send. Each side's figure is its p50 over direct's p50 in the same rep, and the CPU its
 process spent per send (user + system, psutil).
 
@@ -16,16 +16,17 @@ doing). One pair of processes would carry that into the before/after difference;
 start order alternating, average it out on both sides alike.
 
 Prints one JSON line per rep, then ``{"summary": "latency", "rev": ..., "before": {...}, "after": {...},
-"delta_added_p50_us": ..., "sends": N, "lost": 0, "duplicated": 0}``: per side ``added_p50_us`` (over direct),
-``added_p50_over_bare_us`` and ``cpu_us_per_send``, means over the reps, and the bare relay's. The check: every send
-was acknowledged (else it exits 1 at once), and the topic holds exactly as many records as were sent over all paths
-and reps (``lost``, ``duplicated``: the broker's end offset against the sends; exit 1 unless both are 0).
+"delta_added_p50_us": ..., "sends": N, "goals", "met", "lost", "duplicated", "out_of_order", "unexpected",
+"correct"}`` (bench/support/verdict.py): per side ``added_p50_us`` (over direct), ``added_p50_over_bare_us`` and
+``cpu_us_per_send``, means over the reps, and the bare relay's. The check: every send was acknowledged (else it
+exits 1 at once), and the topic holds exactly the records acknowledged over all paths and reps, by offset and key
+(each send's key is its own: a Produce relayed twice, or a record lost or changed, shows); exit 1 otherwise. Goal:
+after.added_p50_over_bare_us <= 30 (``--check`` exits 1 when it is missed). ``--smoke``: 2 reps of 200 sends.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -35,22 +36,19 @@ from typing import Any
 
 import psutil
 
-from bench.passthrough import BareRelay, Budget, process_cpu_s, produce_latency, relayed_broker
-from bench.revision import extract_revision, short_revision
+from bench.passthrough import BareRelay, Budget, Sent, check_stored, process_cpu_s, produce_latency, relayed_broker
+from bench.support.revision import extract_revision, short_revision
+from bench.support.verdict import add_options, at_most, emit, exit_status, summary
 from rig.java_tools import JavaTools
-from rig.kafka import end_offsets
 from rig.sluice_process import SluiceProcess
 
 WARMUP = 300
 
 
-def emit(line: dict[str, Any]) -> None:
-    print(json.dumps(line), flush=True)
-
-
 def rep(broker_bootstrap: str, bare: BareRelay, topic: str, codes: dict[str, Path], first: str, sends: int,
-        budget: Budget) -> dict[str, Any]:
-    """One rep: both Sluices started (``first``'s first), the paths measured in turn, both stopped."""
+        warmup: int, budget: Budget, acked: list[Sent]) -> dict[str, Any]:
+    """One rep: both Sluices started (``first``'s first), the paths measured in turn, both stopped; ``acked`` gets
+    every record the broker acknowledged."""
     order = [first, *(side for side in codes if side != first)]
     started: dict[str, SluiceProcess] = {}
     try:
@@ -59,9 +57,9 @@ def rep(broker_bootstrap: str, bare: BareRelay, topic: str, codes: dict[str, Pat
         paths = {"direct": broker_bootstrap, **{side: started[side].bootstrap for side in codes},
                  "bare": bare.bootstrap}
         procs = {side: psutil.Process(started[side].pid) for side in codes} | {"bare": bare.ps}
-        produce_latency(paths, topic, WARMUP, 0, budget)
+        produce_latency(paths, topic, warmup, 0, budget, acked)
         cpu0 = {name: process_cpu_s(p) for name, p in procs.items()}
-        lat = produce_latency(paths, topic, sends, 0, budget)
+        lat = produce_latency(paths, topic, sends, 0, budget, acked)
         cpu = {name: (process_cpu_s(p) - cpu0[name]) / sends * 1e6 for name, p in procs.items()}
     finally:
         for sluice in started.values():
@@ -78,12 +76,17 @@ def main(argv: list[str] | None = None) -> int:
                          "tree; with no change between them, the spread of two identical sides)")
     ap.add_argument("--sends", type=int, default=6000, help="measured sends per path per rep (default 6000)")
     ap.add_argument("--reps", type=int, default=4, help="reps, the start order swapped each time (default 4)")
+    add_options(ap, "2 reps of 200 sends per path after 50")
     args = ap.parse_args(argv)
+    warmup = WARMUP
+    if args.smoke:
+        args.sends, args.reps, warmup = 200, 2, 50
     budget = Budget(120.0 + args.reps * (60.0 + args.sends * 0.004))
     label = short_revision(args.compare)
     tools = JavaTools()
     broker, relay_port = relayed_broker()
     runs: list[dict[str, Any]] = []
+    acked: list[Sent] = []
     with broker, tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
         extract_revision(args.compare, Path(tmp), ("proxy", "pyproject.toml"))
         codes = {"before": Path(tmp), "after": Path(__file__).resolve().parent.parent}
@@ -93,13 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for r in range(args.reps):
                 first = "before" if r % 2 == 0 else "after"
-                line = rep(broker.bootstrap, bare, topic, codes, first, args.sends, budget)
+                line = rep(broker.bootstrap, bare, topic, codes, first, args.sends, warmup, budget, acked)
                 runs.append(line)
                 emit({"bench": "latency", "rep": r, "started_first": first, **line})
         finally:
             bare.stop()
-        sent = args.reps * (WARMUP + args.sends) * 4  # four paths
-        stored = sum(end_offsets(broker.bootstrap, topic).values())
+        check = check_stored(broker.bootstrap, topic, acked)
     tools.close()
 
     def mean(name: str, key: str) -> float:
@@ -109,12 +111,15 @@ def main(argv: list[str] | None = None) -> int:
              for name in ("before", "after", "bare")}
     for name in ("before", "after"):
         sides[name]["added_p50_over_bare_us"] = round(sides[name]["added_p50_us"] - sides["bare"]["added_p50_us"], 1)
-    lost, duplicated = max(0, sent - stored), max(0, stored - sent)
-    emit({"summary": "latency", "rev": label, **sides,
-          "delta_added_p50_us": round(sides["after"]["added_p50_us"] - sides["before"]["added_p50_us"], 1),
-          "delta_cpu_us_per_send": round(sides["after"]["cpu_us_per_send"] - sides["before"]["cpu_us_per_send"], 1),
-          "sends": args.sends, "reps": args.reps, "order": "alternating", "lost": lost, "duplicated": duplicated})
-    return 0 if lost == 0 and duplicated == 0 else 1
+    line = summary("latency", {
+        "rev": label, **sides,
+        "delta_added_p50_us": round(sides["after"]["added_p50_us"] - sides["before"]["added_p50_us"], 1),
+        "delta_cpu_us_per_send": round(sides["after"]["cpu_us_per_send"] - sides["before"]["cpu_us_per_send"], 1),
+        "sends": args.sends, "reps": args.reps, "order": "alternating", "records_acknowledged": len(acked)},
+        # what Sluice adds to a round trip, over the bare relay's (as bench.passthrough's goal)
+        {"after.added_p50_over_bare_us": at_most(30.0)}, check=check)
+    emit(line)
+    return exit_status(line, args.check)
 
 
 if __name__ == "__main__":

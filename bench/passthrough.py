@@ -20,18 +20,24 @@ off) in front of it. Measured against the same broker and the same data:
   The Java runs are ordered direct, bare, Sluice, Sluice, bare, direct.
 
 Prints one JSON line per measurement; the last line is
-``{"summary": "passthrough", "lost": 0, "consume_ratio": ..., "bare_relay_ratio": ..., "added_p50_ms": ...,
-"bare_added_p50_ms": ..., "cpu_s_per_gib": ..., "cpu_vs_bare_relay": ...}`` where consume_ratio is proxied/direct
-MB/s of the Java consumer (goal: >= 0.95), bare_relay_ratio the same through the bare relay, added_p50_ms the
-p50 produce latency through Sluice minus direct (goal: <= the bare relay's + 30 us), sluice_cpu_us_per_send and
-bare_cpu_us_per_send each relay's CPU per produce round trip over the same sends, and cpu_vs_bare_relay Sluice's
-CPU per GiB of records over the bare relay's (goal: <= 1.1). Sized for a 2-core machine: about 5 minutes end to end.
+``{"summary": "passthrough", "consume_ratio": ..., "bare_relay_ratio": ..., "added_p50_ms": ...,
+"bare_added_p50_ms": ..., "cpu_s_per_gib": ..., "cpu_vs_bare_relay": ..., "goals", "met", "lost", "duplicated",
+"out_of_order", "unexpected", "correct"}`` (bench/support/verdict.py) where consume_ratio is proxied/direct MB/s of
+the Java consumer (goal: >= 0.95), bare_relay_ratio the same through the bare relay, added_p50_ms the p50 produce
+latency through Sluice minus direct (goal: added_p50_over_bare_ms, over the bare relay's, <= 30 us),
+sluice_cpu_us_per_send and bare_cpu_us_per_send each relay's CPU per produce round trip over the same sends, and
+cpu_vs_bare_relay Sluice's CPU per GiB of records over the bare relay's (goal: <= 1.1). The check, record by
+record: every confluent-kafka read (direct and through Sluice) got each partition's records once, in order, to the
+topic's end offsets (ConsumerPerformance only counts: it measures), and the latency topic holds exactly the sends
+acknowledged, by offset and key. The exit status is 1 when the check fails; with ``--check``, also when a goal is
+missed. Sized for a 2-core machine: about 5 minutes end to end; ``--smoke``: 8 MiB, each path read once without
+warm-up, 200 sends per path.
 
 ``python -m bench.passthrough --policies all``: the same, with every policy switched on in Sluice as operators run
 it (:data:`ALL_POLICIES`: a KIP-74 budget for every client sized not to bind, ``[sessions] mode = "terminate"``,
 a KIP-73 throttle on every topic for every consumer at a rate far above the traffic's, a client quota for every
 client above it too, sharing on for other groups' clients, the access log written to a file), against direct in
-the same run. The last line carries ``"policies": "all"`` (goal: consume_ratio >= 0.9).
+the same run. The last line carries ``"policies": "all"`` (goal: consume_ratio >= 0.9, the only one).
 
 ``--batch-size BYTES``: the producer's ``batch.size`` for the consumed data (default 256 KiB, so producing it takes
 seconds: a ~1 MiB fetch then holds ~4 batches per partition). ``--batch-size 16384`` is the Java producer's own
@@ -42,7 +48,7 @@ all`` it shows what the batch walk costs a consumer of default producers. With `
 ``--profile DIR``: py-spy samples Sluice (non-blocking) from its start to its stop; ``DIR/sluice.raw`` holds the
 collapsed stacks (flamegraph.pl, speedscope.app), ``DIR/sluice.json`` and one ``"measure": "profile"`` line
 the CPU per request by part of Sluice (framing, header parse, chain, policies, codecs, access log, metrics,
-writes, the event loop) and the top functions (bench/profiling.py). Figures measured with the profiler attached
+writes, the event loop) and the top functions (bench/support/profiling.py). Figures measured with the profiler attached
 are not the bench's figures: run it again without for those.
 
 ``python -m bench.passthrough --tls [--mib 200]``: TLS on both sides. A broker with an SSL listener (client
@@ -50,14 +56,14 @@ certificates required: rig/secure_broker.py) and Sluice with ``[listen.tls]`` an
 client certificate), against the Java ConsumerPerformance over TLS straight to that listener, in the same run,
 ABBA as above; a plaintext Sluice in front of the broker's PLAINTEXT listener runs in the same rounds, so the CPU
 TLS adds to Sluice shows next to what relaying costs it. The last line is ``{"summary": "passthrough_tls",
-"consume_ratio": ..., "cpu_s_per_gib": ..., "plain_cpu_s_per_gib": ...}`` (goal: consume_ratio >= 0.8; Sluice
-terminates and originates TLS in Python's ssl module, OpenSSL underneath, through uvloop's transports).
+"consume_ratio": ..., "cpu_s_per_gib": ..., "plain_cpu_s_per_gib": ..., "goals", "met", ...}`` (goal: consume_ratio
+>= 0.8; Sluice terminates and originates TLS in Python's ssl module, OpenSSL underneath, through uvloop's
+transports); its check: a confluent-kafka read through the TLS Sluice gets every record once, in order.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -67,13 +73,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+from bench.support.profiling import Profile
+from bench.support.verdict import Delivery, add_options, at_least, at_most, delivery, emit, exit_status, summary
 from rig.java_tools import JavaTools
-from rig.kafka import KafkaBroker, free_ports
+from rig.kafka import KafkaBroker, end_offsets, free_ports, read_topic
 from rig.sluice_process import SluiceProcess
-
-from .profiling import Profile
 
 RECORD_SIZE = 1024
 PARTITIONS = 3
@@ -82,6 +88,11 @@ BATCH_SIZE = 262144
 GIB = float(1 << 30)
 ROUNDS = 2  # ABBA rounds per client: 2 x 2 measured runs per path
 BUDGET_S = 330.0  # the whole bench stays near 5 minutes
+#: consume through Sluice at 0.95x direct or better; its added p50 at most 30 us over the bare relay's; its CPU per
+#: GiB of records at most 1.1x the bare relay's. Every policy on: 0.9x direct.
+GOALS = {"consume_ratio": at_least(0.95), "added_p50_over_bare_ms": at_most(0.030),
+         "cpu_vs_bare_relay": at_most(1.1)}
+GOALS_ALL_POLICIES = {"consume_ratio": at_least(0.9)}
 
 
 #: ``--policies all``: each policy on, none binding (budgets, throttle and quotas far above what the bench moves:
@@ -117,10 +128,6 @@ clients = ["shared-*"]
 [[sharing.topics]]
 topic = "*"
 """
-
-
-def emit(line: dict[str, Any]) -> None:
-    print(json.dumps(line), flush=True)
 
 
 class Budget:
@@ -183,9 +190,12 @@ class CpuMeter:
 # -------------------------------------------------------------------------------------------- consumers
 
 
-def java_consume(tools: JavaTools, bootstrap: str, topic: str, records: int) -> dict[str, Any]:
+def java_consume(tools: JavaTools, bootstrap: str, topic: str, records: int,
+                 props: Mapping[str, object] | None = None) -> dict[str, Any]:
+    """ConsumerPerformance until it has ``records`` records (a count: it measures; the confluent-kafka reads of
+    the same topic check the records themselves)."""
     r = tools.consumer_perf(bootstrap, topic, messages=records, group=f"perf-{uuid.uuid4().hex[:8]}",
-                            timeout=120)
+                            consumer_props=props, timeout=120)
     if r.records < records:
         raise SystemExit(f"ConsumerPerformance read {r.records} of {records} records:\n{r.stderr[-2000:]}")
     # fetch.MB.sec excludes the group join (rebalance) time: the figure that is about moving bytes.
@@ -193,44 +203,53 @@ def java_consume(tools: JavaTools, bootstrap: str, topic: str, records: int) -> 
             "records": r.records, "mb": r.metrics.get("data_consumed_in_MB")}
 
 
-def confluent_consume(bootstrap: str, topic: str, records: int, deadline_s: float) -> dict[str, Any]:
-    """Read every record from the beginning with explicit assignment (no group: nothing but fetching)."""
+def confluent_consume(bootstrap: str, topic: str, ends: dict[int, int], deadline_s: float,
+                      checks: list[Delivery], config: Mapping[str, object] | None = None) -> dict[str, Any]:
+    """Read every record from the beginning with explicit assignment (no group: nothing but fetching), until each
+    partition reaches its end offset (``ends``: the topic as produced) or the deadline passes; ``checks`` gets what
+    the read got of the records, by offset (each once, in order, none missing)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    got = 0
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100, **(config or {})})
+    c.assign([TopicPartition(topic, p, 0) for p in ends])
+    offsets: dict[int, list[int]] = {p: [] for p in ends}
+    position = dict.fromkeys(ends, 0)
     nbytes = 0
     start: float | None = None
     deadline = time.monotonic() + deadline_s
     try:
-        while got < records and time.monotonic() < deadline:
+        while any(position[p] < end for p, end in ends.items()) and time.monotonic() < deadline:
             for m in c.consume(num_messages=10_000, timeout=1.0):
-                if m.error() is not None:
+                partition, offset = m.partition(), m.offset()
+                if m.error() is not None or partition is None or offset is None:
                     continue
                 if start is None:
                     start = time.perf_counter()
-                got += 1
+                offsets[partition].append(offset)
+                position[partition] = max(position[partition], offset + 1)
                 nbytes += len(m.value() or b"")
         end = time.perf_counter()
     finally:
         c.close()
-    if got < records or start is None:
-        raise SystemExit(f"confluent-kafka read {got} of {records} records in {deadline_s:.0f} s")
+    checks.append(delivery({p: range(end) for p, end in ends.items()}, offsets))
+    if start is None:
+        raise SystemExit(f"confluent-kafka read nothing in {deadline_s:.0f} s")
     # From the first record to the last: connection and metadata set-up are not throughput.
-    return {"mb_per_s": nbytes / (1 << 20) / (end - start), "records": got, "mb": nbytes / (1 << 20)}
+    return {"mb_per_s": nbytes / (1 << 20) / (end - start), "records": sum(map(len, offsets.values())),
+            "mb": nbytes / (1 << 20)}
 
 
-def abba(paths: dict[str, Callable[[], dict[str, Any]]], client: str, budget: Budget) -> dict[str, float]:
+def abba(paths: dict[str, Callable[[], dict[str, Any]]], client: str, budget: Budget,
+         smoke: bool = False) -> dict[str, float]:
     """One unmeasured warm-up run per path (JIT, page cache, connections), then ROUNDS x the paths in order and
-    back (direct, ..., ..., direct); emit each; return the mean MB/s per path."""
+    back (direct, ..., ..., direct); emit each; return the mean MB/s per path. ``smoke``: each path once."""
     figures: dict[str, list[float]] = {path: [] for path in paths}
-    for path, fn in paths.items():
+    for path, fn in paths.items() if not smoke else ():
         budget.check(f"{client} warm-up")
         result = fn()
         emit({"bench": "passthrough", "measure": "warmup", "client": client, "path": path,
               "mb_per_s": round(result["mb_per_s"], 3)})
     order = list(paths)
-    for run, path in enumerate((order + order[::-1]) * ROUNDS, start=1):
+    for run, path in enumerate(order if smoke else (order + order[::-1]) * ROUNDS, start=1):
         budget.check(f"{client} consume run {run}")
         result = paths[path]()
         figures[path].append(result["mb_per_s"])
@@ -295,18 +314,24 @@ def relayed_broker() -> tuple[KafkaBroker, int]:
 
 
 def produce_latency(bootstraps: dict[str, str], topic: str, records: int, warmup: int,
-                    budget: Budget) -> dict[str, dict[str, float]]:
-    """Alternate synchronous sends over the paths (each send's order rotates); latency percentiles (ms) per path."""
+                    budget: Budget, acked: list[Sent] | None = None) -> dict[str, dict[str, float]]:
+    """Alternate synchronous sends over the paths (each send's order rotates); latency percentiles (ms) per path.
+    Each record's key is its own (path, this call, its number); ``acked`` gets (partition, offset, key) of each,
+    as the broker acknowledged it (:func:`check_stored` compares them with the topic)."""
     config = {"acks": "1", "linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False}
     producers = {path: Producer({"bootstrap.servers": b, **config}) for path, b in bootstraps.items()}
     samples: dict[str, list[float]] = {path: [] for path in bootstraps}
     order = list(bootstraps)
     value = b"v" * 100
     errors: list[object] = []
+    call = uuid.uuid4().hex[:8]
 
-    def on_delivery(err: object, _msg: object) -> None:
-        if err is not None:
+    def on_delivery(err: object, msg: Message) -> None:
+        partition, offset, key = msg.partition(), msg.offset(), msg.key()
+        if err is not None or partition is None or offset is None or key is None:
             errors.append(err)
+        elif acked is not None:
+            acked.append((partition, offset, key))
 
     for i in range(warmup + records):
         if i % 200 == 0:
@@ -314,7 +339,7 @@ def produce_latency(bootstraps: dict[str, str], topic: str, records: int, warmup
         for path in order[i % len(order):] + order[: i % len(order)]:
             p = producers[path]
             t0 = time.perf_counter()
-            p.produce(topic, value=value, key=b"k%d" % i, partition=0, on_delivery=on_delivery)
+            p.produce(topic, value=value, key=f"{path}-{call}-{i}".encode(), partition=0, on_delivery=on_delivery)
             if p.flush(10) != 0:
                 raise SystemExit(f"{path} producer: record {i} not delivered within 10 s")
             if i >= warmup:
@@ -328,6 +353,20 @@ def produce_latency(bootstraps: dict[str, str], topic: str, records: int, warmup
                 "mean_ms": round(statistics.fmean(xs), 4), "records": len(xs)}
 
     return {path: pct(xs) for path, xs in samples.items()}
+
+
+#: a record sent, as its acknowledgement gave it: (partition, offset, key)
+Sent = tuple[int, int, bytes]
+
+
+def check_stored(bootstrap: str, topic: str, acked: list[Sent]) -> Delivery:
+    """The topic holds exactly the records acknowledged, each once, in offset order (by offset and key: a Produce
+    sent twice, a record lost or changed on the way shows)."""
+    sent: dict[int, list[tuple[int, bytes | None]]] = {}
+    for partition, offset, key in sorted(acked):
+        sent.setdefault(partition, []).append((offset, key))
+    stored = {p: [(offset, key) for offset, key, _ in records] for p, records in read_topic(bootstrap, topic).items()}
+    return delivery(sent, stored)
 
 
 # ------------------------------------------------------------------------------------------------- main
@@ -364,7 +403,7 @@ def stop_checked(sluice: SluiceProcess) -> None:
         raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
 
 
-def main_tls(mib: int, batch_size: int = BATCH_SIZE) -> int:
+def main_tls(mib: int, batch_size: int = BATCH_SIZE, smoke: bool = False, check_goals: bool = False) -> int:
     """TLS client -> Sluice -> TLS broker vs TLS straight to the broker (module docstring)."""
     from pathlib import Path
 
@@ -399,14 +438,11 @@ def main_tls(mib: int, batch_size: int = BATCH_SIZE) -> int:
                         "ssl.keystore.location": str(secure.client.pem)}
         sluice_props = {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
                         "ssl.truststore.location": str(ca.cert)}
+        ends = end_offsets(secure.plaintext, topic)
+        checks: list[Delivery] = []
 
         def consume(bootstrap: str, props: Mapping[str, object]) -> dict[str, Any]:
-            r = tools.consumer_perf(bootstrap, topic, messages=records, group=f"perf-{uuid.uuid4().hex[:8]}",
-                                    consumer_props=props, timeout=120)
-            if r.records < records:
-                raise SystemExit(f"ConsumerPerformance read {r.records} of {records} records:\n{r.stderr[-2000:]}")
-            return {"mb_per_s": r.metrics.get("fetch_MB_sec", r.mb_per_sec), "records": r.records,
-                    "mb": r.metrics.get("data_consumed_in_MB")}
+            return java_consume(tools, bootstrap, topic, records, props)
 
         with SluiceProcess(secure.ssl, extra_env=env) as sluice, SluiceProcess(secure.plaintext) as plain:
             meter, plain_meter = CpuMeter(sluice), CpuMeter(plain)
@@ -414,7 +450,10 @@ def main_tls(mib: int, batch_size: int = BATCH_SIZE) -> int:
                 "direct": lambda: consume(secure.ssl, direct_props),
                 "sluice": lambda: meter.measure(lambda: consume(sluice.bootstrap, sluice_props)),
                 "sluice_plaintext": lambda: plain_meter.measure(lambda: consume(plain.bootstrap, {})),
-            }, "java-consumer-perf-tls", budget)
+            }, "java-consumer-perf-tls", budget, smoke)
+            # the check: every record read once, in order, through the TLS Sluice (by offset)
+            confluent_consume(sluice.bootstrap, topic, ends, max(30.0, budget.left()), checks,
+                              {"security.protocol": "SSL", "ssl.ca.location": str(ca.cert)})
             cpu_s_per_gib = meter.cpu_s / (meter.bytes / GIB) if meter.bytes else float("nan")
             plain_cpu = plain_meter.cpu_s / (plain_meter.bytes / GIB) if plain_meter.bytes else float("nan")
             emit({"bench": "passthrough_tls", "measure": "sluice_cpu", "cpu_s": round(meter.cpu_s, 3),
@@ -426,11 +465,12 @@ def main_tls(mib: int, batch_size: int = BATCH_SIZE) -> int:
         secure.close()
         tools.close()
     emit({"bench": "passthrough_tls", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
-    # "lost": every run read every record produced, or the bench exited non-zero before this line
-    emit({"summary": "passthrough_tls", "batch_size": batch_size, "lost": 0,
-          "consume_ratio": round(java["sluice"] / java["direct"], 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3),
-          "plain_cpu_s_per_gib": round(plain_cpu, 3)})
-    return 0
+    line = summary("passthrough_tls", {
+        "batch_size": batch_size, "consume_ratio": round(java["sluice"] / java["direct"], 3),
+        "cpu_s_per_gib": round(cpu_s_per_gib, 3), "plain_cpu_s_per_gib": round(plain_cpu, 3)},
+        {"consume_ratio": at_least(0.8)}, check=sum(checks, Delivery()))
+    emit(line)
+    return exit_status(line, check_goals)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -447,9 +487,12 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the producer's batch.size in bytes (default {BATCH_SIZE}; 16384 is the Java producer's own "
                          "default, whose consumers get ~64 batches per MiB fetched: the size limit and the throttle "
                          "walk each one)")
+    add_options(ap, "8 MiB, each path read once without warm-up, 200 sends per path")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.mib, args.latency_records = args.mib or 8, 200
     if args.tls:
-        return main_tls(args.mib or 200, args.batch_size)
+        return main_tls(args.mib or 200, args.batch_size, args.smoke, args.check)
     args.mib = args.mib or 400
     budget = Budget(BUDGET_S)
     records = args.mib * (1 << 20) // RECORD_SIZE
@@ -467,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
                                                        "compression.type": "none"}, timeout=150)
         emit({"bench": "passthrough", "event": "produced", "records": produced.records,
               "mb_per_s": produced.mb_per_sec, "mib": args.mib, "batch_size": args.batch_size})
+        ends = end_offsets(broker.bootstrap, topic)
+        checks: list[Delivery] = []
+        acked: list[Sent] = []
 
         bare = BareRelay(relay_port, f"127.0.0.1:{broker.__dict__['relayed_port']}")
         work = Path(tempfile.mkdtemp(prefix="bench-passthrough-"))
@@ -484,16 +530,18 @@ def main(argv: list[str] | None = None) -> int:
                     "direct": lambda: java_consume(tools, broker.bootstrap, topic, records),
                     "bare": lambda: bare.measure(lambda: java_consume(tools, bare.bootstrap, topic, records)),
                     "sluice": lambda: meter.measure(lambda: java_consume(tools, sluice.bootstrap, topic, records)),
-                }, "java-consumer-perf", budget)
-                # CPU per GiB of records, as the consumer counted them, for both proxies
+                }, "java-consumer-perf", budget, args.smoke)
+                # CPU per GiB of records, as the consumer counted them, for both proxies (psutil counts 10 ms
+                # ticks: a short run, --smoke's, may see none)
                 java_cpu_records = meter.cpu_s / (meter.mib / 1024) if meter.mib else float("nan")
                 bare_cpu = bare.cpu_s / (bare.mib / 1024) if bare.mib else float("nan")
+                cpu_vs_bare = round(java_cpu_records / bare_cpu, 3) if bare_cpu > 0 else None
                 left = max(10.0, budget.left() / 3)
                 abba({
-                    "direct": lambda: confluent_consume(broker.bootstrap, topic, records, left),
-                    "sluice": lambda: meter.measure(lambda: confluent_consume(sluice.bootstrap, topic, records,
-                                                                              left)),
-                }, "confluent-kafka", budget)
+                    "direct": lambda: confluent_consume(broker.bootstrap, topic, ends, left, checks),
+                    "sluice": lambda: meter.measure(lambda: confluent_consume(sluice.bootstrap, topic, ends, left,
+                                                                              checks)),
+                }, "confluent-kafka", budget, args.smoke)
                 cpu_s_per_gib = meter.cpu_s / (meter.bytes / GIB) if meter.bytes else float("nan")
                 faults_per_gib = meter.faults / (meter.bytes / GIB) if meter.bytes else float("nan")
                 emit({"bench": "passthrough", "measure": "sluice_cpu", "cpu_s": round(meter.cpu_s, 3),
@@ -502,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
                 emit({"bench": "passthrough", "measure": "cpu_vs_bare_relay", "client": "java-consumer-perf",
                       "sluice_cpu_s_per_gib_records": round(java_cpu_records, 3),
                       "bare_cpu_s_per_gib_records": round(bare_cpu, 3),
-                      "ratio": round(java_cpu_records / bare_cpu, 3)})
+                      "ratio": cpu_vs_bare})
 
                 lat_topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
                 tools.create_topic(broker.bootstrap, lat_topic, partitions=1)
@@ -512,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
                 cpu0 = {path: process_cpu_s(proc) for path, proc in procs.items()}
                 latency = produce_latency({"direct": broker.bootstrap, "sluice": sluice.bootstrap,
                                            "bare": bare.bootstrap}, lat_topic, args.latency_records, warmup=200,
-                                          budget=budget)
+                                          budget=budget, acked=acked)
                 sends = args.latency_records + 200
                 cpu_us = {path: round((process_cpu_s(proc) - cpu0[path]) / sends * 1e6, 1)
                           for path, proc in procs.items()}
@@ -541,20 +589,21 @@ def main(argv: list[str] | None = None) -> int:
                 stop_checked(sluice)
         finally:
             bare.stop()
+        stored = check_stored(broker.bootstrap, lat_topic, acked)
     tools.close()
     emit({"bench": "passthrough", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
-    # "lost": every run read every record produced and every measured send was delivered, or the bench exited
-    # non-zero before this line
-    emit({"summary": "passthrough", "policies": args.policies, "batch_size": args.batch_size, "lost": 0,
-          "consume_ratio": round(java["sluice"] / java["direct"], 3),
-          "bare_relay_ratio": round(java["bare"] / java["direct"], 3), "added_p50_ms": round(added_p50, 4),
-          "bare_added_p50_ms": round(bare_p50, 4),
-          "added_p50_over_bare_ms": round(added_p50 - bare_p50, 4),
-          "added_p99_ms": round(added_p99, 4), "bare_added_p99_ms": round(bare_p99, 4),
-          "sluice_cpu_us_per_send": cpu_us["sluice"], "bare_cpu_us_per_send": cpu_us["bare"],
-          "cpu_s_per_gib": round(cpu_s_per_gib, 3), "minor_faults_per_gib": round(faults_per_gib),
-          "cpu_vs_bare_relay": round(java_cpu_records / bare_cpu, 3)})
-    return 0
+    line = summary("passthrough", {
+        "policies": args.policies, "batch_size": args.batch_size,
+        "consume_ratio": round(java["sluice"] / java["direct"], 3),
+        "bare_relay_ratio": round(java["bare"] / java["direct"], 3), "added_p50_ms": round(added_p50, 4),
+        "bare_added_p50_ms": round(bare_p50, 4), "added_p50_over_bare_ms": round(added_p50 - bare_p50, 4),
+        "added_p99_ms": round(added_p99, 4), "bare_added_p99_ms": round(bare_p99, 4),
+        "sluice_cpu_us_per_send": cpu_us["sluice"], "bare_cpu_us_per_send": cpu_us["bare"],
+        "cpu_s_per_gib": round(cpu_s_per_gib, 3), "minor_faults_per_gib": round(faults_per_gib),
+        "cpu_vs_bare_relay": cpu_vs_bare},
+        GOALS_ALL_POLICIES if args.policies == "all" else GOALS, check=sum(checks, stored))
+    emit(line)
+    return exit_status(line, args.check)
 
 
 if __name__ == "__main__":

@@ -57,8 +57,12 @@ producer's own rate is in its line. Its check: every acknowledged record stored 
 JSON lines on stdout (logs on stderr): per run and second ``{"bench": "quota", "side", "client", "second",
 "target_bytes_s", "measured_bytes_s"}``; per run ``{"bench": "quota", "side", "client", "target_bytes_s",
 "mean_bytes_s", "ratio", "worst_window_error", "windows", ...}``; last line ``{"summary": "quota",
-"worst_window_error": <max over every run>, "goal", "within_goal", "by_side": {side: {client: {...}}}, "lost",
-"errors", "unquoted_alongside_vs_alone", "unquoted_alongside_vs_same_load"}``; the unquoted runs' line
+"worst_window_error": <max over every run>, "by_side": {side: {client: {...}}}, "unquoted_alongside_vs_alone",
+"unquoted_alongside_vs_same_load", "out_of_order", "goals", "met", "each_partition_once_in_order", "errors",
+"correct"}``
+(bench/support/verdict.py: the goals above, met or not; the check: each consumer read each partition's records
+once, in order, the topics hold the records acknowledged (else ``errors`` says what was lost), no client failed;
+exit 1 when it fails, and with ``--check`` when a goal is missed); the unquoted runs' line
 ``{"bench": "quota", "side": "unquoted", "alone_bytes_s", "alongside_bytes_s", "beside_same_load_bytes_s",
 "quoted_alongside_bytes_s", "paced_alongside_bytes_s", "ratio", "ratio_vs_same_load"}``; with ``--fleet``, per
 second of the total ``{"bench": "quota", "side": "fleet_total", "second", ...}`` and ``{"bench": "quota", "side":
@@ -81,6 +85,8 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
+from bench.support import verdict
+from bench.support.verdict import Goal, at_least, at_most
 from bench.throttle import (
     CLIENTS,
     GOAL,
@@ -414,29 +420,25 @@ def summary(lines: list[dict[str, Any]], args: argparse.Namespace, target: int) 
     unquoted = [x for x in lines if x["side"] == "unquoted"]
     fleet = [x for x in lines if x["side"] == "fleet_total"]
     fleet_worst = fleet[0]["worst_window_error"] if fleet else None
-    goals: dict[str, Any] = {}
-    met: dict[str, bool] = {}
-    if worst is not None:
-        goals["worst_window_error"] = GOAL
-        met["worst_window_error"] = worst <= GOAL
-    if fleet_worst is not None:
-        goals["fleet_total_worst_window_error"] = FLEET_GOAL
-        met["fleet_total_worst_window_error"] = fleet_worst <= FLEET_GOAL
-    if args.smoke:
-        met = {k: True for k in met}  # no window is counted in a smoke run: the goals are not what it checks
-    lost = [f"{x['side']}/{x['client']}: {x['lost']}" for x in lines if "lost" in x]
-    errors = [f"{x['side']}/{x['client']}: {x['error']}" for x in lines if "error" in x]
+    goals: dict[str, Goal] = {}
+    if quoted or not fleet:
+        goals["worst_window_error"] = at_most(GOAL)
+    if fleet:  # one entity's clients over the fleet: its total per window
+        goals["fleet_total_worst_window_error"] = at_most(FLEET_GOAL)
+    if unquoted:  # what the quota costs the clients it does not select: within 5%
+        goals["unquoted_alongside_vs_same_load"] = at_least(1 - GOAL)
+    # the check: the consumers read each partition's records once, in order (a gap, a repeat or a step back
+    # is out of order); the topics hold what the producers' acknowledgements say; no client failed
     out_of_order = sum(x.get("out_of_order", 0) for x in lines)
-    return {"summary": "quota", "worst_window_error": worst, "goal": GOAL,
-            "within_goal": None if worst is None else worst <= GOAL,
-            "fleet_total_worst_window_error": fleet_worst,
-            "goals": goals, "met": all(met.values()) if met else None, "met_by_goal": met,
-            "check": {"ok": not (lost or errors or out_of_order), "lost": lost, "errors": errors,
-                      "out_of_order": out_of_order},
-            "target_bytes_s": target, "seconds": args.seconds, "by_side": by_side,
-            "unquoted_alongside_vs_alone": unquoted[0]["ratio"] if unquoted else None,
-            "unquoted_alongside_vs_same_load": unquoted[0]["ratio_vs_same_load"] if unquoted else None,
-            "lost": lost, "errors": errors}
+    return verdict.summary("quota", {
+        "worst_window_error": worst, "fleet_total_worst_window_error": fleet_worst, "target_bytes_s": target,
+        "seconds": args.seconds, "by_side": by_side,
+        "unquoted_alongside_vs_alone": unquoted[0]["ratio"] if unquoted else None,
+        "unquoted_alongside_vs_same_load": unquoted[0]["ratio_vs_same_load"] if unquoted else None,
+        "out_of_order": out_of_order},
+        goals, checks={"each_partition_once_in_order": out_of_order == 0},
+        errors=[f"{x['side']}/{x['client']}: lost: {x['lost']}" for x in lines if "lost" in x]
+        + [f"{x['side']}/{x['client']}: {x['error']}" for x in lines if "error" in x])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -452,9 +454,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="skip the unquoted producer's runs (alone, then beside a quoted one)")
     ap.add_argument("--fleet", type=int, default=0, metavar="N",
                     help="instead: one entity's producers over a fleet of N instances, one quota for the fleet")
-    ap.add_argument("--smoke", action="store_true", help="3 s runs, one producer and one consumer, 16 MiB")
-    ap.add_argument("--check", action="store_true", help="exit 1 also when a goal is not met")
     ap.add_argument("--upstream", default="", help="a running broker's bootstrap (default: start one from rig/)")
+    verdict.add_options(ap, "3 s runs, one producer and one consumer, 16 MiB")
     args = ap.parse_args(argv)
     if args.smoke:
         args.seconds, args.mib, args.producers, args.consumers = 3, 16, "confluent", "confluent"
@@ -492,9 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                     lines.append(run_consumer(bootstrap, topic, ends, name, target, args.seconds, tmp))
     out = summary(lines, args, target)
     emit(out)
-    if not out["check"]["ok"]:
-        return 1
-    return 1 if args.check and out["met"] is False else 0
+    return verdict.exit_status(out, args.check)
 
 
 if __name__ == "__main__":

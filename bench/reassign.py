@@ -35,15 +35,20 @@ of the throttle until the rate is reached again; the same holds for Kafka's quot
 the sidecar measures 0 B/s before each move.
 
 Meanwhile a live topic on broker 1 gets ``--live-rate`` bytes/s from a producer, and a kafka-python consumer reads
-it through broker 1's sidecar (the same Sluice that throttles the move; consumers are not throttled): its rate
-during each move against the producer's says whether the move took from the client.
+it from its beginning through broker 1's sidecar (the same Sluice that throttles the move; consumers are not
+throttled): its rate during each move against the producer's says whether the move took from the client.
 
 JSON lines: one per mode ``{"bench": "reassign", "mode", "bytes", "throttle_bps", "plan_s", "move_s",
-"move_vs_plan", "left_out", "throttled_bytes", "consumer_bps", "producer_bps"}`` (``sluice-change``: also
-``rate_before_bps``, ``rate_after_bps``, per second ``rates``); last line ``{"summary": "reassign", "move_vs_plan":
-{"leader", "follower"}, "move_vs_kafka_throttle": {"leader", "follower"}, "consumer_vs_producer", "cpus",
-"load_1m_at_start", "every_byte_counted", ...}``: ``every_byte_counted``, the check, says each throttled move's
-bytes were all metered by the throttle that moved them (the exit status is 1 otherwise). The machine may be shared
+"move_vs_plan", "left_out", "throttled_bytes", "replica_bytes", "consumer_bps", "producer_bps"}`` (``sluice-change``:
+also ``rate_before_bps``, ``rate_after_bps``, per second ``rates``); last line ``{"summary": "reassign",
+"move_vs_plan": {"leader", "follower"}, "move_vs_kafka_throttle": {"leader", "follower"}, "consumer_vs_producer",
+"cpus", "load_1m_at_start", "move_vs_plan_worst_error", "goals", "met", "lost", ..., "every_replica_whole",
+"every_byte_counted", "correct"}`` (bench/support/verdict.py). The checks: each move left the new replica holding
+the leader's whole log (``replica_bytes``); each move a Sluice throttle carried had its bytes all metered by that
+throttle (``every_byte_counted``, present when one ran); the live consumer got every record acknowledged, once, in
+order (by offset). The exit status is 1 otherwise. Goal: each side's move within 10% of the plan
+(``move_vs_plan_worst_error`` <= 0.1; ``--check`` exits 1 when it is missed). ``--smoke``: 10 MB moved by the
+Sluice leader throttle alone. The machine may be shared
 (the cluster, the sidecars, the clients and the bench itself, and other work: ``cpus`` and the load average at the
 start are measured); the unthrottled move says how much headroom it had.
 """
@@ -51,7 +56,6 @@ start are measured); the unthrottled move says how much headroom it had.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -61,6 +65,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.support.verdict import Delivery, add_options, at_most, delivery, emit, exit_status, summary
 from proxy.cli_throttle import parse_size
 from proxy.policies.throttle.sizing import move_time_s
 from rig.cluster import KafkaCluster
@@ -72,47 +77,59 @@ from rig.sluice_process import SluiceProcess
 MODES = ("unthrottled", "sluice-leader", "sluice-follower", "kafka", "sluice-change")
 
 
-def emit(obj: dict[str, Any]) -> None:
-    print(json.dumps(obj), flush=True)
-
-
 class Live:
-    """A producer at a fixed byte rate (straight to broker 1) and a consumer through broker 1's sidecar, both in
-    threads; each keeps (time, bytes) per record batch it handled."""
+    """A producer at a fixed byte rate (straight to broker 1) and a consumer through broker 1's sidecar reading the
+    topic from its beginning, both in threads; each keeps (time, bytes) per record batch it handled, and the
+    offsets acknowledged and consumed (the check)."""
 
     def __init__(self, producer_bootstrap: str, consumer_bootstrap: str, topic: str, rate: int) -> None:
         self.produced: list[tuple[float, int]] = []
         self.consumed: list[tuple[float, int]] = []
+        self.acked: list[int] = []  # offsets, as the broker acknowledged them (one partition)
+        self.received: list[int] = []  # offsets, in the order the consumer got them
+        self.failed: list[str] = []
         self._stop = threading.Event()
+        self._stop_consuming = threading.Event()
         self._threads = [threading.Thread(target=self._produce, args=(producer_bootstrap, topic, rate), daemon=True),
                          threading.Thread(target=self._consume, args=(consumer_bootstrap, topic), daemon=True)]
         for t in self._threads:
             t.start()
 
     def _produce(self, bootstrap: str, topic: str, rate: int) -> None:
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaError, Message, Producer
 
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "client.id": "bench-reassign-live"})
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "client.id": "bench-reassign-live",
+                             "enable.idempotence": True})
         value = b"x" * 10_000
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            offset = msg.offset()
+            if err is not None or offset is None:
+                self.failed.append(f"live producer: {err}")
+            else:
+                self.acked.append(offset)
+
         start, sent = time.monotonic(), 0
         while not self._stop.is_set():
-            producer.produce(topic, value)
+            producer.produce(topic, value, on_delivery=delivered)
             producer.poll(0)
             sent += len(value)
             self.produced.append((time.monotonic(), len(value)))
             # pacing: the next record is due when the rate allows it (a produce rate, not a synchronisation)
             self._stop.wait(max(0.0, start + sent / rate - time.monotonic()))
-        producer.flush(10)
+        if left := producer.flush(10):
+            self.failed.append(f"live producer: {left} records unacknowledged")
 
     def _consume(self, bootstrap: str, topic: str) -> None:
         from kafka import KafkaConsumer
 
         consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, client_id="bench-reassign-live-consumer",
-                                 auto_offset_reset="latest", enable_auto_commit=False, fetch_max_wait_ms=100)
+                                 auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100)
         try:
-            while not self._stop.is_set():
+            while not self._stop_consuming.is_set():
                 for records in consumer.poll(timeout_ms=200).values():
                     self.consumed.append((time.monotonic(), sum(len(r.value) for r in records)))
+                    self.received += [r.offset for r in records]
         finally:
             consumer.close()
 
@@ -120,10 +137,17 @@ class Live:
     def rate(samples: list[tuple[float, int]], t0: float, t1: float) -> float:
         return sum(n for t, n in samples if t0 <= t < t1) / max(t1 - t0, 1e-9)
 
-    def stop(self) -> None:
+    def stop(self, drain_s: float = 30.0) -> Delivery:
+        """Stop producing, let the consumer read to the last record acknowledged (bounded), stop it; what it got of
+        the records acknowledged, by offset."""
         self._stop.set()
-        for t in self._threads:
-            t.join(15)
+        self._threads[0].join(15)
+        deadline = time.monotonic() + drain_s
+        while self.acked and max(self.received, default=-1) < max(self.acked) and time.monotonic() < deadline:
+            time.sleep(0.1)  # bounded poll of the consumer catching up
+        self._stop_consuming.set()
+        self._threads[1].join(15)
+        return delivery({0: sorted(self.acked)}, {0: self.received})
 
 
 def wait_idle(sidecar: SluiceProcess, timeout: float = 40.0) -> None:
@@ -197,6 +221,7 @@ def run_mode(mode: str, cluster: KafkaCluster, tools: JavaTools, work: Path, mb:
         t1 = wait_in_sync(cluster, topic, 2, timeout=600)
         plan = move_time_s(size, throttle, 0) if mode != "unthrottled" else float("nan")
     after = counters(sidecar)
+    moved = log_bytes(cluster, 2, topic)  # in the ISR with nothing more produced: the leader's log, whole
     throttles.clear()
     if mode == "kafka":
         verify(tools, cluster.bootstrap, topic, [1, 2], work)  # removes Kafka's throttle configs
@@ -208,6 +233,7 @@ def run_mode(mode: str, cluster: KafkaCluster, tools: JavaTools, work: Path, mb:
         "move_vs_plan": round(move / plan, 3) if plan == plan else None,
         "left_out": after[f"left_out_{side}"] - before[f"left_out_{side}"],
         "throttled_bytes": after[f"bytes_{side}"] - before[f"bytes_{side}"],
+        "replica_bytes": moved,
         "consumer_bps": round(Live.rate(live.consumed, t0, t1)),
         "producer_bps": round(Live.rate(live.produced, t0, t1)),
     })  # fmt: skip
@@ -263,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live-rate", default="1MB", help="the live topic's produce rate (default 1MB/s)")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--fleet", action="store_true", help="the sidecars one fleet; throttles set on broker 3's")
+    add_options(parser, "10 MB moved by the Sluice leader throttle alone")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.mb, args.modes = 10, "sluice-leader"
     throttle, live_rate = int(parse_size(args.throttle)), int(parse_size(args.live_rate))
     modes = [m for m in args.modes.split(",") if m]
     if unknown := set(modes) - set(MODES):
@@ -283,25 +312,34 @@ def main(argv: list[str] | None = None) -> int:
                 results[mode] = run_mode(mode, cluster, tools, work, args.mb, throttle, live, throttles)
                 emit(results[mode])
         finally:
-            live.stop()
-    # the check: every byte a throttled move carried was metered by the throttle that moved it
+            live_check = live.stop()
+    # the checks: every byte a throttled move carried was metered by the throttle that moved it (when a Sluice
+    # throttle moved one); every move left the new replica holding the whole log; the live consumer got every record
+    # acknowledged, once, in order
     counted = {m: r["throttled_bytes"] >= r["bytes"] for m, r in results.items() if m.startswith("sluice-")}
-    summary: dict[str, Any] = {"summary": "reassign", "fleet": args.fleet, "mb": args.mb, "throttle_bps": throttle,
-                               "cpus": os.cpu_count(), "load_1m_at_start": load_at_start,
-                               "every_byte_counted": all(counted.values()), "counted": counted}
-    summary["move_vs_plan"] = {side: results[f"sluice-{side}"]["move_vs_plan"]
+    checks = {"every_replica_whole": all(r["replica_bytes"] == r["bytes"] for r in results.values())}
+    if counted:
+        checks["every_byte_counted"] = all(counted.values())
+    figures: dict[str, Any] = {"fleet": args.fleet, "mb": args.mb, "throttle_bps": throttle,
+                               "cpus": os.cpu_count(), "load_1m_at_start": load_at_start, "counted": counted}
+    figures["move_vs_plan"] = {side: results[f"sluice-{side}"]["move_vs_plan"]
                                for side in ("leader", "follower") if f"sluice-{side}" in results}
     if "kafka" in results:
-        summary["move_vs_kafka_throttle"] = {
+        figures["move_vs_kafka_throttle"] = {
             side: round(results[f"sluice-{side}"]["move_s"] / results["kafka"]["move_s"], 3)
             for side in ("leader", "follower") if f"sluice-{side}" in results}
-        summary["kafka_move_vs_plan"] = results["kafka"]["move_vs_plan"]
+        figures["kafka_move_vs_plan"] = results["kafka"]["move_vs_plan"]
     if "sluice-change" in results:
-        summary["change_move_vs_plan"] = results["sluice-change"]["move_vs_plan"]
-    summary["consumer_vs_producer"] = {m: round(r["consumer_bps"] / r["producer_bps"], 3)
+        figures["change_move_vs_plan"] = results["sluice-change"]["move_vs_plan"]
+    figures["consumer_vs_producer"] = {m: round(r["consumer_bps"] / r["producer_bps"], 3)
                                        for m, r in results.items() if r["producer_bps"]}
-    emit(summary)
-    return 0 if summary["every_byte_counted"] else 1
+    # each side's move within 10% of the plan
+    deviations = [abs(r - 1) for r in figures["move_vs_plan"].values()]
+    figures["move_vs_plan_worst_error"] = round(max(deviations), 3) if deviations else None
+    line = summary("reassign", figures, {"move_vs_plan_worst_error": at_most(0.1)}, check=live_check,
+                           checks=checks, errors=live.failed)
+    emit(line)
+    return exit_status(line, args.check)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ sharing (through Sluice, the topic not shared) and straight to the broker, in on
 ``python -m bench.sharing [--records 24000] [--keys 6000] [--work-ms 1] [--client confluent]
 [--protocol classic|consumer] [--commit-interval-s 1] [--upstream H:P]``
 
-Goal: ``speedup_vs_no_sharing`` >= 1.8; also Sluice's CPU per MiB of record bytes it filtered.
+Goal (``met``, bench/support/verdict.py; ``--check`` exits 1 when it is missed): ``speedup_vs_no_sharing`` >= 1.8;
+also Sluice's CPU per MiB of record bytes it filtered. ``--smoke``: 600 records of 150 keys, no work per record.
 
 Setup: one rig broker (real Kafka 4.x, KRaft) and one Sluice subprocess (rig/sluice_process.py) with ``[sharing]
 enabled`` for the topics named ``bench-sharing-*``. Three configurations of 6 consumers: ``direct`` (to the broker),
@@ -37,24 +38,24 @@ broker assigns, Sluice lays slices over its assignment at each member's heartbea
 heartbeat intervals.
 
 JSON lines on stdout: per configuration ``{"bench": "sharing", "path", "consumers", "records", "seconds",
-"records_per_s", "sluice_cpu_s", "filtered_mib", "lost", "duplicated", ...}``; last line ``{"summary": "sharing",
-"speedup_vs_no_sharing", "speedup_vs_direct", "cpu_s_per_filtered_mib", "lost", "duplicated", ...}`` (records lost
-and delivered twice over every configuration; the exit status is 1 unless both are 0).
+"records_per_s", "sluice_cpu_s", "filtered_mib", "lost", "duplicated", "out_of_order", "unexpected", ...}``; last
+line ``{"summary": "sharing", "speedup_vs_no_sharing", "speedup_vs_direct", "cpu_s_per_filtered_mib", "goals",
+"met", "lost", "duplicated", "out_of_order", "unexpected", "correct", ...}``: the check over every configuration,
+key by key (each record once, each key's records in the order produced); the exit status is 1 unless it holds.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.support.verdict import Delivery, add_options, at_least, delivery, emit, exit_status, summary
 from rig.group_consumer import ConsumerProcess, stop_all
 from rig.kafka import KIP848_SETTLE_S, KafkaBroker
 from rig.sluice_process import SluiceProcess
@@ -66,10 +67,6 @@ PATHS = {"direct": ("bench-direct", False), "no-sharing": ("bench-plain", True),
 #: the group has settled when no consumer's assignment changed for this long (per group protocol: a KIP-848
 #: group's slices change at its members' heartbeats: rig/kafka.py KIP848_SETTLE_S)
 SETTLE_S = {"classic": 3.0, "consumer": KIP848_SETTLE_S}
-
-
-def emit(line: dict[str, Any]) -> None:
-    print(json.dumps(line), flush=True)
 
 
 def log(msg: str) -> None:
@@ -94,6 +91,19 @@ def produce(bootstrap: str, topic: str, records: int, keys: int) -> None:
             producer.poll(0)
     if producer.flush(60):
         raise RuntimeError("records not acknowledged")
+
+
+def check_keys(records: int, keys: int, received: list[list[tuple[float, list[Any]]]]) -> Delivery:
+    """What the consumers got of the records :func:`produce` wrote, key by key: each record once, and each key's
+    records in the order they were produced (a key is in one slice of one partition, so one consumer reads it in
+    offset order). ``received``: each consumer's (time, [partition, offset, key, value]) in order."""
+    sent: dict[str, list[str]] = {}
+    for i in range(records):
+        sent.setdefault(f"key-{i % keys}", []).append(f"{i:08d}")
+    got: dict[str, list[str]] = {}
+    for _, r in sorted((x for rs in received for x in rs), key=lambda x: x[0]):
+        got.setdefault(r[2], []).append(r[3][:8])
+    return delivery(sent, got)
 
 
 def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: str,
@@ -126,12 +136,12 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
         wait_until(settled, 120, "the group to settle")
         cpu0, bytes0 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
         produce(bootstrap, topic, args.records, args.keys)
-        wait_until(lambda: sum(len(m.timed_records()) for m in members) >= args.records, 600,
+        # until every record produced has arrived (by value, not a count a duplicate would reach early)
+        wait_until(lambda: len({r[3] for m in members for _, r in m.timed_records()}) >= args.records, 600,
                    "every record consumed")
         cpu1, bytes1 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
         records = [m.timed_records() for m in members]
         times = [t for rs in records for t, _ in rs]
-        values = Counter(r[3] for rs in records for _, r in rs)
         seconds = max(times) - min(times)
         line = {"bench": "sharing", "path": path, "client": args.client, "protocol": args.protocol,
                 "consumers": consumers,
@@ -140,7 +150,7 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
                 "commit_interval_s": args.commit_interval_s, "records_per_s": round(args.records / seconds, 1),
                 "per_consumer": [len(rs) for rs in records],
                 "sluice_cpu_s": round(cpu1 - cpu0, 3), "filtered_mib": round((bytes1 - bytes0) / 2**20, 3),
-                "lost": args.records - len(values), "duplicated": sum(values.values()) - len(values)}
+                **check_keys(args.records, args.keys, records).fields()}
         emit(line)
         return line
     finally:
@@ -158,7 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--protocol", default="classic", choices=("classic", "consumer"),
                    help="the consumers' group.protocol (consumer: KIP-848; confluent only)")
     p.add_argument("--upstream", help="host:port of a running broker (default: start one)")
+    add_options(p, "600 records of 150 keys, no work per record")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.records, args.keys, args.work_ms = 600, 150, 0.0
     if args.protocol == "consumer" and args.client != "confluent":
         p.error("--protocol consumer: only --client confluent speaks KIP-848 here")
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
@@ -169,14 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         runs = {path: run(args, bootstrap, sluice, path) for path in PATHS}
     shared = runs["sharing"]
     mib = shared["filtered_mib"]
-    lost, duplicated = sum(r["lost"] for r in runs.values()), sum(r["duplicated"] for r in runs.values())
-    emit({"summary": "sharing", "protocol": args.protocol, "consumers": CONSUMERS,
-          "speedup_vs_no_sharing": round(shared["records_per_s"] / runs["no-sharing"]["records_per_s"], 3),
-          "speedup_vs_direct": round(shared["records_per_s"] / runs["direct"]["records_per_s"], 3),
-          "cpu_s_per_filtered_mib": round(shared["sluice_cpu_s"] / mib, 4) if mib else None,
-          **{f"records_per_s_{path}": r["records_per_s"] for path, r in runs.items()},
-          "goal_speedup": 1.8, "lost": lost, "duplicated": duplicated})
-    return 0 if lost == 0 and duplicated == 0 else 1
+    line = summary("sharing", {
+        "protocol": args.protocol, "consumers": CONSUMERS,
+        "speedup_vs_no_sharing": round(shared["records_per_s"] / runs["no-sharing"]["records_per_s"], 3),
+        "speedup_vs_direct": round(shared["records_per_s"] / runs["direct"]["records_per_s"], 3),
+        "cpu_s_per_filtered_mib": round(shared["sluice_cpu_s"] / mib, 4) if mib else None,
+        **{f"records_per_s_{path}": r["records_per_s"] for path, r in runs.items()}},
+        {"speedup_vs_no_sharing": at_least(1.8)},
+        check=sum((Delivery(**{k: r[k] for k in Delivery().fields()}) for r in runs.values()), Delivery()))
+    emit(line)
+    return exit_status(line, args.check)
 
 
 if __name__ == "__main__":

@@ -16,18 +16,18 @@ partition — greedy on purpose) each drain the whole topic through it, while ps
 
 JSON lines per configuration; last line
 ``{"summary": "size_limit", "base_rss_mb": ..., "global_bound_mb": ..., "peak_rss_budget_mb": ...,
-"peak_rss_nobudget_mb": ..., "goal_peak_rss_budget_mb": ..., "met": ..., "out_of_order": 0,
-"consumers_differing": 0}``. Goal (``met``): peak_rss_budget_mb <= base_rss_mb + 1.5 x global_bound_mb. Its check:
-every consumer read every record once, in order (each batch starts where its partition's previous one ended:
-``out_of_order``; every consumer received the same bytes: ``consumers_differing``). The exit status is 1 when
-the goal is not met or the check fails.
+"peak_rss_nobudget_mb": ..., "peak_rss_budget_over_base_mb": ..., "goals", "met", "lost", "out_of_order", ...,
+"consumers_same_bytes", "correct"}`` (bench/support/verdict.py). Goal (``met``): peak_rss_budget_over_base_mb <=
+1.5 x global_bound_mb. Its check: every consumer read every record once, in order (each batch starts where its
+partition's previous one ended: ``out_of_order``; every partition read to its end offset: ``lost``; every consumer
+received the same bytes: ``consumers_same_bytes``). The exit status is 1 when the check fails; with ``--check``,
+also when the goal is not met. ``--smoke``: 5 consumers, a 4 MiB backlog, a 2 MiB bound.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import struct
 import sys
 import tempfile
@@ -40,6 +40,7 @@ import psutil
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from bench.support.verdict import Delivery, add_options, at_most, emit, exit_status, summary
 from proxy.wire.fetch_fast import decode_frame
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
@@ -50,10 +51,7 @@ from rig.sluice_process import SluiceProcess
 PARTITIONS = 8
 RECORD = 10 * 1024
 MB = 1e6
-
-
-def emit(line: dict[str, Any]) -> None:
-    print(json.dumps(line), flush=True)
+DRAIN_S = 300.0  # a consumer's bound on draining the backlog: what it has not read by then is lost
 
 
 def produce(bootstrap: str, topic: str, mib: int) -> None:
@@ -80,15 +78,17 @@ def fetch_frame(topic: str, offsets: dict[int, int], corr: int, client_id: str) 
     return struct.pack(">i", len(frame)) + frame
 
 
-async def drain(port: int, topic: str, ends: dict[int, int], n: int) -> tuple[int, int]:
-    """One consumer: fetch until every partition reaches its end offset; returns the record bytes received and
-    the batches that did not start where the partition's previous one ended (a gap or a repeat: 0 when every
-    record arrived once, in order)."""
+async def drain(port: int, topic: str, ends: dict[int, int], n: int, deadline_s: float = DRAIN_S
+                ) -> tuple[int, Delivery]:
+    """One consumer: fetch until every partition reaches its end offset (or the deadline passes); returns the
+    record bytes received and what it got of the records: the batches that did not start where the partition's
+    previous one ended (a gap or a repeat: ``out_of_order``), the records never reached (``lost``)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     offsets = dict.fromkeys(ends, 0)
     got = corr = out_of_order = 0
+    deadline = time.monotonic() + deadline_s
     try:
-        while any(offsets[p] < ends[p] for p in ends):
+        while any(offsets[p] < ends[p] for p in ends) and time.monotonic() < deadline:
             corr += 1
             writer.write(fetch_frame(topic, {p: o for p, o in offsets.items() if o < ends[p]}, corr, f"c{n}"))
             size = struct.unpack(">i", await reader.readexactly(4))[0]
@@ -100,7 +100,7 @@ async def drain(port: int, topic: str, ends: dict[int, int], n: int) -> tuple[in
                     got += batch.size
     finally:
         writer.close()
-    return got, out_of_order
+    return got, Delivery(lost=sum(max(0, ends[p] - offsets[p]) for p in ends), out_of_order=out_of_order)
 
 
 class RssSampler:
@@ -134,7 +134,7 @@ def run_config(name: str, broker: KafkaBroker, topic: str, ends: dict[int, int],
             t0 = time.monotonic()
             with RssSampler(sluice.pid) as sampler:
 
-                async def all_consumers() -> list[tuple[int, int]]:
+                async def all_consumers() -> list[tuple[int, Delivery]]:
                     return await asyncio.gather(*(drain(sluice.bootstrap_port, topic, ends, n)
                                                   for n in range(consumers)))
 
@@ -146,7 +146,8 @@ def run_config(name: str, broker: KafkaBroker, topic: str, ends: dict[int, int],
                     "relayed_mb": round(sum(received) / MB, 1), "elapsed_s": round(elapsed, 2),
                     "mb_per_s": round(sum(received) / MB / elapsed, 1),
                     # every consumer read every record once, in order: no batch out of place, the same bytes
-                    "out_of_order": sum(bad for _, bad in drained), "consumers_differing": len(set(received)) - 1,
+                    **sum((d for _, d in drained), Delivery()).fields(),
+                    "consumers_differing": len(set(received)) - 1,
                     "waits": sluice.metric("sluice_response_memory_waits_total"),
                     "trimmed_mb": round(sluice.metric("sluice_size_limit_trimmed_bytes_total") / MB, 1)}
             emit(line)
@@ -158,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--consumers", type=int, default=50)
     ap.add_argument("--mib", type=int, default=32, help="backlog size")
     ap.add_argument("--bound-mib", type=int, default=16, help="size_limit.global_max_bytes, MiB")
+    add_options(ap, "5 consumers, a 4 MiB backlog, a 2 MiB bound")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.consumers, args.mib, args.bound_mib = 5, 4, 2
     bound = args.bound_mib << 20
     with KafkaBroker() as broker:
         topic = f"bench-size-limit-{int(time.time())}"
@@ -169,15 +173,15 @@ def main(argv: list[str] | None = None) -> int:
             f"[size_limit]\nglobal_max_bytes = {bound}\n"
             '[[size_limit.budgets]]\nclient_id = "*"\nfetch_max_bytes = 1048576\n'))
     base = min(nobudget["base_rss_mb"], budget["base_rss_mb"])
-    goal = base + 1.5 * bound / MB
-    met = budget["peak_rss_mb"] <= goal
-    out_of_order = nobudget["out_of_order"] + budget["out_of_order"]
-    differing = nobudget["consumers_differing"] + budget["consumers_differing"]
-    emit({"summary": "size_limit", "base_rss_mb": base, "global_bound_mb": round(bound / MB, 1),
-          "peak_rss_budget_mb": budget["peak_rss_mb"], "peak_rss_nobudget_mb": nobudget["peak_rss_mb"],
-          "goal_peak_rss_budget_mb": round(goal, 1), "met": met, "out_of_order": out_of_order,
-          "consumers_differing": differing})
-    return 0 if met and not out_of_order and not differing else 1
+    check = sum((Delivery(**{k: line[k] for k in Delivery().fields()}) for line in (nobudget, budget)), Delivery())
+    line = summary("size_limit", {
+        "base_rss_mb": base, "global_bound_mb": round(bound / MB, 1), "peak_rss_budget_mb": budget["peak_rss_mb"],
+        "peak_rss_nobudget_mb": nobudget["peak_rss_mb"],
+        "peak_rss_budget_over_base_mb": round(budget["peak_rss_mb"] - base, 1)},
+        {"peak_rss_budget_over_base_mb": at_most(round(1.5 * bound / MB, 1))}, check=check,
+        checks={"consumers_same_bytes": not (nobudget["consumers_differing"] or budget["consumers_differing"])})
+    emit(line)
+    return exit_status(line, args.check)
 
 
 if __name__ == "__main__":

@@ -26,24 +26,27 @@ its p99 and how many took longer than the goal (5 ms): which requests make the t
 request from its last byte read to its response handed over, the broker's time included, so ``probe`` separates the
 two: 20 times a second one Metadata request through Sluice and the same straight to the broker, alternating, timed
 by the client; per path p50/p99/p999 and ``added_*_ms``, what the Sluice path adds (:class:`Probe`).
-``--profile DIR``: py-spy samples Sluice for the whole run (bench/profiling.py: ``DIR/soak.raw``,
+``--profile DIR``: py-spy samples Sluice for the whole run (bench/support/profiling.py: ``DIR/soak.raw``,
 ``DIR/soak.json``, one ``profile`` line).
 
-After the run the producers stop, the consumers drain, and one line reports per consumer the acknowledged records
-it never got (``lost``) and those it got twice (``duplicates``). The last line is ``{"summary": "soak",
-"rss_growth_mb": ..., "fd_growth": ..., "p99_ms_last_minute": ..., "p99_ms_max_after_first": ...,
-"p999_ms_max_after_first": ..., "p99_goal_met": ..., "cpu_s_per_gib": ..., "lost": ..., "duplicated": ...}``:
-growth from the end of the first interval (warm-up) to the end of the last, the last interval's p99 (all but
-Fetch), the highest p99 and p999 of the intervals after the first and whether each p99 met 5 ms, CPU per GiB over
-every interval after the first, and the records lost and duplicated over both consumers (the exit status is 1
-unless both are 0). Goals: RSS and fds flat after the warm-up, p99 <= 5 ms every minute after the first.
+After the run the producers stop, the consumers drain, and one line reports per consumer, record by record
+(partition, offset and key, as the producers' acknowledgements gave them), the acknowledged records it never got
+(``lost``), those it got twice (``duplicated``), those that arrived after a later one of their partition
+(``out_of_order``) and any never acknowledged (``unexpected``). The last line is
+``{"summary": "soak", "rss_growth_mb": ..., "fd_growth": ..., "p99_ms_last_minute": ..., "p99_ms_max_after_first":
+..., "p999_ms_max_after_first": ..., "cpu_s_per_gib": ..., "goals", "met", "lost", "duplicated", "out_of_order",
+"unexpected", "errors", "correct"}`` (bench/support/verdict.py): growth from the end of the first interval (warm-up)
+to the end of the last, the last interval's p99 (all but Fetch), the highest p99 and p999 of the intervals after
+the first, CPU per GiB over every interval after the first; the check over both consumers, and ``errors``: a
+producer's failures, the churn's or the probe's. The exit status is 1 when the check fails or anything failed.
+Goals (``met``; ``--check`` exits 1 when one is missed): p99 <= 5 ms every minute after the first, RSS and fds flat
+after the warm-up (RSS within 1 MB). ``--smoke``: 12 s in three intervals, 50 records/s per producer.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import socket
 import struct
@@ -51,7 +54,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,13 +64,14 @@ from confluent_kafka import Message as CkMessage
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.support import verdict
+from bench.support.profiling import Profile
+from bench.support.verdict import Delivery, at_most, delivery, emit
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker
 from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
-
-from .profiling import Profile
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -93,10 +97,6 @@ client_id = "soak-kp*"
 fetch_max_bytes = 262144
 partition_max_bytes = 65536
 """
-
-
-def emit(line: dict[str, Any]) -> None:
-    print(json.dumps(line), flush=True)
 
 
 # ------------------------------------------------------------------------------------------ the analysis
@@ -240,10 +240,17 @@ def interval_line(n: int, prev: Sample, cur: Sample) -> dict[str, Any]:
     }
 
 
-def summary(samples: list[Sample], lost: int, duplicated: int) -> dict[str, Any]:
+#: the soak's goals: p99 (all but Fetch) at most 5 ms every minute after the first; RSS and fds flat after the
+#: warm-up (RSS within 1 MB: the allocator's arenas settle by a fraction of that over ten minutes)
+GOALS = {"p99_ms_max_after_first": at_most(P99_GOAL_S * 1000.0), "rss_growth_mb": at_most(1.0),
+         "fd_growth": at_most(0)}
+
+
+def summary(samples: list[Sample], check: Delivery, errors: Sequence[str] = ()) -> dict[str, Any]:
     """Growth from the end of the first interval (warm-up) to the end of the last; the last interval's p99 (all but
-    Fetch); CPU per GiB over the intervals after the first; the check, records ``lost`` and ``duplicated``.
-    ``samples[0]`` is the state before the first interval."""
+    Fetch); CPU per GiB over the intervals after the first; the goals; the check, what the consumers got of the
+    records acknowledged (``check``), and what failed along the way (``errors``: a producer's failure, the churn's
+    or the probe's). ``samples[0]`` is the state before the first interval."""
     if len(samples) < 2:
         raise ValueError("a soak needs at least one interval")
     warm = samples[1] if len(samples) > 2 else samples[0]
@@ -253,21 +260,18 @@ def summary(samples: list[Sample], lost: int, duplicated: int) -> dict[str, Any]
     after_first = list(itertools.pairwise(samples[1:])) or [(samples[0], samples[1])]
     p99s = [quantile(0.99, delta(b.all_but_fetch, a.all_but_fetch)) for a, b in after_first]
     p999s = [quantile(0.999, delta(b.all_but_fetch, a.all_but_fetch)) for a, b in after_first]
-    return {
-        "summary": "soak",
+    return verdict.summary("soak", {
         "minutes": round((last.t - samples[0].t) / 60.0, 2),
         "rss_growth_mb": round((last.rss - warm.rss) / MIB, 2),
         "fd_growth": last.fds - warm.fds,
         "p99_ms_last_minute": _ms(quantile(0.99, delta(last.all_but_fetch, samples[-2].all_but_fetch))),
-        "p99_ms_max_after_first": _ms(max((p for p in p99s if p is not None), default=None)),
+        # an interval without an observation has no p99, and cannot meet the goal
+        "p99_ms_max_after_first": None if None in p99s else _ms(max(p for p in p99s if p is not None)),
         "p999_ms_max_after_first": _ms(max((p for p in p999s if p is not None), default=None)),
-        "p99_goal_met": all(p is not None and p <= P99_GOAL_S for p in p99s),
         "probe_added_p99_ms_max_after_first": max((b.probe["added_p99_ms"] for _, b in after_first
                                                    if "added_p99_ms" in b.probe), default=None),
         "cpu_s_per_gib": round((last.cpu_s - warm.cpu_s) / gib, 2) if gib > 0 else None,
-        "lost": lost,
-        "duplicated": duplicated,
-    }
+    }, GOALS, check=check, errors=errors)
 
 
 # ------------------------------------------------------------------------------------------ the load
@@ -279,9 +283,10 @@ class Load:
     def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
         self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
         self._lock = threading.Lock()
-        self.acked: dict[str, set[str]] = {"ck": set(), "kp": set()}
-        self.seen: dict[str, set[str]] = {"ck": set(), "kp": set()}
-        self.duplicates: dict[str, int] = {"ck": 0, "kp": 0}
+        #: the records acknowledged to either producer, and each consumer's in the order it got them: (partition,
+        #: offset, key)
+        self.acked: list[Record] = []
+        self.received: dict[str, list[Record]] = {"ck": [], "kp": []}
         self.errors: list[str] = []
         self.churned = 0
         self._producing = threading.Event()
@@ -298,10 +303,10 @@ class Load:
 
     @property
     def produced(self) -> int:
-        return sum(len(v) for v in self.acked.values())
+        return len(self.acked)
 
     def consumed(self) -> dict[str, int]:
-        return {k: len(v) for k, v in self.seen.items()}
+        return {k: len(v) for k, v in self.received.items()}
 
     def _guard(self, fn: Any) -> None:
         try:
@@ -335,9 +340,9 @@ class Load:
             if err is not None:
                 self.errors.append(f"ck producer: {err}")
             else:
-                key = msg.key()
-                assert key is not None
-                self.acked["ck"].add(key.decode())
+                key, partition, offset = msg.key(), msg.partition(), msg.offset()
+                assert key is not None and partition is not None and offset is not None
+                self.acked.append((partition, offset, key.decode()))
 
         def send(seq: int) -> None:
             key = f"ck-{seq}"
@@ -355,7 +360,7 @@ class Load:
         def send(seq: int) -> None:
             key = f"kp-{seq}"
             future = producer.send(self.topic, key=key.encode(), value=self._value(key))
-            future.add_callback(lambda _md, k=key: self.acked["kp"].add(k))
+            future.add_callback(lambda md, k=key: self.acked.append((md.partition, md.offset, k)))
             future.add_errback(lambda e: self.errors.append(f"kp producer: {e!r}"))
 
         try:
@@ -364,13 +369,8 @@ class Load:
         finally:
             producer.close(10)
 
-    def _record(self, kind: str, key: bytes | None) -> None:
-        k = (key or b"").decode()
-        seen = self.seen[kind]
-        if k in seen:
-            self.duplicates[kind] += 1
-        else:
-            seen.add(k)
+    def _record(self, kind: str, key: bytes | None, partition: int, offset: int) -> None:
+        self.received[kind].append((partition, offset, (key or b"").decode()))
 
     def _ck_consume(self) -> None:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "client.id": "soak-ck-consumer",
@@ -380,8 +380,9 @@ class Load:
         try:
             while self._consuming.is_set():
                 for m in consumer.consume(num_messages=1000, timeout=0.5):
-                    if m.error() is None:
-                        self._record("ck", m.key())
+                    partition, offset = m.partition(), m.offset()
+                    if m.error() is None and partition is not None and offset is not None:
+                        self._record("ck", m.key(), partition, offset)
         finally:
             consumer.close()
 
@@ -393,7 +394,7 @@ class Load:
             while self._consuming.is_set():
                 for msgs in consumer.poll(timeout_ms=500).values():
                     for m in msgs:
-                        self._record("kp", m.key)
+                        self._record("kp", m.key, m.partition, m.offset)
         finally:
             consumer.close()
 
@@ -422,19 +423,34 @@ class Load:
     def drain(self, timeout: float) -> None:
         """Until each consumer has seen every acknowledged record (bounded), then stop the consumers."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not all(self.acked[k] <= self.seen["ck"] and
-                                                      self.acked[k] <= self.seen["kp"] for k in self.acked):
+        while time.monotonic() < deadline and not all(set(self.acked) <= set(r) for r in self.received.values()):
             time.sleep(0.2)  # bounded poll of a real condition (the consumers catching up)
         self._consuming.clear()
         for t in self._threads[2:4]:
             t.join(60)
 
+    def check(self) -> dict[str, Delivery]:
+        """Per consumer, what it got of the records acknowledged to either producer, partition by partition in
+        offset order."""
+        return {k: delivery(by_partition(sorted(self.acked)), by_partition(r)) for k, r in self.received.items()}
+
     def outcome(self) -> dict[str, Any]:
-        acked = set().union(*self.acked.values())
-        return {"bench": "soak", "records_acknowledged": len(acked), "connections_churned": self.churned,
-                **{f"{k}_consumer": {"consumed": len(self.seen[k]), "lost": len(acked - self.seen[k]),
-                                     "duplicates": self.duplicates[k]} for k in self.seen},
+        return {"bench": "soak", "records_acknowledged": len(self.acked), "connections_churned": self.churned,
+                **{f"{k}_consumer": {"consumed": len(self.received[k]), **d.fields()}
+                   for k, d in self.check().items()},
                 "errors": self.errors[:10]}
+
+
+#: a record as the producers' acknowledgements and the consumers give it: (partition, offset, key)
+Record = tuple[int, int, str]
+
+
+def by_partition(records: Iterable[Record]) -> dict[int, list[tuple[int, str]]]:
+    """(offset, key) per partition, in the order given."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for partition, offset, key in records:
+        out.setdefault(partition, []).append((offset, key))
+    return out
 
 
 def _churn_frames(topic: str) -> list[bytes]:
@@ -531,9 +547,9 @@ def take_sample(sluice: SluiceProcess, t0: float, load: Load) -> Sample:
     return s
 
 
-def soak(upstream: str, minutes: float, interval_s: float, rate: int,
-         env: Mapping[str, str], profile_dir: Path | None = None) -> tuple[list[Sample], dict[str, Any]]:
-    """The samples, and the outcome line (what each consumer lost and got twice)."""
+def soak(upstream: str, minutes: float, interval_s: float, rate: int, env: Mapping[str, str],
+         profile_dir: Path | None = None) -> tuple[list[Sample], Delivery, list[str]]:
+    """The samples, what the consumers got of the records (each consumer's, added up) and what failed."""
     intervals = max(1, math.ceil(minutes * 60.0 / interval_s))
     topic = f"soak-{uuid.uuid4().hex[:8]}"
     from kafka.admin import KafkaAdminClient, NewTopic
@@ -560,11 +576,11 @@ def soak(upstream: str, minutes: float, interval_s: float, rate: int,
             probe.stop()
             load.stop_producing()
             load.drain(120)
-        outcome = load.outcome()
-        emit(outcome)
+        emit(load.outcome())
         if profile is not None:
             emit({"bench": "soak", "measure": "profile", **profile.stop(samples[-1].requests - samples[0].requests)})
-    return samples, outcome
+    errors = load.errors + ([f"probe: {probe.error}"] if probe.error else [])
+    return samples, sum(load.check().values(), Delivery()), errors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -575,7 +591,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upstream", help="an existing broker (host:port) instead of a rig broker")
     parser.add_argument("--profile", metavar="DIR", type=Path, default=None,
                         help="sample Sluice with py-spy into DIR (soak.raw collapsed stacks, soak.json summary)")
+    verdict.add_options(parser, "12 s in 3 intervals, 50 records/s per producer")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.minutes, args.interval_s, args.rate = 0.2, 4.0, 50
     if args.minutes <= 0 or args.interval_s <= 0 or args.rate <= 0:
         parser.error("--minutes, --interval-s and --rate must be positive")
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
@@ -583,15 +602,15 @@ def main(argv: list[str] | None = None) -> int:
         config.write_text(CONFIG_TOML)
         env = {"SLUICE_CONFIG": str(config)}
         if args.upstream:
-            samples, outcome = soak(args.upstream, args.minutes, args.interval_s, args.rate, env, args.profile)
+            samples, check, errors = soak(args.upstream, args.minutes, args.interval_s, args.rate, env,
+                                          args.profile)
         else:
             with KafkaBroker() as broker:
-                samples, outcome = soak(broker.bootstrap, args.minutes, args.interval_s, args.rate, env,
-                                        args.profile)
-    consumers = [v for k, v in outcome.items() if k.endswith("_consumer")]
-    line = summary(samples, sum(c["lost"] for c in consumers), sum(c["duplicates"] for c in consumers))
+                samples, check, errors = soak(broker.bootstrap, args.minutes, args.interval_s, args.rate, env,
+                                              args.profile)
+    line = summary(samples, check, errors)
     emit(line)
-    return 0 if line["lost"] == 0 and line["duplicated"] == 0 else 1
+    return verdict.exit_status(line, args.check)
 
 
 if __name__ == "__main__":

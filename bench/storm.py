@@ -23,10 +23,14 @@ of all rounds:
   ``ListenDrops`` (a listen backlog full: the SYN or the handshake's last ACK dropped, and the client's or
   server's retransmission 1 s later) and ``TCPSynRetrans``.
 
-Prints one JSON line per storm and per (mode, path); the last line is ``{"summary": "storm", "unanswered": 0,
-"clients": ..., "cold_direct_api_versions_ms": {...}, "cold_sluice_api_versions_ms": {...}, ...,
+Prints one JSON line per storm and per (mode, path); the last line is ``{"summary": "storm", "clients": ...,
+"unanswered": ..., "cold_direct_api_versions_ms": {...}, "cold_sluice_api_versions_ms": {...}, ...,
 "upstream_wait_bound_ms": {...}, "upstream_wait_share_bound": {...}, "sluice_cpu_ms_per_client": {...},
-"connection_setup_cpu_share": ...}``.
+"connection_setup_cpu_share": ..., "sluice_listen_overflows": ..., "goals", "met", "every_request_answered",
+"correct"}`` (bench/support/verdict.py). The check: every client of every storm got an answer to each of its
+requests, in order (by correlation id; ``unanswered`` counts those that did not); exit 1 otherwise. Goal: no SYN
+dropped by Sluice's accept queue (``sluice_listen_overflows`` = 0; ``--check`` exits 1 when it is missed).
+``--smoke``: 20 clients, 1 round, 4 partitions.
 Sized for a 2-core machine: under a minute with the defaults (plus the broker's start).
 """
 
@@ -46,6 +50,7 @@ from typing import Any
 
 import uvloop
 
+from bench.support.verdict import add_options, at_most, emit, exit_status, summary
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker
@@ -54,10 +59,6 @@ from rig.sluice_process import SluiceProcess
 REQUESTS = ("api_versions", "metadata", "list_offsets")
 PERCENTILES = (50, 90, 99, 100)
 NETSTAT = ("ListenOverflows", "ListenDrops", "TCPSynRetrans")
-
-
-def emit(line: dict[str, Any]) -> None:
-    print(json.dumps(line), flush=True)
 
 
 # ------------------------------------------------------------------------------------------------ requests
@@ -125,17 +126,26 @@ class Client:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
 
     async def run(self, start: float, connect: bool) -> None:
-        if connect:
-            await self.connect()
-            self.times["connect"] = time.perf_counter() - start
-        assert self.reader is not None and self.writer is not None
-        for name, frame in zip(REQUESTS, self.requests, strict=True):
-            self.writer.write(frame)
-            answer = await _read_frame(self.reader)
-            correlation_id = int.from_bytes(answer[:4], "big")
-            if correlation_id != REQUESTS.index(name) + 1:
-                raise RuntimeError(f"{name}: answer to correlation id {correlation_id}")
-            self.times[name] = time.perf_counter() - start
+        """Each request in turn, timed; stops at the first answer that is not the next request's (by correlation
+        id) or a connection that fails: :attr:`answered` says how far it got."""
+        try:
+            if connect:
+                await self.connect()
+                self.times["connect"] = time.perf_counter() - start
+            assert self.reader is not None and self.writer is not None
+            for name, frame in zip(REQUESTS, self.requests, strict=True):
+                self.writer.write(frame)
+                answer = await _read_frame(self.reader)
+                if int.from_bytes(answer[:4], "big") != REQUESTS.index(name) + 1:
+                    return
+                self.times[name] = time.perf_counter() - start
+        except (OSError, asyncio.IncompleteReadError):
+            return
+
+    @property
+    def answered(self) -> bool:
+        """Every request answered, in order."""
+        return all(name in self.times for name in REQUESTS)
 
     async def close(self) -> None:
         if self.writer is not None:
@@ -149,12 +159,14 @@ class Client:
 @dataclass
 class Storm:
     """What one storm measured: per client the times (ms from the storm's start) of its steps; the kernel's
-    counters across it; Sluice's CPU seconds during it, and (warm storms) while the connections were opened."""
+    counters across it; Sluice's CPU seconds during it, and (warm storms) while the connections were opened; the
+    clients that did not get every answer, in order."""
 
     times: list[dict[str, float]]
     kernel: dict[str, int]
     cpu_s: float = 0.0
     connect_cpu_s: float = 0.0
+    unanswered: int = 0
 
 
 async def storm(port: int, topic: str, partitions: int, clients: int, warm: bool,
@@ -180,7 +192,8 @@ async def storm(port: int, topic: str, partitions: int, clients: int, warm: bool
         await _until(lambda: sluice.metric("sluice_connections_open", {"side": "client"}) == 0,
                      "Sluice's client connections closed")
     times = [{k: v * 1000.0 for k, v in c.times.items()} for c in group]
-    return Storm(times, {k: after[k] - before[k] for k in NETSTAT}, cpu1 - cpu0, connect_cpu)
+    return Storm(times, {k: after[k] - before[k] for k in NETSTAT}, cpu1 - cpu0, connect_cpu,
+                 sum(not c.answered for c in group))
 
 
 async def _until(condition: Any, what: str, timeout: float = 30.0) -> None:
@@ -265,10 +278,12 @@ async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, to
     kernel: dict[str, dict[str, dict[str, int]]] = {}
     cpu = {"cold": 0.0, "warm_connect": 0.0, "warm_requests": 0.0}
     # one unmeasured storm per path: the broker's and Sluice's first connections (JIT, caches, listeners)
+    unanswered = 0
     for path in ports:
-        await storm(ports[path], topic, partitions, clients, False, sluice if path == "sluice" else None)
+        warm_up = await storm(ports[path], topic, partitions, clients, False, sluice if path == "sluice" else None)
+        unanswered += warm_up.unanswered
         if path == "sluice":
-            access_log.take("ApiVersions", clients)
+            access_log.take("ApiVersions", clients - warm_up.unanswered)
     for mode in ("cold", "warm"):
         results[mode] = {"direct": [], "sluice": []}
         in_sluice[mode] = []
@@ -278,12 +293,13 @@ async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, to
                 one = await storm(ports[path], topic, partitions, clients, mode == "warm",
                                   sluice if path == "sluice" else None)
                 results[mode][path] += one.times
+                unanswered += one.unanswered
                 for k, v in one.kernel.items():
                     kernel[mode][path][k] += v
                 line: dict[str, Any] = {"bench": "storm", "mode": mode, "path": path, "round": r + 1,
                                         "clients": clients, **summarise({"t": one.times}), **one.kernel}
                 if path == "sluice":
-                    seen = access_log.take("ApiVersions", clients)
+                    seen = access_log.take("ApiVersions", clients - one.unanswered)
                     in_sluice[mode] += seen
                     line["t_api_versions_in_sluice_ms"] = percentiles(seen)
                     line["sluice_cpu_ms_per_client"] = round(1000.0 * one.cpu_s / clients, 3)
@@ -297,10 +313,8 @@ async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, to
         for path in ports:
             emit({"bench": "storm", "mode": mode, "path": path, "clients": clients, "storms": 2 * rounds,
                   **summarise({"t": results[mode][path]}), **kernel[mode][path]})
-    # "unanswered": every client's every request was answered, in order (Client.run checks each answer's
-    # correlation id), or the bench exited non-zero before this line
-    summary: dict[str, Any] = {"summary": "storm", "unanswered": 0, "clients": clients,
-                               "storms_per_path": 2 * rounds}
+    summary: dict[str, Any] = {"clients": clients, "storms_per_path": 2 * rounds,
+                               "unanswered": unanswered}  # clients of every storm without every answer, in order
     for mode in ("cold", "warm"):
         for key, value in summarise(results[mode]).items():
             summary[f"{mode}_{key}"] = value
@@ -308,6 +322,7 @@ async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, to
     per_client = {k: round(1000.0 * v / (2 * rounds * clients), 3) for k, v in cpu.items()}
     summary.update(upstream_setup(results["cold"]["sluice"], in_sluice["cold"], per_client))
     summary["listen_overflows"] = {f"{m}_{p}": kernel[m][p]["ListenOverflows"] for m in kernel for p in ports}
+    summary["sluice_listen_overflows"] = sum(kernel[m]["sluice"]["ListenOverflows"] for m in kernel)
     return summary
 
 
@@ -338,7 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="ABBA rounds per mode (default 3: 6 storms per path)")
     parser.add_argument("--partitions", type=int, default=50, help="partitions of the storm's topic (default 50)")
     parser.add_argument("--upstream", help="an existing broker (host:port, node 1) instead of a rig broker")
+    add_options(parser, "20 clients, 1 round, 4 partitions")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.clients, args.rounds, args.partitions = 20, 1, 4
     if args.clients < 1 or args.rounds < 1 or args.partitions < 1:
         parser.error("--clients, --rounds and --partitions must be positive")
     raise_nofile(4 * args.clients + 256)
@@ -350,15 +368,18 @@ def main(argv: list[str] | None = None) -> int:
         create_topic(upstream, topic, args.partitions)
         access = log_dir / "access.log"
         with SluiceProcess(upstream, access_log=access) as sluice:
-            summary = uvloop.run(run(int(upstream.rpartition(":")[2]), sluice, AccessLog(access), topic,
+            figures = uvloop.run(run(int(upstream.rpartition(":")[2]), sluice, AccessLog(access), topic,
                                      args.partitions, args.clients, args.rounds))
-            summary["sluice_listen_backlog"] = _listen_backlog(sluice)
-            emit(summary)
+            figures["sluice_listen_backlog"] = _listen_backlog(sluice)
     finally:
         if broker is not None:
             broker.close()
         shutil.rmtree(log_dir, ignore_errors=True)
-    return 0
+    # the goal: a storm of this size fits Sluice's accept queue (a SYN dropped costs its client a 1 s retry)
+    line = summary("storm", figures, {"sluice_listen_overflows": at_most(0)},
+                   checks={"every_request_answered": figures["unanswered"] == 0})
+    emit(line)
+    return exit_status(line, args.check)
 
 
 def _listen_backlog(sluice: SluiceProcess) -> dict[str, int]:

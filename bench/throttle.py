@@ -63,9 +63,12 @@ JSON lines on stdout (logs on stderr): per run and second ``{"bench": "throttle"
 "second", "target_bytes_s", "measured_bytes_s"}``; per run ``{"bench": "throttle", "mode", "client", "kind",
 "target_bytes_s", "mean_bytes_s", "ratio", "worst_window_error", "windows", ...}``; last line ``{"summary":
 "throttle", "worst_window_error": <max over every run, both kinds of client>, "by_kind": {kind: {mode:
-{"worst_window_error", "ratio": {client: ratio}}}}, "out_of_order": 0, "errors": [], ...}``. Its check: every
-client read each partition's records once, in order, from offset 0 (``out_of_order`` counts the records that were
-not their partition's next), and every client got records (``errors``); the bench exits 1 otherwise.
+{"worst_window_error", "ratio": {client: ratio}}}}, "out_of_order": ..., "goals", "met",
+"each_partition_once_in_order", "errors": [], "correct", ...}`` (bench/support/verdict.py). Its check: every client
+read each partition's records once, in order, from offset 0 (``out_of_order`` counts the records that were not their
+partition's next), and every client got records (``errors``); the bench exits 1 otherwise, and with ``--check`` also
+when the goal is missed. ``--smoke``: 3 s runs of confluent-kafka and kafka-python (a client of each kind, no JVM
+to start) in both modes (with ``--share``, the share consumer), 16 MiB.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
+from bench.support import verdict
 from rig.java_tools import (
     CONFIG_COMMAND,
     CONSOLE_CONSUMER,
@@ -504,12 +508,14 @@ def summary(lines: list[dict[str, Any]], args: argparse.Namespace, target: int) 
         entry["worst_window_error"] = max(entry["worst_window_error"], line["worst_window_error"])
         entry["ratio"][line["client"]] = line["ratio"]
     worst = max(line["worst_window_error"] for line in lines)
-    return {"summary": "throttle", "worst_window_error": worst, "goal": GOAL, "within_goal": worst <= GOAL,
-            "out_of_order": sum(line.get("out_of_order", 0) for line in lines),
-            "target_bytes_s": target, "seconds": args.seconds, "mib": args.mib, "by_kind": by_kind,
-            "backlog_exhausted": [f"{x['client']}/{x['mode']}" for x in lines
-                                  if x.get("backlog_exhausted_at_s") is not None],
-            "errors": [f"{x['client']}/{x['mode']}: {x['error']}" for x in lines if "error" in x]}
+    out_of_order = sum(line.get("out_of_order", 0) for line in lines)
+    return verdict.summary("throttle", {
+        "worst_window_error": worst, "out_of_order": out_of_order, "target_bytes_s": target,
+        "seconds": args.seconds, "mib": args.mib, "by_kind": by_kind,
+        "backlog_exhausted": [f"{x['client']}/{x['mode']}" for x in lines
+                              if x.get("backlog_exhausted_at_s") is not None]},
+        {"worst_window_error": verdict.at_most(GOAL)}, checks={"each_partition_once_in_order": out_of_order == 0},
+        errors=[f"{x['client']}/{x['mode']}: {x['error']}" for x in lines if "error" in x])
 
 
 def names_arg(text: str, known: Sequence[str], what: str, ap: argparse.ArgumentParser,
@@ -535,17 +541,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--share", action="store_true",
                     help="the share consumer only (KIP-932, --clients java-share --modes passthrough: [sessions] "
                          "terminate owns Fetch sessions, not share sessions)")
+    verdict.add_options(ap, "3 s runs of confluent-kafka and kafka-python in both modes, 16 MiB (no window "
+                            "is counted)")
     args = ap.parse_args(argv)
     if args.share:
         args.clients, args.modes = "java-share", "passthrough"
-    if args.seconds < 2 * WINDOW:
+    if args.smoke:
+        args.seconds, args.mib = 3, 16
+        if not args.share:
+            args.clients = "confluent,kafka-python"
+    elif args.seconds < 2 * WINDOW:
         ap.error(f"--seconds must be at least {2 * WINDOW}: a warm-up window and one counted window")
     if args.rate <= 0:
         ap.error("--rate must be positive")
     args.modes = names_arg(args.modes, MODES, "modes", ap)
     args.clients = names_arg(args.clients, list(CLIENTS), "clients", ap)
     needed = BACKLOG_MARGIN * args.rate * MB * args.seconds
-    if args.mib * MiB < needed:
+    if args.mib * MiB < needed and not args.smoke:
         ap.error(f"--mib {args.mib} is too small: a client held to {args.rate:g} MB/s for {args.seconds} s reads "
                  f"{args.rate * args.seconds:g} MB; the backlog must hold {BACKLOG_MARGIN}x that "
                  f"(--mib >= {int(needed / MiB) + 1})")
@@ -566,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(run(broker.bootstrap, topic, ends, mode, name, target, args.seconds, Path(tmp)))
     result = summary(lines, args, target)
     emit(result)
-    return 1 if result["out_of_order"] or result["errors"] else 0
+    return verdict.exit_status(result, args.check)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ Steps, each timed; any failure stops the run with a message saying what failed (
    prom/prometheus) is used when present locally, pulled when a registry answers, and otherwise replaced by a
    local stand-in (rig/standins/: Debian packages via mmdebstrap, the Kafka jars the rig fetches from Maven
    Central) tagged with the official name, so ``--pull=never`` resolves it. Stand-ins are rebuilt only when their
-   recipe changes (a label holds its digest).
+   recipe changes (a label holds its digest); a cached stand-in is not trusted forever: each run probes the
+   registry once (bounded, ``REGISTRY_PROBE_TIMEOUT_S``) and pulls the real image when it answers. The run's last
+   lines say which base images were real and which stand-ins.
 4. The Sluice image: ``podman build --format docker --pull=never`` (the docker format keeps HEALTHCHECK).
 5. docker-compose.yml up with podman-compose: Kafka (the rig's default release, checked first), Sluice,
    Prometheus, and the sidecar example (app + app-sidecar in app's network namespace) (``TESTED_SERVICES``; not
@@ -311,15 +313,29 @@ def image_label(env: Mapping[str, str], name: str) -> str | None:
     return "" if label in ("", "<no value>") else label
 
 
+#: the one probe a run makes of the registry, bounded: a stand-in cached from a day without one is not trusted forever
+REGISTRY_PROBE_TIMEOUT_S = 10.0
+
+
 def registry_answers() -> bool:
-    """Whether Docker Hub's registry answers at all (401 to an anonymous /v2/ is an answer)."""
+    """Whether Docker Hub's registry answers at all (401 to an anonymous /v2/ is an answer); one bounded probe."""
     try:
-        urllib.request.urlopen("https://registry-1.docker.io/v2/", timeout=10)
+        urllib.request.urlopen("https://registry-1.docker.io/v2/", timeout=REGISTRY_PROBE_TIMEOUT_S)
     except urllib.error.HTTPError as exc:
         return exc.code == 401
     except (OSError, ValueError):
         return False
     return True
+
+
+def base_image_source(label: str | None, registry: Callable[[], bool]) -> str:
+    """Where a base image comes from this run, given its label here (None: absent; "": a real image; else a
+    stand-in's digest): ``present`` (the real image, kept), ``pull`` (the registry answers: the real image,
+    replacing a stand-in built on a day it did not), ``standin`` (it does not). ``registry`` is asked only when
+    the answer depends on it."""
+    if label == "":
+        return "present"
+    return "pull" if registry() else "standin"
 
 
 def _digest(paths: Sequence[Path], extra: Sequence[str] = ()) -> str:
@@ -400,34 +416,44 @@ def prepare_standin(name: str, work: Path) -> StandIn:
     raise ImageTestError(f"{name} is not present, no registry answers, and rig/image.py has no stand-in for it")
 
 
-def ensure_base_images(env: Mapping[str, str], work: Path) -> None:
-    names = needed_images()
-    online: bool | None = None
-    for name in names:
+def ensure_base_images(env: Mapping[str, str], work: Path) -> dict[str, str]:
+    """Each base image, real or stand-in; returns name -> what was used (said at the end of the run's output)."""
+    online: list[bool] = []  # the registry probe's answer, once per run
+
+    def registry() -> bool:
+        if not online:
+            online.append(registry_answers())
+            print(f"container registry (registry-1.docker.io) {'answers' if online[0] else 'does not answer'}")
+        return online[0]
+
+    used: dict[str, str] = {}
+    for name in needed_images():
         full = qualified(name)
-        standin_key: str | None = None
         label = image_label(env, full)
-        if label == "":
+        source = base_image_source(label, registry)
+        if source == "present":
+            used[full] = "real (present)"
             print(f"{full}: present (not a stand-in)")
             continue
-        if label is None:
-            if online is None:
-                online = registry_answers()
-                print(f"container registry (registry-1.docker.io) {'answers' if online else 'does not answer'}")
-            if online:
-                run(["podman", "pull", full], env=env)
+        if source == "pull":
+            if run(["podman", "pull", full], env=env, check=False).returncode == 0:
+                used[full] = "real (pulled)" if label is None else "real (pulled, replacing the stand-in)"
                 continue
+            print(f"{full}: the pull failed although the registry answers; a stand-in instead")
         ensure_debian_base(env, work / "debian")
         standin = prepare_standin(name, work)
         files = [p for p in (STANDINS / standin.recipe).rglob("*") if p.is_file()]
         standin_key = _digest(files, [*standin.extra_key, image_label(env, DEBIAN_BASE) or ""])
         if label == standin_key:
+            used[full] = "stand-in (cached)"
             print(f"{full}: stand-in cached")
             continue
         t0 = time.monotonic()
         run(["podman", "build", "--format", "docker", "--pull=never", "--label", f"{LABEL}={standin_key}",
              "-t", full, "-f", str(standin.context / "Containerfile"), str(standin.context)], env=env)
+        used[full] = "stand-in (built)"
         print(f"{full}: stand-in built in {time.monotonic() - t0:.1f}s")
+    return used
 
 
 # --------------------------------------------------------------------------------------------- the Sluice rig
@@ -547,7 +573,7 @@ def check_produce_consume(records: int = RECORDS) -> None:
 
 
 def _produce_consume(records: int) -> None:
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import NewTopic
 
     topic = f"image-test-{uuid.uuid4().hex[:8]}"
@@ -573,12 +599,12 @@ def _produce_consume(records: int) -> None:
     got: list[bytes] = []
     deadline = time.monotonic() + 60
     try:
-        while len(got) < records and time.monotonic() < deadline:
+        # to the log's end offset, not to the count sent: a record stored twice after the last one is read too
+        partition = TopicPartition(topic, 0)
+        end = consumer.end_offsets([partition])[partition]
+        while len(got) < end and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=1000).values():
                 got.extend(r.value for r in batch)
-        # one more poll: a record delivered twice would show up here
-        for batch in consumer.poll(timeout_ms=500).values():
-            got.extend(r.value for r in batch)
         consumer.commit()
     finally:
         consumer.close()
@@ -666,6 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     exe: Path | None = None
     env: dict[str, str] = {}
     ok = False
+    bases: dict[str, str] = {}
     try:
         ensure_root()
         state.mkdir(parents=True, exist_ok=True)
@@ -678,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check_podman(env)
             with tempfile.TemporaryDirectory(prefix="build-", dir=state) as work, \
                     timings.step("base images (present, pulled, or local stand-ins)"):
-                ensure_base_images(env, Path(work))
+                bases = ensure_base_images(env, Path(work))
             with timings.step("Sluice image (podman build --format docker --pull=never)"):
                 build_sluice(env)
             with timings.step("docker-compose.yml up (podman-compose)"):
@@ -716,7 +743,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             with timings.step("docker-compose.yml down"):
                 with contextlib.suppress(ImageTestError):
                     compose(exe, env, "down", timeout=120)
-        print(f"\nmake test-image: {'ok' if ok else 'FAILED'}\n{timings.summary()}", flush=True)
+        standins = sorted(n for n, how in bases.items() if how.startswith("stand-in"))
+        images = ("base images: " + ", ".join(f"{n} {how}" for n, how in sorted(bases.items())) + "; "
+                  + (f"LOCAL STAND-INS for {', '.join(standins)} (no registry answered)" if standins
+                     else "all real")) if bases else "base images: not reached"
+        print(f"\nmake test-image: {'ok' if ok else 'FAILED'}\n{images}\n{timings.summary()}", flush=True)
     return 0 if ok else 1
 
 

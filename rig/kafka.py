@@ -118,14 +118,48 @@ def find_java() -> str:
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """Each partition of ``topic`` and its end offset (the offset its next record will get), as the broker reports
     them (ListOffsets, latest): how the benches count what a run stored."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rig-end-offsets", "enable.auto.commit": False})
+    # The admin client's ListOffsets (it finds each partition's leader itself): a consumer's watermark query answered
+    # "Local: Unknown partition" right after a broker was paused and resumed.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+    asked = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+                               request_timeout=30)
+    return {tp.partition: int(future.result(timeout=60).offset) for tp, future in asked.items()}
+
+
+#: a record as :func:`read_topic` gives it: (offset, key, value)
+StoredRecord = tuple[int, bytes | None, bytes | None]
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> dict[int, list[StoredRecord]]:
+    """Every record of ``topic`` up to its end offsets as they are when called, per partition in the order read:
+    what the log holds, to compare record by record with what was sent. Read by offset (assigned from the
+    beginning until each partition's next offset reaches its end), never by a count that would stop before a
+    record stored twice; RigError if the end is not reached within ``timeout``."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    ends = end_offsets(bootstrap, topic)
+    out: dict[int, list[StoredRecord]] = {p: [] for p in ends}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rig-read-topic", "enable.auto.commit": False,
+                         "enable.partition.eof": False})
+    next_offset = dict.fromkeys(ends, 0)
+    deadline = time.monotonic() + timeout
     try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends if ends[p] > 0])
+        while any(next_offset[p] < end for p, end in ends.items()):
+            if time.monotonic() > deadline:
+                raise RigError(f"{topic}: read to {next_offset}, not to its end offsets {ends}, in {timeout:.0f} s")
+            for m in consumer.consume(num_messages=1000, timeout=0.2):
+                partition, offset = m.partition(), m.offset()
+                if m.error() is None and partition is not None and offset is not None and offset < ends[partition]:
+                    out[partition].append((offset, m.key(), m.value()))
+                    next_offset[partition] = max(next_offset[partition], offset + 1)
     finally:
         consumer.close()
+    return out
 
 
 def cache_root() -> Path:
@@ -400,7 +434,7 @@ _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 PORT_RANGE_ENV = "SLUICE_PORT_RANGE"
 
 
-def _listen_port_range() -> range:
+def listen_port_range() -> range:
     """Ports below the kernel's ephemeral range, or the session's own part of them (PORT_RANGE_ENV). A port picked
     for a listener that starts later (a broker, a sidecar that binds once the brokers serve) is free when picked but
     not reserved: picked from the ephemeral range, any connect() meanwhile may take it as its local port, and the
@@ -427,7 +461,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct TCP ports free to listen on, below the ephemeral range when the machine leaves room (else
     picked by the kernel); all sockets held open until all are picked."""
     socks: list[socket.socket] = []
-    candidates = _listen_port_range()
+    candidates = listen_port_range()
     try:
         while len(socks) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

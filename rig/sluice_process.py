@@ -97,7 +97,7 @@ class SluiceProcess:
         env.pop("SLUICE_CONFIG", None)
         env.update(extra_env or {})
         self.command = [python or sys.executable, "-m", "proxy", "run"]
-        #: the checkout whose ``proxy`` package runs: this one, or another revision's (bench/revision.py)
+        #: the checkout whose ``proxy`` package runs: this one, or another revision's (bench/support/revision.py)
         self.code = code or Path(__file__).resolve().parent.parent
         self._env = env
         self.start_timeout = start_timeout

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from pyspark.sql import SparkSession
 
-from bench.gen_logs import generate
+from bench.support.gen_logs import generate
 from rig.proxy_thread import ProxyThread
 from tests.analytics.oracle import Oracle, classify, epoch_us
 
@@ -86,8 +86,10 @@ def read_topic(bootstrap: str, topic: str) -> list[Record]:
             while got < high:
                 assert time.monotonic() < deadline, f"partition {p}: {got} of {high} records read"
                 for msg in consumer.consume(1000, timeout=0.5):
+                    key, value = msg.key(), msg.value()
                     if msg.error() is None:
-                        out.append(Record(msg.key().decode(), msg.value().decode(), msg.timestamp()[1]))
+                        assert key is not None and value is not None, msg
+                        out.append(Record(key.decode(), value.decode(), msg.timestamp()[1]))
                         got += 1
     finally:
         consumer.close()

@@ -10,7 +10,7 @@ import json
 import math
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -232,7 +232,7 @@ class Oracle:
         return sum(r["bytes_proxy_to_client"] for r in rows), sum(r["session_upstream_bytes"] for r in rows)
 
 
-def jain(values: list[float]) -> float:
+def jain(values: Sequence[float]) -> float:
     total = sum(values)
     sq = sum(v * v for v in values)
     return total * total / (len(values) * sq)

@@ -20,7 +20,7 @@ from PIL import Image
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bench.gen_logs import generate
+from bench.support.gen_logs import generate
 from proxy.analytics.job import JobOptions, JobResult, run_job
 from tests.analytics.conftest import local_path, table
 from tests.analytics.oracle import BYTES, Oracle, jain
@@ -75,7 +75,7 @@ def run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
     adaptive: set[str] = set()
     result = run_job(spark, [str(logs.absolute())], base / "out", JobOptions(rate_window_s=10),
-                     progress=lambda _msg: adaptive.add(spark.conf.get(ADAPTIVE)))
+                     progress=lambda _msg: adaptive.add(str(spark.conf.get(ADAPTIVE))))
     yield Run(result, Oracle.read([logs.absolute()]), logs, adaptive)
 
 

@@ -124,7 +124,8 @@ def test_the_streams_tables_equal_the_batch_jobs(spark: SparkSession, topic: Top
         batched = rows_of(spark, topic.batch.tables[name], spec.columns)
         assert streamed == batched, name
         assert streamed, name  # every table has rows: the events carry every optional field
-    lines = dict(spark.read.parquet(current.paths["lines"]).select("class", "lines").collect())  # type: ignore[arg-type]
+    lines = {r["class"]: r["lines"]
+             for r in spark.read.parquet(current.paths["lines"]).select("class", "lines").collect()}
     assert lines == {"valid": len(oracle_of(topic.records).rows), "malformed": MALFORMED}
     # bytes per client per minute: the real consumer's fetched bytes are all there
     consumer = spark.read.parquet(current.paths["client_minute"]).filter(F.col("client_id") == REAL_CONSUMER)

@@ -23,7 +23,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bench.gen_logs import generate
+from bench.support.gen_logs import generate
 from proxy.analytics.job import JobOptions, JobResult, run_job
 from proxy.analytics.landed import ROLLUPS, LandedTable, land, land_logs, landed_rows, sibling
 from proxy.analytics.source import classify, read_access_logs_raw

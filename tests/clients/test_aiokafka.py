@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.support.records import Rec, assert_same_records, make_records
 
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.broker
 
 
 @pytest.fixture(scope="module")
-def sluice(kafka_broker):  # type: ignore[no-untyped-def]
+def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
     with ProxyThread(kafka_broker.bootstrap) as p:
         yield p
 
@@ -49,4 +51,4 @@ async def test_produce_consume_three_partitions(sluice: ProxyThread, unique_topi
                     got += [Rec(m.partition, m.key, m.value, tuple(m.headers), m.timestamp) for m in msgs]
     finally:
         await consumer.stop()
-    assert_same_records(records, got)
+    assert_same_records(records, got, stored_in=(sluice.bootstrap, unique_topic))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.wire.messages import decoded_versions
@@ -22,13 +22,14 @@ from proxy.wire.records import (
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
-from tests.support.records import Rec, assert_same_records, make_records
+from tests.support.consume import consume
+from tests.support.records import Rec, assert_same_records, make_records, rec_of
 
 pytestmark = pytest.mark.broker
 
 
 @pytest.fixture(scope="module")
-def sluice(kafka_broker):  # type: ignore[no-untyped-def]
+def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
     with ProxyThread(kafka_broker.bootstrap) as p:
         yield p
 
@@ -50,36 +51,17 @@ def produce(bootstrap: str, topic: str, records: list[Rec], **config: str) -> No
     assert not errors
 
 
-def consume(bootstrap: str, topic: str, group: str, n: int, deadline_s: float = 60.0) -> list[Rec]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    out: list[Rec] = []
-    deadline = time.monotonic() + deadline_s
-    try:
-        while len(out) < n and time.monotonic() < deadline:
-            m = consumer.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                raise KafkaException(m.error())
-            out.append(Rec(m.partition(), m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1]))
-    finally:
-        consumer.close()
-    return out
-
-
 @pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_produce_consume_three_partitions(sluice: ProxyThread, unique_topic: str, compression: str) -> None:
     create_topic(sluice.bootstrap, unique_topic, 3)
     records = make_records(150, 3, tag=compression)
     produce(sluice.bootstrap, unique_topic, records, **{"compression.type": compression})
-    got = consume(sluice.bootstrap, unique_topic, f"g-{unique_topic}", len(records))
+    got = [rec_of(m) for m in consume({"bootstrap.servers": sluice.bootstrap}, unique_topic)]
     assert_same_records(records, got)
 
 
 def test_admin_lists_topics_and_brokers_through_sluice(sluice: ProxyThread, unique_topic: str,
-                                                       kafka_broker) -> None:  # type: ignore[no-untyped-def]
+                                                       kafka_broker: KafkaBroker) -> None:
     create_topic(sluice.bootstrap, unique_topic, 2)
     md = AdminClient({"bootstrap.servers": sluice.bootstrap}).list_topics(timeout=30)
     assert unique_topic in md.topics and len(md.topics[unique_topic].partitions) == 2

@@ -17,6 +17,7 @@ import pytest
 from rig.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from tests.support.records import assert_log_holds
 
 pytestmark = pytest.mark.broker
 
@@ -93,6 +94,7 @@ def test_one_partition_exact_order(sluice: ProxyThread, kafka_broker: KafkaBroke
     got = consume(java_tools, sluice.bootstrap, unique_topic, len(records))
     assert [(r.headers, r.key, r.value) for r in got] == records
     assert [(r.partition, r.offset) for r in got] == [(0, i) for i in range(len(records))]
+    assert_log_holds(kafka_broker.bootstrap, unique_topic, {0: len(records)})  # no record stored twice after them
     # Unchanged down to the broker-assigned fields: the same tool reading the broker directly sees the same.
     assert consume(java_tools, kafka_broker.bootstrap, unique_topic, len(records)) == got
 
@@ -125,6 +127,8 @@ def test_three_partitions_with_group(sluice: ProxyThread, kafka_broker: KafkaBro
     for r in got:
         per_partition[r.partition].append(r.offset)
     assert all(offs == list(range(len(offs))) for offs in per_partition.values()), per_partition
+    # and the log holds no more than those: no record stored twice after the last one the count read
+    assert_log_holds(kafka_broker.bootstrap, unique_topic, {p: len(offs) for p, offs in per_partition.items()})
     # Same partitions, offsets, timestamps, headers, keys and values as the broker serves directly.
     direct = consume(java_tools, kafka_broker.bootstrap, unique_topic, len(records))
     assert sorted(direct, key=lambda r: (r.partition, r.offset)) == sorted(got, key=lambda r: (r.partition, r.offset))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.support.records import Rec, assert_same_records, make_records
 from tests.support.topics import create_topic
@@ -39,7 +41,7 @@ def consume(consumer: KafkaConsumer, n: int, deadline_s: float = 60.0, commit: b
 
 
 @pytest.fixture(scope="module")
-def sluice(kafka_broker):  # type: ignore[no-untyped-def]
+def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
     with ProxyThread(kafka_broker.bootstrap) as p:
         yield p
 
@@ -55,7 +57,7 @@ def test_produce_consume_three_partitions(sluice: ProxyThread, unique_topic: str
         got = consume(consumer, len(records))
     finally:
         consumer.close()
-    assert_same_records(records, got)
+    assert_same_records(records, got, stored_in=(sluice.bootstrap, unique_topic))
 
 
 def test_group_of_two_rebalances_and_commits_survive_restart(sluice: ProxyThread, unique_topic: str) -> None:
@@ -81,7 +83,7 @@ def test_group_of_two_rebalances_and_commits_survive_restart(sluice: ProxyThread
     assert not (a.assignment() & b.assignment())
     a.close()
     b.close()
-    assert_same_records(records, got)
+    assert_same_records(records, got, stored_in=(sluice.bootstrap, unique_topic))
 
     # A new member of the same group reads the committed offsets back: the end of every partition.
     c = KafkaConsumer(bootstrap_servers=sluice.bootstrap, group_id=group, enable_auto_commit=False)

@@ -36,7 +36,7 @@ from rig.java_tools import JavaTools
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
 from rig.secure_broker import SASL_USERS, SecureBroker
-from tests.support.records import Rec, assert_same_records, make_records
+from tests.support.records import Rec, assert_same_records, make_records, rec_of
 from tests.support.topics import create_topic
 
 pytestmark = pytest.mark.broker
@@ -96,7 +96,7 @@ def test_confluent_kafka_is_throttled_and_loses_nothing(sluice: ProxyThread, uni
                 continue
             if m.error():
                 raise KafkaException(m.error())
-            got.append(Rec(m.partition(), m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1]))
+            got.append(rec_of(m))
     finally:
         consumer.close()
     assert_same_records(records, got)
@@ -280,13 +280,20 @@ def test_the_sasl_principal_selects_its_entry(secure_broker: SecureBroker, uniqu
         acked: dict[str, list[int]] = {}
         for user in ("alice", "bob"):
             throttled[user], acked[user] = [], []
+            times, acks = throttled[user], acked[user]
+
+            def on_throttle(event: Any, times: list[float] = times) -> None:
+                times.append(event.throttle_time)
+
+            def on_delivery(err: Any, _message: Any, acks: list[int] = acks) -> None:
+                acks.append(0 if err else 1)
+
             producer = Producer({"bootstrap.servers": p.bootstrap, "security.protocol": "SASL_PLAINTEXT",
                                  "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": SASL_USERS[user],
                                  "client.id": "quota-sasl", "linger.ms": 0, "log_level": 0,
-                                 "throttle_cb": lambda ev, u=user: throttled[u].append(ev.throttle_time)})
+                                 "throttle_cb": on_throttle})
             for _ in range(40):  # 40 KB: two seconds of alice's quota, nothing to bob's
-                producer.produce(unique_topic, b"s" * 1000,
-                                 on_delivery=lambda err, _m, u=user: acked[u].append(0 if err else 1))
+                producer.produce(unique_topic, b"s" * 1000, on_delivery=on_delivery)
             assert producer.flush(60) == 0 and sum(acked[user]) == 40
         assert p.total("sluice_quota_requests_total", entry="alice", api="Produce") > 0
         assert p.total("sluice_quota_requests_total", entry="users", api="Produce") > 0

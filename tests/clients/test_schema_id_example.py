@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -29,7 +29,7 @@ from kafka import errors as kafka_errors
 
 from rig.kafka import KafkaBroker
 from rig.sluice_process import SluiceProcess
-from tests.support.records import Rec, assert_same_records
+from tests.support.records import Rec, assert_same_records, rec_of
 from tests.support.topics import create_topic
 
 pytestmark = pytest.mark.broker
@@ -106,9 +106,13 @@ def produce_confluent(bootstrap: str, topic: str, client_id: str, compression: s
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "acks": "all", "linger.ms": 1000,
                          "compression.type": compression, "log_level": 0})
     outcome: dict[Rec, BaseException | KafkaError | None] = {}
+
+    def delivered(r: Rec) -> Callable[[KafkaError | None, Any], None]:
+        return lambda err, _message: outcome.__setitem__(r, err)
+
     for r in recs:
         producer.produce(topic, key=r.key, value=r.value, partition=r.partition, timestamp=r.timestamp_ms,
-                         headers=list(r.headers), on_delivery=lambda err, _m, r=r: outcome.__setitem__(r, err))
+                         headers=list(r.headers), on_delivery=delivered(r))
     assert producer.flush(60) == 0
     return outcome
 
@@ -125,7 +129,7 @@ def read_back(bootstrap: str, topic: str) -> tuple[list[Rec], int]:
         while len(got) < end[GOOD] and time.monotonic() < deadline:
             m = consumer.poll(0.5)
             if m is not None and m.error() is None:
-                got.append(Rec(m.partition(), m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1]))
+                got.append(rec_of(m))
     finally:
         consumer.close()
     return got, end[BAD]
@@ -155,12 +159,13 @@ def test_records_without_a_schema_id_are_refused_and_the_rest_arrive(
     good, bad = records(f"{client}-{compression}")
     refused_before = sluice.metric("sluice_schema_id_refused_records_total", {"topic": ENTRY})
 
+    outcome: Mapping[Rec, BaseException | KafkaError | None]
     if client == "kafka-python":
         outcome = produce_kafka_python(sluice.bootstrap, topic, client_id, compression, interleaved(good, bad))
         for r in bad:
-            error = outcome[r]
-            assert isinstance(error, kafka_errors.InvalidRecordError), (r, error)
-            assert NO_ID in str(error)  # the record's own message (KIP-467 RecordErrors)
+            refusal = outcome[r]
+            assert isinstance(refusal, kafka_errors.InvalidRecordError), (r, refusal)
+            assert NO_ID in str(refusal)  # the record's own message (KIP-467 RecordErrors)
     else:
         outcome = produce_confluent(sluice.bootstrap, topic, client_id, compression, interleaved(good, bad))
         for r in bad:

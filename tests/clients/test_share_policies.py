@@ -70,9 +70,9 @@ def _consume_all(java_tools: JavaTools, bootstrap: str, topic: str, group: str, 
         "--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--timeout-ms", "600000",
         "--consumer-property", f"client.id=share-policies-{n}",
     ] for n in range(consumers)]  # fmt: skip
-    with java_tools.spawned(CONSOLE_SHARE_CONSUMER, args_each) as consumers:
-        readers = [LineReader(c.stdout) for c in consumers]
-        errors = [LineReader(c.stderr) for c in consumers]
+    with java_tools.spawned(CONSOLE_SHARE_CONSUMER, args_each) as processes:
+        readers = [LineReader(c.stdout) for c in processes]
+        errors = [LineReader(c.stderr) for c in processes]
         deadline = time.monotonic() + within
         while not want <= {ln for r in readers for ln in r.lines}:
             missing = want - {ln for r in readers for ln in r.lines}

@@ -62,8 +62,9 @@ class TopicReader:
 
     def read(self) -> list[dict[str, Any]]:
         for msg in self.consumer.consume(500, timeout=0.2):
-            if msg.error() is None:
-                self.messages.append((msg.key().decode(), msg.value().decode()))
+            key, value = msg.key(), msg.value()
+            if msg.error() is None and key is not None and value is not None:
+                self.messages.append((key.decode(), value.decode()))
         return [json.loads(v) for _, v in self.messages]
 
     def close(self) -> None:

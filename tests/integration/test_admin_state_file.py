@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rig.kafka import KafkaBroker
 from rig.raw import RawClient
 from tests.integration.test_throttle_admin import http, partition_bytes
 from tests.support.subprocess_proxy import SubprocessProxy
@@ -43,7 +44,7 @@ def sighup(sluice: SubprocessProxy) -> None:
     wait_for(lambda: reconfigurations(sluice) > before, "reload after SIGHUP")
 
 
-def test_admin_changes_survive_restart_and_win_over_sighup(kafka_broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_admin_changes_survive_restart_and_win_over_sighup(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     stamp = int(time.time() * 1000)
     topic = f"orders-state-{stamp}"
     create_topic(kafka_broker.bootstrap, topic)

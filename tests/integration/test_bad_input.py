@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Iterator
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
@@ -48,7 +49,7 @@ BAD_INPUTS = {
 
 
 @pytest.fixture(scope="module")
-def sluice(kafka_broker):  # type: ignore[no-untyped-def]
+def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
     with ProxyThread(kafka_broker.bootstrap) as p:
         yield p
 
@@ -94,7 +95,7 @@ def test_bad_connections_do_not_disturb_a_consumer(sluice: ProxyThread, unique_t
     finally:
         consumer.close()
         producer.close()
-    assert_same_records(records, got)
+    assert_same_records(records, got, stored_in=(sluice.bootstrap, unique_topic))
 
 
 def test_incomplete_frame_is_closed_after_request_timeout_while_a_consumer_carries_on(kafka_broker: KafkaBroker,
@@ -151,4 +152,4 @@ def test_incomplete_frame_is_closed_after_request_timeout_while_a_consumer_carri
             producer.close()
         assert sluice.total("sluice_frames_rejected_total", reason="request_timeout") == 3
         assert sluice.total("sluice_frames_rejected_total") == 3  # nothing of the consumer's was refused
-    assert_same_records(records, got)
+    assert_same_records(records, got, stored_in=(kafka_broker.bootstrap, unique_topic))

@@ -48,7 +48,7 @@ from proxy.wire.fetch_fast import decode_frame
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from proxy.wire.records import walk_batches
-from rig.kafka import KafkaBroker
+from rig.kafka import KafkaBroker, end_offsets
 from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 from tests.clients.test_sessions_clients import (
@@ -62,6 +62,7 @@ from tests.clients.test_sessions_clients import (
     value,
 )
 from tests.integration.test_sessions_terminate import create_topic
+from tests.support.consume import ReadTo
 from tests.support.faults import ConfluentReader, KafkaPythonReader, Reader, wait_until
 from tests.support.topics import produce_values
 
@@ -93,9 +94,9 @@ def upstream_conns(sluice: SluiceProcess) -> float:
     return sluice.metric("sluice_connections_open", {"side": "upstream"})
 
 
-def readers(bootstrap: str, topic: str, want: int, tag: str) -> list[Reader]:
-    return [KafkaPythonReader(bootstrap, topic, PARTITIONS, want, client_id=f"fault-kp-{tag}"),
-            ConfluentReader(bootstrap, topic, PARTITIONS, want, client_id=f"fault-ck-{tag}")]
+def readers(bootstrap: str, topic: str, tag: str) -> list[Reader]:
+    return [KafkaPythonReader(bootstrap, topic, PARTITIONS, client_id=f"fault-kp-{tag}"),
+            ConfluentReader(bootstrap, topic, PARTITIONS, client_id=f"fault-ck-{tag}")]
 
 
 def acked(producer: ContinuousProducer) -> int:
@@ -108,7 +109,7 @@ def under_load(broker: KafkaBroker, sluice: SluiceProcess, topic: str, fault: Ca
     rounds = 300
     total = PARTITIONS * rounds
     create_topic(broker.bootstrap, topic, PARTITIONS)
-    group = readers(sluice.bootstrap, topic, total, topic[-8:])
+    group = readers(sluice.bootstrap, topic, topic[-8:])
     producer = ContinuousProducer(sluice.bootstrap, topic, rounds=rounds, interval=0.02)
     try:
         wait_until(lambda: acked(producer) >= total // 3 and all(r.count >= total // 4 for r in group), 60,
@@ -117,8 +118,9 @@ def under_load(broker: KafkaBroker, sluice: SluiceProcess, topic: str, fault: Ca
         fault()
         producer.join(120)
         producer.check_acked()
+        ends = end_offsets(broker.bootstrap, topic)
         for r in group:
-            check_once_in_order(r.finish(120), rounds)
+            check_once_in_order(r.finish(120, ends), rounds)
     finally:
         producer.stop()
         for r in group:
@@ -256,7 +258,7 @@ def test_clients_vanishing_mid_response_release_everything(broker: KafkaBroker, 
     with SluiceProcess(broker.bootstrap, env) as sluice:
         port = sluice.broker_port(broker.node_id)
         fds_before, rss_before = sluice.num_fds(), sluice.rss_bytes()
-        other = KafkaPythonReader(sluice.bootstrap, small, PARTITIONS, PARTITIONS * rounds, client_id="fault-other")
+        other = KafkaPythonReader(sluice.bootstrap, small, PARTITIONS, client_id="fault-other")
         try:
             errors: list[str] = []
             sent = threading.Barrier(VANISHERS, timeout=60)
@@ -266,7 +268,7 @@ def test_clients_vanishing_mid_response_release_everything(broker: KafkaBroker, 
             for t in threads:
                 t.join(120)
             assert not errors and not any(t.is_alive() for t in threads), errors
-            check_once_in_order(other.finish(120), rounds)
+            check_once_in_order(other.finish(120, end_offsets(broker.bootstrap, small)), rounds)
         finally:
             other.stop()
         # Everything the vanished clients held is released...
@@ -346,7 +348,7 @@ def test_upstream_refusing_connections_closes_clients_and_recovers(broker: Kafka
     create_topic(broker.bootstrap, unique_topic, PARTITIONS)
     produce_values(broker.bootstrap, unique_topic, ((p, None, value(p, i).encode()) for i in range(rounds // 2)
                                                    for p in range(PARTITIONS)), acks="all")
-    reader = ConfluentReader(sluice.bootstrap, unique_topic, PARTITIONS, PARTITIONS * rounds, client_id="fault-down")
+    reader = ConfluentReader(sluice.bootstrap, unique_topic, PARTITIONS, client_id="fault-down")
     ports = [sluice.bootstrap_port, sluice.broker_port(broker.node_id)]
     try:
         wait_until(lambda: reader.count == PARTITIONS * (rounds // 2), 60, lambda: f"read {reader.count}")
@@ -382,7 +384,7 @@ def test_upstream_refusing_connections_closes_clients_and_recovers(broker: Kafka
         produce_values(broker.bootstrap, unique_topic, ((p, None, value(p, i).encode())
                                                        for i in range(rounds // 2, rounds)
                                                        for p in range(PARTITIONS)), acks="all")
-        check_once_in_order(reader.finish(120), rounds)
+        check_once_in_order(reader.finish(120, end_offsets(broker.bootstrap, unique_topic)), rounds)
     finally:
         reader.stop()
     assert sluice.rss_bytes() < rss_before + RSS_SLACK, (rss_before, sluice.rss_bytes())
@@ -399,8 +401,9 @@ class CommittingConsumer:
     succeeded and of the last one attempted, and at each redelivery (an offset not following the previous one)
     the pair as it stood then."""
 
-    def __init__(self, bootstrap: str, topic: str, want: int) -> None:
-        self.topic, self.want = topic, want
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.position = ReadTo()
         self.delivered: dict[int, list[tuple[int, str]]] = {p: [] for p in range(PARTITIONS)}
         self.committed_ok: dict[int, int] = dict.fromkeys(range(PARTITIONS), 0)
         self.committed_tried: dict[int, int] = dict.fromkeys(range(PARTITIONS), 0)
@@ -430,7 +433,7 @@ class CommittingConsumer:
                                  group_id=f"g-{self.topic}", enable_auto_commit=False, auto_offset_reset="earliest",
                                  fetch_max_wait_ms=100, max_poll_records=50, reconnect_backoff_max_ms=1000)
         try:
-            while self.unique() < self.want and not self._stop.is_set():
+            while not self._stop.is_set():
                 batch = consumer.poll(timeout_ms=200)
                 offsets: dict[KpTopicPartition, OffsetAndMetadata] = {}
                 for tp, msgs in batch.items():
@@ -457,14 +460,17 @@ class CommittingConsumer:
             self.rewinds.append((partition, offset, self.committed_ok[partition], self.committed_tried[partition],
                                  seen[-1][0]))
         seen.append((offset, val))
+        self.position.read(partition, offset)
 
     def wait_unique(self, n: int, timeout: float) -> None:
         wait_until(lambda: self.unique() >= n, timeout, lambda: f"consumed {self.unique()} of {n} records")
 
-    def finish(self, timeout: float) -> None:
-        wait_until(lambda: self.unique() >= self.want or not self._thread.is_alive(), timeout,
-                   lambda: f"consumed {self.unique()} of {self.want} records")
-        self.stop()
+    def read_to(self, ends: dict[int, int], timeout: float) -> None:
+        """Until each partition is delivered to its end offset in ``ends`` (asked of the broker once everything was
+        produced), bounded; it goes on polling (at the end of the log) until stopped."""
+        self.position.ends = ends
+        wait_until(lambda: self.position.at_end() or not self._thread.is_alive(), timeout,
+                   lambda: f"consumed {self.unique()} records, not to the end offsets {ends}")
 
     def stop(self) -> None:
         self._stop.set()
@@ -508,7 +514,7 @@ def test_sluice_kill9_and_restart_under_session_consumers(broker: KafkaBroker, u
     with SluiceProcess(broker.bootstrap, {"SLUICE_SESSIONS__MODE": "terminate"}) as sluice, \
             capture_fetcher_log() as log:
         producer = ContinuousProducer(broker.bootstrap, unique_topic, rounds=rounds, interval=0.02)
-        consumer = CommittingConsumer(sluice.bootstrap, unique_topic, PARTITIONS * rounds)
+        consumer = CommittingConsumer(sluice.bootstrap, unique_topic)
         try:
             for share in (3, 2):
                 consumer.wait_unique(PARTITIONS * rounds // share, 60)
@@ -523,13 +529,16 @@ def test_sluice_kill9_and_restart_under_session_consumers(broker: KafkaBroker, u
                 sluice.restart()
             producer.join(120)
             producer.check_acked()
-            consumer.finish(120)
+            consumer.read_to(end_offsets(broker.bootstrap, unique_topic), 120)
+            # The last Sluice process serves the consumer's sessions again: its fetches at the end of the log are
+            # incremental. Waited for: under load the consumer may have read the rest in the full fetch that opened
+            # its session with this process, the producer long done.
+            wait_until(lambda: sluice.metric("sluice_downstream_fetch_requests_total", {"kind": "incremental"}) > 0,
+                       60, "the last Sluice process serving an incremental fetch session")
         finally:
             producer.stop()
             consumer.stop()
         check_commit_semantics(consumer, rounds)
-        # The last Sluice process served the consumer's sessions again.
-        assert sluice.metric("sluice_downstream_fetch_requests_total", {"kind": "incremental"}) > 0
     created = [ln for ln in log.lines if PY_SESSION_CREATED.search(ln)]
     assert len(created) >= 3, f"sessions created: {created}"
     bad = offending(log.lines, PY_INVALID)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from proxy.wire.records import walk_batches
+from rig.kafka import KafkaBroker
 from rig.raw import RawClient
 from tests.support.subprocess_proxy import SubprocessProxy
 from tests.support.topics import create_topic, produce_values
@@ -46,7 +47,7 @@ def record_bytes(c: RawClient, topic: str) -> tuple[int, int]:
     return walk.complete_size, walk.batches[0].size
 
 
-def test_budget_changes_live_through_admin_api_and_sighup(kafka_broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_budget_changes_live_through_admin_api_and_sighup(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     topic = f"reconf-{int(time.time() * 1000)}"
     create_topic(kafka_broker.bootstrap, topic)
     produce_values(kafka_broker.bootstrap, topic, ((0, None, bytes([i % 256]) * VALUE) for i in range(RECORDS)),

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 
 from proxy import metrics
 from proxy.policies.terminate.sessions import FetchMetadata
@@ -347,8 +347,8 @@ def test_with_a_size_limit_budget(kafka_broker: KafkaBroker, unique_topic: str) 
     per_partition, budget = 20, 25_000
     prod = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 0, "batch.size": 1})
     for _ in range(per_partition):
-        for part in range(3):
-            prod.produce(unique_topic, value=bytes([65 + part]) * 10_000, partition=part)
+        for p in range(3):
+            prod.produce(unique_topic, value=bytes([65 + p]) * 10_000, partition=p)
             prod.poll(0)
     assert prod.flush(60) == 0
     with ProxyThread(kafka_broker.bootstrap, **TERMINATE,
@@ -421,7 +421,15 @@ def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
         yield p
 
 
+def partition_and_key(m: Message) -> tuple[int, str]:
+    partition, key = m.partition(), m.key()
+    assert partition is not None and key is not None, m
+    return partition, key.decode()
+
+
 def consume_confluent(bootstrap: str, topic: str, total: int, timeout: float = 90.0) -> list[tuple[int, str]]:
+    """While the records are produced (straight to the broker: a record stored twice would be the harness's, and
+    one delivered twice a client drops by offset), until ``total`` have come."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, "fetch.wait.max.ms": 100})
     c.subscribe([topic])
@@ -431,7 +439,7 @@ def consume_confluent(bootstrap: str, topic: str, total: int, timeout: float = 9
         while len(got) < total and time.monotonic() < deadline:
             m = c.poll(0.5)
             if m is not None and not m.error():
-                got.append((m.partition(), m.key().decode()))
+                got.append(partition_and_key(m))
     finally:
         c.close()
     return got
@@ -489,7 +497,7 @@ def test_broker_restart_mid_consumption(unique_topic: str) -> None:
             while len(got) < half and time.monotonic() < deadline:
                 m = c.poll(0.5)
                 if m is not None and not m.error():
-                    got.append((m.partition(), m.key().decode()))
+                    got.append(partition_and_key(m))
             assert len(got) == half
             broker.restart()
             produce(broker.bootstrap, unique_topic, records[half:])
@@ -497,7 +505,7 @@ def test_broker_restart_mid_consumption(unique_topic: str) -> None:
             while len(got) < len(records) and time.monotonic() < deadline:
                 m = c.poll(0.5)
                 if m is not None and not m.error():
-                    got.append((m.partition(), m.key().decode()))
+                    got.append(partition_and_key(m))
         finally:
             c.close()
         check_once_in_order(got)

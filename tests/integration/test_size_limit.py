@@ -16,6 +16,7 @@ from kafka import KafkaConsumer
 
 from proxy.wire.records import walk_batches
 from rig.java_tools import JavaTools
+from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
 from tests.support.topics import create_topic, produce_values
@@ -32,7 +33,7 @@ def value_for(key: str) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def backlog(kafka_broker) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def backlog(kafka_broker: KafkaBroker) -> Iterator[str]:
     topic = f"size-limit-{int(time.time() * 1000)}"
     create_topic(kafka_broker.bootstrap, topic, PARTITIONS)
     keys = [(p, f"p{p}-{i:04d}") for i in range(PER_PARTITION) for p in range(PARTITIONS)]
@@ -41,7 +42,7 @@ def backlog(kafka_broker) -> Iterator[str]:  # type: ignore[no-untyped-def]
     yield topic
 
 
-def budget_proxy(kafka_broker, fetch_max_bytes: int) -> ProxyThread:  # type: ignore[no-untyped-def]
+def budget_proxy(kafka_broker: KafkaBroker, fetch_max_bytes: int) -> ProxyThread:
     return ProxyThread(kafka_broker.bootstrap, **{
         "size_limit.budgets": [{"client_id": "*", "fetch_max_bytes": fetch_max_bytes}]})
 
@@ -63,7 +64,7 @@ BUDGETS = {"100KB": 100_000, "one_batch": ONE_BATCH, "below_one_record": 1_000}
 
 
 @pytest.mark.parametrize("name", list(BUDGETS))
-def test_raw_fetch_never_exceeds_budget_or_first_batch(kafka_broker, backlog: str, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_raw_fetch_never_exceeds_budget_or_first_batch(kafka_broker: KafkaBroker, backlog: str, name: str) -> None:
     budget = BUDGETS[name]
     with budget_proxy(kafka_broker, budget) as sluice, RawClient("127.0.0.1", sluice.proxy.bootstrap_port) as c:
         offsets = {p: 0 for p in range(PARTITIONS)}
@@ -87,7 +88,7 @@ def test_raw_fetch_never_exceeds_budget_or_first_batch(kafka_broker, backlog: st
 
 
 @pytest.mark.parametrize("name", list(BUDGETS))
-def test_clients_receive_every_record_once_in_order(kafka_broker, backlog: str, java_tools: JavaTools,  # type: ignore[no-untyped-def]
+def test_clients_receive_every_record_once_in_order(kafka_broker: KafkaBroker, backlog: str, java_tools: JavaTools,
                                                    name: str) -> None:
     total = PARTITIONS * PER_PARTITION
     with budget_proxy(kafka_broker, BUDGETS[name]) as sluice:
@@ -110,7 +111,9 @@ def test_clients_receive_every_record_once_in_order(kafka_broker, backlog: str, 
         while len(got) < total and time.monotonic() < deadline:
             m = cc.poll(0.5)
             if m is not None and not m.error():
-                got.append((m.key().decode(), m.value()))
+                key, value = m.key(), m.value()
+                assert key is not None and value is not None, m
+                got.append((key.decode(), value))
         cc.close()
         check_keys(got)
         # the Java consumer (Fetch v17+, sessions)

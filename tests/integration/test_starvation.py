@@ -14,6 +14,7 @@ from confluent_kafka import Consumer
 
 from proxy.policies.size_limit import policy as size_limit
 from proxy.wire.records import walk_batches
+from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
 from tests.support.topics import create_topic, produce_values
@@ -26,7 +27,7 @@ BUDGET = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def topic(kafka_broker) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def topic(kafka_broker: KafkaBroker) -> Iterator[str]:
     name = f"starvation-{int(time.time() * 1000)}"
     create_topic(kafka_broker.bootstrap, name, 4)
     payload = b"x" * RECORD
@@ -52,7 +53,7 @@ def fetch_loop(port: int, topic: str, fetches: int) -> dict[int, int]:
     return first
 
 
-def test_raw_loop_that_never_rotates(kafka_broker, topic: str) -> None:  # type: ignore[no-untyped-def]
+def test_raw_loop_that_never_rotates(kafka_broker: KafkaBroker, topic: str) -> None:
     direct = fetch_loop(kafka_broker.port, topic, 10)
     assert set(direct) == {0}, f"the broker alone should starve partitions 1-3 here: {direct}"
     with ProxyThread(kafka_broker.bootstrap, **{"size_limit.budgets": [
@@ -61,7 +62,7 @@ def test_raw_loop_that_never_rotates(kafka_broker, topic: str) -> None:  # type:
     assert set(first) == set(BACKLOG), f"partitions that delivered within 10 fetches: {first}"
 
 
-def test_librdkafka(kafka_broker, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_librdkafka(kafka_broker: KafkaBroker, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Which partitions each budgeted Fetch response carried records for, in response order, as Sluice sent them
     # (counting at the client instead would include librdkafka's prefetching).
     served: list[list[int]] = []
@@ -84,8 +85,9 @@ def test_librdkafka(kafka_broker, topic: str, monkeypatch: pytest.MonkeyPatch) -
         try:
             while len(seen) < len(BACKLOG) and time.monotonic() < deadline:
                 m = consumer.poll(0.2)
-                if m is not None and not m.error():
-                    seen.add(m.partition())
+                partition = None if m is None or m.error() else m.partition()
+                if partition is not None:
+                    seen.add(partition)
         finally:
             consumer.close()
     assert seen == set(BACKLOG), f"partitions the consumer saw: {seen}"

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 from kafka import KafkaConsumer
 
 from proxy import reconfigure
@@ -33,6 +32,7 @@ from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
+from tests.support.consume import consume
 from tests.support.topics import create_topic, produce_values
 
 pytestmark = pytest.mark.broker
@@ -178,25 +178,17 @@ def consume_kafka_python(bootstrap: str, topic: str, name: str) -> list[tuple[by
 
 
 def consume_confluent(bootstrap: str, topic: str, name: str) -> list[tuple[bytes, bytes]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": f"backfill-ck-{name}",
-                         "group.id": f"ck-{name}-{time.time()}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, "max.partition.fetch.bytes": 256 * 1024})
-    consumer.subscribe([topic])
-    got: list[tuple[bytes, bytes]] = []
-    try:
-        deadline = time.monotonic() + 120
-        while len(got) < TOTAL and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            got.append((msg.key(), msg.value()))
-    finally:
-        consumer.close()
+    got = []
+    for msg in consume({"bootstrap.servers": bootstrap, "client.id": f"backfill-ck-{name}",
+                        "max.partition.fetch.bytes": 256 * 1024}, topic, deadline_s=120):
+        key, value = msg.key(), msg.value()
+        assert key is not None and value is not None, msg
+        got.append((key, value))
     return got
 
 
-def consume(client: str, bootstrap: str, topic: str, java_tools: JavaTools, name: str) -> list[tuple[bytes, bytes]]:
+def consume_with(client: str, bootstrap: str, topic: str, java_tools: JavaTools,
+                 name: str) -> list[tuple[bytes, bytes]]:
     if client == "java":
         return consume_java(bootstrap, topic, java_tools, name)
     if client == "kafka-python":
@@ -215,7 +207,7 @@ def test_every_byte_a_client_receives_was_counted(kafka_broker: KafkaBroker, top
     (librdkafka) does not. Before the fix, a Java consumer had ~11% of what it received counted."""
     slow, _ = topics
     with throttled_proxy(kafka_broker, slow, leader=RATE, mode=mode) as sluice:
-        records = consume(client, sluice.bootstrap, slow, java_tools, f"{client}-{mode}")
+        records = consume_with(client, sluice.bootstrap, slow, java_tools, f"{client}-{mode}")
         counted = sluice.total(COUNTED, side="leader")
         held = sluice.total(LEFT_OUT, side="leader")
     check_once_in_order(records)
@@ -233,7 +225,7 @@ def test_follower_side_holds_back_session_and_sessionless_fetchers(kafka_broker:
     (kafka-python). Either way every received byte counts against the follower quota."""
     slow, _ = topics
     with throttled_proxy(kafka_broker, slow, follower=RATE) as sluice:
-        records = consume(client, sluice.bootstrap, slow, java_tools, f"{client}-follower")
+        records = consume_with(client, sluice.bootstrap, slow, java_tools, f"{client}-follower")
         counted = sluice.total(COUNTED, side="follower")
         held = sluice.total(LEFT_OUT, side="follower")
     check_once_in_order(records)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from rig.kafka import KafkaBroker
 from rig.raw import RawClient
 from tests.integration.test_reconfigure import http as _http
 from tests.support.subprocess_proxy import SubprocessProxy
@@ -48,7 +49,7 @@ def partition_bytes(c: RawClient, topic: str) -> tuple[int, int, int]:
     return len(part.records or b""), part.error_code, part.high_watermark
 
 
-def test_cli_admin_api_and_sighup_change_throttles_live(kafka_broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_admin_api_and_sighup_change_throttles_live(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     topic = f"throttle-admin-{int(time.time() * 1000)}"
     create_topic(kafka_broker.bootstrap, topic)
     produce_values(kafka_broker.bootstrap, topic, ((0, None, bytes([i]) * VALUE) for i in range(RECORDS)), linger_ms=0)

@@ -97,7 +97,7 @@ def produce_and_consume(conf: dict[str, Any], topic: str) -> list[bytes]:
     for i in range(RECORDS):
         producer.produce(topic, f"record-{i:04d}".encode() + b"x" * 100)
     assert producer.flush(30) == 0
-    return consume_values(conf, topic, RECORDS)
+    return consume_values(conf, topic)
 
 
 EXPECTED = [f"record-{i:04d}".encode() + b"x" * 100 for i in range(RECORDS)]
@@ -138,7 +138,7 @@ def test_collected_fetch_responses_carry_every_record_once_in_order(secure_broke
         for value in values:
             producer.produce(topic, value)
         assert producer.flush(30) == 0
-        assert consume_values(conf, topic, len(values)) == values
+        assert consume_values(conf, topic) == values
 
 
 def test_mtls_and_handshake_failures_are_clear_on_the_right_side(secure_broker: SecureBroker, pki: dict[str, Any],
@@ -259,7 +259,9 @@ def test_certificate_reload_new_connections_get_the_new_one_open_ones_continue(
 def _common_name(sock: ssl.SSLSocket) -> str:
     cert = sock.getpeercert()
     assert cert is not None
-    return str(dict(x[0] for x in cert["subject"])["commonName"])
+    # ((("commonName", "x"),), ...): a tuple of RDNs, each a tuple of pairs (typeshed types an RDN as one pair)
+    subject: Any = cert["subject"]
+    return str(dict(rdn[0] for rdn in subject)["commonName"])
 
 
 # ------------------------------------------------------------------------------------------------ PROXY

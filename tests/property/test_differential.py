@@ -48,7 +48,7 @@ from proxy.wire.schema import FieldSpec, MessageSpec, kafka_spec
 from rig.specgen import default_for, message_strategy
 
 # API name -> (kio package, kafka-python request class, response class)
-APIS: dict[str, tuple[str, type, type]] = {
+APIS: dict[str, tuple[str, type[Any], type[Any]]] = {
     "Metadata": ("metadata", MetadataRequest, MetadataResponse),
     "Fetch": ("fetch", FetchRequest, FetchResponse),
     "FindCoordinator": ("find_coordinator", FindCoordinatorRequest, FindCoordinatorResponse),
@@ -76,7 +76,7 @@ KP_VALUES = {"ApiVersionsResponse": {"error_code": st.just(0)}}
 
 
 def _cases() -> list[tuple[str, str, MessageSpec, int]]:
-    out = []
+    out: list[tuple[str, str, MessageSpec, int]] = []
     for api in APIS:
         for side in ("Request", "Response"):
             spec = kafka_spec(api + side)
@@ -93,7 +93,7 @@ def _kio_type(api: str, side: str, version: int) -> type | None:
         module = importlib.import_module(f"kio.schema.{APIS[api][0]}.v{version}.{side.lower()}")
     except ModuleNotFoundError:
         return None
-    return getattr(module, api + side)  # type: ignore[no-any-return]
+    return getattr(module, api + side)
 
 
 # --------------------------------------------------------------------------------------------- comparison
@@ -225,7 +225,7 @@ def test_kio_agrees(api: str, side: str, spec: MessageSpec, version: int) -> Non
     codec = compiled_for(spec, version)
     kio_type = _kio_type(api, side, version)
     assert kio_type is not None
-    read = entity_reader(kio_type)
+    read: Callable[..., Any] = entity_reader(kio_type)
     flexible = version in spec.flexible
 
     @SETTINGS

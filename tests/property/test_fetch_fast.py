@@ -11,6 +11,7 @@ For hypothesis-generated responses ``m`` (from the spec, with random unknown tag
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,7 @@ def test_policy_edits_match_construct(version: int) -> None:
 
     @SETTINGS
     @given(_strategy(version), st.randoms(use_true_random=False))
-    def check(msg: Message, rnd) -> None:  # type: ignore[no-untyped-def]
+    def check(msg: Message, rnd: random.Random) -> None:
         data = codec.encode(msg)
         view = decode(data, version)
         ref = codec.decode(data)
@@ -165,7 +166,7 @@ def test_partition_by_partition_encoding_equals_the_full_encoder(version: int) -
     @given(_strategy(version))
     def check(msg: Message) -> None:
         view = decode(memoryview(codec.encode(msg)), version)
-        pieces: list[bytes | memoryview] = []
+        pieces: list[bytes | bytearray | memoryview] = []
         errors: list[int] = []
         for t in view.topics:
             pieces.append(topic_head(version, t.topic_id if version >= 13 else t.topic, len(t.partitions)))

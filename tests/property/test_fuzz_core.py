@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 from bench.pipeline_cpu import request_frame, response_frame
 from proxy.policies.terminate.sessions import LEGACY
 from proxy.wire.fetch_fast import FetchResponseView, NodeEndpoint
+from proxy.wire.fetch_layout import PartitionKey
 from proxy.wire.fetch_request_fast import FetchParams
 from rig.core_rig import CoreRig, sized
 from rig.fuzz_targets import TARGETS, check_closed_cleanly, fetch_request
@@ -60,7 +61,7 @@ def test_a_sessionless_fetch_naming_a_topic_that_is_not_utf8_closes_the_connecti
     core. Now the request is decoded whole instead, and refused as malformed."""
     rig = CoreRig({"sessions.mode": "terminate"})
     conn, port = rig.connect()
-    keys = {("t", 0): 0, ("t", 1): 0}
+    keys: dict[PartitionKey, int] = {("t", 0): 0, ("t", 1): 0}
     conn.client_data(sized(request_frame(12, 1, keys, LEGACY)))
     conn.upstream_data(sized(response_frame(12, 1, list(keys), 0, 42)))
     assert not conn.closed

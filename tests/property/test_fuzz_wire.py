@@ -17,6 +17,7 @@ from proxy.core.routing import Router
 from proxy.wire import fetch_fast
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, build_tags, top_head, topic_head
+from proxy.wire.fetch_layout import PartitionKey
 from proxy.wire.fetch_request_fast import Baseline, FetchParams, decode_fetch_request, encode_fetch_request
 from proxy.wire.fetch_stream import FetchStreamer
 from proxy.wire.messages import decode_request, encode_request, request_codec, response_codec
@@ -88,7 +89,7 @@ def test_baseline_read_of_a_topic_name_that_is_not_utf8_is_none(version: int, na
     """bench.fuzz (fetch_baseline): Baseline.read let UnicodeDecodeError out of a topic name that is not UTF-8
     (_string16 for v4-11, _compact_string for v12). A request it cannot read is now None: decode it whole (which
     refuses it)."""
-    parts = {("a", 0): FetchParams(0, 0, 0, 0, 0)}
+    parts: dict[PartitionKey, FetchParams] = {("a", 0): FetchParams(0, 0, 0, 0, 0)}
     first = _fetch(version, parts)
     second = _fetch(version, parts, corr=2).replace(name, name[:-1] + b"\x80")
     assert Baseline(decode_fetch_request(first), first).read(second) is None

@@ -32,7 +32,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 NULLABLE = st.one_of(st.none(), st.binary(max_size=40))
-TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)
+TEXT = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=8)
 
 records = st.builds(
     Record,

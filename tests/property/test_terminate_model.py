@@ -45,7 +45,7 @@ from proxy.wire.model import Message
 from rig.fetch_oracle import apply_plan
 
 V = 12
-KEYS: list[PartitionKey] = [("t", i) for i in range(4)] + [("u", i) for i in range(2)]
+KEYS: list[PartitionKey] = [(topic, i) for topic, n in (("t", 4), ("u", 2)) for i in range(n)]
 key_st = st.sampled_from(KEYS)
 
 

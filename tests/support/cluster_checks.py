@@ -15,6 +15,7 @@ import psutil
 
 from rig.java_tools import VERIFIABLE_PRODUCER
 from rig.sluice_process import SluiceProcess
+from tests.support.consume import ReadTo
 
 __all__ = ["VERIFIABLE_PRODUCER", "Reader", "acked_records", "check_at_least_once_in_order", "check_exactly",
            "remote_ports", "sluice_node_ports"]
@@ -44,36 +45,58 @@ def by_partition(records: Iterable[Record]) -> dict[int, list[tuple[int, str]]]:
     return out
 
 
-def check_exactly(got: list[Record], acked: list[Record], who: str) -> None:
-    """Every acknowledged record consumed once, in offset order per partition, its value unchanged (nothing else
-    was produced to the topic, so the log holds exactly the acknowledged records)."""
-    want = {p: sorted(rs) for p, rs in by_partition(acked).items()}
-    have = by_partition(got)
+def _expected(acked: list[Record], partitions: int) -> dict[int, dict[int, str]]:
+    """The acknowledged records of each of the topic's partitions, offset -> value (a partition nothing was
+    acknowledged to must deliver nothing: a sticky partitioner may leave one out), at offsets 0.. without a gap;
+    and something was acknowledged at all, or there is nothing to check."""
+    assert acked, "harness: nothing acknowledged, nothing to check"
+    want: dict[int, dict[int, str]] = {p: {} for p in range(partitions)}
+    for p, offset, value in acked:
+        assert p in want, f"harness: acknowledged to partition {p} of a {partitions}-partition topic"
+        want[p][offset] = value
     for p, records in want.items():
-        assert [o for o, _ in records] == list(range(len(records))), f"harness: partition {p} acked offsets have gaps"
-        consumed = have.get(p, [])
-        assert consumed == records, (
-            f"{who}, partition {p}: consumed {len(consumed)} records, acknowledged {len(records)}; first difference "
-            f"at {next((i for i, (a, b) in enumerate(zip(consumed, records, strict=False)) if a != b), None)}"
-        )
-    assert set(have) <= set(want), f"{who}: records from partitions never produced to: {set(have) - set(want)}"
+        assert sorted(records) == list(range(len(records))), \
+            f"harness: partition {p} acknowledged offsets with gaps: {sorted(records)[:5]}..."
+    return want
 
 
-def check_at_least_once_in_order(got: list[Record], acked: list[Record], who: str) -> None:
+def _counts(want: dict[int, dict[int, str]], have: dict[int, list[tuple[int, str]]]) -> str:
+    return ", ".join(f"partition {p}: {len(have.get(p, []))} of {len(records)}" for p, records in want.items())
+
+
+def check_exactly(got: list[Record], acked: list[Record], who: str, partitions: int) -> None:
+    """Every acknowledged record consumed once, in offset order per partition, its value unchanged (nothing else
+    was produced to the topic, so the log holds exactly the acknowledged records), in each of the ``partitions``
+    partitions: checked over what was sent, so a partition that delivered nothing fails it."""
+    want = _expected(acked, partitions)
+    have = by_partition(got)
+    assert set(have) <= set(want), f"{who}: records from partitions of another topic: {set(have) - set(want)}"
+    for p, records in want.items():
+        consumed, expected = have.get(p, []), sorted(records.items())
+        assert consumed == expected, (
+            f"{who}, partition {p}: consumed {len(consumed)} records, acknowledged {len(expected)} "
+            f"({_counts(want, have)}); first difference at "
+            f"{next((i for i, (a, b) in enumerate(zip(consumed, expected, strict=False)) if a != b), None)}")
+
+
+def check_at_least_once_in_order(got: list[Record], acked: list[Record], who: str, partitions: int) -> None:
     """A group member's view: as :func:`check_exactly`, except that after a rebalance a partition may be read again
     from its last committed offset (Kafka's at-least-once): a record delivered again must be the very record
-    at that offset, and each partition's first deliveries are in offset order."""
-    want = {p: dict(rs) for p, rs in by_partition(acked).items()}
-    for p, records in by_partition(got).items():
+    at that offset, and each partition's first deliveries are in offset order. Checked over what was sent."""
+    want = _expected(acked, partitions)
+    have = by_partition(got)
+    assert set(have) <= set(want), f"{who}: records from partitions of another topic: {set(have) - set(want)}"
+    for p, records in want.items():
         first_seen: list[int] = []
         seen: set[int] = set()
-        for offset, value in records:
-            assert want.get(p, {}).get(offset) == value, f"{who}, partition {p} offset {offset}: {value!r} changed"
+        for offset, value in have.get(p, []):
+            assert records.get(offset) == value, f"{who}, partition {p} offset {offset}: {value!r} changed"
             if offset not in seen:
                 seen.add(offset)
                 first_seen.append(offset)
+        assert seen == set(records), (f"{who}, partition {p}: {len(set(records) - seen)} acknowledged records "
+                                      f"missing ({_counts(want, have)})")
         assert first_seen == sorted(first_seen), f"{who}, partition {p}: out of order"
-        assert seen == set(want[p]), f"{who}, partition {p}: {len(set(want[p]) - seen)} acknowledged records missing"
 
 
 # ---------------------------------------------------------------------------------------------- readers
@@ -81,16 +104,16 @@ def check_at_least_once_in_order(got: list[Record], acked: list[Record], who: st
 
 class Reader:
     """A consumer of one kind reading every partition of ``topic`` from the beginning (assigned, no group: so a
-    broker's death costs no rebalance and every record arrives exactly once), in a thread, until it has ``want``
-    records or ``deadline_s`` has passed."""
+    broker's death costs no rebalance and every record arrives exactly once), in a thread, until it is told the
+    topic's end offsets and has read each partition to its end (:meth:`join`: by offset, never a count, so a record
+    stored twice at the end of the log is read too) or ``deadline_s`` has passed."""
 
     KINDS = ("kafka-python", "confluent-kafka", "aiokafka")
 
-    def __init__(self, kind: str, bootstrap: str, topic: str, partitions: int, want: int,
-                 deadline_s: float = 180.0) -> None:
+    def __init__(self, kind: str, bootstrap: str, topic: str, partitions: int, deadline_s: float = 180.0) -> None:
         self.kind, self.bootstrap, self.topic, self.partitions = kind, bootstrap, topic, partitions
-        self.want = want
         self.records: list[Record] = []
+        self.position = ReadTo()
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._deadline = time.monotonic() + deadline_s
@@ -99,11 +122,12 @@ class Reader:
         self._thread = threading.Thread(target=self._guard, args=(run,), name=f"reader-{kind}", daemon=True)
         self._thread.start()
 
-    def set_want(self, want: int) -> None:
-        self.want = want
+    def _add(self, partition: int, offset: int, value: str) -> None:
+        self.records.append((partition, offset, value))
+        self.position.read(partition, offset)
 
     def _going(self) -> bool:
-        return len(self.records) < self.want and not self._stop.is_set() and time.monotonic() < self._deadline
+        return not self.position.at_end() and not self._stop.is_set() and time.monotonic() < self._deadline
 
     def _guard(self, run: Callable[[], None]) -> None:
         try:
@@ -122,7 +146,8 @@ class Reader:
             consumer.seek_to_beginning(*tps)
             while self._going():
                 for tp, msgs in consumer.poll(timeout_ms=200).items():
-                    self.records += [(tp.partition, m.offset, m.value.decode()) for m in msgs]
+                    for m in msgs:
+                        self._add(tp.partition, m.offset, m.value.decode())
         finally:
             consumer.close()
 
@@ -138,11 +163,14 @@ class Reader:
                 msg = consumer.poll(0.2)
                 if msg is None:
                     continue
-                if msg.error():
-                    if msg.error().fatal():
-                        raise RuntimeError(str(msg.error()))
+                error = msg.error()
+                if error is not None:
+                    if error.fatal():
+                        raise RuntimeError(str(error))
                     continue  # transient (a broker down): librdkafka retries by itself
-                self.records.append((msg.partition(), msg.offset(), msg.value().decode()))
+                partition, offset, value = msg.partition(), msg.offset(), msg.value()
+                assert partition is not None and offset is not None and value is not None
+                self._add(partition, offset, value.decode())
         finally:
             consumer.close()
 
@@ -159,11 +187,15 @@ class Reader:
             while self._going():
                 batches = await consumer.getmany(timeout_ms=200)
                 for tp, msgs in batches.items():
-                    self.records += [(tp.partition, m.offset, m.value.decode()) for m in msgs]
+                    for m in msgs:
+                        self._add(tp.partition, m.offset, m.value.decode())
         finally:
             await consumer.stop()
 
-    def join(self, timeout: float) -> list[Record]:
+    def join(self, timeout: float, ends: dict[int, int]) -> list[Record]:
+        """Read to ``ends`` (the topic's end offsets, asked of the cluster once everything was produced), bounded
+        by ``timeout``; what was read."""
+        self.position.ends = ends
         self._thread.join(timeout)
         if self._thread.is_alive():
             self._stop.set()

@@ -17,6 +17,8 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
+from tests.support.consume import ReadTo
+
 #: poll interval of the bounded waits below (a real condition is re-checked this often, never waited for blindly)
 POLL_S = 0.05
 
@@ -31,14 +33,17 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str | Callab
 
 
 class Reader:
-    """A consumer of ``topic``'s ``partitions`` in a thread, until it has ``want`` records or is stopped."""
+    """A consumer of ``topic``'s ``partitions`` in a thread, until it is stopped or, once told the topic's end
+    offsets (:meth:`finish`), has read each partition to its end: by offset, never a count, so a record stored
+    twice at the end of the log is read too."""
 
     kind = "?"
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, want: int, *, client_id: str) -> None:
-        self.bootstrap, self.topic, self.partitions, self.want = bootstrap, topic, partitions, want
+    def __init__(self, bootstrap: str, topic: str, partitions: int, *, client_id: str) -> None:
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         self.client_id = client_id
         self.got: list[tuple[int, int, str]] = []
+        self.position = ReadTo()
         self.errors: list[str] = []  # what the client reported along the way (expected during a fault)
         self.failure: BaseException | None = None
         self._stop = threading.Event()
@@ -58,13 +63,20 @@ class Reader:
     def _run(self) -> None:
         raise NotImplementedError
 
-    def _more(self) -> bool:
-        return len(self.got) < self.want and not self._stop.is_set()
+    def _got(self, partition: int, offset: int, value: str) -> None:
+        self.got.append((partition, offset, value))
+        self.position.read(partition, offset)
 
-    def finish(self, timeout: float) -> list[tuple[int, int, str]]:
-        """Wait (bounded) until the reader has its ``want`` records, stop it, and return what it read."""
-        wait_until(lambda: self.count >= self.want or not self._thread.is_alive(), timeout,
-                   lambda: f"{self.kind} read {self.count} of {self.want} records; errors: {self.errors[-5:]}")
+    def _more(self) -> bool:
+        return not self.position.at_end() and not self._stop.is_set()
+
+    def finish(self, timeout: float, ends: dict[int, int]) -> list[tuple[int, int, str]]:
+        """Wait (bounded) until the reader has read each partition to its end offset in ``ends`` (the topic's,
+        asked of the broker once everything was produced: rig.kafka.end_offsets), stop it, and return what it
+        read."""
+        self.position.ends = ends
+        wait_until(lambda: self.position.at_end() or not self._thread.is_alive(), timeout,
+                   lambda: f"{self.kind} read to {self.position.next}, not to {ends}; errors: {self.errors[-5:]}")
         self.stop()
         return self.got
 
@@ -89,7 +101,8 @@ class KafkaPythonReader(Reader):
             consumer.assign([KpTopicPartition(self.topic, p) for p in range(self.partitions)])
             while self._more():
                 for msgs in consumer.poll(timeout_ms=200).values():
-                    self.got += [(m.partition, m.offset, m.value.decode()) for m in msgs]
+                    for m in msgs:
+                        self._got(m.partition, m.offset, m.value.decode())
         finally:
             consumer.close()
 
@@ -116,6 +129,6 @@ class ConfluentReader(Reader):
                     continue
                 partition, offset, value = m.partition(), m.offset(), m.value()
                 assert partition is not None and offset is not None and value is not None
-                self.got.append((partition, offset, value.decode()))
+                self._got(partition, offset, value.decode())
         finally:
             consumer.close()

@@ -1,4 +1,5 @@
-"""bench/fleet.py's figures: nearest-rank percentiles, and a summary that fails when an instance missed a change."""
+"""bench/fleet.py's figures: nearest-rank percentiles, and a summary whose check fails when an instance missed a change
+or a change failed, and whose goal is the p99."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ def test_percentiles_are_nearest_rank() -> None:
 def test_a_missed_application_fails_the_summary() -> None:
     good = {"put_s": 1.0, "apply_s": [0.1, 0.2], "missed": 0}
     assert summary([good], 2) | {"met": True} == summary([good], 2)
+    assert summary([good], 2)["correct"]
     missed = summary([good, {"put_s": 1.0, "apply_s": [0.1], "missed": 1}], 2)
-    assert (missed["missed"], missed["met"]) == (1, False)
+    assert (missed["missed"], missed["correct"]) == (1, False)
+    failed = summary([good, {"error": "PUT answered 409"}], 2)
+    assert (failed["missed"], failed["errors"], failed["correct"]) == (2, ["PUT answered 409"], False)
     slow = summary([{"put_s": 1.0, "apply_s": [3.0, 0.1], "missed": 0}], 2)
-    assert (slow["apply_p99_s"], slow["met"]) == (3.0, False)
+    assert (slow["apply_p99_s"], slow["met"], slow["correct"]) == (3.0, False, True)

@@ -8,25 +8,28 @@ import json
 import pytest
 
 from bench import pipeline_cpu
+from proxy.wire.fetch_layout import PartitionKey
 
 
 @pytest.mark.parametrize("version", [12, 16])
 def test_every_case_runs(version: int, capsys: pytest.CaptureFixture[str]) -> None:
-    pipeline_cpu.main(["--partitions", "300", "--fetches", "3", "--version", str(version)])
+    with pytest.raises(SystemExit) as done:
+        pipeline_cpu.main(["--partitions", "300", "--fetches", "3", "--version", str(version)])
+    assert done.value.code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line.get("case") for line in lines[:-1]] == list(pipeline_cpu.CASES)
     assert lines[-1]["summary"] == "pipeline_cpu" and all(lines[-1][case] >= 0 for case in pipeline_cpu.CASES)
-    assert lines[-1]["wrong"] == 0 and all(line["wrong"] == 0 for line in lines[:-1])
+    assert lines[-1]["wrong"] == 0 and all(line["wrong"] == 0 for line in lines[:-1]) and lines[-1]["correct"]
 
 
 def test_the_check_finds_a_wrong_reply() -> None:
     """The summary's "wrong": 0 means something: a reply missing a partition's news, listing a partition never
     asked for, with another correlation id, or partial for a session-less client is each found."""
-    keys = [("t", i) for i in range(5)]
+    keys: list[PartitionKey] = [("t", i) for i in range(5)]
     request = pipeline_cpu.request_frame(12, 7, dict.fromkeys(keys, 0), pipeline_cpu.LEGACY)
     upstream = pipeline_cpu.response_frame(12, 7, keys[:2], 3, 0)
 
-    def reply(corr: int, listed: list[tuple[str, int]], hw: int = 3) -> bytes:
+    def reply(corr: int, listed: list[PartitionKey], hw: int = 3) -> bytes:
         return b"\0\0\0\0" + pipeline_cpu.response_frame(12, corr, listed, hw, 0)
 
     assert pipeline_cpu.check("size_limit", 12, request, upstream, reply(7, keys[:2])) is None
@@ -56,7 +59,7 @@ def test_terminate_cases_go_upstream_incrementally(case: str, incremental_upstre
     """3 fetches after the warm-up went upstream in Sluice's own session; the session client's were its own
     incremental fetches too."""
     pl, conn, metrics = pipeline_cpu.chain(case)
-    keys = [("t", i) for i in range(20)]
+    keys: list[PartitionKey] = [("t", i) for i in range(20)]
     frame = pipeline_cpu.request_frame(12, 1, dict.fromkeys(keys, 0), pipeline_cpu.FetchMetadata(0, 0)
                                        if case == "terminate_session" else pipeline_cpu.LEGACY)
     reply = pipeline_cpu._fetch(pl, conn, frame, pipeline_cpu.response_frame(12, 1, keys, 0, 77))
@@ -79,8 +82,9 @@ def test_opcodes_counts_sluices_code_and_places_the_writes(capsys: pytest.Captur
     with pytest.raises(SystemExit) as done:
         pipeline_cpu.main(["--opcodes"])
     assert done.value.code == 0
-    line = json.loads(capsys.readouterr().out)
+    line, summary = (json.loads(x) for x in capsys.readouterr().out.splitlines())
     assert line["bench"] == "pipeline_opcodes" and line["wrong"] == 0
+    assert summary["summary"] == "pipeline_opcodes" and summary["opcodes"] == line["opcodes"] and summary["correct"]
     assert 0 < line["before_request_write"] < line["before_request_write"] + line["before_response_write"] \
         < line["opcodes"]
     places = {where for _, _, where in line["top"]}
@@ -95,7 +99,7 @@ def test_opcodes_fetch_all_counts_a_fetch_with_every_policy_on(capsys: pytest.Ca
     with pytest.raises(SystemExit) as done:
         pipeline_cpu.main(["--opcodes", "--case", "fetch_all"])
     assert done.value.code == 0
-    line = json.loads(capsys.readouterr().out)
+    line = json.loads(capsys.readouterr().out.splitlines()[0])
     assert line["case"] == "fetch_all" and line["wrong"] == 0
     walks = [calls for _, calls, where in line["top"] if where == "records.py:prefix_within"]
     assert walks == [3]  # one walk of each of the 3 partitions, not one per policy
@@ -108,6 +112,6 @@ def test_the_fetch_all_check_finds_changed_records() -> None:
     (request, upstream), = pipeline_cpu._fetch_all_frames(12, 1)
     same = b"\0\0\0\0" + upstream
     assert pipeline_cpu.check("fetch_all", 12, request, upstream, same) is None
-    keys = [("bench", i) for i in range(pipeline_cpu.FETCH_ALL_SHAPE[0])]
+    keys: list[PartitionKey] = [("bench", i) for i in range(pipeline_cpu.FETCH_ALL_SHAPE[0])]
     changed = b"\0\0\0\0" + pipeline_cpu.response_frame(12, 1, keys, pipeline_cpu.FETCH_ALL_SHAPE[1] * 16, 77, b"")
     assert pipeline_cpu.check("fetch_all", 12, request, upstream, changed) == "the records differ from the broker's"

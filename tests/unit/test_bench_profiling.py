@@ -1,9 +1,9 @@
-"""bench/profiling.py's summary of py-spy's collapsed stacks: each sample filed under the innermost part of Sluice
-inside the event loop's frames (a smoke test of the bench's analysis; the sampling itself needs a process)."""
+"""bench/support/profiling.py's summary of py-spy's collapsed stacks: each sample filed under the innermost part of
+Sluice inside the event loop's frames (a smoke test of the bench's analysis; the sampling itself needs a process)."""
 
 from __future__ import annotations
 
-from bench.profiling import part_of, summarize
+from bench.support.profiling import part_of, summarize
 
 OUTER = "<module> (proxy/__main__.py:5);main (proxy/cli.py:457);run (uvloop/__init__.py:92);" \
         "Runner.run (asyncio/runners.py:118)"

@@ -6,11 +6,14 @@ briefly)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 
 import pytest
 
 from bench import soak, storm
+from bench.support.verdict import Delivery
 
 INF = math.inf
 
@@ -58,9 +61,12 @@ def sample(t: float, rss_mb: float, fds: int, cpu_s: float, written_gib: float, 
 def test_summary_measures_growth_after_the_warm_up_interval() -> None:
     samples = [sample(0, 50, 20, 0.0, 0.0, 0.0), sample(60, 60, 25, 10.0, 0.5, 100.0),
                sample(120, 61, 25, 20.0, 1.0, 200.0), sample(180, 61.5, 26, 30.0, 1.5, 200.0)]
-    out = soak.summary(samples, lost=0, duplicated=2)
+    out = soak.summary(samples, Delivery(duplicated=2))
     assert out["summary"] == "soak" and out["minutes"] == 3.0
-    assert out["lost"] == 0 and out["duplicated"] == 2  # the check travels with the figures
+    assert out["lost"] == 0 and out["duplicated"] == 2 and not out["correct"]  # the check travels with the figures
+    failed = soak.summary(samples, Delivery(), ["ck producer: 3 records unacknowledged"])
+    assert failed["errors"] == ["ck producer: 3 records unacknowledged"] and not failed["correct"]
+    assert soak.summary(samples, Delivery())["correct"]
     assert out["rss_growth_mb"] == 1.5 and out["fd_growth"] == 1  # from the end of minute 1, not from the start
     assert out["cpu_s_per_gib"] == 20.0
     # the last interval saw no new observations at all: no p99 rather than a made-up one
@@ -69,7 +75,7 @@ def test_summary_measures_growth_after_the_warm_up_interval() -> None:
     assert line["rss_mb"] == 60.0 and line["fds"] == 25 and line["cpu_s_per_gib"] == 20.0
     assert line["p99_ms"] == pytest.approx(1.0 + 99.0 * 99 / 100)  # 100 new ones, all in (1 ms, 100 ms]
     with pytest.raises(ValueError):
-        soak.summary(samples[:1], lost=0, duplicated=0)
+        soak.summary(samples[:1], Delivery())
 
 
 def test_storm_percentiles_are_nearest_rank() -> None:
@@ -86,3 +92,31 @@ def test_storm_upstream_setup_bounds_the_wait_and_splits_the_cpu() -> None:
     assert out["upstream_wait_share_bound"]["p50"] == round(14.9 / 149.0, 3)
     assert out["sluice_cpu_ms_per_client"]["cold"] == 3.0
     assert out["connection_setup_cpu_share"] == 0.25
+
+
+@pytest.mark.parametrize("answer", ["in order", "wrong correlation id", "closed"])
+async def test_a_storm_client_counts_as_answered_only_with_every_answer_in_order(answer: str) -> None:
+    """The storm's check: a client is answered when each request got its own answer (by correlation id); an
+    answer to another request, or a connection closed early, leaves it unanswered."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for correlation_id in (1, 2, 3):
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            await reader.readexactly(size)
+            if answer == "closed" and correlation_id == 2:
+                break
+            sent = 7 if answer == "wrong correlation id" and correlation_id == 3 else correlation_id
+            writer.write((4).to_bytes(4, "big") + sent.to_bytes(4, "big"))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        client = storm.Client(port, storm.frames("t", 0))
+        await client.run(time.perf_counter(), connect=True)
+        await client.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert client.answered == (answer == "in order")

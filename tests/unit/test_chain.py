@@ -13,6 +13,7 @@ from proxy.core.policy import Policy, reads
 from proxy.core.routing import Router
 from proxy.core.topic_names import TopicNames
 from proxy.metrics import Metrics
+from proxy.wire.fetch_layout import PartitionKey
 from proxy.wire.messages import (
     decode_response,
     encode_request,
@@ -293,7 +294,7 @@ def test_access_log_partitions_include_those_without_bytes() -> None:
     from proxy.accesslog import AccessLog
     from proxy.policies.terminate.sessions import LEGACY
 
-    keys = [("t", i) for i in range(5)]
+    keys: list[PartitionKey] = [("t", i) for i in range(5)]
     p = SansIOProxy({"sessions.mode": "terminate"}, access_log=AccessLog(io.StringIO()))
     ex = p.request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY))
     p.respond(ex, response_frame(12, 1, keys, 0, 77))
@@ -304,7 +305,7 @@ def test_access_log_partitions_are_not_gathered_when_the_access_log_is_off() -> 
     from bench.pipeline_cpu import request_frame, response_frame
     from proxy.policies.terminate.sessions import LEGACY
 
-    keys = [("t", i) for i in range(5)]
+    keys: list[PartitionKey] = [("t", i) for i in range(5)]
     p = SansIOProxy({"sessions.mode": "terminate"})
     ex = p.request(request_frame(12, 1, dict.fromkeys(keys, 0), LEGACY))
     p.respond(ex, response_frame(12, 1, keys, 0, 77))
@@ -342,8 +343,7 @@ def test_reconfiguration_is_all_or_nothing() -> None:
     once every one is ready, all apply."""
 
     class Setting(Policy):
-        def __init__(self, name: str) -> None:
-            self.name = name
+        def __init__(self) -> None:
             self.value = "old"
 
         def reconfigure(self, section: Any) -> Any:
@@ -351,7 +351,7 @@ def test_reconfiguration_is_all_or_nothing() -> None:
                 raise ValueError("cannot be made ready")
             return lambda: setattr(self, "value", section)
 
-    first, second = Setting("first"), Setting("second")
+    first, second = Setting(), Setting()
     chain = Chain([first, second], Metrics(), TopicNames(Clock()), AccessLog("off"))
     with pytest.raises(ValueError):
         chain.reconfigure({first: "new", second: "bad"})

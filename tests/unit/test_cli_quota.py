@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 from proxy.app import load_settings
 from proxy.cli import main
 from proxy.cli_quota import table
+from proxy.policies.quota import Quota
 from tests.support.admin import admin_over
 
 
@@ -32,8 +33,11 @@ async def test_set_clear_and_status(capsys: pytest.CaptureFixture[str]) -> None:
             entries = json.loads(out)["entries"]
             assert [e["name"] for e in entries] == ["all", "etl"]
             assert entries[1]["fetch_rate_bytes"] == 5_000_000 and entries[1]["produce_rate_bytes"] == 0
-            gov = proxy.policy("quota").book.quotas.governing("etl-1", None, "")
-            assert gov.produce is None and gov.fetch.name == "etl"  # exempt from "all"'s produce quota
+            quota = proxy.policy("quota")
+            assert isinstance(quota, Quota)
+            gov = quota.book.quotas.governing("etl-1", None, "")
+            # exempt from "all"'s produce quota
+            assert gov.produce is None and gov.fetch is not None and gov.fetch.name == "etl"
             code, out = await cli("set", "--entry", "all", "--produce-rate", "unset", "--request-rate", "50")
             assert json.loads(out)["entries"][0] == {**entries[0], "produce_rate_bytes": None, "request_rate": 50.0}
             code, out = await cli("status")

@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 from proxy.app import load_settings
 from proxy.cli import main
 from proxy.cli_throttle import parse_size, plan
+from proxy.policies.throttle import Throttle
 from tests.support.admin import admin_over
 
 
@@ -78,7 +79,9 @@ async def test_set_and_status_show_topic_entries_as_configured(capsys: pytest.Ca
             topics = [{"topic": "orders-*", "replicas": "0:2"}, {"topic": "o*", "replicas": "0:1"},
                       {"topic": "orders-audit", "replicas": ""}, {"topic": "a?", "replicas": "*"}]
             assert json.loads(out)["topics"] == topics
-            throttles = proxy.policy("throttle").throttles
+            policy = proxy.policy("throttle")
+            assert isinstance(policy, Throttle)
+            throttles = policy.throttles
             assert throttles.entry("orders-eu") == "orders-*" and throttles.entry("orders-audit") == "orders-audit"
             code, out = await cli("status")
             assert code == 0 and json.loads(out)["topics"] == topics

@@ -15,8 +15,10 @@ from bench.pipeline_cpu import request_frame, response_frame
 from proxy.app import load_settings
 from proxy.config import ConfigError
 from proxy.core.rate import WindowedRate
+from proxy.policies.quota import Quota
 from proxy.policies.quota.book import QuotaBook, Quotas
 from proxy.policies.terminate.sessions import LEGACY
+from proxy.wire.fetch_layout import PartitionKey
 from proxy.wire.fetch_request_fast import decode_fetch_request
 from proxy.wire.messages import decode_request, decode_response, request_codec, response_codec
 from proxy.wire.throttle_time import set_throttle_time_ms, throttle_time_ms
@@ -151,7 +153,7 @@ def test_an_acks_0_produce_is_held_from_the_moment_it_goes_upstream() -> None:
 
 
 def test_a_fetch_is_metered_by_its_response_bytes() -> None:
-    keys = [("t", 0), ("t", 1)]
+    keys: list[PartitionKey] = [("t", 0), ("t", 1)]
     reply = response_frame(12, 1, keys, 0, 0)
     rig = CoreRig({"quota.entries": [{"client_id": "bench-*", "fetch_rate_bytes": len(reply) + 4}]})
     conn, port = rig.connect()
@@ -308,7 +310,8 @@ async def test_quotas_change_at_run_time_through_the_admin_api() -> None:
         body["entries"][0]["produce_rate_bytes"] = 2000
         async with http.put(f"{url}/quotas", json=body) as r:
             assert r.status == 200
-        assert proxy.policy("quota").book.quotas.entries[0].produce == 2000
+        quota = proxy.policy("quota")
+        assert isinstance(quota, Quota) and quota.book.quotas.entries[0].produce == 2000
 
 
 @pytest.mark.parametrize("changed", [False, True])
@@ -351,7 +354,7 @@ def test_a_followers_fetch_is_neither_counted_nor_held(version: int) -> None:
         assert ex.mute_s == 0 and "quota_throttle_time_ms" not in ex.log
     assert p.metrics.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch") == 0
     assert p.metrics.total("sluice_quota_requests_total", entry="entries[0]", api="Fetch") == 0
-    consumer = [("t", 0)]
+    consumer: list[PartitionKey] = [("t", 0)]
     ex = p.request(request_frame(12, 2, dict.fromkeys(consumer, 0), LEGACY))  # a consumer: counted and held
     p.respond(ex, response_frame(12, 2, consumer, 5, 0))
     assert ex.mute_s > 0 and p.metrics.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch") > 0

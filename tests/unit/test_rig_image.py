@@ -3,6 +3,7 @@ Dockerfile and docker-compose.yml need, their Docker Hub names, and that each ha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,12 @@ def test_every_needed_image_has_a_standin(monkeypatch: pytest.MonkeyPatch, tmp_p
     libs.mkdir()
     (libs / "kafka_2.13-4.1.2.jar").write_bytes(b"jar")
     versions: list[str] = []
-    monkeypatch.setattr(image, "find_libs", lambda version: versions.append(version) or libs)
+
+    def find_libs(version: str) -> Path:
+        versions.append(version)
+        return libs
+
+    monkeypatch.setattr(image, "find_libs", find_libs)
     for name in image.needed_images():
         standin = image.prepare_standin(name, tmp_path / "work")
         assert (standin.context / "Containerfile").is_file()
@@ -45,3 +51,22 @@ def test_every_needed_image_has_a_standin(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert (tmp_path / "work" / "kafka" / "libs" / "kafka_2.13-4.1.2.jar").read_bytes() == b"jar"
     with pytest.raises(image.ImageTestError, match="no stand-in"):
         image.prepare_standin("redis:7", tmp_path / "other")
+
+
+def test_a_base_image_is_real_when_a_registry_answers_even_with_a_standin_cached() -> None:
+    """A real image is kept without asking the registry; a stand-in cached on a day no registry answered, or no
+    image at all, is replaced by the real one when the registry answers now, and kept (or built) when it does not."""
+    asked: list[bool] = []
+
+    def registry(answers: bool) -> Callable[[], bool]:
+        def probe() -> bool:
+            asked.append(answers)
+            return answers
+        return probe
+
+    assert image.base_image_source("", registry(True)) == "present" and asked == []
+    assert image.base_image_source("abc123", registry(True)) == "pull"
+    assert image.base_image_source(None, registry(True)) == "pull"
+    assert image.base_image_source("abc123", registry(False)) == "standin"
+    assert image.base_image_source(None, registry(False)) == "standin"
+    assert asked == [True, True, False, False]

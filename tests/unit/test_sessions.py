@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -87,10 +88,10 @@ def open_session(srv: SessionServer, version: int, parts: dict[PartitionKey, Fet
     return sid
 
 
-TWO = {("t", 0): P(5), ("t", 1): P(7)}
+TWO: dict[PartitionKey, FetchParams] = {("t", 0): P(5), ("t", 1): P(7)}
 
 
-def two_states(**kw: int) -> dict[PartitionKey, FetchPartition]:
+def two_states(**kw: Any) -> dict[PartitionKey, FetchPartition]:
     return {("t", 0): part(**kw), ("t", 1): part(**kw)}
 
 
@@ -237,7 +238,7 @@ def test_names_session_continued_with_ids_is_106_and_the_reverse() -> None:
     _assert_error_response(srv, handle_request(srv, fetch_request(13, {}, sid, 1), 13, 1),
                            FETCH_SESSION_TOPIC_ID_ERROR, 13)
     assert sid in srv.cache  # not deleted; the client's next full request replaces it
-    ids = {(ID_A, 0): P(1)}
+    ids: dict[PartitionKey, FetchParams] = {(ID_A, 0): P(1)}
     sid13 = open_session(srv, 13, ids, {(ID_A, 0): part()})
     session = srv.cache.get(sid13)
     assert session is not None and session.uses_topic_ids
@@ -264,7 +265,7 @@ def test_epoch_wraps_from_int32_max_to_1() -> None:
 
 def test_incremental_adds_updates_and_forgets() -> None:
     srv = server()
-    three = {("t", 0): P(5), ("t", 1): P(7), ("u", 0): P(1)}
+    three: dict[PartitionKey, FetchParams] = {("t", 0): P(5), ("t", 1): P(7), ("u", 0): P(1)}
     sid = open_session(srv, 12, three, {k: part() for k in three})
     d = handle_request(srv, fetch_request(12, {("t", 1): P(8, partition_max_bytes=10), ("v", 3): P(0)}, sid, 1,
                                          forget=[("u", 0), ("nope", 9)]), 12, 1)
@@ -383,9 +384,9 @@ def test_missing_partition_state_is_no_news_in_an_incremental_response() -> None
 
 def test_partitions_that_returned_records_move_to_the_end_of_the_session() -> None:
     srv = server()
-    three = {("t", 0): P(0), ("t", 1): P(0), ("t", 2): P(0)}
+    three: dict[PartitionKey, FetchParams] = {("t", 0): P(0), ("t", 1): P(0), ("t", 2): P(0)}
     sid = open_session(srv, 12, three, {k: part() for k in three})
-    states = {k: part() for k in three}
+    states: dict[PartitionKey, FetchPartition] = {k: part() for k in three}
     states[("t", 0)] = part(records=b"r" * 70)
     resp = _incremental(srv, sid, 1, states)
     assert keys_of(resp, 12) == [("t", 0)]
@@ -395,7 +396,7 @@ def test_partitions_that_returned_records_move_to_the_end_of_the_session() -> No
 
 def test_full_response_groups_consecutive_partitions_by_topic() -> None:
     srv = server()
-    order = {("a", 0): P(0), ("b", 0): P(0), ("b", 1): P(0), ("a", 1): P(0)}
+    order: dict[PartitionKey, FetchParams] = {("a", 0): P(0), ("b", 0): P(0), ("b", 1): P(0), ("a", 1): P(0)}
     d = handle_request(srv, fetch_request(12, order), 12, 0)
     resp = build_response(srv, d, {k: part() for k in order})
     assert [(t.topic, [p.partition_index for p in t.partitions]) for t in resp.responses] == [
@@ -407,7 +408,8 @@ def test_full_response_groups_consecutive_partitions_by_topic() -> None:
 
 def test_topic_id_session_v13_round_trips_on_the_wire() -> None:
     srv = server()
-    parts = {(ID_A, 0): P(3, current_leader_epoch=5, last_fetched_epoch=4), (ID_B, 2): P(9)}
+    parts: dict[PartitionKey, FetchParams] = {(ID_A, 0): P(3, current_leader_epoch=5, last_fetched_epoch=4),
+                                              (ID_B, 2): P(9)}
     req = fetch_request(13, parts, 0, 0)
     assert roundtrip_request(req, 13) == req
     assert req.topics[0].topic_id == ID_A and req.topics[0].partitions[0].current_leader_epoch == 5
@@ -425,7 +427,7 @@ def test_topic_id_session_v13_round_trips_on_the_wire() -> None:
 @pytest.mark.parametrize("version", [7, 11, 12, 13, 16, 17])
 def test_messages_encode_at_every_session_version(version: int) -> None:
     topic: bytes | str = ID_A if version >= 13 else "t"
-    parts = {(topic, 0): P(1), (topic, 1): P(2)}
+    parts: dict[PartitionKey, FetchParams] = {(topic, 0): P(1), (topic, 1): P(2)}
     srv = server()
     req = fetch_request(version, parts, 0, 0)
     decoded = roundtrip_request(req, version)
@@ -566,7 +568,7 @@ def _resp(version: int, keys: list[PartitionKey], session_id: int = 0, error: in
 
 def test_client_first_full_then_incremental_changed_only() -> None:
     c = SessionClient()
-    wanted = {("t", 0): P(5), ("t", 1): P(7), ("u", 0): P(1)}
+    wanted: dict[PartitionKey, FetchParams] = {("t", 0): P(5), ("t", 1): P(7), ("u", 0): P(1)}
     plan = c.build(wanted)
     assert plan.is_full and plan.metadata == INITIAL and plan.to_send == wanted and plan.to_forget == []
     assert handle_response(c, _resp(12, list(wanted), session_id=77), 12)
@@ -577,7 +579,8 @@ def test_client_first_full_then_incremental_changed_only() -> None:
     assert plan.session_partitions == wanted
     assert handle_response(c, _resp(12, [], session_id=77), 12)
 
-    wanted2 = {("t", 0): P(6), ("u", 0): P(1), ("v", 0): P(0)}  # t-0 altered, t-1 dropped, v-0 added
+    # t-0 altered, t-1 dropped, v-0 added
+    wanted2: dict[PartitionKey, FetchParams] = {("t", 0): P(6), ("u", 0): P(1), ("v", 0): P(0)}
     plan = c.build(wanted2)
     assert plan.metadata == FetchMetadata(77, 2)
     assert list(plan.to_send.items()) == [(("v", 0), P(0)), (("t", 0), P(6))]  # added first, then altered
@@ -594,7 +597,7 @@ def test_client_first_full_then_incremental_changed_only() -> None:
 ])
 def test_client_resets_to_a_full_request_on_session_errors(error: int, expected: FetchMetadata) -> None:
     c = SessionClient()
-    wanted = {("t", 0): P(5), ("t", 1): P(7)}
+    wanted: dict[PartitionKey, FetchParams] = {("t", 0): P(5), ("t", 1): P(7)}
     c.build(wanted)
     handle_response(c, _resp(12, list(wanted), session_id=77), 12)
     c.build(wanted)
@@ -635,7 +638,7 @@ def test_client_sessionless_full_response_keeps_asking_for_a_session() -> None:
 
 def test_client_invalid_responses_reset() -> None:
     c = SessionClient()
-    wanted = {("t", 0): P(0), ("t", 1): P(0)}
+    wanted: dict[PartitionKey, FetchParams] = {("t", 0): P(0), ("t", 1): P(0)}
     c.build(wanted)
     assert not handle_response(c, _resp(12, [("t", 0)], session_id=5), 12)  # full response omits t-1
     assert c.next_metadata == FetchMetadata(0, 0)
@@ -655,7 +658,7 @@ def test_client_throttled_empty_full_response_is_retried_unchanged() -> None:
 
 def test_client_broker_closing_the_session_and_connection_errors() -> None:
     c = SessionClient()
-    wanted = {("t", 0): P(0)}
+    wanted: dict[PartitionKey, FetchParams] = {("t", 0): P(0)}
     c.build(wanted)
     handle_response(c, _resp(12, list(wanted), session_id=5), 12)
     c.build(wanted)

@@ -42,7 +42,7 @@ def response(*partitions: bytes, errors: dict[int, int] | None = None) -> FetchR
 
 
 def kept(view: FetchResponseView) -> list[int]:
-    return [len(p.records) for _, p in view.partitions()]
+    return [len(p.records or b"") for _, p in view.partitions()]
 
 
 def test_first_batch_larger_than_budget_is_kept_whole() -> None:
@@ -60,7 +60,7 @@ def test_budget_exhausted_mid_list_cuts_at_batch_boundaries() -> None:
     enforce(view, Budget(fetch_max_bytes=4 * one + 10), None)
     assert kept(view) == [3 * one, one, 0]
     for _, p in view.partitions():
-        assert walk_batches(p.records).truncated == 0  # never a partial batch of our own making
+        assert walk_batches(p.records or b"").truncated == 0  # never a partial batch of our own making
 
 
 def test_partition_cap_applies_to_every_partition_but_the_first_batch_rule_only_once() -> None:

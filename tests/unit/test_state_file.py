@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 from proxy import reconfigure
 from proxy.app import DYNAMIC_SECTIONS, load_settings
 from proxy.config import ConfigError, apply_state_file, read_state, save_state_section, write_state
+from proxy.policies.throttle import Throttle
 from proxy.policies.throttle.policy import CONSUMER
 from tests.support.admin import admin_over
 from tests.unit.test_config import clean_env, sluice
@@ -41,7 +42,7 @@ def _no_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def logs() -> Iterator[list[dict[str, Any]]]:
+def logs() -> Iterator[list[MutableMapping[str, Any]]]:
     """The operational log events of the test (asserted on, not printed)."""
     with capture_logs() as events:
         yield events
@@ -215,7 +216,9 @@ async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: 
         # GET shows the entries as configured: globs as written, in order.
         status, shown = await call(http, "GET", f"{url}/throttles")
         assert status == 200 and shown["topics"] == THROTTLE["topics"]
-        throttles = proxy.policy("throttle").throttles
+        policy = proxy.policy("throttle")
+        assert isinstance(policy, Throttle)
+        throttles = policy.throttles
         assert throttles.throttled("orders-eu", 0, CONSUMER) and not throttles.throttled("orders-audit", 0, CONSUMER)
         assert (await call(http, "PUT", f"{url}/size-limits", SIZE_LIMIT)) == (200, SIZE_LIMIT)
         assert read_state(str(state), DYNAMIC_SECTIONS) == {"throttle": THROTTLE, "size_limit": SIZE_LIMIT}
@@ -265,7 +268,8 @@ async def test_change_that_cannot_be_saved_is_refused_and_not_applied(tmp_path: 
         assert status == 500 and err["key"] == "admin.state_file" and str(state) in err["error"]
         assert proxy.settings == before
         assert (await call(http, "GET", f"{url}/throttles"))[1]["leader_rate_bytes"] == 7
-        assert not proxy.policy("throttle").throttles.throttled("orders-eu", 0, CONSUMER)
+        policy = proxy.policy("throttle")
+        assert isinstance(policy, Throttle) and not policy.throttles.throttled("orders-eu", 0, CONSUMER)
     assert [(e["event"], e["log_level"]) for e in logs] == [
         ("state_file_not_saved", "error"), ("reload_refused", "error"), ("state_file_not_saved", "error")]
 

@@ -144,7 +144,12 @@ def test_glob_resolution_runs_once_per_topic_name(monkeypatch: pytest.MonkeyPatc
 def test_glob_resolution_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     real = fnmatch.fnmatchcase
-    monkeypatch.setattr(fnmatch, "fnmatchcase", lambda name, pattern: calls.append(name) or real(name, pattern))
+
+    def counted(name: str, pattern: str) -> bool:
+        calls.append(name)
+        return real(name, pattern)
+
+    monkeypatch.setattr(fnmatch, "fnmatchcase", counted)
     monkeypatch.setattr(TopicRules, "RESOLVED_MAX", 2)
     t = globbed(("exact", ""), ("t-*", "*"))
     for name in ("t-1", "t-2", "t-1", "t-2"):

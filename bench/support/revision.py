@@ -12,7 +12,7 @@ from pathlib import Path
 
 __all__ = ["REPO", "extract_revision", "short_revision"]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def extract_revision(rev: str, into: Path, paths: Sequence[str] = ("proxy",)) -> str:

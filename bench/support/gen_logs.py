@@ -1,9 +1,9 @@
 """Generated Sluice access logs (schema 1) for the analytics tests and benchmark.
 
-``python -m bench.gen_logs --rows N --out DIR [--files K] [--gzip] [--malformed M] [--extensions] [--seed S]``
+``python -m bench.support.gen_logs --rows N --out DIR [--files K] [--gzip] [--malformed M] [--extensions] [--seed S]``
 
-Without ``--out`` it is a benchmark of itself (``make bench`` runs it so): 1M rows (or ``--rows``) into a
-temporary directory, deleted afterwards, and the rate printed.
+Without ``--out`` it times itself: 1M rows (or ``--rows``) into a temporary directory, deleted afterwards, and the
+rate printed.
 
 Writes K files ``DIR/sluice-access-NNN.jsonl`` (``.jsonl.gz`` with --gzip), as K sidecars would: each file has
 its own connections (conn_id restarts per process) and lines in time order, all files covering the same span.
