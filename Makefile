@@ -1,4 +1,4 @@
-# Thin wrappers around the project's commands (see README / ARCHITECTURE.md).
+# Thin wrappers around the project's commands (see README.md and docs/getting-started.md).
 #   make install   venv + `pip install -e .[dev,analytics]` + Kafka jars + Prometheus + Chromium + Helm (idempotent)
 #   make test      the whole test suite against real Kafka (the newest release the rig runs, rig/kafka.py)
 #   make test-kafka-oldest  the same suite against the oldest release Sluice supports (TESTS=...: only those)
@@ -8,7 +8,8 @@
 #   make run       a real Kafka broker with Sluice in front of it, until Ctrl-C (BROKERS=3: a 3-broker cluster)
 #   make bench     every bench (the modules of bench/), JSON lines on stdout
 #   make bench-smoke  every bench's --smoke run (its whole path and its check, in seconds), judged; CI runs it
-#   make lint      ruff + mypy
+#   make lint      ruff + mypy + the documentation site (mkdocs build --strict)
+#   make docs      the documentation site, docs/ into site/ (mkdocs.yml)
 #   make test-image  the container image + docker-compose rig, built and run with Podman, checked from the host
 #                  (root; installs podman & co. from Debian; rig/image.py)
 
@@ -28,7 +29,7 @@ HELM_VERSION := v3.22.0
 KUBECHECK_SRC := rig/go/kubecheck/go.mod rig/go/kubecheck/go.sum rig/go/kubecheck/main.go
 LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 && echo $$d; done)
 
-.PHONY: install test test-kafka-oldest test-kafka-oldest-behaviour test-repeat run bench bench-smoke lint lint-only \
+.PHONY: docs docs-only install test test-kafka-oldest test-kafka-oldest-behaviour test-repeat run bench bench-smoke lint lint-only \
 	test-image
 
 install: $(STAMP)
@@ -135,6 +136,13 @@ lint: install lint-only
 test-image: install
 	$(PY) -m rig.image
 
-lint-only:
+lint-only: docs-only
 	$(VENV)/bin/ruff check $(LINT_DIRS) tests config/grafana examples
 	$(VENV)/bin/mypy $(LINT_DIRS) tests config/grafana/dashboard.py examples/sluice-schema-id/src
+
+# The documentation site (mkdocs.yml: docs/ into site/). --strict: a broken link, a missing page or anchor, any
+# warning fails it; lint runs it, so CI does.
+docs: install docs-only
+
+docs-only:
+	$(VENV)/bin/mkdocs build --strict --quiet

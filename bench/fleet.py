@@ -1,5 +1,5 @@
 """A fleet's changes seen by its instances: the time from a change's write to the control topic to its application
-on every instance of the fleet (issue #22, proxy/fleet/).
+on every instance of the fleet (proxy/fleet/).
 
 ``python -m bench.fleet [--instances 20] [--changes 10] [--timeout 30]``
 

@@ -4,7 +4,7 @@
 ``python -m bench.reassign [--mb 200] [--throttle 10MB] [--live-rate 1MB]
 [--modes unthrottled,sluice-leader,sluice-follower,kafka,sluice-change] [--fleet]``
 
-``--fleet``: the sidecars are one fleet (proxy/fleet/, issue #22) and every throttle change is one ``PUT
+``--fleet``: the sidecars are one fleet (proxy/fleet/) and every throttle change is one ``PUT
 /throttles`` on broker 3's sidecar (not on the move's path): the change goes through the fleet's control topic
 and the bench waits until every sidecar applied its revision; the move is throttled at broker 1's sidecar as
 without it. The summary says ``"fleet": true``.

@@ -189,7 +189,7 @@ def sample_of(t: float, rss: int, fds: int, cpu_s: float, metrics_text: str) -> 
                   {api: latency_buckets(metrics_text, only=(api,)) for api in sorted(apis)})
 
 
-#: the soak's latency goal for every request but Fetch (issue #24): p99 at most this, every minute after the first
+#: the soak's latency goal for every request but Fetch: p99 at most this, every minute after the first
 P99_GOAL_S = 0.005
 
 

@@ -5,7 +5,7 @@ clients that use incremental fetch sessions (KIP-227) and for session-less ones,
 ``python -m bench.throttle [--seconds 33] [--rate 1] [--mib 512] [--modes passthrough,terminate]
 [--clients kafka-python,java,confluent,java-share] [--share]``
 
-``--share`` (issue #25) runs a Java share consumer (KIP-932, ``java-share``, kind ``share``) alone: Sluice holds it on
+``--share`` runs a Java share consumer (KIP-932, ``java-share``, kind ``share``) alone: Sluice holds it on
 the request side (ShareFetch MaxBytes, muting), never by trimming a response; same figures, same goal.
 
 Goal: for every client and mode, every 11 s window after the first within +/-5% of the throttle

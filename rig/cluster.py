@@ -7,7 +7,7 @@ controller and turn every broker fault into a quorum election as well, and a 3-v
 controllers' work on a 2-core machine. One voter is the smallest quorum that is still a real KRaft quorum (the
 brokers register with it, heartbeat to it and are fenced by it, KIP-631), and it never dies in these tests.
 
-Replication through Sluice (``replication_via_sluice=True``, KIP-73 as issue #14 runs it): each broker binds a
+Replication through Sluice (``replication_via_sluice=True``, KIP-73's replication path): each broker binds a
 REPLICATION listener of its own, names it ``inter.broker.listener.name`` and advertises it at a Sluice sidecar in
 front of that broker (``SluiceProcess``, its upstream the broker's client listener), so a follower fetches from the
 leader through the leader's sidecar. Controllers are never reached through it (brokers connect to the controller's

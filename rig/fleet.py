@@ -1,4 +1,4 @@
-"""A fleet of Sluice processes (issue #22, proxy/fleet/) for tests and benches: their environment, their start,
+"""A fleet of Sluice processes (proxy/fleet/) for tests and benches: their environment, their start,
 the admin API's JSON answers with their HTTP status (a 409 is an answer under test, not an error), and which broker
 coordinates the fleet's writes."""
 

@@ -186,7 +186,7 @@ def ensure_podman_compose(state: Path) -> Path:
 # ------------------------------------------------------------------------------------------ podman's settings
 
 CONTAINERS_CONF = """\
-# Written by rig/image.py (make test-image); what works on these machines (README, "Container image").
+# Written by rig/image.py (make test-image); what works on these machines (docs/deployment.md, "Container image").
 [containers]
 # Podman's defaults raise RLIMIT_NOFILE/NPROC, which fails without CAP_SYS_RESOURCE: explicit, attainable limits.
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]

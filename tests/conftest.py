@@ -47,7 +47,7 @@ def kafka_broker() -> Iterator[KafkaBroker]:
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[KafkaCluster]:
     """One KRaft cluster of 3 brokers and a controller for the whole session, replicating through a Sluice sidecar
-    per broker (KIP-73's replication path, issue #14). Started lazily: only a session that runs a cluster test
+    per broker (KIP-73's replication path). Started lazily: only a session that runs a cluster test
     pays for it (~10-20 s). Tests isolate themselves by topic name and put back what they change (a killed broker
     is restarted, throttles are cleared)."""
     with KafkaCluster(3, replication_via_sluice=True) as cluster:

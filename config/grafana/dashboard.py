@@ -76,7 +76,7 @@ ROWS = [
               kind="stat"),
         Panel("Sluice alerts firing", "none",
               "Alerts of config/prometheus/sluice-alerts.yml firing now (0 = none); their meaning and what to do: "
-              "README, Grafana dashboard and alerts.",
+              "docs/operations.md, Grafana dashboard and alerts.",
               [('count(ALERTS{alertstate="firing", alertname=~"Sluice.+", ' + FILTER + "}) or vector(0)",
                 "firing")], width=6, height=4, kind="stat", red_from=1),
     ]),

@@ -6,7 +6,7 @@ time - what ``sluice stream`` writes beside its per-minute tables and ``sluice r
     run_job(spark, LandedTable("lake/access_log"), "out/")      # the report from the table
 
 Why a table: the JSON lines are parsed once, when they land, instead of at every report. Parsing is most of a
-report's cost (Spark's JSON reader: ~8 of ~13 CPU-us per line, issue #24), while a columnar table is read a column
+report's cost (Spark's JSON reader: ~8 of ~13 CPU-us per line), while a columnar table is read a column
 at a time, and only the columns a query uses.
 
 What a row holds: every field of the access-log schema (``schema.access_log_schema``; fields a line lacks are null),

@@ -1,4 +1,4 @@
-"""A fleet of Sluice instances run as one (issue #22): the run-time changeable sections kept in a Kafka topic.
+"""A fleet of Sluice instances run as one: the run-time changeable sections kept in a Kafka topic.
 
 - :mod:`.records`: the control records and the rules every instance folds them with (sans-IO);
 - :mod:`.status`: the status records and the table of ``sluice fleet status`` (sans-IO);

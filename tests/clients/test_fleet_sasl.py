@@ -1,4 +1,4 @@
-"""Who may change a fleet (issue #22): whoever may write its control topic. A broker with SASL listeners and
+"""Who may change a fleet: whoever may write its control topic. A broker with SASL listeners and
 KRaft's StandardAuthorizer (rig/secure_broker.py ``authorizer=True``); two fleet instances behind its SASL_PLAINTEXT
 listener, each logging in with its own principal (``[upstream.sasl]``, which the fleet's clients use too):
 ``alice`` may write the control topic under the fleet's transactional id, ``bob`` may read it and use the

@@ -1,4 +1,4 @@
-"""Sluice's policies on share groups (KIP-932, issue #25): Java share consumers (Kafka's ConsoleShareConsumer, a
+"""Sluice's policies on share groups (KIP-932): Java share consumers (Kafka's ConsoleShareConsumer, a
 KafkaShareConsumer) through Sluice, against a real broker.
 
 The broker is the module's own: its delivery count limit is the lowest Kafka accepts

@@ -197,7 +197,7 @@ def check_after_kill(members: list[Member], victim: Member, produced: list[tuple
 #: librdkafka (confluent-kafka) is left out here, a known open defect: when every batch of a partition in a response
 #: is filtered empty for its member (here every batch holds one record), librdkafka parses no message from the
 #: partition's records and reports MSG_SIZE_TOO_LARGE ("Message at offset N might be too large to fetch") instead of
-#: moving past the empty batch; README, cooperative consumption's limits. With batches of several records (the
+#: moving past the empty batch; docs/cooperative-consumption.md, its limits. With batches of several records (the
 #: other sharing tests) it reads every record.
 GROUPS = {"mixed": ["java", "kafka-python", "aiokafka", "franz-go", "franz-go", "franz-go"],
           "kafka-go": ["kafka-go"] * CONSUMERS}

@@ -1,9 +1,10 @@
-"""Kafka Streams through Sluice (issue #25): a real Streams application (rig/streams/WordCount.java, Kafka's own
+"""Kafka Streams through Sluice: a real Streams application (rig/streams/WordCount.java, Kafka's own
 kafka-streams jar of the broker's release), exactly-once, reading and writing only through Sluice, with
 cooperative consumption (``[sharing]``) on for every topic and for other groups' clients (``shared-*``): Streams'
 own consumers do not opt in. (Opted in, a classic-protocol Streams group whose consumers outnumber a topic's
 partitions has its assignment rewritten into slices, which Streams' assignor refuses: TaskAssignmentException,
-"Number of assigned partitions 2 is not equal to the number of active taskIds 1"; see the README's limits.)
+"Number of assigned partitions 2 is not equal to the number of active taskIds 1"; see the limits in
+docs/cooperative-consumption.md.)
 
 Two instances of the application in one group split the input's partitions (a rebalance as the second joins);
 their output, read from the broker (read_committed), must end as the exact word counts of the input, computed

@@ -1,4 +1,4 @@
-"""Leader failover through Sluice on the session's 3-broker cluster (issue #14; issue #15's multi-broker faults).
+"""Leader failover through Sluice on the session's 3-broker cluster (and multi-broker faults).
 
 A topic with RF 3 and min.insync.replicas 2; an idempotent Java producer (VerifiableProducer, acks=all) and readers
 of every kind (the Java console consumer in a group; kafka-python, confluent-kafka and aiokafka assigned to every

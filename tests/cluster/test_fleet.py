@@ -1,4 +1,4 @@
-"""A fleet of sidecars run as one (issue #22, proxy/fleet/) on a 3-broker cluster whose replication goes through a
+"""A fleet of sidecars run as one (proxy/fleet/) on a 3-broker cluster whose replication goes through a
 Sluice sidecar per broker, every sidecar an instance of one fleet (its settings in the control topic on the same
 cluster). What must hold, from each instance's admin API, metrics and log, never the clock:
 

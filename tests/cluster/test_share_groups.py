@@ -1,4 +1,4 @@
-"""Share groups (KIP-932, GA since Kafka 4.2) through Sluice on the session's 3-broker cluster (issue #14).
+"""Share groups (KIP-932, GA since Kafka 4.2) through Sluice on the session's 3-broker cluster.
 
 Two Java share consumers (``kafka-console-share-consumer``) of a 3-partition RF 3 topic, in one share group, only
 ever given Sluice's bootstrap: ShareGroupHeartbeat, ShareFetch (78) and ShareAcknowledge (79) all go through Sluice,

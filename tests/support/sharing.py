@@ -268,7 +268,7 @@ def produce_tail(bootstrap: str, topic: str, partitions: int, slices: int, tag: 
     A slice's position moves past the records Sluice left out of its member's fetches right after the member's last
     record only when they come in the same response (the member's commit then covers them); a member whose slice
     gets no record later never commits again, so its slice's position, and the group's stable offset, stay where
-    they are (README, cooperative consumption's limits). Whether the last records of a partition come in one
+    they are (docs/cooperative-consumption.md, its limits). Whether the last records of a partition come in one
     response is up to timing; one batch is appended and fetched whole, so after this tail every slice's member
     sees its record and the other slices' after it together, and the stable offset can reach the end."""
     keys: dict[int, str] = {}

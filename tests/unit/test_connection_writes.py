@@ -1,4 +1,4 @@
-"""How the connection core writes (issue #24): a relayed response is one write per read — its header with its
+"""How the connection core writes: a relayed response is one write per read — its header with its
 body's first bytes, not an 8-byte write of its own — and requests are framed from the read itself, their bytes
 relayed unchanged whichever way they were split."""
 

@@ -13,8 +13,8 @@ from proxy.app import load_settings
 from proxy.config import ConfigError
 from proxy.policies.quota.book import QuotaBook, Quotas
 
-#: README's precedence table, most specific first: each entry's produce quota is its rank, so the governing entry
-#: of a client is read off its quota
+#: the precedence table of docs/quotas.md, most specific first: each entry's produce quota is its rank, so the
+#: governing entry of a client is read off its quota
 LEVELS: list[dict[str, Any]] = [
     {"principal": "alice", "client_id": "etl-1"},
     {"principal": "alice", "client_id": "etl-*"},  # a glob: between a name and <default>

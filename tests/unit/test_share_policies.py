@@ -1,4 +1,4 @@
-"""Share groups (KIP-932) under Sluice's policies, sans-IO (issue #25): a ShareFetch is bounded on the request side
+"""Share groups (KIP-932) under Sluice's policies, sans-IO: a ShareFetch is bounded on the request side
 only (MaxBytes), its acknowledgements, session epoch and partitions pass unchanged, its response is never edited;
 the throttle follows the share session and mutes within the acquisition lock; the access log and metrics count what
 was acquired and acknowledged."""

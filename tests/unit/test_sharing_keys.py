@@ -16,7 +16,7 @@ from proxy.policies.sharing.keys import HASH_SPACE, WHOLE, Slice, bound, key_has
     (b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536),
     (b"abc", 479470107), (b"", 275646681)])
 def test_murmur2_vectors(key: bytes, expected: int) -> None:
-    # The vectors of Kafka's UtilsTest.testMurmur2 (the list), plus the empty key.
+    # The vectors of Kafka's UtilsTest.testMurmur2 , plus the empty key.
     assert murmur2(key) == expected
 
 

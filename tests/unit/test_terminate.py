@@ -282,7 +282,7 @@ def test_closing_a_session_makes_the_request_sessionless_upstream_too() -> None:
 
 
 def test_a_close_behind_an_inflight_fetch_is_answered_in_order_as_kafka_would() -> None:
-    """The Java consumer closing (issue #26's flake): AbstractFetch.prepareCloseFetchSessionRequests sends the
+    """The Java consumer closing (a flake once seen): AbstractFetch.prepareCloseFetchSessionRequests sends the
     closing request (epoch -1 naming the session, no partitions) while a fetch of the session is still in flight.
     Kafka handles a connection's requests in order: the in-flight fetch gets its news in the session, the close an
     empty session-less answer. Sluice answers the same; that the Java FetchSessionHandler then judges the first

@@ -100,7 +100,7 @@ class Layout:
 
 def compute(members: Iterable[DescribedMember], shareable: Callable[[str], bool]) -> Layout:
     """The layout of a group with ``members``; a topic is shared only where ``shareable`` allows it (every Sluice of
-    a group must share the same topics, README)."""
+    a group must share the same topics: docs/cooperative-consumption.md)."""
     ms = sorted(members, key=lambda m: m.member_id)
     out = Layout()
     for topic in sorted({t for m in ms for t in (m.marked or ())}):

@@ -19,7 +19,7 @@ class SharingMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        # The group label is the one exception to "no client-chosen labels": the issue asks for these per group,
+        # The group label is the one exception to "no client-chosen labels": an operator reads these per group,
         # and a group's children are removed when no member of it is behind this Sluice any more, so they are
         # bounded by the groups of the consumers this Sluice serves now.
         self.sharing_partitions = Gauge(
