@@ -183,8 +183,14 @@ class Metrics:
     """One proxy's collectors, in ``self.registry``."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = r = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._requests_and_bytes(self.registry)
+        self._connections(self.registry)
+        self._security_and_limits(self.registry)
+        self._memory_access_log_and_build(self.registry)
+        self._rewritten_for: dict[str, Any] = {}
 
+    def _requests_and_bytes(self, r: CollectorRegistry) -> None:
         # ------------------------------------------------------------------------------------- requests
         # Counted and observed once per request: plain numbers, exported at scrape time (RequestTallies)
         self.requests = RequestTallies(
@@ -214,7 +220,14 @@ class Metrics:
         self.bytes = TallyFamily("sluice_bytes", "Bytes moved, including the 4-byte frame length, by direction.",
                                  "direction", DIRECTIONS)
         r.register(self.bytes)
+        for reason in REJECT_REASONS:
+            self.frames_rejected.labels(reason)
+        self.bytes_client_to_proxy = self.bytes.tallies["client_to_proxy"]
+        self.bytes_proxy_to_upstream = self.bytes.tallies["proxy_to_upstream"]
+        self.bytes_upstream_to_proxy = self.bytes.tallies["upstream_to_proxy"]
+        self.bytes_proxy_to_client = self.bytes.tallies["proxy_to_client"]
 
+    def _connections(self, r: CollectorRegistry) -> None:
         # ---------------------------------------------------------------------------------- connections
         self.connections_open = Gauge(
             "sluice_connections_open",
@@ -235,7 +248,17 @@ class Metrics:
             "Topic ids Sluice looked up itself (a Metadata request of its own, for connections that never send "
             "one, e.g. replica fetchers), by outcome: resolved, unknown (no such topic), failed (no answer).",
             ["outcome"], registry=r)
+        for side in SIDES:
+            self.connections_open.labels(side)
+            self.connections.labels(side)
+        for outcome in TOPIC_LOOKUP_OUTCOMES:
+            self.topic_lookups.labels(outcome)
+        self.client_connections_open = self.connections_open.labels("client")
+        self.upstream_connections_open = self.connections_open.labels("upstream")
+        self.client_connections = self.connections.labels("client")
+        self.upstream_connections = self.connections.labels("upstream")
 
+    def _security_and_limits(self, r: CollectorRegistry) -> None:
         # ------------------------------------------------------------------------------- security, limits
         self.connections_refused = Counter(
             "sluice_connections_refused_total",
@@ -259,11 +282,14 @@ class Metrics:
             "sluice_sasl_authentications_total",
             "SASL authentications relayed that the broker accepted and whose principal Sluice read (first and "
             "KIP-368 re-authentications).", registry=r)
+        for refused in REFUSE_REASONS:
+            self.connections_refused.labels(refused)
+        for closed in CLOSE_REASONS:
+            self.connections_closed.labels(closed)
+        for outcome in TLS_RELOAD_OUTCOMES:
+            self.tls_reloads.labels(outcome)
 
-        # ---------------------------------------------------------------------------------------- build
-        self.build_info = Info("sluice_build", "Sluice build information; the value is always 1.", registry=r)
-        self.build_info.info({"version": sluice_version(), "python": platform.python_version()})
-
+    def _memory_access_log_and_build(self, r: CollectorRegistry) -> None:
         # ----------------------------------------------- response memory (proxy/core/memory.py, HeldBytes)
         # The proxy-wide bound is set by the policies' sections (each registration's memory_bound).
         self.response_bytes_held = Gauge(
@@ -286,33 +312,12 @@ class Metrics:
         self.access_log_buffered = Gauge(
             "sluice_access_log_buffered_events",
             "Access-log events in the Kafka sink's buffer, not yet acknowledged by the cluster.", registry=r)
-
-        # ------------------------------------------------------------ children known up front, pre-bound
-        for side in SIDES:
-            self.connections_open.labels(side)
-            self.connections.labels(side)
-        for reason in REJECT_REASONS:
-            self.frames_rejected.labels(reason)
-        for outcome in TOPIC_LOOKUP_OUTCOMES:
-            self.topic_lookups.labels(outcome)
         for drop in ACCESS_LOG_DROP_REASONS:
             self.access_log_dropped.labels(drop)
-        for refused in REFUSE_REASONS:
-            self.connections_refused.labels(refused)
-        for closed in CLOSE_REASONS:
-            self.connections_closed.labels(closed)
-        for outcome in TLS_RELOAD_OUTCOMES:
-            self.tls_reloads.labels(outcome)
 
-        self.bytes_client_to_proxy = self.bytes.tallies["client_to_proxy"]
-        self.bytes_proxy_to_upstream = self.bytes.tallies["proxy_to_upstream"]
-        self.bytes_upstream_to_proxy = self.bytes.tallies["upstream_to_proxy"]
-        self.bytes_proxy_to_client = self.bytes.tallies["proxy_to_client"]
-        self.client_connections_open = self.connections_open.labels("client")
-        self.upstream_connections_open = self.connections_open.labels("upstream")
-        self.client_connections = self.connections.labels("client")
-        self.upstream_connections = self.connections.labels("upstream")
-        self._rewritten_for: dict[str, Any] = {}
+        # ---------------------------------------------------------------------------------------- build
+        self.build_info = Info("sluice_build", "Sluice build information; the value is always 1.", registry=r)
+        self.build_info.info({"version": sluice_version(), "python": platform.python_version()})
 
     # ------------------------------------------------------------------------------------- helpers
 

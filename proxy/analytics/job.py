@@ -41,7 +41,7 @@ from proxy.analytics import aggregates as agg
 from proxy.analytics import landed, live
 from proxy.analytics.buckets import choose_bucket_seconds
 from proxy.analytics.html import render
-from proxy.analytics.kip73 import Recommendation, ThrottleInputs, recommend
+from proxy.analytics.kip73 import InboundRate, Recommendation, ThrottleInputs, recommend
 from proxy.analytics.landed import LandedRollups, LandedTable
 from proxy.analytics.sections import ReportContext, build_sections, inbound_rates
 from proxy.analytics.source import InputCounts, KafkaTopic, LogInput, read_access_log_topic, read_access_logs
@@ -267,47 +267,70 @@ def _run_job(spark: SparkSession, logs: Logs, out: str | Path, options: JobOptio
         say(f"{counts.lines:,} lines: {counts.valid:,} valid, {counts.malformed:,} malformed")
         bucket_s = _bucket_s(opts, counts)
         write = _Writer(spark, parquet_root, say)
-
-        # The rollup is read by six tables: kept in memory while they are written (it is small, see aggregates).
-        window_s = agg.rollup_window_s(bucket_s, opts.rate_window_s)
-        rolled = src.rollup(window_s).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            traffic = write("traffic_over_time", agg.traffic_over_time(rolled, bucket_s))
-            connections = write("by_connection", agg.by_connection(rolled))
-            inbound = write("inbound_rate", agg.inbound_rate(rolled, opts.rate_window_s))
-            write("error_codes", agg.error_codes(rolled))
-            if counts.has("throttle_target_bps"):
-                write("throttle_over_time", agg.throttle_over_time(rolled, bucket_s))
-            if counts.has("session_upstream_bytes"):
-                write("session_savings", agg.session_savings(rolled, bucket_s))
-            minute = agg.minute_tables_from_rollup(rolled, window_s) or src.minute_tables()
-            write("client_minute", minute["client_minute"])
-            write("throttle_minute", minute["throttle_minute"])
-        finally:
-            rolled.unpersist()
-        write("lines", live.lines_from_counts(spark, counts))
-        write("by_client", agg.by_client(traffic))
-        write("by_api", agg.by_api(traffic))
-        write("by_listener", agg.by_listener(connections))
-        write("by_upstream", agg.by_upstream(connections))
-        write("latency_by_api", agg.latency_by_api(src.latency_histogram()))
-        if counts.has("partitions"):
-            # one scan of the partitions for all three: the per-minute and per-bucket sums re-aggregate its windows
-            parts = src.partition_rollup(agg.partition_rollup_window_s(bucket_s)).persist(
-                StorageLevel.MEMORY_AND_DISK)
-            try:
-                per_minute = write("topic_minute", live.topic_minute(parts))
-                write("fairness_over_time", agg.fairness_over_time(parts, bucket_s))
-            finally:
-                parts.unpersist()
-            totals = write("partition_bytes", agg.partition_bytes(per_minute))
-            write("partition_fairness", agg.partition_fairness(totals))
+        inbound = _write_tables(spark, src, write, counts, bucket_s, opts)
         say(f"wrote {len(write.written)} tables under {parquet_root}")
     finally:
         src.release()  # every later query reads the small Parquet tables, not the cached events
-
     rates = inbound_rates(inbound, counts.span_s, opts.rate_window_s)
     rec = recommend(rates, opts.throttle)
+    report = _write_report(out_dir, logs, src, write, counts, bucket_s, opts, rec, rates)
+    result = JobResult(
+        out=out_dir,
+        report=report,
+        counts=counts,
+        bucket_s=bucket_s,
+        tables=dict(write.paths),
+        recommendation=rec,
+        seconds=time.monotonic() - started,
+    )
+    (out_dir / SUMMARY_NAME).write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
+    say(f"report: {report}")
+    return result
+
+
+def _write_tables(spark: SparkSession, src: _FromEvents | LandedRollups, write: _Writer, counts: InputCounts,
+                  bucket_s: int, opts: JobOptions) -> DataFrame:
+    """Every table of the report, written with ``write``; the inbound rates' table (the throttle recommendation
+    reads it)."""
+    # The rollup is read by six tables: kept in memory while they are written (it is small, see aggregates).
+    window_s = agg.rollup_window_s(bucket_s, opts.rate_window_s)
+    rolled = src.rollup(window_s).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        traffic = write("traffic_over_time", agg.traffic_over_time(rolled, bucket_s))
+        connections = write("by_connection", agg.by_connection(rolled))
+        inbound = write("inbound_rate", agg.inbound_rate(rolled, opts.rate_window_s))
+        write("error_codes", agg.error_codes(rolled))
+        if counts.has("throttle_target_bps"):
+            write("throttle_over_time", agg.throttle_over_time(rolled, bucket_s))
+        if counts.has("session_upstream_bytes"):
+            write("session_savings", agg.session_savings(rolled, bucket_s))
+        minute = agg.minute_tables_from_rollup(rolled, window_s) or src.minute_tables()
+        write("client_minute", minute["client_minute"])
+        write("throttle_minute", minute["throttle_minute"])
+    finally:
+        rolled.unpersist()
+    write("lines", live.lines_from_counts(spark, counts))
+    write("by_client", agg.by_client(traffic))
+    write("by_api", agg.by_api(traffic))
+    write("by_listener", agg.by_listener(connections))
+    write("by_upstream", agg.by_upstream(connections))
+    write("latency_by_api", agg.latency_by_api(src.latency_histogram()))
+    if counts.has("partitions"):
+        # one scan of the partitions for all three: the per-minute and per-bucket sums re-aggregate its windows
+        parts = src.partition_rollup(agg.partition_rollup_window_s(bucket_s)).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            per_minute = write("topic_minute", live.topic_minute(parts))
+            write("fairness_over_time", agg.fairness_over_time(parts, bucket_s))
+        finally:
+            parts.unpersist()
+        totals = write("partition_bytes", agg.partition_bytes(per_minute))
+        write("partition_fairness", agg.partition_fairness(totals))
+    return inbound
+
+
+def _write_report(out_dir: Path, logs: Logs, src: _FromEvents | LandedRollups, write: _Writer, counts: InputCounts,
+                  bucket_s: int, opts: JobOptions, rec: Recommendation, rates: list[InboundRate]) -> Path:
+    """report.html, from the tables written."""
     ctx = ReportContext(
         counts=counts,
         bucket_s=bucket_s,
@@ -330,15 +353,4 @@ def _run_job(spark: SparkSession, logs: Logs, out: str | Path, options: JobOptio
     )
     report = out_dir / REPORT_NAME
     report.write_text(render("Sluice traffic report", meta, sections), encoding="utf-8")
-    result = JobResult(
-        out=out_dir,
-        report=report,
-        counts=counts,
-        bucket_s=bucket_s,
-        tables=dict(write.paths),
-        recommendation=rec,
-        seconds=time.monotonic() - started,
-    )
-    (out_dir / SUMMARY_NAME).write_text(json.dumps(result.summary(), indent=2) + "\n", encoding="utf-8")
-    say(f"report: {report}")
-    return result
+    return report
