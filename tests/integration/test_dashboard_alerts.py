@@ -51,6 +51,9 @@ PER_PARTITION = 20
 VALUE = 20 * 1024  # one record per batch: a budget of 45 KiB (30 KiB per partition) cuts inside batches
 #: a client quota on the budgeted consumer, far above what it reads: metered, never throttled
 QUOTA = {"name": "dashboard", "client_id": "reporting-*", "fetch_rate_bytes": 1 << 30}
+#: a quota for the whole fleet (no client of the test is its entity): the fleet quota panel's gauges are exported
+#: while an entry is fleet-scoped
+FLEET_QUOTA = {"name": "fleet-wide", "client_id": "nobody-*", "produce_rate_bytes": 1 << 20, "scope": "fleet"}
 BUDGET = {"client_id": "reporting-*", "fetch_max_bytes": 45 * 1024, "partition_max_bytes": 30 * 1024}
 LEADER_RATE = 512 * 1024
 
@@ -225,7 +228,7 @@ def scraped(kafka_broker: KafkaBroker) -> Iterator[Scraped]:
             "throttle.leader_rate_bytes": LEADER_RATE,
             "throttle.topics": [{"topic": throttled, "replicas": "*"}],
             "throttle.consumers": [{"client_id": "backfill-*"}],
-            "quota.entries": [QUOTA],
+            "quota.entries": [QUOTA, FLEET_QUOTA],
             "sharing.enabled": True, "sharing.topics": [{"topic": shared}],
             "fleet.enabled": True, "fleet.name": f"dashboard-{stamp}"}) as sluice:
         prometheus = Prometheus(prometheus_config(sluice.admin_port))
