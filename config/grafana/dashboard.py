@@ -16,56 +16,16 @@ default). Rates use Grafana's ``$__rate_interval``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.app import REGISTRY
+from proxy.dashboard import DATASOURCE, FILTER, Panel, Row, quantile, rate, sel
+
 OUT = Path(__file__).resolve().parent / "dashboards" / "sluice.json"
 
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-#: the filter every selector carries (the job and instance template variables)
-FILTER = 'job=~"$job", instance=~"$instance"'
-RATE = "$__rate_interval"
-
-
-def sel(metric: str, labels: str = "") -> str:
-    """``metric{labels, job=~"$job", instance=~"$instance"}``."""
-    return f"{metric}{{{labels + ', ' if labels else ''}{FILTER}}}"
-
-
-def rate(metric: str, labels: str = "", by: str = "") -> str:
-    """``sum [by (...)] (rate(metric{...}[$__rate_interval]))``."""
-    return f"sum{f' by ({by}) ' if by else ''}(rate({sel(metric, labels)}[{RATE}]))"
-
-
-def quantile(q: float) -> str:
-    return (f"histogram_quantile({q}, sum by (api, le) "
-            f"(rate({sel('sluice_request_latency_seconds_bucket')}[{RATE}])))")
-
-
-@dataclass
-class Panel:
-    title: str
-    unit: str
-    description: str
-    #: (PromQL, legend) pairs
-    targets: list[tuple[str, str]]
-    width: int = 12
-    height: int = 8
-    kind: str = "timeseries"
-    #: the y axis starts at 0 (not for values that go negative)
-    min_zero: bool = True
-    #: stat panels: the value from which it turns red (None: always green)
-    red_from: float | None = None
-
-
-@dataclass
-class Row:
-    title: str
-    panels: list[Panel] = field(default_factory=list)
-
-
-ROWS = [
+#: the core's rows before the policies' (each registration's ``dashboard``, in chain order) and after them
+HEAD_ROWS = [
     Row("Overview", [
         Panel("Sluice instances up", "none", "Instances Prometheus scrapes successfully (the `up` metric).",
               [(f'sum(up{{{FILTER}}})', "up")], width=6, height=4, kind="stat"),
@@ -80,6 +40,7 @@ ROWS = [
               [('count(ALERTS{alertstate="firing", alertname=~"Sluice.+", ' + FILTER + "}) or vector(0)",
                 "firing")], width=6, height=4, kind="stat", red_from=1),
     ]),
+
     Row("Traffic", [
         Panel("Requests/s by API", "reqps", "sluice_requests_total: requests answered, by Kafka API.",
               [(rate("sluice_requests_total", by="api"), "{{api}}")], width=8),
@@ -92,6 +53,7 @@ ROWS = [
               "relaying the broker's bytes.",
               [(rate("sluice_responses_rewritten_total", by="api"), "{{api}}")], width=8),
     ]),
+
     Row("Latency", [
         Panel("p50 latency by API", "s",
               "Median time from a request's last byte read to its response handed to the client "
@@ -100,170 +62,8 @@ ROWS = [
         Panel("p99 latency by API", "s", "99th percentile of sluice_request_latency_seconds.",
               [(quantile(0.99), "{{api}}")]),
     ]),
-    Row("Response-size limits (KIP-74)", [
-        Panel("Trimmed bytes/s", "Bps",
-              "sluice_size_limit_trimmed_bytes_total: record bytes left out of fetch responses to keep them "
-              "within their budget (cut at batch boundaries; the client fetches them next).",
-              [(rate("sluice_size_limit_trimmed_bytes_total"), "trimmed")], width=6),
-        Panel("Deferred partitions/s", "cps",
-              "sluice_size_limit_deferred_partitions_total: partitions whose records were all left out of a "
-              "response (kept with error 0 and their real offsets).",
-              [(rate("sluice_size_limit_deferred_partitions_total"), "deferred")], width=6),
-        Panel("Limited responses/s and memory waits/s", "cps",
-              "sluice_size_limit_limited_responses_total: responses the budget changed; "
-              "sluice_response_memory_waits_total: fetches that waited for response memory "
-              "(size_limit.global_max_bytes) before going upstream.",
-              [(rate("sluice_size_limit_limited_responses_total"), "limited responses"),
-               (rate("sluice_response_memory_waits_total"), "memory waits")], width=6),
-        Panel("Response bytes held", "bytes",
-              "sluice_response_bytes_held: fetch response bytes reserved or held, counted against "
-              "size_limit.global_max_bytes.",
-              [(f"sum({sel('sluice_response_bytes_held')})", "held")], width=6),
-    ]),
-    Row("Share groups (KIP-932)", [
-        Panel("Share records acquired and acknowledged/s", "cps",
-              "sluice_share_records_acquired_total: records ShareFetch responses acquired for their consumers; "
-              "sluice_share_records_acknowledged_total by api and type (accept, release, reject, gap, renew): "
-              "the acknowledgements consumers sent.",
-              [(rate("sluice_share_records_acquired_total"), "acquired"),
-               # no series until a share consumer acknowledged something (labelled by api and type)
-               (rate("sluice_share_records_acknowledged_total", by="type") + " or on() vector(0)",
-                "acknowledged: {{type}}")], width=12),
-        Panel("Share fetches clamped/s", "cps",
-              "sluice_size_limit_share_clamped_requests_total: ShareFetch requests whose MaxBytes a size budget "
-              "lowered (share fetches are bounded on the request side only: a record cut from a response would "
-              "stay acquired).",
-              [(rate("sluice_size_limit_share_clamped_requests_total"), "clamped")], width=12),
-    ]),
-    Row("Fetch sessions (KIP-227)", [
-        Panel("Upstream fetch bytes/s: sent vs saved", "Bps",
-              "With [sessions] mode = terminate: bytes of the Fetch requests and responses Sluice exchanged "
-              "upstream in its own sessions (sluice_upstream_fetch_bytes_total), and the bytes its sessions saved "
-              "against what the clients asked for (sluice_upstream_fetch_bytes_saved_total).",
-              [(rate("sluice_upstream_fetch_bytes_total", by="direction"), "sent: {{direction}}"),
-               (rate("sluice_upstream_fetch_bytes_saved_total", by="direction"), "saved: {{direction}}")]),
-        Panel("Fetch sessions open", "none",
-              "sluice_fetch_sessions_open: upstream = Sluice's own sessions with brokers, downstream = sessions "
-              "it serves to clients.",
-              [(f"sum by (side) ({sel('sluice_fetch_sessions_open')})", "{{side}}")], width=6),
-        Panel("Partitions cached in sessions", "none",
-              "sluice_fetch_session_partitions_cached (Kafka's NumIncrementalFetchPartitionsCached).",
-              [(f"sum by (side) ({sel('sluice_fetch_session_partitions_cached')})", "{{side}}")], width=6),
-        Panel("Fetch requests/s: incremental vs full", "reqps",
-              "sluice_upstream_fetch_requests_total: what Sluice sent upstream in its sessions; "
-              "sluice_downstream_fetch_requests_total: what session clients sent to Sluice's sessions.",
-              [(rate("sluice_upstream_fetch_requests_total", by="kind"), "upstream: {{kind}}"),
-               (rate("sluice_downstream_fetch_requests_total", by="kind"), "clients: {{kind}}")]),
-        Panel("Session retries, errors and evictions/s", "cps",
-              "sluice_fetch_session_retries_total: upstream session responses that could not be used (the session "
-              "restarts); sluice_fetch_session_errors_total: session errors sent to clients; "
-              "sluice_fetch_session_evictions_total: client sessions evicted from the cache.",
-              [(rate("sluice_fetch_session_retries_total"), "upstream retries"),
-               (rate("sluice_fetch_session_errors_total", by="error"), "to clients: {{error}}"),
-               (rate("sluice_fetch_session_evictions_total"), "evictions")]),
-    ]),
-    Row("Replication throttles (KIP-73)", [
-        Panel("Throttle rate vs limit", "Bps",
-              "sluice_throttle_byte_rate (measured over the quota window) against sluice_throttle_rate_limit_bytes, "
-              "per instance and side; a limit line is drawn only for sides with a limit. Alert: "
-              "SluiceThrottleNotHolding.",
-              [(f"sum by (instance, side) ({sel('sluice_throttle_byte_rate')})", "{{instance}} {{side}} rate"),
-               (f"sum by (instance, side) ({sel('sluice_throttle_rate_limit_bytes')}) > 0",
-                "{{instance}} {{side}} limit")]),
-        Panel("Sum lag of throttled partitions", "short",
-              "sluice_throttle_sum_lag_offsets: high watermark - fetch offset over throttled partitions and "
-              "fetchers (KIP-73's SumReplicaLag). If it stops falling, raise the throttle.",
-              [(f"sum by (instance) ({sel('sluice_throttle_sum_lag_offsets')})", "{{instance}}")]),
-        Panel("Throttled bytes/s by side", "Bps",
-              "sluice_throttle_bytes_total: record bytes of throttled partitions counted against the quota "
-              "(leader = sent to fetchers, follower = fetched upstream).",
-              [(rate("sluice_throttle_bytes_total", by="side"), "{{side}}")], width=8),
-        Panel("Left-out partitions/s by side", "cps",
-              "sluice_throttle_left_out_partitions_total: throttled partitions held back while the rate is above "
-              "the limit.",
-              [(rate("sluice_throttle_left_out_partitions_total", by="side"), "{{side}}")], width=8),
-        Panel("Throttle configuration", "none",
-              "sluice_throttle_topics: [[throttle.topics]] entries; sluice_throttle_window_seconds: the quota "
-              "window (samples x window_s).",
-              [(f"max({sel('sluice_throttle_topics')})", "topic entries"),
-               (f"max({sel('sluice_throttle_window_seconds')})", "window (s)")], width=8, kind="stat"),
-    ]),
-    Row("Client quotas (KIP-13, KIP-219)", [
-        Panel("Quota bytes/s by entry", "Bps",
-              "sluice_quota_bytes_total: Produce request bytes and Fetch and ShareFetch response bytes counted "
-              "against each [[quota.entries]] entry's quota of that kind.",
-              [(rate("sluice_quota_bytes_total", by="entry, kind"), "{{entry}} {{kind}}")], width=8),
-        Panel("Quota requests/s by entry", "reqps",
-              "sluice_quota_requests_total: Produce, Fetch, ShareFetch and ShareAcknowledge requests of the clients "
-              "each entry governs (for any kind).",
-              [(rate("sluice_quota_requests_total", by="entry, api"), "{{entry}} {{api}}")], width=8),
-        Panel("Share of time throttled by entry", "percentunit",
-              "sluice_quota_throttle_seconds_total: throttle time applied per second (1 = one client held all the "
-              "time; above 1, several); sluice_quota_throttled_total: throttled responses/s. Alert: "
-              "SluiceQuotaHoldsClient.",
-              [(rate("sluice_quota_throttle_seconds_total", by="entry, api"), "{{entry}} {{api}} held"),
-               (rate("sluice_quota_throttled_total", by="entry, api"), "{{entry}} {{api}} throttled/s")], width=8),
-        Panel("Fleet quotas", "none",
-              "With fleet-scoped quotas: sluice_quota_fleet_live_instances, the instances sharing them as each one "
-              "sees it; sluice_quota_fleet_usage_reachable, 0 while an instance cannot read its own usage reports "
-              "(it holds quota / instances last live); sluice_quota_fleet_fallbacks_total, such losses; "
-              "sluice_quota_fleet_reports_skipped_total, usage records that are no report.",
-              [(f"min({sel('sluice_quota_fleet_live_instances')})", "live instances (min)"),
-               (f"min({sel('sluice_quota_fleet_usage_reachable')})", "usage topic reachable (min)"),
-               (f"sum(increase({sel('sluice_quota_fleet_fallbacks_total')}[$__range]))", "fallbacks"),
-               (f"sum(increase({sel('sluice_quota_fleet_reports_skipped_total')}[$__range]))", "reports skipped")],
-              width=8, kind="stat"),
-    ]),
-    Row("Cooperative consumption", [
-        Panel("Shared partitions and members per partition", "none",
-              "sluice_sharing_partitions: partitions split into key-hash slices among each group's members (as the "
-              "members behind this Sluice hold them); sluice_sharing_partition_members: members sharing each.",
-              [(f"max by (group) ({sel('sluice_sharing_partitions')})", "{{group}} partitions"),
-               (f"max by (group) ({sel('sluice_sharing_partition_members')})", "{{group}} members/partition")],
-              width=8),
-        Panel("Stable-offset lag by group", "short",
-              "sluice_sharing_stable_offset_lag: how far the furthest slice is ahead of the group's committed "
-              "(stable) offset, summed over its shared partitions: what a consumer resuming from the group's offset "
-              "without Sluice would read again. Rising without bound = a slice that no longer commits.",
-              [(f"max by (group) ({sel('sluice_sharing_stable_offset_lag')})", "{{group}}")], width=8),
-        Panel("Records filtered/s by reason", "cps",
-              "sluice_sharing_records_filtered_total: records left out of members' fetch responses (other_slice: "
-              "another member's keys; committed: an earlier slice committed them); "
-              "sluice_sharing_filtered_bytes_total: record bytes of the partitions filtered (as fetched).",
-              [(rate("sluice_sharing_records_filtered_total", by="reason"), "{{reason}}"),
-               (rate("sluice_sharing_filtered_bytes_total"), "bytes filtered/s")], width=8),
-        Panel("Not shared, withheld and rejoins/s", "cps",
-              "sluice_sharing_not_shared_total by reason (kip848_group, client_id_collision, bad_marker, "
-              "bad_assignment, member_unknown, undecodable_batch); sluice_sharing_withheld_partitions_total: "
-              "partitions withheld from a member not yet known (after a restart); sluice_sharing_rejoins_total; "
-              "sluice_sharing_assignments_total: assignments rewritten as group leader; "
-              "sluice_sharing_stable_offsets_raised_total: group commits Sluice made as a member to raise a "
-              "stable offset a concurrent commit left behind.",
-              [(rate("sluice_sharing_not_shared_total", by="reason"), "not shared: {{reason}}"),
-               (rate("sluice_sharing_withheld_partitions_total"), "withheld partitions"),
-               (rate("sluice_sharing_rejoins_total"), "rejoins"),
-               (rate("sluice_sharing_assignments_total"), "assignments rewritten"),
-               (rate("sluice_sharing_stable_offsets_raised_total"), "stable offsets raised")]),
-        Panel("Decoded-batch cache and own group requests", "short",
-              "sluice_sharing_cache_bytes (sharing.cache_max_bytes), sluice_sharing_cache_lookups_total by outcome "
-              "(hit/miss per second); sluice_sharing_group_calls_total: Sluice's own slice-position and group "
-              "requests per second, ok or failed.",
-              [(f"sum by (instance) ({sel('sluice_sharing_cache_bytes')})", "{{instance}} cache bytes"),
-               (rate("sluice_sharing_cache_lookups_total", by="outcome"), "cache {{outcome}}/s"),
-               (rate("sluice_sharing_group_calls_total", by="outcome"), "group calls {{outcome}}/s")]),
-    ]),
-    Row("Starvation", [
-        Panel("Partitions held back/s", "cps",
-              "Partitions whose records were left out: by a size budget (deferred) or a throttle (left out). "
-              "Held back while the throttled bytes/s above stay at zero = starving (alert "
-              "SluicePartitionStarving). Per-partition detail: the access log's partitions field, sluice report.",
-              [(rate("sluice_size_limit_deferred_partitions_total"), "size limit: deferred"),
-               (rate("sluice_throttle_left_out_partitions_total", by="side"), "throttle {{side}}: left out")]),
-        Panel("Lag trend of throttled partitions (offsets/s over 15m)", "short",
-              "deriv(sluice_throttle_sum_lag_offsets[15m]): below 0 the fetchers are catching up; at or above 0 "
-              "while partitions are held back the lag is not falling (alert SluiceThrottledLagNotFalling).",
-              [(f"deriv({sel('sluice_throttle_sum_lag_offsets')}[15m])", "{{instance}}")], min_zero=False),
-    ]),
+]
+TAIL_ROWS = [
     Row("Rejected frames and access log", [
         Panel("Rejected frames/s by reason", "cps",
               "sluice_frames_rejected_total: each closed one connection (too_large, malformed, unknown_api, "
@@ -289,6 +89,7 @@ ROWS = [
               "cluster; rising toward logging.access_log_kafka.buffer_events means drops are next.",
               [(f"sum by (instance) ({sel('sluice_access_log_buffered_events')})", "{{instance}}")]),
     ]),
+
     Row("Security and connection limits", [
         Panel("Connections refused/s by reason", "cps",
               "sluice_connections_refused_total: client connections closed before their first request: "
@@ -310,6 +111,7 @@ ROWS = [
               [(f"sum by (outcome) (increase({sel('sluice_tls_reloads_total')}[1h]))", "{{outcome}}")],
               width=6),
     ]),
+
     Row("Upstream health", [
         Panel("Upstream connect errors/s", "cps",
               "sluice_upstream_connect_errors_total: failed connects to brokers (refused, unreachable, timeout). "
@@ -328,6 +130,7 @@ ROWS = [
               "sluice_listeners: the bootstrap listener plus one per broker node.",
               [(f"sum by (instance) ({sel('sluice_listeners')})", "{{instance}}")], width=6),
     ]),
+
     Row("Fleet", [
         Panel("Instances reporting", "none",
               "Instances of the fleet Prometheus scrapes ([fleet] enabled: sluice_fleet_revision is exported), and "
@@ -354,6 +157,8 @@ ROWS = [
                (f"sum(increase({sel('sluice_fleet_status_published_total')}[1h]))", "status records")], width=6),
     ]),
 ]
+ROWS = [*HEAD_ROWS, *(r.dashboard for r in REGISTRY if r.dashboard is not None), *TAIL_ROWS]
+
 
 
 def variable(name: str, label: str, query: str) -> dict[str, Any]:

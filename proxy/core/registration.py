@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from ..config.base import Section
+    from ..dashboard import Row
     from .policy import Policy, Services
 
 
@@ -47,6 +48,8 @@ class Registration:
     log_fields: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: the key of a setting of the section that needs ``[fleet]`` on, if one is set ("": none); checked at load
     needs_fleet: Callable[[Any], str] | None = None
+    #: the policy's row of the Grafana dashboard (config/grafana/dashboard.py), if it has metrics to show
+    dashboard: Row | None = None
 
     def __post_init__(self) -> None:
         if bool(self.section) != (self.settings is not None):
