@@ -2,19 +2,17 @@
 
     sluice throttle status --admin URL      GET /throttles: configuration and measured rates
     sluice throttle set    --admin URL [--leader-rate R] [--follower-rate R] [--topic T[=REPLICAS]]...
-                           [--consumer GLOB]... [--window-s S] [--samples N] [--file JSON]
-    sluice throttle clear  --admin URL      PUT the defaults: no throttle
-
-The admin API's bearer token comes from ``SLUICE_ADMIN__TOKEN`` (the variable the server reads its token from)
-or ``--token-file FILE``, never from the command line, where every user on the host sees it (``ps``). An
-``https://`` admin URL is verified against ``--cacert`` (else the system's CAs).
+                           [--consumer GLOB]... [--window-s S] [--samples N] [--file JSON] [--force] [--dry-run]
+    sluice throttle clear  --admin URL [--force] [--dry-run]   PUT the defaults: no throttle
     sluice throttle plan   --bytes B --inbound-rate IN --throttle T [--network N] [--replication-factor R]
 
-``set`` reads the configuration in force, changes what its options name, and PUTs the whole section back;
-``--file`` PUTs a JSON file as is. ``--topic`` replaces the entry whose topic is exactly TOPIC (a name or a glob
-such as ``'orders-*'``) where it stands, or appends one; REPLICAS defaults to ``*``, and ``TOPIC=`` lists none.
-``status`` and ``set`` print the entries as configured (globs as written, in order: an exact name wins over
-globs, among globs the first matching one).
+``set`` and ``clear`` are KIP-73's front to ``sluice config set|clear throttle`` (proxy/cli_config.py): the same
+revision-checked write (``--force``, ``--dry-run``), the same authentication (proxy/cli_admin.py). ``set`` reads
+the configuration in force, changes what its options name, and PUTs the whole section back; ``--file`` PUTs a
+JSON file as is (checked against the revision it carries, else the one read just before). ``--topic`` replaces
+the entry whose topic is exactly TOPIC (a name or a glob such as ``'orders-*'``) where it stands, or appends one;
+REPLICAS defaults to ``*``, and ``TOPIC=`` lists none. ``status`` and ``set`` print the entries as configured
+(globs as written, in order: an exact name wins over globs, among globs the first matching one).
 
 ``plan`` is KIP-73's sizing: a move of B bytes with inbound (produce) traffic IN on the busiest broker
 takes B / (T - IN) at throttle T, since the throttle carries both catch-up and keep-up traffic; and the safe
@@ -27,18 +25,13 @@ Sizes and rates accept B, KB/MB/GB (10^3), KiB/MiB/GiB (2^10), an optional ``/s`
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import math
-import os
 import re
-import socket
-import ssl
 import sys
-import urllib.error
-import urllib.request
-from typing import Any
 
+from proxy.cli_admin import add_admin_arguments, call
+from proxy.cli_config import add_write_arguments, put_section
 from proxy.policies.throttle.sizing import move_time_s, safe_range
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -124,70 +117,25 @@ def _plan(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------------------- admin API
 
-
-TOKEN_ENV = "SLUICE_ADMIN__TOKEN"
-
-
-def admin_token(token_file: str | None) -> str:
-    """The bearer token: the file's contents (stripped) or $SLUICE_ADMIN__TOKEN; "" when neither is set."""
-    if token_file:
-        try:
-            with open(token_file, encoding="utf-8") as fh:
-                return fh.read().strip()
-        except OSError as e:
-            raise SystemExit(f"error: --token-file {token_file}: {e.strerror or e}") from None
-    return os.environ.get(TOKEN_ENV, "").strip()
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no login name and no passwd entry (a container's arbitrary uid)
-        return "?"
-
-
-def _call(args: argparse.Namespace, method: str, body: Any = None) -> Any:
-    url = args.admin.rstrip("/") + "/throttles"
-    # who changed it, in a fleet's control record (proxy/fleet/records.py changed_by)
-    headers = {"Content-Type": "application/json", "X-Sluice-Changed-By": f"{_user()}@{socket.gethostname()} "
-                                                                          "(sluice throttle)"}
-    token = admin_token(args.token_file)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    context = ssl.create_default_context(cafile=args.cacert) if url.startswith("https:") else None
-    try:
-        with urllib.request.urlopen(req, timeout=args.timeout, context=context) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace").strip()
-        try:
-            detail = json.loads(detail).get("error", detail)
-        except (json.JSONDecodeError, AttributeError):
-            pass
-        raise SystemExit(f"error: {method} {url}: HTTP {e.code}: {detail}") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise SystemExit(f"error: {method} {url}: {getattr(e, 'reason', e)}") from None
+_PATH = "/throttles"
 
 
 def _status(args: argparse.Namespace) -> int:
-    print(json.dumps(_call(args, "GET"), indent=2))
+    print(json.dumps(call(args, "GET", _PATH), indent=2))
     return 0
 
 
 def _clear(args: argparse.Namespace) -> int:
-    print(json.dumps(_call(args, "PUT", {}), indent=2))
-    return 0
+    return put_section(args, _PATH, {}, call(args, "GET", _PATH).get("revision"))
 
 
 def _set(args: argparse.Namespace) -> int:
+    current = call(args, "GET", _PATH)
     if args.file:
         with open(args.file, encoding="utf-8") as f:
             body = json.load(f)
     else:
-        body = _call(args, "GET")
-        body.pop("status", None)
+        body = dict(current)
         if args.leader_rate is not None:
             body["leader_rate_bytes"] = args.leader_rate
         if args.follower_rate is not None:
@@ -209,28 +157,24 @@ def _set(args: argparse.Namespace) -> int:
         for glob in args.consumer or []:
             if not any(c.get("client_id") == glob for c in body.get("consumers", [])):
                 body.setdefault("consumers", []).append({"client_id": glob})
-    print(json.dumps(_call(args, "PUT", body), indent=2))
-    return 0
+    # A file that carries a revision (what GET answered, edited) is checked against it, as GET's own would be
+    based_on = body.get("revision", current.get("revision")) if isinstance(body, dict) else None
+    return put_section(args, _PATH, body, based_on)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    def admin(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--admin", required=True, metavar="URL", help="admin base URL, e.g. http://127.0.0.1:9644")
-        q.add_argument("--token-file", metavar="FILE",
-                       help=f"file holding the admin bearer token (default: ${TOKEN_ENV}, if set)")
-        q.add_argument("--cacert", metavar="FILE", help="CA bundle to verify an https:// admin URL with")
-        q.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout, seconds (default 10)")
-
     q = sub.add_parser("status", help="show the throttle configuration and measured rates")
-    admin(q)
+    add_admin_arguments(q)
     q.set_defaults(_action=_status)
     q = sub.add_parser("clear", help="remove every throttle (the defaults)")
-    admin(q)
+    add_admin_arguments(q)
+    add_write_arguments(q)
     q.set_defaults(_action=_clear)
     q = sub.add_parser("set", help="change the throttle configuration")
-    admin(q)
+    add_admin_arguments(q)
+    add_write_arguments(q)
     q.add_argument("--leader-rate", type=_size_arg, metavar="RATE", help="bytes/s to fetchers, e.g. 5MB")
     q.add_argument("--follower-rate", type=_size_arg, metavar="RATE", help="bytes/s fetched upstream")
     q.add_argument("--topic", action="append", metavar="TOPIC[=REPLICAS]",
