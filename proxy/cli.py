@@ -147,7 +147,7 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
         return (fleet is None or fleet.ready()) and await proxy.ready()
 
     admin: AdminServer | None = None
-    store = None
+    store: reconfigure.SectionStore | None = fleet  # what SIGHUP lays over the file (the fleet's sections)
     if settings.admin.enabled:
         admin = AdminServer(settings.admin, readiness, proxy.metrics)
         store = reconfigure.add_routes(admin, proxy, fleet)

@@ -30,9 +30,13 @@ import math
 import re
 import sys
 
-from proxy.cli_admin import add_admin_arguments, call
+from proxy.cli_admin import TOKEN_ENV, add_admin_arguments, admin_token, call
 from proxy.cli_config import add_write_arguments, put_section
 from proxy.policies.throttle.sizing import move_time_s, safe_range
+
+# TOKEN_ENV and admin_token live in proxy/cli_admin.py (every command's admin API calls); named here too for the
+# commands that took them from this module
+__all__ = ["TOKEN_ENV", "add_arguments", "admin_token", "human", "parse_size", "plan", "run"]
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

@@ -70,6 +70,7 @@ class SluiceProcess:
         python: str | None = None,
         ports: tuple[int, int, int] | None = None,
         code: Path | None = None,
+        wait_ready: bool = True,
     ) -> None:
         self.upstream = upstream
         self.node_id = node_id
@@ -102,9 +103,10 @@ class SluiceProcess:
         self._env = env
         self.start_timeout = start_timeout
         self.returncode: int | None = None
-        self._spawn("wb")
+        # wait_ready=False: returns once spawned, for a test of the start itself (``readiness`` then says)
+        self._spawn("wb", wait_ready)
 
-    def _spawn(self, mode: str) -> None:
+    def _spawn(self, mode: str, wait_ready: bool = True) -> None:
         with open(self._stderr_path, mode) as err, open(self._stdout_path, mode) as out:
             self._proc = subprocess.Popen(
                 self.command,
@@ -116,6 +118,8 @@ class SluiceProcess:
                 preexec_fn=set_pdeathsig,  # only asks Linux to SIGTERM it if we die
             )
         self.returncode = None
+        if not wait_ready:
+            return
         try:
             self._wait_ready(self.start_timeout)
         except BaseException:
@@ -226,13 +230,14 @@ class SluiceProcess:
             if self._proc.poll() is not None:
                 self.returncode = self._proc.returncode
                 raise RigError(f"sluice exited with {self.returncode} while starting:\n{self.log_tail()}")
-            ready, last = self._ready_once()
+            ready, last = self.readiness()
             if ready:
                 return
             time.sleep(_POLL_S)  # bounded poll of a real condition (readiness), not a synchronising sleep
         raise RigError(f"sluice not ready after {timeout:.0f}s ({last}):\n{self.log_tail()}")
 
-    def _ready_once(self) -> tuple[bool, str]:
+    def readiness(self) -> tuple[bool, str]:
+        """(ready: /readyz 200 and the bootstrap port accepts, what was found)."""
         try:
             with urllib.request.urlopen(f"{self.admin_url}/readyz", timeout=2.0) as resp:
                 if resp.status != 200:

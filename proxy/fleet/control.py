@@ -135,6 +135,7 @@ class FleetControl:
         self._conf = client_config(fleet, proxy.settings.upstream, f"sluice-fleet-{fleet.name}")
         self.instance_id = fleet.instance_id
         self.host = socket.gethostname()
+        self.version = sluice_version()  # read once: a package metadata lookup, ~1 ms, each status record
         self.started_at = now_iso()
         self.writer = FleetWriter(self._conf, fleet, sections, self._validate, self.acls, lambda: self.instance_id,
                                   clock)
@@ -418,7 +419,7 @@ class FleetControl:
         self._set_reachable(True, "")
         seen = offset <= self._folded.get(partition, -1)  # folded before this refold: counted and logged then
         self._folded[partition] = max(offset, self._folded.get(partition, -1))
-        state = self._pending or self.state
+        state = self._pending if self._pending is not None else self.state
         try:
             change, validated = state.offer(key, value, offset)
         except Skipped as skip:
@@ -519,10 +520,10 @@ class FleetControl:
         ports = self.proxy.listener_ports()
         return StatusRecord(
             fleet=self.name, instance=self.instance_id, host=self.host, pid=os.getpid(),
-            version=sluice_version(), started_at=self.started_at, published_at=now_iso(),
+            version=self.version, started_at=self.started_at, published_at=now_iso(),
             listeners={"bootstrap" if n is None else f"broker-{n}": p for n, p in ports.items()},
             revisions=self.state.revisions(), hashes=self.state.hashes(), topic_id=self.topic_id,
-            control_reachable=bool(self._reachable),
+            control_reachable=bool(self._reachable), interval_s=self.settings.status_interval_s,
         )  # fmt: skip
 
     def _publish_once(self) -> None:

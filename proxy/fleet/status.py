@@ -3,8 +3,8 @@ proxy/fleet/cli.py's, the publishing proxy/fleet/control.py's).
 
 Every instance publishes its status every ``[fleet] status_interval_s`` to the status topic, keyed by its instance
 id: ``{"schema": 1, "fleet", "instance", "host", "pid", "version", "listeners", "revisions", "hashes",
-"topic_id", "started_at", "published_at", "control_reachable"}``; ``revisions`` per section the latest record it
-folded, ``hashes`` per section the fleet sets the digest of the settings it applied (records.py
+"topic_id", "started_at", "published_at", "control_reachable", "interval_s"}``; ``revisions`` per section the
+latest record it folded, ``hashes`` per section the fleet sets the digest of the settings it applied (records.py
 ``settings_hash``), ``topic_id`` the control topic's id it follows (Kafka's topic id, KIP-516: a topic created
 again has another). A clean stop publishes a tombstone (the key with no value), so a stopped instance leaves the
 table; one that died (kill -9, a lost host) is ``silent`` from its last status on, and left out of the table once
@@ -42,6 +42,8 @@ class StatusRecord:
     hashes: dict[str, str] = field(default_factory=dict)
     topic_id: str = ""
     control_reachable: bool = True
+    #: its status_interval_s (the reader's own setting when absent: an older instance's record)
+    interval_s: float = 0.0
 
     def encode(self) -> tuple[bytes, bytes]:
         return self.instance.encode(), json.dumps({"schema": STATUS_SCHEMA, **asdict(self)},
@@ -70,10 +72,10 @@ def _age_s(published_at: str, now: datetime) -> float:
 
 def instance_state(record: StatusRecord, revisions: Mapping[str, int], hashes: Mapping[str, str], now: datetime,
                    interval_s: float, topic_id: str = "") -> str:
-    """``silent`` (no status for SILENT_INTERVALS intervals), ``lagging`` (a section's revision below the fleet's,
-    or another incarnation of the control topic), ``drift`` (at the fleet's revision of a section, other settings
-    than ``hashes``, the fleet's as this Sluice validates them), else ``up``."""
-    if _age_s(record.published_at, now) > SILENT_INTERVALS * interval_s:
+    """``silent`` (no status for SILENT_INTERVALS of its intervals), ``lagging`` (a section's revision below the
+    fleet's, or another incarnation of the control topic), ``drift`` (at the fleet's revision of a section, other
+    settings than ``hashes``, the fleet's as this Sluice validates them), else ``up``."""
+    if _age_s(record.published_at, now) > SILENT_INTERVALS * (record.interval_s or interval_s):
         return "silent"
     if (topic_id and record.topic_id and record.topic_id != topic_id) or any(
             record.revisions.get(s, 0) < r for s, r in revisions.items()):

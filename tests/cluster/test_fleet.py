@@ -11,8 +11,9 @@ cluster). What must hold, from each instance's admin API, metrics and log, never
 - garbage, another schema's and invalid records in the control topic are skipped and counted on every instance,
   the last good settings stay, and the next good record is applied;
 - the control cluster stopped (a separate broker): every instance keeps serving (/readyz, a produce and a consume
-  through it), says the control cluster is unreachable, refuses a change with 503 (nothing written); restarted:
-  reachable again, and the next change reaches every instance;
+  through it), says the control cluster is unreachable, refuses a change with 503 (nothing written); one started
+  meanwhile with ``on_unreachable = "wait"`` is alive but not ready and opens no listener; the cluster back: every
+  instance reachable again (and ready), and the next change reaches every instance;
 - a section deleted and set again while the cleaner really compacts the control topic, instances restarted in
   between, and a writer validating otherwise: every instance converges, no revision is used twice, no drift.
 
@@ -22,6 +23,7 @@ The wall-clock side (time from a write to its application on 20 instances) is ``
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -292,9 +294,22 @@ def test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back
             assert _get(a)["leader_rate_bytes"] == 0
             events = [e.get("event") for e in a.log_events()]
             assert "fleet_control_unreachable" in events
+            # An instance that must not serve without the fleet's settings (on_unreachable = "wait"), started now:
+            # alive, not ready, no listener, until the control topic was read.
+            waiting = SluiceProcess(upstreams[0], node_id=3, wait_ready=False, extra_env={
+                **env, "SLUICE_FLEET__ON_UNREACHABLE": "wait", "SLUICE_FLEET__STARTUP_TIMEOUT_S": "1"})
+            instances.append(waiting)
+            wait_until(lambda: any(e.get("event") == "fleet_waiting_for_control" for e in waiting.log_events()), 60,
+                       partial(_fleet_log, waiting, "waits for the control topic"))
+            assert _healthz(waiting) == 200
+            assert waiting.readiness() == (False, "/readyz 503")
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", waiting.bootstrap_port), timeout=5).close()
             control.start()
             for s in instances:
                 wait_until(partial(_reachable, s, 1), 60, partial(_fleet_log, s, "sees it back"))
+            wait_until(lambda: waiting.readiness()[0], 60, partial(_fleet_log, waiting, "ready"))
+            assert a.metric("sluice_fleet_refolds_total") >= 1  # read again from its beginning, once back
             status, written = admin_json(a.admin_url, "/throttles", "PUT", {"leader_rate_bytes": 2_000_000})
             assert status == 200, written
             _wait_revision(instances, written["revision"])
@@ -404,6 +419,13 @@ def _status_clean(name: str, bootstrap: str, revisions: dict[str, int]) -> None:
     for row in rows:
         assert (row["state"], row["drift"]) == ("up", ""), rows
         assert all(f"{s}={r}" in row["revisions"] for s, r in revisions.items()), rows
+
+
+def _healthz(s: SluiceProcess) -> int:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{s.admin_url}/healthz", timeout=10) as resp:
+        return int(resp.status)
 
 
 def _readyz(s: SluiceProcess) -> tuple[int, str]:

@@ -215,7 +215,8 @@ async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: 
         assert status == 200 and shown["topics"] == THROTTLE["topics"]
         throttles = proxy.policy("throttle").throttles
         assert throttles.throttled("orders-eu", 0, CONSUMER) and not throttles.throttled("orders-audit", 0, CONSUMER)
-        assert (await call(http, "PUT", f"{url}/size-limits", SIZE_LIMIT)) == (200, {**SIZE_LIMIT, "revision": 1, "scope": "this instance"})
+        assert (await call(http, "PUT", f"{url}/size-limits", SIZE_LIMIT)) == (
+            200, {**SIZE_LIMIT, "revision": 1, "scope": "this instance"})
         assert read_state(str(state)) == {"throttle": THROTTLE, "size_limit": SIZE_LIMIT}
         # A refused change is not saved.
         bad = await call(http, "PUT", f"{url}/throttles", {"topics": [{"topic": "x"}, {"topic": "x"}]})
