@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ACLS", "Acl", "AclReporter", "Grant", "grants", "principal_name", "readme_table"]
+__all__ = ["ACLS", "Acl", "AclReporter", "Grant", "Role", "grants", "principal_name", "readme_table"]
 
 Role = Literal["instance", "writer", "reader"]
 Resource = Literal["Topic", "Group", "TransactionalId", "Cluster"]

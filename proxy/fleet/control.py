@@ -140,6 +140,7 @@ class FleetControl:
         self.writer = FleetWriter(self._conf, fleet, sections, self._validate, self.acls, lambda: self.instance_id,
                                   clock)
         self.topic_id = ""
+        self._missing_said = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -317,11 +318,13 @@ class FleetControl:
         """Ensure the topics exist, check the control topic's settings and assign its partitions from the
         beginning; retried until the cluster answers or stop(). (The partitions, the topic's id); None on stop."""
         timeout = PROBE_INTERVAL_S * 2
+        created: list[str] = []
         while not self._stop.is_set():
             try:
                 try:
-                    create_missing(admin, {self.topic: CONTROL_TOPIC_CONFIG, self.status_topic: STATUS_TOPIC_CONFIG},
-                                   self.settings.replication_factor, timeout, self._created)
+                    created += create_missing(admin, {self.topic: CONTROL_TOPIC_CONFIG,
+                                                      self.status_topic: STATUS_TOPIC_CONFIG},
+                                              self.settings.replication_factor, timeout, self._created)
                 except Denied as denied:  # pre-created topics need no Create: reading tells whether they exist
                     self._denied(denied, "[fleet]: the fleet's topics created when missing")
                 try:
@@ -350,7 +353,17 @@ class FleetControl:
                 self._denied(denied, "[fleet]: following the control topic")
                 self._stop.wait(PROBE_INTERVAL_S)
             except KafkaException as exc:
-                self._post(self._set_reachable, False, str(exc.args[0] if exc.args else exc))
+                error = exc.args[0] if exc.args else exc
+                if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    # The cluster answered: the topic is not there. Just created, its metadata is on its way to
+                    # every broker: asked again shortly. Else (not creatable here) said once, asked again later.
+                    self._post(self._set_reachable, True, "")
+                    if self.topic in created:
+                        self._stop.wait(_POLL_S)
+                        continue
+                    self._post(self._topic_missing, error.str(), True)
+                else:
+                    self._post(self._set_reachable, False, str(error))
                 self._stop.wait(PROBE_INTERVAL_S)
         return None
 
@@ -389,11 +402,13 @@ class FleetControl:
     def _set_topic_id(self, tid: str) -> None:
         self.topic_id = tid
 
-    def _topic_missing(self, error: str) -> None:
-        if self.topic_id:
+    def _topic_missing(self, error: str, starting: bool = False) -> None:
+        """The control topic is not there (deleted; or, ``starting``, neither there nor created): said once."""
+        if self.topic_id or (starting and not self._missing_said):
             log.warning("fleet_control_topic_missing", fleet=self.name, topic=self.topic, error=error,
                         serving="with the settings applied last; read again when it is created")
             self.topic_id = ""
+            self._missing_said = True
 
     def _set_reachable(self, reachable: bool, error: str) -> None:
         self.metrics.reachable.set(1 if reachable else 0)

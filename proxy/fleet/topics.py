@@ -75,22 +75,25 @@ def config_drift(found: Mapping[str, str]) -> list[tuple[str, str, str]]:
 
 
 def create_missing(admin: AdminClient, wanted: Mapping[str, Mapping[str, str]], replication_factor: int,
-                   timeout: float, on_created: Callable[[str, int], None]) -> None:
+                   timeout: float, on_created: Callable[[str, int], None]) -> list[str]:
     """Create the topics of ``wanted`` (name -> config) the cluster does not show (one partition each: one order
-    for the whole fleet); replication factor ``replication_factor`` or min(3, brokers). :class:`Denied` (Create)
-    for a topic the principal may not create; another instance creating it first is fine."""
+    for the whole fleet); replication factor ``replication_factor`` or min(3, brokers). The topics created (their
+    metadata may take a moment to reach every broker); :class:`Denied` (Create) for a topic the principal may not
+    create; another instance creating it first is fine."""
     meta = admin.list_topics(timeout=timeout)
     missing = [name for name in wanted if name not in meta.topics]
     if not missing:
-        return
+        return []
     rf = replication_factor or min(3, max(1, len(meta.brokers)))
     topics = [NewTopic(name, 1, rf, config={**wanted[name], "min.insync.replicas": str(min(2, rf))})
               for name in missing]
     denied: Denied | None = None
+    created = []
     for name, future in admin.create_topics(topics, request_timeout=timeout).items():
         try:
             future.result()
             on_created(name, rf)
+            created.append(name)
         except KafkaException as exc:
             code = code_of(exc)
             if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
@@ -99,6 +102,7 @@ def create_missing(admin: AdminClient, wanted: Mapping[str, Mapping[str, str]], 
                 raise
     if denied is not None:
         raise denied
+    return created
 
 
 def describe_configs(admin: AdminClient, topic: str, timeout: float) -> dict[str, str]:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from proxy.kafka_acls import grants
+from proxy.kafka_acls import Role, grants
 from rig.fleet import admin_json, fleet_env
 from rig.kafka import end_offsets
 from rig.secure_broker import LOCKED_USERS, SecureBroker, allow
@@ -66,9 +66,10 @@ class LockedFleet:
 @pytest.fixture(scope="module")
 def fleet(locked_broker: SecureBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LockedFleet]:
     name = f"locked-{uuid.uuid4().hex[:8]}"
-    for user, roles in (("sluice-writer", ("instance", "writer")), ("sluice", ("instance",)),
-                        ("sluice-reader", ("reader",))):
-        allow(locked_broker.plaintext, f"User:{user}", grants(roles, {"fleet": name}))
+    roles: dict[str, tuple[Role, ...]] = {"sluice-writer": ("instance", "writer"), "sluice": ("instance",),
+                                          "sluice-reader": ("reader",)}
+    for user, granted in roles.items():
+        allow(locked_broker.plaintext, f"User:{user}", grants(granted, {"fleet": name}))
     directory = tmp_path_factory.mktemp("locked-fleet")
     tokens = {}
     for who in ("alice", "bob"):
@@ -112,7 +113,11 @@ def _at(s: SluiceProcess, revision: int, rate: int) -> bool:
 
 def _wait_all(fleet: LockedFleet, revision: int, rate: int) -> None:
     for s in (fleet.writer, fleet.follower):
-        wait_until(partial(_at, s, revision, rate), 30, lambda s=s: f"{s}: {_throttle(s)}")
+        wait_until(partial(_at, s, revision, rate), 30, partial(_describe, s))
+
+
+def _describe(s: SluiceProcess) -> str:
+    return f"{s}: {_throttle(s)}"
 
 
 def _events(s: SluiceProcess, name: str) -> list[dict[str, Any]]:
