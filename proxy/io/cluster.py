@@ -18,6 +18,11 @@ AdminClient, because the AdminClient cannot make the calls as they are needed:
   metadata is where cooperative consumption keeps the layouts to read back.
 - OffsetCommit alone it could make; a second client, with its own connections and login, only for the commits of
   calls whose reads and descriptions go over these connections, would add a path and buy nothing.
+
+On a cluster with an authorizer these requests need the ACLs of proxy/kafka_acls.py (``instance``); a refusal
+(TOPIC_AUTHORIZATION_FAILED 29, GROUP_AUTHORIZATION_FAILED 30) is one ``kafka_not_authorized`` event naming the
+resource, the operation and Sluice's principal, and a group call refused for it fails at once saying so (not
+after its retries, as if no coordinator answered).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from ..accesslog import get_logger
 from ..core.group_calls import Committed, GroupCall, GroupCalls
 from ..core.routing import Address, Router
 from ..core.topic_names import TopicNames
+from ..kafka_acls import AclReporter, principal_name
 from ..metrics import Metrics
 from ..wire.api_keys import ApiKey
 from ..wire.errors import CodecError
@@ -48,6 +54,9 @@ log = get_logger("sluice.server")
 METADATA_BY_ID_VERSION = 12
 #: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: find the coordinator again, retry
 _COORDINATOR_MOVED = frozenset({16, 15, 14})
+#: Kafka's error codes (Errors.java) for a missing ACL, and the resource each names
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
+_SHARING = "[sharing]: the group calls of cooperative consumption"
 _GROUP_CALL_ATTEMPTS = 8
 #: a group call's bound in all (a client's request waits for it; its request.timeout.ms is 30 s by default)
 GROUP_CALL_TIMEOUT_S = 15.0
@@ -69,6 +78,8 @@ class OwnRequests:
         self.group_call_timeout = group_call_timeout
         names.on_lookup = self._lookup_wanted
         group_calls.on_work = self._group_calls_wanted
+        self.acls = AclReporter(principal_name(upstream.sasl.username if upstream.sasl.mechanism else "",
+                                               upstream.tls.cert_file), log.warning)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._coordinators: dict[str, Address] = {}
         self._links: dict[Address, Link] = {}
@@ -135,6 +146,10 @@ class OwnRequests:
                     tid = bytes(topic.topic_id)
                     if topic.error_code == 0 and topic.name and tid in ids:
                         found[tid] = topic.name
+                    elif topic.error_code == TOPIC_AUTHORIZATION_FAILED:
+                        # Kafka names no topic it may not describe: its id (Kafka's Uuid text) is what is known
+                        self.acls.missing("Topic", f"<the topic of id {_uuid_text(tid)}>", "Describe",
+                                          "topic names of Fetch v13+ (Metadata by topic id)")
                 self.metrics.topic_lookups.labels("resolved").inc(len(found))
                 self.metrics.topic_lookups.labels("unknown").inc(len(ids) - len(found))
             self.names.settle(found, ids - found.keys())
@@ -180,7 +195,9 @@ class OwnRequests:
         """One pass over what is left of ``call``; the groups whose coordinator must be found again."""
         retry: set[str] = set()
         groups = {*call.commits, *call.reads, *call.describe, *call.describe_consumer}
-        where = await self._find_coordinators(groups - self._coordinators.keys())
+        where, denied = await self._find_coordinators(groups - self._coordinators.keys())
+        if denied:  # no coordinator will ever answer for these: the call fails now, saying why
+            raise _CoordinatorError("; ".join(denied))
         where.update((g, self._coordinators[g]) for g in groups if g in self._coordinators)
         retry |= groups - where.keys()
         for group, offsets in call.commits.items():
@@ -197,6 +214,8 @@ class OwnRequests:
                     for topic in sorted({t for t, _ in offsets})])
             answer = await self._link(where[group]).request(ApiKey.OFFSET_COMMIT, version, body)
             codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
+            for (topic, _), code in codes.items():
+                self._refused(code, group, topic, "Read", _SHARING)
             if any(c in _COORDINATOR_MOVED for c in codes.values()):
                 retry.add(group)
             else:
@@ -216,10 +235,12 @@ class OwnRequests:
                     retry.add(entry.group_id)
                     continue
                 if entry.error_code:
-                    raise _CoordinatorError(f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
+                    refused = self._refused(entry.error_code, entry.group_id, None, "Describe", _SHARING)
+                    raise _CoordinatorError(refused or f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
                 read: dict[TopicPartition, Committed] = {}
                 for t in entry.topics:
                     for p in t.partitions:
+                        self._refused(p.error_code, entry.group_id, t.name, "Describe", _SHARING)
                         if p.error_code in _COORDINATOR_MOVED:
                             retry.add(entry.group_id)
                         read[(t.name, p.partition_index)] = Committed(p.committed_offset, p.committed_leader_epoch,
@@ -234,6 +255,7 @@ class OwnRequests:
             body = request_codec(ApiKey.DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
             answer = await self._link(address).request(ApiKey.DESCRIBE_GROUPS, 5, body)
             for entry in answer.groups:
+                self._refused(entry.error_code, entry.group_id, None, "Describe", _SHARING)
                 if entry.error_code in _COORDINATOR_MOVED:
                     retry.add(entry.group_id)
                 else:
@@ -244,6 +266,7 @@ class OwnRequests:
             body = request_codec(ApiKey.CONSUMER_GROUP_DESCRIBE, 0).default().replace(group_ids=[group])
             answer = await self._link(where[group]).request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body)
             for entry in answer.groups:
+                self._refused(entry.error_code, entry.group_id, None, "Describe", _SHARING)
                 if entry.error_code in _COORDINATOR_MOVED:
                     retry.add(entry.group_id)
                 else:
@@ -252,12 +275,21 @@ class OwnRequests:
             self._coordinators.pop(group, None)
         return retry
 
-    async def _find_coordinators(self, groups: set[str]) -> dict[str, Address]:
+    def _refused(self, code: int, group: str, topic: str | None, operation: str, needed_by: str) -> str | None:
+        """A response's error code: for a missing ACL (on ``topic``, else ``group``), reported; what is missing."""
+        if code == TOPIC_AUTHORIZATION_FAILED and topic is not None:
+            return self.acls.missing("Topic", topic, operation, needed_by)
+        if code == GROUP_AUTHORIZATION_FAILED:
+            return self.acls.missing("Group", group, operation, needed_by)
+        return None
+
+    async def _find_coordinators(self, groups: set[str]) -> tuple[dict[str, Address], list[str]]:
         """FindCoordinator v4 (KIP-699: several keys in one request) for ``groups``, from the first bootstrap
-        server (then known broker) that answers; the groups without an answer yet (coordinator not available,
-        e.g. __consumer_offsets still being created) are left out."""
+        server (then known broker) that answers: (the coordinators found, what is missing for the groups the
+        cluster refused). The groups without an answer yet (coordinator not available, e.g. __consumer_offsets
+        still being created) are left out of both."""
         if not groups:
-            return {}
+            return {}, []
         body = request_codec(ApiKey.FIND_COORDINATOR, 4).default().replace(key_type=0, coordinator_keys=sorted(groups))
         last: Exception | None = None
         for address in self._servers():
@@ -268,7 +300,9 @@ class OwnRequests:
                 continue
             found = {c.key: (c.host, c.port) for c in answer.coordinators if c.error_code == 0}
             self._coordinators.update(found)
-            return found
+            denied = [text for c in answer.coordinators
+                      if (text := self._refused(c.error_code, c.key, None, "Describe", _SHARING)) is not None]
+            return found, denied
         raise last if last is not None else OSError("no upstream address")
 
     def _link(self, address: Address) -> Link:
@@ -277,3 +311,10 @@ class OwnRequests:
             link = self._links[address] = Link(address, self.upstream.connect_timeout_s, self.tls.upstream,
                                                self.upstream.sasl)
         return link
+
+
+def _uuid_text(raw: bytes) -> str:
+    """A topic id as Kafka prints it (Uuid.toString: URL-safe base64, no padding)."""
+    import base64
+
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
