@@ -15,7 +15,7 @@ section's defaults. Every write is revision-checked: refused (409) when the sect
 ``--force`` writes whatever changed meanwhile. ``--dry-run``: validated as a write would be (a fleet's: the
 section's validation every instance folds it with) and its revision checked; nothing is written.
 
-The answer is printed as JSON; where the section is kept (``scope``: this instance, or the fleet) goes to stderr.
+The answer is printed as JSON; where the section is kept (``store``: this instance, or the fleet) goes to stderr.
 Authentication and TLS to the admin API: proxy/cli_admin.py.
 """
 
@@ -31,7 +31,7 @@ from proxy.cli_admin import add_admin_arguments, call
 __all__ = ["add_arguments", "add_write_arguments", "put_section", "run", "section_paths"]
 
 #: what GET answers besides the section's settings (PUT back as is, they are left out)
-_ANSWER_KEYS = ("status", "revision", "scope", "dry_run")
+_ANSWER_KEYS = ("status", "revision", "store", "dry_run")
 
 
 def section_paths() -> dict[str, str]:
@@ -76,7 +76,7 @@ def _value(text: str) -> Any:
 
 def _get(args: argparse.Namespace) -> int:
     answer = call(args, "GET", _path(args.section))
-    print(f"[{args.section}] of {answer.get('scope', 'this instance')}, revision {answer.get('revision')}",
+    print(f"[{args.section}] of {answer.get('store', 'this instance')}, revision {answer.get('revision')}",
           file=sys.stderr)
     print(json.dumps(answer, indent=2))
     return 0
@@ -109,7 +109,7 @@ def _clear(args: argparse.Namespace) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    q = sub.add_parser("get", help="a section as configured, its revision and scope")
+    q = sub.add_parser("get", help="a section as configured, its revision and where it is kept")
     q.add_argument("section", metavar="SECTION")
     add_admin_arguments(q)
     q.set_defaults(_action=_get)

@@ -159,7 +159,7 @@ def add_section_routes(admin: AdminServer, proxy: Proxy, registration: Registrat
             # build() makes one policy per registration, in list order
             body["status"] = status(proxy.chain.policies[proxy.settings.policies.index(registration)])
         body["revision"] = store.revision(section)
-        body["scope"] = store.scope
+        body["store"] = store.scope  # where the section is kept (not a key: a section may have a "scope" setting)
         return web.json_response(body)
 
     async def put(request: web.Request) -> web.Response:
@@ -170,7 +170,7 @@ def add_section_routes(admin: AdminServer, proxy: Proxy, registration: Registrat
         based_on = None
         if isinstance(body, dict):
             body.pop("status", None)  # what GET answered may be PUT back as is
-            body.pop("scope", None)
+            body.pop("store", None)
             based_on = body.pop("revision", None)
         if based_on is not None and (not isinstance(based_on, int) or isinstance(based_on, bool) or based_on < 0):
             return web.json_response({"error": f"revision: expected a revision number, got {based_on!r}",
@@ -199,9 +199,9 @@ async def store_write(request: web.Request, store: SectionStore, section: str, v
             answer["key"] = e.key
         return web.json_response(answer, status=e.status)
     if written.revision is None:
-        return web.json_response({**values, "revision": written.based_on, "scope": store.scope, "dry_run": True})
+        return web.json_response({**values, "revision": written.based_on, "store": store.scope, "dry_run": True})
     return web.json_response({**getattr(proxy.settings, section).model_dump(), "revision": written.revision,
-                              "scope": store.scope})
+                              "store": store.scope})
 
 
 def reload_file(proxy: Proxy, path: str | None, store: SectionStore | None = None) -> bool:

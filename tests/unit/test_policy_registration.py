@@ -137,9 +137,9 @@ async def test_metric_admin_endpoint_state_file_and_reconfiguration(tmp_path: Pa
             assert "sluice_mark_requests_total 1.0" in (await r.text()).splitlines()
 
         async with http.get(f"{url}/mark") as r:
-            assert await r.json() == {"client_id": "etl-*", "revision": 0, "scope": "this instance"}
+            assert await r.json() == {"client_id": "etl-*", "revision": 0, "store": "this instance"}
         async with http.put(f"{url}/mark", json={"client_id": "web-*"}) as r:
-            assert r.status == 200 and await r.json() == {"client_id": "web-*", "revision": 1, "scope": "this instance"}
+            assert r.status == 200 and await r.json() == {"client_id": "web-*", "revision": 1, "store": "this instance"}
         assert api_versions_from(proxy, "etl-1") == []
         assert api_versions_from(proxy, "web-1") == [{"web-1"}]
         assert api_versions_from(proxy, "web-2") == [{"web-2"}]

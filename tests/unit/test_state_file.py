@@ -209,7 +209,7 @@ async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: 
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         assert not state.exists()  # nothing changed through the admin API yet
         status, applied = await call(http, "PUT", f"{url}/throttles", THROTTLE)
-        assert status == 200 and applied == {**THROTTLE, "revision": 1, "scope": "this instance"}
+        assert status == 200 and applied == {**THROTTLE, "revision": 1, "store": "this instance"}
         assert read_state(str(state)) == {"throttle": THROTTLE}
         # GET shows the entries as configured: globs as written, in order.
         status, shown = await call(http, "GET", f"{url}/throttles")
@@ -219,7 +219,7 @@ async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: 
         throttles = policy.throttles
         assert throttles.throttled("orders-eu", 0, CONSUMER) and not throttles.throttled("orders-audit", 0, CONSUMER)
         assert (await call(http, "PUT", f"{url}/size-limits", SIZE_LIMIT)) == (
-            200, {**SIZE_LIMIT, "revision": 1, "scope": "this instance"})
+            200, {**SIZE_LIMIT, "revision": 1, "store": "this instance"})
         assert read_state(str(state)) == {"throttle": THROTTLE, "size_limit": SIZE_LIMIT}
         # A refused change is not saved.
         bad = await call(http, "PUT", f"{url}/throttles", {"topics": [{"topic": "x"}, {"topic": "x"}]})
