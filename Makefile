@@ -88,8 +88,10 @@ test-kafka-oldest: install
 	    $(if $(K),-k "$(K)") $(TESTS)
 
 # The tests whose outcome depends most on how Kafka behaves, for the oldest supported Kafka (.ci/run):
-# the cluster (failover, fencing, replica moves, share groups), the group coordinator (cooperative consumption),
-# Fetch sessions (Sluice's own and the clients'), throttles, and the Java client (Kafka's own, released with it).
+# the cluster (failover, fencing, replica moves, share groups, the fleet's transactions and compaction), the group
+# coordinator (cooperative consumption), Fetch sessions (Sluice's own and the clients'), throttles, the authorizer
+# (the fleet on a locked-down broker: StandardAuthorizer, transactional ids, KIP-430's authorized operations), and
+# the Java client (Kafka's own, released with it).
 # Left to the newest release alone, to keep CI within 30 minutes: SASL, the Python clients' relay tests, the
 # sharing tests of batches filtered empty, the Java consumer's 60 s of served fetch sessions and the fleet's control
 # cluster outage (their outcome is Sluice's relaying, filtering and session serving, librdkafka's reconnects and the
@@ -101,7 +103,7 @@ test-kafka-oldest: install
 # tests exercise Sluice's side, the same on either release.
 KAFKA_BEHAVIOUR_TESTS := tests/cluster tests/clients/test_sharing.py tests/clients/test_sessions_clients.py \
 	tests/clients/test_java.py tests/integration/test_sessions_terminate.py tests/integration/test_throttle.py \
-	tests/integration/test_throttle_admin.py
+	tests/integration/test_throttle_admin.py tests/clients/test_fleet_locked.py
 KAFKA_BEHAVIOUR_K := not test_batches_filtered_empty_are_read_by_every_client and \
 	not test_java_consumer_sessions_served_for_60s and \
 	not test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back and \

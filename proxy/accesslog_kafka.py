@@ -48,6 +48,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from proxy.accesslog import LogLimiter, get_logger
 from proxy.config import AccessLogKafkaSettings, ConfigError
+from proxy.kafka_acls import AclReporter, principal_name
 from proxy.metrics import ACCESS_LOG_DROP_REASONS, Metrics
 
 __all__ = ["POLL_INTERVAL_S", "KafkaAccessLogSink", "producer_config"]
@@ -100,6 +101,10 @@ class KafkaAccessLogSink:
         self._limiter = LogLimiter(_LOG_INTERVAL_S, time.monotonic)
         #: events purged at close (dropped as ``stopped``)
         self.purged = 0
+        # the principal as the properties log in (SASL's user; a missing ACL is named once: proxy/kafka_acls.py)
+        self._acls = AclReporter(principal_name(str(settings.properties.get("sasl.username", "")),
+                                                str(settings.properties.get("ssl.certificate.location", ""))),
+                                 log.warning)
         conf = producer_config(settings, upstream)
         self.bootstrap_servers: str = conf["bootstrap.servers"]
         conf["on_delivery"] = self._on_delivery
@@ -176,12 +181,22 @@ class KafkaAccessLogSink:
     def _failed(self, err: KafkaError | None) -> None:
         self._dropped["delivery_failed"].inc()
         code = err.code() if isinstance(err, KafkaError) else None
+        if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            self._denied(err)
+            return
         suppressed = self._limiter.allow(("delivery", code))
         if suppressed is not None:
             log.warning("access_log_kafka_delivery_failed", topic=self.topic, error=str(err),
                         not_logged=suppressed, interval_s=_LOG_INTERVAL_S)
 
+    def _denied(self, err: KafkaError | None) -> None:
+        self._acls.missing("Topic", self.topic, "Write", "[logging.access_log_kafka]: every access-log event",
+                           str(err))
+
     def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            self._denied(err)
+            return
         suppressed = self._limiter.allow(("error", err.code()))
         if suppressed is not None:
             log.warning("access_log_kafka_error", topic=self.topic, error=err.str(), fatal=err.fatal(),

@@ -12,14 +12,20 @@ route         method  answer
 
 Extension point for mutating routes: before :meth:`AdminServer.start`, call
 ``admin.add_route("PUT", path, handler, mutating=True)``; ``mutating=True`` wraps the handler in
-:func:`require_token`, so a configured ``[admin] token`` is enforced in one place. A handler that needs the
-check for only some requests (GET open, PUT guarded on one path) calls ``require_token(request)`` itself.
+:func:`require_principal`, so authentication is enforced in one place; the handler asks it again for who called
+(a fleet's history records it). A handler that needs the check for only some requests (GET
+open, PUT guarded on one path) calls ``require_principal(request)`` itself.
 
-Security: the token comes from ``[admin] token`` (set it through SLUICE_ADMIN__TOKEN) or ``token_file``, never
-from a command line (visible to every user in ``ps``); with ``auth_reads`` the GET endpoints need it too (except
-/healthz and /readyz: probes carry no credentials); with ``tls_cert_file``/``tls_key_file`` the server speaks
-HTTPS. It binds 127.0.0.1 unless ``[admin] host`` says otherwise. A refused request is logged (path, method,
-client) without the header it carried.
+Authentication: who calls is a *principal*, from (first match) the client certificate (``client_ca_file``: mTLS,
+the certificate verified against that CA; the principal is its subject's CN), a bearer token of
+``[[admin.principals]]`` (its ``name``), or the token of ``[admin] token``/``token_file`` (principal ``admin``).
+With none of them configured every caller is let through as ``anonymous (<address>)``. Client certificates are
+asked for, not required, at the TLS handshake: probes (/healthz, /readyz) carry none.
+
+Security: tokens come from files or SLUICE_ADMIN__TOKEN, never from a command line (visible to every user in
+``ps``); with ``auth_reads`` the GET endpoints need a principal too (except /healthz and /readyz); with
+``tls_cert_file``/``tls_key_file`` the server speaks HTTPS. It binds 127.0.0.1 unless ``[admin] host`` says
+otherwise. A refused request is logged (path, method, client) without the header it carried.
 
 It runs on the proxy's event loop: handlers must not block (generate_latest() of Sluice's few collectors
 takes well under a millisecond).
@@ -39,39 +45,66 @@ from proxy.accesslog import get_logger
 from proxy.config import AdminSettings
 from proxy.metrics import Metrics
 
-__all__ = ["READINESS_TIMEOUT_S", "AdminServer", "Handler", "require_token"]
+__all__ = ["READINESS_TIMEOUT_S", "AdminServer", "Handler", "require_principal"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Kubernetes' default probe timeout is 1 s and Docker's 30 s; 5 s bounds a hung readiness check either way.
 READINESS_TIMEOUT_S = 5.0
 
-_TOKEN_KEY = web.AppKey("sluice_admin_token", str)
-
 log = get_logger("sluice.admin")
 
 
-def require_token(request: web.Request) -> None:
-    """Raise 401 unless the request carries ``Authorization: Bearer <token>`` matching ``[admin] token``.
+class _Auth:
+    """Who may call: the tokens in force (token -> principal), and whether anyone is checked at all."""
 
-    No-op when no token is configured (empty string). The comparison is constant-time, so response timing does
-    not reveal how much of a guessed token was right.
-    """
-    expected = request.app[_TOKEN_KEY]
-    if not expected:
-        return
-    scheme, _, supplied = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode(), expected.encode()):
+    def __init__(self, settings: AdminSettings) -> None:
+        self.tokens = settings.tokens()
+        self.required = settings.authenticates
+
+
+_AUTH_KEY = web.AppKey("sluice_admin_auth", _Auth)
+
+
+def _certificate_cn(request: web.Request) -> str | None:
+    transport = request.transport
+    cert = transport.get_extra_info("peercert") if transport is not None else None
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def require_principal(request: web.Request) -> str:
+    """Who calls (see the module docstring); 401 when the admin API authenticates and the request says no one
+    it knows (asked again for the same request, the answer is the same). Tokens are compared in constant time,
+    so response timing does not reveal how much of a guessed token was right."""
+    auth = request.app[_AUTH_KEY]
+    principal = _certificate_cn(request)
+    if principal is None:
+        scheme, _, supplied = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer":
+            given = supplied.strip().encode()
+            for token, name in auth.tokens.items():
+                if hmac.compare_digest(given, token.encode()):
+                    principal = name
+    if principal is None and not auth.required:
+        principal = f"anonymous ({request.remote})"
+    if principal is None:
         log.warning("admin_unauthorized", method=request.method, path=request.path, client=request.remote)
         raise web.HTTPUnauthorized(
-            text="missing or wrong bearer token\n",
+            text="missing or wrong bearer token (or client certificate)\n",
             headers={"WWW-Authenticate": 'Bearer realm="sluice-admin"'},
         )
+    return principal
 
 
 def _guarded(handler: Handler) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
-        require_token(request)
+        require_principal(request)
         return await handler(request)
 
     return guarded
@@ -87,7 +120,7 @@ class AdminServer:
         self._readiness = readiness
         self._metrics_source = metrics
         self._app = web.Application()
-        self._app[_TOKEN_KEY] = settings.bearer_token()
+        self._app[_AUTH_KEY] = _Auth(settings)
         self._auth_reads = settings.auth_reads
         self._app.router.add_get("/metrics", _guarded(self._metrics) if settings.auth_reads else self._metrics)
         self._app.router.add_get("/healthz", self._healthz)
@@ -98,8 +131,8 @@ class AdminServer:
     # ----------------------------------------------------------------------------------- extension point
 
     def add_route(self, method: str, path: str, handler: Handler, *, mutating: bool = False) -> None:
-        """Add a route before :meth:`start` (aiohttp freezes the router then). ``mutating=True`` requires the
-        bearer token (:func:`require_token`) before ``handler`` runs."""
+        """Add a route before :meth:`start` (aiohttp freezes the router then). ``mutating=True`` requires a
+        principal (:func:`require_principal`) before ``handler`` runs."""
         if self._runner is not None:
             raise RuntimeError("add routes before AdminServer.start()")
         guard = mutating or (self._auth_reads and method.upper() in ("GET", "HEAD"))
@@ -119,6 +152,9 @@ class AdminServer:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             tls.minimum_version = ssl.TLSVersion.TLSv1_2
             tls.load_cert_chain(self._settings.tls_cert_file, self._settings.tls_key_file)
+            if self._settings.client_ca_file:
+                tls.load_verify_locations(self._settings.client_ca_file)
+                tls.verify_mode = ssl.CERT_OPTIONAL  # verified when given; probes give none
         site = web.TCPSite(runner, self._settings.host, self._settings.port, ssl_context=tls)
         try:
             await site.start()

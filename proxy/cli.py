@@ -5,7 +5,8 @@
     sluice version | sluice --version print the version
     sluice throttle status|set|clear|plan   replication throttles (proxy/cli_throttle.py)
     sluice quota status|set|clear     client quotas (proxy/cli_quota.py)
-    sluice fleet status               the fleet's instances: up, lagging, silent (proxy/fleet/cli.py)
+    sluice fleet status|history|rollback   the fleet's instances, its changes, a rollback (proxy/fleet/cli.py)
+    sluice config get|set|clear SECTION    every run-time changeable section (proxy/cli_config.py)
     sluice report --logs PATH... --out DIR [--master local[2]|spark://...]
                                       Spark job over access logs: Parquet tables + DIR/report.html (proxy/analytics)
     sluice report --kafka HOST:PORT [--topic T] [--from TIME] [--to TIME] --out DIR
@@ -35,12 +36,16 @@ import glob
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from proxy.app import Settings, load_settings
 from proxy.config import ConfigError, apply_state_file
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["COMMANDS", "EXIT_CONFIG", "main"]
 
@@ -135,35 +140,52 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
     proxy = Proxy(settings)
     fleet = usage = None
     if settings.fleet.enabled:  # the fleet's settings applied before anything listens (proxy/fleet/control.py)
+        from proxy.fleet import routes as fleet_routes
         from proxy.fleet.control import FleetControl
         from proxy.fleet.usage import FleetUsage
 
         fleet = FleetControl(proxy)
-        await fleet.start()
-        usage = FleetUsage(fleet)  # the fleet's quotas: the recent usage read before anything listens
-        await usage.start()
-    await proxy.start()
-    if fleet is not None:
-        fleet.serving()
+        usage = FleetUsage(fleet)  # the fleet's quotas: the recent usage, read before anything listens
+
+    async def readiness() -> bool:
+        return (fleet is None or fleet.ready()) and await proxy.ready()
+
     admin: AdminServer | None = None
+    store: reconfigure.SectionStore | None = fleet  # what SIGHUP lays over the file (the fleet's sections)
     if settings.admin.enabled:
-        admin = AdminServer(settings.admin, proxy.ready, proxy.metrics)
-        reconfigure.add_routes(admin, proxy, fleet)
-        await admin.start()
-        log.info("admin_listening", host=settings.admin.host, port=admin.port)
-    # Start-up built what Sluice keeps for its whole life (its modules, the settings, the policies, the registry):
-    # objects that each full collection of the cyclic GC would walk again, for tens to hundreds of milliseconds in
-    # the middle of requests (the soak's p99, docs/PERFORMANCE.md). Frozen, the collector leaves them alone
-    # (gc.freeze, CPython's advice for long-running processes). The specs and codecs of the APIs clients use are
-    # built on their first decode (proxy/wire/schema.py), after this.
-    gc.collect()
-    gc.freeze()
+        admin = AdminServer(settings.admin, readiness, proxy.metrics)
+        store = reconfigure.add_routes(admin, proxy, fleet)
+        if fleet is not None:
+            fleet_routes.add_routes(admin, proxy, fleet)
+        if fleet is not None and not settings.admin.authenticates:
+            log.warning("admin_unauthenticated", changes="made by anyone who reaches the admin port, recorded "
+                                                         "as anonymous", set="[admin] token_file, principals or "
+                                                                             "client_ca_file")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reconfigure.reload_file, proxy, config_path, fleet)
+    loop.add_signal_handler(signal.SIGHUP, reconfigure.reload_file, proxy, config_path, store)
     try:
+        # The admin API first: /healthz answers while the fleet is read, and /readyz says whether it was.
+        if admin is not None:
+            await admin.start()
+            log.info("admin_listening", host=settings.admin.host, port=admin.port)
+        if fleet is not None:
+            if not await _until_stopped(fleet.start(), stop):
+                return
+            assert usage is not None
+            await usage.start()
+        await proxy.start()
+        if fleet is not None:
+            fleet.serving()
+        # Start-up built what Sluice keeps for its whole life (its modules, the settings, the policies, the
+        # registry): objects that each full collection of the cyclic GC would walk again, for tens to hundreds of
+        # milliseconds in the middle of requests (the soak's p99, docs/PERFORMANCE.md). Frozen, the collector leaves
+        # them alone (gc.freeze, CPython's advice for long-running processes). The specs and codecs of the APIs
+        # clients use are built on their first decode (proxy/wire/schema.py), after this.
+        gc.collect()
+        gc.freeze()
         await stop.wait()
     finally:
         log.info("shutting_down", drain_timeout_s=settings.shutdown.drain_timeout_s)
@@ -174,6 +196,24 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
         await proxy.stop()
         if admin is not None:
             await admin.stop()
+
+
+async def _until_stopped(starting: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run ``starting`` unless ``stop`` is set first (SIGTERM while the fleet is awaited): whether it finished."""
+    import asyncio
+    import contextlib
+
+    task = asyncio.ensure_future(starting)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
 
 
 def _serve(settings: Settings, config_path: str | None = None) -> int:
@@ -490,6 +530,21 @@ def _fleet(args: argparse.Namespace) -> int:
     return fleet_cli.run(args)
 
 
+# ---------------------------------------------------------------------------------------------------- config
+
+
+def _config_arguments(p: argparse.ArgumentParser) -> None:
+    from proxy import cli_config
+
+    cli_config.add_arguments(p)
+
+
+def _config(args: argparse.Namespace) -> int:
+    from proxy import cli_config
+
+    return cli_config.run(args)
+
+
 COMMANDS: tuple[_Command, ...] = (
     _Command("run", "run the proxy", _run_arguments, _run),
     _Command("check-config", "validate a settings file and exit", _check_config_arguments, _check_config),
@@ -497,7 +552,8 @@ COMMANDS: tuple[_Command, ...] = (
     _Command("throttle", "replication throttles (KIP-73): status | set | clear | plan", _throttle_arguments,
              _throttle),
     _Command("quota", "client quotas (KIP-13, KIP-124): status | set | clear", _quota_arguments, _quota),
-    _Command("fleet", "a fleet of instances run as one: status", _fleet_arguments, _fleet),
+    _Command("fleet", "a fleet of instances run as one: status | history | rollback", _fleet_arguments, _fleet),
+    _Command("config", "every run-time changeable section: get | set | clear SECTION", _config_arguments, _config),
     _Command("report", "analyse access logs on Spark: Parquet aggregates and an HTML report", _report_arguments,
              _report),
     _Command("stream", "keep per-minute aggregates of the access-log topic current (Spark Structured Streaming)",

@@ -1,25 +1,25 @@
-"""The admin API as the ``sluice`` commands that change a running Sluice call it (``sluice throttle``, ``sluice
-quota``): the URL and TLS options, the bearer token, one JSON call with its errors as one line.
+"""The commands' side of the admin API (``sluice config``, ``sluice throttle``, ``sluice quota``, ``sluice fleet
+rollback``): its arguments and its calls.
 
-The admin API's bearer token comes from ``SLUICE_ADMIN__TOKEN`` (the variable the server reads its token from)
-or ``--token-file FILE``, never from the command line, where every user on the host sees it (``ps``). An
-``https://`` admin URL is verified against ``--cacert`` (else the system's CAs). Each call says who makes it
-(``X-Sluice-Changed-By``: user@host and the command), which a fleet's control record keeps.
+Who calls is what the admin API authenticates (proxy/admin.py): a bearer token from ``--token-file`` or
+``SLUICE_ADMIN__TOKEN`` (never from the command line, where every user on the host sees it: ``ps``), or a client
+certificate (``--cert``/``--key``) with an ``https://`` admin URL. An ``https://`` URL is verified against
+``--cacert`` (else the system's CAs). An HTTP error is one line naming the call and the server's reason, and exit
+code 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
-import socket
 import ssl
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
-__all__ = ["TOKEN_ENV", "add_admin_arguments", "admin_call", "admin_token"]
+__all__ = ["TOKEN_ENV", "add_admin_arguments", "admin_token", "call"]
 
 TOKEN_ENV = "SLUICE_ADMIN__TOKEN"
 
@@ -40,29 +40,25 @@ def add_admin_arguments(q: argparse.ArgumentParser) -> None:
     q.add_argument("--token-file", metavar="FILE",
                    help=f"file holding the admin bearer token (default: ${TOKEN_ENV}, if set)")
     q.add_argument("--cacert", metavar="FILE", help="CA bundle to verify an https:// admin URL with")
-    q.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout, seconds (default 10)")
+    q.add_argument("--cert", metavar="FILE", help="client certificate (PEM) for an admin API that takes them")
+    q.add_argument("--key", metavar="FILE", help="its private key (PEM)")
+    q.add_argument("--timeout", type=float, default=30.0, help="HTTP timeout, seconds (default 30)")
 
 
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no login name and no passwd entry (a container's arbitrary uid)
-        return "?"
-
-
-def admin_call(args: argparse.Namespace, method: str, path: str, command: str, body: Any = None) -> Any:
-    """``method`` ``path`` on ``args.admin`` with a JSON ``body``; the JSON answer. SystemExit with one line
-    (the server's error message) on an HTTP error or an unreachable server."""
-    url = args.admin.rstrip("/") + path
-    # who changed it, in a fleet's control record (proxy/fleet/records.py changed_by)
-    headers = {"Content-Type": "application/json",
-               "X-Sluice-Changed-By": f"{_user()}@{socket.gethostname()} ({command})"}
+def call(args: argparse.Namespace, method: str, path: str, body: Any = None, *, dry_run: bool = False) -> Any:
+    """The JSON answer of ``method path`` on ``args.admin``; SystemExit with the server's reason otherwise."""
+    url = args.admin.rstrip("/") + path + ("?" + urllib.parse.urlencode({"dry_run": 1}) if dry_run else "")
+    headers = {"Content-Type": "application/json"}
     token = admin_token(args.token_file)
     if token:
         headers["Authorization"] = f"Bearer {token}"
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    context = ssl.create_default_context(cafile=args.cacert) if url.startswith("https:") else None
+    context = None
+    if url.startswith("https:"):
+        context = ssl.create_default_context(cafile=args.cacert)
+        if args.cert:
+            context.load_cert_chain(args.cert, args.key)
     try:
         with urllib.request.urlopen(req, timeout=args.timeout, context=context) as resp:
             return json.loads(resp.read())

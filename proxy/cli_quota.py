@@ -7,13 +7,13 @@
     sluice quota set    --admin URL --file JSON   PUT a JSON file as the whole [quota] section
     sluice quota clear  --admin URL [--entry NAME]...   remove those entries (default: every entry)
 
-``set`` and ``clear`` read the section in force, change what their options name and PUT it back with the revision
-they read (in a fleet, a change made meanwhile is refused with 409: read it again and retry; alone, the PUT
-replaces the section). ``set`` changes the entry called NAME where it stands, or appends it (then it needs one of
---principal, --client-id, --client-address); an entity part given as "" is removed from the entry. A rate is a
-number (bytes/s with the units of ``sluice throttle``: 5MB, 20MiB/s), ``exempt`` (0: no quota of that kind for
-this entity, whatever a less specific entry says) or ``unset`` (the next entry's applies). The admin API's token
-and TLS: proxy/cli_admin.py.
+``set`` and ``clear`` read the section in force, change what their options name and PUT it back checked against the
+revision they read, as ``sluice config set quota`` does (proxy/cli_config.py): a change made meanwhile is refused
+with 409 (read it again and retry, or ``--force``); ``--dry-run`` validates and writes nothing. ``set`` changes the
+entry called NAME where it stands, or appends it (then it needs one of --principal, --client-id, --client-address);
+an entity part given as "" is removed from the entry. A rate is a number (bytes/s with the units of ``sluice
+throttle``: 5MB, 20MiB/s), ``exempt`` (0: no quota of that kind for this entity, whatever a less specific entry
+says) or ``unset`` (the next entry's applies). The admin API's token and TLS: proxy/cli_admin.py.
 """
 
 from __future__ import annotations
@@ -22,20 +22,16 @@ import argparse
 import json
 from typing import Any
 
-from proxy.cli_admin import add_admin_arguments, admin_call
+from proxy.cli_admin import add_admin_arguments, call
+from proxy.cli_config import add_write_arguments, put_section
 from proxy.cli_throttle import human, parse_size
 
 _PATH = "/quotas"
-_COMMAND = "sluice quota"
 #: option -> the entry's key, and how a value is read
 _RATES = {"produce_rate": ("produce_rate_bytes", parse_size), "fetch_rate": ("fetch_rate_bytes", parse_size),
           "request_rate": ("request_rate", float)}
 _PARTS = {"principal": "principal", "client_id": "client_id", "client_address": "client_address"}
 _UNSET = "unset"
-
-
-def _call(args: argparse.Namespace, method: str, body: Any = None) -> Any:
-    return admin_call(args, method, _PATH, _COMMAND, body)
 
 
 def _rate_arg(read: Any) -> Any:
@@ -102,16 +98,14 @@ def _columns(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    body = _call(args, "GET")
+    body = call(args, "GET", _PATH)
     print(json.dumps(body, indent=2) if args.json else "\n".join(table(body)))
     return 0
 
 
 def _section(args: argparse.Namespace) -> dict[str, Any]:
     """The section in force, as PUT takes it back (its revision kept: the write is checked against it)."""
-    body = _call(args, "GET")
-    body.pop("status", None)
-    return dict(body)
+    return dict(call(args, "GET", _PATH))
 
 
 def _clear(args: argparse.Namespace) -> int:
@@ -122,16 +116,14 @@ def _clear(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"error: no entry called {', '.join(unknown)} (entries: {', '.join(names) or 'none'})")
     body["entries"] = [e for e, n in zip(entries, names, strict=True) if args.entry and n not in args.entry]
-    print(json.dumps(_call(args, "PUT", body), indent=2))
-    return 0
+    return put_section(args, _PATH, body, body.get("revision"))
 
 
 def _set(args: argparse.Namespace) -> int:
     if args.file:
         with open(args.file, encoding="utf-8") as f:
             body = json.load(f)
-        print(json.dumps(_call(args, "PUT", body), indent=2))
-        return 0
+        return put_section(args, _PATH, body, None if args.force else _section(args).get("revision"))
     if not args.entry:
         raise SystemExit("error: sluice quota set: --entry NAME (or --file) is needed")
     body = _section(args)
@@ -154,8 +146,7 @@ def _set(args: argparse.Namespace) -> int:
         entries.append(entry)
     else:
         entries[at] = entry
-    print(json.dumps(_call(args, "PUT", body), indent=2))
-    return 0
+    return put_section(args, _PATH, body, body.get("revision"))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -167,6 +158,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q = sub.add_parser("clear", help="remove entries (default: every entry)")
     add_admin_arguments(q)
     q.add_argument("--entry", action="append", metavar="NAME", help="the entry to remove; repeatable")
+    add_write_arguments(q)
     q.set_defaults(_action=_clear)
     q = sub.add_parser("set", help="change or add one entry")
     add_admin_arguments(q)
@@ -184,6 +176,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--scope", choices=("instance", "fleet", "section"),
                    help='"fleet": one quota for the whole fleet; "section": [quota] scope')
     q.add_argument("--file", metavar="JSON", help="PUT this JSON file as the whole [quota] section")
+    add_write_arguments(q)
     q.set_defaults(_action=_set)
 
 

@@ -2,17 +2,17 @@
 
     sluice throttle status --admin URL      GET /throttles: configuration and measured rates
     sluice throttle set    --admin URL [--leader-rate R] [--follower-rate R] [--topic T[=REPLICAS]]...
-                           [--consumer GLOB]... [--window-s S] [--samples N] [--file JSON]
-    sluice throttle clear  --admin URL      PUT the defaults: no throttle
-
-The admin API's token and TLS: proxy/cli_admin.py.
+                           [--consumer GLOB]... [--window-s S] [--samples N] [--file JSON] [--force] [--dry-run]
+    sluice throttle clear  --admin URL [--force] [--dry-run]   PUT the defaults: no throttle
     sluice throttle plan   --bytes B --inbound-rate IN --throttle T [--network N] [--replication-factor R]
 
-``set`` reads the configuration in force, changes what its options name, and PUTs the whole section back;
-``--file`` PUTs a JSON file as is. ``--topic`` replaces the entry whose topic is exactly TOPIC (a name or a glob
-such as ``'orders-*'``) where it stands, or appends one; REPLICAS defaults to ``*``, and ``TOPIC=`` lists none.
-``status`` and ``set`` print the entries as configured (globs as written, in order: an exact name wins over
-globs, among globs the first matching one).
+``set`` and ``clear`` are KIP-73's front to ``sluice config set|clear throttle`` (proxy/cli_config.py): the same
+revision-checked write (``--force``, ``--dry-run``), the same authentication (proxy/cli_admin.py). ``set`` reads
+the configuration in force, changes what its options name, and PUTs the whole section back; ``--file`` PUTs a
+JSON file as is (checked against the revision it carries, else the one read just before). ``--topic`` replaces
+the entry whose topic is exactly TOPIC (a name or a glob such as ``'orders-*'``) where it stands, or appends one;
+REPLICAS defaults to ``*``, and ``TOPIC=`` lists none. ``status`` and ``set`` print the entries as configured
+(globs as written, in order: an exact name wins over globs, among globs the first matching one).
 
 ``plan`` is KIP-73's sizing: a move of B bytes with inbound (produce) traffic IN on the busiest broker
 takes B / (T - IN) at throttle T, since the throttle carries both catch-up and keep-up traffic; and the safe
@@ -29,10 +29,14 @@ import json
 import math
 import re
 import sys
-from typing import Any
 
-from proxy.cli_admin import add_admin_arguments, admin_call
+from proxy.cli_admin import TOKEN_ENV, add_admin_arguments, admin_token, call
+from proxy.cli_config import add_write_arguments, put_section
 from proxy.policies.throttle.sizing import move_time_s, safe_range
+
+# TOKEN_ENV and admin_token live in proxy/cli_admin.py (every command's admin API calls); named here too for the
+# commands that took them from this module
+__all__ = ["TOKEN_ENV", "add_arguments", "admin_token", "human", "parse_size", "plan", "run"]
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -117,28 +121,25 @@ def _plan(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------------------- admin API
 
-
-def _call(args: argparse.Namespace, method: str, body: Any = None) -> Any:
-    return admin_call(args, method, "/throttles", "sluice throttle", body)
+_PATH = "/throttles"
 
 
 def _status(args: argparse.Namespace) -> int:
-    print(json.dumps(_call(args, "GET"), indent=2))
+    print(json.dumps(call(args, "GET", _PATH), indent=2))
     return 0
 
 
 def _clear(args: argparse.Namespace) -> int:
-    print(json.dumps(_call(args, "PUT", {}), indent=2))
-    return 0
+    return put_section(args, _PATH, {}, call(args, "GET", _PATH).get("revision"))
 
 
 def _set(args: argparse.Namespace) -> int:
+    current = call(args, "GET", _PATH)
     if args.file:
         with open(args.file, encoding="utf-8") as f:
             body = json.load(f)
     else:
-        body = _call(args, "GET")
-        body.pop("status", None)
+        body = dict(current)
         if args.leader_rate is not None:
             body["leader_rate_bytes"] = args.leader_rate
         if args.follower_rate is not None:
@@ -160,22 +161,24 @@ def _set(args: argparse.Namespace) -> int:
         for glob in args.consumer or []:
             if not any(c.get("client_id") == glob for c in body.get("consumers", [])):
                 body.setdefault("consumers", []).append({"client_id": glob})
-    print(json.dumps(_call(args, "PUT", body), indent=2))
-    return 0
+    # A file that carries a revision (what GET answered, edited) is checked against it, as GET's own would be
+    based_on = body.get("revision", current.get("revision")) if isinstance(body, dict) else None
+    return put_section(args, _PATH, body, based_on)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    admin = add_admin_arguments
     q = sub.add_parser("status", help="show the throttle configuration and measured rates")
-    admin(q)
+    add_admin_arguments(q)
     q.set_defaults(_action=_status)
     q = sub.add_parser("clear", help="remove every throttle (the defaults)")
-    admin(q)
+    add_admin_arguments(q)
+    add_write_arguments(q)
     q.set_defaults(_action=_clear)
     q = sub.add_parser("set", help="change the throttle configuration")
-    admin(q)
+    add_admin_arguments(q)
+    add_write_arguments(q)
     q.add_argument("--leader-rate", type=_size_arg, metavar="RATE", help="bytes/s to fetchers, e.g. 5MB")
     q.add_argument("--follower-rate", type=_size_arg, metavar="RATE", help="bytes/s fetched upstream")
     q.add_argument("--topic", action="append", metavar="TOPIC[=REPLICAS]",

@@ -22,6 +22,7 @@ from proxy import reconfigure
 from proxy.accesslog import AccessLog
 from proxy.admin import AdminServer
 from proxy.app import Settings, load_settings
+from proxy.fleet import routes as fleet_routes
 from proxy.fleet.control import FleetControl
 from proxy.fleet.usage import FleetUsage
 from proxy.server import Proxy
@@ -66,13 +67,18 @@ class ProxyThread:
             self.call(_serving(self.fleet))
         self.admin: AdminServer | None = None
         if self.settings.admin.enabled:
-            self.admin = AdminServer(self.settings.admin, self.proxy.ready, self.proxy.metrics)
+            self.admin = AdminServer(self.settings.admin, self._ready, self.proxy.metrics)
             reconfigure.add_routes(self.admin, self.proxy, self.fleet)
+            if self.fleet is not None:
+                fleet_routes.add_routes(self.admin, self.proxy, self.fleet)
             try:
                 self.call(self.admin.start())
             except BaseException:
                 self.stop()
                 raise
+
+    async def _ready(self) -> bool:
+        return (self.fleet is None or self.fleet.ready()) and await self.proxy.ready()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)

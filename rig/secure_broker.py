@@ -11,10 +11,11 @@ The same :class:`~rig.kafka.KafkaBroker` (one KRaft node), with listeners added 
   (``connections.max.reauth.ms``), so clients re-authenticate on open connections (KIP-368);
 - PLAINTEXT stays for the inter-broker and controller traffic and the rig's own readiness check.
 
-With ``authorizer=True`` the broker authorizes with KRaft's ``StandardAuthorizer`` (KIP-801): a resource with
-no ACL stays open to every principal (``allow.everyone.if.no.acl.found``), one with ACLs only to the principals
-they allow; ``User:ANONYMOUS`` (the PLAINTEXT and CONTROLLER listeners: the broker itself, the rig, the ACLs'
-own setting) is a super user.
+With ``authorizer=True`` the broker is locked down as production runs it: KRaft's ``StandardAuthorizer``
+(KIP-801) with ``allow.everyone.if.no.acl.found=false``, so a principal may do only what an ACL allows it (a
+resource without ACLs is closed to all); ``User:ANONYMOUS`` (the PLAINTEXT and CONTROLLER listeners: the broker
+itself, the rig, the ACLs' own setting) is a super user. :func:`allow` grants ACLs (proxy/kafka_acls.py's, for
+Sluice's principals: the README's table).
 
 The TLS listeners present a certificate for ``localhost`` only and advertise ``localhost``: connecting to
 ``127.0.0.1`` is a host-name mismatch, which the tests use. The PEM files come from :class:`rig.pki.CA`.
@@ -22,16 +23,22 @@ The TLS listeners present a certificate for ``localhost`` only and advertise ``l
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from proxy.kafka_acls import Grant
 from rig.kafka import KafkaBroker, free_ports
 from rig.pki import CA, Issued
 
-__all__ = ["SASL_USERS", "SecureBroker", "create_scram_user"]
+__all__ = ["LOCKED_USERS", "SASL_USERS", "SecureBroker", "allow", "create_scram_user"]
 
 #: PLAIN users (the broker's JAAS config) and SCRAM users (created by :func:`create_scram_user`): name -> password
 SASL_USERS = {"alice": "alice-pw-Zq81", "bob": "bob-pw-Xk27"}
+#: the locked-down broker's SCRAM users: Sluice's principals, one per role of proxy/kafka_acls.py, and a client
+#: application's (bob)
+LOCKED_USERS = {"sluice": "sluice-pw-Tq40", "sluice-writer": "writer-pw-Hh21", "sluice-reader": "reader-pw-Pz88",
+                "bob": SASL_USERS["bob"]}
 _PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 _OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -89,7 +96,7 @@ class SecureBroker:
         }
         if authorizer:
             overrides.update({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                              "allow.everyone.if.no.acl.found": "true", "super.users": "User:ANONYMOUS"})
+                              "allow.everyone.if.no.acl.found": "false", "super.users": "User:ANONYMOUS"})
         for name in ("sasl_plaintext", "sasl_ssl"):
             prefix = f"listener.name.{name}"
             overrides[f"{prefix}.plain.sasl.jaas.config"] = f"{_PLAIN} required {users};"
@@ -120,3 +127,34 @@ def create_scram_user(bootstrap: str, user: str, password: str, mechanisms: tupl
         for future in admin.alter_user_scram_credentials(
                 [UserScramCredentialUpsertion(user, info, password.encode())]).values():
             future.result(timeout=30)
+
+
+def allow(bootstrap: str, principal: str, grants: Iterable[Grant]) -> None:
+    """Create ACLs allowing ``principal`` (``User:name``) each grant, over the broker's PLAINTEXT listener (a
+    super user's)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    bindings = [AclBinding(ResourceType[_RESOURCES[g.resource]], g.name, ResourcePatternType[g.pattern.upper()],
+                           principal, "*", AclOperation[_snake(g.operation)], AclPermissionType.ALLOW)
+                for g in grants]
+    if not bindings:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout=30)
+
+
+#: Kafka's resource types as confluent-kafka's enum names them
+_RESOURCES = {"Topic": "TOPIC", "Group": "GROUP", "TransactionalId": "TRANSACTIONAL_ID", "Cluster": "BROKER"}
+
+
+def _snake(operation: str) -> str:
+    """Kafka's operation name (``DescribeConfigs``) as confluent-kafka's enum spells it (``DESCRIBE_CONFIGS``)."""
+    return "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(operation)).upper()

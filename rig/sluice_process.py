@@ -251,13 +251,14 @@ class SluiceProcess:
             if self._proc.poll() is not None:
                 self.returncode = self._proc.returncode
                 raise RigError(f"sluice exited with {self.returncode} while starting:\n{self.log_tail()}")
-            ready, last = self._ready_once()
+            ready, last = self.readiness()
             if ready:
                 return
             time.sleep(self.poll_s)  # bounded poll of a real condition (readiness), not a synchronising sleep
         raise RigError(f"sluice not ready after {timeout:.0f}s ({last}):\n{self.log_tail()}")
 
-    def _ready_once(self) -> tuple[bool, str]:
+    def readiness(self) -> tuple[bool, str]:
+        """(ready: /readyz 200 and the bootstrap port accepts, what was found)."""
         try:
             with urllib.request.urlopen(f"{self.admin_url}/readyz", timeout=2.0) as resp:
                 if resp.status != 200:

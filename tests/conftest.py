@@ -17,7 +17,7 @@ from hypothesis import settings
 from rig.cluster import KafkaCluster
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
-from rig.secure_broker import SASL_USERS, SecureBroker, create_scram_user
+from rig.secure_broker import LOCKED_USERS, SASL_USERS, SecureBroker, create_scram_user
 from tests.support.logs import route_sluice_logs_to_pytest
 
 # CI (CI=true) replays the same examples every run, so a submission's result does not depend on the draw;
@@ -81,6 +81,21 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBr
     try:
         for user, password in SASL_USERS.items():
             create_scram_user(broker.plaintext, user, password)
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="session")
+def locked_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    """A broker locked down as production runs it (rig/secure_broker.py ``authorizer=True``): KRaft's
+    StandardAuthorizer, nothing allowed without an ACL, SCRAM users for Sluice's principals and a client's
+    (LOCKED_USERS), reached over SASL_SSL. Each test grants its own ACLs (on its own topics and groups), those of
+    proxy/kafka_acls.py for Sluice's principals. Started once, lazily."""
+    broker = SecureBroker.start(tmp_path_factory.mktemp("locked-broker"), authorizer=True)
+    try:
+        for user, password in LOCKED_USERS.items():
+            create_scram_user(broker.plaintext, user, password, ("SCRAM-SHA-512",))
         yield broker
     finally:
         broker.close()

@@ -135,18 +135,20 @@ TAIL_ROWS = [
         Panel("Instances reporting", "none",
               "Instances of the fleet Prometheus scrapes ([fleet] enabled: sluice_fleet_revision is exported), and "
               "those that reach the control cluster (sluice_fleet_control_reachable). `sluice fleet status` shows "
-              "the fleet as its status topic has it (up, lagging, silent).",
+              "the fleet as its status topic has it (up, lagging, drift, silent).",
               [(f"count({sel('sluice_fleet_control_reachable')})", "instances"),
                (f"sum({sel('sluice_fleet_control_reachable')})", "control reachable")], width=6),
         Panel("Revision applied per instance", "none",
-              "sluice_fleet_revision: the fleet revision of each run-time changeable section each instance applied; "
-              "an instance below the others lags (or cannot reach the control cluster).",
+              "sluice_fleet_revision: the revision (its record's offset + 1) of each run-time changeable section's "
+              "latest record each instance folded; an instance below the others lags (or cannot reach the control "
+              "cluster).",
               [(f"max by (instance, section) ({sel('sluice_fleet_revision')})", "{{instance}} {{section}}")],
               width=6),
         Panel("Control records/s: applied, skipped by reason", "cps",
-              "sluice_fleet_records_applied_total per section and sluice_fleet_records_skipped_total per reason "
-              "(garbage, schema, fleet, section, stale, invalid, tombstone: never applied, the last good settings "
-              "stay; the fleet_record_skipped log event says which record).",
+              "sluice_fleet_records_applied_total per section (a tombstone too: the section back to the local "
+              "settings) and sluice_fleet_records_skipped_total per reason (garbage, schema, fleet, section, stale, "
+              "invalid: never applied, the last good settings stay; the fleet_record_skipped log event says which "
+              "record).",
               [(rate("sluice_fleet_records_applied_total", by="section"), "applied: {{section}}"),
                (rate("sluice_fleet_records_skipped_total", by="reason"), "skipped: {{reason}}")], width=6),
         Panel("Fleet writes and status records", "none",

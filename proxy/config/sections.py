@@ -282,6 +282,25 @@ class ShutdownSettings(Section):
         return check_finite(value)
 
 
+class AdminPrincipalSettings(Section):
+    """``[[admin.principals]]``: one operator of the admin API, known by a bearer token of their own."""
+
+    name: str = Field(description="Who: the name a fleet's history records for the changes made with this token.")
+    token_file: FilePath = Field(description="File holding this principal's bearer token (e.g. a mounted secret).")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not value or value != value.strip() or len(value) > 200:
+            raise ValueError("must be a name of 1 to 200 characters without surrounding spaces")
+        return value
+
+    @model_validator(mode="after")
+    def _token(self) -> Self:
+        read_token_file(self.token_file)
+        return self
+
+
 class AdminSettings(Section):
     """The admin HTTP server (/metrics, /healthz, /readyz, and the endpoints of the run-time changeable sections)."""
 
@@ -300,6 +319,12 @@ class AdminSettings(Section):
     tls_cert_file: FilePath = Field(default="", description="Serve the admin API over HTTPS with this PEM "
                                                            "certificate (with tls_key_file).")
     tls_key_file: FilePath = Field(default="", description="Private key of tls_cert_file.")
+    client_ca_file: FilePath = Field(default="", description="With tls_cert_file: client certificates signed by "
+                                                            "this CA are required (mTLS); the principal is the "
+                                                            "certificate's subject CN.")
+    principals: list[AdminPrincipalSettings] = Field(
+        default_factory=list, description="Operators known by a bearer token of their own ({name, token_file}); "
+                                          "the token of `token`/`token_file` is the principal \"admin\".")
     state_file: str = Field(
         default="",
         description="File where admin API changes to the run-time changeable sections are saved (atomically) "
@@ -326,11 +351,29 @@ class AdminSettings(Section):
         if self.token_file:
             read_token_file(self.token_file)
         check_pair(self.tls_cert_file, self.tls_key_file, "tls_")
+        if self.client_ca_file and not self.tls_cert_file:
+            raise KeyedValueError("client_ca_file", "needs tls_cert_file and tls_key_file (mTLS is TLS)")
+        names = [p.name for p in self.principals]
+        if len(set(names)) != len(names):
+            raise KeyedValueError("principals", "each principal's name once")
         return self
 
     def bearer_token(self) -> str:
         """The token in force: ``token``, or the contents of ``token_file`` (read now)."""
         return read_token_file(self.token_file) if self.token_file else self.token
+
+    def tokens(self) -> dict[str, str]:
+        """Every bearer token in force -> its principal (files read now): ``principals``' and ``token``'s
+        ("admin")."""
+        out = {read_token_file(p.token_file): p.name for p in self.principals}
+        if token := self.bearer_token():
+            out[token] = "admin"
+        return out
+
+    @property
+    def authenticates(self) -> bool:
+        """Whether the admin API knows who calls it (a token, a principal or client certificates)."""
+        return bool(self.token or self.token_file or self.principals or self.client_ca_file)
 
     @field_validator("state_file")
     @classmethod
@@ -500,6 +543,8 @@ class FleetSettings(Section):
                                                        '"sluice-fleet-<name>".')
     status_topic: str = Field(default="", description='Topic of the instances\' status records; empty = '
                                                       '"sluice-fleet-<name>-status".')
+    history_topic: str = Field(default="", description='Topic of every change made, not compacted; empty = '
+                                                       '"sluice-fleet-<name>-history".')
     instance_id: str = Field(default="", description='This instance\'s id in the status topic; empty = '
                                                      '"<hostname>:<bootstrap port>".')
     bootstrap_servers: list[HostPort] = Field(
@@ -512,12 +557,18 @@ class FleetSettings(Section):
     sasl: UpstreamSaslSettings = Field(default_factory=lambda: UpstreamSaslSettings(),
                                        description='SASL to the control cluster (with credentials = "fleet").')
     startup_timeout_s: Annotated[float, Field(gt=0, le=3600)] = Field(
-        default=30.0, description="At start-up, how long to wait for the control topic before serving with the "
-                                  "local settings (the fleet's are applied when it answers).")
+        default=30.0, description="At start-up, how long to wait for the control topic before on_unreachable "
+                                  "applies.")
+    on_unreachable: Literal["serve-local", "wait"] = Field(
+        default="serve-local", description='The control topic not read within startup_timeout_s: "serve-local" '
+                                           'serves with the local settings (the fleet\'s applied when it answers); '
+                                           '"wait" opens no listener and keeps /readyz not ready until it was read.')
     write_timeout_s: Annotated[float, Field(gt=0, le=600)] = Field(
         default=15.0, description="How long an admin change may take to be written to the control topic.")
     status_interval_s: Annotated[float, Field(gt=0, le=3600)] = Field(
         default=5.0, description="How often this instance publishes its status record.")
+    forget_silent_after_s: Annotated[float, Field(gt=0)] = Field(
+        default=86400.0, description="`sluice fleet status` leaves out instances silent for longer than this.")
     replication_factor: Annotated[int, Field(ge=0, le=32)] = Field(
         default=0, description="Replication factor of the topics Sluice creates; 0 = min(3, brokers).")
     usage_topic: str = Field(default="", description='Topic of the instances\' quota usage reports (fleet-scoped '
@@ -532,12 +583,13 @@ class FleetSettings(Section):
             raise ValueError("only letters, digits, '.', '_', '-' (':' in instance_id), at most 100")
         return value
 
-    @field_validator("control_topic", "status_topic", "usage_topic")
+    @field_validator("control_topic", "status_topic", "history_topic", "usage_topic")
     @classmethod
     def _topic(cls, value: str) -> str:
         return check_topic_name(value) if value else value
 
-    @field_validator("startup_timeout_s", "write_timeout_s", "status_interval_s", "usage_interval_s")
+    @field_validator("startup_timeout_s", "write_timeout_s", "status_interval_s", "forget_silent_after_s",
+                     "usage_interval_s")
     @classmethod
     def _finite(cls, value: float) -> float:
         return check_finite(value)
@@ -546,10 +598,11 @@ class FleetSettings(Section):
     def _complete(self) -> Self:
         if self.enabled and not self.name:
             raise KeyedValueError("name", "is needed when the fleet is enabled")
-        if self.control_topic and self.control_topic == self.status_topic:
-            raise KeyedValueError("status_topic", "must differ from control_topic")
-        if self.usage_topic and self.usage_topic in (self.control, self.status):
-            raise KeyedValueError("usage_topic", "must differ from control_topic and status_topic")
+        if len({self.control, self.status, self.history, self.usage}) < 4:
+            raise KeyedValueError(
+                "usage_topic" if self.usage in (self.control, self.status, self.history) else
+                "history_topic" if self.history in (self.control, self.status) else "status_topic",
+                "control, status, history and usage topics must differ")
         return self
 
     @property
@@ -563,6 +616,16 @@ class FleetSettings(Section):
         return self.status_topic or f"sluice-fleet-{self.name}-status"
 
     @property
+    def history(self) -> str:
+        """The history topic in force."""
+        return self.history_topic or f"sluice-fleet-{self.name}-history"
+
+    @property
     def usage(self) -> str:
         """The quota usage topic in force."""
         return self.usage_topic or f"sluice-fleet-{self.name}-usage"
+
+    @property
+    def transactional_id(self) -> str:
+        """The fleet's writers' one transactional id (and its consumers' group id)."""
+        return f"sluice-fleet-{self.name}"

@@ -62,7 +62,8 @@ class Sender(Protocol):
 
     async def locate(self, coordinators: Iterable[Coordinator]) -> dict[Coordinator, Broker]:
         """The brokers of these coordinators, found in one request where not known yet; those the cluster has none
-        for now (e.g. __consumer_offsets still being created) are left out."""
+        for now (e.g. __consumer_offsets still being created) are left out. OSError naming what is missing when the
+        cluster refuses one for want of an ACL: no coordinator will ever answer for it."""
         ...
 
     def forget(self, coordinator: Coordinator) -> None:
@@ -73,6 +74,13 @@ class Sender(Protocol):
         """Wait before trying again (a coordinator moving or loading)."""
         ...
 
+    def authorization(self, code: int, operation: str, *, group: str | None = None,
+                      topic: str | None = None) -> str | None:
+        """An answer's error ``code``: when it says an ACL is missing (TOPIC_AUTHORIZATION_FAILED on ``topic``,
+        GROUP_AUTHORIZATION_FAILED on ``group``), one event naming what is missing for the work's purpose, and
+        that text; else None."""
+        ...
+
 
 @dataclass(eq=False)
 class Work(Signal):
@@ -81,6 +89,8 @@ class Work(Signal):
 
     #: the bound of the whole work (a client's request may wait for it; its request.timeout.ms is 30 s by default)
     deadline_s: float = field(default=15.0, kw_only=True)
+    #: what the work is for, as a missing ACL's event names it (e.g. "[sharing]: ...")
+    purpose: str = field(default="a policy's own request", kw_only=True)
     #: why the work failed as a whole (None: it ran to its end)
     error: str | None = field(default=None, kw_only=True)
 

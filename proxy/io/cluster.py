@@ -21,6 +21,11 @@ are needed:
   metadata is where cooperative consumption keeps the layouts to read back.
 - Any other API a policy needs (``BrokerRequests.send``): the AdminClient covers a fixed set, and a second client
   with its own connections and login would add a path and buy nothing.
+
+On a cluster with an authorizer these requests need the ACLs of proxy/kafka_acls.py (``instance``); a refusal
+(TOPIC_AUTHORIZATION_FAILED 29, GROUP_AUTHORIZATION_FAILED 30) is one ``kafka_not_authorized`` event naming the
+resource, the operation, Sluice's principal and the work's purpose, and work refused a coordinator for it fails at
+once saying so (not after its retries, as if no coordinator answered).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from ..accesslog import get_logger
 from ..core.broker_calls import AnyBroker, Broker, BrokerCalls, Coordinator, Target, Work
 from ..core.routing import Address, Router
 from ..core.topic_names import TopicNames
+from ..kafka_acls import AclReporter, principal_name
 from ..metrics import Metrics
 from ..wire.api_keys import ApiKey, api_name
 from ..wire.errors import CodecError
@@ -52,6 +58,8 @@ log = get_logger("sluice.server")
 METADATA_BY_ID_VERSION = 12
 #: FindCoordinator v4: several keys in one request (KIP-699)
 FIND_COORDINATOR_VERSION = 4
+#: Kafka's error codes (Errors.java) for a missing ACL
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
 
 
 def _read_only(api_key: int) -> bool:
@@ -64,8 +72,8 @@ def _read_only(api_key: int) -> bool:
 
 class OwnRequests:
     """Sluice's own requests to the cluster (see the module docstring), for one proxy. Takes the lookups
-    ``names`` waits for and the work queued in ``calls`` as they come; it is the :class:`Sender` that work runs
-    with."""
+    ``names`` waits for and the work queued in ``calls`` as they come, and runs each with a :class:`_WorkSender`
+    over its links."""
 
     def __init__(self, upstream: UpstreamSettings, tls: TlsContexts, router: Router, names: TopicNames,
                  calls: BrokerCalls, metrics: Metrics, bootstrap: list[Address],
@@ -75,6 +83,8 @@ class OwnRequests:
         self.max_frame_bytes = max_frame_bytes
         names.on_lookup = self._lookup_wanted
         calls.on_work = self._work_wanted
+        self.acls = AclReporter(principal_name(upstream.sasl.username if upstream.sasl.mechanism else "",
+                                               upstream.tls.cert_file), log.warning)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._coordinators: dict[Coordinator, Broker] = {}
         self._links: dict[Address, Link] = {}
@@ -114,6 +124,7 @@ class OwnRequests:
     async def locate(self, coordinators: Iterable[Coordinator]) -> dict[Coordinator, Broker]:
         wanted = set(coordinators)
         found = {c: b for c, b in self._coordinators.items() if c in wanted}
+        denied: list[str] = []
         by_type: dict[int, list[str]] = {}
         for c in sorted(wanted - found.keys(), key=lambda c: (c.key_type, c.key)):
             by_type.setdefault(c.key_type, []).append(c.key)
@@ -126,10 +137,23 @@ class OwnRequests:
                     self.router.learn(entry.node_id, entry.host, entry.port)
                     found[Coordinator(entry.key, key_type)] = self._coordinators[Coordinator(entry.key, key_type)] = \
                         Broker(entry.node_id)
+                elif entry.error_code == GROUP_AUTHORIZATION_FAILED and key_type == 0:
+                    denied.append(entry.key)
+        if denied:
+            raise _Denied(denied)
         return found
 
     def forget(self, coordinator: Coordinator) -> None:
         self._coordinators.pop(coordinator, None)
+
+    def refused(self, code: int, operation: str, purpose: str, *, group: str | None = None,
+                topic: str | None = None) -> str | None:
+        """A response's error ``code``: for a missing ACL (on ``topic``, else ``group``), reported; what is missing."""
+        if code == TOPIC_AUTHORIZATION_FAILED and topic is not None:
+            return self.acls.missing("Topic", topic, operation, purpose)
+        if code == GROUP_AUTHORIZATION_FAILED and group is not None:
+            return self.acls.missing("Group", group, operation, purpose)
+        return None
 
     async def pause(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -172,7 +196,7 @@ class OwnRequests:
         work settle)."""
         try:
             async with asyncio.timeout(work.deadline_s):
-                await work.run(self)
+                await work.run(_WorkSender(self, work.purpose))
         except asyncio.CancelledError:  # Sluice is stopping: whoever waits for the work learns it failed
             work.fail("cancelled: Sluice is stopping")
             raise
@@ -219,7 +243,59 @@ class OwnRequests:
                     tid = bytes(topic.topic_id)
                     if topic.error_code == 0 and topic.name and tid in ids:
                         found[tid] = topic.name
+                    elif topic.error_code == TOPIC_AUTHORIZATION_FAILED:
+                        # Kafka names no topic it may not describe: its id (Kafka's Uuid text) is what is known
+                        self.acls.missing("Topic", f"<the topic of id {_uuid_text(tid)}>", "Describe",
+                                          "topic names of Fetch v13+ (Metadata by topic id)")
                 self.metrics.topic_lookups.labels("resolved").inc(len(found))
                 self.metrics.topic_lookups.labels("unknown").inc(len(ids) - len(found))
             self.names.settle(found, ids - found.keys())
 
+
+class _Denied(OSError):
+    """Coordinators the cluster refused to name for want of an ACL (group keys)."""
+
+    def __init__(self, groups: list[str]) -> None:
+        super().__init__(f"not authorized to describe groups {groups}")
+        self.groups = groups
+
+
+class _WorkSender:
+    """What one piece of work runs with: Sluice's own requests, and the work's purpose for what an authorizer
+    refuses (a :class:`~proxy.core.broker_calls.Sender`)."""
+
+    def __init__(self, own: OwnRequests, purpose: str) -> None:
+        self.own, self.purpose = own, purpose
+
+    async def send(self, api_key: int, version: int, body: Message, to: Target) -> Message:
+        try:
+            return await self.own.send(api_key, version, body, to)
+        except _Denied as e:
+            raise self._denied(e) from None
+
+    async def locate(self, coordinators: Iterable[Coordinator]) -> dict[Coordinator, Broker]:
+        try:
+            return await self.own.locate(coordinators)
+        except _Denied as e:  # no coordinator will ever answer for these: the work fails now, saying why
+            raise self._denied(e) from None
+
+    def _denied(self, e: _Denied) -> OSError:
+        return OSError("; ".join(self.own.refused(GROUP_AUTHORIZATION_FAILED, "Describe", self.purpose, group=g)
+                                 or g for g in e.groups))
+
+    def forget(self, coordinator: Coordinator) -> None:
+        self.own.forget(coordinator)
+
+    async def pause(self, seconds: float) -> None:
+        await self.own.pause(seconds)
+
+    def authorization(self, code: int, operation: str, *, group: str | None = None,
+                      topic: str | None = None) -> str | None:
+        return self.own.refused(code, operation, self.purpose, group=group, topic=topic)
+
+
+def _uuid_text(raw: bytes) -> str:
+    """A topic id as Kafka prints it (Uuid.toString: URL-safe base64, no padding)."""
+    import base64
+
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")

@@ -1,12 +1,15 @@
-"""Cooperative consumption behind a SASL listener: Sluice's upstream is the broker's SASL_PLAINTEXT listener, the
-consumers (Kafka's Java client) log in through Sluice as bob, and Sluice's own requests - the broker list, the
-slice groups' offsets and the group descriptions - log in with Sluice's own identity ([upstream.sasl],
-SCRAM-SHA-512). Four consumers share a 2-partition topic: every record consumed once, each partition's records
-in offset order (so each key's in the order produced), each key at one consumer, every consumer receives records,
-and the group's committed offsets end at the partitions' end offsets."""
+"""Cooperative consumption on a locked-down cluster (conftest ``locked_broker``: the authorizer on, nothing allowed
+without an ACL, SASL/SCRAM over TLS). Sluice's upstream is the broker's SASL_SSL listener; the consumers (Kafka's
+Java client) log in through Sluice as bob; Sluice's own requests - the broker list, the topic names of Fetch v13+,
+the slice groups' offsets and the group descriptions - and its access log to Kafka log in as ``sluice``, granted
+exactly the README's ``instance`` ACLs (proxy/kafka_acls.py). Four consumers share a 2-partition topic: every
+record consumed once, each partition's records in offset order (so each key's in the order produced), each key at
+one consumer, every consumer receives records, the group's committed offsets end at the partitions' end offsets,
+the access-log topic gets the requests, and no call of Sluice's was refused."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import Iterator
@@ -14,10 +17,15 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from structlog.testing import capture_logs
 
+from proxy.kafka_acls import Grant, grants
+from proxy.server import Proxy
 from rig.java_tools import JavaTools
+from rig.kafka import end_offsets
 from rig.proxy_thread import ProxyThread
-from rig.secure_broker import SASL_USERS, SecureBroker, create_scram_user
+from rig.raw import RawClient
+from rig.secure_broker import LOCKED_USERS, SecureBroker, allow
 from tests.support.faults import wait_until
 from tests.support.sharing import (
     Member,
@@ -33,7 +41,7 @@ from tests.support.topics import committed_offsets
 pytestmark = pytest.mark.broker
 
 PARTITIONS, CONSUMERS = 2, 4
-SVC, SVC_PASSWORD = "sluice-share-svc", "svc-share-pw-7Qd"
+SVC = "sluice"
 
 
 @contextlib.contextmanager
@@ -45,33 +53,43 @@ def members_of(*members: Member) -> Iterator[list[Member]]:
             m.stop()
 
 
-def test_sharing_behind_a_sasl_listener_with_sluices_own_login(secure_broker: SecureBroker,
-                                                               java_tools: JavaTools) -> None:
+def test_sharing_on_a_locked_cluster_with_sluices_documented_acls(locked_broker: SecureBroker,
+                                                                   java_tools: JavaTools) -> None:
     topic = f"share-sasl-{uuid.uuid4().hex[:8]}"
-    group = f"g-{topic}"
-    admin = AdminClient({"bootstrap.servers": secure_broker.plaintext, "log_level": 0})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-    create_scram_user(secure_broker.plaintext, SVC, SVC_PASSWORD, ("SCRAM-SHA-512",))
+    group, access_log = f"g-{topic}", f"access-{topic}"
+    admin = AdminClient({"bootstrap.servers": locked_broker.plaintext, "log_level": 0})
+    for name, partitions in ((topic, PARTITIONS), (access_log, 1)):
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    allow(locked_broker.plaintext, f"User:{SVC}", grants(["instance"], {
+        "topic": topic, "group": group, "shared_topic": topic, "access_log_topic": access_log}))
+    # the application's own ACLs (its operators', not Sluice's): consume the topic in its group
+    allow(locked_broker.plaintext, "User:bob", [Grant("Topic", topic, "literal", "Read"),
+                                                Grant("Group", group, "literal", "Read")])
+    tls = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(locked_broker.ca.cert),
+           "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": SVC, "sasl.password": LOCKED_USERS[SVC]}
     bob = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
            "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
-                               f'username="bob" password="{SASL_USERS["bob"]}";'}
-    with ProxyThread(secure_broker.sasl_plaintext, **{
+                               f'username="bob" password="{LOCKED_USERS["bob"]}";'}
+    with capture_logs() as events, ProxyThread(locked_broker.sasl_ssl, **{
             "sharing.enabled": True, "sharing.topics": [{"topic": "share-sasl-*"}],
+            "upstream.tls.enabled": True, "upstream.tls.ca_file": str(locked_broker.ca.cert),
             "upstream.sasl.mechanism": "SCRAM-SHA-512", "upstream.sasl.username": SVC,
-            "upstream.sasl.password": SVC_PASSWORD}) as sluice, \
+            "upstream.sasl.password": LOCKED_USERS[SVC],
+            "logging.access_log_kafka.enabled": True, "logging.access_log_kafka.topic": access_log,
+            "logging.access_log_kafka.properties": tls}) as sluice, \
             members_of(*(java_member(java_tools, sluice.bootstrap, topic, group, f"sasl-share-{i}", props=bob)
                          for i in range(CONSUMERS))) as members:
         assert sluice.proxy.router.upstream  # the brokers were learnt at start, through Sluice's own login
         settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
                          sluice.total("sluice_sharing_assignments_total")))
         assert sluice.total("sluice_sharing_partition_members", group=group) == CONSUMERS // PARTITIONS
-        produced = produce(secure_broker.plaintext, topic, 800, keys=40, tag="sasl")
+        produced = produce(locked_broker.plaintext, topic, 800, keys=40, tag="sasl")
         wait_for_all(members, {v for _, v in produced})
         check_exactly_once(members, produced)
         check_keys_at_one_consumer(members)
         assert all(m.received for m in members), [len(m.received) for m in members]
 
-        ends = {p: admin_end(secure_broker, topic, p) for p in range(PARTITIONS)}
+        ends = {p: admin_end(locked_broker, topic, p) for p in range(PARTITIONS)}
 
         def committed() -> dict[int, int]:
             return committed_offsets(admin, group, topic, PARTITIONS)
@@ -80,6 +98,25 @@ def test_sharing_behind_a_sasl_listener_with_sluices_own_login(secure_broker: Se
         wait_until(lambda: committed() == ends, 60, lambda: f"committed {committed()} to reach {ends}")
         assert sluice.total("sluice_sharing_group_calls_total", outcome="ok") > 0
         assert sluice.total("sluice_sharing_group_calls_total", outcome="failed") == 0
+        # A Fetch v13+ names topics by id; Sluice looks up an id no Metadata response named (a replica fetcher's):
+        # here one of a topic no client read through it, as such a fetch makes it
+        with RawClient(locked_broker.broker.host, locked_broker.broker.port) as direct:  # to the broker, a super user
+            unseen = direct.topic_ids([access_log])[access_log]
+        resolved = sluice.total("sluice_topic_name_lookups_total", outcome="resolved")
+        assert sluice.call(_name_of(sluice.proxy, unseen)) == access_log
+        assert sluice.total("sluice_topic_name_lookups_total", outcome="resolved") == resolved + 1
+        sluice.proxy.access_log.flush()
+        wait_until(lambda: end_offsets(locked_broker.plaintext, access_log)[0] > 0, 30, "the access log in Kafka")
+    refused = [e for e in events if e["event"] in ("kafka_not_authorized", "group_call_failed", "topic_lookup_failed",
+                                                   "access_log_kafka_delivery_failed", "access_log_kafka_error")]
+    assert not refused, refused
+
+
+async def _name_of(proxy: Proxy, topic_id: bytes) -> str | None:
+    settled = asyncio.Event()
+    proxy.names.wait([topic_id], settled.set)
+    await asyncio.wait_for(settled.wait(), 30)
+    return proxy.names.get(topic_id)
 
 
 def admin_end(broker: SecureBroker, topic: str, partition: int) -> int:

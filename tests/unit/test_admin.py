@@ -1,4 +1,5 @@
-"""proxy.admin over a real aiohttp server on a free port: /metrics, /healthz, /readyz, the token guard."""
+"""proxy.admin over a real aiohttp server on a free port: /metrics, /healthz, /readyz, who may call (tokens, their
+principals, client certificates)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy import admin as admin_module
 from proxy import metrics
-from proxy.admin import AdminServer, require_token
+from proxy.admin import AdminServer, require_principal
 from proxy.config import AdminSettings
 from proxy.metrics import Metrics
 
@@ -187,10 +188,10 @@ async def test_no_token_configured_means_no_check(http: aiohttp.ClientSession) -
         await server.stop()
 
 
-async def test_require_token_helper_inside_a_handler(http: aiohttp.ClientSession) -> None:
+async def test_require_principal_helper_inside_a_handler(http: aiohttp.ClientSession) -> None:
     async def mixed(request: web.Request) -> web.Response:
         if request.query.get("write"):
-            require_token(request)
+            require_principal(request)
         return web.Response(text="fine\n")
 
     server = AdminServer(AdminSettings(port=0, token="t"), Ready(), METRICS)
@@ -280,3 +281,51 @@ def test_token_sources_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         load_settings(bad, env={})
     assert e.value.key == "admin.token_file"
+
+
+async def whoami(request: web.Request) -> web.Response:
+    return web.Response(text=require_principal(request))
+
+
+async def test_each_token_and_client_certificate_is_its_principal(http: aiohttp.ClientSession,
+                                                                  tmp_path: Path) -> None:
+    """[[admin.principals]]: a token per operator, its name the principal; the [admin] token is "admin"; a client
+    certificate signed by client_ca_file is its CN, and a certificate of another CA fails the handshake; with
+    none of them, the mutating route is refused (401)."""
+    import ssl
+
+    from rig.pki import CA
+
+    ca, clients, strangers = CA(tmp_path / "server", "admin"), CA(tmp_path / "clients", "ops"), CA(tmp_path / "x")
+    cert = ca.issue("admin")
+    tokens = {}
+    for name in ("alice", "bob"):
+        tokens[name] = tmp_path / f"{name}.token"
+        tokens[name].write_text(f"{name}-t0ken\n")
+    settings = AdminSettings(port=0, token="legacy", tls_cert_file=str(cert.cert), tls_key_file=str(cert.key),
+                             client_ca_file=str(clients.cert),
+                             principals=[{"name": n, "token_file": str(f)} for n, f in tokens.items()])  # type: ignore[misc]
+    server = AdminServer(settings, Ready(), METRICS)
+    server.add_route("PUT", "/whoami", whoami, mutating=True)
+    await server.start()
+    base = f"https://127.0.0.1:{server.port}/whoami"
+
+    def tls(issued: object | None = None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(ca.cert))
+        if issued is not None:
+            context.load_cert_chain(str(issued.cert), str(issued.key))  # type: ignore[attr-defined]
+        return context
+
+    try:
+        for token, principal in (("alice-t0ken", "alice"), ("bob-t0ken", "bob"), ("legacy", "admin")):
+            async with http.put(base, ssl=tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
+                assert (resp.status, await resp.text()) == (200, principal)
+        async with http.put(base, ssl=tls(clients.issue("carol", client=True, hosts=()))) as resp:
+            assert (resp.status, await resp.text()) == (200, "carol")
+        async with http.put(base, ssl=tls()) as resp:
+            assert resp.status == 401
+        with pytest.raises(aiohttp.ClientError):
+            async with http.put(base, ssl=tls(strangers.issue("mallory", client=True, hosts=()))) as resp:
+                await resp.read()
+    finally:
+        await server.stop()

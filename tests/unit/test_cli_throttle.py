@@ -70,7 +70,7 @@ async def test_set_and_status_show_topic_entries_as_configured(capsys: pytest.Ca
         return code, capsys.readouterr().out
 
     async with admin_over(settings) as (proxy, url):
-        with capture_logs() as logs:  # the proxy's own "reconfigured" events, kept off the CLI's stdout
+        with capture_logs() as logs:  # the proxy's own events, kept off the CLI's stdout
             code, out = await cli("set", "--topic", "orders-*=0:2", "--topic", "orders-audit=", "--topic", "a?",
                                   "--leader-rate", "5MB")
             assert code == 0
@@ -88,4 +88,4 @@ async def test_set_and_status_show_topic_entries_as_configured(capsys: pytest.Ca
             with pytest.raises(SystemExit) as e:
                 await cli("set", "--topic", "orders/eu")
             assert "throttle.topics[4].topic" in str(e.value.code) and "'/'" in str(e.value.code)
-        assert [event["event"] for event in logs] == ["reconfigured"]
+        assert [event["event"] for event in logs] == ["reconfigured", "admin_changed"]

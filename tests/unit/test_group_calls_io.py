@@ -1,7 +1,8 @@
 """Sluice's own group requests (sharing's GroupCall, run by proxy/io/cluster.py) against a local misbehaving
 broker, as the sharing policy makes them: each call settles, ok or failed, and is counted once in
 sluice_sharing_group_calls_total{outcome}; a call cut off mid-answer by its deadline leaves nothing behind for the
-next call."""
+next call; a group the cluster refuses for want of an ACL fails its call at once, saying which, in one log
+event."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from structlog.testing import capture_logs
 
 from proxy.core.broker_calls import BrokerCalls
 from proxy.io.cluster import OwnRequests
@@ -27,10 +29,14 @@ TOPIC = "orders"
 COMMITTED = {"a": 11, "b": 22}
 
 
-def coordinator_is(broker: Broker, header: Message, body: Message) -> bytes:
+GROUP_AUTHORIZATION_FAILED = 30  # Errors.java
+
+
+def coordinator_is(broker: Broker, header: Message, body: Message, denied: frozenset[str] = frozenset()) -> bytes:
     host, port = broker.address
     return frame(FIND_COORDINATOR, 4, header.correlation_id, response_codec(FIND_COORDINATOR, 4).default().replace(
-        coordinators=[Message(key=k, node_id=1, host=host, port=port, error_code=0, error_message=None)
+        coordinators=[Message(key=k, node_id=1, host=host, port=port, error_message=None,
+                              error_code=GROUP_AUTHORIZATION_FAILED if k in denied else 0)
                       for k in body.coordinator_keys]))
 
 
@@ -60,6 +66,8 @@ class Rig:
     unanswered: asyncio.Event | None = None
     #: the OffsetCommit requests the broker got
     commits: list[Message] | None = None
+    #: the groups FindCoordinator refuses (GROUP_AUTHORIZATION_FAILED)
+    denied: frozenset[str] = frozenset()
 
     def outcomes(self) -> dict[str, float]:
         return {o: self.proxy.metrics.total("sluice_sharing_group_calls_total", outcome=o) for o in ("ok", "failed")}
@@ -80,7 +88,7 @@ async def rig() -> AsyncIterator[Rig]:
         r = state[0]
         api = header.request_api_key
         if api == FIND_COORDINATOR:
-            writer.write(coordinator_is(r.broker, header, body))
+            writer.write(coordinator_is(r.broker, header, body, r.denied))
         elif api == OFFSET_COMMIT:
             assert r.commits is not None
             r.commits.append(body)
@@ -166,3 +174,16 @@ async def test_a_call_in_flight_when_sluice_stops_fails_and_closes_its_connectio
     await asyncio.wait_for(rig.broker.client_closed.wait(), 30.0)
     assert call.error == "cancelled: Sluice is stopping"
     assert rig.outcomes() == {"ok": 0, "failed": 1}
+
+
+async def test_a_group_refused_for_want_of_an_acl_fails_the_call_at_once_naming_it(rig: Rig) -> None:
+    rig.denied = frozenset({"a"})
+    with capture_logs() as events:
+        for _ in range(2):
+            call = await rig.call(reads("a"))
+            assert call.error == "User:ANONYMOUS may not Describe Group:a", call.error
+    refused = [e for e in events if e["event"] == "kafka_not_authorized"]
+    assert [(e["principal"], e["resource"], e["operation"]) for e in refused] == [
+        ("User:ANONYMOUS", "Group:a", "Describe")]  # once, however often it is refused
+    assert rig.outcomes() == {"ok": 0, "failed": 2}
+    assert (await rig.call(reads("b"))).ok

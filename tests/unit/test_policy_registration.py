@@ -97,9 +97,9 @@ async def test_metric_admin_endpoint_state_file_reconfiguration_and_its_own_requ
             assert "sluice_mark_requests_total 1.0" in (await r.text()).splitlines()
 
         async with http.get(f"{url}/mark") as r:
-            assert await r.json() == {"client_id": "etl-*"}
+            assert await r.json() == {"client_id": "etl-*", "revision": 0, "store": "this instance"}
         async with http.put(f"{url}/mark", json={"client_id": "web-*"}) as r:
-            assert r.status == 200 and await r.json() == {"client_id": "web-*"}
+            assert r.status == 200 and await r.json() == {"client_id": "web-*", "revision": 1, "store": "this instance"}
         assert api_versions_from(proxy, "etl-1") == []
         assert api_versions_from(proxy, "web-1") == [DESCRIBE_CONFIGS]
         assert api_versions_from(proxy, "web-2") == [DESCRIBE_CONFIGS]

@@ -211,7 +211,7 @@ async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: 
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         assert not state.exists()  # nothing changed through the admin API yet
         status, applied = await call(http, "PUT", f"{url}/throttles", THROTTLE)
-        assert status == 200 and applied == THROTTLE
+        assert status == 200 and applied == {**THROTTLE, "revision": 1, "store": "this instance"}
         assert read_state(str(state), DYNAMIC_SECTIONS) == {"throttle": THROTTLE}
         # GET shows the entries as configured: globs as written, in order.
         status, shown = await call(http, "GET", f"{url}/throttles")
@@ -220,7 +220,8 @@ async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: 
         assert isinstance(policy, Throttle)
         throttles = policy.throttles
         assert throttles.throttled("orders-eu", 0, CONSUMER) and not throttles.throttled("orders-audit", 0, CONSUMER)
-        assert (await call(http, "PUT", f"{url}/size-limits", SIZE_LIMIT)) == (200, SIZE_LIMIT)
+        assert (await call(http, "PUT", f"{url}/size-limits", SIZE_LIMIT)) == (
+            200, {**SIZE_LIMIT, "revision": 1, "store": "this instance"})
         assert read_state(str(state), DYNAMIC_SECTIONS) == {"throttle": THROTTLE, "size_limit": SIZE_LIMIT}
         # A refused change is not saved.
         bad = await call(http, "PUT", f"{url}/throttles", {"topics": [{"topic": "x"}, {"topic": "x"}]})
@@ -243,7 +244,8 @@ async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: 
         assert [t.topic for t in proxy.settings.throttle.topics] == ["from-file"]
         assert proxy.settings.size_limit == load_settings(config, env={}).size_limit
         assert (await call(http, "GET", f"{url}/throttles"))[1]["leader_rate_bytes"] == 9
-    assert [e["event"] for e in logs] == ["reconfigured"] * 4  # two PUTs, two reloads; the refused PUT is not
+    assert [e["event"] for e in logs] == ["reconfigured", "admin_changed"] * 2 + ["reconfigured"] * 2  # two PUTs,
+    # two reloads; the refused PUT is not
 
 
 async def test_change_that_cannot_be_saved_is_refused_and_not_applied(tmp_path: Path,

@@ -69,6 +69,8 @@ class GroupCall(Work):
     described: dict[str, Any] = field(default_factory=dict)
     #: group -> its ConsumerGroupDescribe entry (a decoded DescribedGroup message of that API)
     described_consumer: dict[str, Any] = field(default_factory=dict)
+    #: as a missing ACL's event names it
+    purpose: str = field(default="[sharing]: the group calls of cooperative consumption", kw_only=True)
 
     @property
     def ok(self) -> bool:
@@ -109,6 +111,8 @@ class GroupCall(Work):
                     for topic in sorted({t for t, _ in offsets})])
             answer = await sender.send(ApiKey.OFFSET_COMMIT, version, body, where[group])
             codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
+            for (topic, _), code in codes.items():
+                sender.authorization(code, "Read", group=group, topic=topic)
             if any(c in _COORDINATOR_MOVED for c in codes.values()):
                 retry.add(group)
             else:
@@ -124,10 +128,12 @@ class GroupCall(Work):
                     retry.add(entry.group_id)
                     continue
                 if entry.error_code:
-                    raise CoordinatorError(f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
+                    refused = sender.authorization(entry.error_code, "Describe", group=entry.group_id)
+                    raise CoordinatorError(refused or f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
                 read: dict[TopicPartition, Committed] = {}
                 for t in entry.topics:
                     for p in t.partitions:
+                        sender.authorization(p.error_code, "Describe", group=entry.group_id, topic=t.name)
                         if p.error_code in _COORDINATOR_MOVED:
                             retry.add(entry.group_id)
                         read[(t.name, p.partition_index)] = Committed(p.committed_offset, p.committed_leader_epoch,
@@ -139,6 +145,7 @@ class GroupCall(Work):
             body = request_codec(ApiKey.DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
             answer = await sender.send(ApiKey.DESCRIBE_GROUPS, 5, body, broker)
             for entry in answer.groups:
+                sender.authorization(entry.error_code, "Describe", group=entry.group_id)
                 if entry.error_code in _COORDINATOR_MOVED:
                     retry.add(entry.group_id)
                 else:
@@ -149,6 +156,7 @@ class GroupCall(Work):
             body = request_codec(ApiKey.CONSUMER_GROUP_DESCRIBE, 0).default().replace(group_ids=[group])
             answer = await sender.send(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body, where[group])
             for entry in answer.groups:
+                sender.authorization(entry.error_code, "Describe", group=entry.group_id)
                 if entry.error_code in _COORDINATOR_MOVED:
                     retry.add(entry.group_id)
                 else:
