@@ -7,8 +7,9 @@ The layers, lowest first:
 - ``proxy.config`` (all of it: the ``base`` vocabulary, the core ``sections``, the generic ``loader`` and the
   ``state`` file), ``proxy.metrics``, ``proxy.accesslog``, ``proxy.dashboard``: the settings, the metrics, the logs
   and the dashboard's vocabulary every layer is handed (policies take their own section, the chain and the
-  connection core count and log); they import only each other, so they are leaves beside ``wire`` however high their users sit. The configuration knows no policy: the
-  settings model of the registered policies is composed at the top, in ``proxy.app``;
+  connection core count and log); they import only each other, so they are leaves beside ``wire`` however high their
+  users sit. The configuration knows no policy: the settings model of the registered policies is composed at the
+  top, in ``proxy.app``;
 - ``proxy.core``: the sans-IO core; imports ``wire`` and the leaves, never a policy (the server hands the chain
   its policies);
 - ``proxy.policies``: imports ``core``, ``wire`` and the leaves;
