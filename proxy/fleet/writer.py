@@ -234,8 +234,8 @@ class FleetWriter:
 
     def _refused(self, denied: Denied) -> WriteRefused:
         text = self.reporter.missing(denied.resource, denied.name, denied.operation, "[fleet] changes", denied.error)
-        return WriteRefused(403, f"not authorized to change the fleet: {text} (the Kafka ACLs Sluice needs: README, "
-                                 f"Kafka ACLs); nothing changed")
+        return WriteRefused(403, f"not authorized to change the fleet: {text} (the Kafka ACLs Sluice needs: "
+                                 f"docs/security.md, Kafka ACLs); nothing changed")
 
     def _refused_topics(self, error: str, timeout: float) -> WriteRefused:
         """A transaction refused on a topic: which, as the cluster's authorized operations say."""
@@ -246,8 +246,8 @@ class FleetWriter:
             topics = []
         missing = [self.reporter.missing("Topic", t, "Write", "[fleet] changes", error) for t in topics]
         text = "; ".join(missing) or f"{error} (the cluster did not say which permission)"
-        return WriteRefused(403, f"not authorized to change the fleet: {text} (the Kafka ACLs Sluice needs: README, "
-                                 f"Kafka ACLs); nothing changed")
+        return WriteRefused(403, f"not authorized to change the fleet: {text} (the Kafka ACLs Sluice needs: "
+                                 f"docs/security.md, Kafka ACLs); nothing changed")
 
 
 def _created(topic: str, replication_factor: int) -> None:

@@ -5,11 +5,11 @@ The layers, lowest first:
 
 - ``proxy.wire``: codecs and specs; imports nothing else of Sluice's;
 - ``proxy.config`` (all of it: the ``base`` vocabulary, the core ``sections``, the generic ``loader`` and the
-  ``state`` file), ``proxy.metrics``, ``proxy.accesslog``, ``proxy.dashboard``: the settings, the metrics, the logs
-  and the dashboard's vocabulary every layer is handed (policies take their own section, the chain and the
-  connection core count and log); they import only each other, so they are leaves beside ``wire`` however high their
-  users sit. The configuration knows no policy: the settings model of the registered policies is composed at the
-  top, in ``proxy.app``;
+  ``state`` file), ``proxy.metrics``, ``proxy.accesslog``, ``proxy.dashboard``, ``proxy.kafka_acls``: the settings,
+  the metrics, the logs and the dashboard's vocabulary every layer is handed (policies take their own section, the
+  chain and the connection core count and log); they import only each other, so they are leaves beside ``wire``
+  however high their users sit. The configuration knows no policy: the settings model of the registered policies is
+  composed at the top, in ``proxy.app``;
 - ``proxy.core``: the sans-IO core; imports ``wire`` and the leaves, never a policy (the server hands the chain
   its policies);
 - ``proxy.policies``: imports ``core``, ``wire`` and the leaves;
@@ -85,7 +85,7 @@ def _in(module: str, package: str) -> bool:
 
 
 LEAVES = frozenset(m for m in MODULES if _in(m, "proxy.config") or m in ("proxy.metrics", "proxy.accesslog",
-                                                                        "proxy.dashboard"))
+                                                                        "proxy.dashboard", "proxy.kafka_acls"))
 
 
 def _layer(module: str) -> int:
