@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ...core.exchange import Exchange, Signal
 from ...wire.model import TopicPartition
+from .cursor import Gaps
 from .frontier import DoneTable, Frontier
 from .keys import Slice
 
@@ -45,8 +46,13 @@ class PartitionState:
     table: DoneTable | None = None
     #: where the slice started (the position Sluice answered the client's OffsetFetch with)
     start: int = -1
-    #: offsets left out of its fetches, for its commits (fetch.note_gaps / fetch.skip_filtered)
-    skips: dict[int, int] = field(default_factory=dict)
+    #: offsets read that hold nothing it has yet to be handed: where its fetches start and its commits land
+    #: (:mod:`.cursor`)
+    gaps: Gaps = field(default_factory=Gaps)
+    #: the slice's position as this Sluice last committed or read it (-1: not known), and when Sluice may commit it
+    #: on past a gap itself next (:func:`.offsets.advance`; -1.0: such a commit is in flight)
+    committed: int = -1
+    advance_after: float = 0.0
 
     def narrowed(self, s: Slice) -> PartitionState:
         """This partition held with ``s``, a slice inside this one (the client goes on from its position)."""

@@ -34,7 +34,6 @@ from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView, local_response
 from . import heartbeats, marker
-from .fetch import skip_filtered
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .keys import WHOLE, Slice
 from .members import Member, PartitionState, member_key
@@ -206,7 +205,8 @@ def offset_fetch_response(p: Sharing, ex: Exchange, response: ResponseView, info
             f = read.frontiers[tp]
             start = f.start(s)
             if m.partitions is not None:
-                m.partitions[tp] = PartitionState(s, f, f.done_table(s), start)
+                m.partitions[tp] = PartitionState(s, f, f.done_table(s), start,
+                                                  committed=max(start, f.positions.get(s, -1)))
             plain = read.plain[tp]
             if s.whole:
                 meta = decode_metadata(plain.metadata)
@@ -270,7 +270,7 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
             wanted[tp] = s
             offset = part.committed_offset
             if state is not None and offset >= 0:
-                offset = skip_filtered(state.skips, offset)
+                offset = state.gaps.position(offset)
             commits[tp] = (offset, part.committed_metadata)
             start = state.start if state is not None else -1
             if not s.whole and offset > start and offset >= 0:
@@ -302,6 +302,10 @@ def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket:
         ex.answer = local_response(ApiKey.OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
         return None
     lag = p.stable_lag.setdefault(ticket.group, {})
+    for tp, held in ticket.wanted.items():
+        state = (ticket.member.partitions or {}).get(tp)
+        if state is not None and state.slice == held:
+            state.committed = max(state.committed, ticket.commits[tp][0])
     topics = []
     for t in body.topics:
         parts = []
@@ -397,6 +401,44 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
         call.on_settled(committed)
 
     read.on_settled(reread)
+
+
+#: a slice's position is committed on past a gap by Sluice itself (:func:`advance`) at most this often
+ADVANCE_INTERVAL_S = 1.0
+
+
+def advance(p: Sharing, m: Member, tp: TopicPartition, state: PartitionState) -> None:
+    """The member's fetch of ``tp`` got nothing of its slice, and Sluice read on past the slice's committed position
+    with nothing for it there (a gap, :mod:`.cursor`): Sluice commits the slice's position on to the gap's end and
+    raises the group's stable offset as the member (:func:`_raise_stable`). A member whose slice has no record in a
+    partition's tail has nothing new to commit ("last record + 1" clients never commit again), and its slice's
+    position would hold the stable offset, which lag tools and a consumer without Sluice read, short of the end for
+    good. The gap holds nothing the member has yet to be handed: nothing is committed that it had to consume. At
+    most every :data:`ADVANCE_INTERVAL_S`, one at a time per partition."""
+    s = state.slice
+    now = p.clock()
+    if s.whole or not m.group or state.committed < 0 or state.advance_after < 0 or now < state.advance_after:
+        return
+    target = state.gaps.after(state.committed)[0]
+    if target <= state.committed:
+        return
+    state.advance_after = -1.0
+    call = p.submit(GroupCall(commits={slice_group(m.group, s): {tp: (target, None)}}))
+    p.metrics.sharing_read_ahead.labels("advanced").inc()
+    if m.kip848 is not None:
+        member = (m.kip848.epoch, m.member_id, None)
+    else:
+        member = (m.generation, m.member_id, None) if not m.standalone else (-1, "", None)
+
+    def committed() -> None:
+        state.advance_after = p.clock() + ADVANCE_INTERVAL_S
+        if not call.ok:
+            log.debug("sharing_advance_failed", group=m.group, error=call.error or str(call.committed))
+            return
+        state.committed = max(state.committed, target)
+        _raise_stable(p, m.group, member, {tp: s}, _layouts(m, [tp]), STABLE_RECHECKS, m.kip848 is not None)
+
+    call.on_settled(committed)
 
 
 # ------------------------------------------------------------------------------------------------ recovery
