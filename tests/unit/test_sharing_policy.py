@@ -43,11 +43,20 @@ class FakeCoordinators:
         self.described_consumer: dict[str, Message] = {}
         self.calls: list[GroupCall] = []
         self.down = False
+        #: calls held unanswered (a slow coordinator), until :meth:`release`
+        self.held: list[GroupCall] | None = None
 
     def attach(self, calls: GroupCalls) -> None:
         calls.on_work = lambda: self.run(calls.take())
 
+    def release(self) -> None:
+        held, self.held = self.held or [], None
+        self.run(held)
+
     def run(self, calls: Iterable[GroupCall]) -> None:
+        if self.held is not None:
+            self.held.extend(calls)
+            return
         for call in calls:
             self.calls.append(call)
             if self.down:
@@ -844,3 +853,33 @@ def test_a_fetch_sent_again_goes_through_sluices_own_fetch_session_in_terminate_
     got = answer_fetch(m1, ex, one_per_batch(110, mine), hw=111, session_id=55)
     assert got is not None and got.session_id == 0  # the client's session-less answer
     assert [r.key for b in decode_batches(partition_0(got).records or b"") for r in b.records] == mine
+
+
+def test_a_commit_of_a_slice_waits_for_sluices_own_commit_of_it_in_flight() -> None:
+    """Sluice's own commit of a slice's position (an idle slice committed on) and the member's next commit are
+    made one after the other, never at once: the later position lands last (group calls run concurrently, and a
+    lower position landing last would deliver committed records again)."""
+    fake, m1, _ = two_members_of_partition_0_at_100()
+    committed_answer(m1, commit(m1, {0: 100}))
+    m1.proxy.clock.now += 10
+    fake.held = []
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)),
+                 may_resend=False)
+    (advance,) = fake.held  # the slice committed on to 110, unanswered yet
+    proxy = m1.proxy
+    body = request_codec(OFFSET_COMMIT, V_OC).default().replace(
+        group_id=GROUP, generation_id_or_member_epoch=1, member_id=m1.member_id, group_instance_id=None,
+        topics=[Message(name=TOPIC, partitions=[Message(partition_index=0, committed_offset=130,
+                                                        committed_leader_epoch=-1, committed_metadata="")])])
+    header = Message(request_api_key=OFFSET_COMMIT, request_api_version=V_OC, correlation_id=99,
+                     client_id=m1.client_id)
+    ex = proxy.chain.classify(encode_request(header, body), proxy.clock(), m1.conn.info)
+    proxy.chain.on_request(m1.conn, ex)
+    assert ex.pending is advance and fake.held == [advance]  # the member's commit waits, nothing sent
+    fake.release()
+    while ex.pending is not None:
+        assert ex.pending.settled
+        proxy.chain.on_request(m1.conn, ex)
+    assert [c.commits for c in fake.calls if c.commits][-1] == {slice_group(GROUP, Slice(0, 2)): {
+        (TOPIC, 0): (130, "")}}
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 130

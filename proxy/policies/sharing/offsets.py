@@ -267,6 +267,11 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
                 s = state.slice
             if s.whole and state is not None and state.frontier is not None and not state.frontier.positions:
                 continue  # a whole partition no slice ever consumed: the client's commit is the plain one
+            if state is not None and state.writing is not None and not state.writing.settled:
+                # Sluice's own commit of this slice is in flight (offsets.advance): this one is sent after it,
+                # so the later position lands last
+                ex.pending = state.writing
+                return OffsetTicket(m, group, {})
             wanted[tp] = s
             offset = part.committed_offset
             if state is not None and offset >= 0:
@@ -279,8 +284,25 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
         return None
     ticket = OffsetTicket(m, group, wanted, commits=commits)
     ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted), commits=own)
+    for commit in own.values():
+        for tp, (offset, _) in commit.items():
+            state = (m.partitions or {}).get(tp)
+            if state is not None and state.slice == wanted[tp]:
+                _writing(state, ticket.read)
+                state.committed = max(state.committed, offset)
     ex.pending = ticket.read
     return ticket
+
+
+def _writing(state: PartitionState, commit: Signal) -> None:
+    """``commit`` of the slice's position is in flight: the next one waits for it (:attr:`PartitionState.writing`)."""
+    state.writing = commit
+
+    def done() -> None:
+        if state.writing is commit:
+            state.writing = None
+
+    commit.on_settled(done)
 
 
 def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
@@ -302,10 +324,6 @@ def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket:
         ex.answer = local_response(ApiKey.OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
         return None
     lag = p.stable_lag.setdefault(ticket.group, {})
-    for tp, held in ticket.wanted.items():
-        state = (ticket.member.partitions or {}).get(tp)
-        if state is not None and state.slice == held:
-            state.committed = max(state.committed, ticket.commits[tp][0])
     topics = []
     for t in body.topics:
         parts = []
@@ -417,13 +435,16 @@ def advance(p: Sharing, m: Member, tp: TopicPartition, state: PartitionState) ->
     most every :data:`ADVANCE_INTERVAL_S`, one at a time per partition."""
     s = state.slice
     now = p.clock()
-    if s.whole or not m.group or state.committed < 0 or state.advance_after < 0 or now < state.advance_after:
+    if s.whole or not m.group or state.committed < 0 or now < state.advance_after \
+            or (state.writing is not None and not state.writing.settled):
         return
     target = state.gaps.after(state.committed)[0]
     if target <= state.committed:
         return
-    state.advance_after = -1.0
+    state.advance_after = now + ADVANCE_INTERVAL_S
     call = p.submit(GroupCall(commits={slice_group(m.group, s): {tp: (target, None)}}))
+    _writing(state, call)
+    state.committed = target
     p.metrics.sharing_read_ahead.labels("advanced").inc()
     if m.kip848 is not None:
         member = (m.kip848.epoch, m.member_id, None)
@@ -431,11 +452,9 @@ def advance(p: Sharing, m: Member, tp: TopicPartition, state: PartitionState) ->
         member = (m.generation, m.member_id, None) if not m.standalone else (-1, "", None)
 
     def committed() -> None:
-        state.advance_after = p.clock() + ADVANCE_INTERVAL_S
         if not call.ok:
             log.debug("sharing_advance_failed", group=m.group, error=call.error or str(call.committed))
             return
-        state.committed = max(state.committed, target)
         _raise_stable(p, m.group, member, {tp: s}, _layouts(m, [tp]), STABLE_RECHECKS, m.kip848 is not None)
 
     call.on_settled(committed)

@@ -75,8 +75,10 @@ _OFFSET_OUT_OF_RANGE = 1
 class FetchTicket:
     member: Member | None
     withhold: bool
-    #: the read-ahead cursor (:mod:`.cursor`): the gaps of the member's filtered partitions by the request's keys,
-    #: what the request (as last sent) asked of them, the request as this policy left it, its connection's fetches
+    #: the read-ahead cursor (:mod:`.cursor`): the member's filtered partitions by the request's keys (their
+    #: gaps), what the request (as last sent) asked of them, the request as this policy left it, its connection's
+    #: fetches
+    states: dict[PartitionKey, tuple[TopicPartition, PartitionState]] = field(default_factory=dict)
     held: dict[PartitionKey, Gaps] = field(default_factory=dict)
     sent: Sent | None = None
     edit: FetchEdit | None = None
@@ -271,17 +273,19 @@ class Sharing(Policy):
         if fetches is None:
             fetches = self.fetches[info.conn_id] = ClientFetches()
         m = ticket.member if ticket is not None and not ticket.withhold else None
-        held = self._held(m, edit, fetches) if m is not None else {}
+        states = self._held(m, edit, fetches) if m is not None else {}
+        held = {key: st.gaps for key, (_, st) in states.items()}
         sent = fetches.plan(edit, held)
         if sent.moved:
             self.metrics.sharing_read_ahead.labels("moved").inc(len(sent.moved))
         if ticket is not None and held:
-            ticket.held, ticket.sent, ticket.edit, ticket.fetches = held, sent, edit, fetches
+            ticket.states, ticket.held, ticket.sent, ticket.edit, ticket.fetches = states, held, sent, edit, fetches
         return ticket
 
-    def _held(self, m: Member, edit: FetchEdit, fetches: ClientFetches) -> dict[PartitionKey, Gaps]:
-        """The gaps of the member's filtered partitions, by the keys of the request's version (topic ids from
-        v13: learnt from what the connection's requests named)."""
+    def _held(self, m: Member, edit: FetchEdit,
+              fetches: ClientFetches) -> dict[PartitionKey, tuple[TopicPartition, PartitionState]]:
+        """The member's filtered partitions, by the keys of the request's version (topic ids from v13: learnt from
+        what the connection's requests named)."""
         view = edit.view
         by_id = view.version >= FIRST_TOPIC_ID
         ids = fetches.ids
@@ -289,13 +293,13 @@ class Sharing(Policy):
             for tid in view.topic_keys:
                 if isinstance(tid, bytes) and (known := self.names.get(tid)):
                     ids[known] = tid
-        held: dict[PartitionKey, Gaps] = {}
-        for (name, partition), st in (m.partitions or {}).items():
+        held: dict[PartitionKey, tuple[TopicPartition, PartitionState]] = {}
+        for tp, st in (m.partitions or {}).items():
             if st.slice.count == 1 and st.table is None:
                 continue  # whole, nothing filtered out of it
-            topic: str | bytes | None = ids.get(name) if by_id else name
+            topic: str | bytes | None = ids.get(tp[0]) if by_id else tp[0]
             if topic is not None:
-                held[(topic, partition)] = st.gaps
+                held[(topic, tp[1])] = (tp, st)
         return held
 
     def _fetch_ticket(self, ex: Exchange) -> FetchTicket | None:
@@ -335,8 +339,6 @@ class Sharing(Policy):
         names = self.names
         view = response.view
         sent = ticket.sent
-        #: partitions answered with nothing for the member: their slices' positions may move on (offsets.advance)
-        idle: list[tuple[TopicPartition, PartitionState]] = []
         for topic in view.topics:
             name = topic.topic or names.get(bytes(topic.topic_id))
             if not name or not self.shareable(name):
@@ -385,8 +387,6 @@ class Sharing(Policy):
                     hw = part.high_watermark
                     slice_end(part, sent.client[key].fetch_offset, state.gaps)
                     changed = changed or part.high_watermark != hw
-                    if not part.error_code:
-                        idle.append((tp, state))
         if withheld:
             self.metrics.sharing_withheld.inc(withheld)
             edit = ex.request
@@ -408,9 +408,15 @@ class Sharing(Policy):
         if ticket.carried:
             _carry(view, ticket.carried)
             response.changed = True
-        for tp, state in idle:
+        if ticket.states:
+            # the member's partitions answered with nothing for it (left out of an answer in its fetch session
+            # when nothing changed): their slices' positions may move on past what was read (offsets.advance)
             assert m is not None
-            offsets.advance(self, m, tp, state)
+            busy = {(t.topic or bytes(t.topic_id), p.partition_index) for t, p in view.partitions()
+                    if p.records or p.error_code}
+            for key, (tp, state) in ticket.states.items():
+                if key not in busy:
+                    offsets.advance(self, m, tp, state)
 
     def _fetch_again(self, ex: Exchange, response: FetchResponse, ticket: FetchTicket) -> bool:
         """Send the member's fetch upstream again, from its cursor, when the answer holds nothing for it, the
