@@ -15,7 +15,8 @@ consumers that outnumber partitions are), ``sharing`` (through Sluice, a shared 
 default, each its own client.id, range assignor, polls of at most 100 records, a synchronous commit at most every
 ``--commit-interval-s``) start and join; once every consumer reports its assignment and the group has settled (the
 assignments are stable for 3 s), ``--records`` records of ``--keys`` keys (200-byte values) are produced, in
-batches of the producer's making (``linger.ms`` 20) or, with ``--batch-records N``, of at most N records
+batches of the producers' making (three at once, ``linger.ms`` 20) or, with ``--batch-records N``, of at most N
+records
 (``batch.num.messages``; 1: a batch per record, a low-rate topic's shape, where most of a member's batches hold
 only the other slice's records and Sluice reads ahead past them, proxy/policies/sharing/cursor.py). Keys
 spread over partitions and slices by their hash, so how evenly the work splits depends on how many there are: 6,000
@@ -56,6 +57,7 @@ import contextlib
 import json
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -68,6 +70,8 @@ from rig.sluice_process import SluiceProcess
 
 PARTITIONS = 3
 CONSUMERS = 6
+#: producers sending the records at once
+PRODUCERS = 3
 #: configuration -> the topic's prefix (sharing covers ``bench-sharing-*`` only) and whether through Sluice
 PATHS = {"direct": ("bench-direct", False), "no-sharing": ("bench-plain", True), "sharing": ("bench-sharing", True)}
 #: the group has settled when no consumer's assignment changed for this long (per group protocol: a KIP-848
@@ -98,15 +102,31 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
 
 
 def produce(bootstrap: str, topic: str, records: int, keys: int, batch_records: int | None) -> None:
+    """``records`` records of ``keys`` keys, by :data:`PRODUCERS` producers at once, each producing every
+    :data:`PRODUCERS`-th key (so each key's records in order): one producer sends ~4,600 one-record batches a second
+    here, slower than six sharing consumers take them, and would set the pace it is meant to measure."""
     from confluent_kafka import Producer
 
     batching = {"batch.num.messages": batch_records} if batch_records else {}
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all", **batching})
-    for i in range(records):
-        producer.produce(topic, key=f"key-{i % keys}".encode(), value=f"{i:08d}".encode() + b"v" * 192)
-        if i % 1000 == 0:
-            producer.poll(0)
-    if producer.flush(60):
+    producers = [Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all", **batching})
+                 for _ in range(PRODUCERS)]
+    failed: list[int] = []
+
+    def send(j: int) -> None:
+        producer = producers[j]
+        for i in range(records):
+            if i % keys % PRODUCERS == j:
+                producer.produce(topic, key=f"key-{i % keys}".encode(), value=f"{i:08d}".encode() + b"v" * 192)
+                if i % 1000 < PRODUCERS:
+                    producer.poll(0)
+        failed.append(producer.flush(60))
+
+    threads = [threading.Thread(target=send, args=(j,)) for j in range(PRODUCERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if any(failed):
         raise RuntimeError("records not acknowledged")
 
 

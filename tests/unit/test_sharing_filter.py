@@ -10,6 +10,8 @@ import pytest
 from proxy.policies.sharing.fetch import BatchCache, filter_records
 from proxy.policies.sharing.frontier import Frontier
 from proxy.policies.sharing.keys import WHOLE, Slice, key_hash
+from proxy.wire.errors import CodecError
+from proxy.wire.record_filter import parse_batch, single_record
 from proxy.wire.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -188,3 +190,21 @@ def test_truncated_tail_dropped_and_undecodable_batch_passed_through() -> None:
     headers = list(iter_batches(out.records))
     assert len(headers) == 2 and bytes(out.records[headers[1].start : headers[1].end]) == bytes(corrupt)
     assert headers[-1].end == len(out.records)  # no truncated tail
+
+
+@pytest.mark.parametrize("key", [None, b"", b"k", b"x" * 300])
+def test_a_one_record_batch_is_read_in_place_as_parse_batch_reads_it(key: bytes | None) -> None:
+    """A low-rate topic's batches hold one record each: read in place (no copy, no decode of the rest), the same
+    offset and key as parse_batch finds; a corrupt one is refused alike (the client then gets it as it came)."""
+    data = encode_batch(new_batch([Record(offset_delta=0, timestamp_delta=70_000, key=key, value=b"v" * 200,
+                                          headers=[("h", b"1")])], base_offset=1 << 33, base_timestamp=5))
+    (h,) = iter_batches(data)
+    parsed = parse_batch(data)
+    assert single_record(data, h) == (parsed.offsets[0], parsed.keys[0])
+    corrupt = bytearray(data)
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CodecError):
+        single_record(bytes(corrupt), h)
+    (gz,) = iter_batches(batch(0, 1, COMPRESSION_GZIP))
+    with pytest.raises(CodecError):  # compressed: parse_batch's business
+        single_record(batch(0, 1, COMPRESSION_GZIP), gz)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...wire.errors import CodecError
-from ...wire.record_filter import ParsedBatch, keep_records, parse_batch
+from ...wire.record_filter import ParsedBatch, keep_records, parse_batch, single_record
 from ...wire.records import extend_batch, iter_batches
 from .frontier import DoneTable
 from .keys import Slice, key_hash
@@ -63,7 +63,7 @@ class BatchCache:
         if self._on_lookup is not None:
             self._on_lookup(False)
         batch = parse_batch(view)
-        entry = Decoded(batch, [self._hash(k) for k in batch.keys], batch.size)
+        entry = Decoded(batch, [self.hash_of(k) for k in batch.keys], batch.size)
         if self.max_bytes and entry.size <= self.max_bytes:
             self._entries[key] = entry
             self.bytes += entry.size
@@ -74,7 +74,8 @@ class BatchCache:
                 self._on_change(self.bytes)
         return entry
 
-    def _hash(self, key: bytes | None) -> int | None:
+    def hash_of(self, key: bytes | None) -> int | None:
+        """``key``'s hash (None for a null key), remembered: a partition's records mostly repeat their keys."""
         if key is None:
             return None
         memo = self._hashes
@@ -140,8 +141,14 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
                 gaps.append((cursor, h.base_offset, before))
             cursor = None if h.is_legacy else h.next_offset
             continue
+        entry: Decoded | None = None
         try:
-            entry = cache.decoded((topic, partition, h.base_offset, h.crc), view)
+            if h.records_count == 1 and not h.compression:  # a low-rate topic's batch: read in place
+                offset, key = single_record(view, h)
+                offsets, hashes = [offset], [cache.hash_of(key)]
+            else:
+                entry = cache.decoded((topic, partition, h.base_offset, h.crc), view)
+                offsets, hashes = entry.batch.offsets, entry.hashes
         except CodecError:
             out.undecodable += 1
             dropped = 0
@@ -149,7 +156,6 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
             data.append(False)
             cursor = None
             continue
-        offsets, hashes = entry.batch.offsets, entry.hashes
         kept: list[int] = []
         for i, hv in enumerate(hashes):
             if count > 1 and (index != 0 if hv is None else (hv * count) >> 31 != index):
@@ -166,7 +172,11 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
             dropped = h.next_offset
             continue
         dropped = 0
-        pieces.append(view if len(kept) == len(hashes) else keep_records(entry.batch, kept))
+        if len(kept) == len(hashes):
+            pieces.append(view)
+        else:
+            assert entry is not None  # a batch read in place holds one record: kept whole or left out
+            pieces.append(keep_records(entry.batch, kept))
         data.append(True)
     if dropped and data and data[-1]:
         # A batch left with no record is never sent: no client reads one as Kafka means it (kafka-go reads a record
