@@ -102,21 +102,11 @@ def parse_batch(view: Buffer, *, verify_crc: bool = True,
     pos = 0
     for _ in range(count):
         start = pos
-        size, pos = _varint(raw, pos)
-        end = pos + size
-        if size < 0 or end > n:
-            raise CodecError(f"record size {size} exceeds the {n - pos} bytes remaining", where=pos)
-        pos += 1  # Attributes
-        _, pos = _varint(raw, pos)  # TimestampDelta
-        delta, pos = _varint(raw, pos)  # OffsetDelta
-        klen, pos = _varint(raw, pos)
-        if klen < -1 or pos + max(klen, 0) > end:
-            raise CodecError(f"record key length {klen} exceeds its record", where=pos)
-        keys.append(None if klen < 0 else raw[pos : pos + klen])
+        pos, delta, key = _record(raw, pos)
+        keys.append(None if key is None else bytes(key))  # a slice of bytes: the object itself
         offsets.append(base + delta)
         starts.append(start)
-        ends.append(end)
-        pos = end
+        ends.append(pos)
     if pos != n:
         raise CodecError(f"{n - pos} bytes left after the declared {count} records", where=pos)
     return ParsedBatch(header, raw, offsets, keys, starts, ends)
@@ -132,17 +122,26 @@ def single_record(view: Buffer, header: BatchHeader) -> tuple[int, bytes | None]
     if batch_crc(mv) != header.crc:
         raise CodecError("record batch CRC mismatch")
     raw = mv[HEADER_SIZE:]
+    end, delta, key = _record(raw, 0)
+    if end != len(raw):
+        raise CodecError(f"{len(raw) - end} bytes left after the one record", where=end)
+    return header.base_offset + delta, None if key is None else bytes(key)
+
+
+def _record(raw: Buffer, pos: int) -> tuple[int, int, Buffer | None]:
+    """The record starting at ``pos`` of a records section: (where it ends, its OffsetDelta, its key)."""
     n = len(raw)
-    size, pos = _varint(raw, 0)
-    if size < 0 or pos + size != n:
-        raise CodecError(f"record size {size} for a {n - pos}-byte records section", where=pos)
+    size, pos = _varint(raw, pos)
+    end = pos + size
+    if size < 0 or end > n:
+        raise CodecError(f"record size {size} exceeds the {n - pos} bytes remaining", where=pos)
     pos += 1  # Attributes
     _, pos = _varint(raw, pos)  # TimestampDelta
     delta, pos = _varint(raw, pos)  # OffsetDelta
     klen, pos = _varint(raw, pos)
-    if klen < -1 or pos + max(klen, 0) > n:
+    if klen < -1 or pos + max(klen, 0) > end:
         raise CodecError(f"record key length {klen} exceeds its record", where=pos)
-    return header.base_offset + delta, None if klen < 0 else bytes(raw[pos : pos + klen])
+    return end, delta, None if klen < 0 else raw[pos : pos + klen]
 
 
 def keep_records(batch: ParsedBatch, kept: Sequence[int]) -> bytes:
