@@ -9,7 +9,8 @@ reports what the broker sent), and every batch of a whole partition below which 
 transactional batch is filtered like any other: its producer id and epoch stay, and the aborted-transaction
 list of the partition names producer ids and first offsets, which filtering does not move, so a read_committed
 consumer still skips aborted records. A truncated trailing batch (the broker's byte slice cut at max_bytes) is
-dropped, as clients drop it.
+dropped, as clients drop it. A batch left without records is never sent (see :func:`filter_records`); the offsets
+read that hold nothing for the member are noted (:attr:`Filtered.gaps`) for the read-ahead cursor (:mod:`.cursor`).
 """
 
 from __future__ import annotations

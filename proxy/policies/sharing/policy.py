@@ -10,7 +10,9 @@ for unmodified clients, with commits that stay safe. The pieces, one concept eac
 - :mod:`.frontier`, :mod:`.reads`, :mod:`.offsets`: where positions are stored (one group per slice), the stable
   offset, the committed-work filter, OffsetFetch / OffsetCommit, recovery after a restart;
 - :mod:`.members`: which connection is which member (client host + client.id);
-- :mod:`.fetch`: the records each member gets, and the decoded-batch cache.
+- :mod:`.fetch`: the records each member gets, and the decoded-batch cache;
+- :mod:`.cursor`: where each member's fetches start (past what Sluice read with nothing for it), in and out of
+  fetch sessions, and a fetch sent again within the client's wait.
 
 The three switches (several restrictions, all must allow): ``sharing.enabled`` (this Sluice), ``sharing.topics``
 (per topic, resolved like ``[[throttle.topics]]``), ``sharing.clients`` (per consumer, client.id globs). A member
