@@ -32,7 +32,7 @@ install: $(STAMP)
 # 3. the Kafka jars of every release the rig runs (KAFKA_HOME, else the cache, else Maven Central); prints where
 # 4. Prometheus + promtool (a test scrapes the proxy with a real Prometheus), from Debian, only if missing
 # 5. Chromium (the analytics report is checked in a real headless browser), from Debian, only if missing
-# 6. the Go consumer (franz-go, kafka-go: rig/go/consumer/) the sharing tests run, built into the venv
+# 6. the Go consumer (franz-go, kafka-go, sarama: rig/go/consumer/) the sharing tests run, built into the venv
 $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[dev,analytics]'
