@@ -22,8 +22,10 @@ from ..wire.api_keys import ApiKey
 from ..wire.messages import decode_response, encode_request
 from ..wire.model import Message
 
-__all__ = ["Link", "OwnConnection", "one_request"]
+__all__ = ["LINK_WIDTH", "Link", "OwnConnection", "one_request"]
 
+#: connections of Sluice's own to one broker for group requests at most (see :class:`Link`)
+LINK_WIDTH = 4
 
 
 class OwnConnection:
@@ -100,34 +102,43 @@ class OwnConnection:
 
 
 class Link:
-    """Sluice's own connection to one broker for its group requests: opened on first use, one request at a
-    time, opened again after a failure (a failed call has closed it)."""
+    """Sluice's own connections to one broker for its group requests: up to ``width`` at once, each opened on first
+    use, one request at a time on each (a broker serves one connection's requests in turn, so group requests of
+    several members committing at once would each wait for all the others' on a single connection), opened again
+    after a failure (a failed call has closed it)."""
 
     def __init__(self, address: Address, timeout: float, tls: ssl.SSLContext | None,
-                 sasl: UpstreamSaslSettings | None) -> None:
+                 sasl: UpstreamSaslSettings | None, width: int = LINK_WIDTH) -> None:
         self.address, self.timeout, self._tls, self._sasl = address, timeout, tls, sasl
-        self._lock = asyncio.Lock()
-        self._conn: OwnConnection | None = None
+        self._slots = asyncio.Semaphore(width)
+        #: connections open and idle
+        self._idle: list[OwnConnection] = []
 
     async def request(self, api_key: int, version: int, body: Message) -> Message:
-        async with self._lock:
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else None
             for attempt in (1, 2):  # a connection the broker closed while idle: opened again, once
-                if self._conn is not None and self._conn.closed:
-                    self._conn = None
+                if conn is not None and conn.closed:
+                    conn = None
                 try:
-                    if self._conn is None:
-                        self._conn = await OwnConnection.open(self.address, self.timeout, self._tls, self._sasl)
-                    return await self._conn.call(api_key, version, body)
+                    if conn is None:
+                        conn = await OwnConnection.open(self.address, self.timeout, self._tls, self._sasl)
+                    answer = await conn.call(api_key, version, body)
                 except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-                    self.close()
+                    if conn is not None:
+                        conn.close()
+                    conn = None
                     if attempt == 2:
                         raise OSError(f"{self.address[0]}:{self.address[1]}: {e!r}") from None
+                else:
+                    self._idle.append(conn)
+                    return answer
             raise AssertionError("unreachable")
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
 
 
 async def one_request(address: Address, api_key: int, version: int, body: Message, timeout: float,
