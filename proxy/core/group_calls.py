@@ -10,7 +10,8 @@ Cooperative consumption (proxy/policies/sharing/) keeps each key-hash slice's po
 which can have another coordinator than the consumers' group: a client's coordinator connection cannot carry
 these requests, so Sluice makes them itself.
 
-Within one call, the commits are made before the reads, so the reads see them; the descriptions come last.
+Within one call, the commits and the reads are made at once (a read need not see a commit of the same call); the
+descriptions come last.
 """
 
 from __future__ import annotations

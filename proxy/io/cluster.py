@@ -150,7 +150,8 @@ class OwnRequests:
             task.add_done_callback(self._tasks.discard)
 
     async def _group_call(self, call: GroupCall) -> None:
-        """Carry out one :class:`~proxy.core.group_calls.GroupCall`: commits, then reads, then descriptions.
+        """Carry out one :class:`~proxy.core.group_calls.GroupCall`: commits and reads at once (over connections
+        of their own: :class:`~proxy.io.own_connection.Link`), then descriptions.
         Bounded: ``group_call_timeout`` in all; what came of it is the caller's to count (it sees the call
         settle)."""
         try:
@@ -183,49 +184,13 @@ class OwnRequests:
         where = await self._find_coordinators(groups - self._coordinators.keys())
         where.update((g, self._coordinators[g]) for g in groups if g in self._coordinators)
         retry |= groups - where.keys()
-        for group, offsets in call.commits.items():
-            if group in retry or group in call.committed:
-                continue
-            generation, member_id, instance = call.as_member.get(group, (-1, "", None))
-            version = 9 if group in call.consumer_protocol else 8
-            body = request_codec(ApiKey.OFFSET_COMMIT, version).default().replace(
-                group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
-                group_instance_id=instance,
-                topics=[Message(name=topic, partitions=[
-                    Message(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata=md)
-                    for (t, p), (o, md) in sorted(offsets.items()) if t == topic])
-                    for topic in sorted({t for t, _ in offsets})])
-            answer = await self._link(where[group]).request(ApiKey.OFFSET_COMMIT, version, body)
-            codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
-            if any(c in _COORDINATOR_MOVED for c in codes.values()):
-                retry.add(group)
-            else:
-                call.committed[group] = codes
-        by_node: dict[Address, list[str]] = {}
-        for group in call.reads:
-            if group not in retry and group not in call.offsets:
-                by_node.setdefault(where[group], []).append(group)
-        for address, names in by_node.items():
-            body = request_codec(ApiKey.OFFSET_FETCH, 8).default().replace(require_stable=False, groups=[
-                Message(group_id=g, topics=[Message(name=topic, partition_indexes=sorted(
-                    p for t, p in call.reads[g] if t == topic)) for topic in sorted({t for t, _ in call.reads[g]})])
-                for g in names])
-            answer = await self._link(address).request(ApiKey.OFFSET_FETCH, 8, body)
-            for entry in answer.groups:
-                if entry.error_code in _COORDINATOR_MOVED:
-                    retry.add(entry.group_id)
-                    continue
-                if entry.error_code:
-                    raise _CoordinatorError(f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
-                read: dict[TopicPartition, Committed] = {}
-                for t in entry.topics:
-                    for p in t.partitions:
-                        if p.error_code in _COORDINATOR_MOVED:
-                            retry.add(entry.group_id)
-                        read[(t.name, p.partition_index)] = Committed(p.committed_offset, p.committed_leader_epoch,
-                                                                      p.metadata)
-                if entry.group_id not in retry:
-                    call.offsets[entry.group_id] = read
+        # A slice's commit and the reads of the others' positions need no order between them: a read that misses a
+        # commit made meanwhile is lower than the truth, never higher (proxy/policies/sharing/frontier.py), and the
+        # committing member reads again once its group commit is in (offsets._raise_stable)
+        failed = [e for e in await asyncio.gather(self._commits(call, where, retry), self._reads(call, where, retry),
+                                                  return_exceptions=True) if e is not None]
+        if failed:
+            raise failed[0]
         described: dict[Address, list[str]] = {}
         for group in call.describe:
             if group not in retry and group not in call.described:
@@ -251,6 +216,55 @@ class OwnRequests:
         for group in retry:
             self._coordinators.pop(group, None)
         return retry
+
+    async def _commits(self, call: GroupCall, where: dict[str, Address], retry: set[str]) -> None:
+        """The commits of ``call`` not made yet (``retry`` gets the groups whose coordinator moved)."""
+        for group, offsets in call.commits.items():
+            if group in retry or group in call.committed:
+                continue
+            generation, member_id, instance = call.as_member.get(group, (-1, "", None))
+            version = 9 if group in call.consumer_protocol else 8
+            body = request_codec(ApiKey.OFFSET_COMMIT, version).default().replace(
+                group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
+                group_instance_id=instance,
+                topics=[Message(name=topic, partitions=[
+                    Message(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata=md)
+                    for (t, p), (o, md) in sorted(offsets.items()) if t == topic])
+                    for topic in sorted({t for t, _ in offsets})])
+            answer = await self._link(where[group]).request(ApiKey.OFFSET_COMMIT, version, body)
+            codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
+            if any(c in _COORDINATOR_MOVED for c in codes.values()):
+                retry.add(group)
+            else:
+                call.committed[group] = codes
+
+    async def _reads(self, call: GroupCall, where: dict[str, Address], retry: set[str]) -> None:
+        """The reads of ``call`` not made yet, one OffsetFetch per coordinator (``retry`` as for commits)."""
+        by_node: dict[Address, list[str]] = {}
+        for group in call.reads:
+            if group not in retry and group not in call.offsets:
+                by_node.setdefault(where[group], []).append(group)
+        for address, names in by_node.items():
+            body = request_codec(ApiKey.OFFSET_FETCH, 8).default().replace(require_stable=False, groups=[
+                Message(group_id=g, topics=[Message(name=topic, partition_indexes=sorted(
+                    p for t, p in call.reads[g] if t == topic)) for topic in sorted({t for t, _ in call.reads[g]})])
+                for g in names])
+            answer = await self._link(address).request(ApiKey.OFFSET_FETCH, 8, body)
+            for entry in answer.groups:
+                if entry.error_code in _COORDINATOR_MOVED:
+                    retry.add(entry.group_id)
+                    continue
+                if entry.error_code:
+                    raise _CoordinatorError(f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
+                read: dict[TopicPartition, Committed] = {}
+                for t in entry.topics:
+                    for p in t.partitions:
+                        if p.error_code in _COORDINATOR_MOVED:
+                            retry.add(entry.group_id)
+                        read[(t.name, p.partition_index)] = Committed(p.committed_offset, p.committed_leader_epoch,
+                                                                      p.metadata)
+                if entry.group_id not in retry:
+                    call.offsets[entry.group_id] = read
 
     async def _find_coordinators(self, groups: set[str]) -> dict[str, Address]:
         """FindCoordinator v4 (KIP-699: several keys in one request) for ``groups``, from the first bootstrap

@@ -436,8 +436,8 @@ def advance(p: Sharing, m: Member, tp: TopicPartition, state: PartitionState) ->
     s = state.slice
     now = p.clock()
     if s.whole or not m.group or state.committed < 0 or now < state.advance_after \
-            or (state.writing is not None and not state.writing.settled):
-        return
+            or (state.writing is not None and not state.writing.settled) or (m.partitions or {}).get(tp) is not state:
+        return  # (a state replaced since the fetch: its slice's commits go through the new one)
     target = state.gaps.after(state.committed)[0]
     if target <= state.committed:
         return
