@@ -769,6 +769,20 @@ def test_a_fetch_answered_only_with_other_slices_records_goes_again_from_past_th
     assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="fetched_again") == 1
 
 
+def test_a_fetch_the_broker_answered_at_once_is_the_clients_to_send_again() -> None:
+    """Other slices' records keep coming (the broker answered at once, before a tenth of the client's wait): the
+    client gets the answer, with nothing for it, and fetches again itself, past what was read, as soon as Sluice
+    would have; Sluice's loop does not carry every round of a busy partition."""
+    proxy, _ = sharing_proxy()
+    m1 = form_group(proxy, 5)[0][0]
+    ex = fetch_at(m1, 100)
+    proxy.clock.now += 0.02
+    got = partition_0(answer_fetch(m1, ex, one_per_batch(100, keys_in(Slice(0, 2), 10, other=True))))
+    assert not got.records and got.high_watermark == 100
+    assert upstream(fetch_at(m1, 100)).partitions()[(TOPIC, 0)].fetch_offset == 110
+    assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="fetched_again") == 0
+
+
 def test_a_wait_ending_with_nothing_for_the_member_shows_its_slices_end_and_its_next_fetch_starts_past() -> None:
     """kafka-go reads a partition with no records below the high watermark as a broken connection: read to the
     high watermark with nothing for the member, the partition's high watermark is the member's own offset."""

@@ -26,8 +26,10 @@ the client itself would send after reading that batch: the broker checks the fet
 that epoch (Partition.fetchRecords, lastFetchedEpoch), and the client's older epoch could read as a divergence.
 
 When a fetch answered within the client's MaxWaitMs holds nothing for the member (the broker answered because
-other slices' records came), the request goes upstream again from the cursor for the time the client has left
-(the ``resend`` effect, :meth:`ClientFetches.again`): the client's long poll still means "wait for my records".
+other slices' records came, after holding it a while: a slow partition's shape), the request goes upstream again
+from the cursor for the time the client has left (the ``resend`` effect, :meth:`ClientFetches.again`): the
+client's long poll still means "wait for my records". A fetch the broker answered at once (records keep coming) is
+the client's to send again, as soon as Sluice would (the policy's ``_AGAIN_IF_HELD``).
 A request sent again in the client's fetch session is one more request of that session: its epoch is the next one
 (FetchMetadata.nextEpoch), and the client's later requests are numbered on after it (:attr:`ClientFetches.shift`).
 

@@ -67,8 +67,11 @@ _LOG_INTERVAL_S = 60.0
 #: a withheld fetch's client is not read from again for up to this long (its max_wait_ms if shorter), instead of
 #: fetching again at once in a loop (as throttle.py paces fetchers that got only throttled partitions)
 _WITHHELD_PAUSE_S = 0.5
-#: a fetch that got nothing for the member is sent again only with at least this much of the client's wait left
+#: a fetch that got nothing for the member is sent again only with at least this much of the client's wait left,
+#: and only if the broker held it at least this share of the client's wait: one answered at once (records keep
+#: coming) is the client's to fetch again, as soon as Sluice would, without Sluice's loop doing each round
 _AGAIN_MIN_WAIT_MS = 5
+_AGAIN_IF_HELD = 0.1
 #: OFFSET_OUT_OF_RANGE (Kafka's Errors): the broker's answer to a fetch offset it has no records at
 _OFFSET_OUT_OF_RANGE = 1
 
@@ -88,6 +91,8 @@ class FetchTicket:
     #: the partitions of the answers to earlier attempts (the request was sent again), as the member would have had
     #: them: an answer in the client's fetch session leaves out what did not change since, which is added back
     carried: dict[PartitionKey, tuple[FetchTopic, FetchPartition]] = field(default_factory=dict)
+    #: when the attempt being answered went upstream (the first: when the request came; -1: not known yet)
+    sent_at: float = -1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,8 +434,11 @@ class Sharing(Policy):
         assert ticket.edit is not None and ticket.sent is not None and ticket.fetches is not None
         if not ex.may_resend or view.error_code or view.throttle_time_ms or view.node_endpoints:
             return False
-        left_ms = int(ticket.edit.view.max_wait_ms - (self.clock() - ex.started) * 1000)
-        if left_ms < _AGAIN_MIN_WAIT_MS:
+        now = self.clock()
+        max_wait_ms = ticket.edit.view.max_wait_ms
+        left_ms = int(max_wait_ms - (now - ex.started) * 1000)
+        held_ms = (now - (ticket.sent_at if ticket.sent_at >= 0 else ex.started)) * 1000
+        if left_ms < _AGAIN_MIN_WAIT_MS or held_ms < max_wait_ms * _AGAIN_IF_HELD:
             return False
         if any(p.records or p.error_code for _, p in view.partitions()):
             return False
@@ -440,6 +448,7 @@ class Sharing(Policy):
         for t, p in view.partitions():
             ticket.carried[(t.topic or bytes(t.topic_id), p.partition_index)] = (t, p)
         self.metrics.sharing_read_ahead.labels("fetched_again").inc()
+        ticket.sent_at = now
         ex.send_again(frame)
         return True
 
