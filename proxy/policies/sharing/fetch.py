@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ...wire.errors import CodecError
 from ...wire.record_filter import ParsedBatch, keep_records, parse_batch, single_record
-from ...wire.records import extend_batch, iter_batches
+from ...wire.records import BatchHeader, extend_batch, iter_batches
 from .frontier import DoneTable
 from .keys import Slice, key_hash
 
@@ -33,9 +33,15 @@ _HASH_MEMO_MAX = 1 << 16
 
 @dataclass(slots=True)
 class Decoded:
-    batch: ParsedBatch
+    #: the batch with its records located (None: a batch of one uncompressed record, read in place)
+    batch: ParsedBatch | None
+    offsets: list[int]
     hashes: list[int | None]
     size: int
+
+
+#: what an entry for a batch of one record holds, about (its key, the two lists, the entry)
+_SINGLE_SIZE = 256
 
 
 class BatchCache:
@@ -53,8 +59,9 @@ class BatchCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def decoded(self, key: BatchKey, view: memoryview) -> Decoded:
-        """The batch at ``view`` decoded, from the cache or now (CodecError if it cannot be)."""
+    def decoded(self, key: BatchKey, view: memoryview, header: BatchHeader) -> Decoded:
+        """The batch at ``view`` (``header``: its header) decoded, from the cache or now (CodecError if it cannot
+        be). A batch of one uncompressed record (a low-rate topic's) is read in place (:func:`single_record`)."""
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
@@ -63,8 +70,12 @@ class BatchCache:
             return entry
         if self._on_lookup is not None:
             self._on_lookup(False)
-        batch = parse_batch(view)
-        entry = Decoded(batch, [self.hash_of(k) for k in batch.keys], batch.size)
+        if header.records_count == 1 and not header.compression:
+            offset, k = single_record(view, header)
+            entry = Decoded(None, [offset], [self.hash_of(k)], _SINGLE_SIZE)
+        else:
+            batch = parse_batch(view)
+            entry = Decoded(batch, batch.offsets, [self.hash_of(k) for k in batch.keys], batch.size)
         if self.max_bytes and entry.size <= self.max_bytes:
             self._entries[key] = entry
             self.bytes += entry.size
@@ -142,14 +153,8 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
                 gaps.append((cursor, h.base_offset, before))
             cursor = None if h.is_legacy else h.next_offset
             continue
-        entry: Decoded | None = None
         try:
-            if h.records_count == 1 and not h.compression:  # a low-rate topic's batch: read in place
-                offset, key = single_record(view, h)
-                offsets, hashes = [offset], [cache.hash_of(key)]
-            else:
-                entry = cache.decoded((topic, partition, h.base_offset, h.crc), view)
-                offsets, hashes = entry.batch.offsets, entry.hashes
+            entry = cache.decoded((topic, partition, h.base_offset, h.crc), view, h)
         except CodecError:
             out.undecodable += 1
             dropped = 0
@@ -157,6 +162,7 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
             data.append(False)
             cursor = None
             continue
+        offsets, hashes = entry.offsets, entry.hashes
         kept: list[int] = []
         for i, hv in enumerate(hashes):
             if count > 1 and (index != 0 if hv is None else (hv * count) >> 31 != index):
@@ -176,7 +182,7 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
         if len(kept) == len(hashes):
             pieces.append(view)
         else:
-            assert entry is not None  # a batch read in place holds one record: kept whole or left out
+            assert entry.batch is not None  # a batch read in place holds one record: kept whole or left out
             pieces.append(keep_records(entry.batch, kept))
         data.append(True)
     if dropped and data and data[-1]:

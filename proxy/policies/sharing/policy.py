@@ -131,8 +131,9 @@ class Sharing(Policy):
         self.standalone = tuple(StandaloneRule(e.client_id, e.topic, frozenset(e.partitions), Slice.parse(e.slice))
                                 for e in settings.standalone)
         self.members = Members()
+        hits, misses = (self.metrics.sharing_cache_lookups.labels(o) for o in ("hit", "miss"))
         self.cache = BatchCache(settings.cache_max_bytes, self.metrics.sharing_cache_bytes.set,
-                                lambda hit: self.metrics.sharing_cache_lookups.labels("hit" if hit else "miss").inc())
+                                lambda hit: (hits if hit else misses).inc())
         #: the leader's JoinGroup answer per group, for its SyncGroup (the latest round only)
         self.rounds: dict[str, groups.LeaderRound] = {}
         #: KIP-848 groups: the layout of each, from its latest description (heartbeats.py)
