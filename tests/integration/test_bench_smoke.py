@@ -67,8 +67,9 @@ def test_sharing_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.Capt
     assert runs[2]["filtered_mib"] > 0 and runs[1]["filtered_mib"] == 0  # only the shared topic was filtered
     summary = out[-1]
     assert summary["summary"] == "sharing"
-    assert {"speedup_vs_no_sharing", "speedup_vs_direct", "cpu_s_per_filtered_mib"} <= set(summary)
-    assert summary["lost"] == 0 and summary["duplicated"] == 0
+    assert {"speedup_vs_no_sharing", "speedup_vs_direct", "cpu_s_per_filtered_mib", "client", "batch_records",
+            "goals", "met"} <= set(summary)
+    assert summary["check"] == {"lost": 0, "duplicated": 0, "out_of_order": 0, "ok": True}
 
 
 def test_quota_runs_and_reports(kafka_broker: KafkaBroker, capsys: pytest.CaptureFixture[str]) -> None:
