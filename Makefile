@@ -39,7 +39,7 @@ install: $(STAMP)
 # 3. the Kafka jars of every release the rig runs (KAFKA_HOME, else the cache, else Maven Central); prints where
 # 4. Prometheus + promtool (a test scrapes the proxy with a real Prometheus), from Debian, only if missing
 # 5. Chromium (the analytics report is checked in a real headless browser), from Debian, only if missing
-# 6. the Go consumer (franz-go, kafka-go: rig/go/consumer/) the sharing tests run, built into the venv
+# 6. the Go consumer (franz-go, kafka-go, sarama: rig/go/consumer/) the sharing tests run, built into the venv
 # 7. Helm $(HELM_VERSION) (go install from the Go module proxy, only when the venv's is not that version) and
 #    sluice-kubecheck, into the venv's bin
 $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)

@@ -50,9 +50,10 @@ from pathlib import Path
 from typing import Any, Self
 
 CLIENTS = ("kafka-python", "confluent", "aiokafka")
-#: Go clients, one program (rig/go/consumer/, built by `make install` into the venv) reporting the same lines
-GO_CLIENTS = ("franz-go", "kafka-go")
-GO_CONSUMER = Path(sys.prefix) / "bin" / "sluice-go-consumer"
+#: Go clients, one program (rig/go/consumer/, built by `make install` into the venv, or the one SLUICE_GO_CONSUMER
+#: names: a build of another checkout's) reporting the same lines
+GO_CLIENTS = ("franz-go", "kafka-go", "sarama")
+GO_CONSUMER = Path(os.environ.get("SLUICE_GO_CONSUMER") or Path(sys.prefix) / "bin" / "sluice-go-consumer")
 #: the bound of each call into a client other than poll (commit, close): above the clients' request timeouts
 #: (30 s by default), so a bounded call that fails is the client's own failure, with its own error
 CALL_TIMEOUT_S = 45.0

@@ -16,7 +16,9 @@ Sans-IO: bytes and exchanges in, exchanges with their effects out.
   resumes that policy (:meth:`~proxy.core.policy.Policy.on_resume`) and goes on with the next ones.
 - :meth:`Chain.on_response` decodes the response once into the API's view (:mod:`proxy.wire.views`), runs the
   policies that asked to see it in the reverse order (back towards the client), and encodes it once, only if
-  one changed it. A policy asking for the request to go upstream again (``ex.resend``) ends the walk.
+  one changed it. A policy asking for the request to go upstream again (``ex.resend``) ends the walk: the
+  policies after it (nearer the broker) run their request side again on the frame it put in ``ex.frame``
+  (:meth:`Chain.on_response`), and the next response goes through them again before it reaches that policy.
 
 A policy's hook that raises becomes :class:`PolicyFailed`, naming the policy and the hook (but a rejection; and on
 the response side a CodecError, the broker's bytes found malformed as a policy reads them): the connection core
@@ -289,12 +291,15 @@ class Chain:
         running: Policy | None = None  # the policy whose hook runs: a failure is its own
         hook = "on_response"
         try:
-            for policy, state in zip(reversed(ran), reversed(ex.states), strict=True):
+            for i in range(len(ran) - 1, -1, -1):
+                state = ex.states[i]
                 if state is None:
                     continue
-                running = policy
+                running = policy = ran[i]
                 policy.on_response(ex, response, states[policy], state)
                 if ex.resend:
+                    running = None  # a failure from here is the policy's that fails (or the asking one's)
+                    self._send_again(conn, ex, i)
                     return
             running = None
             ex.reply, ex.client_bytes = response.encode()
@@ -313,6 +318,26 @@ class Chain:
             self.metrics.rewritten(ex.api)
         if isinstance(response, FetchResponse) and self.access_log is not None and self.access_log.enabled:
             ex.partitions = self._partitions(response)
+
+    def _send_again(self, conn: ChainConnection, ex: Exchange, asking: int) -> None:
+        """The policy at ``asking`` (in ``ex.policies``) asked for ``ex.frame`` to go upstream instead of the
+        response: the policies after it handle that frame as a new request (their earlier states dropped). One of
+        them answering it itself makes that answer the client's reply; one asking for work of its own first is a
+        failure of the policy that asked to send again (nothing waits between two attempts of one request)."""
+        policy = ex.policies[asking]
+        del ex.states[asking + 1 :]
+        if len(ex.states) == len(ex.policies):
+            return
+        try:
+            self.on_request(conn, ex)
+        except Rejected as e:
+            raise PolicyFailed(policy.name, "on_response", ex, e) from e
+        if ex.pending is not None:
+            raise PolicyFailed(policy.name, "on_response", ex, RuntimeError("a request sent again waits for work"))
+        if ex.answer is not None:
+            ex.resend = False
+            ex.reply, ex.client_bytes = [ex.answer], len(ex.answer)
+            ex.answer = None
 
     def _partitions(self, response: FetchResponse) -> list[tuple[str, int, int]]:
         """Record bytes sent per partition, for the access log. Partitions with none count too: the analytics'

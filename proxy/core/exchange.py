@@ -14,7 +14,12 @@ the generic *effects* below, which the connection core (:mod:`proxy.core.connect
   policy of the request (:meth:`~proxy.core.chain.Chain.on_request`);
 - ``reserve``: response bytes to reserve from the proxy-wide memory bound before the request goes upstream;
 - ``mute_s``: after the response, stop reading the client for so long (KIP-73 pacing, KIP-219 muting);
-- ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream);
+- ``resend``: send ``frame`` upstream again instead of answering (fetch sessions refused upstream; a fetch whose
+  records were all for someone else, fetched again further on). The asking policy puts the request to send in
+  ``frame`` (:meth:`Exchange.send_again`); the policies after it (nearer the broker) take that frame as a new
+  request (their ``on_request`` runs again; what they kept for the first one is dropped), so its response is
+  theirs to handle before it is the asking policy's. The policies before it see one request and one response.
+  Only when nothing else is in flight behind the request (``may_resend``): responses stay in order;
 - ``bare_tokens``: after this response the connection carries bare SASL tokens (SaslHandshake v0, before
   KIP-152: a length and the token, no Kafka header, each answered by one such frame) until the
   :class:`BareTokens` says the exchange is over; the core relays them and hands each to it.
@@ -261,6 +266,13 @@ class Exchange:
     @property
     def client_id(self) -> str | None:
         return self.header.client_id
+
+    def send_again(self, frame: bytes) -> None:
+        """The response side's ``resend`` effect: ``frame`` (header included, no size prefix) goes upstream
+        instead of the response going to the client; the policies after the asking one read it afresh."""
+        self.view = None
+        self.frame = frame
+        self.resend = True
 
     def send_instead(self, frame: bytes) -> None:
         """Send ``frame`` (header included, no size prefix) upstream instead of the request: a policy that built

@@ -30,7 +30,10 @@ from ..wire.api_keys import ApiKey
 from ..wire.messages import decode_response, encode_request
 from ..wire.model import Message
 
-__all__ = ["DEFAULT_MAX_FRAME_BYTES", "Link", "NotSent", "OwnConnection"]
+__all__ = ["DEFAULT_MAX_FRAME_BYTES", "LINK_WIDTH", "Link", "NotSent", "OwnConnection"]
+
+#: connections of Sluice's own to one broker at most (see :class:`Link`)
+LINK_WIDTH = 4
 
 #: the answer bound when none is given: Kafka's socket.request.max.bytes default, as [limits] max_frame_bytes
 DEFAULT_MAX_FRAME_BYTES = 104857600
@@ -121,48 +124,59 @@ class OwnConnection:
 
 
 class Link:
-    """Sluice's own connection to one broker: opened on first use, one request at a time, opened again when the
-    last call failed (it closed it) or the broker closed it while idle. A call is made once: it fails if anything
-    goes wrong after its request was written (see the module docstring)."""
+    """Sluice's own connections to one broker: up to ``width`` at once (a broker serves one connection's requests in
+    turn, so requests made at once, such as several members' slice commits, would each wait for all the others' on
+    a single connection), each opened on first use, one request at a time on each, opened again when its last call
+    failed (it closed it) or the broker closed it while idle. A call is made once: it fails if anything goes wrong
+    after its request was written (see the module docstring)."""
 
     def __init__(self, address: Address, timeout: float, tls: ssl.SSLContext | None,
-                 sasl: UpstreamSaslSettings | None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 sasl: UpstreamSaslSettings | None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 width: int = LINK_WIDTH) -> None:
         self.address, self.timeout, self._tls, self._sasl = address, timeout, tls, sasl
         self.max_frame_bytes = max_frame_bytes
-        self._lock = asyncio.Lock()
-        self._conn: OwnConnection | None = None
+        self._slots = asyncio.Semaphore(width)
+        #: connections open and idle, the most recently used last
+        self._idle: list[OwnConnection] = []
 
     @property
     def idle_closed(self) -> bool:
-        """Its connection is open on Sluice's side only (the broker closed it while idle): the next request opens
-        another first."""
-        return self._conn is not None and not self._conn.closed and self._conn.idle_closed
+        """An idle connection is open on Sluice's side only (the broker closed it while idle): the next request
+        that would use it opens another first."""
+        return any(not c.closed and c.idle_closed for c in self._idle)
 
     async def request(self, api_key: int, version: int, body: Message) -> Message:
         """One request and its answer. OSError names the broker: :class:`NotSent` if the request never left
         (no connection could be made), else the call's failure, after which it must not be sent again."""
-        async with self._lock:
-            conn = self._conn
-            if conn is None or conn.closed or conn.idle_closed:
-                self.close()
+        async with self._slots:
+            conn = None
+            while self._idle and conn is None:
+                conn = self._idle.pop()
+                if conn.closed or conn.idle_closed:
+                    conn.close()
+                    conn = None
+            if conn is None:
                 try:
-                    conn = self._conn = await OwnConnection.open(self.address, self.timeout, self._tls, self._sasl,
-                                                                 self.max_frame_bytes)
+                    conn = await OwnConnection.open(self.address, self.timeout, self._tls, self._sasl,
+                                                    self.max_frame_bytes)
                 except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
                     raise NotSent(f"{self.address[0]}:{self.address[1]}: {e!r}") from None
             try:
-                return await conn.call(api_key, version, body)
+                answer = await conn.call(api_key, version, body)
             except (OSError, TimeoutError, asyncio.IncompleteReadError) as e:
-                self.close()
+                conn.close()
                 raise OSError(f"{self.address[0]}:{self.address[1]}: {e!r}") from None
             except BaseException:
-                self.close()
+                conn.close()
                 raise
+            self._idle.append(conn)
+            return answer
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Close the idle connections (one a call holds is closed by the call's end: cancelled when Sluice stops)."""
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()
 
 
 class NotSent(OSError):

@@ -39,6 +39,7 @@ from .compiler import uvarint_at as _uvarint
 from .compiler import write_uvarint
 from .errors import CodecError, codec_errors
 from .fetch_layout import (
+    DIVERGING_EPOCH_TAG,
     FIRST_FLEXIBLE,
     FIRST_NODE_ENDPOINTS,
     FIRST_TOPIC_ID,
@@ -204,6 +205,14 @@ class FetchPartition:
 
     def tagged_fields(self) -> dict[int, memoryview]:
         return parse_tags(self.tags)
+
+
+def has_diverging_epoch(p: FetchPartition) -> bool:
+    """FetchResponse.isDivergingEpoch: DivergingEpoch (tag 0, v12+) present with epoch >= 0."""
+    if not p.tags:
+        return False
+    raw = p.tagged_fields().get(DIVERGING_EPOCH_TAG)
+    return raw is not None and len(raw) >= 4 and _I32.unpack_from(raw)[0] >= 0
 
 
 class _DecodedPartition(FetchPartition):

@@ -34,6 +34,22 @@ DIVERGING_EPOCH_TAG = 0  # response, PartitionData
 TopicKey = str | bytes
 PartitionKey = tuple[TopicKey, int]
 
+# KIP-227 fetch sessions (FetchMetadata)
+INVALID_SESSION_ID = 0  # "no session"
+INITIAL_EPOCH = 0  # full request, create a session
+FINAL_EPOCH = -1  # full request, no session (sessionless / close)
+INT32_MAX = 2**31 - 1
+
+
+def next_epoch(epoch: int) -> int:
+    """FetchMetadata.nextEpoch: a negative epoch stays FINAL_EPOCH, INT32_MAX wraps to 1 (never back to 0,
+    which would read as a full request), anything else + 1."""
+    if epoch < 0:
+        return FINAL_EPOCH
+    if epoch == INT32_MAX:
+        return 1
+    return epoch + 1
+
 
 def topic_key(topic: Any) -> TopicKey:
     """A response topic's key: its name (v4-12) or its id (v13+, where the name is empty)."""

@@ -161,15 +161,20 @@ class FetchRequestView:
         """ForgottenTopicsData flattened in request order (v7+; empty before)."""
         return list(self._forgotten)
 
-    def replace(self, partitions: Mapping[PartitionKey, FetchParams], max_bytes: int) -> FetchRequestView:
-        """This request with other partitions (in their order) and MaxBytes: what :func:`encode_fetch_request`
-        and the session policies then see. A new view; ``partitions`` is copied."""
+    def replace(self, partitions: Mapping[PartitionKey, FetchParams], max_bytes: int,
+                session_epoch: int | None = None) -> FetchRequestView:
+        """This request with other partitions (in their order), MaxBytes and (v7+) SessionEpoch: what
+        :func:`encode_fetch_request` and the session policies then see. A new view; ``partitions`` is copied."""
         out = object.__new__(FetchRequestView)
         for name in FetchRequestView.__slots__:
             setattr(out, name, getattr(self, name))
         out._partitions = dict(partitions)
         out.max_bytes = max_bytes
-        out._head = _head_with_max_bytes(self, max_bytes)
+        session = None
+        if session_epoch is not None and self.version >= FIRST_SESSION:
+            out.session_epoch = session_epoch
+            session = (self.session_id, session_epoch)
+        out._head = _head_with(self, max_bytes, None, session)
         return out
 
     @property
@@ -198,14 +203,17 @@ class FetchEdit:
     ~85 ms each for 10,000 partitions, blocking the event loop). Each policy reads :attr:`view` and edits
     :attr:`partitions` (order included: a broker fills the response in request order under MaxBytes, KIP-74)
     and :attr:`max_bytes`, setting :attr:`changed`; the chain then sends :meth:`encode` (or a session policy
-    builds its own frame from :meth:`request`). Session fields and ForgottenTopicsData are never edited here."""
+    builds its own frame from :meth:`request`). The session id and ForgottenTopicsData are never edited here; the
+    session epoch is (:attr:`session_epoch`: a policy that sends requests of its own in the client's session
+    numbers the client's next ones after them, KIP-227's epochs counting every request of a session)."""
 
-    __slots__ = ("changed", "max_bytes", "partitions", "replacement", "view")
+    __slots__ = ("changed", "max_bytes", "partitions", "replacement", "session_epoch", "view")
 
     def __init__(self, view: FetchRequestView) -> None:
         self.view = view
         self.partitions: dict[PartitionKey, FetchParams] = view.partitions()
         self.max_bytes: int = view.max_bytes
+        self.session_epoch: int = view.session_epoch
         self.changed = False
         #: a whole request frame a policy built itself to send instead (fetch sessions write their own)
         self.replacement: bytes | None = None
@@ -219,25 +227,32 @@ class FetchEdit:
         """The request as edited so far (the decoded view itself when nothing changed)."""
         if not self.changed:
             return self.view
-        return self.view.replace(self.partitions, self.max_bytes)
+        return self.view.replace(self.partitions, self.max_bytes, self.session_epoch)
 
     def encode(self) -> bytes:
-        """The edited request frame (header included, no size prefix), the client's session fields kept; or the
+        """The edited request frame (header included, no size prefix), the client's session id kept; or the
         frame a policy put in its place (:meth:`replace_frame`)."""
         if self.replacement is not None:
             return self.replacement
         v = self.view
-        return encode_fetch_request(v, v.session_id, v.session_epoch, self.partitions, v._forgotten,
+        return encode_fetch_request(v, v.session_id, self.session_epoch, self.partitions, v._forgotten,
                                     max_bytes=self.max_bytes)
 
 
-def _head_with_max_bytes(view: FetchRequestView, max_bytes: int | None) -> bytes:
-    """The fixed top-level fields as received, MaxBytes (v3+, KIP-74) replaced when given and different."""
+def _head_with(view: FetchRequestView, max_bytes: int | None, max_wait_ms: int | None,
+               session: tuple[int, int] | None) -> bytes:
+    """The fixed top-level fields as received, with MaxBytes (v3+, KIP-74), MaxWaitMs and (v7+) SessionId and
+    SessionEpoch replaced when given."""
     head = view._head
-    if max_bytes is None or max_bytes == view.max_bytes:
-        return head
-    at = _MAX_BYTES_AT_V15 if view.version >= FIRST_REPLICA_STATE else _MAX_BYTES_AT
-    return head[:at] + _I32.pack(max_bytes) + head[at + 4 :]
+    replica = 0 if view.version >= FIRST_REPLICA_STATE else 4  # ReplicaId leads them up to v14
+    if max_wait_ms is not None and max_wait_ms != view.max_wait_ms:
+        head = head[:replica] + _I32.pack(max_wait_ms) + head[replica + 4 :]
+    if max_bytes is not None and max_bytes != view.max_bytes:
+        at = _MAX_BYTES_AT_V15 if view.version >= FIRST_REPLICA_STATE else _MAX_BYTES_AT
+        head = head[:at] + _I32.pack(max_bytes) + head[at + 4 :]
+    if session is not None and view.version >= FIRST_SESSION:
+        head = head[:-8] + _SESSION.pack(*session)
+    return head
 
 
 # --------------------------------------------------------------------------------------------- decode
@@ -658,11 +673,12 @@ def _top_tags(view: FetchRequestView, raw: memoryview) -> None:
 
 def encode_fetch_request(view: FetchRequestView, session_id: int, session_epoch: int,
                          to_send: Mapping[PartitionKey, FetchParams],
-                         to_forget: Sequence[PartitionKey], max_bytes: int | None = None) -> bytes:
+                         to_forget: Sequence[PartitionKey], max_bytes: int | None = None,
+                         max_wait_ms: int | None = None) -> bytes:
     """The request frame (header included, no size prefix) of ``view`` with other partitions and session.
 
-    Everything but the session fields, Topics, ForgottenTopicsData and (when ``max_bytes`` is given) MaxBytes
-    is re-emitted as received. Topics:
+    Everything but the session fields, Topics, ForgottenTopicsData and (when given) MaxBytes and MaxWaitMs is
+    re-emitted as received. Topics:
     ``to_send`` in its order, consecutive partitions of one topic under one topic entry (Java's
     FetchRequest.Builder; the order matters because a broker fills the response in request order under
     MaxBytes). ForgottenTopicsData: ``to_forget`` grouped per topic in first-appearance order. For v4-6 (no
@@ -672,9 +688,7 @@ def encode_fetch_request(view: FetchRequestView, session_id: int, session_epoch:
     """
     version = view.version
     try:
-        head = _head_with_max_bytes(view, max_bytes)
-        if version >= FIRST_SESSION:
-            head = head[:-8] + _SESSION.pack(session_id, session_epoch)
+        head = _head_with(view, max_bytes, max_wait_ms, (session_id, session_epoch))
         if version >= FIRST_FLEXIBLE:
             body = _encode_flexible(version, to_send, to_forget)
         else:

@@ -7,9 +7,10 @@ the span of its bytes, length varint included); :func:`keep_records` writes the 
 records, their bytes copied as they were (never re-encoded), through :func:`proxy.wire.records.rebuild_batch`:
 every header field kept (BaseOffset and LastOffsetDelta, so the consumer's next fetch offset moves past the whole
 batch; the timestamps; the producer fields, so transactional batches stay what they were; the attributes, so the
-same codec), Length, RecordsCount and CRC-32C recomputed. A batch whose records are all dropped stays, empty, as
-compaction leaves batches (DefaultRecordBatch keeps LastOffsetDelta "even if the last record is removed"; the
-Java consumer's CompletedFetch then fetches from ``batch.nextOffset()``).
+same codec), Length, RecordsCount and CRC-32C recomputed. (A batch whose records are all dropped is not written at
+all by cooperative consumption: proxy/policies/sharing/fetch.py.) :func:`single_record` reads the one record of an
+uncompressed batch in place: a low-rate topic's batches hold one record each, and locating it costs a fifth of
+:func:`parse_batch`.
 
 The record layout read here is ``DefaultRecord``'s (proxy/codecs/Record.json): Length varint, Attributes int8,
 TimestampDelta varlong, OffsetDelta varint, Key varbytes, then Value and Headers, which are not read. The
@@ -56,8 +57,10 @@ class ParsedBatch:
         return len(self.raw) + 64 * len(self.offsets) + 128
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
     """A zigzag varint (ByteUtils.readVarint/readVarlong) at ``pos``: (value, next position)."""
+    if pos < len(buf) and (b := buf[pos]) < 0x80:  # one byte: most deltas and key lengths
+        return (b >> 1) ^ -(b & 1), pos + 1
     shift = value = 0
     n = len(buf)
     while True:
@@ -99,24 +102,46 @@ def parse_batch(view: Buffer, *, verify_crc: bool = True,
     pos = 0
     for _ in range(count):
         start = pos
-        size, pos = _varint(raw, pos)
-        end = pos + size
-        if size < 0 or end > n:
-            raise CodecError(f"record size {size} exceeds the {n - pos} bytes remaining", where=pos)
-        pos += 1  # Attributes
-        _, pos = _varint(raw, pos)  # TimestampDelta
-        delta, pos = _varint(raw, pos)  # OffsetDelta
-        klen, pos = _varint(raw, pos)
-        if klen < -1 or pos + max(klen, 0) > end:
-            raise CodecError(f"record key length {klen} exceeds its record", where=pos)
-        keys.append(None if klen < 0 else raw[pos : pos + klen])
+        pos, delta, key = _record(raw, pos)
+        keys.append(None if key is None else bytes(key))  # a slice of bytes: the object itself
         offsets.append(base + delta)
         starts.append(start)
-        ends.append(end)
-        pos = end
+        ends.append(pos)
     if pos != n:
         raise CodecError(f"{n - pos} bytes left after the declared {count} records", where=pos)
     return ParsedBatch(header, raw, offsets, keys, starts, ends)
+
+
+def single_record(view: Buffer, header: BatchHeader) -> tuple[int, bytes | None]:
+    """The offset and key of the one record of the uncompressed v2 batch ``view`` (``header``: its header, as
+    :func:`~proxy.wire.records.iter_batches` found it), read in place (CRC-32C checked). CodecError for anything
+    malformed, as :func:`parse_batch`."""
+    mv = memoryview(view)
+    if header.magic != MAGIC_V2 or header.compression or header.records_count != 1 or len(mv) != header.size:
+        raise CodecError("not one uncompressed v2 batch of one record")
+    if batch_crc(mv) != header.crc:
+        raise CodecError("record batch CRC mismatch")
+    raw = mv[HEADER_SIZE:]
+    end, delta, key = _record(raw, 0)
+    if end != len(raw):
+        raise CodecError(f"{len(raw) - end} bytes left after the one record", where=end)
+    return header.base_offset + delta, None if key is None else bytes(key)
+
+
+def _record(raw: Buffer, pos: int) -> tuple[int, int, Buffer | None]:
+    """The record starting at ``pos`` of a records section: (where it ends, its OffsetDelta, its key)."""
+    n = len(raw)
+    size, pos = _varint(raw, pos)
+    end = pos + size
+    if size < 0 or end > n:
+        raise CodecError(f"record size {size} exceeds the {n - pos} bytes remaining", where=pos)
+    pos += 1  # Attributes
+    _, pos = _varint(raw, pos)  # TimestampDelta
+    delta, pos = _varint(raw, pos)  # OffsetDelta
+    klen, pos = _varint(raw, pos)
+    if klen < -1 or pos + max(klen, 0) > end:
+        raise CodecError(f"record key length {klen} exceeds its record", where=pos)
+    return end, delta, None if klen < 0 else raw[pos : pos + klen]
 
 
 def keep_records(batch: ParsedBatch, kept: Sequence[int]) -> bytes:

@@ -39,6 +39,7 @@ from tests.support.sharing import (
     describe_members,
     java_member,
     produce,
+    produce_one_per_batch,
     produce_tail,
     python_member,
     settled,
@@ -100,11 +101,13 @@ def settled_on(sluice: ProxyThread, group: str, assignments_before: float) -> No
             if stable_members(admin, group) == CONSUMERS else (0.0, 0.0))
 
 
-def consumed_once(broker: KafkaBroker, topic: str, members: list[Member], tag: str,
-                  n: int = 600) -> list[tuple[str, str]]:
-    """Produce ``n`` records of 60 keys once the group settled: every one received exactly once, in order, each
-    key's records by one consumer. The records produced."""
-    produced = produce(broker.bootstrap, topic, n, keys=60, tag=tag)
+def consumed_once(broker: KafkaBroker, topic: str, members: list[Member], tag: str, n: int = 600,
+                  one_per_batch: bool = False) -> list[tuple[str, str]]:
+    """Produce ``n`` records of 60 keys once the group settled (``one_per_batch``: each in a batch of its own, every
+    codec in turn): every one received exactly once, in order, each key's records by one consumer. The records
+    produced."""
+    produced = (produce_one_per_batch(broker.bootstrap, topic, n, keys=60, tag=tag) if one_per_batch
+                else produce(broker.bootstrap, topic, n, keys=60, tag=tag))
     wait_for_all(members, {v for _, v in produced})
     check_exactly_once(members, produced)
     check_keys_at_one_consumer(members)
@@ -128,6 +131,10 @@ KIP848_CLIENTS = ["java", "confluent"]
                          + [(c, "consumer") for c in KIP848_CLIENTS])
 def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_tools: JavaTools, client: str,
                                                 protocol: str, unique_topic: str) -> None:
+    """Six consumers of three partitions, each through a Sluice of its own, records produced one per batch (a
+    low-rate topic's shape: most of a member's batches hold the other slice's records only): every record exactly
+    once, in order, each key at one consumer, and the group's commits at the partitions' end, the last records of
+    a partition being another slice's for one of its two members (Sluice commits that member's slice on)."""
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     with contextlib.ExitStack() as stack:
@@ -142,12 +149,11 @@ def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_
                 if shared_state(proxies, group)[0] == CONSUMERS and stable_members(admin, group) == CONSUMERS
                 else (0, 0),
                 quiet_s=KIP848_SETTLE_S if protocol == "consumer" else CLASSIC_SETTLE_S)
-        consumed_once(kafka_broker, topic, members, client)
+        consumed_once(kafka_broker, topic, members, client, one_per_batch=True)
         assert all(m.received for m in members), [len(m.received) for m in members]
         assert sum(p.total("sluice_sharing_records_filtered_total", reason="other_slice") for p in proxies) > 0
         # the stable offset reaches the end, whether the client commits its position or its last record + 1 (the
         # console consumer auto-commits every 5 s)
-        wait_for_all(members, {v for _, v in produce_tail(kafka_broker.bootstrap, topic, PARTITIONS, 2, client)})
         wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
@@ -193,44 +199,42 @@ def check_after_kill(members: list[Member], victim: Member, produced: list[tuple
 
 
 #: the client kinds of one group (kafka-go as its group's leader cannot read the others' subscriptions: "unable to
-#: read metadata for member", so it has a group of its own)
-#: librdkafka (confluent-kafka) is left out here, a known open defect: when every batch of a partition in a response
-#: is filtered empty for its member (here every batch holds one record), librdkafka parses no message from the
-#: partition's records and reports MSG_SIZE_TOO_LARGE ("Message at offset N might be too large to fetch") instead of
-#: moving past the empty batch; docs/cooperative-consumption.md, its limits. With batches of several records (the
-#: other sharing tests) it reads every record.
-GROUPS = {"mixed": ["java", "kafka-python", "aiokafka", "franz-go", "franz-go", "franz-go"],
-          "kafka-go": ["kafka-go"] * CONSUMERS}
+#: read metadata for member", so it has a group of its own; sarama decodes a member's subscription to its last byte
+#: and refuses what it does not know, so it has one too)
+GROUPS = {"mixed": ["java", "confluent", "kafka-python", "aiokafka", "franz-go", "confluent"],
+          "kafka-go": ["kafka-go"] * CONSUMERS, "sarama": ["sarama"] * CONSUMERS}
 
 
 @pytest.mark.parametrize("kinds", list(GROUPS))
-@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_batches_filtered_empty_are_read_by_every_client(sluice: ProxyThread, kafka_broker: KafkaBroker,
-                                                         java_tools: JavaTools, codec: str, kinds: str,
-                                                         unique_topic: str) -> None:
-    """One record per batch, compressed with ``codec``: every batch of the other slice reaches a member filtered
-    empty, and every client kind reads past it (franz-go stalled on an empty snappy batch, kafka-go on any empty
-    batch followed by others), and the group's commits reach the end."""
+def test_one_record_batches_of_every_codec_reach_every_client_once(sluice: ProxyThread, kafka_broker: KafkaBroker,
+                                                                   java_tools: JavaTools, kinds: str,
+                                                                   unique_topic: str) -> None:
+    """Records produced one per batch, each codec in turn (so every client reads every codec): most of a member's
+    batches hold only the other slice's records, and none reaches it emptied (librdkafka reported a partition whose
+    batches were all emptied MSG_SIZE_TOO_LARGE, kafka-go read a record from every batch and went back to an offset
+    of its own, franz-go stalled on an empty snappy batch). In a group that stays as it settled: every record
+    exactly once, each consumer's in offset order (so each key's in produced order), each key at one consumer, and
+    the group's commits at the partitions' end."""
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     before = sluice.total("sluice_sharing_assignments_total")
     filtered = sluice.total("sluice_sharing_records_filtered_total", reason="other_slice")
-    clients = GROUPS[kinds]
-    with members_of(*(spawn(kind, sluice.bootstrap, topic, group, f"{codec}-{kind}-{i}", java_tools)
-                      for i, kind in enumerate(clients))) as members:
-        # all six in the group, Stable (a client that found no coordinator yet retries after its own backoff)
+    with members_of(*(spawn(kind, sluice.bootstrap, topic, group, f"{kinds}-{kind}-{i}", java_tools)
+                      for i, kind in enumerate(GROUPS[kinds]))) as members:
         settled_on(sluice, group, before)
-        produced = produce(kafka_broker.bootstrap, topic, 300, keys=60, tag=codec,
-                           config={"compression.type": codec, "batch.num.messages": 1, "linger.ms": 0})
-        # every record reaches a consumer (a client that cannot read what Sluice sends stalls on it); exactly once
-        # is the other tests' business: a client that restarts a partition's reader (kafka-go) reads some again
+        assignments = sluice.total("sluice_sharing_assignments_total")
+        produced = produce_one_per_batch(kafka_broker.bootstrap, topic, 300, keys=60, tag=kinds)
         wait_for_all(members, {v for _, v in produced})
-        # franz-go reports each partition's fetch errors (kafka-go's log also has its group's retries)
-        assert not [e for m in members if "franz-go" in m.client_id for e in m.reported() if "fetch_error" in e]
-        # every record of the other slice went out as a batch of its own left empty
+        check_exactly_once(members, produced)
+        check_keys_at_one_consumer(members)
+        assert all(m.received for m in members), [len(m.received) for m in members]
+        # no fetch errors: franz-go and sarama report each partition's; kafka-go's reader, given a partition with no
+        # records below its high watermark, takes the connection for broken ("unexpected EOF") and dials again (its
+        # read timeouts on this busy machine, "i/o timeout", are its own: they come without Sluice in the path too)
+        assert not [e for m in members for e in m.reported() if "fetch_error" in e
+                    and ("kafka-go" not in m.client_id or "unexpected EOF" in e["fetch_error"])]
         assert sluice.total("sluice_sharing_records_filtered_total", reason="other_slice") - filtered >= 300
-        tail = produce_tail(kafka_broker.bootstrap, topic, PARTITIONS, 2, codec, {"compression.type": codec})
-        wait_for_all(members, {v for _, v in tail})
+        assert sluice.total("sluice_sharing_assignments_total") == assignments  # the group stayed as it settled
         wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
@@ -437,7 +441,9 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
     """Java (its own fetch sessions, Fetch v17) and confluent-kafka (session-less) consumers in one group (both
     "range"), through a Sluice that also terminates fetch sessions, holds fetches to small KIP-74 budgets (4 KiB a
     partition: many fetches, each filtered) and throttles these consumers: filtering comes first (right after
-    terminate builds the client's response), the throttle and the budgets apply to what is left."""
+    terminate builds the client's response), the throttle and the budgets apply to what is left. Records one per
+    batch: a fetch that gets nothing for its member goes upstream again from the read-ahead cursor, through
+    Sluice's own upstream session, and the Java client's partitions move on in its session."""
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     settings = {**SHARING, "sessions.mode": "terminate",
@@ -450,9 +456,10 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
             *(python_member("confluent", proxy.bootstrap, topic, group, f"mix-ck-{i}") for i in range(3))) as members:
         settled_on(proxy, group, 0)
         assert proxy.total("sluice_sharing_partition_members", group=group) == 2
-        consumed_once(kafka_broker, topic, members, "mix", n=1200)
+        consumed_once(kafka_broker, topic, members, "mix", one_per_batch=True)
         assert all(m.received for m in members), [len(m.received) for m in members]
         assert proxy.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # Sluice's sessions
+        assert proxy.total("sluice_sharing_read_ahead_total", event="moved") > 0
         metered = proxy.total("sluice_throttle_bytes_total", side="leader")
         assert 0 < metered < proxy.total("sluice_sharing_filtered_bytes_total")  # metered after filtering
 

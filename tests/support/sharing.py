@@ -139,6 +139,24 @@ def produce(bootstrap: str, topic: str, n: int, keys: int, tag: str,
     return out
 
 
+#: librdkafka's codecs (compression.type), every one Kafka defines
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def produce_one_per_batch(bootstrap: str, topic: str, n: int, keys: int, tag: str) -> list[tuple[str, str]]:
+    """``n`` records of ``keys`` keys, each in a batch of its own, compressed with each codec of :data:`CODECS` in
+    turn (one producer per codec, each waiting for its record's acknowledgement before the next is sent): a
+    low-rate topic's shape, every codec in one partition. [(key, value)], values unique."""
+    producers = [Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "batch.num.messages": 1,
+                           "compression.type": codec}) for codec in CODECS]
+    out = [(f"key-{i % keys}", f"{tag}-{i:06d}") for i in range(n)]
+    for i, (k, v) in enumerate(out):
+        producer = producers[i % len(producers)]
+        producer.produce(topic, key=k.encode(), value=v.encode())
+        assert producer.flush(30) == 0
+    return out
+
+
 def settled(metrics: Callable[[], tuple[float, float]], timeout: float = 90.0,
             quiet_s: float = CLASSIC_SETTLE_S) -> None:
     """Wait until the group has settled: ``metrics()`` (e.g. shared partitions and assignments rewritten, summed

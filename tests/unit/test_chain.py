@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.accesslog import AccessLog
-from proxy.core.chain import Chain
+from proxy.core.chain import Chain, ChainConnection
 from proxy.core.exchange import ConnectionInfo, Exchange, Rejected, Relay, Relayed
 from proxy.core.policy import Policy, reads
 from proxy.core.routing import Router
@@ -358,3 +358,66 @@ def test_reconfiguration_is_all_or_nothing() -> None:
     assert (first.value, second.value) == ("old", "old")
     chain.reconfigure({first: "new", second: "newer"})
     assert (first.value, second.value) == ("new", "newer")
+
+
+class _Hop(Policy):
+    """Sees every ListOffsets request and response, noting the frames it is handed and the states it made; the one
+    that asks (``again``) sends ``again`` upstream instead of its first response; one that answers on its second
+    request answers ``answer``."""
+
+    name = "hop"
+
+    def __init__(self, again: bytes | None = None, answer: bytes | None = None) -> None:
+        self.apis = reads(2)
+        self.again, self.answer = again, answer
+        self.requests: list[bytes] = []
+        self.responses: list[int] = []
+
+    def on_request(self, ex: Exchange, state: Any) -> Any:
+        self.requests.append(ex.frame)
+        if self.answer is not None and len(self.requests) == 2:
+            ex.answer = self.answer
+        ex.collect = True
+        return len(self.requests)
+
+    def on_response(self, ex: Exchange, response: Any, conn_state: Any, state: Any) -> None:
+        self.responses.append(state)
+        if self.again is not None and len(self.responses) == 1:
+            ex.send_again(self.again)
+
+
+def _list_offsets(chain: Chain) -> tuple[Exchange, ChainConnection, bytes]:
+    conn = chain.connect(ConnectionInfo(1, "bootstrap"))
+    ex = chain.classify(req_frame(2, 7), 0.0, conn.info)
+    chain.on_request(conn, ex)
+    response = encode_response(2, 7, Message(correlation_id=7), response_codec(2, 7).default())
+    return ex, conn, response
+
+
+def test_a_policy_sending_a_request_again_hands_it_to_the_policies_after_it_as_a_new_one() -> None:
+    """The resend effect from a policy in the middle of the chain: the policies nearer the broker take the frame it
+    put in ex.frame as a new request (their on_request again, their earlier state dropped) and see the next
+    response first; the policies nearer the client see one request and one response."""
+    again = req_frame(2, 7, corr=7)
+    client, asker, broker = _Hop(), _Hop(again=again), _Hop()
+    chain = Chain([client, asker, broker], Metrics(), TopicNames(Clock()))
+    ex, conn, response = _list_offsets(chain)
+    ex.may_resend = True
+    chain.on_response(conn, ex, response)
+    assert ex.resend and ex.frame == again and ex.view is None
+    assert broker.requests[1] is again and ex.states == [1, 1, 2]  # the broker side's new state
+    ex.resend = False  # the core sends it (Connection._end_response)
+    chain.on_response(conn, ex, response)
+    assert not ex.resend and ex.reply is not None
+    assert (client.responses, asker.responses, broker.responses) == ([1], [1, 1], [1, 2])
+    assert len(client.requests) == len(asker.requests) == 1
+
+
+def test_an_answer_to_a_request_sent_again_is_the_clients_reply() -> None:
+    answer = b"\x00\x00\x00\x04\x00\x00\x00\x07"
+    asker, broker = _Hop(again=req_frame(2, 7)), _Hop(answer=answer)
+    chain = Chain([asker, broker], Metrics(), TopicNames(Clock()))
+    ex, conn, response = _list_offsets(chain)
+    ex.may_resend = True
+    chain.on_response(conn, ex, response)
+    assert not ex.resend and ex.answer is None and ex.reply == [answer] and ex.client_bytes == len(answer)

@@ -176,3 +176,26 @@ async def test_a_connection_the_broker_closed_while_idle_is_opened_again_before_
     got = await link.request(DESCRIBE_GROUPS, V, describe("b"))
     assert [g.group_id for g in got.groups] == ["b"] and broker.connections == opened + 1
     link.close()
+
+
+async def test_a_slow_answer_holds_back_no_other_request_on_the_link_up_to_its_width(broker: Broker) -> None:
+    """A broker serves one connection's requests in turn: the link's requests go over connections of their own, up
+    to its width, so one member's commit waiting on the coordinator does not hold the others' back."""
+    release = asyncio.Event()
+
+    async def slow_a(header: Message, body: Message, writer: asyncio.StreamWriter) -> None:
+        if body.groups[0] == "a":
+            await release.wait()
+        writer.write(answer(header.correlation_id, body.groups[0]))
+
+    broker.behave = slow_a
+    link = Link(broker.address, 30.0, None, None, width=2)
+    first = asyncio.ensure_future(link.request(DESCRIBE_GROUPS, V, describe("a")))
+    got = await asyncio.wait_for(link.request(DESCRIBE_GROUPS, V, describe("b")), 30.0)
+    assert [g.group_id for g in got.groups] == ["b"] and not first.done()
+    release.set()
+    assert [g.group_id for g in (await first).groups] == ["a"]
+    assert broker.connections == 2
+    await link.request(DESCRIBE_GROUPS, V, describe("c"))
+    assert broker.connections == 2  # idle ones are used again
+    link.close()

@@ -1,6 +1,7 @@
 """What a member sharing a partition receives (proxy/policies/sharing/fetch.py over proxy/wire/record_filter.py):
 the records of its key slice only, every batch kept with its offsets, timestamps, producer fields and codec,
-CRC-32C valid; empty batches kept; control batches untouched; committed work left out; the decoded-batch cache."""
+CRC-32C valid; no batch left without records ever sent; control batches untouched; committed work left out; the
+gaps the read-ahead cursor moves fetches past; the decoded-batch cache."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from proxy.policies.sharing.fetch import BatchCache, filter_records
 from proxy.policies.sharing.frontier import Frontier
 from proxy.policies.sharing.keys import WHOLE, Slice, key_hash
+from proxy.wire.errors import CodecError
+from proxy.wire.record_filter import parse_batch, single_record
 from proxy.wire.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -49,17 +52,17 @@ def test_each_slice_gets_its_keys_and_batches_keep_their_fields(codec: str) -> N
     data = batch(100, 30, CODECS[codec]) + batch(130, 20, CODECS[codec])
     original = decode_batches(data)
     received: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = []
-    for s in (Slice(0, 3), Slice(1, 3), Slice(2, 3)):
+    for s in (Slice(0, 4), Slice(1, 4), Slice(2, 4), Slice(3, 4)):
         out = filter_records(memoryview(data), s, None, BatchCache(0), "t", 0)
         assert out.changed and out.other_slice > 0
         got = decode_batches(out.records)  # every CRC-32C verified
         # batches left empty are left out, but the client still moves past the end: the last batch reaches it
-        assert got[-1].last_offset == original[-1].last_offset
+        assert not got or got[-1].last_offset == original[-1].last_offset
+        assert all(b.records for b in got)  # never a batch without records
         by_base = {o.base_offset: o for o in original}
         for b in got:
             o = by_base[b.base_offset]
-            # the same codec; a batch left empty uncompressed (every client decodes that)
-            assert b.attributes & 0x07 == (CODECS[codec] if b.records else COMPRESSION_NONE)
+            assert b.attributes & 0x07 == CODECS[codec]  # the same codec
             assert (b.base_offset, b.base_timestamp, b.max_timestamp, b.producer_id,
                     b.producer_epoch, b.base_sequence) == (o.base_offset, o.base_timestamp,
                                                            o.max_timestamp, o.producer_id, o.producer_epoch,
@@ -75,27 +78,36 @@ def test_each_slice_gets_its_keys_and_batches_keep_their_fields(codec: str) -> N
     assert sorted(received, key=lambda x: x[0]) == expected
 
 
-def test_a_batch_left_without_records_stays_as_an_empty_batch() -> None:
-    data = batch(10, 1)  # one record
-    (rec,) = decode_batches(data)[0].records
-    other = Slice(1, 2) if in_slice(rec.key, Slice(0, 2)) else Slice(0, 2)
-    out = filter_records(memoryview(data), other, None, BatchCache(0), "t", 0)
-    (empty,) = decode_batches(out.records)
-    assert empty.records == [] and empty.base_offset == 10 and empty.last_offset == 10  # the consumer moves on
+def test_batches_left_without_records_are_left_out_and_their_offsets_are_a_gap() -> None:
+    """No client reads a batch emptied of its records as Kafka means it (kafka-go reads a record from every batch,
+    librdkafka reports a partition whose records hold no message too large to fetch): a partition whose batches
+    all hold other slices' records goes out with none, and the offsets read are a gap the member's next fetch
+    starts past (the read-ahead cursor), with the leader epoch of the batch before that fetch's offset."""
+    keys = [k for k in (b"k%d" % i for i in range(40)) if in_slice(k, Slice(0, 2))][:3]
+    data = b"".join(encode_batch(new_batch([Record(key=k, value=b"v")], base_offset=10 + i, partition_leader_epoch=e))
+                    for i, (k, e) in enumerate(zip(keys, (3, 3, 4), strict=True)))
+    out = filter_records(memoryview(data), Slice(1, 2), None, BatchCache(0), "t", 0)
+    assert out.changed and bytes(out.records) == b"" and out.other_slice == 3
+    assert out.gaps == [(10, 13, 4)]
 
 
 def test_batches_left_empty_are_left_out_and_the_last_kept_one_reaches_the_end() -> None:
-    """kafka-go reads a record from every batch, records count or not: an empty batch goes out only when no batch
-    that keeps records precedes it; otherwise that batch's offset range is stretched over the empty ones."""
+    """An empty batch never goes out: a batch that keeps records has its offset range stretched over the empty
+    ones after it (compaction's shape), those between two kept ones are simply left out; the gaps are the offsets
+    between the member's records."""
     data = b"".join(batch(10 + i, 1) for i in range(8))  # one record per batch
     keys = [r.key for b in decode_batches(data) for r in b.records]
     for s in (Slice(0, 2), Slice(1, 2)):
         mine = [i for i, k in enumerate(keys) if in_slice(k, s)]
         assert mine and len(mine) < 8  # each slice has some records, not all
-        got = decode_batches(filter_records(memoryview(data), s, None, BatchCache(0), "t", 0).records)
+        out = filter_records(memoryview(data), s, None, BatchCache(0), "t", 0)
+        got = decode_batches(out.records)
         assert [b.base_offset for b in got] == [10 + i for i in mine]  # no empty batch: one per record kept
         assert got[-1].last_offset == 17 and all(len(b.records) == 1 for b in got)
         assert [b.base_offset + b.records[0].offset_delta for b in got] == [10 + i for i in mine]
+        ends = [10 + i for i in mine] + [18]
+        starts = [10] + [10 + i + 1 for i in mine]
+        assert [(a, b) for a, b, _ in out.gaps] == [(a, b) for a, b in zip(starts, ends, strict=True) if b > a]
 
 
 @pytest.mark.parametrize("codec", list(CODECS))
@@ -178,3 +190,21 @@ def test_truncated_tail_dropped_and_undecodable_batch_passed_through() -> None:
     headers = list(iter_batches(out.records))
     assert len(headers) == 2 and bytes(out.records[headers[1].start : headers[1].end]) == bytes(corrupt)
     assert headers[-1].end == len(out.records)  # no truncated tail
+
+
+@pytest.mark.parametrize("key", [None, b"", b"k", b"x" * 300])
+def test_a_one_record_batch_is_read_in_place_as_parse_batch_reads_it(key: bytes | None) -> None:
+    """A low-rate topic's batches hold one record each: read in place (no copy, no decode of the rest), the same
+    offset and key as parse_batch finds; a corrupt one is refused alike (the client then gets it as it came)."""
+    data = encode_batch(new_batch([Record(offset_delta=0, timestamp_delta=70_000, key=key, value=b"v" * 200,
+                                          headers=[("h", b"1")])], base_offset=1 << 33, base_timestamp=5))
+    (h,) = iter_batches(data)
+    parsed = parse_batch(data)
+    assert single_record(data, h) == (parsed.offsets[0], parsed.keys[0])
+    corrupt = bytearray(data)
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CodecError):
+        single_record(bytes(corrupt), h)
+    (gz,) = iter_batches(batch(0, 1, COMPRESSION_GZIP))
+    with pytest.raises(CodecError):  # compressed: parse_batch's business
+        single_record(batch(0, 1, COMPRESSION_GZIP), gz)

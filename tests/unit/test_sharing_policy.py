@@ -15,6 +15,7 @@ from proxy.policies.sharing.frontier import decode_metadata, encode_metadata, sl
 from proxy.policies.sharing.group_calls import Committed, GroupCall
 from proxy.policies.sharing.keys import Slice, key_hash
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
+from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
 from proxy.wire.messages import (
     decode_request,
     decode_response,
@@ -43,11 +44,20 @@ class FakeCoordinators:
         self.described_consumer: dict[str, Message] = {}
         self.calls: list[GroupCall] = []
         self.down = False
+        #: calls held unanswered (a slow coordinator), until :meth:`release`
+        self.held: list[Work] | None = None
 
     def attach(self, calls: BrokerCalls) -> None:
         calls.on_work = lambda: self.run(calls.take())
 
+    def release(self) -> None:
+        held, self.held = self.held or [], None
+        self.run(held)
+
     def run(self, calls: Iterable[Work]) -> None:
+        if self.held is not None:
+            self.held.extend(calls)
+            return
         for call in calls:
             assert isinstance(call, GroupCall)
             self.calls.append(call)
@@ -691,3 +701,201 @@ def test_a_commit_of_last_record_plus_one_moves_past_what_was_left_out() -> None
     ex = commit(m2, {0: 134})  # its last record + 1: 134-139 were the other slice's
     assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 140
     assert sent(ex).topics[0].partitions[0].committed_offset == 140  # the stable offset: the partition's end
+
+
+# ------------------------------------------------------------------------------------------- read-ahead cursor
+
+
+def keys_in(s: Slice, n: int, other: bool = False) -> list[bytes]:
+    """``n`` keys of slice ``s`` (of the other slices with ``other``)."""
+    found = (b"k%d" % i for i in range(10_000))
+    return [k for k in found if s.holds(key_hash(k)) != other][:n]
+
+
+def one_per_batch(first: int, keys: list[bytes], epoch: int = 0) -> bytes:
+    """One record per batch from offset ``first``: a low-rate topic's shape."""
+    return b"".join(encode_batch(new_batch([Record(key=k, value=b"v%d" % (first + i))], base_offset=first + i,
+                                           partition_leader_epoch=epoch)) for i, k in enumerate(keys))
+
+
+def fetch_at(c: Client, offset: int | None = 100, session: int = 0, epoch: int = -1) -> Exchange:
+    """The member's Fetch of partition 0 (``offset`` None: an incremental request that does not list it)."""
+    parts = [] if offset is None else [Message(topic=TOPIC, partitions=[Message(
+        partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=0, log_start_offset=-1,
+        partition_max_bytes=1 << 20)])]
+    body = request_codec(FETCH, V_FETCH).default().replace(
+        replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=session,
+        session_epoch=epoch, rack_id="", forgotten_topics_data=[], topics=parts)
+    return c.send(FETCH, V_FETCH, body)
+
+
+def upstream(ex: Exchange) -> FetchRequestView:
+    return decode_fetch_request(ex.frame)
+
+
+def answer_fetch(c: Client, ex: Exchange, records: bytes = b"", hw: int = 110, error: int = 0,
+                 session_id: int = 0, listed: bool = True, may_resend: bool = True) -> FetchResponseView | None:
+    """The broker's answer to what ``ex`` sent upstream; the client's reply, or None when Sluice sent the request
+    upstream again instead."""
+    parts = [FetchPartition(0, error, hw, hw, 0, records=records)] if listed else []
+    view = FetchResponseView(V_FETCH, session_id=session_id, topics=[FetchTopic(TOPIC, partitions=parts)])
+    buffers, _ = view.encode_frame(ex.header.correlation_id)
+    reply = c.proxy.respond(ex, b"".join(bytes(b) for b in buffers)[4:], c.conn, may_resend)
+    if ex.resend:
+        ex.resend = False  # as the connection core does, sending ex.frame
+        return None
+    return decode_frame(reply[4:], V_FETCH)[2]
+
+
+def partition_0(view: FetchResponseView | None) -> FetchPartition:
+    assert view is not None
+    ((_, part),) = view.partitions()
+    return part
+
+
+def test_a_fetch_answered_only_with_other_slices_records_goes_again_from_past_them() -> None:
+    """Records one per batch, the member's slice 0/2 has none among ten: nothing is handed to it (no batch emptied),
+    and within its wait the fetch goes upstream again from past what was read, so its long poll waits for its
+    own records; they come in a response whose first batch starts past its fetch offset."""
+    proxy, _ = sharing_proxy()
+    clients, _ = form_group(proxy, 5)
+    m1 = clients[0]  # slice 0/2 of partition 0
+    ex = fetch_at(m1, 100)
+    proxy.clock.now += 0.1
+    assert answer_fetch(m1, ex, one_per_batch(100, keys_in(Slice(0, 2), 10, other=True))) is None
+    again = upstream(ex)
+    assert again.partitions()[(TOPIC, 0)].fetch_offset == 110 and again.max_wait_ms == 400
+    mine = keys_in(Slice(0, 2), 1)
+    got = partition_0(answer_fetch(m1, ex, one_per_batch(110, mine), hw=111))
+    assert [(b.base_offset, [r.key for r in b.records]) for b in decode_batches(got.records or b"")] == [(110, mine)]
+    assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="fetched_again") == 1
+
+
+def test_a_fetch_the_broker_answered_at_once_is_the_clients_to_send_again() -> None:
+    """Other slices' records keep coming (the broker answered at once, before a tenth of the client's wait): the
+    client gets the answer, with nothing for it, and fetches again itself, past what was read, as soon as Sluice
+    would have; Sluice's loop does not carry every round of a busy partition."""
+    proxy, _ = sharing_proxy()
+    m1 = form_group(proxy, 5)[0][0]
+    ex = fetch_at(m1, 100)
+    proxy.clock.now += 0.02
+    got = partition_0(answer_fetch(m1, ex, one_per_batch(100, keys_in(Slice(0, 2), 10, other=True))))
+    assert not got.records and got.high_watermark == 100
+    assert upstream(fetch_at(m1, 100)).partitions()[(TOPIC, 0)].fetch_offset == 110
+    assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="fetched_again") == 0
+
+
+def test_a_wait_ending_with_nothing_for_the_member_shows_its_slices_end_and_its_next_fetch_starts_past() -> None:
+    """kafka-go reads a partition with no records below the high watermark as a broken connection: read to the
+    high watermark with nothing for the member, the partition's high watermark is the member's own offset."""
+    proxy, _ = sharing_proxy()
+    m1 = form_group(proxy, 5)[0][0]
+    ex = fetch_at(m1, 100)
+    proxy.clock.now += 0.6  # the client's wait is over
+    got = partition_0(answer_fetch(m1, ex, one_per_batch(100, keys_in(Slice(0, 2), 10, other=True))))
+    assert not got.records and (got.high_watermark, got.last_stable_offset) == (100, 100)
+    assert upstream(fetch_at(m1, 100)).partitions()[(TOPIC, 0)].fetch_offset == 110
+    assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="moved") == 1
+
+
+def test_a_moved_offset_the_broker_answers_out_of_range_sends_the_member_back_to_its_own() -> None:
+    proxy, _ = sharing_proxy()
+    m1 = form_group(proxy, 5)[0][0]
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)),
+                 may_resend=False)
+    ex = fetch_at(m1, 100)
+    assert upstream(ex).partitions()[(TOPIC, 0)].fetch_offset == 110
+    got = partition_0(answer_fetch(m1, ex, hw=105, error=1))  # OFFSET_OUT_OF_RANGE: the log was truncated
+    assert got.error_code == 0 and not got.records  # the broker answered Sluice's offset, not the member's
+    assert upstream(fetch_at(m1, 100)).partitions()[(TOPIC, 0)].fetch_offset == 100
+    assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="forgotten") == 1
+
+
+def test_a_session_clients_fetch_goes_again_within_its_session() -> None:
+    """A client with its own fetch session (the Java client): the fetch sent again is the session's next request,
+    listing the partition at the cursor; the answer to it leaves out what did not change since the first, which
+    the client gets from the first; the client's next request is numbered after Sluice's."""
+    proxy, _ = sharing_proxy()
+    m1 = form_group(proxy, 5)[0][0]
+    ex = fetch_at(m1, 100, session=0, epoch=0)
+    proxy.clock.now += 0.1
+    assert answer_fetch(m1, ex, one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)), session_id=9) is None
+    again = upstream(ex)
+    assert (again.session_id, again.session_epoch, again.max_wait_ms) == (9, 1, 400)
+    assert again.partitions()[(TOPIC, 0)].fetch_offset == 110
+    proxy.clock.now += 0.4
+    got = answer_fetch(m1, ex, session_id=9, listed=False)  # the wait ran out, nothing changed
+    assert got is not None and got.session_id == 9
+    part = partition_0(got)  # from the first answer, as the member sees it
+    assert not part.records and part.high_watermark == 100
+    nxt = upstream(fetch_at(m1, None, session=9, epoch=1))
+    assert nxt.session_epoch == 2 and not nxt.partitions()  # the next hop holds offset 110 already
+
+
+def test_a_slice_idle_past_its_committed_position_is_committed_on_by_sluice() -> None:
+    """A member whose slice has no record in the partition's tail has nothing new to commit: Sluice commits its
+    slice's position past what its fetches read with nothing for it, so the stable offset can reach the end."""
+    fake, m1, m2 = two_members_of_partition_0_at_100()
+    committed_answer(m1, commit(m1, {0: 100}))
+    m1.proxy.clock.now += 10
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)),
+                 may_resend=False)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 110
+    assert m1.proxy.metrics.total("sluice_sharing_read_ahead_total", event="advanced") == 1
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(110, keys_in(Slice(0, 2), 5, other=True)), hw=115,
+                 may_resend=False)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 110  # at most once a second
+    m1.proxy.clock.now += 1
+    answer_fetch(m1, fetch_at(m1, 100), hw=115, may_resend=False)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 115
+    assert m2 is not None
+
+
+def test_a_fetch_sent_again_goes_through_sluices_own_fetch_session_in_terminate_mode() -> None:
+    """[sessions] mode = "terminate": the request sent again is the client's request as sharing made it, which
+    terminate sends in its own upstream session like any other (the policies after the asking one take it as a new
+    request); the client gets its session-less answer."""
+    proxy, _ = sharing_proxy(**{"sessions.mode": "terminate"})
+    m1 = form_group(proxy, 5)[0][0]
+    ex = fetch_at(m1, 100)
+    first = upstream(ex)
+    assert (first.session_id, first.session_epoch) == (0, 0)  # terminate's full request opens its session
+    proxy.clock.now += 0.1
+    assert answer_fetch(m1, ex, one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)), session_id=55) is None
+    again = upstream(ex)
+    assert (again.session_id, again.session_epoch) == (55, 1)  # terminate's own session, its next request
+    assert again.partitions()[(TOPIC, 0)].fetch_offset == 110 and again.max_wait_ms == 400
+    mine = keys_in(Slice(0, 2), 1)
+    got = answer_fetch(m1, ex, one_per_batch(110, mine), hw=111, session_id=55)
+    assert got is not None and got.session_id == 0  # the client's session-less answer
+    assert [r.key for b in decode_batches(partition_0(got).records or b"") for r in b.records] == mine
+
+
+def test_a_commit_of_a_slice_waits_for_sluices_own_commit_of_it_in_flight() -> None:
+    """Sluice's own commit of a slice's position (an idle slice committed on) and the member's next commit are
+    made one after the other, never at once: the later position lands last (group calls run concurrently, and a
+    lower position landing last would deliver committed records again)."""
+    fake, m1, _ = two_members_of_partition_0_at_100()
+    committed_answer(m1, commit(m1, {0: 100}))
+    m1.proxy.clock.now += 10
+    fake.held = []
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)),
+                 may_resend=False)
+    (advance,) = fake.held  # the slice committed on to 110, unanswered yet
+    proxy = m1.proxy
+    body = request_codec(OFFSET_COMMIT, V_OC).default().replace(
+        group_id=GROUP, generation_id_or_member_epoch=1, member_id=m1.member_id, group_instance_id=None,
+        topics=[Message(name=TOPIC, partitions=[Message(partition_index=0, committed_offset=130,
+                                                        committed_leader_epoch=-1, committed_metadata="")])])
+    header = Message(request_api_key=OFFSET_COMMIT, request_api_version=V_OC, correlation_id=99,
+                     client_id=m1.client_id)
+    ex = proxy.chain.classify(encode_request(header, body), proxy.clock(), m1.conn.info)
+    proxy.chain.on_request(m1.conn, ex)
+    assert ex.pending is advance and fake.held == [advance]  # the member's commit waits, nothing sent
+    fake.release()
+    while ex.pending is not None:
+        assert ex.pending.settled
+        proxy.chain.on_request(m1.conn, ex)
+    assert [c.commits for c in fake.calls if c.commits][-1] == {slice_group(GROUP, Slice(0, 2)): {
+        (TOPIC, 0): (130, "")}}
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 130

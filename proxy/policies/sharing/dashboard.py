@@ -16,12 +16,16 @@ ROW = Row("Cooperative consumption", [
           "(stable) offset, summed over its shared partitions: what a consumer resuming from the group's offset "
           "without Sluice would read again. Rising without bound = a slice that no longer commits.",
           [(f"max by (group) ({sel('sluice_sharing_stable_offset_lag')})", "{{group}}")], width=8),
-    Panel("Records filtered/s by reason", "cps",
+    Panel("Records filtered/s by reason, read-ahead", "cps",
           "sluice_sharing_records_filtered_total: records left out of members' fetch responses (other_slice: "
           "another member's keys; committed: an earlier slice committed them); "
-          "sluice_sharing_filtered_bytes_total: record bytes of the partitions filtered (as fetched).",
+          "sluice_sharing_filtered_bytes_total: record bytes of the partitions filtered (as fetched); "
+          "sluice_sharing_read_ahead_total by event: fetch offsets moved past what Sluice read with nothing for "
+          "the member, fetches sent again within the client's wait, read-aheads forgotten (the broker answered "
+          "a moved offset out of range), slice positions Sluice committed on itself (advanced).",
           [(rate("sluice_sharing_records_filtered_total", by="reason"), "{{reason}}"),
-           (rate("sluice_sharing_filtered_bytes_total"), "bytes filtered/s")], width=8),
+           (rate("sluice_sharing_filtered_bytes_total"), "bytes filtered/s"),
+           (rate("sluice_sharing_read_ahead_total", by="event"), "read-ahead {{event}}")], width=8),
     Panel("Not shared, withheld and rejoins/s", "cps",
           "sluice_sharing_not_shared_total by reason (kip848_group, client_id_collision, bad_marker, "
           "bad_assignment, member_unknown, undecodable_batch); sluice_sharing_withheld_partitions_total: "

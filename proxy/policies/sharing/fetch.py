@@ -9,7 +9,8 @@ reports what the broker sent), and every batch of a whole partition below which 
 transactional batch is filtered like any other: its producer id and epoch stay, and the aborted-transaction
 list of the partition names producer ids and first offsets, which filtering does not move, so a read_committed
 consumer still skips aborted records. A truncated trailing batch (the broker's byte slice cut at max_bytes) is
-dropped, as clients drop it.
+dropped, as clients drop it. A batch left without records is never sent (see :func:`filter_records`); the offsets
+read that hold nothing for the member are noted (:attr:`Filtered.gaps`) for the read-ahead cursor (:mod:`.cursor`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...wire.errors import CodecError
-from ...wire.record_filter import ParsedBatch, keep_records, parse_batch
+from ...wire.record_filter import ParsedBatch, keep_records, parse_batch, single_record
 from ...wire.records import BatchHeader, extend_batch, iter_batches
 from .frontier import DoneTable
 from .keys import Slice, key_hash
@@ -32,9 +33,15 @@ _HASH_MEMO_MAX = 1 << 16
 
 @dataclass(slots=True)
 class Decoded:
-    batch: ParsedBatch
+    #: the batch with its records located (None: a batch of one uncompressed record, read in place)
+    batch: ParsedBatch | None
+    offsets: list[int]
     hashes: list[int | None]
     size: int
+
+
+#: what an entry for a batch of one record holds, about (its key, the two lists, the entry)
+_SINGLE_SIZE = 256
 
 
 class BatchCache:
@@ -52,8 +59,9 @@ class BatchCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def decoded(self, key: BatchKey, view: memoryview) -> Decoded:
-        """The batch at ``view`` decoded, from the cache or now (CodecError if it cannot be)."""
+    def decoded(self, key: BatchKey, view: memoryview, header: BatchHeader) -> Decoded:
+        """The batch at ``view`` (``header``: its header) decoded, from the cache or now (CodecError if it cannot
+        be). A batch of one uncompressed record (a low-rate topic's) is read in place (:func:`single_record`)."""
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
@@ -62,8 +70,12 @@ class BatchCache:
             return entry
         if self._on_lookup is not None:
             self._on_lookup(False)
-        batch = parse_batch(view)
-        entry = Decoded(batch, [self._hash(k) for k in batch.keys], batch.size)
+        if header.records_count == 1 and not header.compression:
+            offset, k = single_record(view, header)
+            entry = Decoded(None, [offset], [self.hash_of(k)], _SINGLE_SIZE)
+        else:
+            batch = parse_batch(view)
+            entry = Decoded(batch, batch.offsets, [self.hash_of(k) for k in batch.keys], batch.size)
         if self.max_bytes and entry.size <= self.max_bytes:
             self._entries[key] = entry
             self.bytes += entry.size
@@ -74,7 +86,8 @@ class BatchCache:
                 self._on_change(self.bytes)
         return entry
 
-    def _hash(self, key: bytes | None) -> int | None:
+    def hash_of(self, key: bytes | None) -> int | None:
+        """``key``'s hash (None for a null key), remembered: a partition's records mostly repeat their keys."""
         if key is None:
             return None
         memo = self._hashes
@@ -95,10 +108,10 @@ class Filtered:
     committed: int = 0
     undecodable: int = 0
     changed: bool = False
-    #: (a, b): the member was handed no record at offsets a..b-1, and a is one past a record it was handed (or
-    #: where the response's records start): a client committing "last record received + 1" commits a, and its
-    #: slice's position may be b (see :func:`skip_filtered`)
-    gaps: list[tuple[int, int]] = field(default_factory=list)
+    #: (a, b, epoch): offsets a..b-1 hold no record of the slice the member has yet to be handed (the batches
+    #: there were read whole, and every record in them was of another slice or committed work), and ``epoch`` is
+    #: the partition leader epoch of the batch holding offset b - 1 (-1: not known): see :mod:`.cursor`
+    gaps: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache: BatchCache,
@@ -109,43 +122,47 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     pieces: list[bytes | memoryview] = []
     #: per piece: whether it is a data batch that keeps records (one whose last offset may be moved)
     data: list[bool] = []
-    #: a batch left with no record since the last piece (see below)
-    empty: tuple[BatchHeader, bytes] | None = None
+    #: the end of the batches left with no record since the last piece (see below), 0: none
+    dropped = 0
     end = 0
     index, count = s.index, s.count
     gaps = out.gaps
     #: one past the last record handed to the member (None: not known, e.g. after a legacy entry)
     cursor: int | None = None
     last_next = -1
+    #: the leader epochs of the current batch and of the one before it
+    last_epoch = before = -1
     for h in iter_batches(records):
         if not end and not h.is_legacy:
             cursor = h.base_offset
+        if end:
+            before = last_epoch
         end = h.end
-        last_next = h.next_offset
+        last_next, last_epoch = h.next_offset, h.partition_leader_epoch
         view = records[h.start : h.end]
         if h.is_control:  # a transaction marker is no record a client is handed: the run goes on past it
-            empty = None
+            dropped = 0
             pieces.append(view)
             data.append(False)
             continue
         if h.is_legacy or (count == 1 and (table is None or h.base_offset >= table.ceiling)):
-            empty = None
+            dropped = 0
             pieces.append(view)
             data.append(not h.is_legacy)
             if cursor is not None and h.base_offset > cursor:
-                gaps.append((cursor, h.base_offset))
+                gaps.append((cursor, h.base_offset, before))
             cursor = None if h.is_legacy else h.next_offset
             continue
         try:
-            entry = cache.decoded((topic, partition, h.base_offset, h.crc), view)
+            entry = cache.decoded((topic, partition, h.base_offset, h.crc), view, h)
         except CodecError:
             out.undecodable += 1
-            empty = None
+            dropped = 0
             pieces.append(view)
             data.append(False)
             cursor = None
             continue
-        offsets, hashes = entry.batch.offsets, entry.hashes
+        offsets, hashes = entry.offsets, entry.hashes
         kept: list[int] = []
         for i, hv in enumerate(hashes):
             if count > 1 and (index != 0 if hv is None else (hv * count) >> 31 != index):
@@ -155,59 +172,32 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
             else:
                 kept.append(i)
                 if cursor is not None and offsets[i] > cursor:
-                    gaps.append((cursor, offsets[i]))
+                    gaps.append((cursor, offsets[i], last_epoch if offsets[i] > h.base_offset else before))
                 cursor = offsets[i] + 1
         out.changed = out.changed or len(kept) < len(hashes)
         if not kept and hashes:
-            empty = (h, keep_records(entry.batch, kept))
+            dropped = h.next_offset
             continue
-        empty = None
-        pieces.append(view if len(kept) == len(hashes) else keep_records(entry.batch, kept))
-        data.append(True)
-    if empty is not None:
-        # Batches left with no record are not sent, except to move the client past the end: kafka-go reads a
-        # record from every batch, records count or not (an empty batch before others stalls it for good),
-        # while a batch's LastOffsetDelta past its last record is what Kafka's compaction leaves and every client
-        # fetches on from there. So the last batch that keeps records is stretched over the empty ones after it
-        # (its offset range only: the records stay); an empty batch goes out only when no such batch precedes it.
-        h, rebuilt = empty
-        if data and data[-1]:
-            pieces[-1] = extend_batch(pieces[-1], h.next_offset)  # as filtered: its own record count
+        dropped = 0
+        if len(kept) == len(hashes):
+            pieces.append(view)
         else:
-            pieces.append(rebuilt)
+            assert entry.batch is not None  # a batch read in place holds one record: kept whole or left out
+            pieces.append(keep_records(entry.batch, kept))
+        data.append(True)
+    if dropped and data and data[-1]:
+        # A batch left with no record is never sent: no client reads one as Kafka means it (kafka-go reads a record
+        # from every batch whatever its count and jumps to an offset of its own, librdkafka finding no message in
+        # a partition's records reports it too large to fetch). The last batch that keeps records is stretched
+        # over the ones left out after it (its offset range only: the records stay), the shape compaction leaves,
+        # from which every client fetches on past them; with no such batch before them, they are simply left out
+        # and the member's next fetch starts past them (the read-ahead cursor, :mod:`.cursor`).
+        pieces[-1] = extend_batch(pieces[-1], dropped)  # as filtered: its own record count
     if cursor is not None and last_next > cursor:
-        gaps.append((cursor, last_next))  # the filtered tail: the client fetches from the last batch's end next
+        # the filtered tail: the client fetches from the last batch's end next
+        gaps.append((cursor, last_next, last_epoch))
     if end != len(records):
         out.changed = True  # a truncated trailing batch: dropped, as clients drop it
     if out.changed:
         out.records = b"".join(pieces)
     return out
-
-
-#: gaps remembered per partition a member holds, the oldest forgotten first (forgetting one only leaves a
-#: position where the client put it)
-_GAPS_MAX = 1024
-
-
-def note_gaps(skips: dict[int, int], gaps: list[tuple[int, int]]) -> None:
-    """Remember a fetch's :attr:`Filtered.gaps` for the member's next commits."""
-    for a, b in gaps:
-        skips[a] = max(b, skips.get(a, b))
-    while len(skips) > _GAPS_MAX:
-        del skips[next(iter(skips))]
-
-
-def skip_filtered(skips: dict[int, int], offset: int) -> int:
-    """The slice's position for a commit of ``offset``: moved past the offsets Sluice left out of the member's
-    fetches right there. Clients that commit "last record received + 1" (franz-go, kafka-go) would otherwise
-    leave their slice's position before the other slices' records that follow their last one, and the stable
-    offset (the minimum over the slices) would stay short of the partition's end for good; those offsets hold
-    no record of the member's slice that it was not handed, so nothing is skipped that it had to consume (the
-    same reason Java's position, its next fetch offset, moves past them). Gaps below the result are forgotten."""
-    seen = 0
-    while offset in skips and seen < _GAPS_MAX:
-        offset = skips[offset]
-        seen += 1
-    for a in [a for a in skips if a < offset]:
-        del skips[a]
-    return offset

@@ -3,7 +3,8 @@ group descriptions, as one piece of :class:`~proxy.core.broker_calls.Work` the I
 
 Each key-hash slice's position is kept in a group of its own, which can have another coordinator than the
 consumers' group: a client's coordinator connection cannot carry these requests, so Sluice makes them itself.
-Within one call the commits are made before the reads, so the reads see them; the descriptions come last. A
+Within one call the commits and the reads are made at once (a read need not see a commit of the same call: it is
+then lower than the truth, never higher); the descriptions come last. A
 coordinator that moved or is loading (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS) is
 found again and asked again after a pause, a bounded number of times; what was answered stays answered.
 
@@ -13,6 +14,7 @@ one), OffsetFetch v8 (several groups in one request per coordinator), DescribeGr
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,6 +99,39 @@ class GroupCall(Work):
         found = await sender.locate(Coordinator(g) for g in self.groups)
         where = {c.key: broker for c, broker in found.items()}
         retry = set(self.groups) - where.keys()
+        # A slice's commit and the reads of the others' positions need no order between them: a read that misses a
+        # commit made meanwhile is lower than the truth, never higher (frontier.py), and the committing member
+        # reads again once its group commit is in (offsets.py, raising the stable offset)
+        outcomes = await asyncio.gather(self._commits(sender, where, retry), self._reads(sender, where, retry),
+                                        return_exceptions=True)
+        failed = [e for e in outcomes if e is not None]
+        if failed:
+            raise failed[0]
+        for broker, names in _by_broker(where, (g for g in self.describe
+                                                if g not in retry and g not in self.described)):
+            body = request_codec(ApiKey.DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
+            answer = await sender.send(ApiKey.DESCRIBE_GROUPS, 5, body, broker)
+            for entry in answer.groups:
+                sender.authorization(entry.error_code, "Describe", group=entry.group_id)
+                if entry.error_code in _COORDINATOR_MOVED:
+                    retry.add(entry.group_id)
+                else:
+                    self.described[entry.group_id] = entry
+        for group in sorted(self.describe_consumer):
+            if group in retry or group in self.described_consumer:
+                continue
+            body = request_codec(ApiKey.CONSUMER_GROUP_DESCRIBE, 0).default().replace(group_ids=[group])
+            answer = await sender.send(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body, where[group])
+            for entry in answer.groups:
+                sender.authorization(entry.error_code, "Describe", group=entry.group_id)
+                if entry.error_code in _COORDINATOR_MOVED:
+                    retry.add(entry.group_id)
+                else:
+                    self.described_consumer[entry.group_id] = entry
+        return retry
+
+    async def _commits(self, sender: Sender, where: Mapping[str, Broker], retry: set[str]) -> None:
+        """The commits not made yet (``retry`` gets the groups whose coordinator moved)."""
         for group, offsets in self.commits.items():
             if group in retry or group in self.committed:
                 continue
@@ -117,6 +152,9 @@ class GroupCall(Work):
                 retry.add(group)
             else:
                 self.committed[group] = codes
+
+    async def _reads(self, sender: Sender, where: Mapping[str, Broker], retry: set[str]) -> None:
+        """The reads not made yet, one OffsetFetch per coordinator (``retry`` as for commits)."""
         for broker, names in _by_broker(where, (g for g in self.reads if g not in retry and g not in self.offsets)):
             body = request_codec(ApiKey.OFFSET_FETCH, 8).default().replace(require_stable=False, groups=[
                 Message(group_id=g, topics=[Message(name=topic, partition_indexes=sorted(
@@ -140,28 +178,6 @@ class GroupCall(Work):
                                                                       p.metadata)
                 if entry.group_id not in retry:
                     self.offsets[entry.group_id] = read
-        for broker, names in _by_broker(where, (g for g in self.describe
-                                                if g not in retry and g not in self.described)):
-            body = request_codec(ApiKey.DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
-            answer = await sender.send(ApiKey.DESCRIBE_GROUPS, 5, body, broker)
-            for entry in answer.groups:
-                sender.authorization(entry.error_code, "Describe", group=entry.group_id)
-                if entry.error_code in _COORDINATOR_MOVED:
-                    retry.add(entry.group_id)
-                else:
-                    self.described[entry.group_id] = entry
-        for group in sorted(self.describe_consumer):
-            if group in retry or group in self.described_consumer:
-                continue
-            body = request_codec(ApiKey.CONSUMER_GROUP_DESCRIBE, 0).default().replace(group_ids=[group])
-            answer = await sender.send(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body, where[group])
-            for entry in answer.groups:
-                sender.authorization(entry.error_code, "Describe", group=entry.group_id)
-                if entry.error_code in _COORDINATOR_MOVED:
-                    retry.add(entry.group_id)
-                else:
-                    self.described_consumer[entry.group_id] = entry
-        return retry
 
 
 def _by_broker(where: Mapping[str, Broker], groups: Iterable[str]) -> list[tuple[Broker, list[str]]]:

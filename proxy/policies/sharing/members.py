@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ...core.exchange import Exchange, Signal
 from ...wire.model import TopicPartition
+from .cursor import Gaps
 from .frontier import DoneTable, Frontier
 from .keys import Slice
 
@@ -45,8 +46,15 @@ class PartitionState:
     table: DoneTable | None = None
     #: where the slice started (the position Sluice answered the client's OffsetFetch with)
     start: int = -1
-    #: offsets left out of its fetches, for its commits (fetch.note_gaps / fetch.skip_filtered)
-    skips: dict[int, int] = field(default_factory=dict)
+    #: offsets read that hold nothing it has yet to be handed: where its fetches start and its commits land
+    #: (:mod:`.cursor`)
+    gaps: Gaps = field(default_factory=Gaps)
+    #: the slice's position as this Sluice last committed (or sent to be committed) or read it (-1: not known), the
+    #: commit of it in flight from this Sluice (one at a time: the next waits, so a lower one never lands last), and
+    #: when Sluice may commit it on past a gap itself next (:func:`.offsets.advance`)
+    committed: int = -1
+    writing: Signal | None = None
+    advance_after: float = 0.0
 
     def narrowed(self, s: Slice) -> PartitionState:
         """This partition held with ``s``, a slice inside this one (the client goes on from its position)."""

@@ -12,6 +12,8 @@ NOT_SHARED_REASONS: Final[tuple[str, ...]] = (
     "undecodable_batch")
 #: why records were left out of a member's fetch response: another member's key slice, or already committed
 FILTER_REASONS: Final[tuple[str, ...]] = ("other_slice", "committed")
+#: what the read-ahead cursor did (proxy/policies/sharing/cursor.py)
+READ_AHEAD_EVENTS: Final[tuple[str, ...]] = ("moved", "fetched_again", "forgotten", "advanced")
 
 
 class SharingMetrics:
@@ -65,6 +67,14 @@ class SharingMetrics:
             "sluice_sharing_stable_offsets_raised_total",
             "Partitions' group commits Sluice made as a member to raise the stable offset, after a concurrent commit "
             "of the partition left the group below it.", registry=r)
+        self.sharing_read_ahead = Counter(
+            "sluice_sharing_read_ahead_total",
+            "The read-ahead cursor, by event: moved (a member's fetch of a partition sent upstream from past offsets "
+            "Sluice read that hold nothing for it), fetched_again (a fetch that got nothing for the member sent "
+            "upstream again, from there, within its wait), forgotten (the broker answered a moved offset out of "
+            "range or diverging: the member fetches from its own offset again), advanced (a slice's position "
+            "committed on by Sluice past offsets its member's fetches found nothing for it at).", ["event"],
+            registry=r)
         self.sharing_cache_bytes = Gauge(
             "sluice_sharing_cache_bytes",
             "Bytes of decoded batches kept for the other members of a partition (sharing.cache_max_bytes).",
@@ -84,3 +94,5 @@ class SharingMetrics:
             self.sharing_records_filtered.labels(filtered)
         for outcome in ("hit", "miss"):
             self.sharing_cache_lookups.labels(outcome)
+        for event in READ_AHEAD_EVENTS:
+            self.sharing_read_ahead.labels(event)

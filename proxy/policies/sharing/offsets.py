@@ -33,7 +33,6 @@ from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView, local_response
 from . import heartbeats, marker
-from .fetch import skip_filtered
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
@@ -206,7 +205,8 @@ def offset_fetch_response(p: Sharing, ex: Exchange, response: ResponseView, info
             f = read.frontiers[tp]
             start = f.start(s)
             if m.partitions is not None:
-                m.partitions[tp] = PartitionState(s, f, f.done_table(s), start)
+                m.partitions[tp] = PartitionState(s, f, f.done_table(s), start,
+                                                  committed=max(start, f.positions.get(s, -1)))
             plain = read.plain[tp]
             if s.whole:
                 meta = decode_metadata(plain.metadata)
@@ -267,10 +267,15 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
                 s = state.slice
             if s.whole and state is not None and state.frontier is not None and not state.frontier.positions:
                 continue  # a whole partition no slice ever consumed: the client's commit is the plain one
+            if state is not None and state.writing is not None and not state.writing.settled:
+                # Sluice's own commit of this slice is in flight (offsets.advance): this one is sent after it,
+                # so the later position lands last
+                ex.pending = state.writing
+                return OffsetTicket(m, group, {})
             wanted[tp] = s
             offset = part.committed_offset
             if state is not None and offset >= 0:
-                offset = skip_filtered(state.skips, offset)
+                offset = state.gaps.position(offset)
             commits[tp] = (offset, part.committed_metadata)
             start = state.start if state is not None else -1
             if not s.whole and offset > start and offset >= 0:
@@ -279,8 +284,25 @@ def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTi
         return None
     ticket = OffsetTicket(m, group, wanted, commits=commits)
     ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted), commits=own)
+    for commit in own.values():
+        for tp, (offset, _) in commit.items():
+            state = (m.partitions or {}).get(tp)
+            if state is not None and state.slice == wanted[tp]:
+                _writing(state, ticket.read)
+                state.committed = max(state.committed, offset)
     ex.pending = ticket.read
     return ticket
+
+
+def _writing(state: PartitionState, commit: Signal) -> None:
+    """``commit`` of the slice's position is in flight: the next one waits for it (:attr:`PartitionState.writing`)."""
+    state.writing = commit
+
+    def done() -> None:
+        if state.writing is commit:
+            state.writing = None
+
+    commit.on_settled(done)
 
 
 def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
@@ -397,6 +419,45 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
         call.on_settled(committed)
 
     read.on_settled(reread)
+
+
+#: a slice's position is committed on past a gap by Sluice itself (:func:`advance`) at most this often
+ADVANCE_INTERVAL_S = 1.0
+
+
+def advance(p: Sharing, m: Member, tp: TopicPartition, state: PartitionState) -> None:
+    """The member's fetch of ``tp`` got nothing of its slice, and Sluice read on past the slice's committed position
+    with nothing for it there (a gap, :mod:`.cursor`): Sluice commits the slice's position on to the gap's end and
+    raises the group's stable offset as the member (:func:`_raise_stable`). A member whose slice has no record in a
+    partition's tail has nothing new to commit ("last record + 1" clients never commit again), and its slice's
+    position would hold the stable offset, which lag tools and a consumer without Sluice read, short of the end for
+    good. The gap holds nothing the member has yet to be handed: nothing is committed that it had to consume. At
+    most every :data:`ADVANCE_INTERVAL_S`, one at a time per partition."""
+    s = state.slice
+    now = p.clock()
+    if s.whole or not m.group or state.committed < 0 or now < state.advance_after \
+            or (state.writing is not None and not state.writing.settled) or (m.partitions or {}).get(tp) is not state:
+        return  # (a state replaced since the fetch: its slice's commits go through the new one)
+    target = state.gaps.after(state.committed)[0]
+    if target <= state.committed:
+        return
+    state.advance_after = now + ADVANCE_INTERVAL_S
+    call = p.submit(GroupCall(commits={slice_group(m.group, s): {tp: (target, None)}}))
+    _writing(state, call)
+    state.committed = target
+    p.metrics.sharing_read_ahead.labels("advanced").inc()
+    if m.kip848 is not None:
+        member = (m.kip848.epoch, m.member_id, None)
+    else:
+        member = (m.generation, m.member_id, None) if not m.standalone else (-1, "", None)
+
+    def committed() -> None:
+        if not call.ok:
+            log.debug("sharing_advance_failed", group=m.group, error=call.error or str(call.committed))
+            return
+        _raise_stable(p, m.group, member, {tp: s}, _layouts(m, [tp]), STABLE_RECHECKS, m.kip848 is not None)
+
+    call.on_settled(committed)
 
 
 # ------------------------------------------------------------------------------------------------ recovery

@@ -10,7 +10,9 @@ for unmodified clients, with commits that stay safe. The pieces, one concept eac
 - :mod:`.frontier`, :mod:`.reads`, :mod:`.offsets`: where positions are stored (one group per slice), the stable
   offset, the committed-work filter, OffsetFetch / OffsetCommit, recovery after a restart;
 - :mod:`.members`: which connection is which member (client host + client.id);
-- :mod:`.fetch`: the records each member gets, and the decoded-batch cache.
+- :mod:`.fetch`: the records each member gets, and the decoded-batch cache;
+- :mod:`.cursor`: where each member's fetches start (past what Sluice read with nothing for it), in and out of
+  fetch sessions, and a fetch sent again within the client's wait.
 
 The three switches (several restrictions, all must allow): ``sharing.enabled`` (this Sluice), ``sharing.topics``
 (per topic, resolved like ``[[throttle.topics]]``), ``sharing.clients`` (per consumer, client.id globs). A member
@@ -25,7 +27,7 @@ the member actually receives.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ...accesslog import LogLimiter, get_logger
@@ -34,17 +36,27 @@ from ...core.exchange import ConnectionInfo, Exchange, Signal
 from ...core.policy import Policy, Services, reads
 from ...core.selectors import ClientSelector
 from ...wire.api_keys import ApiKey
+from ...wire.fetch_fast import (
+    FetchPartition,
+    FetchResponseView,
+    FetchTopic,
+    build_tags,
+    has_diverging_epoch,
+    parse_tags,
+)
+from ...wire.fetch_layout import DIVERGING_EPOCH_TAG, FIRST_TOPIC_ID, PartitionKey
 from ...wire.fetch_request_fast import FetchEdit
 from ...wire.messages import decoded_versions
 from ...wire.model import TopicPartition
 from ...wire.views import FetchResponse, ResponseView
 from ..topic_rules import TopicRules
 from . import groups, heartbeats, offsets
-from .fetch import BatchCache, filter_records, note_gaps
+from .cursor import ClientFetches, Gaps, Sent, slice_end
+from .fetch import BatchCache, filter_records
 from .group_calls import GroupCall
 from .keys import Slice
 from .layout import Layout
-from .members import Member, Members, member_key
+from .members import Member, Members, PartitionState, member_key
 from .metrics import SharingMetrics
 from .settings import SharingSettings
 
@@ -56,13 +68,32 @@ _LOG_INTERVAL_S = 60.0
 #: a withheld fetch's client is not read from again for up to this long (its max_wait_ms if shorter), instead of
 #: fetching again at once in a loop (as throttle.py paces fetchers that got only throttled partitions)
 _WITHHELD_PAUSE_S = 0.5
-
+#: a fetch that got nothing for the member is sent again only with at least this much of the client's wait left,
+#: and only if the broker held it at least this share of the client's wait: one answered at once (records keep
+#: coming) is the client's to fetch again, as soon as Sluice would, without Sluice's loop doing each round
+_AGAIN_MIN_WAIT_MS = 5
+_AGAIN_IF_HELD = 0.1
+#: OFFSET_OUT_OF_RANGE (Kafka's Errors): the broker's answer to a fetch offset it has no records at
+_OFFSET_OUT_OF_RANGE = 1
 
 
 @dataclass(slots=True)
 class FetchTicket:
     member: Member | None
     withhold: bool
+    #: the read-ahead cursor (:mod:`.cursor`): the member's filtered partitions by the request's keys (their
+    #: gaps), what the request (as last sent) asked of them, the request as this policy left it, its connection's
+    #: fetches
+    states: dict[PartitionKey, tuple[TopicPartition, PartitionState]] = field(default_factory=dict)
+    held: dict[PartitionKey, Gaps] = field(default_factory=dict)
+    sent: Sent | None = None
+    edit: FetchEdit | None = None
+    fetches: ClientFetches | None = None
+    #: the partitions of the answers to earlier attempts (the request was sent again), as the member would have had
+    #: them: an answer in the client's fetch session leaves out what did not change since, which is added back
+    carried: dict[PartitionKey, tuple[FetchTopic, FetchPartition]] = field(default_factory=dict)
+    #: when the attempt being answered went upstream (the first: when the request came; -1: not known yet)
+    sent_at: float = -1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +132,9 @@ class Sharing(Policy):
         self.standalone = tuple(StandaloneRule(e.client_id, e.topic, frozenset(e.partitions), Slice.parse(e.slice))
                                 for e in settings.standalone)
         self.members = Members()
+        hits, misses = (self.metrics.sharing_cache_lookups.labels(o) for o in ("hit", "miss"))
         self.cache = BatchCache(settings.cache_max_bytes, self.metrics.sharing_cache_bytes.set,
-                                lambda hit: self.metrics.sharing_cache_lookups.labels("hit" if hit else "miss").inc())
+                                lambda hit: (hits if hit else misses).inc())
         #: the leader's JoinGroup answer per group, for its SyncGroup (the latest round only)
         self.rounds: dict[str, groups.LeaderRound] = {}
         #: KIP-848 groups: the layout of each, from its latest description (heartbeats.py)
@@ -111,6 +143,8 @@ class Sharing(Policy):
         self.stable_lag: dict[str, dict[TopicPartition, int]] = {}
         self._log = LogLimiter(_LOG_INTERVAL_S, self.clock)
         self._gauged: set[str] = set()
+        #: per client connection, its fetches as Sluice sends them on (the read-ahead cursor's session bookkeeping)
+        self.fetches: dict[int, ClientFetches] = {}
 
     # ----------------------------------------------------------------------------------------- switches
 
@@ -185,6 +219,7 @@ class Sharing(Policy):
     def close(self, info: ConnectionInfo) -> None:
         if not self.enabled:
             return
+        self.fetches.pop(info.conn_id, None)
         for m in self.members.detach(info.conn_id, self.clock()):
             if not m.conns and not m.standalone:
                 self.update_gauges(m.group)
@@ -239,6 +274,44 @@ class Sharing(Policy):
         assert isinstance(edit, FetchEdit)
         if edit.view.replica_id >= 0:
             return None
+        ticket = self._fetch_ticket(ex)
+        # Every consumer fetch of the connection goes through the cursor's bookkeeping, filtered or not: its
+        # session is the client's whatever this fetch is, and offsets moved earlier go back to the client's own
+        # once the member's gaps are gone.
+        fetches = self.fetches.get(info.conn_id)
+        if fetches is None:
+            fetches = self.fetches[info.conn_id] = ClientFetches()
+        m = ticket.member if ticket is not None and not ticket.withhold else None
+        states = self._held(m, edit, fetches) if m is not None else {}
+        held = {key: st.gaps for key, (_, st) in states.items()}
+        sent = fetches.plan(edit, held)
+        if sent.moved:
+            self.metrics.sharing_read_ahead.labels("moved").inc(len(sent.moved))
+        if ticket is not None and held:
+            ticket.states, ticket.held, ticket.sent, ticket.edit, ticket.fetches = states, held, sent, edit, fetches
+        return ticket
+
+    def _held(self, m: Member, edit: FetchEdit,
+              fetches: ClientFetches) -> dict[PartitionKey, tuple[TopicPartition, PartitionState]]:
+        """The member's filtered partitions, by the keys of the request's version (topic ids from v13: learnt from
+        what the connection's requests named)."""
+        view = edit.view
+        by_id = view.version >= FIRST_TOPIC_ID
+        ids = fetches.ids
+        if by_id:
+            for tid in view.topic_keys:
+                if isinstance(tid, bytes) and (known := self.names.get(tid)):
+                    ids[known] = tid
+        held: dict[PartitionKey, tuple[TopicPartition, PartitionState]] = {}
+        for tp, st in (m.partitions or {}).items():
+            if st.slice.count == 1 and st.table is None:
+                continue  # whole, nothing filtered out of it
+            topic: str | bytes | None = ids.get(tp[0]) if by_id else tp[0]
+            if topic is not None:
+                held[(topic, tp[1])] = (tp, st)
+        return held
+
+    def _fetch_ticket(self, ex: Exchange) -> FetchTicket | None:
         key = member_key(ex)
         m = self.members.get(key)
         if self.standalone_for(ex.client_id):
@@ -270,40 +343,59 @@ class Sharing(Policy):
     def _fetch_response(self, ex: Exchange, response: ResponseView, ticket: FetchTicket) -> None:
         assert isinstance(response, FetchResponse)
         m = ticket.member
-        withheld = other_slice = committed = undecodable = 0
+        withheld = other_slice = committed = undecodable = forgotten = 0
         changed = False
         names = self.names
-        for topic in response.view.topics:
+        view = response.view
+        sent = ticket.sent
+        for topic in view.topics:
             name = topic.topic or names.get(bytes(topic.topic_id))
             if not name or not self.shareable(name):
                 continue
             tkey = topic.topic or bytes(topic.topic_id)
             for part in topic.partitions:
-                if not part.records:
-                    continue
                 if ticket.withhold:
-                    part.records = b""
-                    withheld += 1
+                    if part.records:
+                        part.records = b""
+                        withheld += 1
                     continue
                 assert m is not None
                 tp = (name, part.partition_index)
                 state = (m.partitions or {}).get(tp)
-                s = state.slice if state is not None else (self.standalone_slice(m.key[1], tp) if m.standalone
-                                                           else None)
-                if s is None:
+                if state is None and m.standalone:
+                    s = self.standalone_slice(m.key[1], tp)
+                    if s is not None:  # a standalone member's partitions are known by its fetches
+                        state = (m.partitions or {}).setdefault(tp, PartitionState(s))
+                if state is None:
                     continue  # a partition it holds no slice of: whole, as the broker sent it
-                records = memoryview(part.records)
-                self.metrics.sharing_filtered_bytes.inc(len(records))
-                out = filter_records(records, s, state.table if state is not None else None, self.cache, tkey,
-                                     part.partition_index)
-                undecodable += out.undecodable
-                if out.gaps and state is not None:
-                    note_gaps(state.skips, out.gaps)
-                if out.changed:
-                    part.records = out.records
-                    other_slice += out.other_slice
-                    committed += out.committed
+                key = (tkey, part.partition_index)
+                if part.records:
+                    records = memoryview(part.records)
+                    self.metrics.sharing_filtered_bytes.inc(len(records))
+                    out = filter_records(records, state.slice, state.table, self.cache, tkey, part.partition_index)
+                    undecodable += out.undecodable
+                    state.gaps.note(out.gaps)
+                    if out.changed:
+                        part.records = out.records
+                        other_slice += out.other_slice
+                        committed += out.committed
+                        changed = True
+                if sent is None or key not in sent.client:
+                    continue
+                if key in sent.moved and (part.error_code == _OFFSET_OUT_OF_RANGE or has_diverging_epoch(part)):
+                    # The broker answered the offset Sluice moved to, not the member's: its read-ahead is forgotten
+                    # and the member, answered with nothing, fetches from its own offset again (in its session:
+                    # the offsets differ, so its next request lists the partition, ClientFetches.plan).
+                    part.records, part.error_code = b"", 0
+                    part.tags = build_tags({t: v for t, v in parse_tags(part.tags).items()
+                                            if t != DIVERGING_EPOCH_TAG})
+                    state.gaps.clear()
+                    forgotten += 1
                     changed = True
+                elif not part.records:
+                    hw = part.high_watermark
+                    slice_end(part, sent.client[key].fetch_offset, state.gaps)
+                    changed = changed or part.high_watermark != hw
         if withheld:
             self.metrics.sharing_withheld.inc(withheld)
             edit = ex.request
@@ -316,5 +408,65 @@ class Sharing(Policy):
             self.metrics.sharing_records_filtered.labels("committed").inc(committed)
         if undecodable:
             self.metrics.sharing_not_shared.labels("undecodable_batch").inc(undecodable)
+        if forgotten:
+            self.metrics.sharing_read_ahead.labels("forgotten").inc(forgotten)
         if changed:
             response.changed = True
+        if sent is not None and self._fetch_again(ex, response, ticket):
+            return
+        if ticket.carried:
+            _carry(view, ticket.carried)
+            response.changed = True
+        if ticket.states:
+            # the member's partitions answered with nothing for it (left out of an answer in its fetch session
+            # when nothing changed): their slices' positions may move on past what was read (offsets.advance)
+            assert m is not None
+            busy = {(t.topic or bytes(t.topic_id), p.partition_index) for t, p in view.partitions()
+                    if p.records or p.error_code}
+            for key, (tp, state) in ticket.states.items():
+                if key not in busy:
+                    offsets.advance(self, m, tp, state)
+
+    def _fetch_again(self, ex: Exchange, response: FetchResponse, ticket: FetchTicket) -> bool:
+        """Send the member's fetch upstream again, from its cursor, when the answer holds nothing for it, the
+        broker answered early (records of other slices came) and the client's wait is not over: its long poll
+        waits for its own records. Not when anything else is in the answer (an error, a throttle, a new leader's
+        address): the client must see it."""
+        view = response.view
+        assert ticket.edit is not None and ticket.sent is not None and ticket.fetches is not None
+        if not ex.may_resend or view.error_code or view.throttle_time_ms or view.node_endpoints:
+            return False
+        now = self.clock()
+        max_wait_ms = ticket.edit.view.max_wait_ms
+        left_ms = int(max_wait_ms - (now - ex.started) * 1000)
+        held_ms = (now - (ticket.sent_at if ticket.sent_at >= 0 else ex.started)) * 1000
+        if left_ms < _AGAIN_MIN_WAIT_MS or held_ms < max_wait_ms * _AGAIN_IF_HELD:
+            return False
+        if any(p.records or p.error_code for _, p in view.partitions()):
+            return False
+        frame = ticket.fetches.again(ticket.edit, ticket.sent, ticket.held, view.session_id, left_ms)
+        if frame is None:
+            return False
+        for t, p in view.partitions():
+            ticket.carried[(t.topic or bytes(t.topic_id), p.partition_index)] = (t, p)
+        self.metrics.sharing_read_ahead.labels("fetched_again").inc()
+        ticket.sent_at = now
+        ex.send_again(frame)
+        return True
+
+
+def _carry(view: FetchResponseView, carried: dict[PartitionKey, tuple[FetchTopic, FetchPartition]]) -> None:
+    """Add to ``view`` (the answer to a request sent again in the client's fetch session) the partitions of the
+    earlier answers it leaves out: the next hop answered those, and left out of this answer what did not change
+    since (KIP-227), which the client has not seen."""
+    present = {(t.topic or bytes(t.topic_id), p.partition_index) for t, p in view.partitions()}
+    by_topic = {t.topic or bytes(t.topic_id): t for t in view.topics}
+    topics = view.topics
+    for key, (t, p) in carried.items():
+        if key in present:
+            continue
+        entry = by_topic.get(key[0])
+        if entry is None:
+            entry = by_topic[key[0]] = FetchTopic(t.topic, t.topic_id, [], t.tags)
+            topics.append(entry)
+        entry.partitions.append(p)

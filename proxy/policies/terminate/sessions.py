@@ -32,28 +32,26 @@ v13+), exactly as it appears on the wire.
 from __future__ import annotations
 
 import random
-import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 
-from ...wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic
+from ...wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, has_diverging_epoch
 from ...wire.fetch_layout import (
-    DIVERGING_EPOCH_TAG,
+    FINAL_EPOCH,
     FIRST_TOPIC_ID,
+    INITIAL_EPOCH,
+    INT32_MAX,
+    INVALID_SESSION_ID,
     PartitionKey,
     TopicKey,
+    next_epoch,
     partition_keys,
 )
 from ...wire.fetch_request_fast import FetchParams, FetchRequestView, check_topic_key
 
 # ------------------------------------------------------------------------------------------- constants
-
-INVALID_SESSION_ID = 0  # FetchMetadata.INVALID_SESSION_ID: "no session"
-INITIAL_EPOCH = 0  # FetchMetadata.INITIAL_EPOCH: full request, create a session
-FINAL_EPOCH = -1  # FetchMetadata.FINAL_EPOCH: full request, no session (sessionless / close)
-INT32_MAX = 2**31 - 1
 
 NONE = 0
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -66,18 +64,6 @@ SESSION_ERRORS = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EP
 DEFAULT_CACHE_SLOTS = 1000
 #: FetchSessionCache evictionMs: a session unused this long may be evicted by any newcomer
 MIN_EVICTION_AGE_S = 120.0
-
-_I32 = struct.Struct(">i")
-
-
-def next_epoch(epoch: int) -> int:
-    """FetchMetadata.nextEpoch: a negative epoch stays FINAL_EPOCH, INT32_MAX wraps to 1 (never back to 0,
-    which would read as a full request), anything else + 1."""
-    if epoch < 0:
-        return FINAL_EPOCH
-    if epoch == INT32_MAX:
-        return 1
-    return epoch + 1
 
 
 def is_full(epoch: int) -> bool:
@@ -321,14 +307,6 @@ class SessionParams(Mapping[PartitionKey, FetchParams]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._partitions
-
-
-def has_diverging_epoch(p: FetchPartition) -> bool:
-    """FetchResponse.isDivergingEpoch: DivergingEpoch (tag 0, v12+) present with epoch >= 0."""
-    if not p.tags:
-        return False
-    raw = p.tagged_fields().get(DIVERGING_EPOCH_TAG)
-    return raw is not None and len(raw) >= 4 and _I32.unpack_from(raw)[0] >= 0
 
 
 def must_respond(cached: CachedPartition, data: FetchPartition, update: bool = True) -> bool:

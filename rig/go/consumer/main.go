@@ -1,4 +1,4 @@
-// A real Go client consumer in a group (franz-go or kafka-go), reporting everything it receives in the JSON-line
+// A real Go client consumer in a group (franz-go, kafka-go or sarama), reporting everything it receives in the JSON-line
 // format of rig/group_consumer.py's Python runners, so the cooperative consumption tests and benches run it as
 // one more client kind:
 //
@@ -10,7 +10,8 @@
 //	                                             starts its partitions from (its own log lines, kept for a diagnosis)
 //
 // Commits are each client's own "last record received + 1" (franz-go's CommitUncommittedOffsets, kafka-go's
-// CommitMessages). SIGTERM: the consumer leaves its group and the process exits 0.
+// CommitMessages, sarama's MarkMessage and Commit; sarama reports a failed commit on its error channel only, with
+// its fetch errors: {"fetch_error": ...}). SIGTERM: the consumer leaves its group and the process exits 0.
 package main
 
 import (
@@ -28,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -213,6 +215,107 @@ func runKafkaGo(ctx context.Context, a args) error {
 	return nil
 }
 
+// saramaHandler consumes each claimed partition in its own goroutine (sarama's ConsumerGroupHandler), with the
+// same polls and commits as the other runners.
+type saramaHandler struct {
+	a  args
+	mu sync.Mutex // the pacer, across the claims' goroutines
+	p  *pacer
+}
+
+func (h *saramaHandler) Setup(s sarama.ConsumerGroupSession) error {
+	emit(map[string]any{"assigned": sorted(s.Claims())})
+	return nil
+}
+
+func (h *saramaHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
+func (h *saramaHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	messages := claim.Messages()
+	for {
+		// a "poll": the first message waited for up to 200 ms, then those already fetched
+		var polled []*sarama.ConsumerMessage
+		timer := time.NewTimer(200 * time.Millisecond)
+	poll:
+		for len(polled) < h.a.maxPollRecords {
+			select {
+			case m, ok := <-messages:
+				if !ok {
+					timer.Stop()
+					return nil // the claim ends: a rebalance, or the session closes
+				}
+				polled = append(polled, m)
+				if len(polled) == 1 {
+					timer.Reset(5 * time.Millisecond)
+				}
+			case <-timer.C:
+				break poll
+			case <-s.Context().Done():
+				timer.Stop()
+				return nil
+			}
+		}
+		timer.Stop()
+		if len(polled) == 0 {
+			continue
+		}
+		records := make([][]any, 0, len(polled))
+		for _, m := range polled {
+			work(h.a.workMs)
+			records = append(records, []any{m.Partition, m.Offset, text(m.Key), text(m.Value)})
+			s.MarkMessage(m, "")
+		}
+		h.mu.Lock()
+		emit(map[string]any{"rs": records})
+		for _, m := range polled {
+			h.p.pending[strconv.Itoa(int(m.Partition))] = m.Offset + 1
+		}
+		if h.p.due() {
+			emit(map[string]any{"committing": h.p.snapshot()})
+			s.Commit() // synchronous with auto-commit off; a failure goes to the group's error channel
+			emit(map[string]any{"commit": h.p.snapshot()})
+			h.p.pending = map[string]int64{}
+		}
+		h.mu.Unlock()
+	}
+}
+
+func runSarama(ctx context.Context, a args) error {
+	strategies := map[string]sarama.BalanceStrategy{"range": sarama.NewBalanceStrategyRange(),
+		"roundrobin": sarama.NewBalanceStrategyRoundRobin()}
+	strategy, ok := strategies[a.strategy]
+	if !ok {
+		return fmt.Errorf("unknown strategy %q", a.strategy)
+	}
+	cfg := sarama.NewConfig()
+	cfg.ClientID = a.clientID
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	cfg.Consumer.Offsets.AutoCommit.Enable = false
+	cfg.Consumer.MaxWaitTime = 200 * time.Millisecond
+	cfg.Consumer.Return.Errors = true
+	cfg.Consumer.Group.Session.Timeout = time.Duration(a.sessionTimeoutMs) * time.Millisecond
+	cfg.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{strategy}
+	group, err := sarama.NewConsumerGroup([]string{a.bootstrap}, a.group, cfg)
+	if err != nil {
+		return err
+	}
+	defer group.Close() // leaves the group
+	go func() {
+		for err := range group.Errors() { // fetches' and commits' alike: sarama's channel does not tell them apart
+			emit(map[string]any{"fetch_error": err.Error()})
+		}
+	}()
+	h := &saramaHandler{a: a, p: &pacer{interval: time.Duration(a.commitIntervalS * float64(time.Second)),
+		pending: map[string]int64{}}}
+	for ctx.Err() == nil {
+		if err := group.Consume(ctx, []string{a.topic}, h); err != nil && ctx.Err() == nil {
+			emit(map[string]any{"fetch_error": err.Error()})
+		}
+	}
+	return nil
+}
+
 func sorted(assigned map[string][]int32) [][]any {
 	var tps [][]any
 	for t, ps := range assigned {
@@ -234,7 +337,7 @@ func sorted(assigned map[string][]int32) [][]any {
 
 func main() {
 	var a args
-	flag.StringVar(&a.client, "client", "franz-go", "franz-go or kafka-go")
+	flag.StringVar(&a.client, "client", "franz-go", "franz-go, kafka-go or sarama")
 	flag.StringVar(&a.bootstrap, "bootstrap", "", "host:port")
 	flag.StringVar(&a.topic, "topic", "", "")
 	flag.StringVar(&a.group, "group", "", "")
@@ -247,7 +350,8 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	run := map[string]func(context.Context, args) error{"franz-go": runFranz, "kafka-go": runKafkaGo}[a.client]
+	run := map[string]func(context.Context, args) error{"franz-go": runFranz, "kafka-go": runKafkaGo,
+		"sarama": runSarama}[a.client]
 	if run == nil {
 		fmt.Fprintf(os.Stderr, "unknown client %q\n", a.client)
 		os.Exit(2)
