@@ -27,7 +27,7 @@ the old one needs none of this: every record of its keys below the client's posi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange
@@ -36,12 +36,10 @@ from ...wire.errors import CodecError
 from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView, local_response
-from . import assignor, marker
+from . import assignor, marker, offsets
 from .keys import WHOLE
 from .members import Member, PartitionState, member_key
-
-if TYPE_CHECKING:
-    from .policy import Sharing
+from .state import LeaderRound, SharingState
 
 log = get_logger("sluice.sharing")
 
@@ -54,17 +52,6 @@ MEMBER_ID_REQUIRED = 79
 
 
 @dataclass(slots=True)
-class LeaderRound:
-    """What the leader's JoinGroup response said, for its SyncGroup: each member's marker and subscription."""
-
-    generation: int
-    protocol: str
-    members: dict[str, assignor.MemberInfo]
-    marked: dict[str, frozenset[str]]
-    subscribed: dict[str, frozenset[str]]
-
-
-@dataclass(slots=True)
 class GroupTicket:
     member: Member | None
     collision: bool
@@ -73,7 +60,7 @@ class GroupTicket:
 # ------------------------------------------------------------------------------------------- JoinGroup
 
 
-def join_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket | None:
+def join_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> GroupTicket | None:
     body = ex.body
     if body.protocol_type != CONSUMER:
         return None
@@ -110,7 +97,7 @@ def join_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket 
     return GroupTicket(m, False)
 
 
-def join_response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+def join_response(p: SharingState, ex: Exchange, response: ResponseView, info: ConnectionInfo,
                   ticket: GroupTicket) -> None:
     assert isinstance(response, MessageResponse)
     body = response.body
@@ -158,7 +145,7 @@ def join_response(p: Sharing, ex: Exchange, response: ResponseView, info: Connec
 # ------------------------------------------------------------------------------------------- SyncGroup
 
 
-def sync_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket | None:
+def sync_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> GroupTicket | None:
     body = ex.body
     if body.get("protocol_type") not in (None, CONSUMER):
         return None
@@ -174,7 +161,7 @@ def sync_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> GroupTicket 
     return GroupTicket(m, collision)
 
 
-def _rewrite(p: Sharing, ex: Exchange, body: Message) -> None:
+def _rewrite(p: SharingState, ex: Exchange, body: Message) -> None:
     """The leader's assignments, rewritten by the key-range assignor where marked members outnumber partitions."""
     group = body.group_id
     round_ = p.rounds.get(group)
@@ -218,7 +205,7 @@ def _rewrite(p: Sharing, ex: Exchange, body: Message) -> None:
                      for m, ss in sorted(plan.slices.items())})
 
 
-def sync_response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+def sync_response(p: SharingState, ex: Exchange, response: ResponseView, info: ConnectionInfo,
                   ticket: GroupTicket) -> None:
     assert isinstance(response, MessageResponse)
     body = response.body
@@ -286,7 +273,7 @@ def sync_response(p: Sharing, ex: Exchange, response: ResponseView, info: Connec
 # -------------------------------------------------------------------------------------------- Heartbeat
 
 
-def heartbeat_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Any:
+def heartbeat_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> Any:
     body = ex.body
     if not p.opted_in(ex):
         return None
@@ -299,5 +286,5 @@ def heartbeat_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Any:
                                        error_code=REBALANCE_IN_PROGRESS))
         return None
     if not m.known and m.recovering is None and m.kip848 is None:
-        p.recover(m)
+        offsets.recover(p, m)
     return None

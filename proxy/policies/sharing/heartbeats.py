@@ -33,7 +33,7 @@ member commits the partitions of its slices like any.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange
@@ -43,9 +43,7 @@ from . import layout as layouts
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
 from .members import HeartbeatState, IdPartition, Member, PartitionState, member_key
-
-if TYPE_CHECKING:
-    from .policy import Sharing
+from .state import SharingState
 
 log = get_logger("sluice.sharing")
 
@@ -74,19 +72,19 @@ def _topics(parts: set[IdPartition]) -> list[Message]:
     return [Message(topic_id=tid, partitions=sorted(ps)) for tid, ps in sorted(by_topic.items())]
 
 
-def _names(p: Sharing, m: Member) -> dict[bytes, str]:
+def _names(p: SharingState, m: Member) -> dict[bytes, str]:
     lay = p.layouts.get(m.group)
     return {tid: name for name, tid in lay.topic_ids.items()} if lay is not None else {}
 
 
-def _name(p: Sharing, names: dict[bytes, str], tid: bytes) -> str | None:
+def _name(p: SharingState, names: dict[bytes, str], tid: bytes) -> str | None:
     return names.get(tid) or p.names.get(tid)
 
 
 # ------------------------------------------------------------------------------------------------ request
 
 
-def request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket | None:
+def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket | None:
     body = ex.body
     m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
     if collision:
@@ -130,7 +128,7 @@ def request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket |
     return ticket
 
 
-def resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTicket) -> HeartbeatTicket:
+def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTicket) -> HeartbeatTicket:
     call = ticket.call
     assert call is not None
     m, st = ticket.member, ticket.state
@@ -154,14 +152,14 @@ def resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTick
     return ticket
 
 
-def _new(p: Sharing, m: Member, st: HeartbeatState) -> bool:
+def _new(p: SharingState, m: Member, st: HeartbeatState) -> bool:
     """Whether the layout as known would hand the client a slice it was not handed: the claims are read anew
     first."""
     given = st.given or set()
     return any(k not in given for k in _desired(p, m, st, _names(p, m)))
 
 
-def recovered(p: Sharing, m: Member, entry: Message) -> dict[TopicPartition, Slice]:
+def recovered(p: SharingState, m: Member, entry: Message) -> dict[TopicPartition, Slice]:
     """A member a restarted Sluice did not see join, from its group's ConsumerGroupDescribe entry: the broker's
     assignment of it, the topics and the slices its client holds (its previous Sluice's claims, in its client id),
     and the group's layout. Returns those slices, whose frontiers the caller reads (:func:`.offsets.recover`)."""
@@ -183,7 +181,7 @@ def recovered(p: Sharing, m: Member, entry: Message) -> dict[TopicPartition, Sli
     return claims
 
 
-def _forward(p: Sharing, ex: Exchange, ticket: HeartbeatTicket) -> None:
+def _forward(p: SharingState, ex: Exchange, ticket: HeartbeatTicket) -> None:
     """The request as the broker gets it: the client id marked with the member's claims, and the owned partitions
     in the broker's terms."""
     body, m, st = ex.body, ticket.member, ticket.state
@@ -219,7 +217,7 @@ def _forward(p: Sharing, ex: Exchange, ticket: HeartbeatTicket) -> None:
 # ----------------------------------------------------------------------------------------------- response
 
 
-def _desired(p: Sharing, m: Member, st: HeartbeatState, names: dict[bytes, str]) -> dict[IdPartition, Slice]:
+def _desired(p: SharingState, m: Member, st: HeartbeatState, names: dict[bytes, str]) -> dict[IdPartition, Slice]:
     """What the member's client should hold: its layout's slices of the shared topics it is marked for, the broker's
     assignment of the other topics (whole)."""
     lay = p.layouts.get(m.group)
@@ -235,7 +233,8 @@ def _desired(p: Sharing, m: Member, st: HeartbeatState, names: dict[bytes, str])
     return out
 
 
-def response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo, ticket: HeartbeatTicket) -> None:
+def response(p: SharingState, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+             ticket: HeartbeatTicket) -> None:
     assert isinstance(response, MessageResponse)
     body = response.body
     m, st = ticket.member, ticket.state

@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange, Signal
@@ -38,9 +38,7 @@ from .group_calls import GroupCall
 from .keys import WHOLE, Slice
 from .members import Member, PartitionState, member_key
 from .reads import FrontierRead
-
-if TYPE_CHECKING:
-    from .policy import Sharing
+from .state import SharingState
 
 log = get_logger("sluice.sharing")
 
@@ -48,7 +46,7 @@ COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 
 
-def _member(p: Sharing, ex: Exchange, info: ConnectionInfo, group: str, member_id: str) -> Member | None:
+def _member(p: SharingState, ex: Exchange, info: ConnectionInfo, group: str, member_id: str) -> Member | None:
     """The member a group's offset request speaks for: a configured standalone consumer, or the group member
     under this key (made if a member id says it is one, its slices then recovered)."""
     key = member_key(ex)
@@ -63,7 +61,7 @@ def _member(p: Sharing, ex: Exchange, info: ConnectionInfo, group: str, member_i
     if collision:
         return None
     if not m.known and m.recovering is None and member_id and m.kip848 is None:
-        p.recover(m)  # a KIP-848 member's are learnt from its heartbeats (heartbeats.py)
+        recover(p, m)  # a KIP-848 member's are learnt from its heartbeats (heartbeats.py)
     return m
 
 
@@ -80,14 +78,14 @@ class OffsetTicket:
     recheck: dict[TopicPartition, Slice] = field(default_factory=dict)
 
 
-def _name(p: Sharing, t: Message) -> str | None:
+def _name(p: SharingState, t: Message) -> str | None:
     """A request's or response's topic by name: OffsetFetch and OffsetCommit v10+ (Kafka 4.2+, KIP-848) name topics
     by id only, resolved like Fetch v13+'s through the topic names Sluice knows or looks up (the answer keeps the
     form the client used)."""
     return t.name if "name" in t.fields() else p.names.get(bytes(t.topic_id))
 
 
-def _wait_for_names(p: Sharing, ex: Exchange, topics: list[Message] | None) -> Signal | None:
+def _wait_for_names(p: SharingState, ex: Exchange, topics: list[Message] | None) -> Signal | None:
     """A Signal settled once the names of the topic ids among ``topics`` are known (or given up on), set as the
     request's wait; None when nothing is missing (names, or v9- topics by name)."""
     ids = [bytes(t.topic_id) for t in topics or () if "name" not in t.fields()]
@@ -99,7 +97,7 @@ def _wait_for_names(p: Sharing, ex: Exchange, topics: list[Message] | None) -> S
     return done
 
 
-def _slice_for(p: Sharing, m: Member, tp: TopicPartition) -> Slice | None:
+def _slice_for(p: SharingState, m: Member, tp: TopicPartition) -> Slice | None:
     if m.standalone:
         s = p.standalone_slice(m.key[1], tp)
         if s is not None and m.partitions is not None and tp not in m.partitions:
@@ -119,7 +117,7 @@ def _requested(body: Message) -> list[tuple[str, list[Message] | None]]:
     return [(body.group_id, body.topics)]
 
 
-def offset_fetch_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> OffsetTicket | None:
+def offset_fetch_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> OffsetTicket | None:
     body = ex.body
     requested = _requested(body)
     if len(requested) != 1:
@@ -139,7 +137,8 @@ def offset_fetch_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Offs
     return _plan_fetch(p, ex, m, group, topics)
 
 
-def _plan_fetch(p: Sharing, ex: Exchange, m: Member, group: str, topics: list[Message] | None) -> OffsetTicket | None:
+def _plan_fetch(p: SharingState, ex: Exchange, m: Member, group: str,
+                topics: list[Message] | None) -> OffsetTicket | None:
     if topics is None:
         wanted_tps = list(m.partitions or {})
     else:
@@ -163,7 +162,7 @@ def _layouts(m: Member, tps: Any) -> dict[TopicPartition, set[int]]:
     return out
 
 
-def offset_fetch_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
+def offset_fetch_resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
     if ticket.read is None:  # waited for the member's recovery or for topic names
         if not ticket.member.known:
             return None
@@ -174,7 +173,7 @@ def offset_fetch_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: 
     return ticket
 
 
-def offset_fetch_response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+def offset_fetch_response(p: SharingState, ex: Exchange, response: ResponseView, info: ConnectionInfo,
                           ticket: OffsetTicket) -> None:
     assert isinstance(response, MessageResponse)
     body = response.body
@@ -229,7 +228,7 @@ def plain_client(metadata: str | None) -> str | None:
 # ----------------------------------------------------------------------------------------- OffsetCommit
 
 
-def offset_commit_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> OffsetTicket | None:
+def offset_commit_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> OffsetTicket | None:
     body = ex.body
     m = _member(p, ex, info, body.group_id, body.member_id)
     if m is None:
@@ -244,7 +243,7 @@ def offset_commit_request(p: Sharing, ex: Exchange, info: ConnectionInfo) -> Off
     return _plan_commit(p, ex, m, body)
 
 
-def _plan_commit(p: Sharing, ex: Exchange, m: Member, body: Message) -> OffsetTicket | None:
+def _plan_commit(p: SharingState, ex: Exchange, m: Member, body: Message) -> OffsetTicket | None:
     group = body.group_id
     commits: dict[TopicPartition, tuple[int, str | None]] = {}
     wanted: dict[TopicPartition, Slice] = {}
@@ -305,7 +304,7 @@ def _writing(state: PartitionState, commit: Signal) -> None:
     commit.on_settled(done)
 
 
-def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
+def offset_commit_resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
     body = ex.body
     if ticket.read is None:  # waited for the member's recovery or for topic names
         if not ticket.member.known:
@@ -356,7 +355,7 @@ def offset_commit_resume(p: Sharing, ex: Exchange, info: ConnectionInfo, ticket:
     return None
 
 
-def offset_commit_response(p: Sharing, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+def offset_commit_response(p: SharingState, ex: Exchange, response: ResponseView, info: ConnectionInfo,
                            ticket: OffsetTicket) -> None:
     """The member's commit is in: the partitions whose stable offset another slice held back are read again
     (:func:`_raise_stable`)."""
@@ -377,7 +376,7 @@ def offset_commit_response(p: Sharing, ex: Exchange, response: ResponseView, inf
 STABLE_RECHECKS = 3
 
 
-def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], slices: dict[TopicPartition, Slice],
+def _raise_stable(p: SharingState, group: str, member: tuple[int, str, str | None], slices: dict[TopicPartition, Slice],
                   layouts: dict[TopicPartition, set[int]], rounds: int, kip848: bool = False) -> None:
     """Two members of a partition committing at once each commit their slice, then read the other's: one of them
     may read the other's position from before its commit, and the group's commits of the two can land in either
@@ -425,7 +424,7 @@ def _raise_stable(p: Sharing, group: str, member: tuple[int, str, str | None], s
 ADVANCE_INTERVAL_S = 1.0
 
 
-def advance(p: Sharing, m: Member, tp: TopicPartition, state: PartitionState) -> None:
+def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionState) -> None:
     """The member's fetch of ``tp`` got nothing of its slice, and Sluice read on past the slice's committed position
     with nothing for it there (a gap, :mod:`.cursor`): Sluice commits the slice's position on to the gap's end and
     raises the group's stable offset as the member (:func:`_raise_stable`). A member whose slice has no record in a
@@ -463,7 +462,7 @@ def advance(p: Sharing, m: Member, tp: TopicPartition, state: PartitionState) ->
 # ------------------------------------------------------------------------------------------------ recovery
 
 
-def recover(p: Sharing, m: Member) -> Signal:
+def recover(p: SharingState, m: Member) -> Signal:
     """Learn ``m``'s slices and frontiers back from the group (after a Sluice restart): DescribeGroups for its
     assignment as the leader sent it (slices included), then the frontiers of its shared partitions. A KIP-848
     member (its group described by ConsumerGroupDescribe; a classic group is not found there) is learnt from its

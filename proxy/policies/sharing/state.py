@@ -1,0 +1,137 @@
+"""The state cooperative consumption keeps for one proxy, and the switches every part of it reads: what the policy
+(:mod:`.policy`, the chain's hooks) and its helpers (:mod:`.groups`, :mod:`.heartbeats`, :mod:`.offsets`) share.
+The helpers take a :class:`SharingState`, the policy is one: so the helpers never import the policy.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from ...accesslog import LogLimiter, get_logger
+from ...core.broker_calls import BrokerRequests
+from ...core.exchange import Exchange
+from ...core.policy import Services
+from ...core.selectors import ClientSelector
+from ...wire.model import TopicPartition
+from ..topic_rules import TopicRules
+from . import assignor
+from .cursor import ClientFetches
+from .fetch import BatchCache
+from .group_calls import GroupCall
+from .keys import Slice
+from .layout import Layout
+from .members import Members
+from .metrics import SharingMetrics
+from .settings import SharingSettings
+
+__all__ = ["LeaderRound", "SharingState", "StandaloneRule"]
+
+log = get_logger("sluice.sharing")
+
+#: how often one kind of event is logged per group at most (a misconfigured consumer repeats it every rebalance)
+_LOG_INTERVAL_S = 60.0
+
+
+@dataclass(slots=True)
+class LeaderRound:
+    """What the leader's JoinGroup response said, for its SyncGroup: each member's marker and subscription."""
+
+    generation: int
+    protocol: str
+    members: dict[str, assignor.MemberInfo]
+    marked: dict[str, frozenset[str]]
+    subscribed: dict[str, frozenset[str]]
+
+
+
+@dataclass(frozen=True, slots=True)
+class StandaloneRule:
+    client_id: str
+    topic: str
+    partitions: frozenset[int]
+    slice: Slice
+
+
+
+class SharingState:
+    """What cooperative consumption keeps for one proxy (its members, the layouts and rounds of its groups, the
+    decoded-batch cache, the read-ahead bookkeeping) and the switches (opted in, shareable, standalone)."""
+
+    def __init__(self, settings: SharingSettings, services: Services, metrics: SharingMetrics) -> None:
+        self.settings = settings
+        self.enabled = settings.enabled
+        self.metrics = metrics
+        self.clock = services.clock
+        self.names = services.names
+        #: Sluice's own group requests (submitted through :meth:`submit`, which counts what came of each)
+        self.calls: BrokerRequests = services.broker
+        self.rules: TopicRules[bool] = TopicRules({t.topic: t.shared for t in settings.topics})
+        self.clients = tuple(ClientSelector(c) if isinstance(c, str) else ClientSelector.of(c)
+                             for c in settings.clients)
+        self.standalone = tuple(StandaloneRule(e.client_id, e.topic, frozenset(e.partitions), Slice.parse(e.slice))
+                                for e in settings.standalone)
+        self.members = Members()
+        hits, misses = (self.metrics.sharing_cache_lookups.labels(o) for o in ("hit", "miss"))
+        self.cache = BatchCache(settings.cache_max_bytes, self.metrics.sharing_cache_bytes.set,
+                                lambda hit: (hits if hit else misses).inc())
+        #: the leader's JoinGroup answer per group, for its SyncGroup (the latest round only)
+        self.rounds: dict[str, LeaderRound] = {}
+        #: KIP-848 groups: the layout of each, from its latest description (heartbeats.py)
+        self.layouts: dict[str, Layout] = {}
+        #: per group, per partition: furthest slice position - stable offset, at the last commit through here
+        self.stable_lag: dict[str, dict[TopicPartition, int]] = {}
+        self._log = LogLimiter(_LOG_INTERVAL_S, self.clock)
+        self._gauged: set[str] = set()
+        #: per client connection, its fetches as Sluice sends them on (the read-ahead cursor's session bookkeeping)
+        self.fetches: dict[int, ClientFetches] = {}
+
+    # ----------------------------------------------------------------------------------------- switches
+
+    def opted_in(self, ex: Exchange) -> bool:
+        """The first switch: a consumer opts in by what ``sharing.clients`` selects of it (client.id, and the
+        connection's SASL principal and address)."""
+        info = ex.info
+        principal, host = (info.principal, info.client_host) if info is not None else (None, "")
+        return any(c.matches(ex.client_id, principal, host) for c in self.clients)
+
+    def submit(self, call: GroupCall) -> GroupCall:
+        """Hand ``call`` to Sluice's own group requests; once it settles, counted as ``ok`` or ``failed`` (the
+        I/O failed as a whole) in ``sluice_sharing_group_calls_total``."""
+        call.on_settled(lambda: self.metrics.sharing_group_calls.labels("ok" if call.error is None else "failed")
+                        .inc())
+        return self.calls.submit(call)
+
+    def shareable(self, topic: str) -> bool:
+        return bool(self.rules.get(topic))
+
+    def standalone_for(self, client_id: str | None) -> bool:
+        return any(fnmatch.fnmatchcase(client_id or "", r.client_id) for r in self.standalone)
+
+    def standalone_slice(self, client_id: str, tp: TopicPartition) -> Slice | None:
+        for r in self.standalone:
+            if r.topic == tp[0] and (not r.partitions or tp[1] in r.partitions) \
+                    and fnmatch.fnmatchcase(client_id, r.client_id):
+                return r.slice
+        return None
+
+    def not_shared(self, reason: str, client_id: str | None, group: str, detail: str = "") -> None:
+        self.metrics.sharing_not_shared.labels(reason).inc()
+        if self._log.allow((reason, group, client_id)) is not None:
+            log.warning(f"sharing_{reason}", group=group, client_id=client_id, detail=detail or None)
+
+    def update_gauges(self, group: str) -> None:
+        members = self.members.of_group(group)
+        shared = {tp: st.slice.count for m in members for tp, st in (m.partitions or {}).items()
+                  if st.slice.count > 1}
+        if not members and group in self._gauged:
+            for gauge in (self.metrics.sharing_partitions, self.metrics.sharing_partition_members,
+                          self.metrics.sharing_stable_lag):
+                gauge.remove(group)
+            self._gauged.discard(group)
+            self.stable_lag.pop(group, None)
+            self.layouts.pop(group, None)
+            return
+        self._gauged.add(group)
+        self.metrics.sharing_partitions.labels(group).set(len(shared))
+        self.metrics.sharing_partition_members.labels(group).set(max(shared.values(), default=0))
