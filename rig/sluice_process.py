@@ -40,11 +40,12 @@ __all__ = ["SluiceProcess", "pick_ports"]
 
 def pick_ports(node_id: int) -> tuple[int, int, int]:
     """(bootstrap port, broker port base, admin port): all free, and base above bootstrap as the config
-    requires (broker node N listens on base + N, so base + node_id is the free port picked for it)."""
+    requires (broker node N listens on base + N, so base + node_id is the free port picked for it). The admin port
+    is never the base either: the config refuses that (node 0's port, proxy/config/loader.py)."""
     for _ in range(20):
         a, b, admin = free_ports(3)
         bootstrap, node_port = min(a, b), max(a, b)
-        if node_port - node_id > bootstrap:
+        if node_port - node_id > bootstrap and admin != node_port - node_id:
             return bootstrap, node_port - node_id, admin
     raise RigError("could not pick free ports with broker_port_base above bootstrap_port")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -19,6 +20,19 @@ from bench.analytics import rounded
 from proxy.analytics.session import build_session
 
 LOOPBACK = "127.0.0.1"
+# pytest-timeout's 300 s (pyproject.toml) guards against a hang; it also counts a module fixture's setup, and these
+# tests' fixtures run whole Spark jobs. `make test` runs them at nice 19 beside the broker session, and .ci/run beside
+# the oldest-Kafka session and the benches too: there, starved of CPU, test_generated's fixture (~60 s on an idle
+# machine) went past 300 s and was stopped mid-chart. The guard stays, with room for a saturated machine.
+SPARK_TIMEOUT_S = 1200
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:  # the hook sees the whole session's items: only this directory's
+        if here in item.path.parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT_S))
+
 # Small and explicit: the test data is tiny, so fewer shuffle partitions means fewer empty tasks.
 TEST_CONF = {
     "spark.sql.shuffle.partitions": "4",

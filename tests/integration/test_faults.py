@@ -431,7 +431,12 @@ class CommittingConsumer:
     def _run(self, bootstrap: str) -> None:
         consumer = KafkaConsumer(self.topic, bootstrap_servers=bootstrap, client_id="fault-committing",
                                  group_id=f"g-{self.topic}", enable_auto_commit=False, auto_offset_reset="earliest",
-                                 fetch_max_wait_ms=100, max_poll_records=50, reconnect_backoff_max_ms=1000)
+                                 fetch_max_wait_ms=100, max_poll_records=50, reconnect_backoff_max_ms=1000,
+                                 # 30 s, not kafka-python's 10: on a saturated CI machine its heartbeat thread
+                                 # was late often enough for the coordinator to drop the member before it had
+                                 # fetched once (0 records in 60 s, then LeaveGroup answered UNKNOWN_MEMBER_ID).
+                                 # What this test checks is Sluice's kills, not the group's heartbeats.
+                                 session_timeout_ms=30_000)
         try:
             while not self._stop.is_set():
                 batch = consumer.poll(timeout_ms=200)
@@ -517,7 +522,7 @@ def test_sluice_kill9_and_restart_under_session_consumers(broker: KafkaBroker, u
         consumer = CommittingConsumer(sluice.bootstrap, unique_topic)
         try:
             for share in (3, 2):
-                consumer.wait_unique(PARTITIONS * rounds // share, 60)
+                consumer.wait_unique(PARTITIONS * rounds // share, 120)
                 # Waited for, not read once: a consumer that joins late (a loaded machine) gets the records
                 # produced so far in the full fetch that opens its session, so reaching the share proves no
                 # incremental fetch yet; the next ones are (the producer goes on, an empty poll is one too).
