@@ -28,7 +28,7 @@ Modes:
 - ``sluice-change``: the leader throttle, raised to twice ``--throttle`` once half the bytes have moved (a live
   ``PUT /throttles``): the per-second rate before and after the change shows from when it applies.
 
-The plan is KIP-73's (``sluice throttle plan``, proxy/policies/throttle_sizing.py): bytes / (throttle - inbound);
+The plan is KIP-73's (``sluice throttle plan``, proxy/policies/throttle/sizing.py): bytes / (throttle - inbound);
 nothing is produced to the moving topic, so inbound is 0. Each throttled move starts with its quota's history idle
 (Kafka's SimpleRate over 11 x 1 s windows: bytes recorded within the last 11 s would let the next move run ahead
 of the throttle until the rate is reached again; the same holds for Kafka's quota), so the bench waits until

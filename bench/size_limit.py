@@ -1,5 +1,5 @@
 """Memory under load: peak RSS of Sluice while 50 concurrent consumers drain a backlog, with and without a
-1 MiB budget and the global response-memory bound (KIP-74 policy, proxy/policies/size_limit.py).
+1 MiB budget and the global response-memory bound (KIP-74 policy, proxy/policies/size_limit/).
 
 ``python -m bench.size_limit [--consumers 50] [--mib 32] [--bound-mib 16]``
 

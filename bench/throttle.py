@@ -1,5 +1,5 @@
 """Throttle accuracy seen by the client: the byte rate a throttled consumer actually receives through Sluice's
-leader throttle (KIP-73 policy, proxy/policies/throttle.py), per second and over Kafka's 11 s quota window, for
+leader throttle (KIP-73 policy, proxy/policies/throttle/), per second and over Kafka's 11 s quota window, for
 clients that use incremental fetch sessions (KIP-227) and for session-less ones, in both session modes.
 
 ``python -m bench.throttle [--seconds 33] [--rate 1] [--mib 512] [--modes passthrough,terminate]

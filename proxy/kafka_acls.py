@@ -1,5 +1,5 @@
-"""The Kafka ACLs Sluice's own principals need on a cluster with an authorizer: one list, from which the README's
-table is made (``python -m proxy.kafka_acls`` prints it; a unit test holds the README to it), which the rig applies
+"""The Kafka ACLs Sluice's own principals need on a cluster with an authorizer: one list, from which docs/security.md's
+table is made (``python -m proxy.kafka_acls`` prints it; a unit test holds the page to it), which the rig applies
 to its locked-down broker (``allow.everyone.if.no.acl.found=false``) and which names what is missing when a call is
 refused (:class:`AclReporter`: one log event per missing permission, never a misleading one). Sans-IO.
 
@@ -37,7 +37,7 @@ FLEET_GROUP = TRANSACTIONAL_ID = "sluice-fleet-{fleet}"
 
 @dataclass(frozen=True, slots=True)
 class Acl:
-    """One README row: ``role`` may ``operations`` on ``resource`` ``name`` (a template) for ``needed_by``."""
+    """One row of the table: ``role`` may ``operations`` on ``resource`` ``name`` (a template) for ``needed_by``."""
 
     role: Role
     resource: Resource
@@ -88,7 +88,7 @@ _ROLE_TEXT = {"instance": "every instance", "writer": "instances that change the
 
 
 def readme_table() -> str:
-    """The README's ACL table (Markdown), placeholders as ``<fleet>``..."""
+    """docs/security.md's ACL table (Markdown), placeholders as ``<fleet>``..."""
     rows = ["| principal | resource | name | pattern | operations | needed for |", "|---|---|---|---|---|---|"]
     for acl in ACLS:
         name = acl.name.replace("{", "<").replace("}", ">")

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
@@ -101,21 +102,23 @@ def _doc(model: type[BaseModel]) -> str:
     return " ".join((model.__doc__ or "").split())
 
 
-def _section(model: type[BaseModel], dotted: str, table: str) -> Iterator[str]:
+def _section(model: type[BaseModel], dotted: str, table: str, in_list: bool = False) -> Iterator[str]:
+    """``in_list``: the table is (within) a list of tables, whose keys no environment variable sets (the loader
+    refuses one: a list is set whole, in the file)."""
     yield f"### `{table}`\n"
     doc = _doc(model)
     if doc:
         yield f"{doc}\n"
     rows = []
-    nested: list[tuple[type[BaseModel], str, str]] = []
+    nested: list[tuple[type[BaseModel], str, str, bool]] = []
     for name, field in model.model_fields.items():
         sub, many = _model_of(field.annotation)
         key = f"{dotted}.{name}"
         if sub is not None:
-            nested.append((sub, key, f"[[{key}]]" if many else f"[{key}]"))
+            nested.append((sub, key, f"[[{key}]]" if many else f"[{key}]", in_list or many))
             if not many:
                 continue
-        env = f"`SLUICE_{key.upper().replace('.', '__')}`" if sub is None else ""
+        env = f"`SLUICE_{key.upper().replace('.', '__')}`" if sub is None and not in_list else ""
         rows.append(f"| `{name}` | {_cell(_type_name(field.annotation)) if sub is None else 'list of tables'} | "
                     f"{_default(field) if sub is None else '`[]`'} | {_cell(field.description or '')} | {env} |")
     if rows:
@@ -123,8 +126,8 @@ def _section(model: type[BaseModel], dotted: str, table: str) -> Iterator[str]:
         yield "|---|---|---|---|---|"
         yield from rows
         yield ""
-    for sub, key, sub_table in nested:
-        yield from _section(sub, key, sub_table)
+    for sub, key, sub_table, sub_in_list in nested:
+        yield from _section(sub, key, sub_table, sub_in_list)
 
 
 def configuration_markdown(model: type[CoreSettings] = Settings) -> str:
@@ -179,6 +182,7 @@ def access_log_markdown() -> str:
 def metrics_markdown() -> str:
     """Every metric of a proxy built with every registered policy, by name."""
     from .app import load_settings
+    from .fleet.control import FleetMetrics
     from .server import Proxy
 
     proxy = Proxy(load_settings(None, env={}))
@@ -187,13 +191,27 @@ def metrics_markdown() -> str:
            "each is exported from the start, at 0 where it counts. Label values are bounded (no label per client "
            "id unless a rule asks for it).\n",
            "| metric | type | labels | meaning |", "|---|---|---|---|"]
-    families = sorted(proxy.metrics.registry.collect(), key=lambda f: f.name)
-    for family in families:
-        labels = sorted({k for s in family.samples for k in s.labels if k not in ("le", "quantile")})
-        name = family.name + ("_total" if family.type == "counter" else "")
-        out.append(f"| `{name}` | {family.type} | {', '.join(f'`{label}`' for label in labels)} | "
-                   f"{_cell(family.documentation)} |")
+    # The fleet's metrics are made when [fleet] starts; made here on the same registry, they are listed too.
+    FleetMetrics(proxy.metrics.registry)
+    for name, (kind, labels, documentation) in sorted(_families(proxy.metrics.registry).items()):
+        name += "_total" if kind == "counter" else ""
+        out.append(f"| `{name}` | {kind} | {', '.join(f'`{label}`' for label in labels)} | {_cell(documentation)} |")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _families(registry: CollectorRegistry) -> dict[str, tuple[str, list[str], str]]:
+    """Each metric family's (type, label names, help), from what its collector describes and what it collects: a
+    labelled metric with no child yet has no sample to read its labels from, and a collector that exports only in
+    some configurations (the quota's fleet gauges) describes what it would. prometheus_client lists neither a
+    registry's collectors nor a metric's label names publicly; these are its long-standing attributes."""
+    out: dict[str, tuple[str, list[str], str]] = {}
+    for collector in list(registry._collector_to_names):
+        label_names = list(getattr(collector, "_labelnames", ()))
+        for family in [*getattr(collector, "describe", list)(), *collector.collect()]:
+            seen = {k for s in family.samples for k in s.labels if k not in ("le", "quantile")}
+            kind, labels, _ = out.get(family.name, (family.type, [], ""))
+            out[family.name] = (kind, sorted({*labels, *label_names, *seen}), family.documentation)
+    return out
 
 
 PAGES = {"configuration.md": configuration_markdown, "access-log.md": access_log_markdown,

@@ -15,7 +15,7 @@ uncompressed batch in place: a low-rate topic's batches hold one record each, an
 The record layout read here is ``DefaultRecord``'s (proxy/codecs/Record.json): Length varint, Attributes int8,
 TimestampDelta varlong, OffsetDelta varint, Key varbytes, then Value and Headers, which are not read. The
 result equals decoding with :func:`~proxy.wire.records.decode_batch`, dropping records and encoding with
-:func:`~proxy.wire.records.encode_batch` (tests/property/test_record_filter.py), at a fraction of the cost.
+:func:`~proxy.wire.records.encode_batch` (tests/property/test_records_props.py), at a fraction of the cost.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ ShareFetch responses would leave records acquired but unseen, and after two such
   ShareFetch response is within the budget (plus the response's own fields), the budget binds (without it the
   consumers ask for far more), every record produced is delivered and acknowledged (the access log's
   ``share_acknowledged``), and the share-group's Sluice metrics count what was acquired and acknowledged.
-- A consumer throttle: the rate is a bench's (bench/share_throttle.py); here, the throttled consumers still get
+- A consumer throttle: the rate is a bench's (python -m bench.throttle --share); here, the throttled consumers still get
   every record, and nothing is acknowledged other than accepted.
 - A client quota (``[quota]``): the rate is ``python -m bench.quota``'s; here, a share consumer held by a fetch
   quota gets every record once, every one accepted, none archived.

@@ -1,8 +1,8 @@
 """bench.soak's and bench.storm's own analysis without a broker (smoke tests, so the benches do not rot; never a
 timing): quantiles from histogram bucket deltas as Prometheus computes them, the per-interval line and the
 summary of a soak, the storm's percentiles and upstream set-up share. The measurements themselves need the real
-broker: ``python -m bench.soak``, ``python -m bench.storm`` (tests/integration/test_bench_smoke.py runs both
-briefly)."""
+broker: ``python -m bench.soak``, ``python -m bench.storm`` (make bench-smoke runs
+both briefly)."""
 
 from __future__ import annotations
 

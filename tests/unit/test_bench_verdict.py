@@ -1,4 +1,4 @@
-"""bench/verdict.py: the check every bench's summary carries fails on each planted fault (a dropped partition, a
+"""bench/support/verdict.py: the check every bench's summary carries fails on each planted fault (a dropped partition, a
 duplicate, a gap, a record out of order, a changed record) and passes on the real thing; goals are met only by
 figures that are there and on the right side; the exit status follows the check, and the goals with --check."""
 

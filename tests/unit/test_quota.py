@@ -1,4 +1,4 @@
-"""proxy/policies/quota.py: the window arithmetic of Kafka's SimpleRate over a SampledTotal (KIP-73's quota)."""
+"""proxy/core/rate.py: the window arithmetic of Kafka's SimpleRate over a SampledTotal (KIP-73's quota)."""
 
 from __future__ import annotations
 

@@ -83,6 +83,11 @@ class QuotaMetrics:
         self._fleet.book, self._fleet.clock = book, clock
 
 
+_REACHABLE_DOC = ("1 while this instance reads its own usage reports back from the fleet's usage topic (the shares "
+                  "follow the fleet), 0 while not (the fallback).")
+_LIVE_DOC = "Instances of the fleet this one heard from lately, itself included: what a fleet quota is shared by."
+
+
 class _FleetCollector(Collector):
     """The fleet's gauges, read from the book when scraped (only while an entry is fleet-scoped)."""
 
@@ -90,15 +95,16 @@ class _FleetCollector(Collector):
         self.book: QuotaBook | None = None
         self.clock: Callable[[], float] | None = None
 
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """What it exports while an entry is fleet-scoped (the metrics reference lists it: proxy/reference.py)."""
+        yield GaugeMetricFamily("sluice_quota_fleet_usage_reachable", _REACHABLE_DOC)
+        yield GaugeMetricFamily("sluice_quota_fleet_live_instances", _LIVE_DOC)
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         book, clock = self.book, self.clock
         if book is None or clock is None or not book.quotas.fleet:
             return
         shares = book.fleet
-        yield GaugeMetricFamily("sluice_quota_fleet_usage_reachable",
-                                "1 while this instance reads its own usage reports back from the fleet's usage "
-                                "topic (the shares follow the fleet), 0 while not (the fallback).",
+        yield GaugeMetricFamily("sluice_quota_fleet_usage_reachable", _REACHABLE_DOC,
                                 value=0 if shares.state == "unreachable" else 1)
-        yield GaugeMetricFamily("sluice_quota_fleet_live_instances",
-                                "Instances of the fleet this one heard from lately, itself included: what a fleet "
-                                "quota is shared by.", value=shares.live(clock()))
+        yield GaugeMetricFamily("sluice_quota_fleet_live_instances", _LIVE_DOC, value=shares.live(clock()))
