@@ -212,7 +212,7 @@ def _read(spark: SparkSession, logs: Logs, opts: JobOptions, say: Callable[[str]
 #: a Spark job of its own (AdaptiveSparkPlanExec materializes the shuffle stages one by one) to re-plan the rest from
 #: their sizes, and after the read every query here is over small tables - a rollup, the Parquet tables - where
 #: there is nothing to re-plan and the extra jobs were the cost (half of the job's Spark jobs, measured at 2M lines:
-#: docs/PERFORMANCE.md, "Landed report, fewer jobs"). The results do not depend on it (the tests, bench.analytics).
+#: docs/PERFORMANCE.md, Analytics). The results do not depend on it (the tests, bench.analytics).
 #: It holds over the session's own value (session.py turns adaptive execution on for every other query: landing, the
 #: stream) and over ``sluice report --conf``'s, for the job's queries only.
 JOB_CONF = {"spark.sql.adaptive.enabled": "false"}

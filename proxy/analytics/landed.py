@@ -229,7 +229,7 @@ class LandedRollups:
     # sums, minima and maxima over coarser keys (aggregates.py), so a key's rows from several micro-batches, or
     # windows finer than the report's, give the same table as their merge would - without the merge, a hash
     # aggregation over every landed row on all eight keys (~3 of the tables phase's ~22 JVM CPU-s at 2M lines:
-    # docs/PERFORMANCE.md, "Landed report, fewer jobs").
+    # docs/PERFORMANCE.md, Analytics).
     def rollup(self, window_s: int) -> DataFrame:
         return self.tables["rollup"]
 
