@@ -67,11 +67,13 @@ $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)
 # at the lowest CPU priority (nice 19), so it takes mostly the cycles the rest leaves idle and hardly delays a test
 # that waits on a clock; each session has its own brokers, on free ports. Spark's output follows the rest's, whole.
 # Each session picks its ports from a range of its own (rig/kafka.py PORT_RANGE_ENV), below the kernel's ephemeral
-# range (32768 up): sessions side by side never pick the same port (.ci/run runs bench-smoke beside them too).
-PORTS_TEST      ?= 10000-19999
+# range (32768 up): sessions side by side never pick the same port (.ci/run runs bench-smoke beside them too), nor
+# one that docker-compose.yml publishes (19092, 19094, 9644, 9090: .ci/run runs make test-image beside them).
+PORTS_TEST      ?= 10000-18999
 PORTS_ANALYTICS ?= 20000-23999
 PORTS_OLDEST    ?= 24000-29999
 PORTS_BENCH     ?= 30000-32767
+PORTS_IMAGE     ?= 19100-19999
 test: install lint-only
 	@spark_log=$$(mktemp); trap 'rm -f "$$spark_log"' EXIT; \
 	SLUICE_PORT_RANGE=$(PORTS_ANALYTICS) nice -n 19 $(PY) -m pytest -q tests/analytics >"$$spark_log" 2>&1 & spark=$$!; \
@@ -136,7 +138,7 @@ lint: install lint-only
 # Podman, podman-compose and the base images (local stand-ins when no registry answers) are rig/image.py's job;
 # they are kept in ~/.cache/sluice/podman between runs.
 test-image: install
-	$(PY) -m rig.image
+	SLUICE_PORT_RANGE=$(PORTS_IMAGE) $(PY) -m rig.image
 
 lint-only: docs-only
 	$(VENV)/bin/ruff check $(LINT_DIRS) tests config/grafana examples

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import tempfile
 import time
 import uuid
@@ -30,6 +29,7 @@ from typing import Any
 
 from rig.deploy import CHART, MANIFESTS, RENDERINGS, DeployError, helm, kubecheck, template
 from rig.image import SLUICE_IMAGE, ImageTestError, app_events, compose_images, run
+from rig.kafka import free_ports
 
 NETWORK = "sluice-kube"
 BROKER_POD = "sluice-kafka"
@@ -79,10 +79,6 @@ def app_values(topic: str, group: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def free_host_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def poll(what: str, probe: Callable[[], str | None], timeout: float, interval: float = 0.3) -> None:
@@ -142,7 +138,7 @@ def _run(env: Mapping[str, str]) -> None:
     kafka_image = compose_images()["kafka"]
     if run(["podman", "network", "exists", NETWORK], env=env, check=False, quiet=True).returncode != 0:
         run(["podman", "network", "create", NETWORK], env=env)
-    host_port = free_host_port()
+    host_port = free_ports(1)[0]  # from the session's range (Makefile PORTS_IMAGE), not the ephemeral one
     topic, group = f"pod-{uuid.uuid4().hex[:8]}", "pod-app"
     with tempfile.TemporaryDirectory(prefix="sluice-pod-") as tmp:
         work = Path(tmp)
