@@ -70,7 +70,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.support.verdict import add_options, at_most, emit, exit_status, summary
-from proxy.app import load_settings
+
+try:
+    from proxy.app import load_settings
+except ImportError:  # pragma: no cover - revisions before the composition root (--compare)
+    from proxy.config import load_settings  # type: ignore[attr-defined,no-redef]
 
 try:
     from proxy.policies.terminate.sessions import LEGACY, FetchMetadata, FetchParams, PartitionKey, UpstreamPlan
