@@ -62,25 +62,33 @@ $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)
 	touch $@
 
 # Lint first: main stays ruff- and mypy-clean (cheap next to the suite).
-# Two pytest sessions at once: Spark's tests (tests/analytics, CPU-bound: local[2]) beside the rest, which mostly
-# wait on Kafka's clocks (heartbeats, sessions, retries) and leave about one core of two idle. Spark's session runs
-# at the lowest CPU priority (nice 19), so it takes mostly the cycles the rest leaves idle and hardly delays a test
-# that waits on a clock; each session has its own brokers, on free ports. Spark's output follows the rest's, whole.
+# Three pytest sessions at once. The broker-facing tests mostly wait on Kafka's clocks (heartbeats, sessions,
+# retries, a JVM client's start) and leave much of the two cores idle, so the client tests (tests/clients, the
+# slowest half) run in a session of their own beside the rest. Spark's tests (tests/analytics, CPU-bound: local[2])
+# run at the lowest CPU priority (nice 19): they take mostly the cycles the others leave idle and hardly delay a
+# test that waits on a clock. Each session has its own brokers, on free ports; the others' output follows the
+# rest's, whole.
 # Each session picks its ports from a range of its own (rig/kafka.py PORT_RANGE_ENV), below the kernel's ephemeral
 # range (32768 up): sessions side by side never pick the same port (.ci/run runs bench-smoke beside them too), nor
 # one that docker-compose.yml publishes (19092, 19094, 9644, 9090: .ci/run runs make test-image beside them).
-PORTS_TEST      ?= 10000-18999
+PORTS_TEST      ?= 10000-14499
+PORTS_CLIENTS   ?= 14500-18999
 PORTS_ANALYTICS ?= 20000-23999
 PORTS_OLDEST    ?= 24000-29999
 PORTS_BENCH     ?= 30000-32767
 PORTS_IMAGE     ?= 19100-19999
 test: install lint-only
-	@spark_log=$$(mktemp); trap 'rm -f "$$spark_log"' EXIT; \
-	SLUICE_PORT_RANGE=$(PORTS_ANALYTICS) nice -n 19 $(PY) -m pytest -q tests/analytics >"$$spark_log" 2>&1 & spark=$$!; \
-	status=0; SLUICE_PORT_RANGE=$(PORTS_TEST) $(PY) -m pytest -q tests/ examples/ --ignore=tests/analytics || status=$$?; \
+	@logs=$$(mktemp -d); trap 'rm -rf "$$logs"' EXIT; \
+	SLUICE_PORT_RANGE=$(PORTS_ANALYTICS) nice -n 19 $(PY) -m pytest -q tests/analytics >"$$logs/analytics" 2>&1 & \
+	spark=$$!; \
+	SLUICE_PORT_RANGE=$(PORTS_CLIENTS) $(PY) -m pytest -q tests/clients >"$$logs/clients" 2>&1 & clients=$$!; \
+	status=0; SLUICE_PORT_RANGE=$(PORTS_TEST) $(PY) -m pytest -q tests/ examples/ --ignore=tests/analytics \
+	    --ignore=tests/clients || status=$$?; \
+	clients_status=0; wait $$clients || clients_status=$$?; \
+	echo "# tests/clients, beside the rest (exit $$clients_status)"; cat "$$logs/clients"; \
 	spark_status=0; wait $$spark || spark_status=$$?; \
-	echo "# tests/analytics, beside the rest (exit $$spark_status)"; cat "$$spark_log"; \
-	[ $$status -eq 0 ] && [ $$spark_status -eq 0 ]
+	echo "# tests/analytics, beside the rest (exit $$spark_status)"; cat "$$logs/analytics"; \
+	[ $$status -eq 0 ] && [ $$clients_status -eq 0 ] && [ $$spark_status -eq 0 ]
 
 # The broker tests on the oldest supported Kafka (KAFKA_OLDEST in rig/kafka.py); the version is one setting.
 TESTS ?= tests/
