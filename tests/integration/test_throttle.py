@@ -165,7 +165,11 @@ def consume_java(bootstrap: str, topic: str, java_tools: JavaTools, name: str) -
 def consume_kafka_python(bootstrap: str, topic: str, name: str) -> list[tuple[bytes, bytes]]:
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=f"backfill-kp-{name}",
                              group_id=f"kp-{name}-{time.time()}", auto_offset_reset="earliest",
-                             enable_auto_commit=False, max_partition_fetch_bytes=256 * 1024)
+                             enable_auto_commit=False, max_partition_fetch_bytes=256 * 1024,
+                             # 30 s, not kafka-python's 10: on a saturated machine its heartbeat thread was late
+                             # often enough for the coordinator to drop the member again and again (nothing read
+                             # in 120 s, then LeaveGroup answered UNKNOWN_MEMBER_ID); the test is the throttle's
+                             session_timeout_ms=30_000)
     got: list[tuple[bytes, bytes]] = []
     try:
         deadline = time.monotonic() + 120
