@@ -15,7 +15,8 @@ processed before it died):
   it succeeded: every record reported before a ``commit``, of those partitions, below those offsets, is committed;
   the records between a ``committing`` and a killed consumer's end may or may not be (the commit may have landed
   before the kill); ``{"commit_failed": "<error>"}`` when the client said the commit failed (the positions stay
-  pending: the next commit carries them).
+  pending: the next commit carries those of partitions the client still holds). librdkafka's ``commit`` reports
+  the positions the client says it committed.
 
 Every call into a client is bounded (``CALL_TIMEOUT_S``): a client that cannot get an answer fails with its own
 error on stderr, and the process exits non-zero, rather than retrying for ever (kafka-python's ``position()`` and
@@ -242,11 +243,17 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
                 continue
             _emit({"committing": dict(pacer.pending)})
             try:
-                consumer.commit(asynchronous=False)
+                committed = consumer.commit(asynchronous=False)
             except KafkaException as e:
                 _emit({"commit_failed": str(e)})
                 continue
-            _emit({"commit": pacer.done()})
+            # librdkafka commits the positions it stored for the partitions assigned now, not those pending here: a
+            # partition leaving the assignment drops what was stored for it (rdkafka_assignment.c,
+            # rd_kafka_assignment_remove), so positions a commit that failed before a rebalance left pending are
+            # not in it. Reported: what it says it committed
+            pacer.done()
+            _emit({"commit": {str(tp.partition): tp.offset for tp in committed or ()
+                              if tp.error is None and tp.offset >= 0}})
     finally:
         consumer.close()
 

@@ -64,10 +64,19 @@ class Member(ConsumerProcess):
 
     def committed(self) -> tuple[set[str], set[str]]:
         """(values certainly committed, values reported after the last commit attempt: certainly not)."""
-        done: set[str] = set()
+        done, after = self._commits()
+        return set(done), after
+
+    def committed_at(self) -> dict[str, float]:
+        """Each value certainly committed, with when it was known to be: the time (``time.monotonic``) the report
+        of the first successful commit covering it was read (the commit landed before that)."""
+        return self._commits()[0]
+
+    def _commits(self) -> tuple[dict[str, float], set[str]]:
+        done: dict[str, float] = {}
         seen: list[Got] = []
         after: set[str] = set()
-        for e in self.reported():
+        for t, e in self.timed_events():
             for r in e.get("rs", ()):
                 seen.append(Got(*r))
                 after.add(r[3])
@@ -75,7 +84,9 @@ class Member(ConsumerProcess):
                 after = set()
             if "commit" in e:
                 positions = {int(p): o for p, o in e["commit"].items()}
-                done |= {g.value for g in seen if g.partition in positions and g.offset < positions[g.partition]}
+                for g in seen:
+                    if g.partition in positions and g.offset < positions[g.partition]:
+                        done.setdefault(g.value, t)
         return done, after
 
 
@@ -236,23 +247,39 @@ def describe_twice(members: list[Member], values: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _by_assignment(m: Member) -> list[list[Got]]:
+    """``m``'s records in runs, a new one at each assignment it reported. A partition handed (again) resumes from its
+    committed offset (KafkaConsumer's javadoc, "Offsets and Consumer Position"; an eager rebalance hands every
+    partition again), below what the consumer had received when its last commit had not succeeded: order holds
+    within a run. Records delivered again after they were committed are the duplicate checks' to find."""
+    runs: list[list[Got]] = [[]]
+    for e in m.reported():
+        if "assigned" in e:
+            runs.append([])
+        runs[-1].extend(Got(*r) for r in e.get("rs", ()))
+    return runs
+
+
 def check_in_order(m: Member) -> None:
-    """Within each partition, a consumer gets records in increasing offsets (so each key's in produced order)."""
-    last: dict[int, int] = {}
-    for g in m.received:
-        assert g.offset > last.get(g.partition, -1), f"{m.client_id}: partition {g.partition} went back"
-        last[g.partition] = g.offset
+    """Within each partition, a consumer gets records in increasing offsets (so each key's in produced order), for
+    as long as it holds the partition (:func:`_by_assignment`)."""
+    for run in _by_assignment(m):
+        last: dict[int, int] = {}
+        for g in run:
+            assert g.offset > last.get(g.partition, -1), f"{m.client_id}: partition {g.partition} went back"
+            last[g.partition] = g.offset
 
 
 def check_in_key_order(m: Member) -> None:
-    """Each key's records reach a consumer in increasing offsets: what a partition's records keep when its slices
-    change under a consumer (a slice handed again starts from its committed position, below the consumer's last
-    offset of other keys)."""
-    last: dict[tuple[int, str], int] = {}
-    for g in m.received:
-        k = (g.partition, g.key)
-        assert g.offset > last.get(k, -1), f"{m.client_id}: key {g.key} of partition {g.partition} went back"
-        last[k] = g.offset
+    """Each key's records reach a consumer in increasing offsets, for as long as it holds the partition
+    (:func:`_by_assignment`): what a partition's records keep when its slices change under a consumer (a slice
+    handed again starts from its committed position, below the consumer's last offset of other keys)."""
+    for run in _by_assignment(m):
+        last: dict[tuple[int, str], int] = {}
+        for g in run:
+            k = (g.partition, g.key)
+            assert g.offset > last.get(k, -1), f"{m.client_id}: key {g.key} of partition {g.partition} went back"
+            last[k] = g.offset
 
 
 def check_keys_at_one_consumer(members: Iterable[Member]) -> None:
