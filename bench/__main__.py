@@ -28,9 +28,10 @@ from typing import Any
 from rig.kafka import PORT_RANGE_ENV, listen_port_range
 
 HERE = Path(__file__).resolve().parent
-#: a smoke run that takes longer than this has stopped being one (the whole set is sized for under 5 minutes on an
-#: idle machine; CI runs it at the lowest CPU priority beside the tests)
-SMOKE_TIMEOUT_S = 600.0
+#: a smoke run that takes longer than this has hung: a guard, not a measure (the whole set is sized for under 5
+#: minutes on an idle machine; CI runs it at the lowest CPU priority beside three test sessions, where the CPU-bound
+#: ones wait for the cycles the tests leave: bench.analytics's Spark jobs went past 600 s there)
+SMOKE_TIMEOUT_S = 1200.0
 
 
 def benches() -> list[str]:
