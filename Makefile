@@ -72,9 +72,10 @@ $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)
 # Three pytest sessions at once. The broker-facing tests mostly wait on Kafka's clocks (heartbeats, sessions,
 # retries, a JVM client's start) and leave much of the two cores idle, so the client tests (tests/clients, the
 # slowest half) run in a session of their own beside the rest. Spark's tests (tests/analytics, CPU-bound: local[2])
-# run at the lowest CPU priority (nice 19): they take mostly the cycles the others leave idle and hardly delay a
-# test that waits on a clock. Each session has its own brokers, on free ports; the others' output follows the
-# rest's, whole.
+# run at a low CPU priority (nice 10): they take mostly the cycles the others leave idle and hardly delay a test
+# that waits on a clock, yet come before what CI runs at the lowest (nice 19: the benches' smoke runs, the image),
+# which left them starved for 25 minutes. Each session has its own brokers, on free ports; the others' output
+# follows the rest's, whole.
 # Each session picks its ports from a range of its own (rig/kafka.py PORT_RANGE_ENV), below the kernel's ephemeral
 # range (32768 up): sessions side by side never pick the same port (.ci/run runs bench-smoke beside them too), nor
 # one that docker-compose.yml publishes (19092, 19094, 9644, 9090: .ci/run runs make test-image beside them).
@@ -86,7 +87,7 @@ PORTS_BENCH     ?= 30000-32767
 PORTS_IMAGE     ?= 19100-19999
 test: install lint-only
 	@logs=$$(mktemp -d); trap 'rm -rf "$$logs"' EXIT; \
-	SLUICE_PORT_RANGE=$(PORTS_ANALYTICS) nice -n 19 $(PY) -m pytest -q tests/analytics >"$$logs/analytics" 2>&1 & \
+	SLUICE_PORT_RANGE=$(PORTS_ANALYTICS) nice -n 10 $(PY) -m pytest -q tests/analytics >"$$logs/analytics" 2>&1 & \
 	spark=$$!; \
 	SLUICE_PORT_RANGE=$(PORTS_CLIENTS) $(PY) -m pytest -q tests/clients >"$$logs/clients" 2>&1 & clients=$$!; \
 	status=0; SLUICE_PORT_RANGE=$(PORTS_TEST) $(PY) -m pytest -q tests/ examples/ --ignore=tests/analytics \
