@@ -33,7 +33,7 @@ route_sluice_logs_to_pytest()  # passing tests print no log lines (tests/support
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Spark's tests (tests/analytics) run last, each module's in its order: they are the suite's CPU-bound part
     (local[2] keeps both cores busy), while the broker and client tests mostly wait on Kafka's clocks. (``make test``
-    runs them in a session of their own, at the lowest CPU priority, beside the rest: see the Makefile.)"""
+    runs them in a session of their own, at a low CPU priority, beside the rest: see the Makefile.)"""
     items.sort(key=lambda item: item.nodeid.startswith("tests/analytics/"))  # stable: the rest keep their order
 
 

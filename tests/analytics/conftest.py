@@ -21,9 +21,10 @@ from proxy.analytics.session import build_session
 
 LOOPBACK = "127.0.0.1"
 # pytest-timeout's 300 s (pyproject.toml) guards against a hang; it also counts a module fixture's setup, and these
-# tests' fixtures run whole Spark jobs. `make test` runs them at nice 19 beside the broker session, and .ci/run beside
-# the oldest-Kafka session and the benches too: there, starved of CPU, test_generated's fixture (~60 s on an idle
-# machine) went past 300 s and was stopped mid-chart. The guard stays, with room for a saturated machine.
+# tests' fixtures run whole Spark jobs. `make test` runs them at low priority (nice 10) beside the broker sessions,
+# and .ci/run beside the oldest-Kafka session and the benches too: there, starved of CPU, test_generated's fixture
+# (~60 s on an idle machine) went past 300 s and was stopped mid-chart. The guard stays, with room for a saturated
+# machine.
 SPARK_TIMEOUT_S = 1200
 
 
