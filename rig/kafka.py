@@ -858,7 +858,9 @@ class KafkaBroker:
             "--config", str(self.config_path),
         ]  # fmt: skip
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+            # A hang guard: a format that writes its class-data archive (the first on a machine, cds_options) at
+            # nice 19 beside CI's test sessions took over 120 s.
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as exc:
             cds_finish(pending, clean_exit=False)
             raise RigError(f"kafka storage format timed out after {exc.timeout:.0f}s") from exc
