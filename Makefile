@@ -117,8 +117,8 @@ test-kafka-oldest: install
 # test; the fleet's transactions and compacted topic stay, in the other fleet tests). Sharing on 4.1.2 runs once per
 # group protocol and per protocol generation of its clients, not once per client: six consumers with the Java
 # client (classic and KIP-848) and with franz-go (the newest versions first: OffsetCommit v9 on 4.1, v10 on 4.2+),
-# one member killed (confluent), the mixed classic/KIP-848 group; the other clients and the KIP-848 kill/restart
-# tests exercise Sluice's side, the same on either release.
+# one member killed (confluent), the mixed classic/KIP-848 group; the other clients and the kill/restart tests
+# (every Sluice killed and restarted, classic and KIP-848) exercise Sluice's side, the same on either release.
 KAFKA_BEHAVIOUR_TESTS := tests/cluster tests/clients/test_sharing.py tests/clients/test_sessions_clients.py \
 	tests/clients/test_java.py tests/integration/test_sessions_terminate.py tests/integration/test_throttle.py \
 	tests/integration/test_throttle_admin.py tests/clients/test_fleet_locked.py
@@ -128,7 +128,8 @@ KAFKA_BEHAVIOUR_K := not test_batches_filtered_empty_are_read_by_every_client an
 	not confluent-classic and not kafka-python-classic and not aiokafka-classic and not kafka-go-classic and \
 	not confluent-consumer and not one_killed_mid_way[kafka-python] and not one_killed_mid_way[aiokafka] and \
 	not test_kip848_consumer_and_its_sluice_killed_mid_way_nothing_lost and \
-	not test_kip848_member_without_sluice_keeps_whole_partitions and not test_kip848_every_sluice_killed_and_restarted
+	not test_kip848_member_without_sluice_keeps_whole_partitions and not test_kip848_every_sluice_killed_and_restarted \
+	and not test_every_sluice_killed_and_restarted_positions_come_back_from_kafka
 test-kafka-oldest-behaviour:
 	$(MAKE) test-kafka-oldest TESTS="$(KAFKA_BEHAVIOUR_TESTS)" K="$(KAFKA_BEHAVIOUR_K)"
 
