@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import base64
+import collections
 import contextlib
 import ctypes
 import fcntl
@@ -457,9 +458,15 @@ def listen_port_range() -> range:
     return range(10_000, low) if low - 10_000 >= 4_096 else range(0)
 
 
+#: ports this process handed out lately: free when picked, bound only later (a cluster picks its sidecars' ports
+#: before it starts the brokers that name them, and then the brokers' own), so a later pick must not hand one out
+#: again (seen: a sidecar that could not bind the port a broker had been given since)
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=512)
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` distinct TCP ports free to listen on, below the ephemeral range when the machine leaves room (else
-    picked by the kernel); all sockets held open until all are picked."""
+    picked by the kernel), none handed out by this process lately; all sockets held open until all are picked."""
     socks: list[socket.socket] = []
     candidates = listen_port_range()
     try:
@@ -470,8 +477,13 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             except OSError:
                 s.close()  # taken (a listener, a socket in TIME_WAIT): another pick
                 continue
+            if candidates and s.getsockname()[1] in _HANDED_OUT:
+                s.close()  # free now, but given to a listener that binds later: another pick
+                continue
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+        ports = [s.getsockname()[1] for s in socks]
+        _HANDED_OUT.extend(ports)
+        return ports
     finally:
         for s in socks:
             s.close()
