@@ -516,7 +516,10 @@ def recover(p: SharingState, m: Member) -> Signal:
             if m.recovering is done and read.error is None:
                 m.partitions = {tp: PartitionState(s, read.frontiers[tp], read.frontiers[tp].done_table(s),
                                                    read.frontiers[tp].start(s)) for tp, s in handed.items()}
+                # a KIP-848 member comes back this way too when the broker handed it partitions while its Sluice
+                # was down (fenced past its session, it joined again): its OffsetFetch, not its heartbeat, says so
                 log.info("sharing_member_recovered", group=m.group, member_id=m.member_id, client_id=m.key[1],
+                         protocol="consumer" if m.kip848 is not None else "classic",
                          partitions={f"{t}-{part}": str(s) for (t, part), s in sorted(handed.items())})
                 p.update_gauges(m.group)
             if m.recovering is done:
