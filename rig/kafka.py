@@ -119,16 +119,28 @@ def find_java() -> str:
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """Each partition of ``topic`` and its end offset (the offset its next record will get), as the broker reports
     them (ListOffsets, latest): how the benches count what a run stored."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     # The admin client's ListOffsets (it finds each partition's leader itself): a consumer's watermark query answered
-    # "Local: Unknown partition" right after a broker was paused and resumed.
+    # "Local: Unknown partition" right after a broker was paused and resumed. Right after a resume it can also answer
+    # "No leaders found" (_NOENT) or a retriable error (UNKNOWN_LEADER_EPOCH) while its metadata catches up: asked
+    # again until answered, within 60 s.
+
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
-    asked = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
-                               request_timeout=30)
-    return {tp.partition: int(future.result(timeout=60).offset) for tp, future in asked.items()}
+    deadline = time.monotonic() + 60
+    while True:
+        partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+        asked = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+                                   request_timeout=30)
+        try:
+            return {tp.partition: int(future.result(timeout=60).offset) for tp, future in asked.items()}
+        except KafkaException as e:
+            error = e.args[0]
+            transient = {KafkaError._NOENT, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.LEADER_NOT_AVAILABLE,
+                         KafkaError.NOT_LEADER_FOR_PARTITION}
+            if not (error.retriable() or error.code() in transient) or time.monotonic() > deadline:
+                raise
 
 
 #: a record as :func:`read_topic` gives it: (offset, key, value)
