@@ -1,4 +1,4 @@
-// A real Kafka Streams application for the rig (rig/streams_app.py, issue #25): counts the words of an input
+// A real Kafka Streams application for the rig (rig/streams_app.py): counts the words of an input
 // topic's values into an output topic ("word" -> "count" as a decimal string), the counting example of Kafka's
 // own documentation, through whatever bootstrap it is given (Sluice's in the tests). The repartition by word
 // and the counts' changelog are internal topics Streams creates itself, so a run also exercises CreateTopics,
