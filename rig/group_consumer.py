@@ -60,8 +60,11 @@ GO_CONSUMER = Path(os.environ.get("SLUICE_GO_CONSUMER") or Path(sys.prefix) / "b
 CALL_TIMEOUT_S = 45.0
 
 
-def _emit(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
+def _emit(obj: dict[str, Any]) -> None:
+    # "at": when the consumer reported it, on the machine's monotonic clock (CLOCK_MONOTONIC, one for every process):
+    # comparable between consumers, where the time the test's reader thread got the line is not (a busy machine
+    # delays one pipe's reader more than another's)
+    sys.stdout.write(json.dumps({**obj, "at": time.monotonic()}) + "\n")
     sys.stdout.flush()
 
 
@@ -307,7 +310,8 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
 
 class ConsumerProcess:
     """A consumer subprocess (this module's, or any that prints one record per line: ``parse`` turns a line into an
-    event like this module's, or None to skip it) and every event it reported, with when it arrived.
+    event like this module's, or None to skip it) and every event it reported, with when: the consumer's own
+    "at" where it says (this module's), else when the line arrived.
 
     Its stderr is kept in a file (``stderr_path``, drained from the pipe as written, so a chatty client never
     blocks on a full pipe); :meth:`check_alive` fails, naming the consumer, its exit code and its stderr, once the
@@ -352,8 +356,9 @@ class ConsumerProcess:
         for line in self.proc.stdout:
             event = self._parse(line)
             if event is not None:
+                at = event.pop("at", None)  # this module's consumers say when (_emit); others are timed here
                 with self._lock:
-                    self.events.append((time.monotonic(), event))
+                    self.events.append((at if isinstance(at, float) else time.monotonic(), event))
 
     def _keep_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -412,7 +417,7 @@ class ConsumerProcess:
             return [e for _, e in self.events]
 
     def timed_events(self) -> list[tuple[float, dict[str, Any]]]:
-        """(when it was reported, event) for every event, in order."""
+        """(when it was reported, event) for every event, in order (see the class's docstring for "when")."""
         with self._lock:
             return list(self.events)
 

@@ -111,23 +111,13 @@ class GroupCall(Work):
                                                 if g not in retry and g not in self.described)):
             body = request_codec(ApiKey.DESCRIBE_GROUPS, 5).default().replace(groups=sorted(names))
             answer = await sender.send(ApiKey.DESCRIBE_GROUPS, 5, body, broker)
-            for entry in answer.groups:
-                sender.authorization(entry.error_code, "Describe", group=entry.group_id)
-                if entry.error_code in _COORDINATOR_MOVED:
-                    retry.add(entry.group_id)
-                else:
-                    self.described[entry.group_id] = entry
+            _file_described(sender, answer.groups, retry, self.described)
         for group in sorted(self.describe_consumer):
             if group in retry or group in self.described_consumer:
                 continue
             body = request_codec(ApiKey.CONSUMER_GROUP_DESCRIBE, 0).default().replace(group_ids=[group])
             answer = await sender.send(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body, where[group])
-            for entry in answer.groups:
-                sender.authorization(entry.error_code, "Describe", group=entry.group_id)
-                if entry.error_code in _COORDINATOR_MOVED:
-                    retry.add(entry.group_id)
-                else:
-                    self.described_consumer[entry.group_id] = entry
+            _file_described(sender, answer.groups, retry, self.described_consumer)
         return retry
 
     async def _commits(self, sender: Sender, where: Mapping[str, Broker], retry: set[str]) -> None:
@@ -178,6 +168,17 @@ class GroupCall(Work):
                                                                       p.metadata)
                 if entry.group_id not in retry:
                     self.offsets[entry.group_id] = read
+
+
+def _file_described(sender: Sender, entries: Iterable[Any], retry: set[str], into: dict[str, Any]) -> None:
+    """A DescribeGroups or ConsumerGroupDescribe answer's groups: each filed ``into``, or put back in ``retry`` when
+    its coordinator moved (both answers carry a group_id and an error_code per group)."""
+    for entry in entries:
+        sender.authorization(entry.error_code, "Describe", group=entry.group_id)
+        if entry.error_code in _COORDINATOR_MOVED:
+            retry.add(entry.group_id)
+        else:
+            into[entry.group_id] = entry
 
 
 def _by_broker(where: Mapping[str, Broker], groups: Iterable[str]) -> list[tuple[Broker, list[str]]]:
