@@ -10,7 +10,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rig.sluice_process import SluiceProcess
+from rig.sluice_process import START_TIMEOUT_S, SluiceProcess
 
 if TYPE_CHECKING:
     from rig.java_tools import JavaTools
@@ -30,7 +30,7 @@ def fleet_env(name: str, control_bootstrap: str | None = None, **settings: str) 
     return env
 
 
-def start_fleet(upstreams: Sequence[str], env: Mapping[str, str], start_timeout: float = 60.0,
+def start_fleet(upstreams: Sequence[str], env: Mapping[str, str], start_timeout: float = START_TIMEOUT_S,
                 together: bool = False) -> list[SluiceProcess]:
     """One Sluice per upstream (each its own ports; node_id i+1); all or none (RigError). One after the other, or
     ``together`` (all spawned, then each waited for: a few at once on this machine's two cores), from this thread:

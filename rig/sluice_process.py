@@ -50,6 +50,12 @@ def pick_ports(node_id: int) -> tuple[int, int, int]:
     raise RigError("could not pick free ports with broker_port_base above bootstrap_port")
 
 
+#: how long a start may take before the rig calls it hung (a guard: a start is never timed by it). On an idle machine
+#: Sluice is ready in about a second; CI starts benches' Sluices at the lowest CPU priority beside its test sessions,
+#: where starts took 11-16 s and some went past 30 s.
+START_TIMEOUT_S = 120.0
+
+
 class SluiceProcess:
     """``python -m proxy run`` in front of ``upstream`` (``host:port``), on free 127.0.0.1 ports.
 
@@ -65,7 +71,7 @@ class SluiceProcess:
         access_log: str | os.PathLike[str] | None = None,
         *,
         node_id: int = 1,
-        start_timeout: float = 30.0,
+        start_timeout: float = START_TIMEOUT_S,
         python: str | None = None,
         ports: tuple[int, int, int] | None = None,
         code: Path | None = None,
