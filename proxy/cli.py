@@ -25,7 +25,7 @@ took over signal handling. Missing or unreadable wire specs (proxy/codecs/, pack
 
 Adding a subcommand is one ``_Command`` entry in ``COMMANDS``: a
 function adding its arguments to its sub-parser and a function running it and returning the exit code.
-Heavy imports (aiohttp, uvloop, the server) happen inside the command that needs them, so ``check-config``
+Heavy imports (uvloop, the server, the admin server) happen inside the command that needs them, so ``check-config``
 and ``version`` start fast.
 """
 
