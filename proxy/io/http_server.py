@@ -134,6 +134,8 @@ class HttpServer:
             pass  # the client went away, or did not take its answer
         except h11.LocalProtocolError as e:  # an answer HTTP cannot carry: a handler's bug, this request's
             log.error("admin_response_failed", client=client, error=str(e))
+        except Exception as e:  # a bug here: this connection's end, not the server's
+            log.error("admin_connection_failed", client=client, error=repr(e), exc_info=True)
         finally:
             writer.close()
 

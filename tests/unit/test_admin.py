@@ -18,6 +18,7 @@ from proxy import metrics
 from proxy.admin import AdminServer, require_principal
 from proxy.config import AdminSettings
 from proxy.http_routes import Request, Response, text_response
+from proxy.io import http_server
 from proxy.metrics import Metrics
 from tests.support.admin import call
 
@@ -377,3 +378,16 @@ async def test_stop_answers_the_request_in_flight_and_closes_idle_connections() 
     await stopping
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"connection: close" in answer.lower()
     assert answer.endswith(b"done\n")
+
+
+async def test_a_request_too_slow_is_408_and_a_silent_connection_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_server, "REQUEST_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(http_server, "KEEP_ALIVE_S", 0.1)
+    server = await started(Ready())
+    try:
+        answer = await exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # the blank line never comes
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"connection: close" in answer.lower()
+        assert await exchange(server.port, b"") == b""  # nothing sent: closed, nothing answered
+        assert (await call("GET", url(server, "/healthz"))).status == 200
+    finally:
+        await server.stop()
