@@ -35,7 +35,6 @@ takes well under a millisecond). What to answer is decided here and in :mod:`pro
 TLS, keep-alive and limits are :mod:`proxy.io.http_server`'s.
 """
 
-
 from __future__ import annotations
 
 import asyncio

@@ -174,7 +174,7 @@ def add_section_routes(admin: AdminServer, proxy: Proxy, registration: Registrat
             based_on = body.pop("revision", None)
         if based_on is not None and (not isinstance(based_on, int) or isinstance(based_on, bool) or based_on < 0):
             return json_response({"error": f"revision: expected a revision number, got {based_on!r}",
-                                      "key": "revision"}, status=400)
+                                  "key": "revision"}, status=400)
         try:
             updated = getattr(proxy.settings.with_overrides({section: body}), section)
         except ConfigError as e:
@@ -186,7 +186,7 @@ def add_section_routes(admin: AdminServer, proxy: Proxy, registration: Registrat
 
 
 async def store_write(request: Request, store: SectionStore, section: str, values: dict[str, Any],
-                       based_on: int | None, proxy: Proxy, rollback_of: int | None = None) -> Response:
+                      based_on: int | None, proxy: Proxy, rollback_of: int | None = None) -> Response:
     """The store's answer to a validated change, as JSON: the section in force and its revision, or (dry run)
     what would be applied and the revision it is based on."""
     dry_run = request.query.get("dry_run", "").lower() in ("1", "true", "yes")
@@ -201,7 +201,7 @@ async def store_write(request: Request, store: SectionStore, section: str, value
     if written.revision is None:
         return json_response({**values, "revision": written.based_on, "store": store.scope, "dry_run": True})
     return json_response({**getattr(proxy.settings, section).model_dump(), "revision": written.revision,
-                              "store": store.scope})
+                          "store": store.scope})
 
 
 def reload_file(proxy: Proxy, path: str | None, store: SectionStore | None = None) -> bool:

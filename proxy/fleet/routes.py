@@ -58,7 +58,7 @@ def add_routes(admin: AdminServer, proxy: Proxy, fleet: FleetControl) -> None:
             restored = getattr(proxy.settings.with_overrides({section: values}), section)
         except ConfigError as e:
             return json_response({"error": f"revision {revision} of [{section}] is not valid here: {e}",
-                                      "key": e.key}, status=400)
+                                  "key": e.key}, status=400)
         return await store_write(request, fleet, section, restored.model_dump(), based_on, proxy,
                                  rollback_of=revision)
 
