@@ -468,7 +468,7 @@ def configure_logging(settings: LoggingSettings) -> AccessLog:
         cache_logger_on_first_use=False,
     )
 
-    # Libraries (asyncio, aiohttp) log through the standard library: render them the same way, to stderr.
+    # Libraries (asyncio, kafka-python) log through the standard library: render them the same way, to stderr.
     handler = SluiceHandler(stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(

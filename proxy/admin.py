@@ -1,4 +1,4 @@
-"""The admin HTTP server (aiohttp): /metrics, /healthz, /readyz, and the routes others add (proxy/reconfigure.py:
+"""The admin HTTP server: /metrics, /healthz, /readyz, and the routes others add (proxy/reconfigure.py:
 GET/PUT of each run-time changeable section).
 
 ============  ======  ==================================================================================
@@ -9,6 +9,8 @@ route         method  answer
 /readyz       GET     200 ``ready`` if ``await readiness()`` is true, else 503 ``not ready`` (also when
                       readiness raises or takes longer than 5 s: a probe must answer, not hang)
 ============  ======  ==================================================================================
+
+Every GET route answers HEAD too; a path no route has is 404, a method its path lacks 405 (proxy/http_routes.py).
 
 Extension point for mutating routes: before :meth:`AdminServer.start`, call
 ``admin.add_route("PUT", path, handler, mutating=True)``; ``mutating=True`` wraps the handler in
@@ -28,29 +30,34 @@ Security: tokens come from files or SLUICE_ADMIN__TOKEN, never from a command li
 otherwise. A refused request is logged (path, method, client) without the header it carried.
 
 It runs on the proxy's event loop: handlers must not block (generate_latest() of Sluice's few collectors
-takes well under a millisecond).
+takes well under a millisecond). What to answer is decided here and in :mod:`proxy.http_routes` (sans-IO: a
+:class:`~proxy.http_routes.Request` in, a :class:`~proxy.http_routes.Response` out); the sockets, HTTP/1.1 (h11),
+TLS, keep-alive and limits are :mod:`proxy.io.http_server`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from proxy.accesslog import get_logger
 from proxy.config import AdminSettings
+from proxy.http_routes import Handler, HTTPError, Request, Response, Routes, text_response
+from proxy.io.http_server import HttpServer
 from proxy.metrics import Metrics
 
-__all__ = ["READINESS_TIMEOUT_S", "AdminServer", "Handler", "require_principal"]
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+__all__ = ["READINESS_TIMEOUT_S", "SHUTDOWN_GRACE_S", "AdminServer", "Handler", "require_principal"]
 
 # Kubernetes' default probe timeout is 1 s and Docker's 30 s; 5 s bounds a hung readiness check either way.
 READINESS_TIMEOUT_S = 5.0
+#: how long stop() lets the requests in flight finish before it closes their connections
+SHUTDOWN_GRACE_S = 2.0
 
 log = get_logger("sluice.admin")
 
@@ -63,47 +70,40 @@ class _Auth:
         self.required = settings.authenticates
 
 
-_AUTH_KEY = web.AppKey("sluice_admin_auth", _Auth)
-
-
-def _certificate_cn(request: web.Request) -> str | None:
-    transport = request.transport
-    cert = transport.get_extra_info("peercert") if transport is not None else None
-    if not cert:
-        return None
-    for rdn in cert.get("subject", ()):
+def _certificate_cn(certificate: Mapping[str, Any] | None) -> str | None:
+    for rdn in (certificate or {}).get("subject", ()):
         for key, value in rdn:
             if key == "commonName":
                 return str(value)
     return None
 
 
-def require_principal(request: web.Request) -> str:
+def require_principal(request: Request) -> str:
     """Who calls (see the module docstring); 401 when the admin API authenticates and the request says no one
     it knows (asked again for the same request, the answer is the same). Tokens are compared in constant time,
     so response timing does not reveal how much of a guessed token was right."""
-    auth = request.app[_AUTH_KEY]
-    principal = _certificate_cn(request)
+    auth = request.auth
+    if not isinstance(auth, _Auth):
+        raise TypeError("require_principal() needs a request the AdminServer received")
+    principal = _certificate_cn(request.certificate)
     if principal is None:
-        scheme, _, supplied = request.headers.get("Authorization", "").partition(" ")
+        scheme, _, supplied = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             given = supplied.strip().encode()
             for token, name in auth.tokens.items():
                 if hmac.compare_digest(given, token.encode()):
                     principal = name
     if principal is None and not auth.required:
-        principal = f"anonymous ({request.remote})"
+        principal = f"anonymous ({request.client})"
     if principal is None:
-        log.warning("admin_unauthorized", method=request.method, path=request.path, client=request.remote)
-        raise web.HTTPUnauthorized(
-            text="missing or wrong bearer token (or client certificate)\n",
-            headers={"WWW-Authenticate": 'Bearer realm="sluice-admin"'},
-        )
+        log.warning("admin_unauthorized", method=request.method, path=request.path, client=request.client)
+        raise HTTPError(text_response("missing or wrong bearer token (or client certificate)\n", 401,
+                                      {"WWW-Authenticate": 'Bearer realm="sluice-admin"'}))
     return principal
 
 
 def _guarded(handler: Handler) -> Handler:
-    async def guarded(request: web.Request) -> web.StreamResponse:
+    async def guarded(request: Request) -> Response:
         require_principal(request)
         return await handler(request)
 
@@ -119,34 +119,33 @@ class AdminServer:
         self._settings = settings
         self._readiness = readiness
         self._metrics_source = metrics
-        self._app = web.Application()
-        self._app[_AUTH_KEY] = _Auth(settings)
+        self._auth = _Auth(settings)
         self._auth_reads = settings.auth_reads
-        self._app.router.add_get("/metrics", _guarded(self._metrics) if settings.auth_reads else self._metrics)
-        self._app.router.add_get("/healthz", self._healthz)
-        self._app.router.add_get("/readyz", self._readyz)
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
+        self._routes = Routes()
+        self._routes.add("GET", "/metrics", _guarded(self._metrics) if settings.auth_reads else self._metrics)
+        self._routes.add("GET", "/healthz", self._healthz)
+        self._routes.add("GET", "/readyz", self._readyz)
+        self._server: HttpServer | None = None
 
     # ----------------------------------------------------------------------------------- extension point
 
     def add_route(self, method: str, path: str, handler: Handler, *, mutating: bool = False) -> None:
-        """Add a route before :meth:`start` (aiohttp freezes the router then). ``mutating=True`` requires a
-        principal (:func:`require_principal`) before ``handler`` runs."""
-        if self._runner is not None:
+        """Add a route before :meth:`start`. ``mutating=True`` requires a principal (:func:`require_principal`)
+        before ``handler`` runs; a GET route answers HEAD too."""
+        if self._server is not None:
             raise RuntimeError("add routes before AdminServer.start()")
         guard = mutating or (self._auth_reads and method.upper() in ("GET", "HEAD"))
-        self._app.router.add_route(method, path, _guarded(handler) if guard else handler)
+        self._routes.add(method, path, _guarded(handler) if guard else handler)
+
+    async def answer(self, request: Request) -> Response:
+        """The answer to ``request`` (what :class:`~proxy.io.http_server.HttpServer` calls for each)."""
+        return await self._routes.answer(dataclasses.replace(request, auth=self._auth))
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        if not self._settings.enabled or self._runner is not None:
+        if not self._settings.enabled or self._server is not None:
             return
-        # access_log=None: a 1 s Prometheus scrape would otherwise write a log line every second.
-        # shutdown_timeout: stop() waits this long for in-flight admin requests, not aiohttp's 60 s default.
-        runner = web.AppRunner(self._app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
-        await runner.setup()
         tls = None
         if self._settings.tls_cert_file:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -155,39 +154,29 @@ class AdminServer:
             if self._settings.client_ca_file:
                 tls.load_verify_locations(self._settings.client_ca_file)
                 tls.verify_mode = ssl.CERT_OPTIONAL  # verified when given; probes give none
-        site = web.TCPSite(runner, self._settings.host, self._settings.port, ssl_context=tls)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
+        self._server = await HttpServer.start(self.answer, self._settings.host, self._settings.port, tls)
 
     async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        self._port = None
-        if runner is not None:
-            await runner.cleanup()
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(SHUTDOWN_GRACE_S)
 
     @property
     def port(self) -> int:
         """The bound port (useful when ``settings.port`` is 0). RuntimeError if the server is not running."""
-        if self._port is None:
+        if self._server is None:
             raise RuntimeError("admin server is not running")
-        return self._port
+        return self._server.port
 
     # -------------------------------------------------------------------------------------------- handlers
 
-    async def _metrics(self, _request: web.Request) -> web.Response:
-        # CONTENT_TYPE_LATEST carries version and charset parameters, which aiohttp's content_type= argument
-        # rejects; set the header verbatim instead.
-        return web.Response(body=self._metrics_source.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def _metrics(self, _request: Request) -> Response:
+        return Response(body=self._metrics_source.exposition(), content_type=CONTENT_TYPE_LATEST)
 
-    async def _healthz(self, _request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+    async def _healthz(self, _request: Request) -> Response:
+        return text_response("ok\n")
 
-    async def _readyz(self, _request: web.Request) -> web.Response:
+    async def _readyz(self, _request: Request) -> Response:
         try:
             ready = await asyncio.wait_for(self._readiness(), READINESS_TIMEOUT_S)
         except TimeoutError:
@@ -197,5 +186,5 @@ class AdminServer:
             log.warning("readiness_error", error=repr(exc))
             ready = False
         if ready:
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="not ready\n")
+            return text_response("ready\n")
+        return text_response("not ready\n", 503)

@@ -25,7 +25,7 @@ took over signal handling. Missing or unreadable wire specs (proxy/codecs/, pack
 
 Adding a subcommand is one ``_Command`` entry in ``COMMANDS``: a
 function adding its arguments to its sub-parser and a function running it and returning the exit code.
-Heavy imports (aiohttp, uvloop, the server) happen inside the command that needs them, so ``check-config``
+Heavy imports (uvloop, the server, the admin server) happen inside the command that needs them, so ``check-config``
 and ``version`` start fast.
 """
 
@@ -573,7 +573,9 @@ class _VersionAction(argparse.Action):
         parser.exit(_version(namespace))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; with ``only`` (a command's name), of that command's arguments alone: adding a
+    command's arguments imports its module (the admin commands', the fleet's), which ``sluice run`` never needs."""
     parser = argparse.ArgumentParser(
         prog="sluice", description="Sluice: a Kafka wire-protocol proxy that meters fetch traffic."
     )
@@ -581,12 +583,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.help)
-        command.add_arguments(p)
+        if only is None or command.name == only:
+            command.add_arguments(p)
         p.set_defaults(_run=command.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # the command is the first word that is no option (the top level's options take no value)
+    named = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(named if any(c.name == named for c in COMMANDS) else None).parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args._run
     return run(args)

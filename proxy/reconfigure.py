@@ -32,13 +32,12 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aiohttp import web
-
 from .accesslog import get_logger
 from .admin import require_principal
 from .app import load_settings
 from .config import ConfigError, apply_state_file, save_state_section
 from .core.registration import Registration
+from .http_routes import Request, Response, json_response
 
 if TYPE_CHECKING:
     from .admin import AdminServer
@@ -154,40 +153,40 @@ def add_section_routes(admin: AdminServer, proxy: Proxy, registration: Registrat
     ``status``, what its policy measures (``"status"``)."""
     section, status = registration.section, registration.status
 
-    async def get(_request: web.Request) -> web.Response:
+    async def get(_request: Request) -> Response:
         body = getattr(proxy.settings, section).model_dump()
         if status is not None:
             # build() makes one policy per registration, in list order
             body["status"] = status(proxy.chain.policies[proxy.settings.policies.index(registration)])
         body["revision"] = store.revision(section)
         body["store"] = store.scope  # where the section is kept (not a key: a section may have a "scope" setting)
-        return web.json_response(body)
+        return json_response(body)
 
-    async def put(request: web.Request) -> web.Response:
+    async def put(request: Request) -> Response:
         try:
-            body: Any = await request.json()
+            body: Any = request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return web.json_response({"error": f"body is not JSON: {e}"}, status=400)
+            return json_response({"error": f"body is not JSON: {e}"}, status=400)
         based_on = None
         if isinstance(body, dict):
             body.pop("status", None)  # what GET answered may be PUT back as is
             body.pop("store", None)
             based_on = body.pop("revision", None)
         if based_on is not None and (not isinstance(based_on, int) or isinstance(based_on, bool) or based_on < 0):
-            return web.json_response({"error": f"revision: expected a revision number, got {based_on!r}",
-                                      "key": "revision"}, status=400)
+            return json_response({"error": f"revision: expected a revision number, got {based_on!r}",
+                                  "key": "revision"}, status=400)
         try:
             updated = getattr(proxy.settings.with_overrides({section: body}), section)
         except ConfigError as e:
-            return web.json_response({"error": str(e), "key": e.key}, status=400)
+            return json_response({"error": str(e), "key": e.key}, status=400)
         return await store_write(request, store, section, updated.model_dump(), based_on, proxy)
 
     admin.add_route("GET", registration.admin_path, get)
     admin.add_route("PUT", registration.admin_path, put, mutating=True)
 
 
-async def store_write(request: web.Request, store: SectionStore, section: str, values: dict[str, Any],
-                       based_on: int | None, proxy: Proxy, rollback_of: int | None = None) -> web.Response:
+async def store_write(request: Request, store: SectionStore, section: str, values: dict[str, Any],
+                      based_on: int | None, proxy: Proxy, rollback_of: int | None = None) -> Response:
     """The store's answer to a validated change, as JSON: the section in force and its revision, or (dry run)
     what would be applied and the revision it is based on."""
     dry_run = request.query.get("dry_run", "").lower() in ("1", "true", "yes")
@@ -198,11 +197,11 @@ async def store_write(request: web.Request, store: SectionStore, section: str, v
         answer: dict[str, Any] = {"error": str(e), "revision": e.revision}
         if e.key is not None:
             answer["key"] = e.key
-        return web.json_response(answer, status=e.status)
+        return json_response(answer, status=e.status)
     if written.revision is None:
-        return web.json_response({**values, "revision": written.based_on, "store": store.scope, "dry_run": True})
-    return web.json_response({**getattr(proxy.settings, section).model_dump(), "revision": written.revision,
-                              "store": store.scope})
+        return json_response({**values, "revision": written.based_on, "store": store.scope, "dry_run": True})
+    return json_response({**getattr(proxy.settings, section).model_dump(), "revision": written.revision,
+                          "store": store.scope})
 
 
 def reload_file(proxy: Proxy, path: str | None, store: SectionStore | None = None) -> bool:

@@ -40,7 +40,9 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("other_sluice", ("proxy/",)),
 )
 LOOP = "event_loop"  # no Sluice frame: uvloop/asyncio dispatching, reads, wake-ups, timers
-ADMIN = "admin"  # the admin server (aiohttp): /metrics scrapes, the benches' own among them
+ADMIN = "admin"  # the admin server (h11): /metrics scrapes, the benches' own among them
+#: frames of the admin server: its sockets, HTTP (h11), routes and handlers
+_ADMIN_FRAMES = ("h11/", "proxy/io/http_server.py", "proxy/http_routes.py", "proxy/admin.py")
 #: frames of the event loop itself: what is inside the innermost of them is a callback it runs
 _LOOP_FRAMES = ("asyncio/runners.py", "asyncio/base_events.py", "asyncio/events.py", "uvloop/")
 
@@ -61,7 +63,7 @@ def part_of(stack: list[str]) -> str:
         if any(n in frame for n in _LOOP_FRAMES):
             start = i + 1
     inner = stack[start:]
-    if any("aiohttp/" in f or "proxy/admin.py" in f for f in inner):
+    if any(n in f for f in inner for n in _ADMIN_FRAMES):
         return ADMIN
     for frame in reversed(inner):
         for part, needles in PARTS:

@@ -15,9 +15,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
 from ..config import ConfigError
+from ..http_routes import Request, Response, json_response
 from ..reconfigure import ChangeRefused, store_write
 
 if TYPE_CHECKING:
@@ -38,9 +37,9 @@ def _revision(body: dict[str, Any], key: str, required: bool) -> int | None:
 
 
 def add_routes(admin: AdminServer, proxy: Proxy, fleet: FleetControl) -> None:
-    async def rollback(request: web.Request) -> web.Response:
+    async def rollback(request: Request) -> Response:
         try:
-            body: Any = await request.json()
+            body: Any = request.json()
             if not isinstance(body, dict):
                 raise ValueError("body: expected a JSON object")
             section = body.get("section")
@@ -49,17 +48,17 @@ def add_routes(admin: AdminServer, proxy: Proxy, fleet: FleetControl) -> None:
             revision = _revision(body, "revision", True)
             based_on = _revision(body, "based_on", False)
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
-            return web.json_response({"error": str(e)}, status=400)
+            return json_response({"error": str(e)}, status=400)
         assert revision is not None
         try:
             values = await fleet.settings_at(section, revision)
         except ChangeRefused as e:
-            return web.json_response({"error": str(e)}, status=e.status)
+            return json_response({"error": str(e)}, status=e.status)
         try:
             restored = getattr(proxy.settings.with_overrides({section: values}), section)
         except ConfigError as e:
-            return web.json_response({"error": f"revision {revision} of [{section}] is not valid here: {e}",
-                                      "key": e.key}, status=400)
+            return json_response({"error": f"revision {revision} of [{section}] is not valid here: {e}",
+                                  "key": e.key}, status=400)
         return await store_write(request, fleet, section, restored.model_dump(), based_on, proxy,
                                  rollback_of=revision)
 

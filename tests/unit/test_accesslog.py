@@ -300,7 +300,7 @@ def test_configure_logging_sets_access_log_and_json_operational_log(
     access.record(**fields())
     get_logger("sluice.test").info("listening", port=19092)
     get_logger("sluice.test").debug("hidden")
-    logging.getLogger("aiohttp.server").warning("library %s", "message")
+    logging.getLogger("asyncio").warning("library %s", "message")
     access.close()
 
     out, err = capsys.readouterr()
@@ -311,7 +311,7 @@ def test_configure_logging_sets_access_log_and_json_operational_log(
     assert ops[0]["event"] == "listening" and ops[0]["port"] == 19092
     assert ops[0]["level"] == "info" and ops[0]["logger"] == "sluice.test"
     assert datetime.fromisoformat(ops[0]["ts"]).utcoffset() == timedelta(0)
-    assert ops[1]["event"] == "library message" and ops[1]["logger"] == "aiohttp.server"
+    assert ops[1]["event"] == "library message" and ops[1]["logger"] == "asyncio"
     assert ops[1]["level"] == "warning"
 
 

@@ -1,22 +1,26 @@
-"""proxy.admin over a real aiohttp server on a free port: /metrics, /healthz, /readyz, who may call (tokens, their
-principals, client certificates)."""
+"""proxy.admin over its real HTTP server on a free port: /metrics, /healthz, /readyz, who may call (tokens, their
+principals, client certificates), and what the server does with requests HTTP does not allow."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import http.client
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
 import pytest
-from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from proxy import admin as admin_module
 from proxy import metrics
 from proxy.admin import AdminServer, require_principal
 from proxy.config import AdminSettings
+from proxy.http_routes import Request, Response, text_response
+from proxy.io import http_server
 from proxy.metrics import Metrics
+from tests.support.admin import call
 
 Readiness = Callable[[], Awaitable[bool]]
 
@@ -43,12 +47,6 @@ async def started(readiness: Readiness, **settings: object) -> AdminServer:
     return server
 
 
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        yield session
-
-
 def url(server: AdminServer, path: str) -> str:
     return f"http://127.0.0.1:{server.port}{path}"
 
@@ -62,13 +60,13 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-async def test_metrics_parse_and_show_precreated_children(http: aiohttp.ClientSession) -> None:
+async def test_metrics_parse_and_show_precreated_children() -> None:
     server = await started(Ready())
     try:
-        async with http.get(url(server, "/metrics")) as resp:
-            assert resp.status == 200
-            assert resp.headers["Content-Type"].startswith("text/plain")
-            text = await resp.text()
+        resp = await call("GET", url(server, "/metrics"))
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == CONTENT_TYPE_LATEST  # Prometheus reads the format version from it
+        text = resp.text
     finally:
         await server.stop()
     got = samples(text)
@@ -85,19 +83,17 @@ async def test_metrics_parse_and_show_precreated_children(http: aiohttp.ClientSe
     assert build and dict(build[0])["version"] == metrics.sluice_version()
 
 
-async def test_metrics_reflect_observations(http: aiohttp.ClientSession) -> None:
+async def test_metrics_reflect_observations() -> None:
     server = await started(Ready())
     key_count = ("sluice_requests_total", (("api", "Fetch"), ("version", "17")))
     key_hist = ("sluice_request_latency_seconds_count", (("api", "Fetch"),))
     key_bucket = ("sluice_request_latency_seconds_bucket", (("api", "Fetch"), ("le", "0.0025")))
     key_bytes = ("sluice_bytes_total", (("direction", "proxy_to_client"),))
     try:
-        async with http.get(url(server, "/metrics")) as resp:
-            before = samples(await resp.text())
+        before = samples((await call("GET", url(server, "/metrics"))).text)
         METRICS.requests.observe("Fetch", 17, 0.002)
         METRICS.bytes_proxy_to_client.inc(1234)
-        async with http.get(url(server, "/metrics")) as resp:
-            after = samples(await resp.text())
+        after = samples((await call("GET", url(server, "/metrics"))).text)
     finally:
         await server.stop()
     assert after[key_count] - before.get(key_count, 0.0) == 1
@@ -106,38 +102,33 @@ async def test_metrics_reflect_observations(http: aiohttp.ClientSession) -> None
     assert after[key_bytes] - before[key_bytes] == 1234
 
 
-async def test_healthz(http: aiohttp.ClientSession) -> None:
+async def test_healthz() -> None:
     ready = Ready()
     ready.value = False  # liveness does not depend on readiness
     server = await started(ready)
     try:
-        async with http.get(url(server, "/healthz")) as resp:
-            assert (resp.status, await resp.text()) == (200, "ok\n")
+        resp = await call("GET", url(server, "/healthz"))
+        assert (resp.status, resp.text) == (200, "ok\n")
     finally:
         await server.stop()
     assert ready.calls == 0
 
 
-async def test_readyz_follows_readiness(http: aiohttp.ClientSession) -> None:
+async def test_readyz_follows_readiness() -> None:
     ready = Ready()
     server = await started(ready)
     try:
-        async with http.get(url(server, "/readyz")) as resp:
-            assert resp.status == 200
+        assert (await call("GET", url(server, "/readyz"))).status == 200
         ready.value = False
-        async with http.get(url(server, "/readyz")) as resp:
-            assert resp.status == 503
+        assert (await call("GET", url(server, "/readyz"))).status == 503
         ready.value = True
-        async with http.get(url(server, "/readyz")) as resp:
-            assert resp.status == 200
+        assert (await call("GET", url(server, "/readyz"))).status == 200
     finally:
         await server.stop()
     assert ready.calls == 3
 
 
-async def test_readyz_is_503_when_check_raises_or_hangs(
-    http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_readyz_is_503_when_check_raises_or_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
     async def broken() -> bool:
         raise ConnectionRefusedError("upstream down")
 
@@ -149,61 +140,55 @@ async def test_readyz_is_503_when_check_raises_or_hangs(
     for check in (broken, hangs):
         server = await started(check)
         try:
-            async with http.get(url(server, "/readyz")) as resp:
-                assert resp.status == 503
+            assert (await call("GET", url(server, "/readyz"))).status == 503
         finally:
             await server.stop()
 
 
-async def ok_handler(request: web.Request) -> web.Response:
-    return web.Response(text="changed\n")
+async def ok_handler(request: Request) -> Response:
+    return text_response("changed\n")
 
 
-async def test_mutating_route_requires_configured_token(http: aiohttp.ClientSession) -> None:
+async def test_mutating_route_requires_configured_token() -> None:
     server = AdminServer(AdminSettings(port=0, token="s3cret"), Ready(), METRICS)
     server.add_route("PUT", "/throttles", ok_handler, mutating=True)
     await server.start()
     try:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}):
-            async with http.put(url(server, "/throttles"), headers=headers) as resp:
-                assert resp.status == 401, headers
-                assert resp.headers["WWW-Authenticate"].startswith("Bearer")
-        async with http.put(url(server, "/throttles"), headers={"Authorization": "Bearer s3cret"}) as resp:
-            assert (resp.status, await resp.text()) == (200, "changed\n")
+            resp = await call("PUT", url(server, "/throttles"), headers=headers)
+            assert resp.status == 401, headers
+            assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+        resp = await call("PUT", url(server, "/throttles"), headers={"Authorization": "Bearer s3cret"})
+        assert (resp.status, resp.text) == (200, "changed\n")
         # Read-only endpoints stay open: Prometheus and probes carry no token.
-        async with http.get(url(server, "/metrics")) as resp:
-            assert resp.status == 200
+        assert (await call("GET", url(server, "/metrics"))).status == 200
     finally:
         await server.stop()
 
 
-async def test_no_token_configured_means_no_check(http: aiohttp.ClientSession) -> None:
+async def test_no_token_configured_means_no_check() -> None:
     server = AdminServer(AdminSettings(port=0), Ready(), METRICS)
     server.add_route("PUT", "/throttles", ok_handler, mutating=True)
     await server.start()
     try:
-        async with http.put(url(server, "/throttles")) as resp:
-            assert resp.status == 200
+        assert (await call("PUT", url(server, "/throttles"))).status == 200
     finally:
         await server.stop()
 
 
-async def test_require_principal_helper_inside_a_handler(http: aiohttp.ClientSession) -> None:
-    async def mixed(request: web.Request) -> web.Response:
+async def test_require_principal_helper_inside_a_handler() -> None:
+    async def mixed(request: Request) -> Response:
         if request.query.get("write"):
             require_principal(request)
-        return web.Response(text="fine\n")
+        return text_response("fine\n")
 
     server = AdminServer(AdminSettings(port=0, token="t"), Ready(), METRICS)
     server.add_route("GET", "/mixed", mixed)
     await server.start()
     try:
-        async with http.get(url(server, "/mixed")) as resp:
-            assert resp.status == 200
-        async with http.get(url(server, "/mixed?write=1")) as resp:
-            assert resp.status == 401
-        async with http.get(url(server, "/mixed?write=1"), headers={"Authorization": "Bearer t"}) as resp:
-            assert resp.status == 200
+        assert (await call("GET", url(server, "/mixed"))).status == 200
+        assert (await call("GET", url(server, "/mixed?write=1"))).status == 401
+        assert (await call("GET", url(server, "/mixed?write=1"), headers={"Authorization": "Bearer t"})).status == 200
     finally:
         await server.stop()
 
@@ -231,7 +216,7 @@ async def test_port_lifecycle_and_disabled() -> None:
     await disabled.stop()
 
 
-async def test_token_file_auth_reads_and_https(http: aiohttp.ClientSession, tmp_path: Path) -> None:
+async def test_token_file_auth_reads_and_https(tmp_path: Path) -> None:
     """The token from a file, required for reads too (auth_reads) except the probes, over HTTPS only."""
     import ssl
 
@@ -251,16 +236,12 @@ async def test_token_file_auth_reads_and_https(http: aiohttp.ClientSession, tmp_
     good = {"Authorization": "Bearer f1le-t0ken"}
     try:
         for method, path in (("GET", "/metrics"), ("GET", "/throttles"), ("PUT", "/throttles")):
-            async with http.request(method, base + path, ssl=tls) as resp:
-                assert resp.status == 401, (method, path)
-            async with http.request(method, base + path, ssl=tls, headers=good) as resp:
-                assert resp.status == 200, (method, path)
+            assert (await call(method, base + path, tls=tls)).status == 401, (method, path)
+            assert (await call(method, base + path, tls=tls, headers=good)).status == 200, (method, path)
         for probe in ("/healthz", "/readyz"):  # probes carry no credentials
-            async with http.get(base + probe, ssl=tls) as resp:
-                assert resp.status == 200
-        with pytest.raises(aiohttp.ClientError):  # plain HTTP is not served
-            async with http.get(f"http://127.0.0.1:{server.port}/healthz") as resp:
-                await resp.read()
+            assert (await call("GET", base + probe, tls=tls)).status == 200
+        with pytest.raises((OSError, http.client.HTTPException)):  # plain HTTP is not served
+            await call("GET", f"http://127.0.0.1:{server.port}/healthz")
     finally:
         await server.stop()
 
@@ -283,12 +264,11 @@ def test_token_sources_are_validated(tmp_path: Path) -> None:
     assert e.value.key == "admin.token_file"
 
 
-async def whoami(request: web.Request) -> web.Response:
-    return web.Response(text=require_principal(request))
+async def whoami(request: Request) -> Response:
+    return text_response(require_principal(request))
 
 
-async def test_each_token_and_client_certificate_is_its_principal(http: aiohttp.ClientSession,
-                                                                  tmp_path: Path) -> None:
+async def test_each_token_and_client_certificate_is_its_principal(tmp_path: Path) -> None:
     """[[admin.principals]]: a token per operator, its name the principal; the [admin] token is "admin"; a client
     certificate signed by client_ca_file is its CN, and a certificate of another CA fails the handshake; with
     none of them, the mutating route is refused (401)."""
@@ -318,14 +298,96 @@ async def test_each_token_and_client_certificate_is_its_principal(http: aiohttp.
 
     try:
         for token, principal in (("alice-t0ken", "alice"), ("bob-t0ken", "bob"), ("legacy", "admin")):
-            async with http.put(base, ssl=tls(), headers={"Authorization": f"Bearer {token}"}) as resp:
-                assert (resp.status, await resp.text()) == (200, principal)
-        async with http.put(base, ssl=tls(clients.issue("carol", client=True, hosts=()))) as resp:
-            assert (resp.status, await resp.text()) == (200, "carol")
-        async with http.put(base, ssl=tls()) as resp:
-            assert resp.status == 401
-        with pytest.raises(aiohttp.ClientError):
-            async with http.put(base, ssl=tls(strangers.issue("mallory", client=True, hosts=()))) as resp:
-                await resp.read()
+            resp = await call("PUT", base, tls=tls(), headers={"Authorization": f"Bearer {token}"})
+            assert (resp.status, resp.text) == (200, principal)
+        resp = await call("PUT", base, tls=tls(clients.issue("carol", client=True, hosts=())))
+        assert (resp.status, resp.text) == (200, "carol")
+        assert (await call("PUT", base, tls=tls())).status == 401
+        with pytest.raises((OSError, http.client.HTTPException)):
+            await call("PUT", base, tls=tls(strangers.issue("mallory", client=True, hosts=())))
+    finally:
+        await server.stop()
+
+
+async def exchange(port: int, raw: bytes) -> bytes:
+    """What the server sends back to ``raw`` until it closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+async def test_malformed_and_oversized_requests_are_answered_and_closed_the_server_carries_on() -> None:
+    server = await started(Ready())
+    try:
+        with capture_logs() as logs:
+            for raw, status in ((b"GARBAGE\r\n\r\n", b"400"),
+                                (b"GET /healthz HTTP/1.1\r\nHost x\r\n\r\n", b"400"),  # a header without ':'
+                                (b"PUT /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n", b"413")):
+                answer = await exchange(server.port, raw)  # read() returned: the server closed the connection
+                assert answer.startswith(b"HTTP/1.1 " + status), answer
+                assert b"connection: close" in answer.lower()
+        assert (await call("GET", url(server, "/healthz"))).status == 200
+    finally:
+        await server.stop()
+    # one event for the two malformed requests: logged once per client per interval
+    assert [(e["event"], e["client"], e["not_logged"]) for e in logs] == [("admin_bad_request", "127.0.0.1", 0)]
+
+
+async def test_routes_methods_head_and_keep_alive() -> None:
+    server = AdminServer(AdminSettings(port=0), Ready(), METRICS)
+    server.add_route("PUT", "/throttles", ok_handler)
+    await server.start()
+    try:
+        assert (await call("GET", url(server, "/nowhere"))).status == 404
+        refused = await call("DELETE", url(server, "/throttles"))
+        assert refused.status == 405 and refused.headers["Allow"] == "PUT"
+        assert (await call("PUT", url(server, "/healthz"))).headers["Allow"] == "GET, HEAD"
+        head = await call("HEAD", url(server, "/healthz"))
+        assert (head.status, head.headers["Content-Length"], head.body) == (200, "3", b"")
+        # two requests on one connection, the second sent before the first was answered (pipelined)
+        request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        answer = await exchange(server.port, request + request[:-2] + b"Connection: close\r\n\r\n")
+        assert answer.count(b"HTTP/1.1 200 OK\r\n") == 2 and answer.endswith(b"ok\n")
+    finally:
+        await server.stop()
+
+
+async def test_stop_answers_the_request_in_flight_and_closes_idle_connections() -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(_request: Request) -> Response:
+        entered.set()
+        await release.wait()
+        return text_response("done\n")
+
+    server = AdminServer(AdminSettings(port=0), Ready(), METRICS)
+    server.add_route("GET", "/slow", slow)
+    await server.start()
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", server.port)
+    in_flight = asyncio.ensure_future(exchange(server.port, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
+    await entered.wait()
+    stopping = asyncio.ensure_future(server.stop())
+    assert await asyncio.wait_for(idle_reader.read(), 10) == b""  # the idle connection: closed at once
+    idle_writer.close()
+    release.set()
+    answer = await in_flight
+    await stopping
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"connection: close" in answer.lower()
+    assert answer.endswith(b"done\n")
+
+
+async def test_a_request_too_slow_is_408_and_a_silent_connection_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_server, "REQUEST_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(http_server, "KEEP_ALIVE_S", 0.1)
+    server = await started(Ready())
+    try:
+        answer = await exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # the blank line never comes
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"connection: close" in answer.lower()
+        assert await exchange(server.port, b"") == b""  # nothing sent: closed, nothing answered
+        assert (await call("GET", url(server, "/healthz"))).status == 200
     finally:
         await server.stop()

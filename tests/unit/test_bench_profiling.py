@@ -24,7 +24,8 @@ def test_samples_are_filed_by_the_innermost_part_inside_the_loop() -> None:
                          "Counter.inc (prometheus_client/metrics.py:337)")) == "metrics"
     assert part_of(stack("Chain.classify (proxy/core/chain.py:120)",
                          "peek_request_header (proxy/wire/messages.py:160)")) == "header_parse"
-    assert part_of(stack("RequestHandler._handle_request (aiohttp/web_protocol.py:602)",
+    assert part_of(stack("HttpServer._serve (proxy/io/http_server.py:120)",
+                         "AdminServer._metrics (proxy/admin.py:190)",
                          "Metrics.exposition (proxy/metrics.py:250)")) == "admin"
 
 

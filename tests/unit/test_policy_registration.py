@@ -17,7 +17,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 import proxy
@@ -30,7 +29,7 @@ from proxy.reconfigure import reload_file
 from proxy.server import Proxy
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
-from tests.support.admin import admin_over
+from tests.support.admin import admin_over, call
 from tests.support.mark_policy import DESCRIBE_CONFIGS, REGISTRATION, Mark, MarkSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,24 +87,23 @@ async def test_metric_admin_endpoint_state_file_reconfiguration_and_its_own_requ
     state_file = tmp_path / "state.json"
     settings = load_settings(None, env={}, model=Settings).with_overrides(
         {"mark.client_id": "etl-*", "admin.state_file": str(state_file)})
-    async with admin_over(settings) as (proxy, url), aiohttp.ClientSession() as http:
+    async with admin_over(settings) as (proxy, url):
         assert isinstance(proxy.policy("mark"), Mark)
         assert [p.name for p in proxy.chain.policies][-2:] == ["mark", "terminate"]  # before the broker side
         assert api_versions_from(proxy, "etl-1") == [DESCRIBE_CONFIGS]
         assert api_versions_from(proxy, "web-1") == []
-        async with http.get(f"{url}/metrics") as r:
-            assert "sluice_mark_requests_total 1.0" in (await r.text()).splitlines()
+        assert "sluice_mark_requests_total 1.0" in (await call("GET", f"{url}/metrics")).text.splitlines()
 
-        async with http.get(f"{url}/mark") as r:
-            assert await r.json() == {"client_id": "etl-*", "revision": 0, "store": "this instance"}
-        async with http.put(f"{url}/mark", json={"client_id": "web-*"}) as r:
-            assert r.status == 200 and await r.json() == {"client_id": "web-*", "revision": 1, "store": "this instance"}
+        shown = (await call("GET", f"{url}/mark")).json()
+        assert shown == {"client_id": "etl-*", "revision": 0, "store": "this instance"}
+        r = await call("PUT", f"{url}/mark", {"client_id": "web-*"})
+        assert r.status == 200 and r.json() == {"client_id": "web-*", "revision": 1, "store": "this instance"}
         assert api_versions_from(proxy, "etl-1") == []
         assert api_versions_from(proxy, "web-1") == [DESCRIBE_CONFIGS]
         assert api_versions_from(proxy, "web-2") == [DESCRIBE_CONFIGS]
         assert proxy.metrics.total("sluice_mark_requests_total") == 3
-        async with http.put(f"{url}/mark", json={"client_id": 7}) as r:
-            assert r.status == 400 and (await r.json())["key"] == "mark.client_id"
+        r = await call("PUT", f"{url}/mark", {"client_id": 7})
+        assert r.status == 400 and r.json()["key"] == "mark.client_id"
         assert proxy.settings.mark.client_id == "web-*"
 
     assert json.loads(state_file.read_text())["mark"] == {"client_id": "web-*"}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import aiohttp
 import pytest
 
 from bench.pipeline_cpu import request_frame, response_frame
@@ -25,7 +24,7 @@ from proxy.wire.throttle_time import set_throttle_time_ms, throttle_time_ms
 from proxy.wire.views import MessageResponse, response_view
 from rig.chain_rig import SansIOProxy
 from rig.core_rig import CoreRig, request, response, sized
-from tests.support.admin import admin_over
+from tests.support.admin import admin_over, call
 
 PRODUCE, FETCH = 0, 1
 CLIENT = "etl-1"
@@ -299,17 +298,15 @@ def test_idle_clients_rates_are_forgotten() -> None:
 async def test_quotas_change_at_run_time_through_the_admin_api() -> None:
     settings = load_settings(None, env={}).with_overrides(
         {"quota.entries": [{"name": "etl", "client_id": "etl-*", "produce_rate_bytes": 1000}]})
-    async with admin_over(settings) as (proxy, url), aiohttp.ClientSession() as http:
-        async with http.get(f"{url}/quotas") as r:
-            body = await r.json()
+    async with admin_over(settings) as (proxy, url):
+        body = (await call("GET", f"{url}/quotas")).json()
         assert body["entries"][0]["produce_rate_bytes"] == 1000
         assert body["status"] == {"entities": [], "more_entities": 0}
         body["entries"][0]["produce_rate_bytes"] = -5
-        async with http.put(f"{url}/quotas", json=body) as r:
-            assert r.status == 400 and (await r.json())["key"] == "quota.entries[0].produce_rate_bytes"
+        r = await call("PUT", f"{url}/quotas", body)
+        assert r.status == 400 and r.json()["key"] == "quota.entries[0].produce_rate_bytes"
         body["entries"][0]["produce_rate_bytes"] = 2000
-        async with http.put(f"{url}/quotas", json=body) as r:
-            assert r.status == 200
+        assert (await call("PUT", f"{url}/quotas", body)).status == 200
         quota = proxy.policy("quota")
         assert isinstance(quota, Quota) and quota.book.quotas.entries[0].produce == 2000
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
@@ -22,7 +21,7 @@ from proxy.app import DYNAMIC_SECTIONS, load_settings
 from proxy.config import ConfigError, apply_state_file, read_state, save_state_section, write_state
 from proxy.policies.throttle import Throttle
 from proxy.policies.throttle.policy import CONSUMER
-from tests.support.admin import admin_over
+from tests.support.admin import admin_over, call
 from tests.unit.test_config import clean_env, sluice
 
 THROTTLE = {"leader_rate_bytes": 1, "follower_rate_bytes": 0, "window_s": 1.0, "samples": 11,
@@ -198,33 +197,32 @@ def test_cli_run_with_corrupt_state_file_exits_2_naming_the_key(tmp_path: Path) 
 # ---------------------------------------------------------------------------- admin API and SIGHUP
 
 
-async def call(http: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    async with http.request(method, url, json=body) as resp:
-        return resp.status, await resp.json()
+async def json_call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    answer = await call(method, url, body)
+    return answer.status, answer.json()
 
 
 async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: Path,
                                                                       logs: list[dict[str, Any]]) -> None:
     state = tmp_path / "state.json"
     config = config_file(tmp_path, state)
-    async with admin_over(apply_state_file(load_settings(config, env={}))) as (proxy, url), \
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+    async with admin_over(apply_state_file(load_settings(config, env={}))) as (proxy, url):
         assert not state.exists()  # nothing changed through the admin API yet
-        status, applied = await call(http, "PUT", f"{url}/throttles", THROTTLE)
+        status, applied = await json_call("PUT", f"{url}/throttles", THROTTLE)
         assert status == 200 and applied == {**THROTTLE, "revision": 1, "store": "this instance"}
         assert read_state(str(state), DYNAMIC_SECTIONS) == {"throttle": THROTTLE}
         # GET shows the entries as configured: globs as written, in order.
-        status, shown = await call(http, "GET", f"{url}/throttles")
+        status, shown = await json_call("GET", f"{url}/throttles")
         assert status == 200 and shown["topics"] == THROTTLE["topics"]
         policy = proxy.policy("throttle")
         assert isinstance(policy, Throttle)
         throttles = policy.throttles
         assert throttles.throttled("orders-eu", 0, CONSUMER) and not throttles.throttled("orders-audit", 0, CONSUMER)
-        assert (await call(http, "PUT", f"{url}/size-limits", SIZE_LIMIT)) == (
+        assert (await json_call("PUT", f"{url}/size-limits", SIZE_LIMIT)) == (
             200, {**SIZE_LIMIT, "revision": 1, "store": "this instance"})
         assert read_state(str(state), DYNAMIC_SECTIONS) == {"throttle": THROTTLE, "size_limit": SIZE_LIMIT}
         # A refused change is not saved.
-        bad = await call(http, "PUT", f"{url}/throttles", {"topics": [{"topic": "x"}, {"topic": "x"}]})
+        bad = await json_call("PUT", f"{url}/throttles", {"topics": [{"topic": "x"}, {"topic": "x"}]})
         assert bad[0] == 400 and bad[1]["key"] == "throttle.topics[1].topic"
         assert read_state(str(state), DYNAMIC_SECTIONS)["throttle"] == THROTTLE
 
@@ -243,7 +241,7 @@ async def test_admin_changes_are_saved_and_survive_restart_and_sighup(tmp_path: 
         assert proxy.settings.throttle.leader_rate_bytes == 9
         assert [t.topic for t in proxy.settings.throttle.topics] == ["from-file"]
         assert proxy.settings.size_limit == load_settings(config, env={}).size_limit
-        assert (await call(http, "GET", f"{url}/throttles"))[1]["leader_rate_bytes"] == 9
+        assert (await json_call("GET", f"{url}/throttles"))[1]["leader_rate_bytes"] == 9
     assert [e["event"] for e in logs] == ["reconfigured", "admin_changed"] * 2 + ["reconfigured"] * 2  # two PUTs,
     # two reloads; the refused PUT is not
 
@@ -254,22 +252,21 @@ async def test_change_that_cannot_be_saved_is_refused_and_not_applied(tmp_path: 
     state_dir.mkdir()
     state = state_dir / "state.json"
     config = config_file(tmp_path, state)
-    async with admin_over(apply_state_file(load_settings(config, env={}))) as (proxy, url), \
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+    async with admin_over(apply_state_file(load_settings(config, env={}))) as (proxy, url):
         before = proxy.settings
         # A corrupt state file is not overwritten (it may hold the other section): the change is refused.
         state.write_text("{oops")
-        status, err = await call(http, "PUT", f"{url}/throttles", THROTTLE)
+        status, err = await json_call("PUT", f"{url}/throttles", THROTTLE)
         assert status == 500 and err["key"] == "admin.state_file" and "is not valid JSON" in err["error"]
         assert state.read_text() == "{oops"
         # So is a SIGHUP reload: the running configuration stays.
         assert not reconfigure.reload_file(proxy, str(config))
         # The directory is gone: nothing can be saved, so nothing is applied (a restart would not bring it back).
         shutil.rmtree(state_dir)
-        status, err = await call(http, "PUT", f"{url}/size-limits", SIZE_LIMIT)
+        status, err = await json_call("PUT", f"{url}/size-limits", SIZE_LIMIT)
         assert status == 500 and err["key"] == "admin.state_file" and str(state) in err["error"]
         assert proxy.settings == before
-        assert (await call(http, "GET", f"{url}/throttles"))[1]["leader_rate_bytes"] == 7
+        assert (await json_call("GET", f"{url}/throttles"))[1]["leader_rate_bytes"] == 7
         policy = proxy.policy("throttle")
         assert isinstance(policy, Throttle) and not policy.throttles.throttled("orders-eu", 0, CONSUMER)
     assert [(e["event"], e["log_level"]) for e in logs] == [
