@@ -262,18 +262,25 @@ class Connection:
     def client_data(self, data: bytes) -> None:
         if self.state is _CLOSED:
             return
-        self._bytes_in.value += len(data)
-        self._last_active = self.clock()
+        n = len(data)
+        self._bytes_in.value += n
+        # the read's time is each of its requests' start (the last byte read): one clock call per read
+        now = self._last_active = self.clock()
         if self._buf or self._framing or type(data) is not bytes:
             self._buf += data
-            self._frame(None)
+            self._frame(None, now)
+        elif n >= 4 and not self._client_pauses and self._bare is None and \
+                0 <= _SIZE.unpack_from(data)[0] == n - 4 <= self.limits.max_frame_bytes:
+            # the read is one whole request (nearly always): nothing to frame, and sent as read if relayed
+            self._on_request(data[4:], now, data)
         else:
-            self._frame(data)  # nothing buffered (nearly always): framed from the read itself, one copy less
+            self._frame(data, now)  # nothing buffered: framed from the read itself, one copy less
 
-    def _frame(self, data: bytes | None = None) -> None:
+    def _frame(self, data: bytes | None = None, now: float | None = None) -> None:
         """Take the complete request frames out of ``data`` (a read, when nothing was buffered before it) or the
-        buffer (up to the in-flight bound). Not re-entered: a response completed while a request is handled
-        (Produce acks=0) may lift the bound, and the loop running already goes on with the next frame."""
+        buffer (up to the in-flight bound), each started at ``now`` (the read's time; None: when it is taken).
+        Not re-entered: a response completed while a request is handled (Produce acks=0) may lift the bound, and
+        the loop running already goes on with the next frame."""
         if self._framing:
             return
         self._framing = True
@@ -295,16 +302,19 @@ class Connection:
                 end = off + 4 + size
                 if len(buf) < end:
                     break
+                wire: bytes | None = None
                 if data is None:
                     with memoryview(buf) as view:
                         frame = bytes(view[off + 4 : end])
                 else:
                     frame = data[off + 4 : end]
+                    if off == 0 and end == len(data):
+                        wire = data  # the read is this one frame (nearly always): relayed, it is sent as read
                 off = end
                 if self._bare is not None:
                     self._client_token(frame)
                     continue
-                self._on_request(frame)
+                self._on_request(frame, now, wire)
                 if self.state is _CLOSED:
                     return
             if data is not None:
@@ -343,17 +353,18 @@ class Connection:
         left = self.limits.request_timeout_s - (now - self._partial_since)
         self._partial_timer = self.port.call_later(max(left, 0.001), self._partial_expired)
 
-    def _on_request(self, frame: bytes) -> None:
+    def _on_request(self, frame: bytes, now: float | None, wire: bytes | None) -> None:
+        """A request ``frame`` (no size prefix; ``wire``: with it, as read, when the read held nothing else)."""
         first = not self._pending  # nothing waits ahead of it
         try:
-            ex = self.chain.classify(frame, self.clock(), self.info, first)
+            ex = self.chain.classify(frame, self.clock() if now is None else now, self.info, first)
         except (Rejected, PolicyFailed) as e:
             self._refuse(e)
             return
         self.client_id = ex.header.client_id
         if isinstance(ex, Relayed):
-            # no policy reads it (Chain.classify): sent now, as it came
-            self._write_upstream(ex.frame)
+            # no policy reads it (Chain.classify): sent now, as it came (as read: one buffer, no prefix made)
+            self._write_upstream(frame, wire)
             if ex.expects_response:
                 self.inflight.append(ex)
                 self.awaiting.append(ex)
@@ -497,10 +508,11 @@ class Connection:
         ex.upstream_sent += len(ex.frame) + 4  # a request sent again may differ (a new full session request)
         self._write_upstream(ex.frame)
 
-    def _write_upstream(self, frame: bytes) -> None:
-        """A request frame (no size prefix) to the broker, or queued until the upstream connection is up."""
+    def _write_upstream(self, frame: bytes, wire: bytes | None = None) -> None:
+        """A request frame (no size prefix; ``wire``: the same with its size prefix, when the client's read was that)
+        to the broker, or queued until the upstream connection is up."""
         size = len(frame)
-        buffers = (size.to_bytes(4, "big"), frame)
+        buffers: tuple[bytes, ...] = (size.to_bytes(4, "big"), frame) if wire is None else (wire,)
         self._bytes_up.value += size + 4
         if self.state is _OPEN:
             self.port.send_upstream(buffers)
@@ -530,9 +542,17 @@ class Connection:
     def upstream_data(self, data: bytes) -> None:
         if self.state is _CLOSED:
             return
-        self._bytes_back.value += len(data)
+        end = len(data)
+        self._bytes_back.value += end
         view = memoryview(data)
-        pos, end = 0, len(data)
+        pos = 0
+        if self._resp is None and not self._bare_owed and not self._hdr and self.awaiting and end >= 8:
+            first = self.awaiting[0]
+            if type(first) is Relayed and first.streamer is None and self._relayed(data, view, 0, end, first):
+                # the read starts with a relayed response, whole (nearly always all of it): written, done
+                pos = 4 + self._size
+                if pos == end or self.state is _CLOSED:
+                    return
         while pos < end:
             if self._bare_owed and self._resp is None:
                 pos = self._server_token(view, pos, end)
@@ -547,7 +567,7 @@ class Connection:
                     if self.awaiting:
                         first = self.awaiting[0]
                         if isinstance(first, Relayed):
-                            if first.streamer is None and self._relayed(view, pos, end, first):
+                            if first.streamer is None and self._relayed(data, view, pos, end, first):
                                 pos += 4 + self._size
                                 if self.state is _CLOSED:
                                     return
@@ -614,7 +634,7 @@ class Connection:
         if self._left == 0:
             self._end_response()
 
-    def _relayed(self, view: memoryview, pos: int, end: int, r: Relayed) -> bool:
+    def _relayed(self, data: bytes, view: memoryview, pos: int, end: int, r: Relayed) -> bool:
         """The response to a relayed request that is not walked as it streams, size prefix at ``pos``: when it is
         whole in this read, answers its request and its check (if any) holds, it is written as it came (True,
         ``_size`` its size). Otherwise (False) :meth:`_start_response` reads it as any other response (making
@@ -627,7 +647,9 @@ class Connection:
         self.awaiting.popleft()
         head = self.inflight.popleft()
         assert head is r
-        self.port.send_client((view[pos : pos + 4 + size],))
+        # the read is this one response (nearly always): written as read, no view made of it
+        self.port.send_client((data,) if pos == 0 and size + 4 == end and type(data) is bytes
+                              else (view[pos : pos + 4 + size],))
         self._size = size
         r.upstream_bytes = r.client_bytes = size + 4
         self._complete(r)
