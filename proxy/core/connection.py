@@ -639,10 +639,8 @@ class Connection:
         whole in this read, answers its request and its check (if any) holds, it is written as it came (True,
         ``_size`` its size). Otherwise (False) :meth:`_start_response` reads it as any other response (making
         the request an Exchange if its check is false), and fails the connection if it breaks the protocol."""
-        if _SIZE_CORR.unpack_from(view, pos)[1] != r.header.correlation_id:
-            return False
-        size = self._unread_size(view, pos, end, r.check)
-        if size < 0:
+        size, corr = _SIZE_CORR.unpack_from(data, pos)
+        if corr != r.header.correlation_id or not self._unread(view, pos, size, end, r.check):
             return False
         self.awaiting.popleft()
         head = self.inflight.popleft()
@@ -660,23 +658,22 @@ class Connection:
         """The next response (size prefix at ``pos``) is to be collected only if ``Exchange.relay_if`` says it
         holds something to read: when it is whole in this read and holds nothing, it is relayed as bytes instead.
         One that is malformed is collected, and the chain's decode fails the connection as before."""
-        if self._unread_size(view, pos, end, ex.relay_if) >= 0:
+        if self._unread(view, pos, _SIZE.unpack_from(view, pos)[0], end, ex.relay_if):
             ex.collect = False
 
-    def _unread_size(self, view: memoryview, pos: int, end: int, check: Callable[[memoryview], bool] | None) -> int:
-        """The size of the response whose size prefix is at ``pos`` when it is whole in this read, within the frame
-        limit, and ``check`` (if any) holds for it: nothing in it is to be read. Else -1: it is read as any other
-        (one that is malformed, or that the check finds malformed, fails the connection there)."""
-        size = _SIZE.unpack_from(view, pos)[0]
-        if not 4 <= size <= min(end - pos - 4, self.limits.max_frame_bytes):
-            return -1
+    def _unread(self, view: memoryview, pos: int, size: int, end: int,
+                check: Callable[[memoryview], bool] | None) -> bool:
+        """Whether the response whose size prefix (``size``) is at ``pos`` is whole in this read, within the frame
+        limit, and ``check`` (if any) holds for it: nothing in it is to be read. Else it is read as any other (one
+        that is malformed, or that the check finds malformed, fails the connection there)."""
+        if not 4 <= size <= end - pos - 4 or size > self.limits.max_frame_bytes:
+            return False
         if check is not None:
             try:
-                if not check(view[pos + 4 : pos + 4 + size]):
-                    return -1
+                return check(view[pos + 4 : pos + 4 + size])
             except CodecError:
-                return -1
-        return size
+                return False
+        return True
 
     def _server_token(self, view: memoryview, pos: int, end: int) -> int:
         """Read (part of) a bare SASL answer from ``view[pos:end]``; relay it whole; return the new position."""
