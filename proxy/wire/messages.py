@@ -162,7 +162,9 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
         if pos + n > len(frame):
             raise CodecError(f"client id length {n} exceeds the frame", where=pos, api=api_key, version=api_version)
         try:
-            client_id = str(frame[pos : pos + n], "utf-8")
+            # bytes' decode is a method call; str(..., "utf-8") a type call parsing its arguments (a memoryview
+            # has no decode)
+            client_id = frame[pos : pos + n].decode() if type(frame) is bytes else str(frame[pos : pos + n], "utf-8")
         except UnicodeDecodeError:
             raise CodecError("client id is not UTF-8", where=pos, api=api_key, version=api_version) from None
         pos += n

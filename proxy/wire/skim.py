@@ -30,7 +30,7 @@ FIXED_SIZE = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint3
               "uuid": 16}
 
 #: (buffer, body offset) -> offset of the body's top-level tag section; CodecError if the body is malformed
-Locate = Callable[[memoryview, int], int]
+Locate = Callable[[bytes | bytearray | memoryview, int], int]
 
 
 class _Writer:

@@ -229,18 +229,18 @@ def response_view(api_key: int, version: int, frame: Buffer) -> ResponseView:
 
 
 @cache
-def tags_empty(api_key: int, version: int) -> Callable[[memoryview], bool]:
+def tags_empty(api_key: int, version: int) -> Callable[[Buffer], bool]:
     """For a flexible response version: a function (frame without size prefix) -> whether the body's top-level
     tag section is empty, found by skimming the fields without decoding them (proxy/wire/skim.py). CodecError if
     the frame is malformed."""
     locate = top_level_tags_locator(response_spec(api_key), version)
     if response_header_version(api_key, version) == 0:
-        def empty_v0(frame: memoryview) -> bool:
+        def empty_v0(frame: Buffer) -> bool:
             return frame[locate(frame, 4)] == 0
 
         return empty_v0
 
-    def empty(frame: memoryview) -> bool:
+    def empty(frame: Buffer) -> bool:
         # the header's tag section is nearly always empty (one zero byte): the body at 5, no call to find it
         at = 5 if len(frame) > 4 and frame[4] == 0 else header_v1_body_offset(api_key, version, frame)
         return frame[locate(frame, at)] == 0
