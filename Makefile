@@ -57,9 +57,13 @@ $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)
 	    $(SUDO) apt-get update -q && \
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; \
 	fi
-	if ! { command -v haproxy || test -x /usr/sbin/haproxy; } >/dev/null 2>&1 || ! command -v valgrind >/dev/null 2>&1; then \
+	if ! { command -v haproxy || test -x /usr/sbin/haproxy; } >/dev/null 2>&1; then \
 	    $(SUDO) apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends haproxy valgrind; \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends haproxy; \
+	fi
+	if ! command -v valgrind >/dev/null 2>&1; then \
+	    $(SUDO) apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends valgrind; \
 	fi
 	cd rig/go/consumer && go build -o $(CURDIR)/$(GO_CONSUMER) .
 	if ! go version -m $(VENV)/bin/helm 2>/dev/null | grep -q "^[[:space:]]*mod[[:space:]]*helm.sh/helm/v3[[:space:]]*$(HELM_VERSION)[[:space:]]"; then \
