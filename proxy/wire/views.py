@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 
 from . import fetch_fast
 from .api_keys import ApiKey
@@ -39,7 +39,7 @@ from .messages import (
     response_spec,
 )
 from .model import Message
-from .skim import top_level_tags_locator
+from .skim import top_level_tags_empty
 from .versions import UNSUPPORTED_VERSION
 
 _I16 = struct.Struct(">h")
@@ -233,19 +233,10 @@ def tags_empty(api_key: int, version: int) -> Callable[[Buffer], bool]:
     """For a flexible response version: a function (frame without size prefix) -> whether the body's top-level
     tag section is empty, found by skimming the fields without decoding them (proxy/wire/skim.py). CodecError if
     the frame is malformed."""
-    locate = top_level_tags_locator(response_spec(api_key), version)
     if response_header_version(api_key, version) == 0:
-        def empty_v0(frame: Buffer) -> bool:
-            return frame[locate(frame, 4)] == 0
-
-        return empty_v0
-
-    def empty(frame: Buffer) -> bool:
-        # the header's tag section is nearly always empty (one zero byte): the body at 5, no call to find it
-        at = 5 if len(frame) > 4 and frame[4] == 0 else header_v1_body_offset(api_key, version, frame)
-        return frame[locate(frame, at)] == 0
-
-    return empty
+        return top_level_tags_empty(response_spec(api_key), version, None)
+    return top_level_tags_empty(response_spec(api_key), version,
+                                partial(header_v1_body_offset, api_key, version))
 
 
 def error_codes(msg: Message) -> list[int]:
