@@ -1,6 +1,6 @@
 # Thin wrappers around the project's commands (see README.md and docs/getting-started.md).
 #   make install   venv + `pip install -e .[dev,analytics]` + Kafka jars + Prometheus + Chromium + Helm + HAProxy
-#                  (idempotent)
+#                  + Valgrind (idempotent)
 #   make test      the whole test suite against real Kafka (the newest release the rig runs, rig/kafka.py)
 #   make test-kafka-oldest  the same suite against the oldest release Sluice supports (TESTS=...: only those)
 #   make test-kafka-oldest-behaviour  on the oldest release, the tests that depend on Kafka's behaviour
@@ -43,8 +43,8 @@ install: $(STAMP)
 # 6. the Go consumer (franz-go, kafka-go, sarama: rig/go/consumer/) the sharing tests run, built into the venv
 # 7. Helm $(HELM_VERSION) (go install from the Go module proxy, only when the venv's is not that version) and
 #    sluice-kubecheck, into the venv's bin
-# 8. HAProxy (bench.passthrough's C relay), from Debian, only if missing (in /usr/sbin, which a user's PATH may not
-#    hold)
+# 8. HAProxy (bench.passthrough's C relay) and Valgrind (bench.instructions counts with callgrind), from Debian, only
+#    if missing (haproxy is in /usr/sbin, which a user's PATH may not hold)
 $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[dev,analytics]'
@@ -60,6 +60,10 @@ $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)
 	if ! { command -v haproxy || test -x /usr/sbin/haproxy; } >/dev/null 2>&1; then \
 	    $(SUDO) apt-get update -q && \
 	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends haproxy; \
+	fi
+	if ! command -v valgrind >/dev/null 2>&1; then \
+	    $(SUDO) apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends valgrind; \
 	fi
 	cd rig/go/consumer && go build -o $(CURDIR)/$(GO_CONSUMER) .
 	if ! go version -m $(VENV)/bin/helm 2>/dev/null | grep -q "^[[:space:]]*mod[[:space:]]*helm.sh/helm/v3[[:space:]]*$(HELM_VERSION)[[:space:]]"; then \

@@ -52,7 +52,7 @@ _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH  # module constants: compared on
 
 #: a route (:meth:`Chain.classify`): the one policy's terms (Relay: the response's check, its streamer) and that
 #: policy, which reads the response when the check is false
-Route = tuple[Callable[[memoryview], bool] | None, Callable[[int], Streamer] | None, tuple[Policy, ...]]
+Route = tuple[Callable[[Buffer], bool] | None, Callable[[int], Streamer] | None, tuple[Policy, ...]]
 #: the route of an API no policy declares
 _UNREAD: Route = (None, None, ())
 

@@ -262,18 +262,25 @@ class Connection:
     def client_data(self, data: bytes) -> None:
         if self.state is _CLOSED:
             return
-        self._bytes_in.value += len(data)
-        self._last_active = self.clock()
+        n = len(data)
+        self._bytes_in.value += n
+        # the read's time is each of its requests' start (the last byte read): one clock call per read
+        now = self._last_active = self.clock()
         if self._buf or self._framing or type(data) is not bytes:
             self._buf += data
-            self._frame(None)
+            self._frame(None, now)
+        elif n >= 4 and not self._client_pauses and self._bare is None and \
+                0 <= _SIZE.unpack_from(data)[0] == n - 4 <= self.limits.max_frame_bytes:
+            # the read is one whole request (nearly always): nothing to frame, and sent as read if relayed
+            self._on_request(data[4:], now, data)
         else:
-            self._frame(data)  # nothing buffered (nearly always): framed from the read itself, one copy less
+            self._frame(data, now)  # nothing buffered: framed from the read itself, one copy less
 
-    def _frame(self, data: bytes | None = None) -> None:
+    def _frame(self, data: bytes | None = None, now: float | None = None) -> None:
         """Take the complete request frames out of ``data`` (a read, when nothing was buffered before it) or the
-        buffer (up to the in-flight bound). Not re-entered: a response completed while a request is handled
-        (Produce acks=0) may lift the bound, and the loop running already goes on with the next frame."""
+        buffer (up to the in-flight bound), each started at ``now`` (the read's time; None: when it is taken).
+        Not re-entered: a response completed while a request is handled (Produce acks=0) may lift the bound, and
+        the loop running already goes on with the next frame."""
         if self._framing:
             return
         self._framing = True
@@ -295,16 +302,19 @@ class Connection:
                 end = off + 4 + size
                 if len(buf) < end:
                     break
+                wire: bytes | None = None
                 if data is None:
                     with memoryview(buf) as view:
                         frame = bytes(view[off + 4 : end])
                 else:
                     frame = data[off + 4 : end]
+                    if off == 0 and end == len(data):
+                        wire = data  # the read is this one frame (nearly always): relayed, it is sent as read
                 off = end
                 if self._bare is not None:
                     self._client_token(frame)
                     continue
-                self._on_request(frame)
+                self._on_request(frame, now, wire)
                 if self.state is _CLOSED:
                     return
             if data is not None:
@@ -343,17 +353,18 @@ class Connection:
         left = self.limits.request_timeout_s - (now - self._partial_since)
         self._partial_timer = self.port.call_later(max(left, 0.001), self._partial_expired)
 
-    def _on_request(self, frame: bytes) -> None:
+    def _on_request(self, frame: bytes, now: float | None, wire: bytes | None) -> None:
+        """A request ``frame`` (no size prefix; ``wire``: with it, as read, when the read held nothing else)."""
         first = not self._pending  # nothing waits ahead of it
         try:
-            ex = self.chain.classify(frame, self.clock(), self.info, first)
+            ex = self.chain.classify(frame, self.clock() if now is None else now, self.info, first)
         except (Rejected, PolicyFailed) as e:
             self._refuse(e)
             return
         self.client_id = ex.header.client_id
         if isinstance(ex, Relayed):
-            # no policy reads it (Chain.classify): sent now, as it came
-            self._write_upstream(ex.frame)
+            # no policy reads it (Chain.classify): sent now, as it came (as read: one buffer, no prefix made)
+            self._write_upstream(frame, wire)
             if ex.expects_response:
                 self.inflight.append(ex)
                 self.awaiting.append(ex)
@@ -497,10 +508,11 @@ class Connection:
         ex.upstream_sent += len(ex.frame) + 4  # a request sent again may differ (a new full session request)
         self._write_upstream(ex.frame)
 
-    def _write_upstream(self, frame: bytes) -> None:
-        """A request frame (no size prefix) to the broker, or queued until the upstream connection is up."""
+    def _write_upstream(self, frame: bytes, wire: bytes | None = None) -> None:
+        """A request frame (no size prefix; ``wire``: the same with its size prefix, when the client's read was that)
+        to the broker, or queued until the upstream connection is up."""
         size = len(frame)
-        buffers = (size.to_bytes(4, "big"), frame)
+        buffers: tuple[bytes, ...] = (size.to_bytes(4, "big"), frame) if wire is None else (wire,)
         self._bytes_up.value += size + 4
         if self.state is _OPEN:
             self.port.send_upstream(buffers)
@@ -530,9 +542,17 @@ class Connection:
     def upstream_data(self, data: bytes) -> None:
         if self.state is _CLOSED:
             return
-        self._bytes_back.value += len(data)
+        end = len(data)
+        self._bytes_back.value += end
+        pos = 0
+        if self._resp is None and not self._bare_owed and not self._hdr and self.awaiting and end >= 8:
+            first = self.awaiting[0]
+            if type(first) is Relayed and first.streamer is None and self._relayed(data, 0, end, first):
+                # the read starts with a relayed response, whole (nearly always all of it): written, done
+                pos = 4 + self._size
+                if pos == end or self.state is _CLOSED:
+                    return
         view = memoryview(data)
-        pos, end = 0, len(data)
         while pos < end:
             if self._bare_owed and self._resp is None:
                 pos = self._server_token(view, pos, end)
@@ -547,7 +567,7 @@ class Connection:
                     if self.awaiting:
                         first = self.awaiting[0]
                         if isinstance(first, Relayed):
-                            if first.streamer is None and self._relayed(view, pos, end, first):
+                            if first.streamer is None and self._relayed(data, pos, end, first):
                                 pos += 4 + self._size
                                 if self.state is _CLOSED:
                                     return
@@ -614,47 +634,47 @@ class Connection:
         if self._left == 0:
             self._end_response()
 
-    def _relayed(self, view: memoryview, pos: int, end: int, r: Relayed) -> bool:
+    def _relayed(self, data: bytes, pos: int, end: int, r: Relayed) -> bool:
         """The response to a relayed request that is not walked as it streams, size prefix at ``pos``: when it is
         whole in this read, answers its request and its check (if any) holds, it is written as it came (True,
         ``_size`` its size). Otherwise (False) :meth:`_start_response` reads it as any other response (making
         the request an Exchange if its check is false), and fails the connection if it breaks the protocol."""
-        if _SIZE_CORR.unpack_from(view, pos)[1] != r.header.correlation_id:
-            return False
-        size = self._unread_size(view, pos, end, r.check)
-        if size < 0:
+        size, corr = _SIZE_CORR.unpack_from(data, pos)
+        if corr != r.header.correlation_id or not self._unread(data, pos, size, end, r.check):
             return False
         self.awaiting.popleft()
         head = self.inflight.popleft()
         assert head is r
-        self.port.send_client((view[pos : pos + 4 + size],))
+        # the read is this one response (nearly always): written as read, no view made of it
+        self.port.send_client((data,) if pos == 0 and size + 4 == end and type(data) is bytes
+                              else (memoryview(data)[pos : pos + 4 + size],))
         self._size = size
         r.upstream_bytes = r.client_bytes = size + 4
         self._complete(r)
-        self._flush_answers()
+        if self.inflight and self.inflight[0].answer is not None:
+            self._flush_answers()
         return True
 
     def _relay_if(self, view: memoryview, pos: int, end: int, ex: Exchange) -> None:
         """The next response (size prefix at ``pos``) is to be collected only if ``Exchange.relay_if`` says it
         holds something to read: when it is whole in this read and holds nothing, it is relayed as bytes instead.
         One that is malformed is collected, and the chain's decode fails the connection as before."""
-        if self._unread_size(view, pos, end, ex.relay_if) >= 0:
+        if self._unread(view, pos, _SIZE.unpack_from(view, pos)[0], end, ex.relay_if):
             ex.collect = False
 
-    def _unread_size(self, view: memoryview, pos: int, end: int, check: Callable[[memoryview], bool] | None) -> int:
-        """The size of the response whose size prefix is at ``pos`` when it is whole in this read, within the frame
-        limit, and ``check`` (if any) holds for it: nothing in it is to be read. Else -1: it is read as any other
-        (one that is malformed, or that the check finds malformed, fails the connection there)."""
-        size = _SIZE.unpack_from(view, pos)[0]
-        if not 4 <= size <= min(end - pos - 4, self.limits.max_frame_bytes):
-            return -1
+    def _unread(self, buf: Buffer, pos: int, size: int, end: int, check: Callable[[Buffer], bool] | None) -> bool:
+        """Whether the response whose size prefix (``size``) is at ``pos`` of the read ``buf`` is whole in it,
+        within the frame limit, and ``check`` (if any) holds for it: nothing in it is to be read. Else it is read as
+        any other (one that is malformed, or that the check finds malformed, fails the connection there). The check
+        reads a copy when ``buf`` is the read's bytes: a small response's bytes index faster than a view's."""
+        if not 4 <= size <= end - pos - 4 or size > self.limits.max_frame_bytes:
+            return False
         if check is not None:
             try:
-                if not check(view[pos + 4 : pos + 4 + size]):
-                    return -1
+                return check(buf[pos + 4 : pos + 4 + size])
             except CodecError:
-                return -1
-        return size
+                return False
+        return True
 
     def _server_token(self, view: memoryview, pos: int, end: int) -> int:
         """Read (part of) a bare SASL answer from ``view[pos:end]``; relay it whole; return the new position."""

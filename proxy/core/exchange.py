@@ -149,7 +149,7 @@ class Relay:
     response whole in one read; KIP-951 endpoints in a Produce response), or walks it with ``streamer`` as it
     streams (KIP-951 endpoints in a Fetch response)."""
 
-    check: Callable[[memoryview], bool] | None = None
+    check: Callable[[Buffer], bool] | None = None
     streamer: Callable[[int], Streamer] | None = None
 
 
@@ -178,7 +178,7 @@ class Relayed:
     partitions: ClassVar[None] = None
 
     def __init__(self, header: RequestHeader, api: str, frame: bytes, started: float, expects_response: bool,
-                 check: Callable[[memoryview], bool] | None, streamer: Callable[[int], Streamer] | None,
+                 check: Callable[[Buffer], bool] | None, streamer: Callable[[int], Streamer] | None,
                  readers: tuple[Any, ...]) -> None:
         self.header = header
         self.api = api
@@ -218,7 +218,7 @@ class Exchange:
     #: effects (see the module docstring)
     answer: bytes | None = None
     collect: bool = False
-    relay_if: Callable[[memoryview], bool] | None = None
+    relay_if: Callable[[Buffer], bool] | None = None
     streamer: Callable[[int], Streamer] | None = None
     reserve: int = 0
     mute_s: float = 0.0

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from .api_keys import ApiKey, api_names
 from .api_keys import api_name as api_name  # re-exported: the frame helpers' callers name APIs too
@@ -115,9 +114,9 @@ def header_codec(kind: str, version: int) -> Codec:
 # --------------------------------------------------------------------------------------------- requests
 
 
-@dataclass(slots=True)
-class RequestHeader:
-    """What the proxy reads from every request without decoding its body (cheap: one struct unpack)."""
+class RequestHeader(NamedTuple):
+    """What the proxy reads from every request without decoding its body (cheap: one struct unpack). A named
+    tuple: made on every request, in one C call (:data:`_header`), its fields read by C descriptors."""
 
     api_key: int
     api_version: int
@@ -127,6 +126,9 @@ class RequestHeader:
     #: then unknown)
     body_offset: int | None
 
+
+#: a RequestHeader from a tuple of its fields, without the Python-level ``__new__`` a named tuple's call runs
+_header = tuple.__new__
 
 #: api key -> the request header version of each of its versions, index = version (0..the spec's newest), filled
 #: on an API's first request; bounded: only keys Kafka defines get an entry
@@ -160,7 +162,9 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
         if pos + n > len(frame):
             raise CodecError(f"client id length {n} exceeds the frame", where=pos, api=api_key, version=api_version)
         try:
-            client_id = str(frame[pos : pos + n], "utf-8")
+            # bytes' decode is a method call; str(..., "utf-8") a type call parsing its arguments (a memoryview
+            # has no decode)
+            client_id = frame[pos : pos + n].decode() if type(frame) is bytes else str(frame[pos : pos + n], "utf-8")
         except UnicodeDecodeError:
             raise CodecError("client id is not UTF-8", where=pos, api=api_key, version=api_version) from None
         pos += n
@@ -168,7 +172,7 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
         raise CodecError(f"client id length {n}", where=pos - 2, api=api_key, version=api_version)
     versions = _HEADER_VERSIONS.get(api_key) or _header_versions(api_key)
     if not 0 <= api_version < len(versions):
-        return RequestHeader(api_key, api_version, corr, client_id, None)
+        return _header(RequestHeader, (api_key, api_version, corr, client_id, None))
     if versions[api_version] == 2:
         # request header v2 ends with a tag section (KIP-482); nearly always empty: one zero byte
         if pos < len(frame) and frame[pos] == 0:
@@ -180,7 +184,7 @@ def peek_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
                 raise CodecError("truncated request header tags", api=api_key, version=api_version) from None
             if pos > len(frame):
                 raise CodecError("request header tags exceed the frame", api=api_key, version=api_version)
-    return RequestHeader(api_key, api_version, corr, client_id, pos)
+    return _header(RequestHeader, (api_key, api_version, corr, client_id, pos))
 
 
 def decode_request(frame: bytes | bytearray | memoryview) -> tuple[Message, Message]:

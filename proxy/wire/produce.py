@@ -61,6 +61,7 @@ def produce_acks(frame: bytes | bytearray | memoryview, header: RequestHeader) -
                 pos += 2
             if n > 0:  # any negative length is null, as Kafka's readers take it
                 pos += n
-        return int(_I16.unpack_from(frame, pos)[0])
+        acks: int = _I16.unpack_from(frame, pos)[0]
+        return acks
     except MALFORMED as e:  # free until it fires: this runs on every producer's request
         raise as_codec_error(e, "ProduceRequest", api="Produce", version=version) from None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 
 from . import fetch_fast
 from .api_keys import ApiKey
@@ -39,7 +39,7 @@ from .messages import (
     response_spec,
 )
 from .model import Message
-from .skim import top_level_tags_locator
+from .skim import top_level_tags_empty
 from .versions import UNSUPPORTED_VERSION
 
 _I16 = struct.Struct(">h")
@@ -229,21 +229,14 @@ def response_view(api_key: int, version: int, frame: Buffer) -> ResponseView:
 
 
 @cache
-def tags_empty(api_key: int, version: int) -> Callable[[memoryview], bool]:
+def tags_empty(api_key: int, version: int) -> Callable[[Buffer], bool]:
     """For a flexible response version: a function (frame without size prefix) -> whether the body's top-level
     tag section is empty, found by skimming the fields without decoding them (proxy/wire/skim.py). CodecError if
     the frame is malformed."""
-    locate = top_level_tags_locator(response_spec(api_key), version)
     if response_header_version(api_key, version) == 0:
-        def empty_v0(frame: memoryview) -> bool:
-            return frame[locate(frame, 4)] == 0
-
-        return empty_v0
-
-    def empty(frame: memoryview) -> bool:
-        return frame[locate(frame, header_v1_body_offset(api_key, version, frame))] == 0
-
-    return empty
+        return top_level_tags_empty(response_spec(api_key), version, None)
+    return top_level_tags_empty(response_spec(api_key), version,
+                                partial(header_v1_body_offset, api_key, version))
 
 
 def error_codes(msg: Message) -> list[int]:

@@ -60,7 +60,7 @@ def test_make_targets_named_in_the_readme_exist() -> None:
 
 def test_readme_says_what_make_install_installs_with_apt_and_that_it_needs_root() -> None:
     packages = re.findall(r"apt-get install -y -q --no-install-recommends (\S+);", MAKEFILE)
-    assert sorted(packages) == ["chromium", "haproxy", "prometheus"]
+    assert sorted(packages) == ["chromium", "haproxy", "prometheus", "valgrind"]
     section = _section(GETTING_STARTED, "The two commands")
     for package in packages:
         assert f"`{package}`" in section

@@ -1,0 +1,291 @@
+"""Machine instructions per round trip through Sluice's connection core, counted by Valgrind's callgrind.
+
+``python -m bench.instructions [--case produce|fetch_all|bare] [--rounds 200] [--compare REV]``
+
+A count, not a timing: the same on a loaded machine as on a quiet one, so a change of a few percent shows where a
+wall-clock figure cannot (two starts of the same Sluice on this project's shared 2-core machine differ by more).
+Unlike ``bench.pipeline_cpu --opcodes``, which counts the bytecodes of Sluice's own code, it counts everything the
+CPU executes for the round trips: Python's interpreter, its allocator and garbage collector, the C extensions.
+
+Cases, each through one connection of the core (proxy/core/connection.py) driven as the I/O layer drives it, on a
+port that keeps what it is handed (no copy) and checks it after the count:
+
+- ``produce``: a producer's round trip (Produce v10, acks=1, one 100-byte record; the broker's plain answer),
+  default settings, access log off: relayed, no policy reads it (the per-request cost every client pays);
+- ``fetch_all``: ``bench.pipeline_cpu --opcodes --case fetch_all``'s Fetch v12 of a session-less client with every
+  policy on (``bench.passthrough``'s ``ALL_POLICIES``), 3 partitions x 20 batches of 16 KiB, collected whole;
+- ``bare``: ``produce``'s round trips through the bare relay's protocols (rig/bare_relay.py: bytes in, bytes out,
+  the least a Python proxy can do; ``bench.passthrough``'s baseline) on transports that keep what they are
+  written: what a relay costs in Python per round trip, system calls left out as in the other cases.
+
+Each case runs 40 warm-up round trips, then ``--rounds`` counted ones, in a child process under callgrind: its
+instrumentation is switched on (``callgrind_control -i on``) only once the child is warm, and only what runs inside
+the measured loop is counted (``--toggle-collect`` on the C function of ``operator.call``, which runs it), so
+start-up, warm-up and exit count nothing. ``--compare REV`` counts REV's tree too (a temporary worktree, this
+file's harness run against its code).
+
+One JSON line per count, then ``{"summary": "instructions", "case", "rounds", "instructions" (per round trip, this
+tree), "memory_instructions" (of them, the C library's block copies and fills: the bytes moved), ["before",
+"ratio" with --compare], "goals": {}, "met": true, "wrong", "errors", "correct"}``: the check is every round trip's
+reply as the client must get it (the broker's bytes for a relayed one, every batch for ``fetch_all``); the exit
+status is 1 when one was wrong or a count failed. ``--smoke``: 20 rounds. Needs ``valgrind`` (Debian's package;
+``make install`` installs it) and a libpython with its symbols (``operator.call``'s C function is found by name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import operator
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.support.verdict import add_options, emit, exit_status, summary
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ("produce", "fetch_all", "bare")
+WARMUP = 40
+#: uvloop reads up to 256 KiB a time
+READ_SIZE = 256 * 1024
+
+
+class KeptPort:
+    """A :class:`~proxy.core.connection.Port` that keeps what the core hands it, by reference (the core's views
+    are of bytes it never reuses once handed over, in these cases), so the count holds no copy of the harness's."""
+
+    def __init__(self, call_later: Callable[[float, Callable[[], None]], Any]) -> None:
+        self.client: list[Any] = []
+        self.upstream: list[Any] = []
+        self.call_later = call_later
+
+    def send_client(self, buffers: Sequence[Any]) -> None:
+        self.client.extend(buffers)
+
+    def send_upstream(self, buffers: Sequence[Any]) -> None:
+        self.upstream.extend(buffers)
+
+    def pause_client(self) -> None: ...
+
+    def resume_client(self) -> None: ...
+
+    def pause_upstream(self) -> None: ...
+
+    def resume_upstream(self) -> None: ...
+
+    def close(self, abort: bool) -> None:
+        raise AssertionError(f"the core closed the connection (abort={abort})")
+
+    def read_upstream_into(self, on: bool) -> None: ...  # the core takes upstream_data either way
+
+
+class KeptTransport:
+    """A transport for the bare relay's protocols that keeps what it is written."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+def frames_of(case: str, count: int) -> tuple[list[tuple[bytes, bytes]], dict[str, Any] | None]:
+    """The round trips of ``case`` ((request, response) frames without size prefixes) and the settings' overrides."""
+    from bench import pipeline_cpu
+
+    if case in ("produce", "bare"):
+        return [pipeline_cpu._produce_frames(i) for i in range(count)], None
+    from bench.passthrough import ALL_POLICIES
+
+    return pipeline_cpu._fetch_all_frames(12, count), tomllib.loads(ALL_POLICIES)
+
+
+def wrong_reply(case: str, request: bytes, response: bytes, reply: bytes) -> bool:
+    """Whether the client's ``reply`` is not what it must get: the broker's bytes as they came for a relayed
+    response, every partition and batch for ``fetch_all`` (:func:`bench.pipeline_cpu.check`)."""
+    if case == "fetch_all":
+        from bench.pipeline_cpu import check
+
+        return check("fetch_all", 12, request, response, reply) is not None
+    return reply != len(response).to_bytes(4, "big") + response
+
+
+#: one round trip: the request as one read, the response as its reads -> what the client got
+RoundTrip = Callable[[bytes, list[bytes]], list[Any]]
+
+
+def _core(case: str, overrides: dict[str, Any] | None) -> RoundTrip:
+    """A connection of the core, as the server makes one (``sluice run``'s default access log: off)."""
+    from proxy.accesslog import AccessLog
+    from proxy.core.connection import Connection
+    from proxy.core.exchange import ConnectionInfo
+    from proxy.core.observer import ConnectionEvents
+    from rig.core_rig import CoreRig
+
+    rig = CoreRig(overrides)
+    rig.access_log = AccessLog("off")
+    events = ConnectionEvents(rig.metrics, rig.access_log, rig.proxy.chain)
+    port = KeptPort(rig.timers.call_later)
+    conn = Connection(ConnectionInfo(1, "bootstrap"), rig.proxy.chain, port, memory=rig.memory, names=rig.names,
+                      observer=events, tallies=events.tallies, clock=rig.clock, limits=rig.limits)
+    conn.upstream_ready("broker:9092")
+    tick = 0.05 if case == "fetch_all" else 0.0  # the throttle's and quota's windows move on, as in pipeline_cpu
+
+    def round_trip(request: bytes, reads: list[bytes]) -> list[Any]:
+        port.client = []
+        conn.client_data(request)
+        for data in reads:
+            conn.upstream_data(data)
+        if tick:
+            rig.advance(tick)
+        return port.client
+
+    return round_trip
+
+
+def _bare() -> RoundTrip:
+    """The bare relay's two protocols on transports that keep what they are written."""
+    from rig.bare_relay import _Relay
+
+    relay = _Relay()
+    client, upstream = KeptTransport(), KeptTransport()
+    relay.client.transport, relay.upstream.transport = client, upstream
+
+    def round_trip(request: bytes, reads: list[bytes]) -> list[Any]:
+        client.written = []
+        relay.client.data_received(request)
+        for data in reads:
+            relay.upstream.data_received(data)
+        return client.written
+
+    return round_trip
+
+
+def child(case: str, rounds: int, flag: Path) -> int:
+    """Run in valgrind: warm up, say "ready", wait for the parent to switch instrumentation on (``flag``), run the
+    counted round trips inside ``operator.call``, then check every reply; print one JSON line."""
+    frames, overrides = frames_of(case, WARMUP + rounds)
+    # as the reads hand them over: the request whole, the response in reads of up to 256 KiB
+    trips = []
+    for request, response in frames:
+        wire = len(response).to_bytes(4, "big") + response
+        trips.append((len(request).to_bytes(4, "big") + request,
+                      [wire[i : i + READ_SIZE] for i in range(0, len(wire), READ_SIZE)]))
+    round_trip = _bare() if case == "bare" else _core(case, overrides)
+    replies: list[list[Any]] = []
+
+    def run(todo: list[tuple[bytes, list[bytes]]]) -> None:
+        for request, reads in todo:
+            replies.append(round_trip(request, reads))
+
+    run(trips[:WARMUP])
+    gc.freeze()  # as `sluice run` does once started: the long-lived heap is out of the collector's way
+    print("ready", flush=True)
+    while not flag.exists():
+        time.sleep(0.01)
+    replies.clear()
+    operator.call(run, trips[WARMUP:])
+    wrong = sum(wrong_reply(case, request, response, b"".join(bytes(b) for b in reply))
+                for (request, response), reply in zip(frames[WARMUP:], replies, strict=True))
+    print(json.dumps({"rounds": len(replies), "wrong": wrong}), flush=True)
+    return 0
+
+
+def count(tree: Path, case: str, rounds: int) -> dict[str, Any]:
+    """One count of ``case`` with ``tree``'s code: instructions per round trip."""
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
+        flag, out = Path(tmp) / "go", Path(tmp) / "callgrind.out"
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
+               "--toggle-collect=_operator_call", f"--callgrind-out-file={out}", sys.executable, "-m",
+               "bench.instructions", "--child", str(flag), "--case", case, "--rounds", str(rounds)]
+        # this file's harness, the tree's code (the harness reads no more of the tree than its modules' interfaces)
+        env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}" if tree != ROOT else str(ROOT)}
+        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            proc.kill()
+            _, err = proc.communicate()
+            raise RuntimeError(f"the counted process did not start: {line}{err[-3000:]}")
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
+        flag.touch()
+        rest, err = proc.communicate(timeout=3600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the counted process failed ({proc.returncode}): {err[-3000:]}")
+        collected = re.search(r"Collected : (\d+)", err)
+        if collected is None or int(collected.group(1)) == 0:
+            raise RuntimeError(f"callgrind counted nothing: is libpython's symbol _operator_call there?\n{err[-2000:]}")
+        memory = memory_instructions(out)
+    result = json.loads(rest.strip().splitlines()[-1])
+    total, counted = int(collected.group(1)), result["rounds"]
+    return {"instructions": round(total / counted), "memory_instructions": round(memory / counted),
+            "wrong": result["wrong"]}
+
+
+#: the C library's block copies and fills: what a response's bytes cost to move, counted apart
+MEMORY_FUNCTIONS = re.compile(r":__(memcpy|memmove|memset)\w*")
+
+
+def memory_instructions(out: Path) -> int:
+    """The instructions ``memcpy``/``memmove``/``memset`` executed in the count (their own, from callgrind's
+    annotation): on a Fetch's path the bytes moved, which grow with the response, not with what Sluice does per
+    request."""
+    report = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", str(out)],
+                            capture_output=True, text=True, check=True).stdout
+    return sum(int(line.split()[0].replace(",", "")) for line in report.splitlines()
+               if MEMORY_FUNCTIONS.search(line) and line.strip()[:1].isdigit())
+
+
+def worktree_of(rev: str, tmp: Path) -> Path:
+    tree = tmp / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+    (tree / "bench" / "instructions.py").write_text(Path(__file__).read_text())  # the same harness for both
+    return tree
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--case", choices=CASES, default="produce")
+    ap.add_argument("--rounds", type=int, default=200, help="round trips counted (default 200)")
+    ap.add_argument("--compare", metavar="REV", help="count REV's code too (a temporary worktree)")
+    ap.add_argument("--child", metavar="FLAG", type=Path, help=argparse.SUPPRESS)
+    add_options(ap, "20 rounds")
+    args = ap.parse_args(argv)
+    if args.child is not None:
+        return child(args.case, args.rounds, args.child)
+    rounds = 20 if args.smoke else args.rounds
+    errors: list[str] = []
+    after = count(ROOT, args.case, rounds)
+    emit({"bench": "instructions", "case": args.case, "side": "after" if args.compare else "this", **after})
+    figures: dict[str, Any] = {"case": args.case, "rounds": rounds, "instructions": after["instructions"],
+                               "memory_instructions": after["memory_instructions"]}
+    wrong = after["wrong"]
+    if args.compare:
+        with tempfile.TemporaryDirectory(prefix="bench-instructions-rev-") as tmp:
+            try:
+                before = count(worktree_of(args.compare, Path(tmp)), args.case, rounds)
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(tmp) / "tree")],
+                               check=False, capture_output=True)
+        emit({"bench": "instructions", "case": args.case, "side": "before", "rev": args.compare, **before})
+        wrong += before["wrong"]
+        figures |= {"rev": args.compare, "before": before["instructions"],
+                    "ratio": round(after["instructions"] / before["instructions"], 3)}
+    if wrong:
+        errors.append(f"{wrong} replies differ from what the client must get")
+    line = summary("instructions", {**figures, "wrong": wrong}, {}, checks={"replies_as_sent": not wrong},
+                   errors=errors)
+    emit(line)
+    return exit_status(line, args.check)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
