@@ -1,9 +1,8 @@
-"""Spark for the analytics tests: a real local[2] session (never mocked), one per test module, bound to
-127.0.0.1. pyspark and a Java runtime are required - missing either fails the tests, as a missing broker does.
+"""Spark for the analytics tests: a real local[2] session (never mocked), one for the run, bound to 127.0.0.1.
+pyspark and a Java runtime are required - missing either fails the tests, as a missing broker does.
 
 Every session has the Kafka connector and Delta Lake (resolved from Maven Central once, then from the Ivy cache):
-Spark reads ``spark.jars.packages`` only when it starts its JVM, which the first module's session does for the whole
-run."""
+Spark reads ``spark.jars.packages`` only when it starts its JVM, which the first session does for the whole run."""
 
 from __future__ import annotations
 
@@ -41,23 +40,39 @@ TEST_CONF = {
     "spark.driver.bindAddress": LOOPBACK,
     "spark.ui.enabled": "false",
     "spark.driver.memory": "2g",
+    # The JVM's client compiler only, one GC thread: these jobs are many and tiny, where C2's compilations cost
+    # more CPU than they save (test_generated: 58 s against 67 s of wall), and CI runs them beside broker sessions
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
+@pytest.fixture(scope="session")
+def _spark_sessions() -> Iterator[list[SparkSession]]:
+    """The local sessions started in this run (one, unless a test stopped it), each stopped at the end."""
     before = os.environ.get("SPARK_LOCAL_IP")
     os.environ["SPARK_LOCAL_IP"] = LOOPBACK  # forced, not defaulted: the machine's value must not leak in
-    session = build_session("local[2]", app_name="sluice-analytics-tests", conf=TEST_CONF, kafka=True,
-                            delta=True)
+    started: list[SparkSession] = []
     try:
-        yield session
+        yield started
     finally:
-        session.stop()
+        for session in started:
+            session.stop()
         if before is None:
             os.environ.pop("SPARK_LOCAL_IP", None)
         else:
             os.environ["SPARK_LOCAL_IP"] = before
+
+
+@pytest.fixture(scope="module")
+def spark(_spark_sessions: list[SparkSession]) -> SparkSession:
+    """The run's local session, shared by the modules: each start costs a JVM, Ivy's resolution of the connector
+    and Delta, and their warm-up (~15 s of wall on an idle machine, six times over before). Started again when a
+    test stopped it (test_standalone makes way for a cluster's: one SparkContext per process)."""
+    active = SparkSession.getActiveSession()
+    if active is None or all(active is not s for s in _spark_sessions):
+        active = build_session("local[2]", app_name="sluice-analytics-tests", conf=TEST_CONF, kafka=True, delta=True)
+        _spark_sessions.append(active)
+    return active
 
 
 def table(spark: SparkSession, path: str) -> DataFrame:

@@ -51,11 +51,11 @@ class Tap:
         orig_on_request = Connection._on_request
         orig_data = Connection.upstream_data
 
-        def on_request(self: Connection, frame: bytes) -> None:
+        def on_request(self: Connection, frame: bytes, now: float | None, wire: bytes | None) -> None:
             h = peek_request_header(frame)
             tap.keep(h.api_key, h.api_version, "request", frame)
             before = len(self.awaiting)
-            orig_on_request(self, frame)
+            orig_on_request(self, frame, now, wire)
             if len(self.awaiting) > before:
                 tap.expect[id(self)].append((h.api_key, h.api_version, h.correlation_id))
 

@@ -202,7 +202,7 @@ class _Leaves(Policy):
         return self._unread
 
 
-def _skim(frame: memoryview) -> bool:
+def _skim(frame: bytes | bytearray | memoryview) -> bool:
     return True
 
 
