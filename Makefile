@@ -150,9 +150,10 @@ bench: install
 	$(PY) -m bench
 
 # Every bench's --smoke (its whole path and its check, in seconds), two at a time (most of a smoke run waits on a
-# broker, a JVM's start or a client's pace), each pair on ports of its own; CI runs it.
+# broker, a JVM's start or a client's pace), each pair on ports of its own; CI runs it. ONLY / SKIP: comma-separated
+# bench names to run / to leave out.
 bench-smoke: install
-	SLUICE_PORT_RANGE=$(PORTS_BENCH) $(PY) -m bench --smoke --jobs 2
+	SLUICE_PORT_RANGE=$(PORTS_BENCH) $(PY) -m bench --smoke --jobs 2 $(if $(ONLY),--only $(ONLY)) $(if $(SKIP),--skip $(SKIP))
 
 lint: install lint-only
 

@@ -1,4 +1,5 @@
-"""Every bench, one after the other: ``python -m bench [--smoke] [--check] [--only a,b] [--jobs N] [--list]``.
+"""Every bench, one after the other: ``python -m bench [--smoke] [--check] [--only a,b] [--skip c,d] [--jobs N]
+[--list]``.
 
 The benches are the modules of bench/ itself (bench/support/ holds what they share); each runs as ``python -m
 bench.NAME`` with ``--smoke`` and ``--check`` passed on. Without ``--smoke`` (``make bench``) their JSON lines go
@@ -32,9 +33,6 @@ HERE = Path(__file__).resolve().parent
 #: minutes on an idle machine; CI runs it at the lowest CPU priority beside three test sessions, where the CPU-bound
 #: ones wait for the cycles the tests leave: bench.analytics's Spark jobs went past 600 s there)
 SMOKE_TIMEOUT_S = 1200.0
-#: with --smoke, these start first (the rest in name order): the longest runs, so that each overlaps the most with
-#: the others and with whatever runs beside the set (bench.analytics's Spark jobs; CI's test sessions)
-SMOKE_FIRST = ("analytics",)
 
 
 def benches() -> list[str]:
@@ -94,15 +92,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="each bench's smoke run, judged (CI)")
     ap.add_argument("--check", action="store_true", help="passed on: a bench whose goal is not met fails too")
     ap.add_argument("--only", default="", help="comma-separated bench names (default: all)")
+    ap.add_argument("--skip", default="", help="comma-separated bench names left out")
     ap.add_argument("--jobs", type=int, default=1, help="with --smoke: benches run at once (default 1)")
     ap.add_argument("--list", action="store_true", help="print the benches' names and exit")
     args = ap.parse_args(argv)
     names = benches()
-    if args.only:
-        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
-        if unknown := [n for n in wanted if n not in names]:
+    def named(option: str) -> list[str]:
+        given = [n.strip() for n in option.split(",") if n.strip()]
+        if unknown := [n for n in given if n not in names]:
             ap.error(f"unknown benches {unknown}; known: {', '.join(names)}")
-        names = wanted
+        return given
+
+    if args.only:
+        names = named(args.only)
+    if args.skip:
+        skipped = named(args.skip)
+        names = [n for n in names if n not in skipped]
     if args.list:
         print("\n".join(names))
         return 0
@@ -116,7 +121,6 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(name)
     else:
         jobs = max(1, args.jobs)
-        names = [n for n in SMOKE_FIRST if n in names] + [n for n in names if n not in SMOKE_FIRST]
         ports: queue.SimpleQueue[str] = queue.SimpleQueue()
         for part in port_ranges(jobs):
             ports.put(part)
