@@ -164,12 +164,12 @@ def test_whole_partition_with_nothing_committed_above_is_not_decoded() -> None:
 
 
 def test_cache_serves_the_other_members_of_a_partition() -> None:
-    hits: list[bool] = []
-    cache = BatchCache(1 << 20, on_lookup=hits.append)
-    data = memoryview(batch(100, 30, COMPRESSION_LZ4))
+    lookups: list[tuple[int, int]] = []
+    cache = BatchCache(1 << 20, on_lookup=lambda hits, misses: lookups.append((hits, misses)))
+    data = memoryview(batch(100, 30, COMPRESSION_LZ4) + b"".join(batch(130 + i, 1) for i in range(5)))
     filter_records(data, Slice(0, 2), None, cache, "t", 0)
     filter_records(data, Slice(1, 2), None, cache, "t", 0)
-    assert hits == [False, True] and cache.bytes > 0
+    assert lookups == [(0, 6), (6, 0)] and cache.bytes > 0
 
 
 def test_cache_is_bounded() -> None:
