@@ -192,13 +192,14 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
                 if cursor is not None and offsets[i] > cursor:
                     gaps.append((cursor, offsets[i], last_epoch if offsets[i] > base else before))
                 cursor = offsets[i] + 1
-        if len(kept) < len(hashes):
+        whole = len(kept) == len(hashes)
+        if not whole:
             out.changed = True
             if not kept:
                 dropped = last_next
                 continue
         dropped = 0
-        if len(kept) == len(hashes):
+        if whole:
             pieces.append(records[start:end])
         else:
             assert entry.batch is not None  # a batch read in place holds one record: kept whole or left out
