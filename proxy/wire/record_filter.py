@@ -20,11 +20,16 @@ result equals decoding with :func:`~proxy.wire.records.decode_batch`, dropping r
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from crc32c import crc32c
+
 from .errors import CodecError
 from .records import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
     DEFAULT_MAX_DECOMPRESSED,
     HEADER_SIZE,
     MAGIC_V2,
@@ -36,6 +41,8 @@ from .records import (
 )
 
 Buffer = bytes | bytearray | memoryview
+#: the first six bytes of a record
+_SIX = struct.Struct(">6B")
 
 
 @dataclass(slots=True)
@@ -112,19 +119,36 @@ def parse_batch(view: Buffer, *, verify_crc: bool = True,
     return ParsedBatch(header, raw, offsets, keys, starts, ends)
 
 
-def single_record(view: Buffer, header: BatchHeader) -> tuple[int, bytes | None]:
-    """The offset and key of the one record of the uncompressed v2 batch ``view`` (``header``: its header, as
-    :func:`~proxy.wire.records.iter_batches` found it), read in place (CRC-32C checked). CodecError for anything
-    malformed, as :func:`parse_batch`."""
-    mv = memoryview(view)
-    if header.magic != MAGIC_V2 or header.compression or header.records_count != 1 or len(mv) != header.size:
+def single_record(buf: Buffer, header: BatchHeader) -> tuple[int, bytes | None]:
+    """The offset and key of the one record of the uncompressed v2 batch ``header`` locates in ``buf`` (the buffer
+    :func:`~proxy.wire.records.iter_batches` walked: a whole record set, or the batch alone), read in place
+    (CRC-32C checked, nothing else copied). CodecError for anything malformed, as :func:`parse_batch`.
+
+    Called once per batch of a low-rate topic for every member sharing it, so the common record's first fields are
+    read in one unpack, and only another shape goes varint by varint (:func:`_record`)."""
+    start, end = header.start, header.end
+    if header.magic != MAGIC_V2 or header.attributes & COMPRESSION_MASK or header.records_count != 1 \
+            or end > len(buf):
         raise CodecError("not one uncompressed v2 batch of one record")
-    if batch_crc(mv) != header.crc:
+    if crc32c(buf[start + ATTRIBUTES_OFFSET : end]) != header.crc:
         raise CodecError("record batch CRC mismatch")
-    raw = mv[HEADER_SIZE:]
-    end, delta, key = _record(raw, 0)
-    if end != len(raw):
-        raise CodecError(f"{len(raw) - end} bytes left after the one record", where=end)
+    pos = start + HEADER_SIZE
+    if end - pos >= 6:
+        # the common record in one read: its Length a one- or two-byte varint, then Attributes, TimestampDelta,
+        # OffsetDelta and the key's length one byte each
+        b = _SIX.unpack_from(buf, pos)
+        i = 1 if b[0] < 0x80 else 2 if b[1] < 0x80 else 0
+        if i and b[i + 1] | b[i + 2] | b[i + 3] < 0x80:
+            size = b[0] if i == 1 else (b[0] & 0x7F) | b[1] << 7
+            d, k = b[i + 2], b[i + 3]
+            pos += i + 4
+            klen = (k >> 1) ^ -(k & 1)
+            if (size >> 1) ^ -(size & 1) != end - pos + 4 or klen < -1 or pos + max(klen, 0) > end:
+                raise CodecError("a one-record batch whose record does not fill it", where=pos)
+            return header.base_offset + ((d >> 1) ^ -(d & 1)), None if klen < 0 else bytes(buf[pos : pos + klen])
+    rec_end, delta, key = _record(buf, pos)
+    if rec_end != end:  # the record fills the batch: nothing missing, nothing after it
+        raise CodecError(f"{end - rec_end} bytes left after the one record", where=rec_end)
     return header.base_offset + delta, None if key is None else bytes(key)
 
 

@@ -209,8 +209,22 @@ def iter_batches(buf: memoryview | bytes | bytearray) -> Iterator[BatchHeader]:
     Raises CodecError for a corrupt size or magic (Kafka's CorruptRecordException cases)."""
     n = len(buf)
     pos = 0
+    # The common case inlined (a whole v2 batch: its header in one read, built as a tuple): cooperative consumption
+    # walks every batch of every shared partition, and a low-rate topic's batches hold one record each, where the
+    # calls of _next_batch and _batch_end and the NamedTuple's constructor were a fifth of the filter's bytecodes.
+    # Anything else (another magic, a length below the v2 header, a truncated tail) is _next_batch's, by its rules.
+    read = _HEADER.unpack_from
+    new = tuple.__new__
+    last = n - HEADER_SIZE  # a batch starting at or before this has its whole header in the buffer
     try:
         while pos < n:
+            if pos <= last:
+                fields = read(buf, pos)
+                end = pos + LOG_OVERHEAD + fields[1]
+                if fields[3] == MAGIC_V2 and fields[1] >= MIN_LENGTH_V2 and end <= n:
+                    yield new(BatchHeader, (pos, end, *fields))
+                    pos = end
+                    continue
             header = _next_batch(buf, pos, n)
             if header is None:
                 return

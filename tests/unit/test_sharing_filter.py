@@ -19,12 +19,14 @@ from proxy.wire.records import (
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
     CONTROL_MASK,
+    HEADER_SIZE,
     TRANSACTIONAL_MASK,
     Record,
     decode_batches,
     encode_batch,
     iter_batches,
     new_batch,
+    rebuild_batch,
 )
 
 CODECS = {"none": COMPRESSION_NONE, "gzip": COMPRESSION_GZIP, "snappy": COMPRESSION_SNAPPY, "lz4": COMPRESSION_LZ4,
@@ -164,12 +166,12 @@ def test_whole_partition_with_nothing_committed_above_is_not_decoded() -> None:
 
 
 def test_cache_serves_the_other_members_of_a_partition() -> None:
-    hits: list[bool] = []
-    cache = BatchCache(1 << 20, on_lookup=hits.append)
-    data = memoryview(batch(100, 30, COMPRESSION_LZ4))
+    lookups: list[tuple[int, int]] = []
+    cache = BatchCache(1 << 20, on_lookup=lambda hits, misses: lookups.append((hits, misses)))
+    data = memoryview(batch(100, 30, COMPRESSION_LZ4) + b"".join(batch(130 + i, 1) for i in range(5)))
     filter_records(data, Slice(0, 2), None, cache, "t", 0)
     filter_records(data, Slice(1, 2), None, cache, "t", 0)
-    assert hits == [False, True] and cache.bytes > 0
+    assert lookups == [(0, 6), (6, 0)] and cache.bytes > 0
 
 
 def test_cache_is_bounded() -> None:
@@ -193,14 +195,22 @@ def test_truncated_tail_dropped_and_undecodable_batch_passed_through() -> None:
 
 
 @pytest.mark.parametrize("key", [None, b"", b"k", b"x" * 300])
-def test_a_one_record_batch_is_read_in_place_as_parse_batch_reads_it(key: bytes | None) -> None:
-    """A low-rate topic's batches hold one record each: read in place (no copy, no decode of the rest), the same
-    offset and key as parse_batch finds; a corrupt one is refused alike (the client then gets it as it came)."""
-    data = encode_batch(new_batch([Record(offset_delta=0, timestamp_delta=70_000, key=key, value=b"v" * 200,
-                                          headers=[("h", b"1")])], base_offset=1 << 33, base_timestamp=5))
+@pytest.mark.parametrize("value_size", [0, 40, 200, 20_000])  # the record's Length: a 1-, 2- or 3-byte varint
+@pytest.mark.parametrize(("timestamp_delta", "offset_delta"), [(0, 0), (70_000, 0), (0, 5)])
+def test_a_one_record_batch_is_read_in_place_as_parse_batch_reads_it(key: bytes | None, value_size: int,
+                                                                     timestamp_delta: int, offset_delta: int) -> None:
+    """A low-rate topic's batches hold one record each: read in place (no copy, no decode of the rest), from the
+    record set as walked (the batch among others), the same offset and key as parse_batch finds; a corrupt one is
+    refused alike (the client then gets it as it came)."""
+    data = encode_batch(new_batch([Record(offset_delta=offset_delta, timestamp_delta=timestamp_delta, key=key,
+                                          value=b"v" * value_size, headers=[("h", b"1")])],
+                                  base_offset=1 << 33, base_timestamp=5))
     (h,) = iter_batches(data)
     parsed = parse_batch(data)
     assert single_record(data, h) == (parsed.offsets[0], parsed.keys[0])
+    around = batch(0, 3) + data + batch(50, 1)
+    (_, inner, _) = iter_batches(around)
+    assert single_record(memoryview(around), inner) == (parsed.offsets[0], parsed.keys[0])
     corrupt = bytearray(data)
     corrupt[-1] ^= 0xFF
     with pytest.raises(CodecError):
@@ -208,3 +218,27 @@ def test_a_one_record_batch_is_read_in_place_as_parse_batch_reads_it(key: bytes 
     (gz,) = iter_batches(batch(0, 1, COMPRESSION_GZIP))
     with pytest.raises(CodecError):  # compressed: parse_batch's business
         single_record(batch(0, 1, COMPRESSION_GZIP), gz)
+
+
+@pytest.mark.parametrize(("value_size", "change"), [(40, "longer"), (40, "shorter"), (200, "longer"),
+                                                    (200, "shorter"), (40, "key_past_end")])
+def test_a_one_record_batch_whose_record_does_not_fill_it_is_refused(value_size: int, change: str) -> None:
+    """A record whose Length (or key length) disagrees with its batch, under a valid CRC-32C (a writer's bug, not
+    line noise), is refused as parse_batch refuses it: the batch then goes out as it came."""
+    data = encode_batch(new_batch([Record(key=b"k", value=b"v" * value_size)], base_offset=7))
+    (h,) = iter_batches(data)
+    raw = bytearray(data[HEADER_SIZE:])
+    if change == "key_past_end":
+        size_bytes = 1 if raw[0] < 0x80 else 2
+        raw[size_bytes + 3] = 0x7E  # key length 63: past the record's end (48 bytes)
+    elif change == "longer":
+        raw += b"\x00"
+    else:
+        raw = raw[:-1]
+    bad = rebuild_batch(h, bytes(raw), 1)  # Length and CRC-32C made to match
+    (bh,) = iter_batches(bad)
+    with pytest.raises(CodecError):
+        parse_batch(bad)
+    with pytest.raises(CodecError):
+        single_record(bad, bh)
+

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ...wire.errors import CodecError
 from ...wire.record_filter import ParsedBatch, keep_records, parse_batch, single_record
-from ...wire.records import BatchHeader, extend_batch, iter_batches
+from ...wire.records import COMPRESSION_MASK, CONTROL_MASK, MAGIC_V2, BatchHeader, extend_batch, iter_batches
 from .frontier import DoneTable
 from .keys import Slice, key_hash
 
@@ -45,46 +45,60 @@ _SINGLE_SIZE = 256
 
 
 class BatchCache:
-    """Decoded batches (with their records' key hashes), least recently used evicted past ``max_bytes``."""
+    """Decoded batches (with their records' key hashes), least recently used evicted past ``max_bytes``.
+
+    ``on_change`` (the bytes held) and ``on_lookup`` (hits, misses) are told once per record set filtered
+    (:meth:`report`), not per batch: a low-rate topic's record sets hold a batch per record, and a metric's update
+    costs more than a look-up."""
 
     def __init__(self, max_bytes: int, on_change: Callable[[int], None] | None = None,
-                 on_lookup: Callable[[bool], None] | None = None) -> None:
+                 on_lookup: Callable[[int, int], None] | None = None) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._entries: OrderedDict[BatchKey, Decoded] = OrderedDict()
         self._hashes: dict[bytes, int | None] = {}
         self._on_change = on_change
         self._on_lookup = on_lookup
+        #: look-ups since the last report, and whether an entry came or went
+        self._hits = self._misses = 0
+        self._changed = False
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def decoded(self, key: BatchKey, view: memoryview, header: BatchHeader) -> Decoded:
-        """The batch at ``view`` (``header``: its header) decoded, from the cache or now (CodecError if it cannot
-        be). A batch of one uncompressed record (a low-rate topic's) is read in place (:func:`single_record`)."""
-        entry = self._entries.get(key)
+    def decoded(self, key: BatchKey, records: memoryview, header: BatchHeader) -> Decoded:
+        """The batch ``header`` locates in ``records`` decoded, from the cache or now (CodecError if it cannot be).
+        A batch of one uncompressed record (a low-rate topic's) is read in place (:func:`single_record`)."""
+        entries = self._entries
+        entry = entries.get(key)
         if entry is not None:
-            self._entries.move_to_end(key)
-            if self._on_lookup is not None:
-                self._on_lookup(True)
+            entries.move_to_end(key)
+            self._hits += 1
             return entry
-        if self._on_lookup is not None:
-            self._on_lookup(False)
-        if header.records_count == 1 and not header.compression:
-            offset, k = single_record(view, header)
+        self._misses += 1
+        if header.records_count == 1 and not header.attributes & COMPRESSION_MASK:
+            offset, k = single_record(records, header)
             entry = Decoded(None, [offset], [self.hash_of(k)], _SINGLE_SIZE)
         else:
-            batch = parse_batch(view)
+            batch = parse_batch(records[header.start : header.end])
             entry = Decoded(batch, batch.offsets, [self.hash_of(k) for k in batch.keys], batch.size)
         if self.max_bytes and entry.size <= self.max_bytes:
-            self._entries[key] = entry
+            entries[key] = entry
             self.bytes += entry.size
             while self.bytes > self.max_bytes:
-                _, old = self._entries.popitem(last=False)
+                _, old = entries.popitem(last=False)
                 self.bytes -= old.size
-            if self._on_change is not None:
-                self._on_change(self.bytes)
+            self._changed = True
         return entry
+
+    def report(self) -> None:
+        """Tell the callbacks what changed since the last report."""
+        if (self._hits or self._misses) and self._on_lookup is not None:
+            self._on_lookup(self._hits, self._misses)
+        self._hits = self._misses = 0
+        if self._changed and self._on_change is not None:
+            self._on_change(self.bytes)
+        self._changed = False
 
     def hash_of(self, key: bytes | None) -> int | None:
         """``key``'s hash (None for a null key), remembered: a partition's records mostly repeat their keys."""
@@ -126,6 +140,7 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     dropped = 0
     end = 0
     index, count = s.index, s.count
+    decoded = cache.decoded
     gaps = out.gaps
     #: one past the last record handed to the member (None: not known, e.g. after a legacy entry)
     cursor: int | None = None
@@ -133,32 +148,35 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     #: the leader epochs of the current batch and of the one before it
     last_epoch = before = -1
     for h in iter_batches(records):
-        if not end and not h.is_legacy:
-            cursor = h.base_offset
+        start, base = h.start, h.base_offset
+        legacy = h.magic < MAGIC_V2
+        if not end and not legacy:
+            cursor = base
         if end:
             before = last_epoch
         end = h.end
-        last_next, last_epoch = h.next_offset, h.partition_leader_epoch
-        view = records[h.start : h.end]
-        if h.is_control:  # a transaction marker is no record a client is handed: the run goes on past it
+        last_epoch = h.partition_leader_epoch
+        last_next = base + h.last_offset_delta + 1
+        if not legacy and h.attributes & CONTROL_MASK:
+            # a transaction marker is no record a client is handed: the run goes on past it
             dropped = 0
-            pieces.append(view)
+            pieces.append(records[start:end])
             data.append(False)
             continue
-        if h.is_legacy or (count == 1 and (table is None or h.base_offset >= table.ceiling)):
+        if legacy or (count == 1 and (table is None or base >= table.ceiling)):
             dropped = 0
-            pieces.append(view)
-            data.append(not h.is_legacy)
-            if cursor is not None and h.base_offset > cursor:
-                gaps.append((cursor, h.base_offset, before))
-            cursor = None if h.is_legacy else h.next_offset
+            pieces.append(records[start:end])
+            data.append(not legacy)
+            if cursor is not None and base > cursor:
+                gaps.append((cursor, base, before))
+            cursor = None if legacy else last_next
             continue
         try:
-            entry = cache.decoded((topic, partition, h.base_offset, h.crc), view, h)
+            entry = decoded((topic, partition, base, h.crc), records, h)
         except CodecError:
             out.undecodable += 1
             dropped = 0
-            pieces.append(view)
+            pieces.append(records[start:end])
             data.append(False)
             cursor = None
             continue
@@ -172,15 +190,17 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
             else:
                 kept.append(i)
                 if cursor is not None and offsets[i] > cursor:
-                    gaps.append((cursor, offsets[i], last_epoch if offsets[i] > h.base_offset else before))
+                    gaps.append((cursor, offsets[i], last_epoch if offsets[i] > base else before))
                 cursor = offsets[i] + 1
-        out.changed = out.changed or len(kept) < len(hashes)
-        if not kept and hashes:
-            dropped = h.next_offset
-            continue
+        whole = len(kept) == len(hashes)
+        if not whole:
+            out.changed = True
+            if not kept:
+                dropped = last_next
+                continue
         dropped = 0
-        if len(kept) == len(hashes):
-            pieces.append(view)
+        if whole:
+            pieces.append(records[start:end])
         else:
             assert entry.batch is not None  # a batch read in place holds one record: kept whole or left out
             pieces.append(keep_records(entry.batch, kept))
@@ -200,4 +220,5 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
         out.changed = True  # a truncated trailing batch: dropped, as clients drop it
     if out.changed:
         out.records = b"".join(pieces)
+    cache.report()
     return out

@@ -73,8 +73,12 @@ class SharingState:
                                 for e in settings.standalone)
         self.members = Members()
         hits, misses = (self.metrics.sharing_cache_lookups.labels(o) for o in ("hit", "miss"))
-        self.cache = BatchCache(settings.cache_max_bytes, self.metrics.sharing_cache_bytes.set,
-                                lambda hit: (hits if hit else misses).inc())
+
+        def lookups(hit: int, miss: int) -> None:
+            hits.inc(hit)
+            misses.inc(miss)
+
+        self.cache = BatchCache(settings.cache_max_bytes, self.metrics.sharing_cache_bytes.set, lookups)
         #: the leader's JoinGroup answer per group, for its SyncGroup (the latest round only)
         self.rounds: dict[str, LeaderRound] = {}
         #: KIP-848 groups: the layout of each, from its latest description (heartbeats.py)
