@@ -302,19 +302,17 @@ class Connection:
                 end = off + 4 + size
                 if len(buf) < end:
                     break
-                wire: bytes | None = None
                 if data is None:
                     with memoryview(buf) as view:
                         frame = bytes(view[off + 4 : end])
                 else:
                     frame = data[off + 4 : end]
-                    if off == 0 and end == len(data):
-                        wire = data  # the read is this one frame (nearly always): relayed, it is sent as read
                 off = end
                 if self._bare is not None:
                     self._client_token(frame)
                     continue
-                self._on_request(frame, now, wire)
+                # sent with a size prefix made for it: only client_data's one-whole-request read is sent as read
+                self._on_request(frame, now, None)
                 if self.state is _CLOSED:
                     return
             if data is not None:
