@@ -24,7 +24,7 @@ from typing import Any
 import h11
 
 from ..accesslog import LogLimiter, get_logger
-from ..http_routes import Request, Response, text_response
+from ..http_routes import HTTPError, Request, Response, text_response
 from .listeners import listening_socket
 
 __all__ = ["KEEP_ALIVE_S", "MAX_BODY_BYTES", "REQUEST_TIMEOUT_S", "WRITE_TIMEOUT_S", "HttpServer"]
@@ -46,14 +46,6 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 #: a malformed request is logged at most once per client in this many seconds
 BAD_REQUEST_LOG_INTERVAL_S = 10.0
 _READ_BYTES = 65536
-
-
-class _Refused(Exception):
-    """A request the server answers itself (``response``: 408, 413) before closing its connection."""
-
-    def __init__(self, response: Response) -> None:
-        super().__init__(response.status)
-        self.response = response
 
 
 class HttpServer:
@@ -120,7 +112,7 @@ class HttpServer:
                     await self._respond(conn, writer, text_response(f"bad request: {e}\n", e.error_status_hint),
                                         head=False, close=True)
                     return
-                except _Refused as e:
+                except HTTPError as e:  # the server's own answer (408, 413), then the connection closes
                     await self._respond(conn, writer, e.response, head=False, close=True)
                     return
                 if request is None:
@@ -158,13 +150,13 @@ class HttpServer:
                 head = event
                 length = next((int(v) for k, v in event.headers if k == b"content-length"), 0)
                 if length > MAX_BODY_BYTES:
-                    raise _Refused(text_response(f"request body over {MAX_BODY_BYTES} bytes\n", 413))
+                    raise HTTPError(text_response(f"request body over {MAX_BODY_BYTES} bytes\n", 413))
                 if conn.they_are_waiting_for_100_continue:
                     writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > MAX_BODY_BYTES:
-                    raise _Refused(text_response(f"request body over {MAX_BODY_BYTES} bytes\n", 413))
+                    raise HTTPError(text_response(f"request body over {MAX_BODY_BYTES} bytes\n", 413))
             elif isinstance(event, h11.EndOfMessage):
                 assert head is not None
                 return Request.parse(head.method, head.target, head.headers, bytes(body), client, certificate)
@@ -178,7 +170,7 @@ class HttpServer:
             try:
                 return await asyncio.wait_for(reader.read(_READ_BYTES), max(0.0, deadline - loop.time()))
             except TimeoutError:
-                raise _Refused(text_response("request timeout\n", 408)) from None
+                raise HTTPError(text_response("request timeout\n", 408)) from None
         if self._closing:
             return None
         task = asyncio.current_task()
