@@ -126,7 +126,8 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     # "Local: Unknown partition" right after a broker was paused and resumed. Right after a resume it can also answer
     # "No leaders found" (_NOENT) or a retriable error (UNKNOWN_LEADER_EPOCH) while its metadata catches up: asked
     # again until answered, within 60 s.
-
+    transient = {KafkaError._NOENT, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.NOT_LEADER_FOR_PARTITION}
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + 60
     while True:
@@ -137,8 +138,6 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
             return {tp.partition: int(future.result(timeout=60).offset) for tp, future in asked.items()}
         except KafkaException as e:
             error = e.args[0]
-            transient = {KafkaError._NOENT, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.LEADER_NOT_AVAILABLE,
-                         KafkaError.NOT_LEADER_FOR_PARTITION}
             if not (error.retriable() or error.code() in transient) or time.monotonic() > deadline:
                 raise
 

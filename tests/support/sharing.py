@@ -9,7 +9,7 @@ import json
 import time
 import weakref
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,8 +68,8 @@ class Member(ConsumerProcess):
         return set(done), after
 
     def committed_at(self) -> dict[str, float]:
-        """Each value certainly committed, with when it was known to be: the time (``time.monotonic``) the report
-        of the first successful commit covering it was read (the commit landed before that)."""
+        """Each value certainly committed, with when it was known to be: the time (``time.monotonic``) of the report
+        of the first successful commit covering it (:meth:`timed_events`; the commit landed before that)."""
         return self._commits()[0]
 
     def _commits(self) -> tuple[dict[str, float], set[str]]:
@@ -260,26 +260,28 @@ def _by_assignment(m: Member) -> list[list[Got]]:
     return runs
 
 
+def _check_increasing(m: Member, stream: Callable[[Got], Hashable], named: Callable[[Got], str]) -> None:
+    """Within each run of ``m``'s records (:func:`_by_assignment`), each ``stream``'s offsets increase; a failure
+    names the stream that went back."""
+    for run in _by_assignment(m):
+        last: dict[Hashable, int] = {}
+        for g in run:
+            k = stream(g)
+            assert g.offset > last.get(k, -1), f"{m.client_id}: {named(g)} went back"
+            last[k] = g.offset
+
+
 def check_in_order(m: Member) -> None:
     """Within each partition, a consumer gets records in increasing offsets (so each key's in produced order), for
     as long as it holds the partition (:func:`_by_assignment`)."""
-    for run in _by_assignment(m):
-        last: dict[int, int] = {}
-        for g in run:
-            assert g.offset > last.get(g.partition, -1), f"{m.client_id}: partition {g.partition} went back"
-            last[g.partition] = g.offset
+    _check_increasing(m, lambda g: g.partition, lambda g: f"partition {g.partition}")
 
 
 def check_in_key_order(m: Member) -> None:
     """Each key's records reach a consumer in increasing offsets, for as long as it holds the partition
     (:func:`_by_assignment`): what a partition's records keep when its slices change under a consumer (a slice
     handed again starts from its committed position, below the consumer's last offset of other keys)."""
-    for run in _by_assignment(m):
-        last: dict[tuple[int, str], int] = {}
-        for g in run:
-            k = (g.partition, g.key)
-            assert g.offset > last.get(k, -1), f"{m.client_id}: key {g.key} of partition {g.partition} went back"
-            last[k] = g.offset
+    _check_increasing(m, lambda g: (g.partition, g.key), lambda g: f"key {g.key} of partition {g.partition}")
 
 
 def check_keys_at_one_consumer(members: Iterable[Member]) -> None:
