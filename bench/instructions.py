@@ -134,6 +134,8 @@ def _core(case: str, overrides: dict[str, Any] | None) -> RoundTrip:
     rig.access_log = AccessLog("off")
     events = ConnectionEvents(rig.metrics, rig.access_log, rig.proxy.chain)
     port = KeptPort(rig.timers.call_later)
+    # made here, not by CoreRig.connect (a FakePort, which copies what it is handed): --compare runs this harness
+    # against another revision's rig, so it asks of it no more than the core's own interface
     conn = Connection(ConnectionInfo(1, "bootstrap"), rig.proxy.chain, port, memory=rig.memory, names=rig.names,
                       observer=events, tallies=events.tallies, clock=rig.clock, limits=rig.limits)
     conn.upstream_ready("broker:9092")
