@@ -55,6 +55,8 @@ class SecureBroker:
     ssl_port: int
     sasl_plaintext_port: int
     sasl_ssl_port: int
+    #: connections.max.reauth.ms of its SASL listeners (0: sessions never expire)
+    reauth_ms: int = 0
 
     @property
     def plaintext(self) -> str:
@@ -109,7 +111,7 @@ class SecureBroker:
         broker = KafkaBroker(port=p, controller_port=c, overrides=overrides,
                              jvm_opts=list(jvm_opts) if jvm_opts else None)
         broker.start()
-        return cls(broker, ca, server, client, ssl_port, sp_port, ss_port)
+        return cls(broker, ca, server, client, ssl_port, sp_port, ss_port, reauth_ms)
 
     def close(self) -> None:
         self.broker.close()

@@ -15,7 +15,13 @@ request is anything else. Held to the rules a Kafka client keeps:
   is closed: the unread rest of an answer would otherwise be read as the next request's;
 - a request is never sent twice: a call that failed after its request was written may have been applied (an
   OffsetCommit, say), so it fails; only a connection the broker had closed while it was idle (seen before the
-  request is written) is opened again first (:class:`Link`).
+  request is written) is opened again first (:class:`Link`);
+- a SASL session that the broker bounds (``connections.max.reauth.ms``: SaslAuthenticate v1+ answers with its
+  lifetime, KIP-368) is not used past :data:`REAUTH_FRACTION` of that lifetime: the broker closes a connection
+  whose session has expired when the next request arrives on it, unanswered (SocketServer's Processor), so the
+  request would fail although it could have been made. Kafka's client re-authenticates on the connection at
+  85-95% of the lifetime (SaslClientAuthenticator); Sluice's own connections carry few requests, so one whose
+  session is that old is closed and another opened, authenticated afresh, before the request is written.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ LINK_WIDTH = 4
 #: the answer bound when none is given: Kafka's socket.request.max.bytes default, as [limits] max_frame_bytes
 DEFAULT_MAX_FRAME_BYTES = 104857600
 
+#: the share of a SASL session's lifetime after which its connection takes no new request (see the module
+#: docstring): the lower end of the Java client's re-authentication window, so a request written just before it
+#: reaches the broker well inside the session
+REAUTH_FRACTION = 0.85
 
 
 class OwnConnection:
@@ -49,6 +59,9 @@ class OwnConnection:
         self.address, self.timeout, self.max_frame_bytes = address, timeout, max_frame_bytes
         self._corr = 0
         self.closed = False
+        #: the event loop's time from which this connection takes no new request (its SASL session is near its
+        #: end), or None when the broker bounds no session
+        self.reauth_at: float | None = None
 
     @classmethod
     async def open(cls, address: Address, timeout: float, tls: ssl.SSLContext | None,
@@ -73,8 +86,11 @@ class OwnConnection:
             raise OSError(f"{host}:{port} refused SASL mechanism {sasl.mechanism} (error {shake.error_code})")
         client = SaslClient(sasl.mechanism, sasl.username, sasl.secret())
         token: bytes | None = client.first()
+        started = asyncio.get_running_loop().time()  # the lifetime counts from the broker's authentication
         while token is not None:
             answer = await self.call(ApiKey.SASL_AUTHENTICATE, 2, Message(auth_bytes=token))
+            if answer.session_lifetime_ms > 0:  # 0: the broker bounds no session (no connections.max.reauth.ms)
+                self.reauth_at = started + answer.session_lifetime_ms / 1000 * REAUTH_FRACTION
             if answer.error_code:
                 # the broker's message names the failure, never the credential
                 raise OSError(f"{host}:{port}: Sluice's own SASL authentication failed: {answer.error_message}")
@@ -88,6 +104,12 @@ class OwnConnection:
         """The broker closed this connection while no request was on it (its end of stream already read): a
         request written now would be lost unread, so the connection is to be opened again first."""
         return self._reader.at_eof() or self._writer.is_closing()
+
+    @property
+    def session_ending(self) -> bool:
+        """Its SASL session is near the end the broker set: a request written now could meet a closed session
+        (see the module docstring), so the connection is to be opened again first."""
+        return self.reauth_at is not None and asyncio.get_running_loop().time() >= self.reauth_at
 
     async def call(self, api_key: int, version: int, body: Message) -> Message:
         """Send one request and read its answer, within one deadline. Any failure on the way (a timeout, a
@@ -127,8 +149,8 @@ class Link:
     """Sluice's own connections to one broker: up to ``width`` at once (a broker serves one connection's requests in
     turn, so requests made at once, such as several members' slice commits, would each wait for all the others' on
     a single connection), each opened on first use, one request at a time on each, opened again when its last call
-    failed (it closed it) or the broker closed it while idle. A call is made once: it fails if anything goes wrong
-    after its request was written (see the module docstring)."""
+    failed (it closed it), the broker closed it while idle or its SASL session is near its end. A call is made
+    once: it fails if anything goes wrong after its request was written (see the module docstring)."""
 
     def __init__(self, address: Address, timeout: float, tls: ssl.SSLContext | None,
                  sasl: UpstreamSaslSettings | None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
@@ -152,7 +174,7 @@ class Link:
             conn = None
             while self._idle and conn is None:
                 conn = self._idle.pop()
-                if conn.closed or conn.idle_closed:
+                if conn.closed or conn.idle_closed or conn.session_ending:
                     conn.close()
                     conn = None
             if conn is None:
