@@ -143,13 +143,14 @@ class SluiceProcess:
             raise
         self.ready_s = time.monotonic() - self._started
 
-    def restart(self) -> None:
+    def restart(self, wait: bool = True) -> None:
         """Start Sluice again on the same ports with the same settings, once the previous process has exited
         (after :meth:`kill` or :meth:`stop`; a running one is stopped first). The logs of every run are kept, one
-        after the other. Returns once the new process is ready, as the first start does."""
+        after the other. Returns once the new process is ready, as the first start does (``wait=False``: at once,
+        :meth:`wait_ready` left to the caller, so several restart together)."""
         if self._proc.poll() is None:
             self.stop()
-        self._spawn("ab")
+        self._spawn("ab", wait)
 
     # ---- addresses ---------------------------------------------------------------------------------------
 

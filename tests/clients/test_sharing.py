@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from rig.group_consumer import stop_all
 from rig.java_tools import JavaTools
@@ -285,8 +285,12 @@ def restart_all_mid_way(broker: KafkaBroker, topic: str, members: list[Member], 
     wait_until(lambda: sum(len(m.received) for m in members) >= 300, 60, "consumption to start")
     for s in sluices:
         s.kill()
+    # restarted together: one after the other, the last one's members were without a Sluice for three starts (on a
+    # starved machine ~10 s each, spawn to ready), past their session timeout: fenced, they joined again
     for s in sluices:
-        s.restart()
+        s.restart(wait=False)
+    for s in sluices:
+        s.wait_ready()
     wait_for_all(members, {v for _, v in produced}, timeout=timeout)
     return produced
 
@@ -310,7 +314,7 @@ def check_after_restart(members: list[Member], produced: list[tuple[str, str]], 
     for m in members:
         for v, t in m.committed_at().items():
             committed[v] = min(t, committed.get(v, t))
-    again = [v for m in members for t, r in m.timed_records() if (c := committed.get(r[3])) is not None and t > c]
+    again = [r[3] for m in members for t, r in m.timed_records() if (c := committed.get(r[3])) is not None and t > c]
     assert {g.value for m in members for g in m.received} == {v for _, v in produced}
     assert not again, f"{len(again)} records delivered again after they were committed: {again[:5]}\n" \
                       f"{describe_twice(members, again[:5])}"
@@ -472,6 +476,15 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
 # ----------------------------------------------------------------------- KIP-848 groups (group.protocol=consumer)
 
 
+def set_group_config(broker: KafkaBroker, group: str, config: dict[str, str]) -> None:
+    """Set ``config`` on ``group`` (KIP-848 group configs: IncrementalAlterConfigs on a GROUP resource)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in config.items()])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
 def kip848_sidecars(stack: contextlib.ExitStack, broker: KafkaBroker, n: int) -> list[SluiceProcess]:
     """``n`` Sluice processes with sharing on (killable with -9, unlike a ProxyThread)."""
     tmp = stack.enter_context(tempfile.TemporaryDirectory())
@@ -536,6 +549,12 @@ def test_kip848_every_sluice_killed_and_restarted(kafka_broker: KafkaBroker, uni
     group = f"g-{topic}"
     with contextlib.ExitStack() as stack:
         sluices = kip848_sidecars(stack, kafka_broker, 3)
+        # Recovery without a rebalance needs the Sluices back within the members' session: the rig's brokers give
+        # KIP-848 groups 10 s (rig/kafka.py GROUP_SESSION_MS), which a Sluice's start alone reached on a starved
+        # machine (spawn to ready ~10 s beside 14 busy processes), so every member was fenced and joined again, and
+        # no Sluice recovered one. This group gets Kafka's default session (45 s) through its own config (KIP-848
+        # group configs, GroupConfig.CONSUMER_SESSION_TIMEOUT_MS_CONFIG)
+        set_group_config(kafka_broker, group, {"consumer.session.timeout.ms": "45000"})
         members = stack.enter_context(members_of(*(
             python_member("confluent", sluices[i % 3].bootstrap, topic, group, f"restart848-{i}", work_ms=3,
                           protocol="consumer") for i in range(CONSUMERS))))
