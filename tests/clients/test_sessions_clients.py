@@ -399,6 +399,9 @@ class LineReader:
     def __init__(self, stream: IO[str] | None) -> None:
         assert stream is not None
         self.lines: list[str] = []
+        #: the stream has ended and every line of it is in ``lines`` (a process that has exited may still have
+        #: lines in the pipe that the thread has not read)
+        self.ended = False
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
         self._thread.start()
@@ -416,7 +419,7 @@ class LineReader:
     def wait_for(self, n: int, timeout: float) -> None:
         """Until `n` lines have arrived, or the stream ends, or `timeout` s pass."""
         deadline = time.monotonic() + timeout
-        while len(self.lines) < n:
+        while len(self.lines) < n and not self.ended:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -425,6 +428,7 @@ class LineReader:
             except queue.Empty:
                 return
             if line is None:
+                self.ended = True
                 return
             self.lines.append(line)
 
