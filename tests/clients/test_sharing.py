@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from rig.group_consumer import stop_all
-from rig.java_tools import JavaTools
+from rig.java_tools import CONFIG_COMMAND, JavaTools
 from rig.kafka import KIP848_SETTLE_S, KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.sluice_process import SluiceProcess
@@ -476,15 +476,6 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
 # ----------------------------------------------------------------------- KIP-848 groups (group.protocol=consumer)
 
 
-def set_group_config(broker: KafkaBroker, group: str, config: dict[str, str]) -> None:
-    """Set ``config`` on ``group`` (KIP-848 group configs: IncrementalAlterConfigs on a GROUP resource)."""
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in config.items()])
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(30)
-
-
 def kip848_sidecars(stack: contextlib.ExitStack, broker: KafkaBroker, n: int) -> list[SluiceProcess]:
     """``n`` Sluice processes with sharing on (killable with -9, unlike a ProxyThread)."""
     tmp = stack.enter_context(tempfile.TemporaryDirectory())
@@ -540,7 +531,8 @@ def test_kip848_member_without_sluice_keeps_whole_partitions(kafka_broker: Kafka
         consumed_once(kafka_broker, topic, members, "direct848")
 
 
-def test_kip848_every_sluice_killed_and_restarted(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+def test_kip848_every_sluice_killed_and_restarted(kafka_broker: KafkaBroker, java_tools: JavaTools,
+                                                  unique_topic: str) -> None:
     """6 KIP-848 consumers behind 3 Sluices (2 each), every Sluice killed with -9 and restarted mid-way: each learns
     its members back from the group (the broker's assignment, and the slices each client holds, from the client ids
     their heartbeats carried), without a rebalance. Every record consumed, none a consumer had committed delivered
@@ -554,7 +546,9 @@ def test_kip848_every_sluice_killed_and_restarted(kafka_broker: KafkaBroker, uni
         # machine (spawn to ready ~10 s beside 14 busy processes), so every member was fenced and joined again, and
         # no Sluice recovered one. This group gets Kafka's default session (45 s) through its own config (KIP-848
         # group configs, GroupConfig.CONSUMER_SESSION_TIMEOUT_MS_CONFIG)
-        set_group_config(kafka_broker, group, {"consumer.session.timeout.ms": "45000"})
+        java_tools.run(CONFIG_COMMAND, ["--bootstrap-server", kafka_broker.bootstrap, "--alter", "--entity-type",
+                                        "groups", "--entity-name", group, "--add-config",
+                                        "consumer.session.timeout.ms=45000"])
         members = stack.enter_context(members_of(*(
             python_member("confluent", sluices[i % 3].bootstrap, topic, group, f"restart848-{i}", work_ms=3,
                           protocol="consumer") for i in range(CONSUMERS))))
