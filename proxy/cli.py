@@ -128,7 +128,7 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
     from proxy import reconfigure
     from proxy.accesslog import get_logger
     from proxy.admin import AdminServer
-    from proxy.heap import keep_freed_memory
+    from proxy.heap import keep_freed_memory, release_startup_garbage
     from proxy.server import Proxy
 
     log = get_logger("sluice.cli")
@@ -186,6 +186,7 @@ async def serve(settings: Settings, config_path: str | None = None) -> None:
         # clients use are built on their first decode (proxy/wire/schema.py), after this.
         gc.collect()
         gc.freeze()
+        release_startup_garbage()  # what start-up freed, back to the kernel (proxy/heap.py)
         await stop.wait()
     finally:
         log.info("shutting_down", drain_timeout_s=settings.shutdown.drain_timeout_s)

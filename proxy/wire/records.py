@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import NamedTuple
 
-import cramjam
 from crc32c import crc32c
 
 from .compiler import Codec, compiled_for, write_uvarint, zigzag_encode
@@ -296,6 +295,8 @@ def _is_too_small(err: Exception) -> bool:
 
 def _decompress_bounded(module: object, data: memoryview, max_size: int, what: str) -> bytes:
     """Decompress into a buffer that grows (x4) up to ``max_size``: a bomb fails at the bound."""
+    import cramjam  # loaded with the first compressed batch (see decompress)
+
     size = min(max_size, max(64 * 1024, 4 * len(data)))
     while True:
         out = bytearray(size)
@@ -314,6 +315,8 @@ def _decompress_bounded(module: object, data: memoryview, max_size: int, what: s
 
 def _snappy_decompress(data: memoryview, max_size: int) -> bytes:
     """Snappy as Kafka's Java client writes it (xerial framing) or raw (other clients, e.g. librdkafka)."""
+    import cramjam  # loaded with the first compressed batch (see decompress)
+
     blocks: list[tuple[memoryview, int]] = []
     total = 0
     try:
@@ -361,6 +364,10 @@ def _snappy_decompress(data: memoryview, max_size: int) -> bytes:
 def decompress(compression: int, data: bytes | bytearray | memoryview, *,
                max_size: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
     """Decompress a records section; at most ``max_size`` bytes out, else CodecError."""
+    # cramjam (~1.5 MiB resident with its Rust codecs) is imported on the first compressed batch, not at start:
+    # a Sluice whose clients send uncompressed batches, or whose policies decode no records, never loads it
+    import cramjam
+
     view = memoryview(data)
     if compression == COMPRESSION_NONE:
         return bytes(view)
@@ -377,6 +384,8 @@ def decompress(compression: int, data: bytes | bytearray | memoryview, *,
 
 def compress(compression: int, data: bytes | bytearray | memoryview) -> bytes:
     """Compress a records section the way Kafka's Java producer frames it."""
+    import cramjam  # loaded with the first compressed batch (see decompress)
+
     if compression == COMPRESSION_NONE:
         return bytes(data)
     if compression == COMPRESSION_GZIP:
