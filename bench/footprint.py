@@ -1,6 +1,6 @@
 """Footprint benchmark: what one Sluice costs a machine that runs one beside every application (a sidecar fleet).
 
-``python -m bench.footprint [--runs 5] [--mib 64] [--connections 1000] [--smoke] [--check]``
+``python -m bench.footprint [--runs 5] [--mib 64] [--connections 1000] [--compare REV] [--smoke] [--check]``
 
 One rig broker (started and stopped here); Sluice as a user starts it (``python -m proxy run``, no configuration
 but the upstream and its ports, access log off), with its bytecode compiled once beforehand as an installed
@@ -25,6 +25,9 @@ measured, from observed data (bench/support/verdict.py): every start became read
 through Sluice once, in order, offset by offset to the log's end (``lost``, ``duplicated``, ``out_of_order``), every
 connection got its ApiVersions answer. Exit code 1 when
 the check fails; with ``--check`` also when a goal is not met. ``--smoke``: 2 starts, 8 MiB, 200 connections.
+``--compare REV``: git revision REV's ``proxy`` (extracted, bench/support/revision.py) is started too, in turn with
+this tree's (REV first, so neither side always starts on a cache the other warmed); its start-up lines say
+``"side": "rev"`` and the summary adds ``"compare"``: REV's start-up figures beside this tree's.
 Timing moves with the machine's load: figures from a shared machine are noisy (the memory ones much less).
 """
 
@@ -50,6 +53,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.support import verdict
+from bench.support.revision import extract_revision, short_revision
 from bench.support.verdict import at_most
 from rig.kafka import KafkaBroker, cache_root, end_offsets
 from rig.sluice_process import SluiceProcess
@@ -77,12 +81,13 @@ BYTECODE = {"PYTHONPYCACHEPREFIX": str(cache_root() / "pycache")}
 
 
 @contextmanager
-def sluice(upstream: str, env: Mapping[str, str], access_log: Path | None = None) -> Iterator[SluiceProcess]:
+def sluice(upstream: str, env: Mapping[str, str], access_log: Path | None = None,
+           code: Path | None = None) -> Iterator[SluiceProcess]:
     # PYTHONDONTWRITEBYTECODE (set to anything) would keep the bytecode from being written: not in the child's
     # environment, which SluiceProcess takes from ours
     saved = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     try:
-        proc = SluiceProcess(upstream, extra_env={**BYTECODE, **env}, access_log=access_log, poll_s=0.005)
+        proc = SluiceProcess(upstream, extra_env={**BYTECODE, **env}, access_log=access_log, poll_s=0.005, code=code)
     finally:
         if saved is not None:
             os.environ["PYTHONDONTWRITEBYTECODE"] = saved
@@ -93,23 +98,28 @@ def sluice(upstream: str, env: Mapping[str, str], access_log: Path | None = None
 # ------------------------------------------------------------------------------------------------- start-up
 
 
-def startups(broker: KafkaBroker, env: Mapping[str, str], runs: int) -> list[dict[str, Any]]:
-    with sluice(broker.bootstrap, env):  # unmeasured: compiles the bytecode the measured starts read
-        pass
-    out = []
+def startups(broker: KafkaBroker, env: Mapping[str, str], runs: int,
+             sides: Mapping[str, Path | None]) -> dict[str, list[dict[str, Any]]]:
+    """``runs`` measured starts of each side (name -> its checkout, None = this one), taken in turn."""
+    for code in sides.values():
+        with sluice(broker.bootstrap, env, code=code):  # unmeasured: compiles the bytecode the measured starts read
+            pass
+    out: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for run in range(runs):
-        with sluice(broker.bootstrap, env) as proc:
-            ready_s = proc.ready_s
-            ready_cpu_s = proc.cpu_seconds()
-            at_ready = proc.vm_kib()
-            time.sleep(IDLE_S)  # the idle period measured, not a synchronisation
-            idle = proc.vm_kib()
-            code = proc.stop()
-        line = {"measure": "startup", "run": run, "ready_s": round(ready_s, 3), "ready_cpu_s": round(ready_cpu_s, 3),
-                "rss_at_ready_mib": mib(at_ready["VmRSS"]), "startup_peak_mib": mib(idle["VmHWM"]),
-                "idle_rss_mib": mib(idle["VmRSS"]), "exit_code": code}
-        emit(line)
-        out.append(line)
+        for side, code in sides.items():
+            with sluice(broker.bootstrap, env, code=code) as proc:
+                ready_s = proc.ready_s
+                ready_cpu_s = proc.cpu_seconds()
+                at_ready = proc.vm_kib()
+                time.sleep(IDLE_S)  # the idle period measured, not a synchronisation
+                idle = proc.vm_kib()
+                exit_code = proc.stop()
+            line = {"measure": "startup", **({"side": side} if len(sides) > 1 else {}), "run": run,
+                    "ready_s": round(ready_s, 3), "ready_cpu_s": round(ready_cpu_s, 3),
+                    "rss_at_ready_mib": mib(at_ready["VmRSS"]), "startup_peak_mib": mib(idle["VmHWM"]),
+                    "idle_rss_mib": mib(idle["VmRSS"]), "exit_code": exit_code}
+            emit(line)
+            out[side].append(line)
     return out
 
 
@@ -255,26 +265,33 @@ def connections(broker: KafkaBroker, env: Mapping[str, str], count: int) -> dict
 # ------------------------------------------------------------------------------------------------------ main
 
 
-def summary(starts: list[dict[str, Any]], plain: dict[str, Any], every: dict[str, Any],
-            conns: dict[str, Any]) -> dict[str, Any]:
-    figures = {
+def start_figures(starts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The start-up figures of one side's starts: the goals' three, then the slowest start and the CPU to ready."""
+    return {
         "ready_s": round(statistics.median(s["ready_s"] for s in starts), 3),
         "startup_peak_mib": max(s["startup_peak_mib"] for s in starts),
         "idle_rss_mib": max(s["idle_rss_mib"] for s in starts),
-    }
-    return verdict.summary("footprint", {
-        **figures,
         "ready_s_max": max(s["ready_s"] for s in starts),
         # the CPU Sluice spent to get ready: what ready_s would be on an idle core, whatever else the machine runs
         "ready_cpu_s": round(statistics.median(s["ready_cpu_s"] for s in starts), 3),
+    }
+
+
+def summary(starts: Mapping[str, list[dict[str, Any]]], plain: dict[str, Any], every: dict[str, Any],
+            conns: dict[str, Any], compare: str | None = None) -> dict[str, Any]:
+    """This tree's figures (``starts["tree"]``), and with ``compare`` (REV's label) REV's start-up figures."""
+    tree = starts["tree"]
+    return verdict.summary("footprint", {
+        **start_figures(tree),
         "passthrough_rss_mib": plain["rss_max_mib"],
         "all_policies_rss_mib": every["rss_max_mib"],
         "per_connection_kib": conns["per_connection_kib"],
-        "runs": len(starts),
+        "runs": len(tree),
         "python": sys.version.split()[0],
+        **({"compare": {"revision": compare, **start_figures(starts["rev"])}} if compare is not None else {}),
     }, {name: at_most(goal) for name, goal in GOALS.items()},
         check=plain["delivery"] + every["delivery"],
-        checks={"starts_ready": sum(s["exit_code"] == 0 for s in starts) == len(starts),
+        checks={"starts_ready": all(s["exit_code"] == 0 for side in starts.values() for s in side),
                 "connections_answered": conns["answered"] == conns["connections"]})
 
 
@@ -283,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="measured starts (default 5)")
     parser.add_argument("--mib", type=int, default=64, help="MiB consumed through Sluice under load (default 64)")
     parser.add_argument("--connections", type=int, default=1000, help="idle client connections (default 1000)")
+    parser.add_argument("--compare", metavar="REV",
+                        help="also start git revision REV's Sluice, in turn with this tree's (start-up figures)")
     verdict.add_options(parser, "2 starts, 8 MiB, 200 connections")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -291,7 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-footprint-") as tmp, KafkaBroker() as broker:
         work = Path(tmp)
         env: dict[str, str] = {}
-        starts = startups(broker, env, args.runs)
+        sides: dict[str, Path | None] = {"tree": None}
+        if args.compare:
+            (work / "rev").mkdir()
+            extract_revision(args.compare, work / "rev")
+            sides = {"rev": work / "rev", **sides}
+        starts = startups(broker, env, args.runs, sides)
         topic = f"footprint-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
@@ -301,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         plain = under_load(broker, env, work, topic, records, ends, policies=False)
         every = under_load(broker, env, work, topic, records, ends, policies=True)
         conns = connections(broker, env, args.connections)
-    line = summary(starts, plain, every, conns)
+    line = summary(starts, plain, every, conns, short_revision(args.compare) if args.compare else None)
     verdict.emit(line)
     return verdict.exit_status(line, args.check)
 
