@@ -30,7 +30,8 @@ lines and over the landed table - holds the same rows (floats to 9 significant d
 result shows here (``tables_equal``); every job read every line generated, valid as valid and malformed as malformed
 (``every_line_read``); the exit status is 1 when either fails. Goals: 150k rows/s over the JSON lines, 1M over the
 landed table (``--check`` exits 1 when one is missed). ``--smoke``: 2,000 lines over 2 files, no warm-up, one job
-over the lines and one over the table.
+over the lines and one over the table (``--in-process``: in this process, as tests/analytics runs it in its Spark
+session: CI's smoke run of this bench, without a second JVM's start).
 
 Measured figures are in docs/PERFORMANCE.md (Analytics).
 """
@@ -323,17 +324,21 @@ def measure(a: argparse.Namespace, cache: Path, logs: Path) -> dict[str, list[di
     return runs
 
 
-def smoke(logs: Path, master: str) -> dict[str, list[dict[str, Any]]]:
-    """``--smoke``: :func:`smoke_worker` in a child process (its own JVM, as every job's); each job's line emitted."""
+def smoke(logs: Path, master: str, *, in_process: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """``--smoke``: :func:`smoke_worker` in a child process (its own JVM, as every job's), or with ``in_process``
+    in this one (the Spark session already running here, if any); each job's line emitted."""
     scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-smoke-"))
     try:
-        proc = subprocess.run([sys.executable, "-m", "bench.analytics", "--smoke-worker", str(logs), "--out",
-                               str(scratch), "--master", master], cwd=REPO, capture_output=True, text=True)
+        if in_process:
+            jobs: dict[str, dict[str, Any]] = smoke_worker(logs, scratch, master)
+        else:
+            proc = subprocess.run([sys.executable, "-m", "bench.analytics", "--smoke-worker", str(logs), "--out",
+                                   str(scratch), "--master", master], cwd=REPO, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"the smoke run's jobs failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+            jobs = json.loads(proc.stdout.strip().splitlines()[-1])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the smoke run's jobs failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    jobs: dict[str, dict[str, Any]] = json.loads(proc.stdout.strip().splitlines()[-1])
     for name, r in jobs.items():
         emit({"bench": "analytics", "job": name, "revision": "working tree", **r})
     return {name: [r] for name, r in jobs.items()}
@@ -357,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--landed", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--land", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--smoke-worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--in-process", action="store_true",
+                    help="--smoke's jobs in this process (tests/analytics: in its Spark session, whose JVM is up)")
     add_options(ap, "2,000 lines over 2 files landed, one job over the lines and one over the table, in one Spark "
                     "session, no warm-up")
     a = ap.parse_args(argv)
@@ -378,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     emit({"bench": "analytics", "stage": "start", "master": a.master, "cpus": os.cpu_count(),
           "load_avg_1m": round(os.getloadavg()[0], 2)})
     logs = cached_logs(cache, a.rows, files=a.files, clients=a.clients, topics=a.topics, malformed=malformed)
-    runs = smoke(logs, a.master) if a.smoke else measure(a, cache, logs)
+    runs = smoke(logs, a.master, in_process=a.in_process) if a.smoke else measure(a, cache, logs)
     results = {name: mean_of(rs) for name, rs in runs.items()}
     cur = results["current"]
     figures: dict[str, Any] = {"rows": cur["lines"], "rows_per_s": cur["rows_per_s"], "job_s": cur["job_s"],

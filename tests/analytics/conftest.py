@@ -6,6 +6,8 @@ Spark reads ``spark.jars.packages`` only when it starts its JVM, which the first
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from bench.analytics import rounded
 from proxy.analytics.session import build_session
+from proxy.cli import main
 
 LOOPBACK = "127.0.0.1"
 # pytest-timeout's 300 s (pyproject.toml) guards against a hang; it also counts a module fixture's setup, and these
@@ -89,3 +92,22 @@ def sorted_rows(spark: SparkSession, path: str) -> list[str]:
 def local_path(source: str) -> str:
     """Spark's file URI (file:/tmp/x) as a plain path, to compare with the oracle's."""
     return urlparse(source).path
+
+
+def sluice(*args: str) -> tuple[int, str, str]:
+    """``sluice ARGS`` in this process: its exit status, standard output and standard error. ``sluice report``
+    starts its Spark session in this process's JVM (the connector's and Delta's jars already loaded: a subprocess
+    costs a JVM's start, Ivy's resolution and the JIT's warm-up, ~1 min of CPU on a busy machine) and stops it when
+    done: the module's session is started again by :func:`spark` for the next module that asks."""
+    before = os.environ.get("SPARK_LOCAL_IP")
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(list(args))
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_LOCAL_IP", None)
+        else:
+            os.environ["SPARK_LOCAL_IP"] = before
+    return rc, out.getvalue(), err.getvalue()

@@ -10,10 +10,7 @@ with a bucket the rollups cannot give (15 s), or from a table landed before the 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,7 +24,7 @@ from bench.support.gen_logs import generate
 from proxy.analytics.job import JobOptions, JobResult, run_job
 from proxy.analytics.landed import ROLLUPS, LandedTable, land, land_logs, landed_rows, sibling
 from proxy.analytics.source import classify, read_access_logs_raw
-from tests.analytics.conftest import sorted_rows
+from tests.analytics.conftest import sluice, sorted_rows
 from tests.analytics.oracle import Oracle, epoch_us
 from tests.analytics.test_generated import HAND_MADE
 
@@ -205,14 +202,11 @@ def test_a_time_range_reads_exactly_its_lines(spark: SparkSession, landed: Lande
 
 
 def test_sluice_report_reads_the_table(landed: Landed, from_json: JobResult, tmp_path: Path) -> None:
-    # its own process: `sluice report` stops the Spark session it ran in, which here would be the module's
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "proxy", "report", "--table", landed.uri, "--out", str(tmp_path), "--rate-window", "10s",
-         "--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.driver.memory=1g"],
-        capture_output=True, text=True, timeout=600, check=False, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the module's last test: `sluice report` stops the Spark session it ran in, the module's
+    rc, out, err = sluice("report", "--table", landed.uri, "--out", str(tmp_path), "--rate-window", "10s",
+                          "--conf", "spark.sql.shuffle.partitions=4")
+    assert rc == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
     expected = _summary(from_json)
     assert {k: summary[k] for k in expected} == expected
     assert f"table {landed.uri}" in (tmp_path / "report.html").read_text()

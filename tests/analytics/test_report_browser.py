@@ -7,8 +7,6 @@ A missing Chromium fails these tests: a report nobody checked in a browser is no
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -23,6 +21,7 @@ from PIL import Image
 
 from bench.support.gen_logs import generate
 from proxy.cli import main
+from tests.analytics.conftest import sluice
 
 CHROMIUM = "/usr/bin/chromium"
 WINDOW = (1280, 2400)
@@ -56,20 +55,10 @@ class Report:
 def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Report]:
     base = tmp_path_factory.mktemp("cli-report")
     generate(base / "logs", 20_000, files=2, malformed=5, extensions=True, span_s=900, seed=11)
-    before = os.environ.get("SPARK_LOCAL_IP")
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(["report", "--logs", str(base / "logs"), "--out", str(base / "out"), "--master", "local[2]",
-                       "--move-bytes", "50GiB", "--move-within", "2h", "--conf", "spark.sql.shuffle.partitions=4"])
-    finally:
-        if before is None:
-            os.environ.pop("SPARK_LOCAL_IP", None)
-        else:
-            os.environ["SPARK_LOCAL_IP"] = before
-    assert rc == 0, err.getvalue()
-    yield Report(base / "out", json.loads(out.getvalue().strip().splitlines()[-1]), err.getvalue())
+    rc, out, err = sluice("report", "--logs", str(base / "logs"), "--out", str(base / "out"), "--master", "local[2]",
+                          "--move-bytes", "50GiB", "--move-within", "2h", "--conf", "spark.sql.shuffle.partitions=4")
+    assert rc == 0, err
+    yield Report(base / "out", json.loads(out.strip().splitlines()[-1]), err)
 
 
 def chromium(*args: str, user_data: Path) -> subprocess.CompletedProcess[str]:
