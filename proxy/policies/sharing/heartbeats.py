@@ -197,6 +197,15 @@ def _forward(p: SharingState, ex: Exchange, ticket: HeartbeatTicket) -> None:
             name = _name(p, names, k[0])
             if k in given or name is None or name not in st.marked:
                 continue
+            held = (m.partitions or {}).get((name, k[1]))
+            if held is not None and not held.slice.contains(s):
+                # Taken away from the client (not in what it was last handed) while it still owns the partition,
+                # now laid out to it again with a slice its own is not inside: handed now, the client would go on
+                # from its own position, past records of the keys it had not held. Like a partition in KIP-848,
+                # assigned again only once its owner's heartbeat no longer lists it (CurrentAssignmentBuilder), it
+                # waits for the client to let it go; until then the mark claims the slice the client holds
+                st.waiting = True
+                continue
             if lay is not None and lay.claimed_by_others(m.member_id, (name, k[1]), s):
                 st.waiting = True
                 continue
@@ -265,9 +274,10 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
         if k not in given_before and k not in st.cleared:
             del out[k]  # not claimed yet (another member may still hold an overlapping slice)
             st.waiting = True
-        elif k in st.widening or (before is not None and not before.slice.contains(s) and k in given_before):
-            # a wider slice of a partition the client keeps: it would go on from its own position, past records of
-            # keys it did not hold; handed again once the client let it go
+        elif k in st.widening or (before is not None and not before.slice.contains(s)):
+            # a slice not inside the one of a partition the client keeps (handed to it last time, or taken away
+            # and still owned): it would go on from its own position, past records of keys it did not hold; handed
+            # again once the client let it go
             st.widening.add(k)
             del out[k]
     given = set(out)
