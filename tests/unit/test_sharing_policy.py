@@ -977,3 +977,29 @@ def test_kip848_a_partition_handed_back_with_another_slice_before_the_client_let
     offset_fetch_answer(c2, offset_fetch(c2, [0]), {0: 100})
     got = fetch(c2, records(40))
     assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
+
+
+def test_kip848_a_commit_of_a_partition_the_member_let_go_is_its_old_slices_position_not_the_groups() -> None:
+    """A KIP-848 member's commit is checked for its member epoch only, not for the partitions it holds
+    (ConsumerGroup.validateOffsetCommit): a client committing what it read of a partition it has since let go (an
+    explicit commit of its last records after a revocation) is accepted. Relayed as it was, it would be the group's
+    commit: the stable offset of every slice, records of the other slices below it taken as done (lost). It is the
+    position of the slice the member held there, and the group's commit gets the stable offset."""
+    proxy, fake = sharing_proxy()
+    c2 = Client(proxy, "app-2", 2)
+    c2.member_id = "m2"
+    members = [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]), ("m2", "app-2#sluice-share=orders|", [])]
+    fake.described_consumer[GROUP] = cg_described(2, members)
+    assert cg_answer(c2, cg_heartbeat(c2, 0, [], subscribe=True), 2, []) == [0]  # slice 1/2
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    offset_fetch_answer(c2, offset_fetch(c2, [0]), {0: 100})
+    moving = cg_described(3, members)  # m1's partition 0 moves: laid out for nobody, m2 is handed nothing
+    moving.group_state = "Reconciling"
+    moving.members[0].target_assignment = Message(topic_partitions=[])
+    fake.described_consumer[GROUP] = moving
+    assert cg_answer(c2, cg_heartbeat(c2, 2, [0]), 3, None) is None
+    assert cg_answer(c2, cg_heartbeat(c2, 3, None), 3, None) == []
+    assert cg_answer(c2, cg_heartbeat(c2, 3, []), 3, None) is None  # its client let partition 0 go
+    ex = commit(c2, {0: 150})
+    assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 150
+    assert sent(ex).topics[0].partitions[0].committed_offset == 100  # m1's slice is at 100

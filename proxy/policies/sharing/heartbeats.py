@@ -95,7 +95,7 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
     if epoch == 0:  # a member joining (again): nothing it held is left (KIP-848: epoch 0)
         st = m.kip848 = HeartbeatState(marked=st.marked if st is not None else frozenset(), broker=set(),
                                        owned=set(), given=set())
-        m.partitions = {}
+        m.hold({})
     elif st is None:  # a member this Sluice has not seen join (it restarted): learnt from the group's description
         st = m.kip848 = HeartbeatState()
     if epoch < 0:
@@ -113,9 +113,8 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
         st.widening &= owned
         if m.partitions is not None:  # partitions the client let go are no longer filtered for it, nor claimed
             ids = {name: tid for tid, name in _names(p, m).items()}
-            for tp in [tp for tp in m.partitions if ids.get(tp[0]) is not None
-                       and (ids[tp[0]], tp[1]) not in owned | (st.given or set())]:
-                del m.partitions[tp]
+            m.hold({tp: state for tp, state in m.partitions.items() if ids.get(tp[0]) is None
+                    or (ids[tp[0]], tp[1]) in owned | (st.given or set())})
     ticket = HeartbeatTicket(m, st)
     ex.collect = True
     lay = p.layouts.get(m.group)
@@ -250,7 +249,7 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
     if body.error_code:
         if body.error_code in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):  # the client rejoins with epoch 0
             m.kip848 = None
-            m.partitions = {}
+            m.hold({})
         return
     st.epoch = body.member_epoch
     if body.assignment is not None:
@@ -302,5 +301,5 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
         held_id = ids.get(tp[0])
         if tp not in partitions and held_id is not None and (held_id, tp[1]) in (st.owned or set()):
             partitions[tp] = state
-    m.partitions = partitions
+    m.hold(partitions)
     p.update_gauges(m.group)

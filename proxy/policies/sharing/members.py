@@ -104,9 +104,10 @@ class Member:
     marked: frozenset[str] = frozenset()
     #: the shared-topic partitions its client holds, as handed to it (None: not known, e.g. after a restart)
     partitions: dict[TopicPartition, PartitionState] | None = None
-    #: slices of partitions it held and no longer holds (classic groups, from its SyncGroups): a commit of such a
-    #: partition is its old slice's position (kafka-go's Reader.CommitMessages commits messages read in an earlier
-    #: generation under the current one), never the group's stable offset
+    #: slices of partitions it held and no longer holds (from its SyncGroups, or its heartbeats as a KIP-848
+    #: member): a commit of such a partition is its old slice's position (kafka-go's Reader.CommitMessages commits
+    #: messages read in an earlier generation under the current one; a KIP-848 member's commit is checked for its
+    #: epoch, not its partitions), never the group's stable offset
     released: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     #: coordinator connections that carried its group requests and are open
     conns: set[int] = field(default_factory=set)
@@ -126,6 +127,14 @@ class Member:
     @property
     def known(self) -> bool:
         return self.partitions is not None
+
+    def hold(self, partitions: dict[TopicPartition, PartitionState]) -> None:
+        """The member's client now holds ``partitions``: the slices it held before and no longer does are kept as
+        :attr:`released`, so a late commit of such a partition is that slice's position, never the group's."""
+        before = self.partitions or {}
+        self.partitions = partitions
+        self.released = {tp: st for tp, st in {**self.released, **before}.items()
+                         if tp not in partitions and not st.slice.whole}
 
 
 class Members:
