@@ -1003,3 +1003,46 @@ def test_kip848_a_commit_of_a_partition_the_member_let_go_is_its_old_slices_posi
     ex = commit(c2, {0: 150})
     assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 150
     assert sent(ex).topics[0].partitions[0].committed_offset == 100  # m1's slice is at 100
+
+
+def test_kip848_a_narrower_slice_is_revoked_first_so_records_the_client_has_already_are_not_handed_twice() -> None:
+    """m1 holds partition 0 whole and has fetched records 100-139 (its client prefetches), having committed 110 so
+    far; m2 joins and the layout splits the partition. Narrowed at once, m1's client would still deliver the records
+    of m2's keys it fetched (and commit them, as its new slice), while m2 started m2's slice at 110: those records
+    twice, after they were committed. So a slice that changes is revoked from the client first, as KIP-848 revokes
+    before it assigns (CurrentAssignmentBuilder): its commits up to then are its old slice's, and the new slices
+    start past them."""
+    proxy, fake = sharing_proxy()
+    c1, c2 = Client(proxy, "app-1", 1), Client(proxy, "app-2", 2)
+    c1.member_id, c2.member_id = "m1", "m2"
+
+    def described(epoch: int, m1_claims: str, with_m2: bool = True, m2_claims: str = "") -> None:
+        fake.described_consumer[GROUP] = cg_described(epoch, [("m1", f"app-1#sluice-share=orders|{m1_claims}", [0])]
+                                                      + ([("m2", f"app-2#sluice-share=orders|{m2_claims}", [])]
+                                                         if with_m2 else []))
+
+    described(2, "", with_m2=False)
+    assert cg_answer(c1, cg_heartbeat(c1, 0, [], subscribe=True), 2, [0]) == []  # claimed at the next heartbeat
+    assert cg_answer(c1, cg_heartbeat(c1, 2, []), 2, None) == [0]  # whole
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    offset_fetch_answer(c1, offset_fetch(c1, [0]), {0: 100})
+    assert len(fetch(c1, records(40))) == 40  # records 100-139, in its client's queue
+    committed_answer(c1, commit(c1, {0: 110}))  # a whole partition's commit is the group's own
+    fake.offsets[GROUP][(TOPIC, 0)] = Committed(110, -1, None)
+    described(3, "0:0:0/1")
+    assert cg_answer(c2, cg_heartbeat(c2, 0, [], subscribe=True), 3, []) == []
+    assert cg_answer(c2, cg_heartbeat(c2, 3, []), 3, None) is None  # described: m1's client holds it whole
+    # the layout splits partition 0: m1's client is handed nothing until it let the partition go (on main it kept
+    # it, narrowed to 0/2, at once)
+    assert cg_answer(c1, cg_heartbeat(c1, 2, [0]), 3, None) == []
+    ex = commit(c1, {0: 140})  # it delivered what it had fetched, and commits it before letting go
+    assert sent(ex).topics[0].partitions[0].committed_offset == 140
+    committed_answer(c1, ex)
+    fake.offsets[GROUP][(TOPIC, 0)] = Committed(140, -1, None)
+    ex = cg_heartbeat(c1, 3, [])  # let go: its new slice claimed, and handed as a partition new to the client
+    assert decode_request(ex.frame)[0].client_id == "app-1#sluice-share=orders|0:0:0/2"
+    assert cg_answer(c1, ex, 3, None) == [0]
+    described(3, "0:0:0/2", m2_claims="")
+    assert cg_answer(c2, cg_heartbeat(c2, 3, []), 3, None) == [0]
+    # m2's slice starts past every record m1's client was handed and committed (narrowed at once: at 110)
+    assert offset_fetch_answer(c2, offset_fetch(c2, [0]), {0: 140}) == {0: (140, "")}

@@ -19,11 +19,14 @@ UNREVOKED_PARTITIONS). So both directions are rewritten, per member:
   from what the client was handed (the broker sends one only when its own changed). Its slices are what its
   fetches are filtered by and its commits merged by, as for classic groups (:mod:`.fetch`, :mod:`.offsets`).
 
-Rebalances are KIP-848's incremental reconciliation, on the layout: a partition whose slice narrows stays with the
-client (every record of its keys below the client's position was its own); one whose slice widens (a member left)
-is first left out of what the client is handed and handed again once the client no longer owns it: new to the
-client, it starts from its slice's committed position (what the classic path does with a rejoin, groups.py).
-Other partitions are not touched, so the partition's other members go on.
+Rebalances are KIP-848's incremental reconciliation, on the layout: a partition whose slice changes (narrower or
+wider) is first left out of what the client is handed and handed again once the client no longer owns it: new to
+the client, it starts from its slice's committed position (what the classic path does with a rejoin, groups.py), and
+until then the client's commits are its old slice's (kept as released once it let go: a KIP-848 member's commit is
+checked for its epoch, not its partitions). Kept with a wider slice, the client would skip records of the keys it
+gains; with a narrower one, deliver records of the keys it loses that it had fetched already while their next holder
+starts them from the old slice's last commit. Other partitions are not touched, so the partition's other members go
+on.
 
 Members' commits carry their member epoch (OffsetCommit v9+); the coordinator checks the member and its epoch, not
 which partitions it was assigned, for a commit at the current epoch (ConsumerGroup.validateOffsetCommit), so a
@@ -197,12 +200,12 @@ def _forward(p: SharingState, ex: Exchange, ticket: HeartbeatTicket) -> None:
             if k in given or name is None or name not in st.marked:
                 continue
             held = (m.partitions or {}).get((name, k[1]))
-            if held is not None and not held.slice.contains(s):
+            if held is not None and held.slice != s:
                 # Taken away from the client (not in what it was last handed) while it still owns the partition,
-                # now laid out to it again with a slice its own is not inside: handed now, the client would go on
-                # from its own position, past records of the keys it had not held. Like a partition in KIP-848,
-                # assigned again only once its owner's heartbeat no longer lists it (CurrentAssignmentBuilder), it
-                # waits for the client to let it go; until then the mark claims the slice the client holds
+                # now laid out to it again with another slice: handed now, the client would go on from its own
+                # position with it (see response). Like a partition in KIP-848, assigned again only once its
+                # owner's heartbeat no longer lists it (CurrentAssignmentBuilder), it waits for the client to let
+                # it go; until then the mark claims the slice the client holds
                 st.waiting = True
                 continue
             if lay is not None and lay.claimed_by_others(m.member_id, (name, k[1]), s):
@@ -273,10 +276,14 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
         if k not in given_before and k not in st.cleared:
             del out[k]  # not claimed yet (another member may still hold an overlapping slice)
             st.waiting = True
-        elif k in st.widening or (before is not None and not before.slice.contains(s)):
-            # a slice not inside the one of a partition the client keeps (handed to it last time, or taken away
-            # and still owned): it would go on from its own position, past records of keys it did not hold; handed
-            # again once the client let it go
+        elif k in st.widening or (before is not None and before.slice != s):
+            # Another slice of a partition the client keeps (handed to it last time, or taken away and still
+            # owned) is revoked first and handed again once the client let it go (KIP-848 revokes before it
+            # assigns, CurrentAssignmentBuilder), then started from its slice's committed position. A wider one
+            # kept would go on from the client's position, past records of keys it did not hold (lost); a narrower
+            # one, past records of the keys it loses that the client fetched already (it prefetches) and will
+            # deliver and commit as its new slice's, while their next holder starts them from the old slice's
+            # last commit (delivered twice). Until then the client's commits are its old slice's
             st.widening.add(k)
             del out[k]
     given = set(out)
