@@ -302,7 +302,7 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
         if name is None or name not in st.marked:
             continue
         before = held.get((name, part))
-        partitions[(name, part)] = before.narrowed(s) if before is not None else PartitionState(s)
+        partitions[(name, part)] = before if before is not None else PartitionState(s)  # (the same slice: above)
     ids = {name: tid for tid, name in names.items()}
     for tp, state in held.items():  # partitions taken away that the client still owns: filtered as before
         held_id = ids.get(tp[0])

@@ -84,7 +84,8 @@ class HeartbeatState:
     owned: set[IdPartition] | None = None
     #: the assignment last handed to the client
     given: set[IdPartition] | None = None
-    #: partitions whose slice widened: left out of what the client is handed until it no longer owns them
+    #: partitions whose slice changed (wider or narrower): left out of what the client is handed until it no longer
+    #: owns them
     widening: set[IdPartition] = field(default_factory=set)
     #: new slices its last request claimed (no other member claimed an overlapping one): its answer may hand them
     cleared: set[IdPartition] = field(default_factory=set)
