@@ -14,6 +14,7 @@ from proxy.policies.sharing.frontier import (
     slice_group,
 )
 from proxy.policies.sharing.keys import HASH_SPACE, WHOLE, Slice
+from proxy.policies.sharing.reads import DENSE_MAX, read_counts
 
 
 def test_stable_offset_is_the_minimum_over_the_slices() -> None:
@@ -103,3 +104,13 @@ def test_metadata_stays_within_offset_metadata_max_bytes() -> None:
 
 def test_slice_groups_are_named_after_the_group() -> None:
     assert slice_group("orders-app", Slice(1, 3)) == "orders-app.sluice-slice-1-of-3"
+
+
+def test_every_layout_count_up_to_the_largest_known_is_read() -> None:
+    """The group's commit metadata can lose a layout to a concurrent commit (reads.py): every count from 2 up to the
+    largest known (or the group's members) is read, within DENSE_MAX; a count known above it is read too."""
+    assert read_counts({2}) == {2}
+    assert read_counts({4}) == {2, 3, 4}
+    assert read_counts({2}, most=5) == {2, 3, 4, 5}  # a group of 5 whose layouts of 3 to 5 were all dropped
+    assert read_counts({1}) == set()
+    assert read_counts({3, 40}, most=100) == set(range(2, DENSE_MAX + 1)) | {40}

@@ -899,3 +899,150 @@ def test_a_commit_of_a_slice_waits_for_sluices_own_commit_of_it_in_flight() -> N
     assert [c.commits for c in fake.calls if c.commits][-1] == {slice_group(GROUP, Slice(0, 2)): {
         (TOPIC, 0): (130, "")}}
     assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 130
+
+
+# ------------------------------------------------------------------------------------------- slices changing
+
+
+def sluice_of_slice(fake: FakeCoordinators, client_id: str, s: str) -> Client:
+    """A Sluice of its own whose one consumer, ``client_id``, holds slice ``s`` of partition 0 (a standalone rule:
+    a fixed slice, as a member holds one between two layouts), its group requests served by ``fake``."""
+    proxy = SansIOProxy({"sharing.enabled": True, "sharing.topics": [{"topic": "orders*"}],
+                         "sharing.standalone": [{"client_id": client_id, "topic": TOPIC, "slice": s}]})
+    fake.attach(proxy.policy("sharing").calls)
+    return Client(proxy, client_id, 1)
+
+
+def test_a_layout_a_concurrent_group_commit_left_out_of_the_metadata_still_filters_its_commits() -> None:
+    """Slices change several times within seconds (every member of a KIP-848 group fenced and rejoining): members of
+    successive layouts commit at once. b (slice 2/4) reads the group's commit, then a (slice 0/3) commits 140 and
+    its group commit, listing layout 3, lands; b's group commit lands last, listing only the layouts b read: the
+    metadata is one value with many writers, the last one wins. c, a new slice 1/4, must still start past what a
+    committed for the keys they share, or records a consumer committed are delivered again."""
+    fake = FakeCoordinators()
+    a, b, c = (sluice_of_slice(fake, f"app-{n}", s) for n, s in (("a", "0/3"), ("b", "2/4"), ("c", "1/4")))
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    for m in (a, b):
+        offset_fetch_answer(m, offset_fetch(m, [0]), {0: 100})
+    late = commit(b, {0: 150})  # its reads are made now: the group's metadata names no layout yet
+    first = commit(a, {0: 140})
+    for ex, m in ((first, a), (late, b)):  # the group's commits land in this order
+        part = sent(ex).topics[0].partitions[0]
+        fake.offsets[GROUP][(TOPIC, 0)] = Committed(part.committed_offset, -1, part.committed_metadata)
+        committed_answer(m, ex)
+    assert decode_metadata(fake.offsets[GROUP][(TOPIC, 0)].metadata) == ([4], None)  # b read before a committed
+    offset_fetch_answer(c, offset_fetch(c, [0]), {0: 100})
+    done_by_a = {b"k%d" % i for i in range(40) if Slice(0, 3).holds(key_hash(b"k%d" % i))}
+    expected = [(100 + i, b"k%d" % i) for i in range(40)
+                if Slice(1, 4).holds(key_hash(b"k%d" % i)) and b"k%d" % i not in done_by_a]
+    assert fetch(c, records(40)) == expected
+
+
+def test_kip848_a_partition_handed_back_with_another_slice_before_the_client_let_it_go_waits_for_it() -> None:
+    """Layouts changing at every heartbeat: m2 holds slice 1/3 of partition 0; the partition goes on the move (laid
+    out for nobody) and m2's client is handed nothing, but still owns the partition (its revocation is not done);
+    the next layout gives m2 slice 1/2, which is not inside 1/3. Handed at once, the client would go on from its own
+    position, past records of the keys 1/2 adds that their last holder had not consumed: lost. So the partition is
+    handed only once the client no longer owns it (KIP-848: a partition is assigned again only after its owner's
+    heartbeat no longer lists it, CurrentAssignmentBuilder); it then starts from its slice's committed position.
+    Meanwhile the client's mark claims the slice it holds, so no other member is handed the keys it still reads."""
+    proxy, fake = sharing_proxy()
+    c2 = Client(proxy, "app-2", 2)
+    c2.member_id = "m2"
+
+    def described(epoch: int, members: list[tuple[str, str, list[int]]], moving: bool = False) -> None:
+        entry = cg_described(epoch, members)
+        if moving:  # m1's partition 0 is being revoked: in its current assignment, not its target
+            entry.group_state = "Reconciling"
+            entry.members[0].target_assignment = Message(topic_partitions=[])
+        fake.described_consumer[GROUP] = entry
+
+    three = [("m1", "app-1#sluice-share=orders|0:0:0/3", [0]), ("m2", "app-2#sluice-share=orders|", []),
+             ("m3", "app-3#sluice-share=orders|0:0:2/3", [])]
+    described(2, three)
+    ex = cg_heartbeat(c2, 0, [], subscribe=True)
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/3"
+    assert cg_answer(c2, ex, 2, []) == [0]  # slice 1/3
+    described(3, three, moving=True)
+    assert cg_answer(c2, cg_heartbeat(c2, 2, [0]), 3, None) is None  # a new epoch: described at the next heartbeat
+    assert cg_answer(c2, cg_heartbeat(c2, 3, None), 3, None) == []  # nobody's partition while it moves
+    described(4, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]), ("m2", "app-2#sluice-share=orders|0:0:1/3", [])])
+    ex = cg_heartbeat(c2, 3, [0])  # its client still owns partition 0
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/3"
+    assert cg_answer(c2, ex, 4, None) is None  # still nothing for it (on main: partition 0, with slice 1/2)
+    ex = cg_heartbeat(c2, 4, [])  # let go: now handed as a partition new to the client
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/2"
+    assert cg_answer(c2, ex, 4, None) == [0]
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    offset_fetch_answer(c2, offset_fetch(c2, [0]), {0: 100})
+    got = fetch(c2, records(40))
+    assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
+
+
+def test_kip848_a_commit_of_a_partition_the_member_let_go_is_its_old_slices_position_not_the_groups() -> None:
+    """A KIP-848 member's commit is checked for its member epoch only, not for the partitions it holds
+    (ConsumerGroup.validateOffsetCommit): a client committing what it read of a partition it has since let go (an
+    explicit commit of its last records after a revocation) is accepted. Relayed as it was, it would be the group's
+    commit: the stable offset of every slice, records of the other slices below it taken as done (lost). It is the
+    position of the slice the member held there, and the group's commit gets the stable offset."""
+    proxy, fake = sharing_proxy()
+    c2 = Client(proxy, "app-2", 2)
+    c2.member_id = "m2"
+    members = [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]), ("m2", "app-2#sluice-share=orders|", [])]
+    fake.described_consumer[GROUP] = cg_described(2, members)
+    assert cg_answer(c2, cg_heartbeat(c2, 0, [], subscribe=True), 2, []) == [0]  # slice 1/2
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    offset_fetch_answer(c2, offset_fetch(c2, [0]), {0: 100})
+    moving = cg_described(3, members)  # m1's partition 0 moves: laid out for nobody, m2 is handed nothing
+    moving.group_state = "Reconciling"
+    moving.members[0].target_assignment = Message(topic_partitions=[])
+    fake.described_consumer[GROUP] = moving
+    assert cg_answer(c2, cg_heartbeat(c2, 2, [0]), 3, None) is None
+    assert cg_answer(c2, cg_heartbeat(c2, 3, None), 3, None) == []
+    assert cg_answer(c2, cg_heartbeat(c2, 3, []), 3, None) is None  # its client let partition 0 go
+    ex = commit(c2, {0: 150})
+    assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 150
+    assert sent(ex).topics[0].partitions[0].committed_offset == 100  # m1's slice is at 100
+
+
+def test_kip848_a_narrower_slice_is_revoked_first_so_records_the_client_has_already_are_not_handed_twice() -> None:
+    """m1 holds partition 0 whole and has fetched records 100-139 (its client prefetches), having committed 110 so
+    far; m2 joins and the layout splits the partition. Narrowed at once, m1's client would still deliver the records
+    of m2's keys it fetched (and commit them, as its new slice), while m2 started m2's slice at 110: those records
+    twice, after they were committed. So a slice that changes is revoked from the client first, as KIP-848 revokes
+    before it assigns (CurrentAssignmentBuilder): its commits up to then are its old slice's, and the new slices
+    start past them."""
+    proxy, fake = sharing_proxy()
+    c1, c2 = Client(proxy, "app-1", 1), Client(proxy, "app-2", 2)
+    c1.member_id, c2.member_id = "m1", "m2"
+
+    def described(epoch: int, m1_claims: str, with_m2: bool = True, m2_claims: str = "") -> None:
+        fake.described_consumer[GROUP] = cg_described(epoch, [("m1", f"app-1#sluice-share=orders|{m1_claims}", [0])]
+                                                      + ([("m2", f"app-2#sluice-share=orders|{m2_claims}", [])]
+                                                         if with_m2 else []))
+
+    described(2, "", with_m2=False)
+    assert cg_answer(c1, cg_heartbeat(c1, 0, [], subscribe=True), 2, [0]) == []  # claimed at the next heartbeat
+    assert cg_answer(c1, cg_heartbeat(c1, 2, []), 2, None) == [0]  # whole
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    offset_fetch_answer(c1, offset_fetch(c1, [0]), {0: 100})
+    assert len(fetch(c1, records(40))) == 40  # records 100-139, in its client's queue
+    committed_answer(c1, commit(c1, {0: 110}))  # a whole partition's commit is the group's own
+    fake.offsets[GROUP][(TOPIC, 0)] = Committed(110, -1, None)
+    described(3, "0:0:0/1")
+    assert cg_answer(c2, cg_heartbeat(c2, 0, [], subscribe=True), 3, []) == []
+    assert cg_answer(c2, cg_heartbeat(c2, 3, []), 3, None) is None  # described: m1's client holds it whole
+    # the layout splits partition 0: m1's client is handed nothing until it let the partition go (on main it kept
+    # it, narrowed to 0/2, at once)
+    assert cg_answer(c1, cg_heartbeat(c1, 2, [0]), 3, None) == []
+    ex = commit(c1, {0: 140})  # it delivered what it had fetched, and commits it before letting go
+    assert sent(ex).topics[0].partitions[0].committed_offset == 140
+    committed_answer(c1, ex)
+    fake.offsets[GROUP][(TOPIC, 0)] = Committed(140, -1, None)
+    ex = cg_heartbeat(c1, 3, [])  # let go: its new slice claimed, and handed as a partition new to the client
+    assert decode_request(ex.frame)[0].client_id == "app-1#sluice-share=orders|0:0:0/2"
+    assert cg_answer(c1, ex, 3, None) == [0]
+    described(3, "0:0:0/2", m2_claims="")
+    assert cg_answer(c2, cg_heartbeat(c2, 3, []), 3, None) == [0]
+    # m2's slice starts past every record m1's client was handed and committed (narrowed at once: at 110)
+    assert offset_fetch_answer(c2, offset_fetch(c2, [0]), {0: 140}) == {0: (140, "")}

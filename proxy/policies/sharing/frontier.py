@@ -23,7 +23,8 @@ So ``frontier(h)`` = max(base, the position of every known slice holding hash ``
   were committed by an earlier slice: they are filtered out (:meth:`Frontier.done_table`) - the slices' own
   offsets are the reference when the client polls. No gap, no duplicate for committed work.
 
-Which slices to read is the list of *layouts* (slice counts) in the plain commit's metadata
+Which slices to read is the list of *layouts* (slice counts) in the plain commit's metadata (and every count up to
+the largest known, :func:`.reads.read_counts`, as concurrent commits can drop one)
 (proto/codecs/SharingCommitMetadata.json), trimmed to those with a position above the stable offset and to
 ``offset.metadata.max.bytes``: dropping a layout only forgets positions, which can deliver committed records again
 (duplicates), never skip one.

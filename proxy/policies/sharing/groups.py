@@ -245,10 +245,7 @@ def sync_response(p: SharingState, ex: Exchange, response: ResponseView, info: C
         drop = {tp for tp, s in handed.items() if tp in before and not before[tp].slice.contains(s)}
         for tp in drop:
             del handed[tp]
-        m.partitions = {tp: before[tp].narrowed(s) if tp in before else PartitionState(s)
-                        for tp, s in handed.items()}
-        m.released = {tp: st for tp, st in {**m.released, **before}.items()
-                      if tp not in m.partitions and not st.slice.whole}
+        m.hold({tp: before[tp].narrowed(s) if tp in before else PartitionState(s) for tp, s in handed.items()})
         m.blocked = False
         m.generation = ex.body.generation_id
         if m.recovering is not None:  # the group said it anew: a recovery still running must not overwrite it

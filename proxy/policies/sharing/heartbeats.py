@@ -19,11 +19,14 @@ UNREVOKED_PARTITIONS). So both directions are rewritten, per member:
   from what the client was handed (the broker sends one only when its own changed). Its slices are what its
   fetches are filtered by and its commits merged by, as for classic groups (:mod:`.fetch`, :mod:`.offsets`).
 
-Rebalances are KIP-848's incremental reconciliation, on the layout: a partition whose slice narrows stays with the
-client (every record of its keys below the client's position was its own); one whose slice widens (a member left)
-is first left out of what the client is handed and handed again once the client no longer owns it: new to the
-client, it starts from its slice's committed position (what the classic path does with a rejoin, groups.py).
-Other partitions are not touched, so the partition's other members go on.
+Rebalances are KIP-848's incremental reconciliation, on the layout: a partition whose slice changes (narrower or
+wider) is first left out of what the client is handed and handed again once the client no longer owns it: new to
+the client, it starts from its slice's committed position (what the classic path does with a rejoin, groups.py), and
+until then the client's commits are its old slice's (kept as released once it let go: a KIP-848 member's commit is
+checked for its epoch, not its partitions). Kept with a wider slice, the client would skip records of the keys it
+gains; with a narrower one, deliver records of the keys it loses that it had fetched already while their next holder
+starts them from the old slice's last commit. Other partitions are not touched, so the partition's other members go
+on.
 
 Members' commits carry their member epoch (OffsetCommit v9+); the coordinator checks the member and its epoch, not
 which partitions it was assigned, for a commit at the current epoch (ConsumerGroup.validateOffsetCommit), so a
@@ -95,7 +98,7 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
     if epoch == 0:  # a member joining (again): nothing it held is left (KIP-848: epoch 0)
         st = m.kip848 = HeartbeatState(marked=st.marked if st is not None else frozenset(), broker=set(),
                                        owned=set(), given=set())
-        m.partitions = {}
+        m.hold({})
     elif st is None:  # a member this Sluice has not seen join (it restarted): learnt from the group's description
         st = m.kip848 = HeartbeatState()
     if epoch < 0:
@@ -113,9 +116,8 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
         st.widening &= owned
         if m.partitions is not None:  # partitions the client let go are no longer filtered for it, nor claimed
             ids = {name: tid for tid, name in _names(p, m).items()}
-            for tp in [tp for tp in m.partitions if ids.get(tp[0]) is not None
-                       and (ids[tp[0]], tp[1]) not in owned | (st.given or set())]:
-                del m.partitions[tp]
+            m.hold({tp: state for tp, state in m.partitions.items() if ids.get(tp[0]) is None
+                    or (ids[tp[0]], tp[1]) in owned | (st.given or set())})
     ticket = HeartbeatTicket(m, st)
     ex.collect = True
     lay = p.layouts.get(m.group)
@@ -197,6 +199,15 @@ def _forward(p: SharingState, ex: Exchange, ticket: HeartbeatTicket) -> None:
             name = _name(p, names, k[0])
             if k in given or name is None or name not in st.marked:
                 continue
+            held = (m.partitions or {}).get((name, k[1]))
+            if held is not None and held.slice != s:
+                # Taken away from the client (not in what it was last handed) while it still owns the partition,
+                # now laid out to it again with another slice: handed now, the client would go on from its own
+                # position with it (see response). Like a partition in KIP-848, assigned again only once its
+                # owner's heartbeat no longer lists it (CurrentAssignmentBuilder), it waits for the client to let
+                # it go; until then the mark claims the slice the client holds
+                st.waiting = True
+                continue
             if lay is not None and lay.claimed_by_others(m.member_id, (name, k[1]), s):
                 st.waiting = True
                 continue
@@ -241,7 +252,7 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
     if body.error_code:
         if body.error_code in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):  # the client rejoins with epoch 0
             m.kip848 = None
-            m.partitions = {}
+            m.hold({})
         return
     st.epoch = body.member_epoch
     if body.assignment is not None:
@@ -265,9 +276,14 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
         if k not in given_before and k not in st.cleared:
             del out[k]  # not claimed yet (another member may still hold an overlapping slice)
             st.waiting = True
-        elif k in st.widening or (before is not None and not before.slice.contains(s) and k in given_before):
-            # a wider slice of a partition the client keeps: it would go on from its own position, past records of
-            # keys it did not hold; handed again once the client let it go
+        elif k in st.widening or (before is not None and before.slice != s):
+            # Another slice of a partition the client keeps (handed to it last time, or taken away and still
+            # owned) is revoked first and handed again once the client let it go (KIP-848 revokes before it
+            # assigns, CurrentAssignmentBuilder), then started from its slice's committed position. A wider one
+            # kept would go on from the client's position, past records of keys it did not hold (lost); a narrower
+            # one, past records of the keys it loses that the client fetched already (it prefetches) and will
+            # deliver and commit as its new slice's, while their next holder starts them from the old slice's
+            # last commit (delivered twice). Until then the client's commits are its old slice's
             st.widening.add(k)
             del out[k]
     given = set(out)
@@ -286,11 +302,11 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
         if name is None or name not in st.marked:
             continue
         before = held.get((name, part))
-        partitions[(name, part)] = before.narrowed(s) if before is not None else PartitionState(s)
+        partitions[(name, part)] = before if before is not None else PartitionState(s)  # (the same slice: above)
     ids = {name: tid for tid, name in names.items()}
     for tp, state in held.items():  # partitions taken away that the client still owns: filtered as before
         held_id = ids.get(tp[0])
         if tp not in partitions and held_id is not None and (held_id, tp[1]) in (st.owned or set()):
             partitions[tp] = state
-    m.partitions = partitions
+    m.hold(partitions)
     p.update_gauges(m.group)

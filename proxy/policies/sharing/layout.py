@@ -88,6 +88,8 @@ class Layout:
     topic_ids: dict[str, bytes] = field(default_factory=dict)
     #: per member, its claims as described
     claims: dict[str, Mapping[TopicPartition, Slice]] = field(default_factory=dict)
+    #: how many members the group has: no partition is split in more slices (:func:`.reads.read_counts`)
+    members: int = 0
 
     def of(self, member_id: str) -> dict[TopicPartition, Slice]:
         return self.slices.get(member_id, {})
@@ -158,6 +160,7 @@ def from_description(group: Message, shareable: Callable[[str], bool]) -> Layout
     out = compute(members, shareable)
     out.claims = {m.member_id: m.claims for m in members if m.claims}
     out.group_epoch = group.group_epoch
+    out.members = len(group.members)
     out.stable = group.group_state.lower() == "stable"
     out.topic_ids = ids
     return out

@@ -84,7 +84,8 @@ class HeartbeatState:
     owned: set[IdPartition] | None = None
     #: the assignment last handed to the client
     given: set[IdPartition] | None = None
-    #: partitions whose slice widened: left out of what the client is handed until it no longer owns them
+    #: partitions whose slice changed (wider or narrower): left out of what the client is handed until it no longer
+    #: owns them
     widening: set[IdPartition] = field(default_factory=set)
     #: new slices its last request claimed (no other member claimed an overlapping one): its answer may hand them
     cleared: set[IdPartition] = field(default_factory=set)
@@ -104,9 +105,10 @@ class Member:
     marked: frozenset[str] = frozenset()
     #: the shared-topic partitions its client holds, as handed to it (None: not known, e.g. after a restart)
     partitions: dict[TopicPartition, PartitionState] | None = None
-    #: slices of partitions it held and no longer holds (classic groups, from its SyncGroups): a commit of such a
-    #: partition is its old slice's position (kafka-go's Reader.CommitMessages commits messages read in an earlier
-    #: generation under the current one), never the group's stable offset
+    #: slices of partitions it held and no longer holds (from its SyncGroups, or its heartbeats as a KIP-848
+    #: member): a commit of such a partition is its old slice's position (kafka-go's Reader.CommitMessages commits
+    #: messages read in an earlier generation under the current one; a KIP-848 member's commit is checked for its
+    #: epoch, not its partitions), never the group's stable offset
     released: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     #: coordinator connections that carried its group requests and are open
     conns: set[int] = field(default_factory=set)
@@ -126,6 +128,14 @@ class Member:
     @property
     def known(self) -> bool:
         return self.partitions is not None
+
+    def hold(self, partitions: dict[TopicPartition, PartitionState]) -> None:
+        """The member's client now holds ``partitions``: the slices it held before and no longer does are kept as
+        :attr:`released`, so a late commit of such a partition is that slice's position, never the group's."""
+        before = self.partitions or {}
+        self.partitions = partitions
+        self.released = {tp: st for tp, st in {**self.released, **before}.items()
+                         if tp not in partitions and not st.slice.whole}
 
 
 class Members:

@@ -147,10 +147,18 @@ def _plan_fetch(p: SharingState, ex: Exchange, m: Member, group: str,
     if not wanted:
         return None
     ticket = OffsetTicket(m, group, wanted)
-    ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted))
+    ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted), most=_most(p, group))
     ex.pending = ticket.read
     ex.collect = True  # the answer is edited: each partition's slice start
     return ticket
+
+
+def _most(p: SharingState, group: str) -> int:
+    """The largest layout count ``group`` can have had, as far as this Sluice knows: a KIP-848 group's members, from
+    its latest description (its layouts changed at each member's heartbeat, some of them maybe dropped from the
+    group's commit metadata by concurrent commits: :mod:`.reads`); 0 for a classic group."""
+    lay = p.layouts.get(group)
+    return lay.members if lay is not None else 0
 
 
 def _layouts(m: Member, tps: Any) -> dict[TopicPartition, set[int]]:
@@ -282,7 +290,7 @@ def _plan_commit(p: SharingState, ex: Exchange, m: Member, body: Message) -> Off
     if not wanted:
         return None
     ticket = OffsetTicket(m, group, wanted, commits=commits)
-    ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted), commits=own)
+    ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted), commits=own, most=_most(p, group))
     for commit in own.values():
         for tp, (offset, _) in commit.items():
             state = (m.partitions or {}).get(tp)
@@ -388,7 +396,7 @@ def _raise_stable(p: SharingState, group: str, member: tuple[int, str, str | Non
     Whichever group commit lands last, its member reads after it: the group is left at the stable offset of every
     slice commit made before that read, and a slice commit made after it is followed by its own member's commit and
     read. Failures end it (a rebalance: the next generation commits anew)."""
-    read = FrontierRead(p.submit, group, slices, layouts)
+    read = FrontierRead(p.submit, group, slices, layouts, most=_most(p, group))
 
     def reread() -> None:
         if read.error is not None:
@@ -510,7 +518,7 @@ def recover(p: SharingState, m: Member) -> Signal:
             m.recovering = None
             done.settle()
             return
-        read = FrontierRead(p.submit, m.group, handed)
+        read = FrontierRead(p.submit, m.group, handed, most=_most(p, m.group))
 
         def frontiers() -> None:
             if m.recovering is done and read.error is None:

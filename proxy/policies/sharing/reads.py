@@ -1,8 +1,15 @@
 """Reading a shared partition's :class:`~proxy.policies.sharing.frontier.Frontier` from Kafka: the group's own
 committed offset (and in its metadata, the layouts to read), and the position of every slice of the current and
 remembered layouts, each in its slice's group. Two rounds at most: the layouts named in the metadata are known only
-once it is read. Sans-IO: each round is a :class:`.group_calls.GroupCall` the I/O layer carries out; a
-:class:`FrontierRead` is the :class:`~proxy.core.exchange.Pending` a request (or a recovery) waits for.
+once it is read.
+
+Every layout count up to the largest known is read, not only those the metadata names (:func:`read_counts`): the
+group's commit is one value that every member of a partition writes, each with the layouts it read just before, so
+two members committing at once can each drop the other's layout (the one landing last wins). A position dropped
+that way says records of its keys were committed; a new slice started without it delivers them again.
+
+Sans-IO: each round is a :class:`.group_calls.GroupCall` the I/O layer carries out; a :class:`FrontierRead` is the
+:class:`~proxy.core.exchange.Pending` a request (or a recovery) waits for.
 """
 
 from __future__ import annotations
@@ -15,17 +22,31 @@ from .frontier import Frontier, decode_metadata, slice_group
 from .group_calls import Committed, GroupCall
 from .keys import Slice
 
+#: the most layout counts read densely (every count from 2 up); above it, only the counts named
+DENSE_MAX = 16
+
+
+def read_counts(known: set[int], most: int = 0) -> set[int]:
+    """The layout counts whose slice groups are read, given the counts ``known`` (the member's own, what it read
+    before, what the metadata names) and ``most``, the largest count the group can have had (its members, when
+    known): every count from 2 up to the largest of those, so a layout the metadata lost to a concurrent group
+    commit (the module docstring) is read all the same, and ``known`` itself."""
+    top = min(max([most, *known], default=0), DENSE_MAX)
+    return {k for k in known if k > 1} | set(range(2, top + 1))
+
 
 def _groups(group: str, tp: TopicPartition, layouts: set[int]) -> list[tuple[str, Slice]]:
     return [(slice_group(group, Slice(i, k)), Slice(i, k)) for k in sorted(layouts) if k > 1 for i in range(k)]
 
 
 class FrontierRead(Signal):
-    """The frontiers of ``slices``' partitions in ``group`` (after ``commits``, made first in the same call)."""
+    """The frontiers of ``slices``' partitions in ``group`` (after ``commits``, made first in the same call); ``most``:
+    the largest layout count the group can have had (:func:`read_counts`)."""
 
     def __init__(self, submit: Callable[[GroupCall], GroupCall], group: str, slices: Mapping[TopicPartition, Slice],
                  layouts: Mapping[TopicPartition, set[int]] | None = None,
-                 commits: dict[str, dict[TopicPartition, tuple[int, str | None]]] | None = None) -> None:
+                 commits: dict[str, dict[TopicPartition, tuple[int, str | None]]] | None = None,
+                 most: int = 0) -> None:
         super().__init__()
         self.submit = submit
         self.group = group
@@ -35,7 +56,9 @@ class FrontierRead(Signal):
         self.plain: dict[TopicPartition, Committed] = {}
         self.read: dict[TopicPartition, dict[Slice, Committed]] = {tp: {} for tp in self.slices}
         self.error: str | None = None
-        self._layouts = {tp: {s.count} | set((layouts or {}).get(tp, ())) for tp, s in self.slices.items()}
+        self._most = most
+        self._layouts = {tp: read_counts({s.count} | set((layouts or {}).get(tp, ())), most)
+                         for tp, s in self.slices.items()}
         self._round(self._layouts, commits, first=True)
 
     def _round(self, layouts: Mapping[TopicPartition, set[int]],
@@ -62,7 +85,7 @@ class FrontierRead(Signal):
                 self.plain[tp] = call.offsets.get(self.group, {}).get(tp, Committed())
                 meta = decode_metadata(self.plain[tp].metadata)
                 if meta is not None:
-                    extra = set(meta[0]) - self._layouts[tp]
+                    extra = read_counts(self._layouts[tp] | set(meta[0]), self._most) - self._layouts[tp]
                     if extra:
                         more[tp] = extra
                         self._layouts[tp] |= extra
