@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...wire.errors import CodecError
-from ...wire.record_filter import ParsedBatch, keep_records, parse_batch, single_record
+from ...wire.record_filter import ParsedBatch, keep_records, parse_batch, record_at
 from ...wire.records import COMPRESSION_MASK, CONTROL_MASK, MAGIC_V2, BatchHeader, extend_batch, iter_batches
 from .frontier import DoneTable
 from .keys import Slice, key_hash
@@ -33,15 +33,11 @@ _HASH_MEMO_MAX = 1 << 16
 
 @dataclass(slots=True)
 class Decoded:
-    #: the batch with its records located (None: a batch of one uncompressed record, read in place)
-    batch: ParsedBatch | None
+    #: the batch with its records located
+    batch: ParsedBatch
     offsets: list[int]
     hashes: list[int | None]
     size: int
-
-
-#: what an entry for a batch of one record holds, about (its key, the two lists, the entry)
-_SINGLE_SIZE = 256
 
 
 class BatchCache:
@@ -56,7 +52,8 @@ class BatchCache:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._entries: OrderedDict[BatchKey, Decoded] = OrderedDict()
-        self._hashes: dict[bytes, int | None] = {}
+        #: key -> its hash, remembered (:meth:`hash_of`)
+        self.hashes: dict[bytes, int | None] = {}
         self._on_change = on_change
         self._on_lookup = on_lookup
         #: look-ups since the last report, and whether an entry came or went
@@ -67,8 +64,7 @@ class BatchCache:
         return len(self._entries)
 
     def decoded(self, key: BatchKey, records: memoryview, header: BatchHeader) -> Decoded:
-        """The batch ``header`` locates in ``records`` decoded, from the cache or now (CodecError if it cannot be).
-        A batch of one uncompressed record (a low-rate topic's) is read in place (:func:`single_record`)."""
+        """The batch ``header`` locates in ``records`` decoded, from the cache or now (CodecError if it cannot be)."""
         entries = self._entries
         entry = entries.get(key)
         if entry is not None:
@@ -76,12 +72,8 @@ class BatchCache:
             self._hits += 1
             return entry
         self._misses += 1
-        if header.records_count == 1 and not header.attributes & COMPRESSION_MASK:
-            offset, k = single_record(records, header)
-            entry = Decoded(None, [offset], [self.hash_of(k)], _SINGLE_SIZE)
-        else:
-            batch = parse_batch(records[header.start : header.end])
-            entry = Decoded(batch, batch.offsets, [self.hash_of(k) for k in batch.keys], batch.size)
+        batch = parse_batch(records[header.start : header.end])
+        entry = Decoded(batch, batch.offsets, [self.hash_of(k) for k in batch.keys], batch.size)
         if self.max_bytes and entry.size <= self.max_bytes:
             entries[key] = entry
             self.bytes += entry.size
@@ -104,7 +96,7 @@ class BatchCache:
         """``key``'s hash (None for a null key), remembered: a partition's records mostly repeat their keys."""
         if key is None:
             return None
-        memo = self._hashes
+        memo = self.hashes
         h = memo.get(key, -1)
         if h == -1:
             if len(memo) >= _HASH_MEMO_MAX:
@@ -131,94 +123,144 @@ class Filtered:
 def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache: BatchCache,
                    topic: str | bytes, partition: int) -> Filtered:
     """``records`` (a partition's record set) for the member holding slice ``s`` with committed-work filter
-    ``table``."""
+    ``table``.
+
+    A batch of one uncompressed record (a low-rate topic's: a batch per record) takes a path of its own, as it is
+    most of the work where it occurs: its key is read in place (:func:`record_at`) and its hash found in the cache's
+    memo, with no entry in the cache (reading it again costs the next member less than a cache entry's upkeep),
+    and a batch kept goes out as the bytes it came as: consecutive batches kept whole are one slice of ``records``,
+    not a piece each."""
     out = Filtered(records)
     pieces: list[bytes | memoryview] = []
-    #: per piece: whether it is a data batch that keeps records (one whose last offset may be moved)
-    data: list[bool] = []
-    #: the end of the batches left with no record since the last piece (see below), 0: none
+    #: the batches kept whole since the last piece: records[run_start:run_end], the last of them from last_start
+    #: (-1: the last batch kept is pieces[-1], a batch written again)
+    run_start = run_end = last_start = 0
+    #: whether the last batch kept is a data batch that keeps records (one whose last offset may be moved)
+    last_data = False
+    #: the end of the batches left with no record since the last batch kept (see below), 0: none
     dropped = 0
     end = 0
     index, count = s.index, s.count
+    whole_partition = count == 1
+    ceiling = -1 if table is None else table.ceiling
     decoded = cache.decoded
+    memo = cache.hashes
+    hash_of = cache.hash_of
     gaps = out.gaps
+    other_slice = 0
     #: one past the last record handed to the member (None: not known, e.g. after a legacy entry)
     cursor: int | None = None
     last_next = -1
     #: the leader epochs of the current batch and of the one before it
     last_epoch = before = -1
     for h in iter_batches(records):
-        start, base = h.start, h.base_offset
-        legacy = h.magic < MAGIC_V2
+        start, next_end, base, _, epoch, magic, crc, attributes, last_delta, _, _, _, _, _, n = h
+        legacy = magic < MAGIC_V2
         if not end and not legacy:
             cursor = base
         if end:
             before = last_epoch
-        end = h.end
-        last_epoch = h.partition_leader_epoch
-        last_next = base + h.last_offset_delta + 1
-        if not legacy and h.attributes & CONTROL_MASK:
+        end = next_end
+        last_epoch = epoch
+        last_next = base + last_delta + 1
+        keep = True  # whole, as it came
+        data = not legacy
+        if not legacy and attributes & CONTROL_MASK:
             # a transaction marker is no record a client is handed: the run goes on past it
-            dropped = 0
-            pieces.append(records[start:end])
-            data.append(False)
-            continue
-        if legacy or (count == 1 and (table is None or base >= table.ceiling)):
-            dropped = 0
-            pieces.append(records[start:end])
-            data.append(not legacy)
+            data = False
+        elif legacy or (whole_partition and base >= ceiling):
             if cursor is not None and base > cursor:
                 gaps.append((cursor, base, before))
             cursor = None if legacy else last_next
-            continue
-        try:
-            entry = decoded((topic, partition, base, h.crc), records, h)
-        except CodecError:
-            out.undecodable += 1
-            dropped = 0
-            pieces.append(records[start:end])
-            data.append(False)
-            cursor = None
-            continue
-        offsets, hashes = entry.offsets, entry.hashes
-        kept: list[int] = []
-        for i, hv in enumerate(hashes):
-            if count > 1 and (index != 0 if hv is None else (hv * count) >> 31 != index):
-                out.other_slice += 1
-            elif table is not None and table.done(offsets[i], hv):
-                out.committed += 1
+        elif n == 1 and not attributes & COMPRESSION_MASK:
+            try:
+                offset, k = record_at(records, start, end, base, crc)
+            except CodecError:
+                out.undecodable += 1
+                data = False
+                cursor = None
             else:
-                kept.append(i)
-                if cursor is not None and offsets[i] > cursor:
-                    gaps.append((cursor, offsets[i], last_epoch if offsets[i] > base else before))
-                cursor = offsets[i] + 1
-        whole = len(kept) == len(hashes)
-        if not whole:
-            out.changed = True
-            if not kept:
-                dropped = last_next
-                continue
-        dropped = 0
-        if whole:
-            pieces.append(records[start:end])
+                hv = memo.get(k, -1) if k is not None else None
+                if hv == -1:
+                    hv = hash_of(k)
+                if count > 1 and (index != 0 if hv is None else (hv * count) >> 31 != index):
+                    other_slice += 1
+                    keep = False
+                elif table is not None and table.done(offset, hv):
+                    out.committed += 1
+                    keep = False
+                else:
+                    if cursor is not None and offset > cursor:
+                        gaps.append((cursor, offset, epoch if offset > base else before))
+                    cursor = offset + 1
         else:
-            assert entry.batch is not None  # a batch read in place holds one record: kept whole or left out
-            pieces.append(keep_records(entry.batch, kept))
-        data.append(True)
-    if dropped and data and data[-1]:
+            try:
+                entry = decoded((topic, partition, base, crc), records, h)
+            except CodecError:
+                out.undecodable += 1
+                data = False
+                cursor = None
+            else:
+                offsets, hashes = entry.offsets, entry.hashes
+                kept: list[int] = []
+                for i, hv in enumerate(hashes):
+                    if count > 1 and (index != 0 if hv is None else (hv * count) >> 31 != index):
+                        other_slice += 1
+                    elif table is not None and table.done(offsets[i], hv):
+                        out.committed += 1
+                    else:
+                        kept.append(i)
+                        if cursor is not None and offsets[i] > cursor:
+                            gaps.append((cursor, offsets[i], epoch if offsets[i] > base else before))
+                        cursor = offsets[i] + 1
+                if len(kept) != len(hashes):
+                    keep = False
+                    if kept:
+                        # written again with the records kept: the run so far, then this batch, is a piece each
+                        if run_end > run_start:
+                            pieces.append(records[run_start:run_end])
+                        pieces.append(keep_records(entry.batch, kept))
+                        run_start = run_end = end
+                        last_start = -1
+                        last_data = True
+                        dropped = 0
+                        continue
+        if not keep:
+            dropped = last_next
+            continue
+        if start != run_end:  # a batch was left out before this one: the run so far is a piece
+            if run_end > run_start:
+                pieces.append(records[run_start:run_end])
+            run_start = start
+        run_end = end
+        last_start = start
+        last_data = data
+        dropped = 0
+    out.other_slice = other_slice
+    if run_end > run_start:
+        pieces.append(records[run_start:run_end])
+    if dropped and pieces and last_data:
         # A batch left with no record is never sent: no client reads one as Kafka means it (kafka-go reads a record
         # from every batch whatever its count and jumps to an offset of its own, librdkafka finding no message in
         # a partition's records reports it too large to fetch). The last batch that keeps records is stretched
         # over the ones left out after it (its offset range only: the records stay), the shape compaction leaves,
         # from which every client fetches on past them; with no such batch before them, they are simply left out
         # and the member's next fetch starts past them (the read-ahead cursor, :mod:`.cursor`).
-        pieces[-1] = extend_batch(pieces[-1], dropped)  # as filtered: its own record count
+        if last_start < 0:
+            pieces[-1] = extend_batch(pieces[-1], dropped)  # as filtered: its own record count
+        else:
+            last = extend_batch(records[last_start:run_end], dropped)
+            if last_start > run_start:
+                pieces[-1] = records[run_start:last_start]
+                pieces.append(last)
+            else:
+                pieces[-1] = last
     if cursor is not None and last_next > cursor:
         # the filtered tail: the client fetches from the last batch's end next
         gaps.append((cursor, last_next, last_epoch))
-    if end != len(records):
-        out.changed = True  # a truncated trailing batch: dropped, as clients drop it
-    if out.changed:
-        out.records = b"".join(pieces)
+    if other_slice or out.committed or end != len(records):
+        # records left out (or a truncated trailing batch, dropped as clients drop it)
+        out.changed = True
+        out.records = pieces[0] if len(pieces) == 1 else b"".join(pieces)
     cache.report()
     return out
