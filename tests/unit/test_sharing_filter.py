@@ -167,14 +167,15 @@ def test_whole_partition_with_nothing_committed_above_is_not_decoded() -> None:
 
 def test_cache_serves_the_other_members_of_a_partition() -> None:
     """Batches that must be decoded (several records, or compressed: a one-record gzip batch too) are decoded once;
-    a batch of one uncompressed record is read in place by every member and takes no entry."""
+    a batch of one uncompressed record is read in place once, its record's offset and key hash kept, no decoded
+    entry."""
     lookups: list[tuple[int, int]] = []
     cache = BatchCache(1 << 20, on_lookup=lambda hits, misses: lookups.append((hits, misses)))
     data = memoryview(batch(100, 30, COMPRESSION_LZ4) + batch(130, 1, COMPRESSION_GZIP)
                       + b"".join(batch(131 + i, 1) for i in range(5)))
     filter_records(data, Slice(0, 2), None, cache, "t", 0)
     filter_records(data, Slice(1, 2), None, cache, "t", 0)
-    assert lookups == [(0, 2), (2, 0)] and len(cache) == 2 and cache.bytes > 0
+    assert lookups == [(0, 7), (7, 0)] and len(cache) == 2 and cache.bytes > 0
 
 
 def test_cache_is_bounded() -> None:
@@ -183,6 +184,26 @@ def test_cache_is_bounded() -> None:
     for base in range(0, 1000, 50):
         filter_records(memoryview(batch(base, 50)), Slice(0, 2), None, cache, "t", 0)
     assert 0 < cache.bytes <= 20_000 and max(sizes) <= 20_000 and 1 < len(cache) < 20
+
+
+def test_cache_of_one_record_batches_is_bounded() -> None:
+    """What one-record batches read keep (offset and key hash per batch) counts towards the bound and is let go
+    when past it; a batch changed under the same offset (another CRC) is read again."""
+    sizes: list[int] = []
+    cache = BatchCache(20_000, on_change=sizes.append)
+    data = b"".join(batch(i, 1) for i in range(60))
+    for base in range(0, 3000, 60):
+        filter_records(memoryview(data), Slice(0, 2), None, cache, "t", base)  # a partition each
+    assert cache.bytes <= 20_000 and 0 < max(sizes) <= 20_000 and min(sizes) == 0  # let go, then held again
+    hits: list[int] = []
+    cache = BatchCache(1 << 20, on_lookup=lambda h, m: hits.append(h))
+    filter_records(memoryview(data), Slice(0, 2), None, cache, "t", 0)
+    other = b"".join(encode_batch(new_batch([Record(key=b"other-%d" % i, value=b"v")], base_offset=i))
+                     for i in range(60))
+    out = filter_records(memoryview(other), Slice(0, 2), None, cache, "t", 0)
+    assert hits == [0, 0]
+    kept = [r.key for b in decode_batches(out.records) for r in b.records]
+    assert kept == [b"other-%d" % i for i in range(60) if in_slice(b"other-%d" % i, Slice(0, 2))]
 
 
 def test_truncated_tail_dropped_and_undecodable_batch_passed_through() -> None:

@@ -23,12 +23,16 @@ from ...wire.errors import CodecError
 from ...wire.record_filter import ParsedBatch, keep_records, parse_batch, record_at
 from ...wire.records import COMPRESSION_MASK, CONTROL_MASK, MAGIC_V2, BatchHeader, extend_batch, iter_batches
 from .frontier import DoneTable
-from .keys import Slice, key_hash
+from .keys import Slice, positive_hash
 
 #: (topic name or id, partition, base offset, CRC): a batch's identity in the cache
 BatchKey = tuple[str | bytes, int, int, int]
 #: distinct keys whose hash is remembered (records of a partition mostly repeat their keys)
 _HASH_MEMO_MAX = 1 << 16
+#: a batch of one uncompressed record read once: its base offset -> (its CRC, its record's offset, its key's hash)
+Singles = dict[int, tuple[int, int, int]]
+#: what a one-record batch's entry in :class:`Singles` holds, about (the tuple, its ints, its share of the dict)
+_SINGLE_SIZE = 200
 
 
 @dataclass(slots=True)
@@ -41,7 +45,9 @@ class Decoded:
 
 
 class BatchCache:
-    """Decoded batches (with their records' key hashes), least recently used evicted past ``max_bytes``.
+    """Decoded batches (with their records' key hashes), least recently used evicted past ``max_bytes``, and per
+    partition what the batches of one uncompressed record read hold (:class:`Singles`: a batch's identity, as an
+    entry's, is its base offset and CRC), let go all at once past ``max_bytes``.
 
     ``on_change`` (the bytes held) and ``on_lookup`` (hits, misses) are told once per record set filtered
     (:meth:`report`), not per batch: a low-rate topic's record sets hold a batch per record, and a metric's update
@@ -52,8 +58,10 @@ class BatchCache:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._entries: OrderedDict[BatchKey, Decoded] = OrderedDict()
+        self._singles: dict[tuple[str | bytes, int], Singles] = {}
+        self._singles_held = 0
         #: key -> its hash, remembered (:meth:`hash_of`)
-        self.hashes: dict[bytes, int | None] = {}
+        self.hashes: dict[bytes, int] = {}
         self._on_change = on_change
         self._on_lookup = on_lookup
         #: look-ups since the last report, and whether an entry came or went
@@ -77,14 +85,32 @@ class BatchCache:
         if self.max_bytes and entry.size <= self.max_bytes:
             entries[key] = entry
             self.bytes += entry.size
-            while self.bytes > self.max_bytes:
+            while self.bytes > self.max_bytes and entries:
                 _, old = entries.popitem(last=False)
                 self.bytes -= old.size
             self._changed = True
         return entry
 
-    def report(self) -> None:
-        """Tell the callbacks what changed since the last report."""
+    def singles(self, topic: str | bytes, partition: int) -> Singles:
+        """The partition's one-record batches read (a member's own, not kept, when the cache keeps nothing); the
+        caller adds those it reads and tells :meth:`report` how many."""
+        if not self.max_bytes:
+            return {}
+        return self._singles.setdefault((topic, partition), {})
+
+    def report(self, hits: int = 0, misses: int = 0) -> None:
+        """Tell the callbacks what changed since the last report, with ``hits`` and ``misses`` of :meth:`singles`
+        (each miss an entry added)."""
+        self._hits += hits
+        self._misses += misses
+        if misses and self.max_bytes:
+            self._singles_held += misses
+            self.bytes += misses * _SINGLE_SIZE
+            self._changed = True
+            if self.bytes > self.max_bytes:
+                self.bytes -= self._singles_held * _SINGLE_SIZE
+                self._singles_held = 0
+                self._singles.clear()
         if (self._hits or self._misses) and self._on_lookup is not None:
             self._on_lookup(self._hits, self._misses)
         self._hits = self._misses = 0
@@ -94,14 +120,16 @@ class BatchCache:
 
     def hash_of(self, key: bytes | None) -> int | None:
         """``key``'s hash (None for a null key), remembered: a partition's records mostly repeat their keys."""
-        if key is None:
-            return None
+        return None if key is None else self.hash_of_key(key)
+
+    def hash_of_key(self, key: bytes) -> int:
+        """:meth:`hash_of` a key that is not null."""
         memo = self.hashes
         h = memo.get(key, -1)
         if h == -1:
             if len(memo) >= _HASH_MEMO_MAX:
                 memo.clear()
-            h = memo[key] = key_hash(key)
+            h = memo[key] = positive_hash(key)
         return h
 
 
@@ -126,10 +154,10 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     ``table``.
 
     A batch of one uncompressed record (a low-rate topic's: a batch per record) takes a path of its own, as it is
-    most of the work where it occurs: its key is read in place (:func:`record_at`) and its hash found in the cache's
-    memo, with no entry in the cache (reading it again costs the next member less than a cache entry's upkeep),
-    and a batch kept goes out as the bytes it came as: consecutive batches kept whole are one slice of ``records``,
-    not a piece each."""
+    most of the work where it occurs: its key is read in place (:func:`record_at`), its hash found in the cache's
+    memo, the two kept for the partition's next member in a plain dict by base offset (:meth:`BatchCache.singles`:
+    no decoded entry, no LRU upkeep), and a batch kept goes out as the bytes it came as: consecutive batches kept
+    whole are one slice of ``records``, not a piece each."""
     out = Filtered(records)
     pieces: list[bytes | memoryview] = []
     #: the batches kept whole since the last piece: records[run_start:run_end], the last of them from last_start
@@ -145,7 +173,9 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     ceiling = -1 if table is None else table.ceiling
     decoded = cache.decoded
     memo = cache.hashes
-    hash_of = cache.hash_of
+    hash_of_key = cache.hash_of_key
+    seen = cache.singles(topic, partition)
+    hits = misses = 0
     gaps = out.gaps
     other_slice = 0
     #: one past the last record handed to the member (None: not known, e.g. after a legacy entry)
@@ -173,20 +203,35 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
                 gaps.append((cursor, base, before))
             cursor = None if legacy else last_next
         elif n == 1 and not attributes & COMPRESSION_MASK:
-            try:
-                offset, k = record_at(records, start, end, base, crc)
-            except CodecError:
+            single = seen.get(base)
+            if single is None or single[0] != crc:
+                try:
+                    offset, k = record_at(records, start, end, base, crc)
+                except CodecError:
+                    single = None
+                else:
+                    # a null key as hash 0: its slice is 0 (keys.py), as hash 0's is in every layout, and the
+                    # committed-work filter reads it as 0 (DoneTable.done)
+                    if k is None:
+                        kh = 0
+                    else:
+                        kh = memo.get(k, -1)
+                        if kh == -1:
+                            kh = hash_of_key(k)
+                    single = seen[base] = (crc, offset, kh)
+                    misses += 1
+            else:
+                hits += 1
+            if single is None:
                 out.undecodable += 1
                 data = False
                 cursor = None
             else:
-                hv = memo.get(k, -1) if k is not None else None
-                if hv == -1:
-                    hv = hash_of(k)
-                if count > 1 and (index != 0 if hv is None else (hv * count) >> 31 != index):
+                _, offset, kh = single
+                if (kh * count) >> 31 != index:
                     other_slice += 1
                     keep = False
-                elif table is not None and table.done(offset, hv):
+                elif table is not None and table.done(offset, kh):
                     out.committed += 1
                     keep = False
                 else:
@@ -262,5 +307,5 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
         # records left out (or a truncated trailing batch, dropped as clients drop it)
         out.changed = True
         out.records = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-    cache.report()
+    cache.report(hits, misses)
     return out
