@@ -27,6 +27,8 @@ from .keys import Slice, positive_hash
 
 #: (topic name or id, partition, base offset, CRC): a batch's identity in the cache
 BatchKey = tuple[str | bytes, int, int, int]
+#: a batch with any of these attributes is not read in place: compressed, or a transaction marker
+_NOT_IN_PLACE = COMPRESSION_MASK | CONTROL_MASK
 #: distinct keys whose hash is remembered (records of a partition mostly repeat their keys)
 _HASH_MEMO_MAX = 1 << 16
 #: a batch of one uncompressed record read once: its base offset -> (its CRC, its record's offset, its key's hash)
@@ -171,6 +173,8 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     index, count = s.index, s.count
     whole_partition = count == 1
     ceiling = -1 if table is None else table.ceiling
+    #: a whole partition's batches at or above the committed work go as they came: none is read
+    in_place_below = ceiling if whole_partition else 1 << 63
     decoded = cache.decoded
     memo = cache.hashes
     hash_of_key = cache.hash_of_key
@@ -185,24 +189,14 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
     last_epoch = before = -1
     for h in iter_batches(records):
         start, next_end, base, _, epoch, magic, crc, attributes, last_delta, _, _, _, _, _, n = h
-        legacy = magic < MAGIC_V2
-        if not end and not legacy:
-            cursor = base
         if end:
             before = last_epoch
+        elif magic >= MAGIC_V2:
+            cursor = base
         end = next_end
         last_epoch = epoch
         last_next = base + last_delta + 1
-        keep = True  # whole, as it came
-        data = not legacy
-        if not legacy and attributes & CONTROL_MASK:
-            # a transaction marker is no record a client is handed: the run goes on past it
-            data = False
-        elif legacy or (whole_partition and base >= ceiling):
-            if cursor is not None and base > cursor:
-                gaps.append((cursor, base, before))
-            cursor = None if legacy else last_next
-        elif n == 1 and not attributes & COMPRESSION_MASK:
+        if n == 1 and not attributes & _NOT_IN_PLACE and base < in_place_below:  # (a legacy entry's count is -1)
             single = seen.get(base)
             if single is None or single[0] != crc:
                 try:
@@ -230,15 +224,25 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
                 _, offset, kh = single
                 if (kh * count) >> 31 != index:
                     other_slice += 1
-                    keep = False
-                elif table is not None and table.done(offset, kh):
+                    dropped = last_next
+                    continue
+                if table is not None and table.done(offset, kh):
                     out.committed += 1
-                    keep = False
-                else:
-                    if cursor is not None and offset > cursor:
-                        gaps.append((cursor, offset, epoch if offset > base else before))
-                    cursor = offset + 1
+                    dropped = last_next
+                    continue
+                if cursor is not None and offset > cursor:
+                    gaps.append((cursor, offset, epoch if offset > base else before))
+                cursor = offset + 1
+                data = True
+        elif magic >= MAGIC_V2 and attributes & CONTROL_MASK:
+            data = False  # a transaction marker is no record a client is handed: the run goes on past it
+        elif magic < MAGIC_V2 or (whole_partition and base >= ceiling):
+            data = magic >= MAGIC_V2
+            if cursor is not None and base > cursor:
+                gaps.append((cursor, base, before))
+            cursor = last_next if data else None
         else:
+            data = True
             try:
                 entry = decoded((topic, partition, base, crc), records, h)
             except CodecError:
@@ -258,21 +262,20 @@ def filter_records(records: memoryview, s: Slice, table: DoneTable | None, cache
                         if cursor is not None and offsets[i] > cursor:
                             gaps.append((cursor, offsets[i], epoch if offsets[i] > base else before))
                         cursor = offsets[i] + 1
+                if not kept:
+                    dropped = last_next
+                    continue
                 if len(kept) != len(hashes):
-                    keep = False
-                    if kept:
-                        # written again with the records kept: the run so far, then this batch, is a piece each
-                        if run_end > run_start:
-                            pieces.append(records[run_start:run_end])
-                        pieces.append(keep_records(entry.batch, kept))
-                        run_start = run_end = end
-                        last_start = -1
-                        last_data = True
-                        dropped = 0
-                        continue
-        if not keep:
-            dropped = last_next
-            continue
+                    # written again with the records kept: the run so far, then this batch, is a piece each
+                    if run_end > run_start:
+                        pieces.append(records[run_start:run_end])
+                    pieces.append(keep_records(entry.batch, kept))
+                    run_start = run_end = end
+                    last_start = -1
+                    last_data = True
+                    dropped = 0
+                    continue
+        # kept whole, as it came
         if start != run_end:  # a batch was left out before this one: the run so far is a piece
             if run_end > run_start:
                 pieces.append(records[run_start:run_end])
