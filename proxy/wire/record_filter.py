@@ -122,34 +122,42 @@ def parse_batch(view: Buffer, *, verify_crc: bool = True,
 def single_record(buf: Buffer, header: BatchHeader) -> tuple[int, bytes | None]:
     """The offset and key of the one record of the uncompressed v2 batch ``header`` locates in ``buf`` (the buffer
     :func:`~proxy.wire.records.iter_batches` walked: a whole record set, or the batch alone), read in place
-    (CRC-32C checked, nothing else copied). CodecError for anything malformed, as :func:`parse_batch`.
+    (CRC-32C checked, nothing else copied). CodecError for anything malformed, as :func:`parse_batch`."""
+    if header.magic != MAGIC_V2 or header.attributes & COMPRESSION_MASK or header.records_count != 1 \
+            or header.end > len(buf):
+        raise CodecError("not one uncompressed v2 batch of one record")
+    return record_at(buf, header.start, header.end, header.base_offset, header.crc)
+
+
+def record_at(buf: Buffer, start: int, end: int, base_offset: int, crc: int) -> tuple[int, bytes | None]:
+    """:func:`single_record` for a batch the caller has already found to be one uncompressed v2 record within
+    ``buf``, given by its header's fields (its span, BaseOffset and CRC).
 
     Called once per batch of a low-rate topic for every member sharing it, so the common record's first fields are
     read in one unpack, and only another shape goes varint by varint (:func:`_record`)."""
-    start, end = header.start, header.end
-    if header.magic != MAGIC_V2 or header.attributes & COMPRESSION_MASK or header.records_count != 1 \
-            or end > len(buf):
-        raise CodecError("not one uncompressed v2 batch of one record")
-    if crc32c(buf[start + ATTRIBUTES_OFFSET : end]) != header.crc:
+    if crc32c(buf[start + ATTRIBUTES_OFFSET : end]) != crc:
         raise CodecError("record batch CRC mismatch")
     pos = start + HEADER_SIZE
     if end - pos >= 6:
         # the common record in one read: its Length a one- or two-byte varint, then Attributes, TimestampDelta,
         # OffsetDelta and the key's length one byte each
-        b = _SIX.unpack_from(buf, pos)
-        i = 1 if b[0] < 0x80 else 2 if b[1] < 0x80 else 0
-        if i and b[i + 1] | b[i + 2] | b[i + 3] < 0x80:
-            size = b[0] if i == 1 else (b[0] & 0x7F) | b[1] << 7
-            d, k = b[i + 2], b[i + 3]
-            pos += i + 4
+        b0, b1, b2, b3, b4, b5 = _SIX.unpack_from(buf, pos)
+        if b0 < 0x80:
+            size, ts, d, k, key_at = b0, b2, b3, b4, pos + 5
+        elif b1 < 0x80:
+            size, ts, d, k, key_at = (b0 & 0x7F) | b1 << 7, b3, b4, b5, pos + 6
+        else:
+            size = ts = d = k = key_at = 0x80  # a Length of three bytes or more: read below
+        if ts | d | k < 0x80:
             klen = (k >> 1) ^ -(k & 1)
-            if (size >> 1) ^ -(size & 1) != end - pos + 4 or klen < -1 or pos + max(klen, 0) > end:
-                raise CodecError("a one-record batch whose record does not fill it", where=pos)
-            return header.base_offset + ((d >> 1) ^ -(d & 1)), None if klen < 0 else bytes(buf[pos : pos + klen])
+            # Length counts the bytes after itself: Attributes, the three one-byte varints, the key and the rest
+            if (size >> 1) ^ -(size & 1) != end - key_at + 4 or klen < -1 or key_at + klen > end:
+                raise CodecError("a one-record batch whose record does not fill it", where=key_at)
+            return base_offset + ((d >> 1) ^ -(d & 1)), None if klen < 0 else bytes(buf[key_at : key_at + klen])
     rec_end, delta, key = _record(buf, pos)
     if rec_end != end:  # the record fills the batch: nothing missing, nothing after it
         raise CodecError(f"{end - rec_end} bytes left after the one record", where=rec_end)
-    return header.base_offset + delta, None if key is None else bytes(key)
+    return base_offset + delta, None if key is None else bytes(key)
 
 
 def _record(raw: Buffer, pos: int) -> tuple[int, int, Buffer | None]:

@@ -51,6 +51,7 @@ LOG_OVERHEAD = 12  # BaseOffset + Length: bytes not counted by Length
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
 HEADER_SIZE = 61  # DefaultRecordBatch.RECORD_BATCH_OVERHEAD
 MIN_LENGTH_V2 = HEADER_SIZE - LOG_OVERHEAD  # the smallest Length field a v2 batch can have
 RECORD_OVERHEAD_V0 = 14  # LegacyRecord.RECORD_OVERHEAD_V0: the smallest legal Length field of any magic
@@ -653,8 +654,14 @@ def extend_batch(batch: bytes | memoryview, next_offset: int) -> bytes:
     header = headers[0]
     if header.magic != MAGIC_V2:
         raise CodecError(f"cannot extend a record batch with magic {header.magic}")
-    moved = header._replace(last_offset_delta=next_offset - 1 - header.base_offset)
-    return _write_batch(moved, header.records_count, view[HEADER_SIZE:])
+    delta = next_offset - 1 - header.base_offset
+    if not header.last_offset_delta <= delta <= 0x7FFFFFFF:
+        raise CodecError(f"cannot extend a record batch at {header.base_offset} to {next_offset}")
+    # every other field stays as it is, byte for byte: LastOffsetDelta written over, the CRC-32C computed again
+    out = bytearray(view)
+    _INT32.pack_into(out, LAST_OFFSET_DELTA_OFFSET, delta)
+    _CRC.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
 
 
 def _write_batch(fields: RecordBatch | BatchHeader, count: int, payload: bytes | memoryview) -> bytes:

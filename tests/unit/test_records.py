@@ -480,3 +480,18 @@ def test_golden_record_set(name: str, data: bytes) -> None:
         got = [(batch.base_offset + r.offset_delta, batch.base_timestamp + r.timestamp_delta, r.key, r.value,
                 r.headers) for r in batch.records]
         assert got == [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in kp]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_extend_batch_moves_the_last_offset_only(codec: int) -> None:
+    """A batch stretched over offsets past its last record is what the codec writes for the same fields with
+    LastOffsetDelta moved there: every other byte as it was, the CRC-32C valid."""
+    data = encode_batch(new_batch(sample_records(3), base_offset=100, compression=codec, producer_id=7,
+                                  producer_epoch=2, base_sequence=5, partition_leader_epoch=3))
+    out = R.extend_batch(data, 150)
+    (batch,) = R.decode_batches(out)  # CRC-32C verified
+    assert batch.last_offset == 149 and len(batch.records) == 3
+    (header,) = iter_batches(data)
+    assert out == R._write_batch(header._replace(last_offset_delta=49), 3, memoryview(data)[R.HEADER_SIZE:])
+    with pytest.raises(CodecError):
+        R.extend_batch(data, 101)  # before its own last record

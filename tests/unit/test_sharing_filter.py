@@ -166,12 +166,16 @@ def test_whole_partition_with_nothing_committed_above_is_not_decoded() -> None:
 
 
 def test_cache_serves_the_other_members_of_a_partition() -> None:
+    """Batches that must be decoded (several records, or compressed: a one-record gzip batch too) are decoded once;
+    a batch of one uncompressed record is read in place once, its record's offset and key hash kept, no decoded
+    entry."""
     lookups: list[tuple[int, int]] = []
     cache = BatchCache(1 << 20, on_lookup=lambda hits, misses: lookups.append((hits, misses)))
-    data = memoryview(batch(100, 30, COMPRESSION_LZ4) + b"".join(batch(130 + i, 1) for i in range(5)))
+    data = memoryview(batch(100, 30, COMPRESSION_LZ4) + batch(130, 1, COMPRESSION_GZIP)
+                      + b"".join(batch(131 + i, 1) for i in range(5)))
     filter_records(data, Slice(0, 2), None, cache, "t", 0)
     filter_records(data, Slice(1, 2), None, cache, "t", 0)
-    assert lookups == [(0, 6), (6, 0)] and cache.bytes > 0
+    assert lookups == [(0, 7), (7, 0)] and len(cache) == 2 and cache.bytes > 0
 
 
 def test_cache_is_bounded() -> None:
@@ -180,6 +184,26 @@ def test_cache_is_bounded() -> None:
     for base in range(0, 1000, 50):
         filter_records(memoryview(batch(base, 50)), Slice(0, 2), None, cache, "t", 0)
     assert 0 < cache.bytes <= 20_000 and max(sizes) <= 20_000 and 1 < len(cache) < 20
+
+
+def test_cache_of_one_record_batches_is_bounded() -> None:
+    """What one-record batches read keep (offset and key hash per batch) counts towards the bound and is let go
+    when past it; a batch changed under the same offset (another CRC) is read again."""
+    sizes: list[int] = []
+    cache = BatchCache(20_000, on_change=sizes.append)
+    data = b"".join(batch(i, 1) for i in range(60))
+    for base in range(0, 3000, 60):
+        filter_records(memoryview(data), Slice(0, 2), None, cache, "t", base)  # a partition each
+    assert cache.bytes <= 20_000 and 0 < max(sizes) <= 20_000 and min(sizes) == 0  # let go, then held again
+    hits: list[int] = []
+    cache = BatchCache(1 << 20, on_lookup=lambda h, m: hits.append(h))
+    filter_records(memoryview(data), Slice(0, 2), None, cache, "t", 0)
+    other = b"".join(encode_batch(new_batch([Record(key=b"other-%d" % i, value=b"v")], base_offset=i))
+                     for i in range(60))
+    out = filter_records(memoryview(other), Slice(0, 2), None, cache, "t", 0)
+    assert hits == [0, 0]
+    kept = [r.key for b in decode_batches(out.records) for r in b.records]
+    assert kept == [b"other-%d" % i for i in range(60) if in_slice(b"other-%d" % i, Slice(0, 2))]
 
 
 def test_truncated_tail_dropped_and_undecodable_batch_passed_through() -> None:
@@ -192,6 +216,49 @@ def test_truncated_tail_dropped_and_undecodable_batch_passed_through() -> None:
     headers = list(iter_batches(out.records))
     assert len(headers) == 2 and bytes(out.records[headers[1].start : headers[1].end]) == bytes(corrupt)
     assert headers[-1].end == len(out.records)  # no truncated tail
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+@pytest.mark.parametrize("count", [2, 3])
+def test_one_record_batches_filter_as_decoding_them_does(codec: str, count: int) -> None:
+    """A low-rate topic's record set (a batch per record, among a few batches of several records and a transaction
+    marker), every codec: each slice gets exactly the records whose keys hash into it, every batch kept whole goes
+    out byte for byte as it came (an uncompressed one is never written again, a compressed one is decompressed to
+    read its key and, kept, sent as it came), the last one stretched to the end of what was read; the gaps are the
+    offsets between the slice's records."""
+    c = CODECS[codec]
+    control = encode_batch(new_batch([Record(key=b"\x00\x00\x00\x01", value=b"\x00\x00\x00\x00\x00\x05")],
+                                     base_offset=30, attributes=CONTROL_MASK | TRANSACTIONAL_MASK, producer_id=42))
+    parts = [batch(i, 1, c) for i in range(30)] + [control] + [batch(31, 6, c)] + \
+        [batch(37 + i, 1, c) for i in range(20)]
+    data = b"".join(parts)
+    original = {o.base_offset: o for o in decode_batches(data)}
+    as_sent = {h.base_offset: data[h.start : h.end] for h in iter_batches(data)}
+    received: list[int] = []
+    for s in (Slice(i, count) for i in range(count)):
+        out = filter_records(memoryview(data), s, None, BatchCache(1 << 20), "t", 0)
+        got = decode_batches(out.records)  # every CRC-32C verified
+        assert all(b.records for b in got if not b.is_control)
+        # the member fetches on from 57: its last data batch reaches it, or the read-ahead cursor does (a gap)
+        assert (got[-1].last_offset == 56 and not got[-1].is_control) or out.gaps[-1][1] == 57
+        sent = {h.base_offset: bytes(out.records[h.start : h.end]) for h in iter_batches(out.records)}
+        for b in got:
+            if b.is_control:
+                continue
+            mine = [r for r in original[b.base_offset].records if in_slice(r.key, s)]
+            assert [(r.offset_delta, r.key, r.value) for r in b.records] == \
+                [(r.offset_delta, r.key, r.value) for r in mine]
+            received += [b.base_offset + r.offset_delta for r in b.records]
+            if len(mine) == len(original[b.base_offset].records) and b is not got[-1]:
+                assert sent[b.base_offset] == as_sent[b.base_offset]
+        mine_offsets = [original[o].base_offset + r.offset_delta for o in sorted(original)
+                        if not original[o].is_control for r in original[o].records if in_slice(r.key, s)]
+        assert [o for b in got if not b.is_control for o in (b.base_offset + r.offset_delta for r in b.records)] \
+            == mine_offsets
+        ends = [*mine_offsets, 57]
+        starts = [0] + [o + 1 for o in mine_offsets]
+        assert [(a, b) for a, b, _ in out.gaps] == [(a, b) for a, b in zip(starts, ends, strict=True) if b > a]
+    assert sorted(received) == [o for o in range(57) if o != 30]  # every record once, the marker none
 
 
 @pytest.mark.parametrize("key", [None, b"", b"k", b"x" * 300])

@@ -53,8 +53,11 @@ def murmur2(data: bytes) -> int:
 
 def key_hash(key: bytes | None) -> int | None:
     """The partitioner's positive hash of a record key (``murmur2(key) & 0x7fffffff``); None for a null key."""
-    if key is None:
-        return None
+    return None if key is None else positive_hash(key)
+
+
+def positive_hash(key: bytes) -> int:
+    """:func:`key_hash` of a key that is not null."""
     return murmur2(key) & 0x7FFFFFFF
 
 
