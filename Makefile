@@ -121,12 +121,15 @@ test-kafka-oldest: install
 	    $(if $(K),-k "$(K)") $(TESTS)
 
 # The tests whose outcome depends most on how Kafka behaves, for the oldest supported Kafka (.ci/run):
-# the cluster (failover, fencing, replica moves, share groups, the fleet's transactions and compaction), the group
-# coordinator (cooperative consumption), Fetch sessions (Sluice's own and the clients'), throttles, and the
-# authorizer (the fleet on a locked-down broker: StandardAuthorizer, transactional ids, KIP-430's authorized
-# operations); the Java client of that release (Kafka's own) takes part in the sharing, session and throttle tests.
-# Left to the newest release alone, to keep CI within 30 minutes: SASL, the clients' relay tests (the Python
-# clients' and the Java client's produce and consume of every codec, tests/clients/test_java.py), the
+# the cluster (failover, fencing, replica moves throttled through sidecars: the followers' own Fetch versions, share
+# groups, the fleet's transactions and compaction), the group coordinator (cooperative consumption) and Fetch
+# sessions (Sluice's own and the clients'); the Java client of that release (Kafka's own) takes part in the sharing
+# and session tests.
+# Left to the newest release alone, to keep CI within 30 minutes: SASL, the authorizer (the fleet on a locked-down
+# broker: StandardAuthorizer's rules are the same across 4.x), the throttles and quotas of client fetches (Sluice
+# leaving partitions out and delaying answers: the Fetch versions they read are the sessions tests' too), the
+# clients' relay tests (the Python clients' and the Java client's produce and consume of every codec,
+# tests/clients/test_java.py), the
 # sharing tests of batches filtered empty, the Java consumer's 60 s of served fetch sessions and the fleet's control
 # cluster outage (their outcome is Sluice's relaying, filtering and session serving, librdkafka's reconnects and the
 # clients' readers, the same whichever release answers; the broker's side of sessions stays, in the broker-restart
@@ -136,9 +139,8 @@ test-kafka-oldest: install
 # one member killed (confluent), the mixed classic/KIP-848 group; the other clients and the kill/restart tests
 # (every Sluice killed and restarted, classic and KIP-848) exercise Sluice's side, the same on either release.
 KAFKA_BEHAVIOUR_TESTS := tests/cluster tests/clients/test_sharing.py tests/clients/test_sessions_clients.py \
-	tests/integration/test_sessions_terminate.py tests/integration/test_throttle.py \
-	tests/integration/test_throttle_admin.py tests/clients/test_fleet_locked.py
-KAFKA_BEHAVIOUR_K := not test_batches_filtered_empty_are_read_by_every_client and \
+	tests/integration/test_sessions_terminate.py
+KAFKA_BEHAVIOUR_K := not test_quota_cluster and not test_one_record_batches_of_every_codec_reach_every_client_once and \
 	not test_java_consumer_sessions_served_for_60s and \
 	not test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back and \
 	not confluent-classic and not kafka-python-classic and not aiokafka-classic and not kafka-go-classic and \
