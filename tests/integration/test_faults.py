@@ -260,6 +260,10 @@ def test_clients_vanishing_mid_response_release_everything(broker: KafkaBroker, 
         fds_before, rss_before = sluice.num_fds(), sluice.rss_bytes()
         other = KafkaPythonReader(sluice.bootstrap, small, PARTITIONS, client_id="fault-other")
         try:
+            # The vanishers skip the Metadata round trip a client makes first, whose answer is what opens the
+            # broker's listener (Proxy.open_listener): they connect once the reader's has opened it (a loaded
+            # machine's reader was not there yet: every vanisher refused)
+            wait_until(lambda: port in sluice.listener_ports, 60, "the broker's listener opened by the reader")
             errors: list[str] = []
             sent = threading.Barrier(VANISHERS, timeout=60)
             threads = [threading.Thread(target=vanish, args=(port, big, i, sent, errors)) for i in range(VANISHERS)]
