@@ -36,12 +36,17 @@ TRIM_THRESHOLD = 32 * 1024 * 1024
 _TUNABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
+def _glibc() -> ctypes.CDLL | None:
+    """This process's C library when it is glibc (mallopt and malloc_trim are glibc's), else None."""
+    return ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else None
+
+
 def keep_freed_memory(environ: Mapping[str, str] = os.environ) -> dict[str, int] | None:
     """Fix glibc's mmap and trim thresholds for this process; the values set, or None when nothing was (not
     glibc, an operator's tunable set, or mallopt refused)."""
-    if platform.libc_ver()[0] != "glibc" or any(name in environ for name in _TUNABLES):
+    libc = None if any(name in environ for name in _TUNABLES) else _glibc()
+    if libc is None:
         return None
-    libc = ctypes.CDLL(None)
     mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     # mallopt returns 1 on success, 0 on error
@@ -57,7 +62,8 @@ def release_startup_garbage() -> bool:
     resident for good, since nothing is freed at the heap's top afterwards; ``malloc_trim`` releases the free pages
     anywhere in the heap (madvise), not only at its top. Called once, when Sluice is ready: idle RSS is what a fleet
     of sidecars pays per instance (``bench.footprint``'s ``idle_rss_mib``, ~2 MiB less)."""
-    if platform.libc_ver()[0] != "glibc":
+    libc = _glibc()
+    if libc is None:
         return False
-    ctypes.CDLL(None).malloc_trim(0)
+    libc.malloc_trim(0)
     return True
