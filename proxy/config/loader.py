@@ -35,7 +35,6 @@ work for it without further code (env overrides reach scalar and list-of-scalar 
 
 from __future__ import annotations
 
-import difflib
 import os
 import tomllib
 import typing
@@ -293,6 +292,8 @@ def _unknown_key_reason(key: str, model: type[Section] | None) -> str:
         return model.renamed_keys[key]
     known = list(model.__struct_fields__)
     what = "section" if issubclass(model, CoreSettings) else "key"
+    import difflib  # only a configuration error needs it (~0.25 MiB of every start otherwise)
+
     close = difflib.get_close_matches(key, known, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
     return f"unknown {what} ({hint})"
