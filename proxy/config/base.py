@@ -69,8 +69,6 @@ class KeyedValueError(ValueError):
         self.reason = reason
 
 
-
-
 class AfterValidator:
     """A check of one value, in ``Annotated[T, AfterValidator(check)]``: ``check(value)`` returns the value to keep
     (normalised) or raises ValueError. Run after the type and its :class:`~msgspec.Meta` constraints hold, also on
