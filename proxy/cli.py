@@ -41,8 +41,25 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from proxy.app import Settings, load_settings
-from proxy.config import ConfigError, apply_state_file
+
+def _import_prometheus_client_without_snappy() -> None:
+    """prometheus_client's exposition module imports python-snappy when it is installed (beside Sluice, e.g. as
+    kafka-python's codec), for the snappy compression of its remote-write and pushgateway clients, which Sluice never
+    uses; that import maps cramjam's extension, ~1.6 MiB of every idle sidecar. Blocked while prometheus_client is
+    first imported only: ``import snappy`` anywhere later works as ever."""
+    if "prometheus_client" in sys.modules or "snappy" in sys.modules:
+        return
+    sys.modules["snappy"] = None  # type: ignore[assignment]  # None in sys.modules: that import raises ImportError
+    try:
+        import prometheus_client  # noqa: F401
+    finally:
+        del sys.modules["snappy"]
+
+
+_import_prometheus_client_without_snappy()
+
+from proxy.app import Settings, load_settings  # noqa: E402 (after the import above)
+from proxy.config import ConfigError, apply_state_file  # noqa: E402
 
 if TYPE_CHECKING:
     import asyncio

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import platform
 from bisect import bisect_left
+from functools import cache
 from importlib import metadata
 from itertools import accumulate
 from pathlib import Path
@@ -79,8 +80,10 @@ LATENCY_BUCKETS: Final[tuple[float, ...]] = (
 disable_created_metrics()
 
 
+@cache
 def sluice_version() -> str:
-    """The installed distribution's version, or pyproject.toml's when running from a source checkout."""
+    """The installed distribution's version, or pyproject.toml's when running from a source checkout (read once:
+    a lookup over every installed distribution, ~5 ms of a start)."""
     try:
         return metadata.version("kafka-sluice")
     except metadata.PackageNotFoundError:

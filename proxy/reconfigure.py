@@ -221,7 +221,7 @@ def reload_file(proxy: Proxy, path: str | None, store: SectionStore | None = Non
         log.error("reload_refused", path=path, error=str(e))
         return False
     static_changed = [
-        name for name in type(fresh).model_fields
+        name for name in type(fresh).__struct_fields__
         if name not in fresh.dynamic_sections and getattr(fresh, name) != getattr(proxy.settings, name)
     ]
     if static_changed:

@@ -1,7 +1,7 @@
 """The references in the documentation that the code itself defines, generated so they cannot drift from it:
 
 - ``configuration.md``: every section and key of the settings model (the core sections and each registered policy's,
-  ``proxy.app``), with its type, default and description, from the pydantic models;
+  ``proxy.app``), with its type, default and description, from the settings models;
 - ``access-log.md``: the access log's fields, the core's (``proxy.accesslog``) and those each policy declares
   (``Registration.log_fields``);
 - ``metrics.md``: every metric a Sluice exports, with its type, labels and help, read from the registry of a proxy
@@ -20,13 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 from .accesslog import CORE_FIELDS
 from .app import REGISTRY, Settings
+from .config.base import OneOf, Section
 from .config.loader import CoreSettings
 
 __all__ = ["access_log_markdown", "configuration_markdown", "metrics_markdown", "write"]
@@ -40,23 +39,37 @@ def _unwrap(ann: Any) -> Any:
     return ann
 
 
-def _model_of(ann: Any) -> tuple[type[BaseModel] | None, bool]:
+def _fields(model: type[Section]) -> Iterator[tuple[str, Any, Any, str, bool]]:
+    """Each field of ``model``: its name, annotation, default, description (its Meta's) and whether it is secret."""
+    defaults = {f.name: f.default_factory() if f.default_factory is not msgspec.NODEFAULT else
+                None if f.default is msgspec.NODEFAULT else f.default for f in msgspec.structs.fields(model)}
+    for name, ann in model.field_types().items():
+        metas = typing.get_args(ann)[1:] if typing.get_origin(ann) is typing.Annotated else ()
+        description = next((m.description for m in metas if isinstance(m, msgspec.Meta) and m.description), "")
+        yield name, ann, defaults[name], description, name in model.secret_fields
+
+
+def _model_of(ann: Any) -> tuple[type[Section] | None, bool]:
     """The settings model a field holds (a section, or a list of entries: True), if any."""
     ann = _unwrap(ann)
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
+    if isinstance(ann, type) and issubclass(ann, Section):
         return ann, False
     if typing.get_origin(ann) is list:
         (item,) = typing.get_args(ann)
         item = _unwrap(item)
-        if isinstance(item, type) and issubclass(item, BaseModel):
+        if isinstance(item, type) and issubclass(item, Section):
             return item, True
         for option in typing.get_args(item) if typing.get_origin(item) in (typing.Union, types.UnionType) else ():
-            if isinstance(option, type) and issubclass(option, BaseModel):
+            if isinstance(option, type) and issubclass(option, Section):
                 return option, True
     return None, False
 
 
 def _type_name(ann: Any) -> str:
+    choices = next((m.choices for m in typing.get_args(ann)[1:] if isinstance(m, OneOf)), None) if (
+        typing.get_origin(ann) is typing.Annotated) else None
+    if choices is not None:
+        return " | ".join(f'`"{a}"`' for a in choices)
     ann = _unwrap(ann)
     origin = typing.get_origin(ann)
     if origin is typing.Literal:
@@ -74,14 +87,10 @@ def _type_name(ann: Any) -> str:
     return str(ann)
 
 
-def _default(field: FieldInfo) -> str:
-    if field.default is PydanticUndefined:
-        value = field.default_factory() if field.default_factory is not None else None  # type: ignore[call-arg]
-    else:
-        value = field.default
-    if field.repr is False and value:
+def _default(value: Any, secret: bool) -> str:
+    if secret and value:
         return "(secret)"
-    if isinstance(value, BaseModel):
+    if isinstance(value, Section):
         return ""
     if isinstance(value, str):
         return f'`"{value}"`'
@@ -98,11 +107,11 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _doc(model: type[BaseModel]) -> str:
+def _doc(model: type[Section]) -> str:
     return " ".join((model.__doc__ or "").split())
 
 
-def _section(model: type[BaseModel], dotted: str, table: str, in_list: bool = False) -> Iterator[str]:
+def _section(model: type[Section], dotted: str, table: str, in_list: bool = False) -> Iterator[str]:
     """``in_list``: the table is (within) a list of tables, whose keys no environment variable sets (the loader
     refuses one: a list is set whole, in the file)."""
     yield f"### `{table}`\n"
@@ -110,17 +119,17 @@ def _section(model: type[BaseModel], dotted: str, table: str, in_list: bool = Fa
     if doc:
         yield f"{doc}\n"
     rows = []
-    nested: list[tuple[type[BaseModel], str, str, bool]] = []
-    for name, field in model.model_fields.items():
-        sub, many = _model_of(field.annotation)
+    nested: list[tuple[type[Section], str, str, bool]] = []
+    for name, ann, default, description, secret in _fields(model):
+        sub, many = _model_of(ann)
         key = f"{dotted}.{name}"
         if sub is not None:
             nested.append((sub, key, f"[[{key}]]" if many else f"[{key}]", in_list or many))
             if not many:
                 continue
         env = f"`SLUICE_{key.upper().replace('.', '__')}`" if sub is None and not in_list else ""
-        rows.append(f"| `{name}` | {_cell(_type_name(field.annotation)) if sub is None else 'list of tables'} | "
-                    f"{_default(field) if sub is None else '`[]`'} | {_cell(field.description or '')} | {env} |")
+        rows.append(f"| `{name}` | {_cell(_type_name(ann)) if sub is None else 'list of tables'} | "
+                    f"{_default(default, secret) if sub is None else '`[]`'} | {_cell(description)} | {env} |")
     if rows:
         yield "| key | type | default | meaning | environment |"
         yield "|---|---|---|---|---|"
@@ -139,8 +148,8 @@ def configuration_markdown(model: type[CoreSettings] = Settings) -> str:
            "invalid value is one line naming the key, and exit code 2 (`sluice check-config FILE`).\n"]
     dynamic = set(model.dynamic_sections)
     owners = {r.section: r for r in model.policies if r.section}
-    for name, field in model.model_fields.items():
-        sub, _ = _model_of(field.annotation)
+    for name, ann in model.field_types().items():
+        sub, _ = _model_of(ann)
         if sub is None:
             continue
         out.append(f"## {name}\n")

@@ -15,9 +15,26 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Annotated, Self
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, ClassVar, Self, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+import msgspec
+from msgspec import Meta, field
+from msgspec.structs import force_setattr
+
+__all__ = [
+    "AfterValidator",
+    "ConfigError",
+    "KeyedValueError",
+    "Meta",
+    "OneOf",
+    "Section",
+    "field",
+    "field_validator",
+    "model_validator",
+]
 
 
 class ConfigError(Exception):
@@ -42,8 +59,8 @@ class ConfigError(Exception):
 class KeyedValueError(ValueError):
     """Raised by cross-field validators to blame a specific key (relative to the model that raised it).
 
-    pydantic reports a model validator's error at the model's location (the whole section); carrying the key
-    in the exception lets :class:`ConfigError` still name the field the operator should change.
+    A model validator's error is reported at the model's location (the whole section); carrying the key in the
+    exception lets :class:`ConfigError` still name the field the operator should change.
     """
 
     def __init__(self, key: str, reason: str) -> None:
@@ -52,6 +69,216 @@ class KeyedValueError(ValueError):
         self.reason = reason
 
 
+class AfterValidator:
+    """A check of one value, in ``Annotated[T, AfterValidator(check)]``: ``check(value)`` returns the value to keep
+    (normalised) or raises ValueError. Run after the type and its :class:`~msgspec.Meta` constraints hold, also on
+    list elements (so an error names the entry: ``upstream.bootstrap_servers[1]``) and on defaults."""
+
+    __slots__ = ("check",)
+
+    def __init__(self, check: Callable[[Any], Any]) -> None:
+        self.check = check
+
+
+class OneOf(AfterValidator):
+    """A name out of ``choices``, given in any case (``"DEBUG"`` is ``"debug"``): ``Annotated[str, OneOf(...)]``."""
+
+    __slots__ = ("choices",)
+
+    def __init__(self, *choices: str) -> None:
+        super().__init__(self._one)
+        self.choices = choices
+
+    def _one(self, value: str) -> str:
+        if value.lower() not in self.choices:
+            raise ValueError(f"{one_of(self.choices)}, got {value!r}")
+        return value.lower()
+
+
+def one_of(choices: typing.Sequence[object]) -> str:
+    """What a value out of ``choices`` must be, as a config error says it: "must be 'a', 'b' or 'c'"."""
+    names = [repr(c) for c in choices]
+    return f"must be {', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else f"must be {names[0]}"
+
+
+_F = TypeVar("_F")
+
+
+def field_validator(*names: str) -> Callable[[_F], _F]:
+    """Decorates a classmethod ``(cls, value) -> value`` of a :class:`Section` checking (and possibly normalising)
+    the fields ``names``, in the field's order, after their own types and :class:`AfterValidator` checks."""
+    def mark(method: _F) -> _F:
+        setattr(getattr(method, "__func__", method), "__sluice_fields__", names)  # noqa: B010 (a function's)
+        return method
+    return mark
+
+
+def model_validator(method: _F) -> _F:
+    """Decorates a method ``(self) -> None`` of a :class:`Section` checking fields together, once every field
+    holds; it raises :class:`KeyedValueError` to name the key to change."""
+    method.__sluice_model__ = True  # type: ignore[attr-defined]
+    return method
+
+
+class _Checks:
+    """What :meth:`Section.__post_init__` runs for one class: each field's annotation checks and validators, then
+    the model validators (computed once per class)."""
+
+    def __init__(self, cls: type[Section]) -> None:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        by_field: dict[str, list[Callable[[Any], Any]]] = {}
+        models: list[Callable[[Any], Any]] = []
+        for klass in reversed(cls.__mro__):
+            for attr in vars(klass).values():
+                func = getattr(attr, "__func__", attr)
+                for name in getattr(func, "__sluice_fields__", ()):
+                    by_field.setdefault(name, []).append(attr.__get__(None, cls))
+                if getattr(func, "__sluice_model__", False):
+                    models.append(func)
+        self.fields = [(name, hints[name], by_field.get(name, [])) for name in cls.__struct_fields__]
+        self.models = models
+
+
+_CHECKS: dict[type, _Checks] = {}
+#: the message of the ValueError a check raises in __post_init__, the key relative to the section (msgspec then
+#: appends " - at `$.<path>`", the section's path)
+_KEYED = "{key}: {reason}"
+_KEYED_RE = re.compile(r"([\w.\[\]]*): (.*)", re.DOTALL)
+
+
+def _check_value(ann: Any, value: Any) -> Any:
+    """``value`` after the :class:`AfterValidator` checks ``ann`` carries (in list elements too); KeyedValueError
+    names the element (``[1]``) when it is one."""
+    origin = typing.get_origin(ann)
+    if origin is Annotated:
+        inner, *extras = typing.get_args(ann)
+        value = _check_value(inner, value)
+        for extra in extras:
+            if isinstance(extra, AfterValidator):
+                value = extra.check(value)
+        return value
+    if origin is list and isinstance(value, list):
+        (item,) = typing.get_args(ann)
+        out = list(value)
+        for i, element in enumerate(value):
+            try:
+                out[i] = _check_value(item, element)
+            except KeyedValueError as exc:
+                raise KeyedValueError(f"[{i}].{exc.key}" if exc.key else f"[{i}]", exc.reason) from None
+            except ValueError as exc:
+                raise KeyedValueError(f"[{i}]", str(exc)) from None
+        return out if any(a is not b for a, b in zip(out, value, strict=True)) else value
+    if origin in (typing.Union, types.UnionType) and value is not None:
+        for arg in typing.get_args(ann):
+            if typing.get_origin(arg) is Annotated and isinstance(value, typing.get_args(arg)[0]):
+                return _check_value(arg, value)
+    return value
+
+
+class Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """Base of every settings model (a :class:`msgspec.Struct`): strict types (a TOML string ``"19092"`` is not a
+    port), unknown keys rejected, immutable; a field is ``name: Annotated[T, Meta(ge=..., description=...)] =
+    default``. Its checks (:class:`AfterValidator`, :func:`field_validator`, :func:`model_validator`) run whenever
+    one is made, from a file or in code, defaults included."""
+
+    #: fields never shown in a repr or a ConfigError message (passwords, tokens)
+    secret_fields: ClassVar[frozenset[str]] = frozenset()
+    #: keys that are not this section's, each with what to say instead of "unknown key" (e.g. Kafka's name of a
+    #: setting that Sluice names otherwise)
+    renamed_keys: ClassVar[Mapping[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        checks = _CHECKS.get(type(self)) or _CHECKS.setdefault(type(self), _Checks(type(self)))
+        for name, ann, validators in checks.fields:
+            value = old = getattr(self, name)
+            try:
+                value = _check_value(ann, value)
+                for validator in validators:
+                    value = validator(value)
+            except KeyedValueError as exc:
+                sep = "" if exc.key.startswith("[") else "."
+                raise ValueError(_KEYED.format(key=f"{name}{sep}{exc.key}" if exc.key else name,
+                                               reason=exc.reason)) from None
+            except ValueError as exc:
+                raise ValueError(_KEYED.format(key=name, reason=exc)) from None
+            if value is not old:
+                force_setattr(self, name, value)
+        for validator in checks.models:
+            try:
+                validator(self)
+            except KeyedValueError as exc:
+                raise ValueError(_KEYED.format(key=exc.key, reason=exc.reason)) from None
+            except ValueError as exc:
+                raise ValueError(_KEYED.format(key="", reason=exc)) from None
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        return [(name, "***" if name in self.secret_fields else getattr(self, name))
+                for name in self.__struct_fields__]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.__rich_repr__())})"
+
+    @classmethod
+    def model_validate(cls, data: Any) -> Self:
+        """``data`` (TOML's or JSON's types) as this section, every check run; :class:`Invalid` says where not."""
+        try:
+            return msgspec.convert(data, cls, strict=True)
+        except msgspec.ValidationError as exc:
+            raise Invalid.from_msgspec(str(exc), data) from None
+
+    def model_dump(self) -> dict[str, Any]:
+        """The section as TOML's and JSON's types (nested sections as dicts)."""
+        return typing.cast(dict[str, Any], msgspec.to_builtins(self))
+
+    def model_copy(self, *, update: Mapping[str, Any]) -> Self:
+        """A copy with ``update``'s fields replaced, checked like any section made."""
+        return msgspec.structs.replace(self, **update)
+
+    @classmethod
+    def field_types(cls) -> dict[str, Any]:
+        """Each field's annotation (``Annotated`` kept: its Meta holds the constraints and the description)."""
+        return {name: ann for name, ann, _ in (_CHECKS.get(cls) or _CHECKS.setdefault(cls, _Checks(cls))).fields}
+
+
+class Invalid(ValueError):
+    """Data that is no valid section: ``loc`` (the path of the offending key: names and list
+    indices), ``reason``, and ``kind``: "unknown" (a key no section has), "type" (the type or a bound of the
+    value at ``loc``: it is worth echoing) or "value" (a check's own message)."""
+
+    def __init__(self, loc: tuple[str | int, ...], reason: str, kind: str) -> None:
+        super().__init__(reason)
+        self.loc, self.reason, self.kind = loc, reason, kind
+
+    @classmethod
+    def from_msgspec(cls, text: str, data: Any) -> Invalid:
+        message, _, path = text.rpartition(" - at `")
+        if not _:
+            message, path = text, "$`"
+        loc: list[str | int] = [int(p) if p.isdigit() else p
+                                for p in re.findall(r"\.([^.\[`]+)|\[(\d+)\]", path.removesuffix("`")) for p in p if p]
+        if (m := _KEYED_RE.fullmatch(message)) is not None:
+            loc += [int(p) if p.isdigit() else p for p in re.findall(r"[^.\[\]]+", m[1])]
+            return cls(tuple(loc), m[2], "value")
+        if (m := re.fullmatch(r"Object contains unknown field `(.*)`", message)) is not None:
+            return cls((*loc, m[1]), "unknown key", "unknown")
+        if (m := re.fullmatch(r"Object missing required field `(.*)`", message)) is not None:
+            return cls((*loc, m[1]), "field required", "value")
+        if (m := re.fullmatch(r"Expected `([^`]+)`, got `[^`]+`", message)) is not None:
+            names = [_TYPE_NAMES.get(t, t) for t in m[1].split(" | ") if t != "null"]  # None: the key left out
+            return cls(tuple(loc), f"expected {' or '.join(names)}", "type")
+        if (m := re.fullmatch(r"Expected `\w+` (<=|>=|<|>) (\S+)", message)) is not None:
+            bound = m[2].removesuffix(".0")
+            return cls(tuple(loc), f"must be {_BOUNDS[m[1]]} {bound}", "type")
+        if message.startswith("Invalid enum value"):
+            return cls(tuple(loc), "is not one of the choices", "type")
+        reason = message.replace("`", "")
+        return cls(tuple(loc), reason[:1].lower() + reason[1:], "type")
+
+
+#: msgspec's names of the types TOML has, as a config error says them
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "a boolean (true or false)", "str": "a string",
+               "array": "a list", "object": "a table", "null": "nothing"}
+_BOUNDS = {"<=": "at most", ">=": "at least", "<": "less than", ">": "greater than"}
 
 
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -106,19 +333,15 @@ def check_host_port(value: str) -> str:
 # An element type (not a list validator) so errors name the entry: upstream.bootstrap_servers[1].
 HostPort = Annotated[str, AfterValidator(check_host_port)]
 # 0 means "let the OS pick a free port" (tests, and several proxies on one host).
-Port = Annotated[int, Field(ge=0, le=65535)]
-Seconds = Annotated[float, Field(gt=0)]
+Port = Annotated[int, Meta(ge=0, le=65535)]
+Seconds = Annotated[float, Meta(gt=0)]
 # Kafka frames carry an int32 length, so nothing larger can ever be valid.
-FrameBytes = Annotated[int, Field(gt=0, le=2**31 - 1)]
+FrameBytes = Annotated[int, Meta(gt=0, le=2**31 - 1)]
 
 
 # -------------------------------------------------------------------------------------------- sections
 
 
-class Section(BaseModel):
-    """Base of every settings model: strict types, unknown keys rejected, immutable."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=True)
 
 
 
@@ -240,13 +463,13 @@ def one_entry_per_topic(section: str, topics: list[str], hint: str = "") -> None
         first[topic] = i
 
 
-class ClientSelectorSettings(Section):
+class ClientSelectorSettings(Section, kw_only=True, frozen=True):
     """A client selector (proxy/core/selectors.py), e.g. one entry of a policy's list of consumers: consumers
     (replica_id < 0) a rule applies to; the selectors given must all match."""
 
-    client_id: str | None = Field(default=None, description='client.id glob, e.g. "backfill-*".')
-    principal: str | None = Field(default=None, description="SASL principal glob.")
-    client_address: Network = Field(default=None, description="Client IP address or CIDR network.")
+    client_id: Annotated[str | None, Meta(description='client.id glob, e.g. "backfill-*".')] = None
+    principal: Annotated[str | None, Meta(description="SASL principal glob.")] = None
+    client_address: Annotated[Network, Meta(description="Client IP address or CIDR network.")] = None
 
     @field_validator("client_id", "principal")
     @classmethod
@@ -255,8 +478,7 @@ class ClientSelectorSettings(Section):
             raise ValueError('must be a glob, e.g. "backfill-*" ("*" = every consumer)')
         return value
 
-    @model_validator(mode="after")
-    def _some(self) -> Self:
+    @model_validator
+    def _some(self) -> None:
         if self.client_id is None and self.principal is None and self.client_address is None:
             raise KeyedValueError("client_id", "set at least one of client_id, principal, client_address")
-        return self

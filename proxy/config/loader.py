@@ -1,6 +1,6 @@
 """The loader: a settings model composed from the core sections and the sections of whatever owns one (the
 policies: the composition root, ``proxy/app.py``, hands them in), and where values come from: defaults <- TOML
-file <- environment, typed and validated by pydantic v2. It names no policy.
+file <- environment, typed and validated by msgspec (:class:`~proxy.config.base.Section`). It names no policy.
 
 Sources, later wins:
 
@@ -24,7 +24,7 @@ Copies for tests (``proxy.app.load_settings``: this loader with Sluice's own set
     s = load_settings(None, env={})
     # validated, dotted keys:
     s2 = s.with_overrides({"listen.bootstrap_port": 0, "upstream.bootstrap_servers": [broker]})
-    # NOT validated, one nested model_copy per section:
+    # one nested model_copy per section:
     s3 = s.model_copy(update={"listen": s.listen.model_copy(update={"bootstrap_port": 0})})
 
 The sections: the core ones are fields of :class:`CoreSettings` (proxy/config/sections.py); a policy's section
@@ -35,17 +35,15 @@ work for it without further code (env overrides reach scalar and list-of-scalar 
 
 from __future__ import annotations
 
-import difflib
 import os
 import tomllib
 import typing
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, Self, TypeVar
 
-from pydantic import BaseModel, ValidationError, create_model, model_validator
-from pydantic.fields import FieldInfo
+import msgspec
 
-from .base import ConfigError, KeyedValueError, Section, hosts_overlap
+from .base import ConfigError, Invalid, KeyedValueError, Section, hosts_overlap, model_validator, one_of
 from .sections import (
     AdminSettings,
     FleetSettings,
@@ -56,7 +54,7 @@ from .sections import (
     UpstreamSettings,
 )
 
-_Model = TypeVar("_Model", bound=BaseModel)
+_Model = TypeVar("_Model", bound=Section)
 _Settings = TypeVar("_Settings", bound="CoreSettings")
 
 
@@ -85,7 +83,7 @@ ENV_SEPARATOR = "__"
 # -------------------------------------------------------------------------------------------- settings
 
 
-class CoreSettings(Section):
+class CoreSettings(Section, kw_only=True, frozen=True):
     """Sluice's core sections, one field per TOML section; :func:`compose` adds the policies' sections to make the
     settings model (:data:`Settings`).
 
@@ -108,8 +106,8 @@ class CoreSettings(Section):
         def __getattr__(self, name: str) -> Any:
             """The policies' sections, fields of the composed model."""
 
-    @model_validator(mode="after")
-    def _cross_section(self) -> Self:
+    @model_validator
+    def _cross_section(self) -> None:
         # A port shared by two listeners would fail at bind time with a less helpful message. (Broker node ids
         # are only known at run time, so only node 0's port, broker_port_base itself, can be checked here.)
         admin, listen = self.admin, self.listen
@@ -126,13 +124,12 @@ class CoreSettings(Section):
                 if key:
                     raise KeyedValueError(f"{registration.section}.{key}", "needs [fleet] enabled (the fleet shares "
                                                                            "it through its topics)")
-        return self
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
         """A validated copy with dotted keys replaced, e.g. ``{"listen.bootstrap_port": 0}``.
 
-        Raises :class:`ConfigError` like :func:`load_settings`. (``model_copy(update=...)`` also works but
-        does not validate, and needs one nested ``model_copy`` per section.)
+        Raises :class:`ConfigError` like :func:`load_settings`. (``model_copy(update=...)`` also works, raising
+        ValueError, and needs one nested ``model_copy`` per section.)
         """
         data = self.model_dump()
         for dotted, value in overrides.items():
@@ -156,11 +153,13 @@ def compose(policies: Sequence[SectionOwner]) -> type[CoreSettings]:
     """The settings model of a proxy with ``policies``: the core sections and each policy's section (after them,
     in list order), defaults included."""
     names = [r.section for r in policies if r.section]
-    taken = {n for n in names if names.count(n) > 1 or n in CoreSettings.model_fields}
+    taken = {n for n in names if names.count(n) > 1 or n in CoreSettings.__struct_fields__}
     if taken:
         raise ValueError(f"sections registered twice: {', '.join(sorted(taken))}")
-    sections: dict[str, Any] = {r.section: (r.settings, r.settings()) for r in policies if r.settings is not None}
-    model = create_model("Settings", __base__=CoreSettings, __module__=__name__, **sections)
+    sections = [(r.section, r.settings, msgspec.field(default_factory=r.settings)) for r in policies
+                if r.settings is not None]
+    model = typing.cast(type[CoreSettings], msgspec.defstruct("Settings", sections, bases=(CoreSettings,),
+                                                               module=__name__, kw_only=True, frozen=True))
     model.policies = tuple(policies)
     model.dynamic_sections = tuple(r.section for r in policies if r.dynamic)
     return model
@@ -204,8 +203,8 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
 def _validate(model: type[_Model], data: dict[str, Any], sources: Mapping[str, str], default_source: str) -> _Model:
     try:
         return model.model_validate(data)
-    except ValidationError as exc:
-        raise _to_config_error(model, exc, sources, default_source) from None
+    except Invalid as exc:
+        raise _to_config_error(model, exc, data, sources, default_source) from None
 
 
 def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
@@ -221,23 +220,23 @@ def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
 
 
 
-def _parse_env(root: type[BaseModel], var: str, raw: str) -> tuple[list[str], Any] | None:
+def _parse_env(root: type[Section], var: str, raw: str) -> tuple[list[str], Any] | None:
     """``SLUICE_A__B=raw`` -> (["a", "b"], typed value); None if ``var`` is not an override variable."""
     if not var.upper().startswith(ENV_PREFIX) or ENV_SEPARATOR not in var:
         return None
     parts = [p.lower() for p in var[len(ENV_PREFIX) :].split(ENV_SEPARATOR)]
     source = f"from env {var}"
-    model: type[BaseModel] = root
+    model: type[Section] = root
     for i, part in enumerate(parts):
         dotted = ".".join(parts[: i + 1])
-        field = model.model_fields.get(part)
-        if field is None:
+        annotation = model.field_types().get(part)
+        if annotation is None:
             raise ConfigError(dotted, _unknown_key_reason(part, model), source)
-        ann = _unwrap(field.annotation)
+        ann = _unwrap(annotation)
         if i < len(parts) - 1:
             if not _is_model(ann):
                 raise ConfigError(dotted, "is a key, not a section", source)
-            model = typing.cast(type[BaseModel], ann)
+            model = typing.cast(type[Section], ann)
         elif _is_model(ann):
             raise ConfigError(dotted, f"is a section; set its keys as {var}__<KEY>", source)
         else:
@@ -280,36 +279,43 @@ def _unwrap(ann: Any) -> Any:
 
 
 def _is_model(ann: Any) -> bool:
-    return isinstance(ann, type) and issubclass(ann, BaseModel)
+    return isinstance(ann, type) and issubclass(ann, Section)
 
 
 # ------------------------------------------------------------------------------------------ error text
 
 
-def _unknown_key_reason(key: str, model: type[BaseModel] | None) -> str:
+def _unknown_key_reason(key: str, model: type[Section] | None) -> str:
     if model is None:
         return "unknown key"
-    known = list(model.model_fields)
+    if key in model.renamed_keys:
+        return model.renamed_keys[key]
+    known = list(model.__struct_fields__)
     what = "section" if issubclass(model, CoreSettings) else "key"
+    import difflib  # only a configuration error needs it (~0.25 MiB of every start otherwise)
+
     close = difflib.get_close_matches(key, known, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
     return f"unknown {what} ({hint})"
 
 
-def _walk(root: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[type[BaseModel] | None, FieldInfo | None]:
-    """Follow ``loc`` from ``root``: (the model at ``loc``, or None if it is not a model; the last field)."""
-    model: type[BaseModel] | None = root
-    field: FieldInfo | None = None
+def _walk(root: type[Section], loc: tuple[int | str, ...]) -> tuple[type[Section] | None, Any, bool]:
+    """Follow ``loc`` from ``root``: (the model at ``loc``, or None if it is not a model; the type there, unwrapped;
+    whether the last key is a secret field of its model)."""
+    model: type[Section] | None = root
+    ann: Any = None
+    secret = False
     for part in loc:
         if isinstance(part, int):
             continue  # list index: the element type was already taken below
-        if model is None or (field := model.model_fields.get(part)) is None:
-            return None, None
-        ann = _unwrap(field.annotation)
+        if model is None or (annotation := model.field_types().get(part)) is None:
+            return None, None, False
+        secret = part in model.secret_fields
+        ann = _unwrap(annotation)
         if typing.get_origin(ann) is list:
             ann = _unwrap(typing.get_args(ann)[0])
-        model = typing.cast(type[BaseModel], ann) if _is_model(ann) else None
-    return model, field
+        model = typing.cast(type[Section], ann) if _is_model(ann) else None
+    return model, ann, secret
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:
@@ -319,32 +325,33 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _to_config_error(root: type[BaseModel], exc: ValidationError, sources: Mapping[str, str],
+def _at(data: Any, loc: tuple[int | str, ...]) -> Any:
+    """The value at ``loc`` in the data validated (None if there is none)."""
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _to_config_error(root: type[Section], exc: Invalid, data: Any, sources: Mapping[str, str],
                      default_source: str) -> ConfigError:
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    loc = tuple(first["loc"])
-    err = first.get("ctx", {}).get("error")
-    if isinstance(err, KeyedValueError):
-        key = ".".join([_dotted(loc), err.key]) if loc else err.key
-        reason = err.reason
-    else:
-        key = _dotted(loc)
-        if first["type"] == "extra_forbidden":
-            model, _ = _walk(root, loc[:-1])
-            reason = _unknown_key_reason(str(loc[-1]), model)
-        else:
-            msg = first["msg"].removeprefix("Value error, ")
-            reason = msg[:1].lower() + msg[1:]
-            _, field = _walk(root, loc)
-            value = first.get("input")
-            # Echo the offending value unless it is a secret (repr=False) or a whole section/list.
-            secret = field is not None and field.repr is False
-            if not secret and not isinstance(value, dict | list) and first["type"] != "value_error":
-                text = repr(value)
-                reason += f", got {text if len(text) <= 80 else text[:77] + '...'}"
-    if len(errors) > 1:
-        reason += f" (+{len(errors) - 1} more)"
+    loc = exc.loc
+    key = _dotted(loc)
+    reason = exc.reason
+    if exc.kind == "unknown":
+        model, _, _ = _walk(root, loc[:-1])
+        reason = _unknown_key_reason(str(loc[-1]), model)
+    elif exc.kind == "type":
+        _, ann, secret = _walk(root, loc)
+        value = _at(data, loc)
+        if typing.get_origin(ann) is Literal:
+            reason = one_of(typing.get_args(ann))
+        # Echo the offending value unless it is a secret or a whole section/list.
+        if not secret and not isinstance(value, dict | list):
+            text = repr(value)
+            reason += f", got {text if len(text) <= 80 else text[:77] + '...'}"
     # Most specific source first: the key itself, then its section, then the file.
     base_key = key.split("[", 1)[0]
     source = sources.get(base_key) or sources.get(base_key.rsplit(".", 1)[0]) or default_source

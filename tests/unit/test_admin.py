@@ -17,6 +17,7 @@ from proxy import admin as admin_module
 from proxy import metrics
 from proxy.admin import AdminServer, require_principal
 from proxy.config import AdminSettings
+from proxy.config.sections import AdminPrincipalSettings
 from proxy.http_routes import Request, Response, text_response
 from proxy.io import http_server
 from proxy.metrics import Metrics
@@ -284,7 +285,7 @@ async def test_each_token_and_client_certificate_is_its_principal(tmp_path: Path
         tokens[name].write_text(f"{name}-t0ken\n")
     settings = AdminSettings(port=0, token="legacy", tls_cert_file=str(cert.cert), tls_key_file=str(cert.key),
                              client_ca_file=str(clients.cert),
-                             principals=[{"name": n, "token_file": str(f)} for n, f in tokens.items()])  # type: ignore[misc]
+                             principals=[AdminPrincipalSettings(name=n, token_file=str(f)) for n, f in tokens.items()])
     server = AdminServer(settings, Ready(), METRICS)
     server.add_route("PUT", "/whoami", whoami, mutating=True)
     await server.start()

@@ -9,7 +9,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from proxy.app import Settings, load_settings
 from proxy.config import ConfigError, parse_host_port
@@ -128,26 +127,26 @@ def test_sluice_variables_without_double_underscore_are_not_overrides() -> None:
 
 # (file text, the dotted key the error must name, a fragment of the reason)
 INVALID = [
-    ("[listen]\nbootstrap_port = 70000", "listen.bootstrap_port", "less than or equal to 65535"),
-    ("[listen]\nbootstrap_port = -1", "listen.bootstrap_port", "greater than or equal to 0"),
-    ('[listen]\nbootstrap_port = "19092"', "listen.bootstrap_port", "valid integer"),
+    ("[listen]\nbootstrap_port = 70000", "listen.bootstrap_port", "at most 65535"),
+    ("[listen]\nbootstrap_port = -1", "listen.bootstrap_port", "at least 0"),
+    ('[listen]\nbootstrap_port = "19092"', "listen.bootstrap_port", "expected an integer"),
     ("[listen]\nbroker_port_base = 19000", "listen.broker_port_base", "above listen.bootstrap_port"),
     ('[listen]\nadvertised_host = "0.0.0.0"', "listen.advertised_host", "wildcard"),
     ('[listen]\nhost = ""', "listen.host", "non-empty"),
-    ("[admin]\nport = 65536", "admin.port", "less than or equal to 65535"),
+    ("[admin]\nport = 65536", "admin.port", "at most 65535"),
     ("[admin]\nport = 19092", "admin.port", "collides with listen.bootstrap_port"),
-    ('[admin]\nenabled = "yes"', "admin.enabled", "valid boolean"),
+    ('[admin]\nenabled = "yes"', "admin.enabled", "expected a boolean"),
     ('[admin]\ntoken = "a b"', "admin.token", "whitespace"),
     ('[upstream]\nbootstrap_servers = ["ok:1", "nohost"]', "upstream.bootstrap_servers[1]", "host:port"),
     ('[upstream]\nbootstrap_servers = ["h:0"]', "upstream.bootstrap_servers[0]", "1..65535"),
     ('[upstream]\nbootstrap_servers = ["::1:9092"]', "upstream.bootstrap_servers[0]", "brackets"),
     ("[upstream]\nbootstrap_servers = []", "upstream.bootstrap_servers", "at least one"),
-    ('[upstream]\nbootstrap_servers = "h:1"', "upstream.bootstrap_servers", "valid list"),
+    ('[upstream]\nbootstrap_servers = "h:1"', "upstream.bootstrap_servers", "expected a list"),
     ("[upstream]\nconnect_timeout_s = 0", "upstream.connect_timeout_s", "greater than 0"),
-    ("[limits]\nmax_frame_bytes = 0", "limits.max_frame_bytes", "greater than 0"),
+    ("[limits]\nmax_frame_bytes = 0", "limits.max_frame_bytes", "at least 1"),
     ("[limits]\nmax_frame_bytes = 2147483648", "limits.max_frame_bytes", "2147483647"),
     ("[limits]\nwrite_low_water_bytes = 4194304", "limits.write_low_water_bytes", "below"),
-    ("[shutdown]\ndrain_timeout_s = -1.0", "shutdown.drain_timeout_s", "greater than or equal to 0"),
+    ("[shutdown]\ndrain_timeout_s = -1.0", "shutdown.drain_timeout_s", "at least 0"),
     ("[shutdown]\ndrain_timeout_s = inf", "shutdown.drain_timeout_s", "finite"),
     ('[logging]\nlevel = "verbose"', "logging.level", "'debug', 'info', 'warning' or 'error'"),
     ('[logging]\nformat = "xml"', "logging.format", "'json' or 'console'"),
@@ -161,11 +160,11 @@ INVALID = [
      "throttle.topics[1].topic", "is already throttle.topics[0]"),
     ('[admin]\nstate_file = " state.json"', "admin.state_file", "without leading or trailing spaces"),
     ('[admin]\nstate_file = "/var/lib/sluice/"', "admin.state_file", "must name a file, not a directory"),
-    ("listen = 5", "listen", "valid dictionary"),
+    ("listen = 5", "listen", "expected a table"),
     ('[logging.access_log_kafka]\ntopic = "logs-*"', "logging.access_log_kafka.topic", "is a glob"),
     ('[logging.access_log_kafka]\ntopic = "a b"', "logging.access_log_kafka.topic", "cannot occur in a topic"),
     ("[logging.access_log_kafka]\nbuffer_events = 0", "logging.access_log_kafka.buffer_events",
-     "greater than or equal to 1"),
+     "at least 1"),
     ('[logging.access_log_kafka]\ncompression = "brotli"', "logging.access_log_kafka.compression", "'lz4'"),
     ('[logging.access_log_kafka]\nbootstrap_servers = ["nohost"]', "logging.access_log_kafka.bootstrap_servers[0]",
      "host:port"),
@@ -183,7 +182,7 @@ INVALID = [
     ('[[sharing.standalone]]\nclient_id = "a"\ntopic = "t"\nslice = "0/2"\n'
      '[[sharing.standalone]]\nclient_id = "b"\ntopic = "t"\nslice = "1/3"', "sharing.standalone[1].slice",
      "one count per topic"),
-    ("[sharing]\nmetadata_max_bytes = 10", "sharing.metadata_max_bytes", "greater than or equal to 256"),
+    ("[sharing]\nmetadata_max_bytes = 10", "sharing.metadata_max_bytes", "at least 256"),
 ]
 
 
@@ -224,7 +223,7 @@ def test_cli_run_with_invalid_config_exits_2(tmp_path: Path) -> None:
     result = sluice("run", "--config", str(path))
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        "config error: listen.bootstrap_port: input should be less than or equal to 65535, got 70000 "
+        "config error: listen.bootstrap_port: must be at most 65535, got 70000 "
         f"(in {path})"
     ]
 
@@ -278,7 +277,7 @@ def test_not_toml_and_missing_file(tmp_path: Path) -> None:
     ("var", "value", "key", "reason"),
     [
         ("SLUICE_LISTEN__BOOTSTRAP_PORT", "x", "listen.bootstrap_port", "expected an integer"),
-        ("SLUICE_LISTEN__BOOTSTRAP_PORT", "70000", "listen.bootstrap_port", "less than or equal to 65535"),
+        ("SLUICE_LISTEN__BOOTSTRAP_PORT", "70000", "listen.bootstrap_port", "at most 65535"),
         ("SLUICE_LISTEN__BOOTSTRAP_PORTT", "1", "listen.bootstrap_portt", "did you mean 'bootstrap_port'"),
         ("SLUICE_LISTN__HOST", "h", "listn", "unknown section"),
         ("SLUICE_LISTEN__HOST__X", "1", "listen.host", "is a key, not a section"),
@@ -340,12 +339,12 @@ def test_secret_value_is_never_echoed(tmp_path: Path) -> None:
     assert settings.redacted()["admin"]["token"] == "***"
 
 
-def test_several_errors_reported_as_first_plus_count(tmp_path: Path) -> None:
+def test_several_errors_reported_as_the_first(tmp_path: Path) -> None:
     path = write(tmp_path, "[listen]\nbootstrap_port = 70000\nbroker_port_base = 70001\n")
     with pytest.raises(ConfigError) as info:
         load_settings(path, env={})
     assert info.value.key == "listen.bootstrap_port"
-    assert "(+1 more)" in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------------- copies
@@ -368,8 +367,8 @@ def test_with_overrides_validates_and_model_copy_does_not() -> None:
 
 def test_settings_are_frozen() -> None:
     s = Settings()
-    with pytest.raises(ValidationError):
-        s.listen.bootstrap_port = 1
+    with pytest.raises(AttributeError):
+        s.listen.bootstrap_port = 1  # type: ignore[misc]
 
 
 def test_parse_host_port() -> None:

@@ -76,7 +76,7 @@ def test_the_section_is_loaded_from_toml_and_env_with_errors_naming_its_key(tmp_
     toml.write_text("[mark]\nclient_id = 3\n")
     with pytest.raises(ConfigError) as e:
         load_settings(toml, env={}, model=Settings)
-    assert str(e.value) == f"mark.client_id: input should be a valid string, got 3 (in {toml})"
+    assert str(e.value) == f"mark.client_id: expected a string, got 3 (in {toml})"
     # the registered policies' model is untouched: without the line, no section
     with pytest.raises(ConfigError, match=r"^mark: unknown section"):
         load_settings(None, env={"SLUICE_MARK__CLIENT_ID": "x"})
@@ -174,7 +174,7 @@ def test_an_installed_entry_point_is_composed_into_the_real_registry(tmp_path: P
     check = subprocess.run([sys.executable, "-m", "proxy", "check-config", "--no-env", str(toml)], env=env,
                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert (check.returncode, check.stdout) == (2, "")
-    assert check.stderr.strip().endswith(f"mark.client_id: input should be a valid string, got 3 (in {toml})")
+    assert check.stderr.strip().endswith(f"mark.client_id: expected a string, got 3 (in {toml})")
 
 
 def test_an_entry_point_that_does_not_load_is_one_configuration_error(tmp_path: Path) -> None:

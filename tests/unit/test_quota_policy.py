@@ -245,10 +245,10 @@ def test_a_new_bound_applies_to_the_next_requests() -> None:
 
 @pytest.mark.parametrize(("entry", "message"), [
     ({"client_id": "etl-*", "produce_rate_bytes": -1},
-     "quota.entries[0].produce_rate_bytes: input should be greater than or equal to 0"),
+     "quota.entries[0].produce_rate_bytes: must be at least 0"),
     ({"produce_rate_bytes": 5},
      "quota.entries[0].client_id: set at least one of principal, client_id, client_address"),
-    ({"client_id": "etl-*", "request_rate": "fast"}, "quota.entries[0].request_rate: input should be a valid number"),
+    ({"client_id": "etl-*", "request_rate": "fast"}, "quota.entries[0].request_rate: expected a number"),
     ({"client_address": "10.0.0.300/8", "fetch_rate_bytes": 5}, "quota.entries[0].client_address: "),
 ])
 def test_bad_settings_name_the_key(entry: dict[str, Any], message: str) -> None:

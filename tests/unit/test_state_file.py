@@ -135,7 +135,7 @@ CORRUPT = [
     (b'{"version": 1, "sessions": {}}', "unknown section 'sessions'"),
     (b'{"version": 1, "throttle": []}', "'throttle' is not a JSON object"),
     (b'{"version": 1, "throttle": {"topics": [{"topic": "a/b"}]}}', "throttle.topics[0].topic: 'a/b' is neither"),
-    (b'{"version": 1, "throttle": {"leader_rate_bytes": "fast"}}', "throttle.leader_rate_bytes: input should be"),
+    (b'{"version": 1, "throttle": {"leader_rate_bytes": "fast"}}', "throttle.leader_rate_bytes: expected an integer"),
 ]
 
 

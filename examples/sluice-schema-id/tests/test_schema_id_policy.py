@@ -153,8 +153,8 @@ def test_the_section_names_its_keys_in_errors(tmp_path: Path) -> None:
         ('[[schema_id.topics]]\ntopic = "orders!"\n', "schema_id.topics[0].topic: 'orders!' is neither"),
         ('[[schema_id.topics]]\ntopic = "a"\n[[schema_id.topics]]\ntopic = "a"\n',
          "schema_id.topics[1].topic: 'a' is already schema_id.topics[0]"),
-        ('[[schema_id.topics]]\ntopic = "a"\nschema_ids = [-1]\n', "schema_id.topics[0].schema_ids[0]: input should "
-                                                                     "be greater than or equal to 0"),
+        ('[[schema_id.topics]]\ntopic = "a"\nschema_ids = [-1]\n',
+         "schema_id.topics[0].schema_ids[0]: must be at least 0"),
         ('[schema_id]\ntopic = "a"\n', "schema_id.topic: unknown key (did you mean 'topics'?)")]:
         toml.write_text(text)
         with pytest.raises(ConfigError) as e:

@@ -16,11 +16,10 @@ exemption. Kafka's own config names (``producer_byte_rate``, ``consumer_byte_rat
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated, Any, Literal, Self
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
-
-from ...config.base import KeyedValueError, Section, check_finite
+from ...config.base import KeyedValueError, Meta, Section, check_finite, field, field_validator, model_validator
 
 #: Kafka's name for the default entity of a kind (kafka-configs ``--entity-default``, ClientQuotaEntity)
 DEFAULT = "<default>"
@@ -37,41 +36,34 @@ _KAFKA_NAMES = {
 Scope = Literal["instance", "fleet"]
 
 
-class QuotaEntrySettings(Section):
+class QuotaEntrySettings(Section, kw_only=True, frozen=True):
     """One ``[[quota.entries]]`` entry: an entity (principal, client.id, client address: each a name, a glob,
     ``"<default>"`` or left out; at least one given) and its quotas per kind."""
 
-    name: str = Field(default="", description='Name in metrics and logs; "" = "entries[N]".')
-    principal: str | None = Field(
-        default=None, description='SASL principal (Kafka\'s user): a name, a glob, or "<default>".')
-    client_id: str | None = Field(default=None, description='client.id: a name, a glob, or "<default>".')
-    client_address: str | None = Field(
-        default=None, description='Client IP address or CIDR network (PROXY protocol\'s source), or "<default>".')
-    produce_rate_bytes: Annotated[int, Field(ge=0)] | None = Field(
-        default=None, description="Produce request bytes/s (Kafka's producer_byte_rate); 0 = exempt; unset = "
-                                  "the next entry's.")
-    fetch_rate_bytes: Annotated[int, Field(ge=0)] | None = Field(
-        default=None, description="Fetch and ShareFetch response bytes/s (Kafka's consumer_byte_rate); 0 = exempt; "
-                                  "unset = the next entry's.")
-    request_rate: Annotated[float, Field(ge=0)] | None = Field(
-        default=None, description="Produce, Fetch, ShareFetch and ShareAcknowledge requests/s; 0 = exempt; "
-                                  "unset = the next entry's.")
-    shared: bool = Field(
-        default=False,
-        description="true: one quota for every client the entry selects together; false: one per entity, as Kafka "
-                    "keys it (each value a glob or \"<default>\" matches has its own).")
-    scope: Scope | None = Field(
-        default=None, description='"instance": this Sluice\'s alone; "fleet": one quota for the whole [fleet]; '
-                                  "unset = [quota] scope.")
+    renamed_keys: ClassVar[Mapping[str, str]] = {
+        kafka: f"Sluice's name for this is {ours} ({what})" for kafka, (ours, what) in _KAFKA_NAMES.items()}
 
-    @model_validator(mode="before")
-    @classmethod
-    def _kafka_names(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for kafka, (ours, what) in _KAFKA_NAMES.items():
-                if kafka in data:
-                    raise KeyedValueError(kafka, f"Sluice's name for this is {ours} ({what})")
-        return data
+    name: Annotated[str, Meta(description='Name in metrics and logs; "" = "entries[N]".')] = ""
+    principal: Annotated[str | None, Meta(
+        description='SASL principal (Kafka\'s user): a name, a glob, or "<default>".')] = None
+    client_id: Annotated[str | None, Meta(description='client.id: a name, a glob, or "<default>".')] = None
+    client_address: Annotated[str | None, Meta(
+        description='Client IP address or CIDR network (PROXY protocol\'s source), or "<default>".')] = None
+    produce_rate_bytes: Annotated[Annotated[int, Meta(ge=0)] | None, Meta(
+        description="Produce request bytes/s (Kafka's producer_byte_rate); 0 = exempt; unset = the next entry's.",
+    )] = None
+    fetch_rate_bytes: Annotated[Annotated[int, Meta(ge=0)] | None, Meta(
+        description="Fetch and ShareFetch response bytes/s (Kafka's consumer_byte_rate); 0 = exempt; unset = the "
+                    "next entry's.")] = None
+    request_rate: Annotated[Annotated[float, Meta(ge=0)] | None, Meta(
+        description="Produce, Fetch, ShareFetch and ShareAcknowledge requests/s; 0 = exempt; unset = the next "
+                    "entry's.")] = None
+    shared: Annotated[bool, Meta(
+        description="true: one quota for every client the entry selects together; false: one per entity, as Kafka "
+                    "keys it (each value a glob or \"<default>\" matches has its own).")] = False
+    scope: Annotated[Scope | None, Meta(
+        description='"instance": this Sluice\'s alone; "fleet": one quota for the whole [fleet]; '
+                    "unset = [quota] scope.")] = None
 
     @field_validator("principal", "client_id")
     @classmethod
@@ -97,28 +89,26 @@ class QuotaEntrySettings(Section):
     def _finite(cls, value: float | None) -> float | None:
         return None if value is None else check_finite(value)
 
-    @model_validator(mode="after")
-    def _complete(self) -> Self:
+    @model_validator
+    def _complete(self) -> None:
         if self.client_id is None and self.principal is None and self.client_address is None:
             raise KeyedValueError("client_id", "set at least one of principal, client_id, client_address (a name, "
                                                'a glob or "<default>")')
         if self.produce_rate_bytes is None and self.fetch_rate_bytes is None and self.request_rate is None:
             raise KeyedValueError("produce_rate_bytes", "set at least one of produce_rate_bytes, fetch_rate_bytes, "
                                                         "request_rate (0 = exempt from a less specific entry's)")
-        return self
 
 
-class QuotaSettings(Section):
+class QuotaSettings(Section, kw_only=True, frozen=True):
     """Client quotas. Changeable at run time (admin API PUT /quotas, ``sluice quota set``, SIGHUP)."""
 
-    window_s: Annotated[float, Field(gt=0, le=3600)] = Field(
-        default=1.0, description="Sample window, seconds (quota.window.size.seconds).")
-    samples: Annotated[int, Field(ge=1, le=1000)] = Field(
-        default=11, description="Samples kept (quota.window.num).")
-    scope: Scope = Field(
-        default="instance", description='Entries\' scope unless they set one: "instance" (each Sluice its own, as '
-                                        'each Kafka broker) or "fleet" (one for the [fleet], needs it on).')
-    entries: list[QuotaEntrySettings] = Field(default_factory=list, description="Quotas per entity.")
+    window_s: Annotated[float, Meta(
+        gt=0, le=3600, description="Sample window, seconds (quota.window.size.seconds).")] = 1.0
+    samples: Annotated[int, Meta(ge=1, le=1000, description="Samples kept (quota.window.num).")] = 11
+    scope: Annotated[Scope, Meta(description='Entries\' scope unless they set one: "instance" (each Sluice its own, as '
+                                             'each Kafka broker) or "fleet" (one for the [fleet], needs it on).',
+    )] = "instance"
+    entries: Annotated[list[QuotaEntrySettings], Meta(description="Quotas per entity.")] = field(default_factory=list)
 
     def fleet_key(self) -> str:
         """The key that makes a quota the fleet's, if any ("" if none): it needs [fleet] on."""
@@ -132,8 +122,8 @@ class QuotaSettings(Section):
     def _window_finite(cls, value: float) -> float:
         return check_finite(value)
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
+    @model_validator
+    def _unique(self) -> None:
         names: dict[str, int] = {}
         entities: dict[tuple[Any, ...], int] = {}
         for i, entry in enumerate(self.entries):
@@ -149,7 +139,6 @@ class QuotaSettings(Section):
                                       f"names the entity of quota.entries[{entities[entity]}] (principal, "
                                       "client_id, client_address): one entry per entity, its kinds together")
             entities[entity] = i
-        return self
 
 
 def _network_key(address: str | None) -> str | None:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
-
-from ...config.base import Seconds, Section, check_finite
+from ...config.base import Meta, Seconds, Section, check_finite, field, field_validator
 
 
-class SessionClientSettings(Section):
+class SessionClientSettings(Section, kw_only=True, frozen=True):
     """One ``[[sessions.clients]]`` entry: the mode for clients whose client.id matches (first match wins)."""
 
-    client_id: str = Field(description='client.id glob, e.g. "rdkafka*" ("*" = every client).')
-    mode: Literal["passthrough", "terminate"] = Field(description="The mode for these clients.")
+    client_id: Annotated[str, Meta(description='client.id glob, e.g. "rdkafka*" ("*" = every client).')]
+    mode: Annotated[Literal["passthrough", "terminate"], Meta(description="The mode for these clients.")]
 
     @field_validator("client_id")
     @classmethod
@@ -23,26 +21,22 @@ class SessionClientSettings(Section):
         return value
 
 
-class SessionsSettings(Section):
+class SessionsSettings(Section, kw_only=True, frozen=True):
     """Incremental fetch sessions (KIP-227; sessions.py and policy.py beside this module). Needs a restart."""
 
-    mode: Literal["passthrough", "terminate"] = Field(
-        default="passthrough",
+    mode: Annotated[Literal["passthrough", "terminate"], Meta(
         description="passthrough: relay Fetch sessions untouched. terminate: Sluice owns the sessions on both "
                     "sides: one upstream session per client connection (only changed partitions on the upstream "
                     "link), and it serves the sessions of clients that use them (the Java client, "
                     "kafka-python) itself; session-less clients (librdkafka, aiokafka) get full responses. "
-                    "The mode for clients no [[sessions.clients]] entry matches.",
-    )
-    clients: list[SessionClientSettings] = Field(
-        default_factory=list, description="Mode per client.id glob, first match wins."
-    )
-    cache_slots: Annotated[int, Field(ge=1, le=1_000_000)] = Field(
-        default=1000, description="Downstream session cache slots (max.incremental.fetch.session.cache.slots)."
-    )
-    eviction_age_s: Seconds = Field(
-        default=120.0, description="A downstream session idle this long may be evicted by any newcomer."
-    )
+                    "The mode for clients no [[sessions.clients]] entry matches.")] = "passthrough"
+    clients: Annotated[list[SessionClientSettings], Meta(
+        description="Mode per client.id glob, first match wins.")] = field(default_factory=list)
+    cache_slots: Annotated[int, Meta(
+        ge=1, le=1_000_000, description="Downstream session cache slots (max.incremental.fetch.session.cache.slots).",
+    )] = 1000
+    eviction_age_s: Annotated[Seconds, Meta(
+        description="A downstream session idle this long may be evicted by any newcomer.")] = 120.0
 
     @field_validator("eviction_age_s")
     @classmethod

@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Self
+from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from ...config.base import (
+    ClientSelectorSettings,
+    Meta,
+    Section,
+    check_finite,
+    check_topic_or_glob,
+    field,
+    field_validator,
+    model_validator,
+    one_entry_per_topic,
+)
 
-from ...config.base import ClientSelectorSettings, Section, check_finite, check_topic_or_glob, one_entry_per_topic
 
-
-class ThrottleTopicSettings(Section):
+class ThrottleTopicSettings(Section, kw_only=True, frozen=True):
     """One ``[[throttle.topics]]`` entry: which of a topic's replicas are throttled (KIP-73's
     ``leader/follower.replication.throttled.replicas`` syntax)."""
 
-    topic: str = Field(
+    topic: Annotated[str, Meta(
         description='Topic name, or a glob over topic names ("orders-*", "*"): *, ?, [...] as in fnmatch, '
-                    "case-sensitive. An exact name wins over globs; among globs the first in file order wins.",
-    )
-    replicas: str = Field(
-        default="*",
-        description='"*" (all partitions, every fetcher) or "partition:fetcher,..." (fetcher = broker id).',
-    )
+                    "case-sensitive. An exact name wins over globs; among globs the first in file order wins.")]
+    replicas: Annotated[str, Meta(
+        description='"*" (all partitions, every fetcher) or "partition:fetcher,..." (fetcher = broker id).')] = "*"
 
     @field_validator("topic")
     @classmethod
@@ -45,32 +50,26 @@ class ThrottleTopicSettings(Section):
 _REPLICA_ITEM = re.compile(r"[0-9]+:[0-9]+")
 
 
-class ThrottleSettings(Section):
+class ThrottleSettings(Section, kw_only=True, frozen=True):
     """Replication throttles (KIP-73). Changeable at run time (admin API PUT /throttles, SIGHUP)."""
 
-    leader_rate_bytes: Annotated[int, Field(ge=0)] = Field(
-        default=0, description="Bytes/s bound on throttled partitions in responses to fetchers; 0 = none."
-    )
-    follower_rate_bytes: Annotated[int, Field(ge=0)] = Field(
-        default=0, description="Bytes/s bound on throttled partitions Sluice fetches upstream; 0 = none."
-    )
-    window_s: Annotated[float, Field(gt=0, le=3600)] = Field(
-        default=1.0, description="Sample window, seconds (replication.quota.window.size.seconds)."
-    )
-    samples: Annotated[int, Field(ge=1, le=1000)] = Field(
-        default=11, description="Samples kept (replication.quota.window.num)."
-    )
-    topics: list[ThrottleTopicSettings] = Field(default_factory=list, description="Throttled replicas per topic.")
-    consumers: list[ClientSelectorSettings] = Field(
-        default_factory=list, description="Consumers (by client.id glob) the topic lists also apply to."
-    )
+    leader_rate_bytes: Annotated[int, Meta(
+        ge=0, description="Bytes/s bound on throttled partitions in responses to fetchers; 0 = none.")] = 0
+    follower_rate_bytes: Annotated[int, Meta(
+        ge=0, description="Bytes/s bound on throttled partitions Sluice fetches upstream; 0 = none.")] = 0
+    window_s: Annotated[float, Meta(
+        gt=0, le=3600, description="Sample window, seconds (replication.quota.window.size.seconds).")] = 1.0
+    samples: Annotated[int, Meta(ge=1, le=1000, description="Samples kept (replication.quota.window.num).")] = 11
+    topics: Annotated[list[ThrottleTopicSettings], Meta(
+        description="Throttled replicas per topic.")] = field(default_factory=list)
+    consumers: Annotated[list[ClientSelectorSettings], Meta(
+        description="Consumers (by client.id glob) the topic lists also apply to.")] = field(default_factory=list)
 
     @field_validator("window_s")
     @classmethod
     def _finite(cls, value: float) -> float:
         return check_finite(value)
 
-    @model_validator(mode="after")
-    def _one_entry_per_topic(self) -> Self:
+    @model_validator
+    def _one_entry_per_topic(self) -> None:
         one_entry_per_topic("throttle", [t.topic for t in self.topics], " (list all its replicas in that entry)")
-        return self

@@ -14,12 +14,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any
 
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import Field
 
-from proxy.config.base import Section
+from proxy.config.base import Meta, Section
 from proxy.core.broker_calls import ANY_BROKER, Call
 from proxy.core.exchange import Exchange
 from proxy.core.policy import ANY_VERSION, Policy, Services
@@ -33,10 +32,10 @@ DESCRIBE_CONFIGS = api_key("DescribeConfigs")
 DESCRIBE_CONFIGS_VERSION, BROKER_RESOURCE = 4, 4
 
 
-class MarkSettings(Section):
+class MarkSettings(Section, kw_only=True, frozen=True):
     """``[mark]``: the clients whose ApiVersions requests are counted once the cluster's configuration is read."""
 
-    client_id: str = Field(default="", description='client.id glob ("" = none: the policy does nothing).')
+    client_id: Annotated[str, Meta(description='client.id glob ("" = none: the policy does nothing).')] = ""
 
 
 class MarkMetrics:
