@@ -25,9 +25,9 @@ which sets the pace, markedly larger than the average (a property of key hashing
 ``--work-ms`` of "work" in the consumer: a wait, as an I/O-bound job's call to a database would be, so the 2 cores
 do not cap the consumers. Without sharing three consumers each hold a whole partition and three hold none; with
 sharing two share each partition, one key-hash slice each. A commit of a shared partition costs more than a plain
-one (Sluice writes the slice's position, reads the other slices' and then commits the stable offset: three round
-trips to the coordinator in turn), so committing after every poll (``--commit-interval-s 0``) lowers the sharing
-consumers' rate more than the others'.
+one (Sluice reads the slices' positions, then the client commits the stable offset, then Sluice the slice's
+position: two round trips to the coordinator in turn before the client's answer), so committing after every poll
+(``--commit-interval-s 0``) lowers the sharing consumers' rate more than the others'.
 
 Measured: the time from the first record handed to any consumer to the last record of the topic handed over,
 the records/s over it, and Sluice's CPU time (psutil) over the same span against the record bytes it filtered
