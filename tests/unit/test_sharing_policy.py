@@ -464,6 +464,43 @@ def test_a_partition_kept_with_a_grown_slice_is_left_out_and_its_member_rejoins(
     assert got["m1"] == assignment({TOPIC: [0]})
 
 
+def test_a_partition_kept_with_a_narrower_slice_is_left_out_and_its_member_rejoins() -> None:
+    """m1 holds partition 0 whole and its client has fetched records of every key; the next generation splits the
+    partition between m1 and a new member. Narrowed in place, m1's client would still deliver the records it fetched
+    of the keys it lost, which their new holder starts from the last commit: twice. So the partition is left out of
+    m1's assignment this generation and m1 rejoins; in the generation after, it is new to m1's client, which starts
+    from its slice's committed position."""
+    proxy, _ = sharing_proxy()
+    clients, got = form_group(proxy, 3)  # m1 holds partition 0 whole
+    assert got["m1"] == assignment({TOPIC: [0]})
+    m4 = Client(proxy, "app-4", 4)
+    m4.member_id = "m1b"
+    members = [clients[0], m4, *clients[1:]]  # range, by member id: p0 m1 m1b, p1 m2, p2 m3
+
+    def generation(n: int) -> dict[str, bytes]:
+        exchanges = [join(c) for c in members]
+        joined = [(c.member_id, bytes(sent(ex).protocols[0].metadata))
+                  for c, ex in zip(members, exchanges, strict=True)]
+        for c, ex in zip(members[1:], exchanges[1:], strict=True):
+            join_answer(c, ex, [], generation=n, leader="m1")
+        join_answer(members[0], exchanges[0], joined, generation=n)
+        return sync_all(members, n, {"m1": assignment({TOPIC: [0]}), "m1b": assignment({}),
+                                     "m2": assignment({TOPIC: [1]}), "m3": assignment({TOPIC: [2]})})
+
+    got = generation(2)
+    assert got["m1"] == assignment({})  # slice 0/2 of the partition it held whole: left out this generation
+    assert got["m1b"] == assignment({TOPIC: [0]})  # slice 1/2: a partition new to its client
+    hb = clients[0].send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
+        group_id=GROUP, generation_id=2, member_id="m1", group_instance_id=None))
+    assert hb.answer is not None
+    assert decode_response(HEARTBEAT, V_HB, hb.answer[4:])[1].error_code == 27  # REBALANCE_IN_PROGRESS
+    got = generation(3)
+    assert got["m1"] == assignment({TOPIC: [0]}) and got["m1b"] == assignment({TOPIC: [0]})
+    policy: Sharing = proxy.policy("sharing")
+    m = policy.members.get(("10.0.0.1", "app-1"))
+    assert m is not None and {tp: st.slice for tp, st in (m.partitions or {}).items()} == {(TOPIC, 0): Slice(0, 2)}
+
+
 def test_collision_two_consumers_with_one_client_id_are_not_marked() -> None:
     proxy, _ = sharing_proxy()
     a, b = Client(proxy, "app-same", 1), Client(proxy, "app-same", 2)
