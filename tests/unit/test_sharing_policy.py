@@ -920,6 +920,23 @@ def test_a_slice_idle_past_its_committed_position_is_committed_on_by_sluice() ->
     assert m2 is not None
 
 
+def test_a_fenced_members_idle_slice_is_not_committed_on_by_sluice() -> None:
+    """Once the coordinator refused a member's commit as fenced, Sluice no longer commits its idle slice on itself
+    (a simple commit, which no coordinator checks: the slice may be another member's by now) until it holds a slice
+    of another generation."""
+    fake, m1, _ = two_members_of_partition_0_at_100()
+    ex = commit(m1, {0: 105})
+    m1.answer(ex, response_codec(OFFSET_COMMIT, V_OC).default().replace(topics=[
+        Message(name=TOPIC, partitions=[Message(partition_index=0, error_code=25)])]))  # UNKNOWN_MEMBER_ID
+    m1.proxy.clock.now += 10
+    calls = len(fake.calls)
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)),
+                 may_resend=False)
+    assert not [c for c in fake.calls[calls:] if c.commits]
+    assert slice_group(GROUP, Slice(0, 2)) not in fake.offsets
+    assert m1.proxy.metrics.total("sluice_sharing_read_ahead_total", event="advanced") == 0
+
+
 def test_a_fetch_sent_again_goes_through_sluices_own_fetch_session_in_terminate_mode() -> None:
     """[sessions] mode = "terminate": the request sent again is the client's request as sharing made it, which
     terminate sends in its own upstream session like any other (the policies after the asking one take it as a new

@@ -117,6 +117,9 @@ class Member:
     kip848: HeartbeatState | None = None
     #: the recovery of its slices from the group (after a Sluice restart), while it runs
     recovering: Signal | None = None
+    #: the generation (a KIP-848 member: epoch) its client's commit was refused at as fenced: Sluice commits none of
+    #: its slices on itself (:func:`.offsets.advance`) until it holds another
+    fenced_at: int | None = None
 
     @property
     def known(self) -> bool:

@@ -48,6 +48,10 @@ log = get_logger("sluice.sharing")
 
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
+#: the commit errors of a member the coordinator no longer takes as a member of its generation or epoch
+#: (ClassicGroup / ConsumerGroup.validateOffsetCommit): ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS,
+#: FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH
+FENCED = frozenset({22, 25, 27, 82, 110, 113})
 
 
 def _member(p: SharingState, ex: Exchange, info: ConnectionInfo, group: str, member_id: str) -> Member | None:
@@ -387,12 +391,14 @@ def offset_commit_response(p: SharingState, ex: Exchange, response: ResponseView
                 done.add((name, part.partition_index))
             elif (name, part.partition_index) in ticket.wanted:
                 refused[f"{name}-{part.partition_index}"] = part.error_code
-    if refused:
-        log.debug("sharing_commit_refused", group=ticket.group, client_id=ex.client_id, errors=refused)
     body = ex.body
     member = (body.get("generation_id_or_member_epoch", -1), body.member_id, body.get("group_instance_id"))
-    slices = {tp: s for tp, s in ticket.recheck.items() if tp in done}
     m = ticket.member
+    if refused:
+        log.debug("sharing_commit_refused", group=ticket.group, client_id=ex.client_id, errors=refused)
+        if FENCED & set(refused.values()):
+            m.fenced_at = member[0]
+    slices = {tp: s for tp, s in ticket.recheck.items() if tp in done}
 
     def recheck() -> None:
         if slices:
@@ -505,8 +511,11 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
     s = state.slice
     now = p.clock()
     if s.whole or not m.group or state.committed < 0 or now < state.advance_after \
-            or (state.writing is not None and not state.writing.settled) or (m.partitions or {}).get(tp) is not state:
-        return  # (a state replaced since the fetch: its slice's commits go through the new one)
+            or (state.writing is not None and not state.writing.settled) or (m.partitions or {}).get(tp) is not state \
+            or m.fenced_at == (m.kip848.epoch if m.kip848 is not None else m.generation):
+        # (a state replaced since the fetch: its slice's commits go through the new one; a member fenced: a slice
+        # commit is a simple one, which no coordinator checks, and its slice may be another member's by now)
+        return
     target = state.gaps.after(state.committed)[0]
     if target <= state.committed:
         return
