@@ -25,9 +25,9 @@ which sets the pace, markedly larger than the average (a property of key hashing
 ``--work-ms`` of "work" in the consumer: a wait, as an I/O-bound job's call to a database would be, so the 2 cores
 do not cap the consumers. Without sharing three consumers each hold a whole partition and three hold none; with
 sharing two share each partition, one key-hash slice each. A commit of a shared partition costs more than a plain
-one (Sluice writes the slice's position, reads the other slices' and then commits the stable offset: three round
-trips to the coordinator in turn), so committing after every poll (``--commit-interval-s 0``) lowers the sharing
-consumers' rate more than the others'.
+one (Sluice reads the slices' positions, then the client commits the stable offset, then Sluice the slice's
+position: two round trips to the coordinator in turn before the client's answer), so committing after every poll
+(``--commit-interval-s 0``) lowers the sharing consumers' rate more than the others'.
 
 Measured: the time from the first record handed to any consumer to the last record of the topic handed over,
 the records/s over it, and Sluice's CPU time (psutil) over the same span against the record bytes it filtered
@@ -42,7 +42,8 @@ broker assigns, Sluice lays slices over its assignment at each member's heartbea
 heartbeat intervals.
 
 JSON lines on stdout: per configuration ``{"bench": "sharing", "path", "client", "batch_records", "consumers",
-"records", "seconds", "records_per_s", "sluice_cpu_s", "filtered_mib", "lost", "duplicated", "out_of_order",
+"records", "seconds", "records_per_s", "sluice_cpu_s", "filtered_mib", "commits", "commit_ms_p50", "commit_ms_max"
+(each consumer's synchronous commits, from its call to its answer), "lost", "duplicated", "out_of_order",
 "unexpected", ...}``; last line ``{"summary": "sharing", "client", "batch_records", "speedup_vs_no_sharing",
 "speedup_vs_direct", "cpu_s_per_filtered_mib", "goals", "met", "lost", "duplicated", "out_of_order", "unexpected",
 "correct", ...}`` (bench/support/verdict.py): the check over every configuration, key by key (each record once,
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 import tempfile
 import threading
@@ -189,11 +191,27 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
                 "commit_interval_s": args.commit_interval_s, "records_per_s": round(args.records / seconds, 1),
                 "per_consumer": [len(rs) for rs in timed],
                 "sluice_cpu_s": round(cpu1 - cpu0, 3), "filtered_mib": round((bytes1 - bytes0) / 2**20, 3),
-                **check_keys(args.records, args.keys, timed).fields()}
+                **commit_times(members), **check_keys(args.records, args.keys, timed).fields()}
         emit(line)
         return line
     finally:
         stop_all(members)
+
+
+def commit_times(members: list[ConsumerProcess]) -> dict[str, Any]:
+    """The consumers' synchronous commits as they felt them: from each ``committing`` to its ``commit`` (or
+    ``commit_failed``), as reported, median and largest in ms over every consumer's commits."""
+    took = []
+    for m in members:
+        start = None
+        for t, e in m.timed_events():
+            if "committing" in e:
+                start = t
+            elif start is not None and ("commit" in e or "commit_failed" in e):
+                took.append((t - start) * 1000)
+                start = None
+    return {"commits": len(took), "commit_ms_p50": round(statistics.median(took), 1) if took else None,
+            "commit_ms_max": round(max(took), 1) if took else None}
 
 
 def main(argv: list[str] | None = None) -> int:

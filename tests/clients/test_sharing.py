@@ -13,6 +13,7 @@ record the killed consumer had committed is delivered again (records it had not 
 from __future__ import annotations
 
 import contextlib
+import signal
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -24,10 +25,15 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.fleet.topics import read_to_end
+from proxy.policies.sharing import Sharing
+from proxy.policies.sharing.frontier import slice_group
+from proxy.wire.messages import request_codec
+from proxy.wire.model import Message
 from rig.group_consumer import stop_all
 from rig.java_tools import CONFIG_COMMAND, JavaTools
 from rig.kafka import KIP848_SETTLE_S, KafkaBroker
 from rig.proxy_thread import ProxyThread
+from rig.raw import RawClient
 from rig.sluice_process import SluiceProcess
 from tests.support.faults import wait_until
 from tests.support.sharing import (
@@ -50,6 +56,7 @@ from tests.support.sharing import (
     wait_for_all,
     wait_for_end_commits,
 )
+from tests.support.topics import committed_offsets
 
 pytestmark = pytest.mark.broker
 
@@ -653,3 +660,58 @@ def test_mixed_classic_and_kip848_members_of_one_group(kafka_broker: KafkaBroker
         settled(lambda: (float(all(m.assignment is not None for m in members[4:])),
                          float(hash(str([m.assignment for m in members])))), quiet_s=KIP848_SETTLE_S)
         consumed_once(kafka_broker, topic, members, "upgrade")
+
+
+def test_a_fenced_members_late_commit_is_refused_and_moves_no_position(sluice: ProxyThread, kafka_broker: KafkaBroker,
+                                                                       unique_topic: str) -> None:
+    """Two kafka-python members share one partition through one Sluice; a is stopped (SIGSTOP) until the coordinator
+    expels it (its session times out) and records produced meanwhile are b's once it holds the partition whole. a's
+    late commit of the partition's end, sent as a (its client id, member id and generation) once it was expelled, is
+    refused with UNKNOWN_MEMBER_ID, as ClassicGroup.validateOffsetCommit refuses it without Sluice, and moves no
+    committed position: b gets every record a had not committed, once."""
+    topic = f"share-{unique_topic}"[:200]
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    group = f"g-{topic}"
+    assignments = sluice.total("sluice_sharing_assignments_total")
+    a = python_member("kafka-python", sluice.bootstrap, topic, group, "fence-a")
+    b = python_member("kafka-python", sluice.bootstrap, topic, group, "fence-b")
+    with members_of(a, b) as members:
+        settled(lambda: (sluice.total("sluice_sharing_partition_members", group=group),
+                         sluice.total("sluice_sharing_assignments_total") - assignments)
+                if stable_members(admin, group) == 2 else (0.0, 0.0))
+        assert sluice.total("sluice_sharing_partition_members", group=group) == 2
+        first = produce(kafka_broker.bootstrap, topic, 200, keys=40, tag="first")
+        wait_for_all(members, {v for _, v in first})
+        wait_for_end_commits(kafka_broker.bootstrap, topic, group, 1)
+        sharing = sluice.proxy.policy("sharing")
+        assert isinstance(sharing, Sharing)
+        m = sharing.members.get(("127.0.0.1", "fence-a"))
+        assert m is not None and m.partitions
+        member_id, generation, s = m.member_id, m.generation, m.partitions[(topic, 0)].slice
+        before = committed_offsets(admin, slice_group(group, s), topic, 1)
+        assert before[0] > 0
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            second = produce(kafka_broker.bootstrap, topic, 100, keys=40, tag="second")
+
+            def expelled() -> bool:
+                ids = [x.member_id for x in admin.describe_consumer_groups([group])[group].result(30).members]
+                return member_id not in ids and len(ids) == 1
+
+            wait_until(expelled, 60, "the coordinator to expel the stopped member")
+            host, port = sluice.bootstrap.rsplit(":", 1)
+            with RawClient(host, int(port), client_id="fence-a") as raw:
+                found = raw.request(10, 4, request_codec(10, 4).default().replace(key_type=0, coordinator_keys=[group]))
+            coordinator = found.coordinators[0]
+            with RawClient(coordinator.host, coordinator.port, client_id="fence-a") as raw:
+                answer = raw.request(8, 8, request_codec(8, 8).default().replace(
+                    group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
+                    group_instance_id=None, topics=[Message(name=topic, partitions=[Message(
+                        partition_index=0, committed_offset=300, committed_leader_epoch=-1, committed_metadata="")])]))
+            assert answer.topics[0].partitions[0].error_code == 25  # UNKNOWN_MEMBER_ID, as the coordinator gives it
+            wait_for_all([b], {v for _, v in second})
+        finally:
+            a.kill()  # stopped: it would not end on SIGTERM
+        assert committed_offsets(admin, slice_group(group, s), topic, 1) == before  # a's slice: where a left it
+        check_exactly_once(members, first + second)

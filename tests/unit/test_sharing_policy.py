@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
+
 from proxy.core.broker_calls import BrokerCalls, Work
 from proxy.core.chain import ChainConnection
 from proxy.core.exchange import Exchange
@@ -277,17 +279,21 @@ def test_commits_store_slice_positions_and_the_group_gets_the_stable_offset() ->
         assert offset_fetch_answer(c, ex, {0: 100}) == {0: (100, "")}
     ex = commit(m1, {0: 130})
     # m1's position is its slice's; the group's commit goes on with the stable offset: m2's slice is at 100
-    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)] == Committed(130, -1, "mine")
     part = sent(ex).topics[0].partitions[0]
     assert part.committed_offset == 100 and decode_metadata(part.committed_metadata) == ([2], None)
+    assert slice_group(GROUP, Slice(0, 2)) not in fake.offsets  # the slice's commit follows the group's
+    committed_answer(m1, ex)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)] == Committed(130, -1, "mine")
     fake.offsets[GROUP][(TOPIC, 0)] = Committed(100, -1, part.committed_metadata)
     ex = commit(m2, {0: 120})
     part = sent(ex).topics[0].partitions[0]
     assert part.committed_offset == 120  # min(130, 120)
+    committed_answer(m2, ex)
     assert proxy.metrics.total("sluice_sharing_stable_offset_lag", group=GROUP) == 10
     # a commit behind the slice's start changes nothing
     calls = len(fake.calls)
     ex = commit(m1, {0: 90})
+    committed_answer(m1, ex)
     assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 130
     assert sent(ex).topics[0].partitions[0].committed_offset >= 100 and len(fake.calls) == calls + 1
 
@@ -312,23 +318,43 @@ def two_members_of_partition_0_at_100() -> tuple[FakeCoordinators, Client, Clien
 
 
 def test_two_members_committing_at_once_leave_the_group_at_the_stable_offset() -> None:
-    """m1 reads m2's slice before m2's commit (stable 100), m2 reads m1's (stable 120); the group's commit of 120
-    lands first, m1's 100 last: m1 reads again once its commit is in, and commits 120 as m1 (its generation)."""
+    """m1 and m2 each read the other's slice before the other's commit (stable 100 both); m2's commits land first,
+    then m1's: m1 reads again once its slice's commit is in, and commits the stable offset, 120, as m1 (its
+    generation)."""
     fake, m1, m2 = two_members_of_partition_0_at_100()
     first = commit(m1, {0: 130})
     assert sent(first).topics[0].partitions[0].committed_offset == 100  # m2's slice as read: at 100
     second = commit(m2, {0: 120})
-    assert sent(second).topics[0].partitions[0].committed_offset == 120
-    fake.offsets[GROUP][(TOPIC, 0)] = Committed(120, -1, sent(second).topics[0].partitions[0].committed_metadata)
+    assert sent(second).topics[0].partitions[0].committed_offset == 100  # m1's slice as read: at 100
+    fake.offsets[GROUP][(TOPIC, 0)] = Committed(100, -1, sent(second).topics[0].partitions[0].committed_metadata)
     calls = len(fake.calls)
     committed_answer(m2, second)
-    assert len(fake.calls) == calls  # m2's stable offset is its own position: nothing to read again
+    assert not any(c.commits and GROUP in c.commits for c in fake.calls[calls:])  # read again: m1 still at 100
     fake.offsets[GROUP][(TOPIC, 0)] = Committed(100, -1, sent(first).topics[0].partitions[0].committed_metadata)
+    calls = len(fake.calls)
     committed_answer(m1, first)
     assert fake.offsets[GROUP][(TOPIC, 0)].offset == 120
-    raised = [c for c in fake.calls[calls:] if c.commits]
+    raised = [c for c in fake.calls[calls:] if c.commits and GROUP in c.commits]
     assert len(raised) == 1 and raised[0].as_member == {GROUP: (1, m1.member_id, None)}
     assert fake.calls[-1].reads and not fake.calls[-1].commits  # read once more: nothing left to raise
+
+
+@pytest.mark.parametrize("error", [22, 25, 27, 113])
+def test_a_fenced_members_late_commit_gets_the_coordinators_error_and_moves_no_position(error: int) -> None:
+    """A member the coordinator fenced (classic: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS;
+    KIP-848: STALE_MEMBER_EPOCH, ConsumerGroup.validateOffsetCommit) commits late, after its slice went to another
+    member: the group's commit is refused with that error, which the client gets as the coordinator gave it, and
+    the slice's position stays where the slice's next holder read it (a simple commit of it, which no coordinator
+    checks, would have moved it past records the next holder has yet to deliver)."""
+    fake, m1, _ = two_members_of_partition_0_at_100()
+    calls = len(fake.calls)
+    ex = commit(m1, {0: 130})
+    body = response_codec(OFFSET_COMMIT, V_OC).default().replace(topics=[
+        Message(name=TOPIC, partitions=[Message(partition_index=0, error_code=error)])])
+    assert m1.answer(ex, body).topics[0].partitions[0].error_code == error
+    assert not [c for c in fake.calls[calls:] if c.commits]  # no position committed, nothing read again
+    assert slice_group(GROUP, Slice(0, 2)) not in fake.offsets
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 100
 
 
 def test_a_commit_of_a_partition_released_is_its_old_slices_position_not_the_groups() -> None:
@@ -350,6 +376,7 @@ def test_a_commit_of_a_partition_released_is_its_old_slices_position_not_the_gro
                                 "m2": assignment({TOPIC: [2]}), "m6": assignment({})})
     assert got["m2"] == assignment({TOPIC: [1]})
     ex = commit(m2, {0: 130, 1: 50})
+    committed_answer(m2, ex)
     assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)] == Committed(130, -1, "mine")
     parts = {part.partition_index: part for part in sent(ex).topics[0].partitions}
     assert parts[0].committed_offset == 100 and decode_metadata(parts[0].committed_metadata) == ([2], None)
@@ -358,6 +385,7 @@ def test_a_commit_of_a_partition_released_is_its_old_slices_position_not_the_gro
     # still slice 0/2's; the stable offset is now the lower of the two slices' positions
     assert got["m1"] == assignment({})
     ex = commit(m1, {0: 120})
+    committed_answer(m1, ex)
     assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)] == Committed(120, -1, "mine")
     assert sent(ex).topics[0].partitions[0].committed_offset == 120
 
@@ -434,6 +462,43 @@ def test_a_partition_kept_with_a_grown_slice_is_left_out_and_its_member_rejoins(
     got = sync_all([m1, m3, m4], 3, {"m1": assignment({TOPIC: [0]}), "m3": assignment({TOPIC: [1]}),
                                       "m4": assignment({TOPIC: [2]})})
     assert got["m1"] == assignment({TOPIC: [0]})
+
+
+def test_a_partition_kept_with_a_narrower_slice_is_left_out_and_its_member_rejoins() -> None:
+    """m1 holds partition 0 whole and its client has fetched records of every key; the next generation splits the
+    partition between m1 and a new member. Narrowed in place, m1's client would still deliver the records it fetched
+    of the keys it lost, which their new holder starts from the last commit: twice. So the partition is left out of
+    m1's assignment this generation and m1 rejoins; in the generation after, it is new to m1's client, which starts
+    from its slice's committed position."""
+    proxy, _ = sharing_proxy()
+    clients, got = form_group(proxy, 3)  # m1 holds partition 0 whole
+    assert got["m1"] == assignment({TOPIC: [0]})
+    m4 = Client(proxy, "app-4", 4)
+    m4.member_id = "m1b"
+    members = [clients[0], m4, *clients[1:]]  # range, by member id: p0 m1 m1b, p1 m2, p2 m3
+
+    def generation(n: int) -> dict[str, bytes]:
+        exchanges = [join(c) for c in members]
+        joined = [(c.member_id, bytes(sent(ex).protocols[0].metadata))
+                  for c, ex in zip(members, exchanges, strict=True)]
+        for c, ex in zip(members[1:], exchanges[1:], strict=True):
+            join_answer(c, ex, [], generation=n, leader="m1")
+        join_answer(members[0], exchanges[0], joined, generation=n)
+        return sync_all(members, n, {"m1": assignment({TOPIC: [0]}), "m1b": assignment({}),
+                                     "m2": assignment({TOPIC: [1]}), "m3": assignment({TOPIC: [2]})})
+
+    got = generation(2)
+    assert got["m1"] == assignment({})  # slice 0/2 of the partition it held whole: left out this generation
+    assert got["m1b"] == assignment({TOPIC: [0]})  # slice 1/2: a partition new to its client
+    hb = clients[0].send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
+        group_id=GROUP, generation_id=2, member_id="m1", group_instance_id=None))
+    assert hb.answer is not None
+    assert decode_response(HEARTBEAT, V_HB, hb.answer[4:])[1].error_code == 27  # REBALANCE_IN_PROGRESS
+    got = generation(3)
+    assert got["m1"] == assignment({TOPIC: [0]}) and got["m1b"] == assignment({TOPIC: [0]})
+    policy: Sharing = proxy.policy("sharing")
+    m = policy.members.get(("10.0.0.1", "app-1"))
+    assert m is not None and {tp: st.slice for tp, st in (m.partitions or {}).items()} == {(TOPIC, 0): Slice(0, 2)}
 
 
 def test_collision_two_consumers_with_one_client_id_are_not_marked() -> None:
@@ -682,9 +747,12 @@ def test_offset_fetch_and_commit_v10_name_topics_by_id() -> None:
         topics=[Message(topic_id=TOPIC_ID, partitions=[Message(partition_index=0, committed_offset=150,
                                                                committed_leader_epoch=-1, committed_metadata="")])])
     ex = m1.send(OFFSET_COMMIT, 10, body)
-    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 150
     topic = sent(ex).topics[0]
     assert topic.topic_id == TOPIC_ID and topic.partitions[0].committed_offset == 100  # the stable offset
+    answer = response_codec(OFFSET_COMMIT, 10).default().replace(topics=[
+        Message(topic_id=TOPIC_ID, partitions=[Message(partition_index=0, error_code=0)])])
+    assert m1.answer(ex, answer).topics[0].topic_id == TOPIC_ID
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 150
 
 
 def test_a_commit_of_last_record_plus_one_moves_past_what_was_left_out() -> None:
@@ -695,10 +763,11 @@ def test_a_commit_of_last_record_plus_one_moves_past_what_was_left_out() -> None
     got = {c.member_id: [o for o, _ in fetch(c, records(40))] for c in (m1, m2)}
     # slice 0/2 holds 102, 106, ..., 139; slice 1/2 100, 101, 103, ..., 133
     assert got["m1"][:2] == [102, 106] and got["m1"][-1] == 139 and got["m2"][-1] == 133
-    commit(m1, {0: 103})  # one past its first record: 103-105 were the other slice's
+    committed_answer(m1, commit(m1, {0: 103}))  # one past its first record: 103-105 were the other slice's
     assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 106
-    commit(m1, {0: 140})
+    committed_answer(m1, commit(m1, {0: 140}))
     ex = commit(m2, {0: 134})  # its last record + 1: 134-139 were the other slice's
+    committed_answer(m2, ex)
     assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 140
     assert sent(ex).topics[0].partitions[0].committed_offset == 140  # the stable offset: the partition's end
 
@@ -851,6 +920,23 @@ def test_a_slice_idle_past_its_committed_position_is_committed_on_by_sluice() ->
     assert m2 is not None
 
 
+def test_a_fenced_members_idle_slice_is_not_committed_on_by_sluice() -> None:
+    """Once the coordinator refused a member's commit as fenced, Sluice no longer commits its idle slice on itself
+    (a simple commit, which no coordinator checks: the slice may be another member's by now) until it holds a slice
+    of another generation."""
+    fake, m1, _ = two_members_of_partition_0_at_100()
+    ex = commit(m1, {0: 105})
+    m1.answer(ex, response_codec(OFFSET_COMMIT, V_OC).default().replace(topics=[
+        Message(name=TOPIC, partitions=[Message(partition_index=0, error_code=25)])]))  # UNKNOWN_MEMBER_ID
+    m1.proxy.clock.now += 10
+    calls = len(fake.calls)
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)),
+                 may_resend=False)
+    assert not [c for c in fake.calls[calls:] if c.commits]
+    assert slice_group(GROUP, Slice(0, 2)) not in fake.offsets
+    assert m1.proxy.metrics.total("sluice_sharing_read_ahead_total", event="advanced") == 0
+
+
 def test_a_fetch_sent_again_goes_through_sluices_own_fetch_session_in_terminate_mode() -> None:
     """[sessions] mode = "terminate": the request sent again is the client's request as sharing made it, which
     terminate sends in its own upstream session like any other (the policies after the asking one take it as a new
@@ -896,6 +982,7 @@ def test_a_commit_of_a_slice_waits_for_sluices_own_commit_of_it_in_flight() -> N
     while ex.pending is not None:
         assert ex.pending.settled
         proxy.chain.on_request(m1.conn, ex)
+    committed_answer(m1, ex)
     assert [c.commits for c in fake.calls if c.commits][-1] == {slice_group(GROUP, Slice(0, 2)): {
         (TOPIC, 0): (130, "")}}
     assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 130
@@ -1001,8 +1088,9 @@ def test_kip848_a_commit_of_a_partition_the_member_let_go_is_its_old_slices_posi
     assert cg_answer(c2, cg_heartbeat(c2, 3, None), 3, None) == []
     assert cg_answer(c2, cg_heartbeat(c2, 3, []), 3, None) is None  # its client let partition 0 go
     ex = commit(c2, {0: 150})
-    assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 150
     assert sent(ex).topics[0].partitions[0].committed_offset == 100  # m1's slice is at 100
+    committed_answer(c2, ex)
+    assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 150
 
 
 def test_kip848_a_narrower_slice_is_revoked_first_so_records_the_client_has_already_are_not_handed_twice() -> None:

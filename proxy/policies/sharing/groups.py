@@ -15,13 +15,14 @@ members at once, for unmodified clients):
 - KIP-848 groups (``group.protocol=consumer``, ConsumerGroupHeartbeat) are :mod:`.heartbeats`'.
 
 A partition the client keeps across a rebalance: clients go on from their own position in it without reading its
-committed offset again (cooperative rebalancing always; kafka-python's eager rebalancing too:
-``SubscriptionState.assign_from_subscribed`` keeps the state of partitions in both assignments). With a new slice
-that holds keys the old one did not, that position may be past records of those keys no one consumed yet. Such
-partitions are left out of the member's assignment this generation and the member is made to rejoin: in the next
-generation the partition is new to it, and it starts from its slice's committed position (what Kafka's
-cooperative protocol does for a partition that moves: revoke first, assign in the next round). A new slice inside
-the old one needs none of this: every record of its keys below the client's position was this member's.
+committed offset again, and with the records they fetched already (cooperative rebalancing always; kafka-python's
+eager rebalancing too: ``SubscriptionState.assign_from_subscribed`` keeps the state of partitions in both
+assignments). With a new slice that holds keys the old one did not, that position may be past records of those keys
+no one consumed yet; with a narrower one, the client still delivers the records it fetched of the keys it lost,
+which their next holder starts from the old slice's last commit: twice. So a partition whose slice changes is left
+out of the member's assignment this generation and the member is made to rejoin: in the next generation the
+partition is new to it, and it starts from its slice's committed position (what Kafka's cooperative protocol does
+for a partition that moves: revoke first, assign in the next round; KIP-848 groups likewise, :mod:`.heartbeats`).
 """
 
 from __future__ import annotations
@@ -240,12 +241,12 @@ def sync_response(p: SharingState, ex: Exchange, response: ResponseView, info: C
         handed = {(t, part): (slices or {}).get((t, part), WHOLE)
                   for t, ps in parts.items() if t in m.marked and p.shareable(t) for part in ps}
         before = m.partitions or {}
-        # A partition the client keeps with a slice that is not inside its old one: the client would go on from
-        # its old position, past records of keys it did not hold (see the module docstring)
-        drop = {tp for tp, s in handed.items() if tp in before and not before[tp].slice.contains(s)}
+        # A partition the client keeps with another slice: the client would go on from its old position, past
+        # records of keys it did not hold, or deliver the records it fetched of keys it lost (the module docstring)
+        drop = {tp for tp, s in handed.items() if tp in before and before[tp].slice != s}
         for tp in drop:
             del handed[tp]
-        m.hold({tp: before[tp].narrowed(s) if tp in before else PartitionState(s) for tp, s in handed.items()})
+        m.hold({tp: before.get(tp) or PartitionState(s) for tp, s in handed.items()})
         m.blocked = False
         m.generation = ex.body.generation_id
         if m.recovering is not None:  # the group said it anew: a recovery still running must not overwrite it

@@ -49,19 +49,12 @@ class PartitionState:
     #: offsets read that hold nothing it has yet to be handed: where its fetches start and its commits land
     #: (:mod:`.cursor`)
     gaps: Gaps = field(default_factory=Gaps)
-    #: the slice's position as this Sluice last committed (or sent to be committed) or read it (-1: not known), the
+    #: the slice's position as this Sluice last committed or read it (-1: not known), the
     #: commit of it in flight from this Sluice (one at a time: the next waits, so a lower one never lands last), and
     #: when Sluice may commit it on past a gap itself next (:func:`.offsets.advance`)
     committed: int = -1
     writing: Signal | None = None
     advance_after: float = 0.0
-
-    def narrowed(self, s: Slice) -> PartitionState:
-        """This partition held with ``s``, a slice inside this one (the client goes on from its position)."""
-        if s == self.slice:
-            return self
-        table = self.frontier.done_table(s) if self.frontier is not None else None
-        return PartitionState(s, self.frontier, table, self.start)
 
 
 @dataclass(slots=True)
@@ -124,6 +117,9 @@ class Member:
     kip848: HeartbeatState | None = None
     #: the recovery of its slices from the group (after a Sluice restart), while it runs
     recovering: Signal | None = None
+    #: the generation (a KIP-848 member: epoch) its client's commit was refused at as fenced: Sluice commits none of
+    #: its slices on itself (:func:`.offsets.advance`) until it holds another
+    fenced_at: int | None = None
 
     @property
     def known(self) -> bool:

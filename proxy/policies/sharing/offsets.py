@@ -6,14 +6,17 @@
   (the lowest frontier over its keys) with the metadata it committed, and the member's fetches are filtered from
   then on by the committed-work filter of that frontier. If the read fails, the member is told to retry
   (COORDINATOR_LOAD_IN_PROGRESS), never given an offset Sluice cannot vouch for.
-- **OffsetCommit** of such a member: its offset is its slice's position. Sluice commits it in the slice's group
-  (skipped when it is not past the slice's start: a commit behind changes nothing), reads the other slices'
-  positions in the same call, and the member's request goes on with the partition's stable offset instead (and
-  the layouts to remember in its metadata), so the group's commit, fenced by the coordinator with the member's
-  generation like any, never gets ahead of what every slice has consumed. If Sluice's own commit fails, the
-  client's commit fails with COORDINATOR_NOT_AVAILABLE (retriable) and nothing is written. A commit of a partition
-  the member released at a SyncGroup (kafka-go commits what it read in an earlier generation) is the position of
-  the slice it held there (``Member.released``).
+- **OffsetCommit** of such a member: its offset is its slice's position. Sluice reads the slices' positions, and
+  the member's request goes on with the partition's stable offset instead (and the layouts to remember in its
+  metadata), so the group's commit never gets ahead of what every slice has consumed. The coordinator checks that
+  commit with the member's generation (classic: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS,
+  GroupMetadataManager / ClassicGroup.validateOffsetCommit) or member epoch (KIP-848: STALE_MEMBER_EPOCH,
+  UNKNOWN_MEMBER_ID, ConsumerGroup.validateOffsetCommit); only once it is in does Sluice commit the slice's position
+  in the slice's group (a simple commit, which no coordinator checks: skipped when it is not past the slice's
+  start, a commit behind changes nothing). So a fenced member's late commit gets the coordinator's error and moves
+  no position, as without Sluice. If Sluice's read fails, the client's commit fails with COORDINATOR_NOT_AVAILABLE
+  (retriable) and nothing is written. A commit of a partition the member released at a SyncGroup (kafka-go commits
+  what it read in an earlier generation) is the position of the slice it held there (``Member.released``).
 - **Recovery** after a Sluice restart (:func:`recover`): a member's client keeps consuming while its new Sluice
   knows nothing; its first group request names the group and member id, and Sluice reads the member's assignment
   back from the group (DescribeGroups: the broker stores the assignment the leader sent, slices included) and the
@@ -22,6 +25,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +48,10 @@ log = get_logger("sluice.sharing")
 
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
+#: the commit errors of a member the coordinator no longer takes as a member of its generation or epoch
+#: (ClassicGroup / ConsumerGroup.validateOffsetCommit): ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS,
+#: FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH
+FENCED = frozenset({22, 25, 27, 82, 110, 113})
 
 
 def _member(p: SharingState, ex: Exchange, info: ConnectionInfo, group: str, member_id: str) -> Member | None:
@@ -73,8 +81,12 @@ class OffsetTicket:
     read: FrontierRead | None = None
     #: OffsetCommit: per partition, the offset and metadata the client committed
     commits: dict[TopicPartition, tuple[int, str | None]] = field(default_factory=dict)
-    #: OffsetCommit: the partitions whose stable offset went on below the member's own position (another slice's
-    #: position, as read, held it back), to read again once the commit is in (:func:`_raise_stable`)
+    #: OffsetCommit: the slices' positions (slice group -> partition -> offset and metadata), committed once the
+    #: group's commit of their partition is in (:func:`offset_commit_response`)
+    slices: dict[str, dict[TopicPartition, tuple[int, str | None]]] = field(default_factory=dict)
+    #: OffsetCommit: the partitions to read again once the commits are in (:func:`_raise_stable`): those whose stable
+    #: offset went on below the member's own position (another slice's position, as read, held it back), and those
+    #: whose slice's position is committed after the group's (another member's read may have missed it)
     recheck: dict[TopicPartition, Slice] = field(default_factory=dict)
 
 
@@ -146,19 +158,23 @@ def _plan_fetch(p: SharingState, ex: Exchange, m: Member, group: str,
     wanted = {tp: s for tp in wanted_tps if (s := _slice_for(p, m, tp)) is not None}
     if not wanted:
         return None
+    if (writing := _writing_any(m, wanted)) is not None:
+        ex.pending = writing  # the slice's position is read once the commit of it in flight is in
+        return OffsetTicket(m, group, {})
     ticket = OffsetTicket(m, group, wanted)
-    ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted), most=_most(p, group))
+    ticket.read = FrontierRead(p, group, wanted, _layouts(m, wanted))
     ex.pending = ticket.read
     ex.collect = True  # the answer is edited: each partition's slice start
     return ticket
 
 
-def _most(p: SharingState, group: str) -> int:
-    """The largest layout count ``group`` can have had, as far as this Sluice knows: a KIP-848 group's members, from
-    its latest description (its layouts changed at each member's heartbeat, some of them maybe dropped from the
-    group's commit metadata by concurrent commits: :mod:`.reads`); 0 for a classic group."""
-    lay = p.layouts.get(group)
-    return lay.members if lay is not None else 0
+def _writing_any(m: Member, tps: Any) -> Signal | None:
+    """A commit of the slice of one of ``tps`` in flight from this Sluice (:attr:`PartitionState.writing`)."""
+    for tp in tps:
+        state = (m.partitions or {}).get(tp)
+        if state is not None and state.writing is not None and not state.writing.settled:
+            return state.writing
+    return None
 
 
 def _layouts(m: Member, tps: Any) -> dict[TopicPartition, set[int]]:
@@ -275,8 +291,8 @@ def _plan_commit(p: SharingState, ex: Exchange, m: Member, body: Message) -> Off
             if s.whole and state is not None and state.frontier is not None and not state.frontier.positions:
                 continue  # a whole partition no slice ever consumed: the client's commit is the plain one
             if state is not None and state.writing is not None and not state.writing.settled:
-                # Sluice's own commit of this slice is in flight (offsets.advance): this one is sent after it,
-                # so the later position lands last
+                # a commit of this slice is in flight from this Sluice (the client's previous one, or
+                # offsets.advance): this one is sent after it, so the later position lands last
                 ex.pending = state.writing
                 return OffsetTicket(m, group, {})
             wanted[tp] = s
@@ -289,14 +305,8 @@ def _plan_commit(p: SharingState, ex: Exchange, m: Member, body: Message) -> Off
                 own.setdefault(slice_group(group, s), {})[tp] = commits[tp]
     if not wanted:
         return None
-    ticket = OffsetTicket(m, group, wanted, commits=commits)
-    ticket.read = FrontierRead(p.submit, group, wanted, _layouts(m, wanted), commits=own, most=_most(p, group))
-    for commit in own.values():
-        for tp, (offset, _) in commit.items():
-            state = (m.partitions or {}).get(tp)
-            if state is not None and state.slice == wanted[tp]:
-                _writing(state, ticket.read)
-                state.committed = max(state.committed, offset)
+    ticket = OffsetTicket(m, group, wanted, commits=commits, slices=own)
+    ticket.read = FrontierRead(p, group, wanted, _layouts(m, wanted))
     ex.pending = ticket.read
     return ticket
 
@@ -344,7 +354,9 @@ def offset_commit_resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ti
                 if offset >= 0:
                     f = f.with_position(s, offset)
                 stable = f.stable()
-                if not s.whole and stable < offset:
+                if not s.whole and (stable < offset or any(tp in c for c in ticket.slices.values())):
+                    # read again once the slice's commit is in: another slice held the stable offset back, or this
+                    # slice's commit lands after the group's and another member's read may have missed it
                     ticket.recheck[tp] = s
                 lag[tp] = max(0, f.furthest() - stable)
                 metadata = encode_metadata(f.worth_keeping(s.count), client_md if s.whole else None,
@@ -357,27 +369,83 @@ def offset_commit_resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ti
         topics.append(t.replace(partitions=parts))
     ex.body = body.replace(topics=topics)
     p.metrics.sharing_stable_lag.labels(ticket.group).set(sum(lag.values()))
-    if ticket.recheck:
-        ex.collect = True  # the answer says whether the commit is in: then the stable offset is read again
+    if ticket.slices or ticket.recheck:
+        ex.collect = True  # the answer says whether the group's commit is in: then the slices' are made
         return ticket
     return None
 
 
 def offset_commit_response(p: SharingState, ex: Exchange, response: ResponseView, info: ConnectionInfo,
                            ticket: OffsetTicket) -> None:
-    """The member's commit is in: the partitions whose stable offset another slice held back are read again
-    (:func:`_raise_stable`)."""
+    """The member's commit is answered. The partitions the coordinator took get their slices' positions committed
+    (:func:`_commit_slices`); those it refused (the member fenced: its error goes to the client as the coordinator
+    gave it) keep every position as it was. Then the partitions whose stable offset another slice held back are
+    read again (:func:`_raise_stable`)."""
     assert isinstance(response, MessageResponse)
-    if not ticket.recheck:
-        return
-    done = {(name or "", part.partition_index) for t in response.body.topics if (name := _name(p, t)) is not None
-            for part in t.partitions if part.error_code == 0}
+    done: set[TopicPartition] = set()
+    refused: dict[str, int] = {}
+    for t in response.body.topics:
+        name = _name(p, t) or ""
+        for part in t.partitions:
+            if part.error_code == 0:
+                done.add((name, part.partition_index))
+            elif (name, part.partition_index) in ticket.wanted:
+                refused[f"{name}-{part.partition_index}"] = part.error_code
+    body = ex.body
+    member = (body.get("generation_id_or_member_epoch", -1), body.member_id, body.get("group_instance_id"))
+    m = ticket.member
+    if refused:
+        log.debug("sharing_commit_refused", group=ticket.group, client_id=ex.client_id, errors=refused)
+        if FENCED & set(refused.values()):
+            m.fenced_at = member[0]
     slices = {tp: s for tp, s in ticket.recheck.items() if tp in done}
-    if slices:
-        body = ex.body
-        member = (body.get("generation_id_or_member_epoch", -1), body.member_id, body.get("group_instance_id"))
-        _raise_stable(p, ticket.group, member, slices, _layouts(ticket.member, slices), STABLE_RECHECKS,
-                      ticket.member.kip848 is not None)
+
+    def recheck() -> None:
+        if slices:
+            _raise_stable(p, ticket.group, member, slices, _layouts(m, slices), STABLE_RECHECKS, m.kip848 is not None)
+
+    commits = {g: c for g, parts in ticket.slices.items() if (c := {tp: v for tp, v in parts.items() if tp in done})}
+    if commits:
+        _commit_slices(p, m, commits, recheck)
+    else:
+        recheck()
+
+
+def _commit_slices(p: SharingState, m: Member, commits: dict[str, dict[TopicPartition, tuple[int, str | None]]],
+                   then: Callable[[], None]) -> None:
+    """Commit slices' positions (simple commits in their slice groups), each after the commit of the same slice in
+    flight from this Sluice (a lower position landing last would deliver committed records again); ``then`` once they
+    are in. A failure leaves the slice's position behind the group's commit: its records since come again (at
+    least once), and the member's next commit carries it on."""
+    states = [(state, offset) for group, parts in commits.items() for tp, (offset, _) in parts.items()
+              if (state := (m.partitions or {}).get(tp)) is not None and slice_group(m.group, state.slice) == group]
+    waits = list({id(w): w for st, _ in states if (w := st.writing) is not None and not w.settled}.values())
+    done = Signal()
+    for state, _ in states:
+        _writing(state, done)
+
+    def submit() -> None:
+        if done.settled or any(not w.settled for w in waits):
+            return
+        call = p.submit(GroupCall(commits=commits))
+
+        def committed() -> None:
+            if call.ok:
+                for state, offset in states:
+                    state.committed = max(state.committed, offset)
+            else:
+                log.warning("sharing_commit_failed", group=m.group, client_id=m.key[1],
+                            error=call.error or str(call.committed))
+            done.settle()
+            if call.ok:
+                then()
+
+        call.on_settled(committed)
+
+    for w in waits:
+        w.on_settled(submit)
+    if not waits:
+        submit()
 
 
 #: how many times one commit's partitions are read again and raised (each round raises them, or ends it)
@@ -396,7 +464,7 @@ def _raise_stable(p: SharingState, group: str, member: tuple[int, str, str | Non
     Whichever group commit lands last, its member reads after it: the group is left at the stable offset of every
     slice commit made before that read, and a slice commit made after it is followed by its own member's commit and
     read. Failures end it (a rebalance: the next generation commits anew)."""
-    read = FrontierRead(p.submit, group, slices, layouts, most=_most(p, group))
+    read = FrontierRead(p, group, slices, layouts)
 
     def reread() -> None:
         if read.error is not None:
@@ -443,8 +511,11 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
     s = state.slice
     now = p.clock()
     if s.whole or not m.group or state.committed < 0 or now < state.advance_after \
-            or (state.writing is not None and not state.writing.settled) or (m.partitions or {}).get(tp) is not state:
-        return  # (a state replaced since the fetch: its slice's commits go through the new one)
+            or (state.writing is not None and not state.writing.settled) or (m.partitions or {}).get(tp) is not state \
+            or m.fenced_at == (m.kip848.epoch if m.kip848 is not None else m.generation):
+        # (a state replaced since the fetch: its slice's commits go through the new one; a member fenced: a slice
+        # commit is a simple one, which no coordinator checks, and its slice may be another member's by now)
+        return
     target = state.gaps.after(state.committed)[0]
     if target <= state.committed:
         return
@@ -518,7 +589,7 @@ def recover(p: SharingState, m: Member) -> Signal:
             m.recovering = None
             done.settle()
             return
-        read = FrontierRead(p.submit, m.group, handed, most=_most(p, m.group))
+        read = FrontierRead(p, m.group, handed)
 
         def frontiers() -> None:
             if m.recovering is done and read.error is None:

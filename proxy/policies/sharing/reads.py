@@ -14,13 +14,17 @@ Sans-IO: each round is a :class:`.group_calls.GroupCall` the I/O layer carries o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ...core.exchange import Signal
 from ...wire.model import TopicPartition
 from .frontier import Frontier, decode_metadata, slice_group
 from .group_calls import Committed, GroupCall
 from .keys import Slice
+
+if TYPE_CHECKING:
+    from .state import SharingState
 
 #: the most layout counts read densely (every count from 2 up); above it, only the counts named
 DENSE_MAX = 16
@@ -40,15 +44,14 @@ def _groups(group: str, tp: TopicPartition, layouts: set[int]) -> list[tuple[str
 
 
 class FrontierRead(Signal):
-    """The frontiers of ``slices``' partitions in ``group`` (after ``commits``, made first in the same call); ``most``:
-    the largest layout count the group can have had (:func:`read_counts`)."""
+    """The frontiers of ``slices``' partitions in ``group``, read through ``p``'s group calls; every layout count up
+    to the largest the group can have had is read (:func:`read_counts`: a KIP-848 group's member count, from its
+    latest description; none known for a classic group)."""
 
-    def __init__(self, submit: Callable[[GroupCall], GroupCall], group: str, slices: Mapping[TopicPartition, Slice],
-                 layouts: Mapping[TopicPartition, set[int]] | None = None,
-                 commits: dict[str, dict[TopicPartition, tuple[int, str | None]]] | None = None,
-                 most: int = 0) -> None:
+    def __init__(self, p: SharingState, group: str, slices: Mapping[TopicPartition, Slice],
+                 layouts: Mapping[TopicPartition, set[int]] | None = None) -> None:
         super().__init__()
-        self.submit = submit
+        self.submit = p.submit
         self.group = group
         self.slices = dict(slices)
         #: the outcome: per partition, the frontier, the group's own commit, and each slice's commit as read
@@ -56,27 +59,26 @@ class FrontierRead(Signal):
         self.plain: dict[TopicPartition, Committed] = {}
         self.read: dict[TopicPartition, dict[Slice, Committed]] = {tp: {} for tp in self.slices}
         self.error: str | None = None
-        self._most = most
-        self._layouts = {tp: read_counts({s.count} | set((layouts or {}).get(tp, ())), most)
+        known = p.layouts.get(group)
+        self._most = known.members if known is not None else 0
+        self._layouts = {tp: read_counts({s.count} | set((layouts or {}).get(tp, ())), self._most)
                          for tp, s in self.slices.items()}
-        self._round(self._layouts, commits, first=True)
+        self._round(self._layouts, first=True)
 
-    def _round(self, layouts: Mapping[TopicPartition, set[int]],
-               commits: dict[str, dict[TopicPartition, tuple[int, str | None]]] | None, first: bool) -> None:
+    def _round(self, layouts: Mapping[TopicPartition, set[int]], first: bool) -> None:
         reads: dict[str, set[TopicPartition]] = {}
         if first:
             reads[self.group] = set(self.slices)
         for tp, ks in layouts.items():
             for name, _ in _groups(self.group, tp, ks):
                 reads.setdefault(name, set()).add(tp)
-        call = GroupCall(commits=commits or {}, reads=reads)
+        call = GroupCall(reads=reads)
         self.submit(call)
         call.on_settled(lambda: self._settled(call, layouts, first))
 
     def _settled(self, call: GroupCall, layouts: Mapping[TopicPartition, set[int]], first: bool) -> None:
         if not call.ok:
-            failed = {g: c for g, parts in call.committed.items() for c in parts.values() if c}
-            self.error = call.error or f"commit refused: {failed}"
+            self.error = call.error or "read failed"
             self.settle()
             return
         more: dict[TopicPartition, set[int]] = {}
@@ -94,7 +96,7 @@ class FrontierRead(Signal):
                 if committed is not None:
                     self.read[tp][s] = committed
         if more:
-            self._round(more, None, first=False)
+            self._round(more, first=False)
             return
         for tp in self.slices:
             positions = {s: c.offset for s, c in self.read[tp].items() if c.offset >= 0}
