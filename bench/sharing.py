@@ -3,7 +3,8 @@ is the bottleneck, 6 consumers of 3 partitions sharing them through Sluice again
 sharing (through Sluice, the topic not shared) and straight to the broker, in one run, on a real broker.
 
 ``python -m bench.sharing [--records 24000] [--keys 6000] [--work-ms 1] [--client confluent]
-[--batch-records N] [--protocol classic|consumer] [--commit-interval-s 1] [--upstream H:P] [--check] [--smoke]``
+[--batch-records N] [--protocol classic|consumer] [--commit-interval-s 1] [--upstream H:P] [--compare REV [--pairs 3]]
+[--check] [--smoke]``
 
 Goal: ``speedup_vs_no_sharing`` >= 1.8; also Sluice's CPU per MiB of record bytes it filtered.
 
@@ -13,12 +14,16 @@ enabled`` for the topics named ``bench-sharing-*``. Three configurations of 6 co
 consumers that outnumber partitions are), ``sharing`` (through Sluice, a shared topic). For each, a fresh topic of
 3 partitions and a fresh group: the consumers (``python -m rig.group_consumer``, confluent-kafka by
 default, each its own client.id, range assignor, polls of at most 100 records, a synchronous commit at most every
-``--commit-interval-s``) start and join; once every consumer reports its assignment and the group has settled (the
-assignments are stable for 3 s), ``--records`` records of ``--keys`` keys (200-byte values) are produced, in
+``--commit-interval-s``) start and join with their partitions paused (``--paused-until``: in the group, fetching
+nothing); once every consumer reports its assignment paused and the group has settled (the assignments are stable
+for 3 s), ``--records`` records of ``--keys`` keys (200-byte values) are produced, in
 batches of the producers' making (three at once, ``linger.ms`` 20) or, with ``--batch-records N``, of at most N
 records
 (``batch.num.messages``; 1: a batch per record, a low-rate topic's shape, where most of a member's batches hold
-only the other slice's records and Sluice reads ahead past them, proxy/policies/sharing/cursor.py). Keys
+only the other slice's records and Sluice reads ahead past them, proxy/policies/sharing/cursor.py), and then every
+consumer resumes: the group works through a backlog, as consumers behind do, at the pace of their work. (Produced
+while the group consumed, the records came no faster than the producers sent them, which on 2 shared cores was at
+times slower than six consumers work: such a run timed the producers, not the group.) Keys
 spread over partitions and slices by their hash, so how evenly the work splits depends on how many there are: 6,000
 keys of 4 records each give slices within a few percent of each other; a few hundred keys make the largest slice,
 which sets the pace, markedly larger than the average (a property of key hashing, not of Sluice). Each record costs
@@ -29,12 +34,19 @@ one (Sluice writes the slice's position, reads the other slices' and then commit
 trips to the coordinator in turn), so committing after every poll (``--commit-interval-s 0``) lowers the sharing
 consumers' rate more than the others'.
 
-Measured: the time from the first record handed to any consumer to the last record of the topic handed over,
-the records/s over it, and Sluice's CPU time (psutil) over the same span against the record bytes it filtered
-(``sluice_sharing_filtered_bytes_total``: the shared partitions' record sets as fetched, before filtering). The
-check, from what the consumers reported, record by record: every record produced arrives (``lost``), once
-(``duplicated``), and each consumer gets each key's records in offset order (``out_of_order``). Benches here share
-2 cores with everything else on the machine: figures are noisy; compare configurations within one run.
+Measured: the longest of the consumers' spans, each from the first record handed to it to its last (the time the
+group takes over the backlog once each consumer is going: a paused client fetches again at a time of its own after
+``resume()``, librdkafka up to a second later; each one's delay to its first record is ``first_record_s``), the
+records/s over it, and Sluice's CPU time (psutil) from the backlog's production to its end against the record
+bytes it filtered (``sluice_sharing_filtered_bytes_total``: the shared partitions' record sets as fetched, before
+filtering). The check, from what the consumers reported, record by record: every record produced arrives
+(``lost``), once (``duplicated``), and each consumer gets each key's records in offset order (``out_of_order``).
+Benches here share 2 cores with everything else on the machine: figures are noisy; compare configurations within
+one run.
+
+``--compare REV``: the shared configuration runs ``--pairs`` times through this checkout's Sluice and as often
+through REV's (its ``proxy`` package, bench/support/revision.py), alternated, against the same unshared and direct
+runs; the summary is this checkout's median run, with each pair's two speed-ups (before, after).
 
 ``--protocol consumer``: the consumers use KIP-848's protocol (``group.protocol=consumer``, confluent-kafka): the
 broker assigns, Sluice lays slices over its assignment at each member's heartbeat (the broker's heartbeat interval:
@@ -100,7 +112,7 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
 def produce(bootstrap: str, topic: str, records: int, keys: int, batch_records: int | None) -> None:
     """``records`` records of ``keys`` keys, by :data:`PRODUCERS` producers at once, each producing every
     :data:`PRODUCERS`-th key (so each key's records in order): one producer sends ~4,600 one-record batches a second
-    here, slower than six sharing consumers take them, and would set the pace it is meant to measure."""
+    here, and the backlog is made before the group consumes it (not timed), so sooner by three."""
     from confluent_kafka import Producer
 
     batching = {"batch.num.messages": batch_records} if batch_records else {}
