@@ -138,10 +138,9 @@ def produce(bootstrap: str, topic: str, records: int, keys: int, batch_records: 
         raise RuntimeError("records not acknowledged")
 
 
-def paused_as_assigned(m: ConsumerProcess) -> bool:
-    """Whether the consumer holds paused what it was last assigned (``--paused-until``): it consumes nothing of the
-    backlog until the gate opens."""
-    events = m.reported()
+def paused_as_assigned(events: list[dict[str, Any]]) -> bool:
+    """Whether a consumer that reported ``events`` holds paused what it was last assigned (``--paused-until``): it
+    consumes nothing of the backlog until the gate opens."""
     assigned = [e["assigned"] for e in events if "assigned" in e]
     paused = [e["paused"] for e in events if "paused" in e]
     return not assigned or sorted(map(tuple, assigned[-1])) == sorted(map(tuple, paused[-1] if paused else []))
@@ -180,7 +179,7 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
     try:
         def settled() -> bool:
             assigned = [[(t, e["assigned"]) for t, e in m.timed_events() if "assigned" in e] for m in members]
-            if not all(paused_as_assigned(m) for m in members):
+            if not all(paused_as_assigned(m.reported()) for m in members):
                 return False
             # a KIP-848 member the broker gives nothing may never be told so (librdkafka calls no rebalance
             # callback for an empty assignment it already had)
