@@ -319,7 +319,12 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
                                     session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
                                     max_poll_records=a.max_poll_records,
                                     partition_assignment_strategy=(assignors[a.strategy],))
-        consumer.subscribe([a.topic], listener=Listener())
+        if a.assign:
+            # committed offsets (else auto_offset_reset), as a subscribed consumer starts
+            consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
+            _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
+        else:
+            consumer.subscribe([a.topic], listener=Listener())
         await asyncio.wait_for(consumer.start(), CALL_TIMEOUT_S)
         pacer = _Pacer(a.commit_interval_s)
         gate = _Gate(a.paused_until, consumer.assignment, lambda tps: consumer.pause(*tps),
@@ -519,7 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic",
                    help="group.protocol: consumer is KIP-848's (confluent)")
     p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
-                   help="assign() partitions 0..PARTITIONS-1 instead of subscribing (kafka-python, confluent)")
+                   help="assign() partitions 0..PARTITIONS-1 instead of subscribing "
+                        "(kafka-python, confluent, aiokafka)")
     p.add_argument("--paused-until", metavar="PATH",
                    help="hold the partitions assigned paused until the file PATH exists (a bench's backlog)")
     a = p.parse_args(argv)

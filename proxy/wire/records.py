@@ -35,6 +35,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
+from types import ModuleType
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -294,10 +295,20 @@ def _is_too_small(err: Exception) -> bool:
     return "buffer" in str(err)
 
 
+def _cramjam() -> ModuleType:
+    """cramjam, imported with the first compressed batch rather than at start.
+
+    It is ~1.5 MiB resident with its Rust codecs: a Sluice whose clients send uncompressed batches, or whose
+    policies decode no records, never loads it.
+    """
+    import cramjam
+
+    return cramjam
+
+
 def _decompress_bounded(module: object, data: memoryview, max_size: int, what: str) -> bytes:
     """Decompress into a buffer that grows (x4) up to ``max_size``: a bomb fails at the bound."""
-    import cramjam  # loaded with the first compressed batch (see decompress)
-
+    cramjam = _cramjam()
     size = min(max_size, max(64 * 1024, 4 * len(data)))
     while True:
         out = bytearray(size)
@@ -316,8 +327,7 @@ def _decompress_bounded(module: object, data: memoryview, max_size: int, what: s
 
 def _snappy_decompress(data: memoryview, max_size: int) -> bytes:
     """Snappy as Kafka's Java client writes it (xerial framing) or raw (other clients, e.g. librdkafka)."""
-    import cramjam  # loaded with the first compressed batch (see decompress)
-
+    cramjam = _cramjam()
     blocks: list[tuple[memoryview, int]] = []
     total = 0
     try:
@@ -365,10 +375,7 @@ def _snappy_decompress(data: memoryview, max_size: int) -> bytes:
 def decompress(compression: int, data: bytes | bytearray | memoryview, *,
                max_size: int = DEFAULT_MAX_DECOMPRESSED) -> bytes:
     """Decompress a records section; at most ``max_size`` bytes out, else CodecError."""
-    # cramjam (~1.5 MiB resident with its Rust codecs) is imported on the first compressed batch, not at start:
-    # a Sluice whose clients send uncompressed batches, or whose policies decode no records, never loads it
-    import cramjam
-
+    cramjam = _cramjam()
     view = memoryview(data)
     if compression == COMPRESSION_NONE:
         return bytes(view)
@@ -385,8 +392,7 @@ def decompress(compression: int, data: bytes | bytearray | memoryview, *,
 
 def compress(compression: int, data: bytes | bytearray | memoryview) -> bytes:
     """Compress a records section the way Kafka's Java producer frames it."""
-    import cramjam  # loaded with the first compressed batch (see decompress)
-
+    cramjam = _cramjam()
     if compression == COMPRESSION_NONE:
         return bytes(data)
     if compression == COMPRESSION_GZIP:

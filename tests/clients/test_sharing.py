@@ -2,7 +2,7 @@
 Java client (Kafka's console consumer), confluent-kafka, kafka-python and aiokafka, 6 consumers of a 3-partition
 topic, each with its own Sluice and all through one Sluice; a consumer killed with -9; every Sluice killed and
 restarted; a member without Sluice; KIP-848 groups (group.protocol=consumer); two consumers with one client.id;
-standalone consumers (assign()); transactions.
+standalone consumers (assign()), on a compacted topic too; transactions.
 
 Everything is judged from the clients' side (tests/support/sharing.py): every consumer receives records; together
 they receive every record exactly once, unchanged; each consumer gets each partition's records in offset order;
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from proxy.fleet.topics import read_to_end
 from rig.group_consumer import stop_all
 from rig.java_tools import CONFIG_COMMAND, JavaTools
 from rig.kafka import KIP848_SETTLE_S, KafkaBroker
@@ -471,6 +473,63 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
         assert proxy.total("sluice_sharing_read_ahead_total", event="moved") > 0
         metered = proxy.total("sluice_throttle_bytes_total", side="leader")
         assert 0 < metered < proxy.total("sluice_sharing_filtered_bytes_total")  # metered after filtering
+
+
+def test_a_compacted_topic_with_gaps_reaches_every_client_once(kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """A changelog-shaped topic (cleanup.policy=compact, records one per batch, every codec) whose cleaner has
+    really run before anyone reads it: most offsets are gone, so fetch offsets, read-ahead cursors and slice
+    positions land in gaps and batches start past the offset fetched. Three slices read from the start by
+    standalone consumers (a group's first member would read the whole history alone before the others join), each a
+    client kind: with fetch sessions (kafka-python) and without (confluent-kafka, aiokafka), through one Sluice
+    that also terminates fetch sessions and holds fetches to small budgets. Kafka's guarantee for a compacted topic
+    is the consumers' here (the cleaner may go on removing superseded records while they read): each key's latest
+    record arrives, every record the log still holds at the end was received, nothing is received twice or that
+    was never produced, each consumer's records in offset order, each key at one consumer; the group's commits
+    reach the partitions' ends."""
+    topic = f"share-{unique_topic}"[:200]
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1, config={
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"})])[topic].result(30)
+    produced = produce_one_per_batch(kafka_broker.bootstrap, topic, 300, keys=30, tag="cmp")
+    filler = Producer({"bootstrap.servers": kafka_broker.bootstrap, "acks": "all", "log_level": 0})
+
+    def log() -> set[str]:
+        return {v.decode() for _, v, _ in read_to_end({"bootstrap.servers": kafka_broker.bootstrap}, topic,
+                                                      f"direct-{topic}", 30, lambda denied: None) if v is not None}
+
+    def compacted() -> bool:
+        # Each look appends a superseding record of its partition's own key, so the active segment (never cleaned)
+        # rolls and the log stays dirty enough for the cleaner's next pass.
+        partition = len(produced) % PARTITIONS
+        key, value = f"filler-{partition}", f"filler-{len(produced):06d}"
+        filler.produce(topic, key=key.encode(), value=value.encode(), partition=partition)
+        assert filler.flush(30) == 0
+        produced.append((key, value))
+        return len(log()) < len(produced) // 2
+
+    wait_until(compacted, 90, "the cleaner to remove superseded records")
+    group = f"g-{topic}"
+    clients = ["confluent", "kafka-python", "aiokafka"]
+    settings = {**SHARING, "sessions.mode": "terminate",
+                "sharing.standalone": [{"client_id": f"cmp-{i}", "topic": topic, "slice": f"{i}/{len(clients)}"}
+                                       for i in range(len(clients))],
+                "size_limit.budgets": [{"client_id": "cmp-*", "fetch_max_bytes": 16384, "partition_max_bytes": 4096}]}
+    with ProxyThread(kafka_broker.bootstrap, **settings) as proxy, members_of(
+            *(python_member(client, proxy.bootstrap, topic, group, f"cmp-{i}", assign=PARTITIONS)
+              for i, client in enumerate(clients))) as members:
+        wait_for_all(members, set(dict(produced).values()))  # each key's last record, which the cleaner keeps
+        counts = Counter(g.value for m in members for g in m.received)
+        key_of = dict((v, k) for k, v in produced)
+        assert counts.keys() <= key_of.keys(), f"records never produced: {sorted(counts.keys() - key_of.keys())[:5]}"
+        twice = [v for v, n in counts.items() if n > 1]
+        assert not twice, f"{len(twice)} records delivered twice: {twice[:5]}\n{describe_twice(members, twice[:5])}"
+        assert log() <= counts.keys(), "records the log still holds were not received"
+        for m in members:
+            assert all(key_of[g.value] == g.key for g in m.received), "a record changed"
+            check_in_order(m)
+        check_keys_at_one_consumer(members)
+        assert all(m.received for m in members), [len(m.received) for m in members]
+    wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
 # ----------------------------------------------------------------------- KIP-848 groups (group.protocol=consumer)
