@@ -3,7 +3,8 @@ is the bottleneck, 6 consumers of 3 partitions sharing them through Sluice again
 sharing (through Sluice, the topic not shared) and straight to the broker, in one run, on a real broker.
 
 ``python -m bench.sharing [--records 24000] [--keys 6000] [--work-ms 1] [--client confluent]
-[--batch-records N] [--protocol classic|consumer] [--commit-interval-s 1] [--upstream H:P] [--check] [--smoke]``
+[--batch-records N] [--protocol classic|consumer] [--commit-interval-s 1] [--upstream H:P] [--compare REV [--pairs 3]]
+[--check] [--smoke]``
 
 Goal: ``speedup_vs_no_sharing`` >= 1.8; also Sluice's CPU per MiB of record bytes it filtered.
 
@@ -13,12 +14,16 @@ enabled`` for the topics named ``bench-sharing-*``. Three configurations of 6 co
 consumers that outnumber partitions are), ``sharing`` (through Sluice, a shared topic). For each, a fresh topic of
 3 partitions and a fresh group: the consumers (``python -m rig.group_consumer``, confluent-kafka by
 default, each its own client.id, range assignor, polls of at most 100 records, a synchronous commit at most every
-``--commit-interval-s``) start and join; once every consumer reports its assignment and the group has settled (the
-assignments are stable for 3 s), ``--records`` records of ``--keys`` keys (200-byte values) are produced, in
+``--commit-interval-s``) start and join with their partitions paused (``--paused-until``: in the group, fetching
+nothing); once every consumer reports its assignment paused and the group has settled (the assignments are stable
+for 3 s), ``--records`` records of ``--keys`` keys (200-byte values) are produced, in
 batches of the producers' making (three at once, ``linger.ms`` 20) or, with ``--batch-records N``, of at most N
 records
 (``batch.num.messages``; 1: a batch per record, a low-rate topic's shape, where most of a member's batches hold
-only the other slice's records and Sluice reads ahead past them, proxy/policies/sharing/cursor.py). Keys
+only the other slice's records and Sluice reads ahead past them, proxy/policies/sharing/cursor.py), and then every
+consumer resumes: the group works through a backlog, as consumers behind do, at the pace of their work. (Produced
+while the group consumed, the records came no faster than the producers sent them, which on 2 shared cores was at
+times slower than six consumers work: such a run timed the producers, not the group.) Keys
 spread over partitions and slices by their hash, so how evenly the work splits depends on how many there are: 6,000
 keys of 4 records each give slices within a few percent of each other; a few hundred keys make the largest slice,
 which sets the pace, markedly larger than the average (a property of key hashing, not of Sluice). Each record costs
@@ -29,12 +34,19 @@ one (Sluice reads the slices' positions, then the client commits the stable offs
 position: two round trips to the coordinator in turn before the client's answer), so committing after every poll
 (``--commit-interval-s 0``) lowers the sharing consumers' rate more than the others'.
 
-Measured: the time from the first record handed to any consumer to the last record of the topic handed over,
-the records/s over it, and Sluice's CPU time (psutil) over the same span against the record bytes it filtered
-(``sluice_sharing_filtered_bytes_total``: the shared partitions' record sets as fetched, before filtering). The
-check, from what the consumers reported, record by record: every record produced arrives (``lost``), once
-(``duplicated``), and each consumer gets each key's records in offset order (``out_of_order``). Benches here share
-2 cores with everything else on the machine: figures are noisy; compare configurations within one run.
+Measured: the longest of the consumers' spans, each from the first record handed to it to its last (the time the
+group takes over the backlog once each consumer is going: a paused client fetches again at a time of its own after
+``resume()``, librdkafka up to a second later; each one's delay to its first record is ``first_record_s``), the
+records/s over it, and Sluice's CPU time (psutil) from the backlog's production to its end against the record
+bytes it filtered (``sluice_sharing_filtered_bytes_total``: the shared partitions' record sets as fetched, before
+filtering). The check, from what the consumers reported, record by record: every record produced arrives
+(``lost``), once (``duplicated``), and each consumer gets each key's records in offset order (``out_of_order``).
+Benches here share 2 cores with everything else on the machine: figures are noisy; compare configurations within
+one run.
+
+``--compare REV``: the shared configuration runs ``--pairs`` times through this checkout's Sluice and as often
+through REV's (its ``proxy`` package, bench/support/revision.py), alternated, against the same unshared and direct
+runs; the summary is this checkout's median run, with each pair's two speed-ups (before, after).
 
 ``--protocol consumer``: the consumers use KIP-848's protocol (``group.protocol=consumer``, confluent-kafka): the
 broker assigns, Sluice lays slices over its assignment at each member's heartbeat (the broker's heartbeat interval:
@@ -64,6 +76,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.support.revision import extract_revision
 from bench.support.verdict import Delivery, add_options, at_least, delivery, emit, exit_status, summary
 from rig.group_consumer import ConsumerProcess, stop_all
 from rig.kafka import KIP848_SETTLE_S, KafkaBroker
@@ -101,7 +114,7 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
 def produce(bootstrap: str, topic: str, records: int, keys: int, batch_records: int | None) -> None:
     """``records`` records of ``keys`` keys, by :data:`PRODUCERS` producers at once, each producing every
     :data:`PRODUCERS`-th key (so each key's records in order): one producer sends ~4,600 one-record batches a second
-    here, slower than six sharing consumers take them, and would set the pace it is meant to measure."""
+    here, and the backlog is made before the group consumes it (not timed), so sooner by three."""
     from confluent_kafka import Producer
 
     batching = {"batch.num.messages": batch_records} if batch_records else {}
@@ -127,6 +140,14 @@ def produce(bootstrap: str, topic: str, records: int, keys: int, batch_records: 
         raise RuntimeError("records not acknowledged")
 
 
+def paused_as_assigned(events: list[dict[str, Any]]) -> bool:
+    """Whether a consumer that reported ``events`` holds paused what it was last assigned (``--paused-until``): it
+    consumes nothing of the backlog until the gate opens."""
+    assigned = [e["assigned"] for e in events if "assigned" in e]
+    paused = [e["paused"] for e in events if "paused" in e]
+    return not assigned or sorted(map(tuple, assigned[-1])) == sorted(map(tuple, paused[-1] if paused else []))
+
+
 def check_keys(records: int, keys: int, received: list[list[tuple[float, list[Any]]]]) -> Delivery:
     """What the consumers got of the records :func:`produce` wrote, key by key: each record once, and each key's
     records in the order they were produced (a key is in one slice of one partition, so one consumer reads it in
@@ -141,7 +162,7 @@ def check_keys(records: int, keys: int, received: list[list[tuple[float, list[An
 
 
 def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: str,
-        consumers: int = CONSUMERS) -> dict[str, Any]:
+        label: dict[str, Any] | None = None, consumers: int = CONSUMERS) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     prefix, through_sluice = PATHS[path]
@@ -152,12 +173,16 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
     commit = ["--commit-interval-s", str(args.commit_interval_s)]
     if args.protocol != "classic":
         commit += ["--group-protocol", args.protocol]
+    gate = Path(args.gate_dir) / f"{topic}.go"
     members = [ConsumerProcess.spawn(args.client, sluice.bootstrap if through_sluice else bootstrap, topic, group,
-                                     f"bench-{path}-{i}", "--work-ms", str(args.work_ms), *commit)
+                                     f"bench-{path}-{i}", "--work-ms", str(args.work_ms), *commit,
+                                     "--paused-until", str(gate))
                for i in range(consumers)]
     try:
         def settled() -> bool:
             assigned = [[(t, e["assigned"]) for t, e in m.timed_events() if "assigned" in e] for m in members]
+            if not all(paused_as_assigned(m.reported()) for m in members):
+                return False
             # a KIP-848 member the broker gives nothing may never be told so (librdkafka calls no rebalance
             # callback for an empty assignment it already had)
             if not all(assigned) if args.protocol == "classic" else not any(assigned):
@@ -170,6 +195,11 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
         wait_until(settled, 120, "the group to settle")
         cpu0, bytes0 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
         produce(bootstrap, topic, args.records, args.keys, args.batch_records)
+        if any(e for m in members for e in m.timed_records()):
+            raise RuntimeError("records consumed before the backlog was whole (a consumer's partitions not paused)")
+        gate.touch()
+        opened = time.monotonic()
+
         def received() -> int:
             return len({r[3] for m in members for _, r in m.timed_records()})
 
@@ -183,13 +213,18 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
             time.sleep(0.1)
         cpu1, bytes1 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
         timed = [m.timed_records() for m in members]
-        times = [t for rs in timed for t, _ in rs]
-        seconds = max(times) - min(times)
-        line = {"bench": "sharing", "path": path, "client": args.client, "protocol": args.protocol,
+        # Each consumer's span, from its first record to its last: the pause the backlog was produced under ends
+        # for each one when its client next fetches (librdkafka: up to a second after resume()), a start that
+        # differs from consumer to consumer and says nothing of the path; how long each took to its first record
+        # after the gate opened is reported beside (first_record_s)
+        spans = [(rs[0][0], rs[-1][0]) for rs in timed if rs]
+        seconds = max(last - first for first, last in spans)
+        line = {"bench": "sharing", "path": path, **(label or {}), "client": args.client, "protocol": args.protocol,
                 "batch_records": args.batch_records, "consumers": consumers, "partitions": PARTITIONS,
                 "records": args.records, "keys": args.keys, "work_ms": args.work_ms, "seconds": round(seconds, 3),
                 "commit_interval_s": args.commit_interval_s, "records_per_s": round(args.records / seconds, 1),
                 "per_consumer": [len(rs) for rs in timed],
+                "first_record_s": [round(first - opened, 3) for first, _ in spans],
                 "sluice_cpu_s": round(cpu1 - cpu0, 3), "filtered_mib": round((bytes1 - bytes0) / 2**20, 3),
                 **commit_times(members), **check_keys(args.records, args.keys, timed).fields()}
         emit(line)
@@ -228,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="records per produced batch at most (batch.num.messages; 1: one record per batch); default: "
                         "the producer's own batching (linger.ms 20)")
     p.add_argument("--upstream", help="host:port of a running broker (default: start one)")
+    p.add_argument("--compare", metavar="REV",
+                   help="also run the shared configuration through REV's Sluice (before), alternated with this "
+                        "checkout's (after), --pairs times, against the same unshared run")
+    p.add_argument("--pairs", type=int, default=3, help="with --compare: before/after pairs (default 3)")
     add_options(p, f"{SMOKE['records']} records of {SMOKE['keys']} keys")
     args = p.parse_args(argv)
     if args.smoke:
@@ -237,21 +276,44 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_records is not None and args.batch_records < 1:
         p.error("--batch-records: at least 1")
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        args.gate_dir = tmp
         config = Path(tmp) / "sluice.toml"
         config.write_text('[sharing]\nenabled = true\n[[sharing.topics]]\ntopic = "bench-sharing-*"\n')
         bootstrap = args.upstream or stack.enter_context(KafkaBroker()).bootstrap
-        sluice = stack.enter_context(SluiceProcess(bootstrap, {"SLUICE_CONFIG": str(config)}))
-        runs = {path: run(args, bootstrap, sluice, path) for path in PATHS}
-    shared = runs["sharing"]
-    mib = shared["filtered_mib"]
+        env = {"SLUICE_CONFIG": str(config)}
+        sluice = stack.enter_context(SluiceProcess(bootstrap, env))
+        runs = {path: run(args, bootstrap, sluice, path) for path in PATHS if path != "sharing"}
+        shared: list[dict[str, Any]] = []
+        before: list[dict[str, Any]] = []
+        if args.compare:
+            code = Path(tmp) / "before"
+            revision = extract_revision(args.compare, code, ("proxy", "pyproject.toml"))
+            other = stack.enter_context(SluiceProcess(bootstrap, env, code=code, node_id=2))
+            for pair in range(args.pairs):
+                # alternated, so neither side always runs on the broker's older state
+                for side in ("before", "after") if pair % 2 == 0 else ("after", "before"):
+                    label = {"pair": pair, "side": side, "revision": revision[:12] if side == "before" else "this"}
+                    (before if side == "before" else shared).append(
+                        run(args, bootstrap, other if side == "before" else sluice, "sharing", label))
+        else:
+            shared.append(run(args, bootstrap, sluice, "sharing"))
+    no_sharing = runs["no-sharing"]["records_per_s"]
+    # with --compare, this checkout's median run is the summary's (each pair's speed-ups beside it)
+    after = sorted(shared, key=lambda r: r["records_per_s"])[len(shared) // 2]
+    mib = after["filtered_mib"]
+    compared = {"compare": args.compare, "speedup_vs_no_sharing_pairs": [
+        [round(b["records_per_s"] / no_sharing, 3), round(a["records_per_s"] / no_sharing, 3)]
+        for b, a in zip(before, shared, strict=True)]} if before else {}
     line = summary("sharing", {
         "client": args.client, "protocol": args.protocol,
         "batch_records": args.batch_records or "producer's (linger.ms 20)", "consumers": CONSUMERS,
-        "speedup_vs_no_sharing": round(shared["records_per_s"] / runs["no-sharing"]["records_per_s"], 3),
-        "speedup_vs_direct": round(shared["records_per_s"] / runs["direct"]["records_per_s"], 3),
-        "cpu_s_per_filtered_mib": round(shared["sluice_cpu_s"] / mib, 4) if mib else None,
-        **{f"records_per_s_{path}": r["records_per_s"] for path, r in runs.items()}},
-        GOALS, check=sum((Delivery(**{k: r[k] for k in Delivery().fields()}) for r in runs.values()), Delivery()))
+        "speedup_vs_no_sharing": round(after["records_per_s"] / no_sharing, 3),
+        "speedup_vs_direct": round(after["records_per_s"] / runs["direct"]["records_per_s"], 3),
+        "cpu_s_per_filtered_mib": round(after["sluice_cpu_s"] / mib, 4) if mib else None,
+        **{f"records_per_s_{path}": r["records_per_s"] for path, r in runs.items()},
+        "records_per_s_sharing": after["records_per_s"], **compared},
+        GOALS, check=sum((Delivery(**{k: r[k] for k in Delivery().fields()})
+                          for r in [*runs.values(), *shared, *before]), Delivery()))
     emit(line)
     return exit_status(line, args.check)
 

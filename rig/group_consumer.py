@@ -9,6 +9,9 @@ stdout, one JSON object per line, flushed as written (so a consumer killed with 
 processed before it died):
 
 - ``{"assigned": [[topic, partition], ...]}`` after each rebalance (the client's own view);
+- ``{"paused": [[topic, partition], ...]}`` with ``--paused-until PATH``: the partitions it holds now paused (it
+  stays in the group and fetches none of them until the file PATH exists, then resumes them and says
+  ``{"resumed": [...]}``);
 - ``{"rs": [[partition, offset, key, value], ...]}`` per poll, its records in delivery order (key and value as
   text), once they are all processed;
 - ``{"committing": {"<partition>": offset}}`` just before a synchronous commit, and ``{"commit": {...}}`` after
@@ -109,6 +112,34 @@ class _Pacer:
         return done
 
 
+class _Gate:
+    """``--paused-until``: the partitions the consumer holds stay paused (it stays in the group, heartbeating and
+    answering rebalances, and fetches none of them) until the file ``path`` exists, so a bench can produce a backlog
+    to a settled group and time its consumption alone. Checked once per poll; the client's own pause and resume
+    (``pause``/``resume`` take and ``held`` gives the partitions in the client's form)."""
+
+    def __init__(self, path: str | None, held: Callable[[], Any], pause: Callable[[Any], None],
+                 resume: Callable[[Any], None]) -> None:
+        self.open = path is None
+        self._path = path
+        self._held, self._pause, self._resume = held, pause, resume
+        self._paused: Any = set()
+
+    def check(self) -> None:
+        if self.open:
+            return
+        held = set(self._held())
+        assert self._path is not None
+        if os.path.exists(self._path):
+            self.open = True
+            self._resume(held)
+            _emit({"resumed": sorted([tp.topic, tp.partition] for tp in held)})
+        elif held != self._paused:
+            self._pause(held)
+            self._paused = held
+            _emit({"paused": sorted([tp.topic, tp.partition] for tp in held)})
+
+
 def _process(polled: Iterable[Iterable[Any]], work_ms: float) -> list[list[Any]]:
     """A poll's records (kafka-python's and aiokafka's ``ConsumerRecord``), each "processed" in turn."""
     done = []
@@ -168,8 +199,11 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
     from kafka.structs import OffsetAndMetadata
 
     pacer = _Pacer(a.commit_interval_s)
+    gate = _Gate(a.paused_until, consumer.assignment, lambda tps: consumer.pause(*tps),
+                 lambda tps: consumer.resume(*tps))
     try:
         while not stop.stopped:
+            gate.check()
             batch = consumer.poll(timeout_ms=200)
             if not batch:
                 continue
@@ -225,8 +259,11 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
         consumer.subscribe([a.topic], on_assign=on_assign,
                            **({"on_revoke": on_revoke} if a.group_protocol != "classic" else {}))
     pacer = _Pacer(a.commit_interval_s)
+    gate = _Gate(a.paused_until, consumer.assignment, lambda tps: consumer.pause(list(tps)),
+                 lambda tps: consumer.resume(list(tps)))
     try:
         while not stop.stopped:
+            gate.check()
             msgs = consumer.consume(a.max_poll_records, 0.2)
             if not msgs:
                 continue
@@ -290,8 +327,11 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
             consumer.subscribe([a.topic], listener=Listener())
         await asyncio.wait_for(consumer.start(), CALL_TIMEOUT_S)
         pacer = _Pacer(a.commit_interval_s)
+        gate = _Gate(a.paused_until, consumer.assignment, lambda tps: consumer.pause(*tps),
+                     lambda tps: consumer.resume(*tps))
         try:
             while not stop.stopped:
+                gate.check()
                 batch = await consumer.getmany(timeout_ms=200)
                 if not batch:
                     continue
@@ -486,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
                    help="assign() partitions 0..PARTITIONS-1 instead of subscribing "
                         "(kafka-python, confluent, aiokafka)")
+    p.add_argument("--paused-until", metavar="PATH",
+                   help="hold the partitions assigned paused until the file PATH exists (a bench's backlog)")
     a = p.parse_args(argv)
     # the client's own account (joins, assignments, heartbeats, retries) on stderr, kept in a file by
     # ConsumerProcess and shown when a test fails: where a consumer stopped is then in its own words

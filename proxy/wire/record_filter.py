@@ -8,7 +8,7 @@ records, their bytes copied as they were (never re-encoded), through :func:`prox
 every header field kept (BaseOffset and LastOffsetDelta, so the consumer's next fetch offset moves past the whole
 batch; the timestamps; the producer fields, so transactional batches stay what they were; the attributes, so the
 same codec), Length, RecordsCount and CRC-32C recomputed. (A batch whose records are all dropped is not written at
-all by cooperative consumption: proxy/policies/sharing/fetch.py.) :func:`single_record` reads the one record of an
+all by cooperative consumption: proxy/policies/sharing/fetch.py.) :func:`record_at` reads the one record of an
 uncompressed batch in place: a low-rate topic's batches hold one record each, and locating it costs a fifth of
 :func:`parse_batch`.
 
@@ -29,7 +29,6 @@ from crc32c import crc32c
 from .errors import CodecError
 from .records import (
     ATTRIBUTES_OFFSET,
-    COMPRESSION_MASK,
     DEFAULT_MAX_DECOMPRESSED,
     HEADER_SIZE,
     MAGIC_V2,
@@ -119,19 +118,11 @@ def parse_batch(view: Buffer, *, verify_crc: bool = True,
     return ParsedBatch(header, raw, offsets, keys, starts, ends)
 
 
-def single_record(buf: Buffer, header: BatchHeader) -> tuple[int, bytes | None]:
-    """The offset and key of the one record of the uncompressed v2 batch ``header`` locates in ``buf`` (the buffer
-    :func:`~proxy.wire.records.iter_batches` walked: a whole record set, or the batch alone), read in place
-    (CRC-32C checked, nothing else copied). CodecError for anything malformed, as :func:`parse_batch`."""
-    if header.magic != MAGIC_V2 or header.attributes & COMPRESSION_MASK or header.records_count != 1 \
-            or header.end > len(buf):
-        raise CodecError("not one uncompressed v2 batch of one record")
-    return record_at(buf, header.start, header.end, header.base_offset, header.crc)
-
-
 def record_at(buf: Buffer, start: int, end: int, base_offset: int, crc: int) -> tuple[int, bytes | None]:
-    """:func:`single_record` for a batch the caller has already found to be one uncompressed v2 record within
-    ``buf``, given by its header's fields (its span, BaseOffset and CRC).
+    """The offset and key of the one record of an uncompressed v2 batch within ``buf`` (the buffer
+    :func:`~proxy.wire.records.iter_batches` walked: a whole record set, or the batch alone), given by its header's
+    fields (its span, BaseOffset and CRC), which the caller has already found to say one uncompressed v2 record.
+    Read in place (CRC-32C checked, nothing else copied); CodecError for anything malformed, as :func:`parse_batch`.
 
     Called once per batch of a low-rate topic for every member sharing it, so the common record's first fields are
     read in one unpack, and only another shape goes varint by varint (:func:`_record`)."""

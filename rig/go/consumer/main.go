@@ -3,6 +3,8 @@
 // one more client kind:
 //
 //	{"assigned": [[topic, partition], ...]}      after each rebalance (the client's own view; franz-go only)
+//	{"paused": [...]}, {"resumed": [...]}        with -paused-until PATH (franz-go only): the topic is not fetched
+//	                                             until the file PATH exists (a bench's backlog), as the Python runners
 //	{"rs": [[partition, offset, key, value], ...]}  per poll, once its records are processed
 //	{"committing": {"<partition>": offset}}      before a synchronous commit, {"commit": {...}} after it succeeded
 //	{"commit_failed": "..."}, {"fetch_error": "..."}
@@ -40,6 +42,7 @@ type args struct {
 	maxPollRecords                                      int
 	commitIntervalS                                     float64
 	sessionTimeoutMs                                    int
+	pausedUntil                                         string
 }
 
 var out = json.NewEncoder(os.Stdout)
@@ -97,22 +100,43 @@ func runFranz(ctx context.Context, a args) error {
 	if !ok {
 		return fmt.Errorf("unknown strategy %q", a.strategy)
 	}
+	var heldMu sync.Mutex
+	var held map[string][]int32 // the last assignment (reported again as resumed)
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(a.bootstrap), kgo.ClientID(a.clientID), kgo.ConsumerGroup(a.group), kgo.ConsumeTopics(a.topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond), kgo.Balancers(b),
 		kgo.SessionTimeout(time.Duration(a.sessionTimeoutMs)*time.Millisecond),
 		kgo.HeartbeatInterval(500*time.Millisecond),
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+		kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 			emit(map[string]any{"assigned": sorted(assigned)})
+			heldMu.Lock()
+			held = assigned
+			heldMu.Unlock()
+			if len(cl.PauseFetchTopics()) > 0 {
+				emit(map[string]any{"paused": sorted(assigned)}) // the whole topic is paused: these with it
+			}
 		}),
 	)
 	if err != nil {
 		return err
 	}
 	defer cl.Close() // leaves the group
+	gated := a.pausedUntil != ""
+	if gated {
+		cl.PauseFetchTopics(a.topic) // before the first join: nothing of it is fetched until the gate opens
+	}
 	p := &pacer{interval: time.Duration(a.commitIntervalS * float64(time.Second)), pending: map[string]int64{}}
 	for ctx.Err() == nil {
+		if gated {
+			if _, err := os.Stat(a.pausedUntil); err == nil {
+				gated = false
+				cl.ResumeFetchTopics(a.topic)
+				heldMu.Lock()
+				emit(map[string]any{"resumed": sorted(held)})
+				heldMu.Unlock()
+			}
+		}
 		pollCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		fetches := cl.PollRecords(pollCtx, a.maxPollRecords)
 		cancel()
@@ -347,7 +371,12 @@ func main() {
 	flag.IntVar(&a.maxPollRecords, "max-poll-records", 100, "")
 	flag.Float64Var(&a.commitIntervalS, "commit-interval-s", 0, "commit at most this often (0: after every poll)")
 	flag.IntVar(&a.sessionTimeoutMs, "session-timeout-ms", 6000, "")
+	flag.StringVar(&a.pausedUntil, "paused-until", "", "keep the topic paused until this file exists (franz-go)")
 	flag.Parse()
+	if a.pausedUntil != "" && a.client != "franz-go" {
+		fmt.Fprintln(os.Stderr, "-paused-until: franz-go only")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	run := map[string]func(context.Context, args) error{"franz-go": runFranz, "kafka-go": runKafkaGo,
