@@ -25,8 +25,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.fleet.topics import read_to_end
-from proxy.policies.sharing import Sharing
 from proxy.policies.sharing.frontier import slice_group
+from proxy.policies.sharing.policy import Sharing
 from proxy.wire.messages import request_codec
 from proxy.wire.model import Message
 from rig.group_consumer import stop_all

@@ -15,8 +15,8 @@ from structlog.testing import capture_logs
 
 from proxy.core.broker_calls import BrokerCalls
 from proxy.io.cluster import OwnRequests
-from proxy.policies.sharing import Sharing
 from proxy.policies.sharing.group_calls import Committed, GroupCall
+from proxy.policies.sharing.policy import Sharing
 from proxy.tls import TlsContexts
 from proxy.wire.messages import response_codec
 from proxy.wire.model import Message

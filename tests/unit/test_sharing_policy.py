@@ -12,10 +12,11 @@ import pytest
 from proxy.core.broker_calls import BrokerCalls, Work
 from proxy.core.chain import ChainConnection
 from proxy.core.exchange import Exchange
-from proxy.policies.sharing import Sharing, marker
+from proxy.policies.sharing import marker
 from proxy.policies.sharing.frontier import decode_metadata, encode_metadata, slice_group
 from proxy.policies.sharing.group_calls import Committed, GroupCall
 from proxy.policies.sharing.keys import Slice, key_hash
+from proxy.policies.sharing.policy import Sharing
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
 from proxy.wire.messages import (
