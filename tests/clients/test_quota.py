@@ -174,17 +174,19 @@ def test_a_client_that_ignores_throttle_time_is_held(sluice: ProxyThread, access
     lines = [json.loads(line) for line in access_log.read_text().splitlines()]
     mine = [ln for ln in lines if ln["client_id"] == "quota-raw" and ln["api"] == "Produce"]
     assert [ln["quota_throttle_time_ms"] for ln in mine] == throttles
-    # Sluice did not read a request before the time it told the client to wait had passed since the answer
-    # (the line's ts is when the answer was written; ts - latency_ms when its request was read). Timers may fire
-    # up to 2 ms early (libuv counts milliseconds), so 2 ms is allowed for that.
+    # Sluice did not read a request before the time it told the client to wait had passed since it read the one
+    # before (the answer went out after that, and the wait runs from the answer). A line's ts - latency_ms is when
+    # its request was read: both are taken at the same moment, after the answer was written, so a delay there (the
+    # test's thread holding the GIL) cancels out, where ts alone would be late. Timers may fire up to 2 ms early
+    # (libuv counts milliseconds), so 2 ms is allowed for that.
     for before, after in pairwise(mine):
-        answered = _ts(before["ts"])
-        read = _ts(after["ts"]) - after["latency_ms"] / 1000
-        assert read >= answered + before["quota_throttle_time_ms"] / 1000 - 0.002, (before, after)
+        assert _read_at(after) >= _read_at(before) + before["quota_throttle_time_ms"] / 1000 - 0.002, (before, after)
 
 
-def _ts(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+def _read_at(line: dict[str, Any]) -> float:
+    """When the access-log ``line``'s request was read."""
+    ts = datetime.strptime(line["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    return ts - line["latency_ms"] / 1000
 
 
 async def test_aiokafka_is_throttled_and_loses_nothing(sluice: ProxyThread, access_log: Path,
