@@ -1,6 +1,7 @@
 """Machine instructions per round trip through Sluice's connection core, counted by Valgrind's callgrind.
 
-``python -m bench.instructions [--case produce|fetch_all|bare] [--rounds 200] [--compare REV]``
+``python -m bench.instructions [--case produce|fetch_all|fetch_small|bare] [--rounds 200] [--compare REV]``
+``[--sharing shared|unshared|off] [--terminate] [--client-session]`` (``fetch_small`` only)
 
 A count, not a timing: the same on a loaded machine as on a quiet one, so a change of a few percent shows where a
 wall-clock figure cannot (two starts of the same Sluice on this project's shared 2-core machine differ by more).
@@ -14,6 +15,14 @@ port that keeps what it is handed (no copy) and checks it after the count:
   default settings, access log off: relayed, no policy reads it (the per-request cost every client pays);
 - ``fetch_all``: ``bench.pipeline_cpu --opcodes --case fetch_all``'s Fetch v12 of a session-less client with every
   policy on (``bench.passthrough``'s ``ALL_POLICIES``), 3 partitions x 20 batches of 16 KiB, collected whole;
+- ``fetch_small``: a consumer kept caught up on a low-rate topic: each Fetch v12 (one partition, max wait 500 ms)
+  answered with one one-record batch (a 200-byte value), the next fetch from the offset after it. ``--sharing``:
+  ``shared`` (default): the client reads slice 0/2 of the topic (``[[sharing.standalone]]``, the record's key in
+  its slice: kept); ``unshared``: sharing on for other topics only (``bench.sharing``'s ``no-sharing``: the
+  client's fetches pass the policy unfiltered); ``off``: sharing not configured. ``--terminate``: ``[sessions] mode =
+  "terminate"`` (the upstream answers in Sluice's session, 77). ``--client-session``: the client keeps a fetch
+  session (Java, kafka-python: a full request, then incremental ones in the session its first answer named);
+  without: session-less (librdkafka, aiokafka);
 - ``bare``: ``produce``'s round trips through the bare relay's protocols (rig/bare_relay.py: bytes in, bytes out,
   the least a Python proxy can do; ``bench.passthrough``'s baseline) on transports that keep what they are
   written: what a relay costs in Python per round trip, system calls left out as in the other cases.
@@ -47,12 +56,19 @@ import time
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.support.verdict import add_options, emit, exit_status, summary
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("produce", "fetch_all", "bare")
+CASES = ("produce", "fetch_all", "fetch_small", "bare")
+#: ``fetch_small``'s settings per ``--sharing`` (its topic is "bench"; its client, bench.pipeline_cpu.CLIENT_ID)
+SMALL_SHARING = {
+    "off": "",
+    "unshared": '[sharing]\nenabled = true\n[[sharing.topics]]\ntopic = "bench-sharing-*"\n',
+    "shared": '[sharing]\nenabled = true\n[[sharing.topics]]\ntopic = "bench"\n'
+              '[[sharing.standalone]]\nclient_id = "bench-client"\ntopic = "bench"\nslice = "0/2"\n',
+}
 WARMUP = 40
 #: uvloop reads up to 256 KiB a time
 READ_SIZE = 256 * 1024
@@ -97,21 +113,64 @@ class KeptTransport:
         self.written.append(data)
 
 
-def frames_of(case: str, count: int) -> tuple[list[tuple[bytes, bytes]], dict[str, Any] | None]:
-    """The round trips of ``case`` ((request, response) frames without size prefixes) and the settings' overrides."""
+def frames_of(case: str, count: int, small: SmallFetch | None = None,
+              session_id: int = 0) -> tuple[list[tuple[bytes, bytes]], dict[str, Any] | None]:
+    """The round trips of ``case`` ((request, response) frames without size prefixes) and the settings' overrides;
+    ``fetch_small``'s requests in a client's session name ``session_id`` (the one its first answer named)."""
     from bench import pipeline_cpu
 
     if case in ("produce", "bare"):
         return [pipeline_cpu._produce_frames(i) for i in range(count)], None
+    if case == "fetch_small":
+        assert small is not None
+        return _small_fetch_frames(small, count, session_id), small.overrides()
     from bench.passthrough import ALL_POLICIES
 
     return pipeline_cpu._fetch_all_frames(12, count), tomllib.loads(ALL_POLICIES)
 
 
+class SmallFetch(NamedTuple):
+    """``fetch_small``'s configuration: ``--sharing``, ``--terminate``, ``--client-session``."""
+
+    sharing: str = "shared"
+    terminate: bool = False
+    client_session: bool = False
+
+    def overrides(self) -> dict[str, Any]:
+        terminate = '[sessions]\nmode = "terminate"\n' if self.terminate else ""
+        return tomllib.loads(terminate + SMALL_SHARING[self.sharing])
+
+    def argv(self) -> list[str]:
+        return ["--sharing", self.sharing, *(["--terminate"] if self.terminate else []),
+                *(["--client-session"] if self.client_session else [])]
+
+
+#: a key of slice 0/2 (its murmur2 hash below 2^30): ``--sharing shared`` keeps the record
+SMALL_KEY = b"key-1"
+
+
+def _small_fetch_frames(small: SmallFetch, count: int, session_id: int) -> list[tuple[bytes, bytes]]:
+    """Fetch v12 round trips of one partition, each answered with the one one-record batch at its fetch offset:
+    the first request full (epoch 0 in a client's session), the next ones incremental in ``session_id``."""
+    from bench.pipeline_cpu import request_frame, response_frame
+    from proxy.policies.terminate.sessions import LEGACY, FetchMetadata
+    from proxy.wire.records import Record, encode_batch, new_batch
+
+    key = ("bench", 0)
+    upstream_session = 77 if small.terminate or small.client_session else 0
+    frames = []
+    for i in range(count):
+        meta = FetchMetadata(session_id, i) if small.client_session else LEGACY
+        records = encode_batch(new_batch([Record(key=SMALL_KEY, value=b"v" * 200)], base_offset=i))
+        frames.append((request_frame(12, i + 1, {key: i}, meta),
+                       response_frame(12, i + 1, [key], i + 1, upstream_session, records)))
+    return frames
+
+
 def wrong_reply(case: str, request: bytes, response: bytes, reply: bytes) -> bool:
     """Whether the client's ``reply`` is not what it must get: the broker's bytes as they came for a relayed
     response, every partition and batch for ``fetch_all`` (:func:`bench.pipeline_cpu.check`)."""
-    if case == "fetch_all":
+    if case in ("fetch_all", "fetch_small"):
         from bench.pipeline_cpu import check
 
         return check("fetch_all", 12, request, response, reply) is not None
@@ -140,6 +199,9 @@ def _core(case: str, overrides: dict[str, Any] | None) -> RoundTrip:
                       observer=events, tallies=events.tallies, clock=rig.clock, limits=rig.limits)
     conn.upstream_ready("broker:9092")
     tick = 0.05 if case == "fetch_all" else 0.0  # the throttle's and quota's windows move on, as in pipeline_cpu
+    #: fetch_small: after the first round trip, the clock moves past sharing's member_wait_s: a client of no
+    #: group Sluice knows then fetches unfiltered (``unshared``), as a member holding whole partitions does
+    settle = [rig.proxy.settings.sharing.member_wait_s + 1] if case == "fetch_small" else []
 
     def round_trip(request: bytes, reads: list[bytes]) -> list[Any]:
         port.client = []
@@ -148,6 +210,8 @@ def _core(case: str, overrides: dict[str, Any] | None) -> RoundTrip:
             conn.upstream_data(data)
         if tick:
             rig.advance(tick)
+        if settle:
+            rig.advance(settle.pop())
         return port.client
 
     return round_trip
@@ -171,16 +235,21 @@ def _bare() -> RoundTrip:
     return round_trip
 
 
-def child(case: str, rounds: int, flag: Path) -> int:
-    """Run in valgrind: warm up, say "ready", wait for the parent to switch instrumentation on (``flag``), run the
-    counted round trips inside ``operator.call``, then check every reply; print one JSON line."""
-    frames, overrides = frames_of(case, WARMUP + rounds)
-    # as the reads hand them over: the request whole, the response in reads of up to 256 KiB
+def _trips(frames: list[tuple[bytes, bytes]]) -> list[tuple[bytes, list[bytes]]]:
+    """``frames`` as the reads hand them over: the request whole, the response in reads of up to 256 KiB."""
     trips = []
     for request, response in frames:
         wire = len(response).to_bytes(4, "big") + response
         trips.append((len(request).to_bytes(4, "big") + request,
                       [wire[i : i + READ_SIZE] for i in range(0, len(wire), READ_SIZE)]))
+    return trips
+
+
+def child(case: str, rounds: int, flag: Path, small: SmallFetch) -> int:
+    """Run in valgrind: warm up, say "ready", wait for the parent to switch instrumentation on (``flag``), run the
+    counted round trips inside ``operator.call``, then check every reply; print one JSON line."""
+    frames, overrides = frames_of(case, WARMUP + rounds, small)
+    trips = _trips(frames)
     round_trip = _bare() if case == "bare" else _core(case, overrides)
     replies: list[list[Any]] = []
 
@@ -188,7 +257,17 @@ def child(case: str, rounds: int, flag: Path) -> int:
         for request, reads in todo:
             replies.append(round_trip(request, reads))
 
-    run(trips[:WARMUP])
+    if case == "fetch_small" and small.client_session:
+        # the client's next requests name the session its first answer named (Sluice's own in terminate mode)
+        from proxy.wire.fetch_fast import decode_frame
+
+        run(trips[:1])
+        session_id = decode_frame(b"".join(bytes(b) for b in replies[0])[4:], 12)[2].session_id
+        frames = frames_of(case, WARMUP + rounds, small, session_id)[0]
+        trips = trips[:1] + _trips(frames[1:])
+        run(trips[1:WARMUP])
+    else:
+        run(trips[:WARMUP])
     gc.freeze()  # as `sluice run` does once started: the long-lived heap is out of the collector's way
     print("ready", flush=True)
     while not flag.exists():
@@ -201,18 +280,20 @@ def child(case: str, rounds: int, flag: Path) -> int:
     return 0
 
 
-def count(tree: Path, case: str, rounds: int) -> dict[str, Any]:
+def count(tree: Path, case: str, rounds: int, small: SmallFetch) -> dict[str, Any]:
     """One count of ``case`` with ``tree``'s code: instructions per round trip."""
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
         flag, out = Path(tmp) / "go", Path(tmp) / "callgrind.out"
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
                "--toggle-collect=_operator_call", f"--callgrind-out-file={out}", sys.executable, "-m",
-               "bench.instructions", "--child", str(flag), "--case", case, "--rounds", str(rounds)]
+               "bench.instructions", "--child", str(flag), "--case", case, "--rounds", str(rounds), *small.argv()]
         # this file's harness, the tree's code (the harness reads no more of the tree than its modules' interfaces)
         env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}" if tree != ROOT else str(ROOT)}
         proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         line = proc.stdout.readline()
+        while line and line.strip() != "ready":  # a log line first (fetch_small unshared: sharing_member_unknown)
+            line = proc.stdout.readline()
         if line.strip() != "ready":
             proc.kill()
             _, err = proc.communicate()
@@ -258,22 +339,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", choices=CASES, default="produce")
     ap.add_argument("--rounds", type=int, default=200, help="round trips counted (default 200)")
     ap.add_argument("--compare", metavar="REV", help="count REV's code too (a temporary worktree)")
+    ap.add_argument("--sharing", choices=tuple(SMALL_SHARING), default="shared",
+                    help="fetch_small: the client reads a slice (shared), sharing on for other topics (unshared), "
+                         "or sharing not configured (off)")
+    ap.add_argument("--terminate", action="store_true", help='fetch_small: [sessions] mode = "terminate"')
+    ap.add_argument("--client-session", action="store_true",
+                    help="fetch_small: the client keeps a fetch session (Java, kafka-python)")
     ap.add_argument("--child", metavar="FLAG", type=Path, help=argparse.SUPPRESS)
     add_options(ap, "20 rounds")
     args = ap.parse_args(argv)
+    small = SmallFetch(args.sharing, args.terminate, args.client_session)
     if args.child is not None:
-        return child(args.case, args.rounds, args.child)
+        return child(args.case, args.rounds, args.child, small)
     rounds = 20 if args.smoke else args.rounds
     errors: list[str] = []
-    after = count(ROOT, args.case, rounds)
-    emit({"bench": "instructions", "case": args.case, "side": "after" if args.compare else "this", **after})
-    figures: dict[str, Any] = {"case": args.case, "rounds": rounds, "instructions": after["instructions"],
+    after = count(ROOT, args.case, rounds, small)
+    variant = small._asdict() if args.case == "fetch_small" else {}
+    emit({"bench": "instructions", "case": args.case, **variant, "side": "after" if args.compare else "this",
+          **after})
+    figures: dict[str, Any] = {"case": args.case, **variant, "rounds": rounds, "instructions": after["instructions"],
                                "memory_instructions": after["memory_instructions"]}
     wrong = after["wrong"]
     if args.compare:
         with tempfile.TemporaryDirectory(prefix="bench-instructions-rev-") as tmp:
             try:
-                before = count(worktree_of(args.compare, Path(tmp)), args.case, rounds)
+                before = count(worktree_of(args.compare, Path(tmp)), args.case, rounds, small)
             finally:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(tmp) / "tree")],
                                check=False, capture_output=True)

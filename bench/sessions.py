@@ -2,7 +2,7 @@
 on the Sluice<->broker link and the proxy's CPU per client fetch, with and without Sluice's own fetch session.
 
 ``python -m bench.sessions [--partitions 1000] [--busy 3] [--seconds 10] [--clients confluent,kafka-python]
-[--min-bytes 1]``
+[--min-bytes 1] [--sharing]``
 
 One rig broker, ``--partitions`` partitions (one topic, or topics of 5,000: KRaft refuses larger CreateTopics
 batches); a background producer writes a small record to each of ``--busy`` partitions every 50 ms. Each client
@@ -40,6 +40,10 @@ busy partition it got nothing of loses every record written to it); the exit sta
 10,000 partitions; ``--check`` exits 1 when one is missed): in terminate mode the session-less client costs at most
 3 ms of proxy CPU per fetch and carries at most 0.1% of direct's upstream bytes per fetch, the client with its own
 sessions no more than direct. ``--smoke``: 100 partitions, 2 busy, 2 s per mode.
+
+``--sharing``: cooperative consumption enabled in both modes for topics other than the bench's (bench.sharing's
+``no-sharing`` configuration): with ``--partitions 3 --busy 3``, every fetch a small answer of a record or two,
+the CPU per fetch a caught-up consumer of a low-rate topic costs when sharing is configured but not applied.
 
 ``--min-bytes`` sets the clients' fetch min bytes (``fetch.min.bytes`` / ``fetch_min_bytes``, default 1). Set
 above what the busy partitions write in ``fetch.wait.max.ms`` (500 ms), every fetch waits its full 500 ms in both
@@ -217,12 +221,19 @@ def layout(prefix: str, partitions: int) -> list[tuple[str, int]]:
             for i in range((partitions + PER_TOPIC - 1) // PER_TOPIC)]
 
 
+#: ``--sharing``: cooperative consumption on for topics other than the bench's (bench.sharing's ``no-sharing``),
+#: a client no group names let through at once (sharing.member_wait_s)
+SHARING_ELSEWHERE = {"sharing.enabled": True, "sharing.topics": [{"topic": "bench-sharing-*"}],
+                     "sharing.member_wait_s": 0.001}
+
+
 def run_mode(client_name: str, mode: str, broker: KafkaBroker, topics: list[tuple[str, int]], partitions: int,
-             warmup: float, seconds: float, min_bytes: int) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
+             warmup: float, seconds: float, min_bytes: int,
+             overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
     """The mode's line, and the records the client got (checked once the producer has stopped: every record it
     got has been acknowledged by then)."""
-    with ProxyThread(broker.bootstrap, **{"sessions.mode": "terminate" if mode == "terminate" else "passthrough"}
-                     ) as sluice:
+    with ProxyThread(broker.bootstrap, **{"sessions.mode": "terminate" if mode == "terminate" else "passthrough"},
+                     **(overrides or {})) as sluice:
         client: Client = CLIENTS[client_name](sluice.bootstrap, topics, mode, min_bytes)
         try:
             records = 0
@@ -264,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-bytes", type=int, default=1, help="the clients' fetch min bytes (see the docstring)")
     ap.add_argument("--clients", default="confluent,kafka-python",
                     help=f"comma-separated, of: {', '.join(CLIENTS)}")
+    ap.add_argument("--sharing", action="store_true",
+                    help="cooperative consumption on for other topics: what the clients' fetches cost Sluice when "
+                         "sharing is configured but not applied to them")
     add_options(ap, "100 partitions, 2 busy, 2 s per mode after a 1 s warm-up")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -288,10 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         received: dict[str, list[tuple[str, int, int]]] = {}
         try:
             for name in clients:
+                overrides = SHARING_ELSEWHERE if args.sharing else None
                 direct, received[f"{name}/direct"] = run_mode(name, "direct", broker, topics, args.partitions,
-                                                              args.warmup, args.seconds, args.min_bytes)
+                                                              args.warmup, args.seconds, args.min_bytes, overrides)
                 term, received[f"{name}/terminate"] = run_mode(name, "terminate", broker, topics, args.partitions,
-                                                               args.warmup, args.seconds, args.min_bytes)
+                                                               args.warmup, args.seconds, args.min_bytes, overrides)
                 # Per client fetch and per record delivered: a client's fetch rate (and so its bytes/s) depends
                 # on how fast it processes responses, which differs between the runs (kafka-python at 10,000
                 # partitions is CPU-bound in itself); bytes per fetch and per record compare the same work.
@@ -309,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             traffic.stop()
     checks = {run: traffic.check(got) for run, got in received.items()}
     line = summary("sessions", {
-        "partitions": args.partitions,
+        "partitions": args.partitions, "sharing": args.sharing,
         "upstream_bytes_per_fetch_ratio": {k: round(v, 4) for k, v in per_fetch.items()},
         "upstream_bytes_per_record_ratio": {k: round(v, 4) for k, v in per_record.items()},
         "cpu_ms_per_fetch_terminate": cpu, "by_run": {run: c.fields() for run, c in checks.items()}},

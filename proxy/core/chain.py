@@ -6,9 +6,11 @@ Sans-IO: bytes and exchanges in, exchanges with their effects out.
   (:meth:`~proxy.core.policy.Policy.unread`, asked per API version when the chain is built and reconfigured),
   returns it as a :class:`~proxy.core.exchange.Relayed`: sent as it came, its response relayed as bytes, no
   policy called. Otherwise it picks the policies that apply (by API, then
-  :meth:`~proxy.core.policy.Policy.applies`) and, if one of them reads topic names (or decodes a Fetch response
-  the access log lists by topic), lists the topic ids Sluice must learn before they run (the connection core
-  waits for them).
+  :meth:`~proxy.core.policy.Policy.applies`): when none of those with an ``applies`` of their own applies and
+  the others leave that version alone, the request is a :class:`~proxy.core.exchange.Relayed` too (e.g. a
+  consumer's fetch cooperative consumption does not filter); else, if one of them reads topic names (or decodes
+  a Fetch response the access log lists by topic), lists the topic ids Sluice must learn before they run (the
+  connection core waits for them).
 - :meth:`Chain.on_request` runs those policies in registration order (client side first). The request is decoded
   on first access by any of them and re-encoded once at the end, only if one changed it. A policy that answers
   (``ex.answer``) ends the walk: the request never goes upstream. A policy that asks for work of Sluice's own
@@ -91,15 +93,19 @@ class Chain:
         self._name_readers = frozenset(p for p in self.policies if p.decodes_fetch
                                        or type(p).needs_topic_names is not Policy.needs_topic_names)
         self._routes = self._relay_routes()
+        self._declined = self._relay_routes(self._selective)
 
-    def _relay_routes(self) -> dict[int, Route]:
+    def _relay_routes(self, left: frozenset[Policy] = frozenset()) -> dict[int, Route]:
         """Per API version some policy declares (key ``api_key << 16 | version``), its route when every policy
-        declaring it leaves it alone (:meth:`Policy.unread`); versions absent go through the policies."""
+        declaring it, but those ``left`` out, leaves it alone (:meth:`Policy.unread`); versions absent go through
+        the policies. With the selective policies left out: the route of a request none of them applies to."""
         routes: dict[int, Route] = {}
         for key, candidates in self._by_api.items():
             for version in self._versions[key]:
                 route = _UNREAD
                 for policy in candidates:
+                    if policy in left:
+                        continue
                     unread = policy.unread(key, version)
                     if unread is False or (unread is not True and route[2]):
                         break  # it reads every request, or two policies read the response: the chain's path
@@ -149,7 +155,9 @@ class Chain:
         ready = [policy.reconfigure(section) for policy, section in sections.items()]
         for apply in ready:
             apply()
-        self._routes = self._relay_routes()  # the next requests see the new settings' routes
+        # the next requests see the new settings' routes
+        self._routes = self._relay_routes()
+        self._declined = self._relay_routes(self._selective)
 
     # --------------------------------------------------------------------------------------- requests
 
@@ -204,6 +212,11 @@ class Chain:
                 except Exception as e:
                     _blame(policy, "applies", ex, e)
                     raise
+            if relayable and selective.isdisjoint(applying):
+                # none of the policies that choose their requests chose this one, and the others leave it alone
+                route = self._declined.get(key << 16 | header.api_version)
+                if route is not None:
+                    return Relayed(header, name, frame, now, expects_response, *route)
             ex.policies = tuple(applying)
             if key == _FETCH and header.api_version >= FIRST_TOPIC_ID \
                     and not self._name_readers.isdisjoint(applying) and self._names_wanted(ex, applying):

@@ -230,6 +230,8 @@ class Exchange:
     may_resend: bool = False
     #: the request as the policies read it: decoded on first access (see :attr:`request`), None until then
     view: RequestView | None = None
+    #: ``header`` was read from ``frame`` (a decode need not read it again): not once a policy replaced the frame
+    peeked: bool = True
     #: topic ids the request names that Sluice cannot name yet: it waits for a lookup before the policies run
     missing_names: frozenset[bytes] = frozenset()
     #: the chain's per-request bookkeeping: the policies that apply, and each one's state for the response
@@ -272,6 +274,7 @@ class Exchange:
         instead of the response going to the client; the policies after the asking one read it afresh."""
         self.view = None
         self.frame = frame
+        self.peeked = False
         self.resend = True
 
     def send_instead(self, frame: bytes) -> None:
@@ -281,6 +284,7 @@ class Exchange:
             self.view.replace_frame(frame)
         else:
             self.frame = frame
+            self.peeked = False
 
     @property
     def body(self) -> Message:
@@ -303,5 +307,6 @@ class Exchange:
         """The request decoded for the policies (once, on first access; CodecError if it is malformed). A
         policy edits it in place; the chain re-encodes it once, after every policy ran, if one changed it."""
         if self.view is None:
-            self.view = request_view(self.header.api_key, self.frame)
+            header = self.header
+            self.view = request_view(header.api_key, self.frame, header if self.peeked else None)
         return self.view

@@ -531,6 +531,9 @@ _CTX = cs.Container()
 
 def uvarint_at(buf: memoryview, pos: int) -> tuple[int, int]:
     """Kafka ByteUtils.readUnsignedVarint at ``pos`` (at most 5 bytes): (value, next position)."""
+    b = buf[pos]  # IndexError past the end -> CodecError in decode()
+    if b < 0x80:  # one byte: nearly every count and length a request or response carries
+        return b, pos + 1
     value = 0
     shift = 0
     for i in range(pos, pos + 5):

@@ -46,6 +46,7 @@ from .errors import CodecError, codec_errors
 from .fetch_fast import _EMPTY_TAGS, _bad, _compact_string, _uv, parse_tags
 from .fetch_layout import (
     CLUSTER_ID_TAG,
+    FINAL_EPOCH,
     FIRST_FLEXIBLE,
     FIRST_LEADER_EPOCH,
     FIRST_LOG_START,
@@ -59,7 +60,7 @@ from .fetch_layout import (
     PartitionKey,
     TopicKey,
 )
-from .messages import peek_request_header
+from .messages import RequestHeader, peek_request_header
 
 _API = "FetchRequest"
 
@@ -258,13 +259,15 @@ def _head_with(view: FetchRequestView, max_bytes: int | None, max_wait_ms: int |
 # --------------------------------------------------------------------------------------------- decode
 
 
-def decode_fetch_request(frame: Buffer) -> FetchRequestView:
-    """Decode a Fetch request frame (request header and body, without the 4-byte size prefix).
+def decode_fetch_request(frame: Buffer, head: RequestHeader | None = None) -> FetchRequestView:
+    """Decode a Fetch request frame (request header and body, without the 4-byte size prefix); ``head``: its
+    header as :func:`~proxy.wire.messages.peek_request_header` read it already (the chain reads every request's).
 
     Malformed input (truncated, impossible lengths or counts, invalid UTF-8, misordered tags, trailing bytes,
     another API, a version outside 4-18) raises :class:`CodecError`, as the construct codec would."""
     mv = frame if isinstance(frame, memoryview) else memoryview(frame)
-    head = peek_request_header(mv)
+    if head is None:
+        head = peek_request_header(mv)
     version = head.api_version
     if head.api_key != ApiKey.FETCH:
         raise CodecError(f"api key {head.api_key} is not Fetch", api=head.api_key, version=version)
@@ -283,6 +286,18 @@ def decode_fetch_request(frame: Buffer) -> FetchRequestView:
     if pos != len(mv):
         raise CodecError(f"{len(mv) - pos} trailing bytes", where=pos, api=_API, version=version)
     return view
+
+
+def sessionless(frame: Buffer, head: RequestHeader) -> bool:
+    """Whether the Fetch request ``frame`` (its header ``head``) is outside a fetch session (KIP-227: v4-6, or
+    SessionEpoch -1, FINAL_EPOCH), read from its fixed fields without decoding it. False when the frame is too
+    short to hold them (a decode then says why)."""
+    version, pos = head.api_version, head.body_offset
+    if pos is None or version < FIRST_SESSION:
+        return pos is not None
+    fixed = _FIXED_V15 if version >= FIRST_REPLICA_STATE else _FIXED_V7
+    end = pos + fixed.size  # SessionEpoch is the last fixed field
+    return len(frame) >= end and _I32.unpack_from(frame, end - 4)[0] == FINAL_EPOCH
 
 
 class Baseline:

@@ -29,6 +29,7 @@ from .errors import CodecError, MalformedFrame
 from .fetch_fast import FetchResponseView
 from .fetch_request_fast import FetchEdit, decode_fetch_request
 from .messages import (
+    RequestHeader,
     decode_request,
     decode_response,
     encode_request,
@@ -106,12 +107,13 @@ class MessageRequest:
 RequestView = FetchEdit | MessageRequest
 
 
-def request_view(api_key: int, frame: bytes) -> RequestView:
-    """The view policies edit for a request of ``api_key`` (frame without size prefix). A malformed frame raises
-    :class:`MalformedFrame`, here or when its body is first read."""
+def request_view(api_key: int, frame: bytes, header: RequestHeader | None = None) -> RequestView:
+    """The view policies edit for a request of ``api_key`` (frame without size prefix; ``header``: its header as
+    read already, if it was). A malformed frame raises :class:`MalformedFrame`, here or when its body is first
+    read."""
     if api_key == ApiKey.FETCH:
         try:
-            return FetchEdit(decode_fetch_request(frame))
+            return FetchEdit(decode_fetch_request(frame, header))
         except CodecError as e:
             raise MalformedFrame(e.what, where=e.where, api=e.api, version=e.version) from None
     return MessageRequest(frame)

@@ -37,6 +37,7 @@ from proxy.wire.fetch_request_fast import (
     PartitionKey,
     decode_fetch_request,
     encode_fetch_request,
+    sessionless,
 )
 from proxy.wire.messages import (
     decode_request,
@@ -179,6 +180,9 @@ def test_decode_and_reencode_equal_construct(version: int) -> None:
         view = decode_fetch_request(frame)
         _check_decode(view, frame)
         assert decode_fetch_request(bytearray(frame)).partitions() == view.partitions()
+        head = peek_request_header(frame)  # read already (the chain's): the same decode, the same session read
+        assert decode_fetch_request(frame, head).partitions() == view.partitions()
+        assert sessionless(frame, head) == (view.session_epoch == -1)
         again = encode_fetch_request(view, view.session_id, view.session_epoch, view.partitions(), view.forgotten())
         ref_header, ref = decode_request(frame)
         canonical = _canonical(ref, version)

@@ -235,6 +235,35 @@ def test_a_request_is_relayed_only_when_every_policy_leaves_it_alone(
     assert isinstance(chain.classify(frame, 0.0, info), Exchange)  # not while another request waits ahead
 
 
+class _Chooses(_Leaves):
+    """Reads every request (unread: False) it applies to, and applies to those whose correlation id is odd."""
+
+    name = "chooses"
+
+    def __init__(self) -> None:
+        super().__init__(False)
+
+    def applies(self, ex: Exchange) -> bool:
+        return ex.header.correlation_id % 2 == 1
+
+
+def test_a_request_no_choosing_policy_applies_to_is_relayed_as_the_others_leave_it() -> None:
+    """A policy that chooses its requests (``applies``) and reads those: the ones it does not choose are relayed
+    on the route of the policies left (a consumer's fetch cooperative consumption does not filter)."""
+    chooses, skims = _Chooses(), _Leaves(SKIM)
+    chain = Chain([chooses, skims], Metrics(), TopicNames(Clock()))
+    info = ConnectionInfo(1, "bootstrap")
+    body = request_codec(0, 9).default().replace(acks=-1)
+    chosen, left = req_frame(0, 9, body, corr=7), req_frame(0, 9, body, corr=8)
+    ex = chain.classify(chosen, 0.0, info, True)
+    assert isinstance(ex, Exchange) and ex.policies == (chooses, skims)
+    relayed = chain.classify(left, 0.0, info, True)
+    assert isinstance(relayed, Relayed)
+    assert (relayed.check, relayed.streamer, relayed.readers, relayed.frame) == (_skim, None, (skims,), left)
+    waiting = chain.classify(left, 0.0, info)  # not while another request waits ahead
+    assert isinstance(waiting, Exchange) and waiting.policies == (skims,)
+
+
 def test_a_version_outside_what_the_policies_read_is_refused_not_relayed() -> None:
     chain = Chain([_Leaves(True, api_key=3)], Metrics(), TopicNames(Clock()))
     with pytest.raises(Rejected) as e:

@@ -823,6 +823,28 @@ def partition_0(view: FetchResponseView | None) -> FetchPartition:
     return part
 
 
+def test_a_session_less_fetch_of_a_member_holding_whole_partitions_is_not_the_policys() -> None:
+    """Three members of three partitions hold one whole partition each: their session-less fetches (librdkafka,
+    aiokafka) are not read at all (a low-rate topic's caught-up consumer sends many); a fetch in the client's
+    session is, as the cursor keeps that session, and so is the next session-less one (it ends that session)."""
+    proxy, _ = sharing_proxy()
+    clients, _ = form_group(proxy, 3)
+    sharing = proxy.policy("sharing")
+    m1 = clients[0]
+    data = one_per_batch(100, [b"a", b"b"])
+    ex = fetch_at(m1)
+    assert sharing not in ex.policies
+    assert bytes(partition_0(answer_fetch(m1, ex, data)).records or b"") == data  # as the broker sent them
+    session = fetch_at(m1, session=0, epoch=0)
+    assert sharing in session.policies
+    answer_fetch(m1, session, data, session_id=9)
+    assert sharing in fetch_at(m1).policies  # ends the client's session: the cursor forgets it
+    assert sharing not in fetch_at(m1).policies
+    shared, _ = sharing_proxy()
+    sharers, _ = form_group(shared, 5)  # members sharing partitions: every fetch is read
+    assert shared.policy("sharing") in fetch_at(sharers[0]).policies
+
+
 def test_a_fetch_answered_only_with_other_slices_records_goes_again_from_past_them() -> None:
     """Records one per batch, the member's slice 0/2 has none among ten: nothing is handed to it (no batch emptied),
     and within its wait the fetch goes upstream again from past what was read, so its long poll waits for its

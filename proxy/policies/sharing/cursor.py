@@ -167,6 +167,12 @@ class ClientFetches:
     #: the topic ids its requests named (v13+), by name: a member's partitions are known by name
     ids: dict[str, bytes] = field(default_factory=dict)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing kept: no client session, no offset moved (what :meth:`reset` leaves, and a session-less fetch of
+        partitions none of which is held changes nothing of)."""
+        return not (self.listed or self.sent or self.shift or self.session_id) and self.epoch == FINAL_EPOCH
+
     def reset(self) -> None:
         self.session_id, self.epoch, self.shift = 0, FINAL_EPOCH, 0
         self.listed.clear()

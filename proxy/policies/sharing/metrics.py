@@ -6,6 +6,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from ...metrics import TallyFamily
+
 #: why cooperative consumption left something unshared
 NOT_SHARED_REASONS: Final[tuple[str, ...]] = (
     "kip848_group", "streams_group", "client_id_collision", "bad_marker", "bad_assignment", "member_unknown",
@@ -79,9 +81,11 @@ class SharingMetrics:
             "sluice_sharing_cache_bytes",
             "Bytes of decoded batches kept for the other members of a partition (sharing.cache_max_bytes).",
             registry=r)
-        self.sharing_cache_lookups = Counter(
-            "sluice_sharing_cache_lookups_total", "Decoded-batch cache lookups, by outcome: hit or miss.",
-            ["outcome"], registry=r)
+        # told once per record set filtered: a plain number each (no lock), exported at scrape time
+        self.sharing_cache_lookups = TallyFamily(
+            "sluice_sharing_cache_lookups", "Decoded-batch cache lookups, by outcome: hit or miss.", "outcome",
+            ("hit", "miss"))
+        r.register(self.sharing_cache_lookups)
         self.sharing_group_calls = Counter(
             "sluice_sharing_group_calls_total",
             "Group requests of Sluice's own (slice positions and group descriptions), by outcome: ok or failed.",
@@ -92,7 +96,5 @@ class SharingMetrics:
             self.sharing_not_shared.labels(not_shared)
         for filtered in FILTER_REASONS:
             self.sharing_records_filtered.labels(filtered)
-        for outcome in ("hit", "miss"):
-            self.sharing_cache_lookups.labels(outcome)
         for event in READ_AHEAD_EVENTS:
             self.sharing_read_ahead.labels(event)

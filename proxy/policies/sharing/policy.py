@@ -41,7 +41,7 @@ from ...wire.fetch_fast import (
     parse_tags,
 )
 from ...wire.fetch_layout import DIVERGING_EPOCH_TAG, FIRST_TOPIC_ID, PartitionKey
-from ...wire.fetch_request_fast import FetchEdit
+from ...wire.fetch_request_fast import FetchEdit, sessionless
 from ...wire.messages import decoded_versions
 from ...wire.model import TopicPartition
 from ...wire.views import FetchResponse, ResponseView
@@ -114,6 +114,8 @@ class Sharing(SharingState, Policy):
         if not self.enabled:
             return False
         key = ex.header.api_key
+        if key == ApiKey.FETCH and self._passes(ex):
+            return False
         return key in _GROUP_APIS or self.opted_in(ex) or self.standalone_for(ex.client_id)
 
     def needs_topic_names(self, ex: Exchange) -> bool:
@@ -217,6 +219,25 @@ class Sharing(SharingState, Policy):
                 held[(topic, tp[1])] = (tp, st)
         return held
 
+    def _passes(self, ex: Exchange) -> bool:
+        """Whether this Fetch passes untouched, known without decoding it: a session-less consumer fetch
+        (librdkafka, aiokafka) of a member holding no slice (:meth:`_fetch_ticket` lets it through unfiltered)
+        on a connection with nothing of the cursor's to keep (no client session, no offset moved). Every fetch of
+        a low-rate topic's caught-up consumer otherwise pays a request decode and the chain's walk for nothing."""
+        info = ex.info
+        if info is None:
+            return False
+        fetches = self.fetches.get(info.conn_id)
+        if fetches is not None and not fetches.idle:
+            return False
+        if not sessionless(ex.frame, ex.header) or self.standalone_for(ex.client_id):
+            return False
+        key = member_key(ex)
+        m = self.members.get(key)
+        if m is None or not m.known:  # let through once member_wait_s passed (and said so), unless recovering
+            return (m is None or m.recovering is None) and self.members.unknown_since.get(key, 0.0) < 0
+        return not m.blocked and (self.members.collides(key) or not _shares(m))
+
     def _fetch_ticket(self, ex: Exchange) -> FetchTicket | None:
         key = member_key(ex)
         m = self.members.get(key)
@@ -237,7 +258,7 @@ class Sharing(SharingState, Policy):
             return None
         if m.blocked or self.members.collides(key):
             return self._withhold(ex) if m.blocked else None
-        if not any(st.slice.count > 1 or st.table is not None for st in (m.partitions or {}).values()):
+        if not _shares(m):
             return None
         ex.collect = True
         return FetchTicket(m, False)
@@ -359,6 +380,11 @@ class Sharing(SharingState, Policy):
         ticket.sent_at = now
         ex.send_again(frame)
         return True
+
+
+def _shares(m: Member) -> bool:
+    """Whether ``m`` holds a partition its fetches are filtered in: a slice of it, or committed work to skip."""
+    return any(st.slice.count > 1 or st.table is not None for st in (m.partitions or {}).values())
 
 
 def _carry(view: FetchResponseView, carried: dict[PartitionKey, tuple[FetchTopic, FetchPartition]]) -> None:

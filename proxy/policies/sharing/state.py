@@ -72,7 +72,7 @@ class SharingState:
         self.standalone = tuple(StandaloneRule(e.client_id, e.topic, frozenset(e.partitions), Slice.parse(e.slice))
                                 for e in settings.standalone)
         self.members = Members()
-        hits, misses = (self.metrics.sharing_cache_lookups.labels(o) for o in ("hit", "miss"))
+        hits, misses = (self.metrics.sharing_cache_lookups.tallies[o] for o in ("hit", "miss"))
 
         def lookups(hit: int, miss: int) -> None:
             hits.inc(hit)
