@@ -183,18 +183,21 @@ def run_confluent(bootstrap: str, topic: str) -> None:
     assert admin.list_topics(timeout=30).brokers
 
 
+def remote_ports(proc: subprocess.Popen[Any]) -> set[int]:
+    """The remote ports of a running process's TCP connections now (empty once it has exited)."""
+    try:
+        return {c.raddr.port for c in psutil.Process(proc.pid).net_connections(kind="tcp") if c.raddr}
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return set()
+
+
 def watch_connections(proc: subprocess.Popen[Any], deadline_s: float) -> tuple[set[int], float]:
     """Sample a running process's TCP connections (remote ports) until it exits; (ports, seconds waited)."""
-    ps = psutil.Process(proc.pid)
     remote: set[int] = set()
     start = time.monotonic()
     deadline = start + deadline_s
     while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            conns = ps.net_connections(kind="tcp")
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            break
-        remote.update(c.raddr.port for c in conns if c.raddr)
+        remote |= remote_ports(proc)
         time.sleep(0.02)  # sampling interval while the client runs; the loop ends when it exits
     return remote, time.monotonic() - start
 
@@ -211,8 +214,9 @@ CONFLUENT_CONSUMER_SCRIPT = textwrap.dedent(
         m = c.poll(0.5)
         if m is not None and m.error() is None:
             got += 1
+    print(got, flush=True)
+    sys.stdin.read()  # its connections stay open until the test has looked at them (it closes stdin)
     c.close()
-    print(got)
     """
 )
 
@@ -249,11 +253,20 @@ def test_broker_address_never_reaches_clients(tapped_sluice: tuple[ProxyThread, 
     assert len(out.splitlines()) == total, err[-3000:]
 
     # confluent-kafka in its own process, watched the same way.
+    # A short-lived client: sampled while it runs (a thread), and once more when it has consumed, while it still
+    # holds its connections (sampling alone can miss them all on a loaded machine, where each look is slow).
     ck = subprocess.Popen([sys.executable, "-c", CONFLUENT_CONSUMER_SCRIPT, bootstrap, unique_topic, str(total)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ck_ports, _ = watch_connections(ck, 90)
-    ck_out, ck_err = ck.communicate(timeout=30)
-    assert ck.returncode == 0 and ck_out.strip() == str(total), ck_err[-3000:]
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampled: list[set[int]] = []
+    sampler = threading.Thread(target=lambda: sampled.append(watch_connections(ck, 90)[0]))
+    sampler.start()
+    assert ck.stdout is not None
+    consumed = ck.stdout.readline()  # the script's own deadline bounds it
+    ck_ports = remote_ports(ck)
+    _, ck_err = ck.communicate(timeout=30)  # closes its stdin: the script closes its consumer and exits
+    sampler.join()
+    ck_ports |= sampled[0]
+    assert ck.returncode == 0 and consumed.strip() == str(total), ck_err[-3000:]
 
     listener_ports = set(sluice.proxy.listener_ports().values())
     real_ports = {kafka_broker.port, kafka_broker.controller_port}
