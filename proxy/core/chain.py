@@ -92,6 +92,11 @@ class Chain:
         #: the policies that may need topic names (to read them, or to have the access log show them)
         self._name_readers = frozenset(p for p in self.policies if p.decodes_fetch
                                        or type(p).needs_topic_names is not Policy.needs_topic_names)
+        self._compose_routes()
+
+    def _compose_routes(self) -> None:
+        """The relay routes under the settings in force (when the chain is built and after each reconfiguration):
+        of requests every policy leaves alone, and of those that none of the selective policies applies to."""
         self._routes = self._relay_routes()
         self._declined = self._relay_routes(self._selective)
 
@@ -155,9 +160,7 @@ class Chain:
         ready = [policy.reconfigure(section) for policy, section in sections.items()]
         for apply in ready:
             apply()
-        # the next requests see the new settings' routes
-        self._routes = self._relay_routes()
-        self._declined = self._relay_routes(self._selective)
+        self._compose_routes()  # the next requests see the new settings' routes
 
     # --------------------------------------------------------------------------------------- requests
 
