@@ -56,6 +56,12 @@ class PartitionState:
     writing: Signal | None = None
     advance_after: float = 0.0
 
+    @property
+    def in_flight(self) -> Signal | None:
+        """The commit of this slice's position in flight from this Sluice, if one is (:attr:`writing`, unsettled)."""
+        writing = self.writing
+        return writing if writing is not None and not writing.settled else None
+
 
 @dataclass(slots=True)
 class HeartbeatState:

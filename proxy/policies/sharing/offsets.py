@@ -169,11 +169,11 @@ def _plan_fetch(p: SharingState, ex: Exchange, m: Member, group: str,
 
 
 def _writing_any(m: Member, tps: Any) -> Signal | None:
-    """A commit of the slice of one of ``tps`` in flight from this Sluice (:attr:`PartitionState.writing`)."""
+    """A commit of the slice of one of ``tps`` in flight from this Sluice (:attr:`PartitionState.in_flight`)."""
     for tp in tps:
         state = (m.partitions or {}).get(tp)
-        if state is not None and state.writing is not None and not state.writing.settled:
-            return state.writing
+        if state is not None and (writing := state.in_flight) is not None:
+            return writing
     return None
 
 
@@ -290,10 +290,10 @@ def _plan_commit(p: SharingState, ex: Exchange, m: Member, body: Message) -> Off
                 s = state.slice
             if s.whole and state is not None and state.frontier is not None and not state.frontier.positions:
                 continue  # a whole partition no slice ever consumed: the client's commit is the plain one
-            if state is not None and state.writing is not None and not state.writing.settled:
+            if state is not None and (writing := state.in_flight) is not None:
                 # a commit of this slice is in flight from this Sluice (the client's previous one, or
                 # offsets.advance): this one is sent after it, so the later position lands last
-                ex.pending = state.writing
+                ex.pending = writing
                 return OffsetTicket(m, group, {})
             wanted[tp] = s
             offset = part.committed_offset
@@ -419,7 +419,7 @@ def _commit_slices(p: SharingState, m: Member, commits: dict[str, dict[TopicPart
     least once), and the member's next commit carries it on."""
     states = [(state, offset) for group, parts in commits.items() for tp, (offset, _) in parts.items()
               if (state := (m.partitions or {}).get(tp)) is not None and slice_group(m.group, state.slice) == group]
-    waits = list({id(w): w for st, _ in states if (w := st.writing) is not None and not w.settled}.values())
+    waits = list({id(w): w for st, _ in states if (w := st.in_flight) is not None}.values())
     done = Signal()
     for state, _ in states:
         _writing(state, done)
@@ -511,7 +511,7 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
     s = state.slice
     now = p.clock()
     if s.whole or not m.group or state.committed < 0 or now < state.advance_after \
-            or (state.writing is not None and not state.writing.settled) or (m.partitions or {}).get(tp) is not state \
+            or state.in_flight is not None or (m.partitions or {}).get(tp) is not state \
             or m.fenced_at == (m.kip848.epoch if m.kip848 is not None else m.generation):
         # (a state replaced since the fetch: its slice's commits go through the new one; a member fenced: a slice
         # commit is a simple one, which no coordinator checks, and its slice may be another member's by now)
