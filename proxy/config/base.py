@@ -101,6 +101,13 @@ def one_of(choices: typing.Sequence[object]) -> str:
     return f"must be {', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else f"must be {names[0]}"
 
 
+def unwrap(ann: Any) -> Any:
+    """A field's type without its ``Annotated`` layers (the Meta constraints and checks they carry)."""
+    while typing.get_origin(ann) is Annotated:
+        ann = typing.get_args(ann)[0]
+    return ann
+
+
 _F = TypeVar("_F")
 
 

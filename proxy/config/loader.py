@@ -39,11 +39,11 @@ import os
 import tomllib
 import typing
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, TypeVar
 
 import msgspec
 
-from .base import ConfigError, Invalid, KeyedValueError, Section, hosts_overlap, model_validator, one_of
+from .base import ConfigError, Invalid, KeyedValueError, Section, hosts_overlap, model_validator, one_of, unwrap
 from .sections import (
     AdminSettings,
     FleetSettings,
@@ -232,7 +232,7 @@ def _parse_env(root: type[Section], var: str, raw: str) -> tuple[list[str], Any]
         annotation = model.field_types().get(part)
         if annotation is None:
             raise ConfigError(dotted, _unknown_key_reason(part, model), source)
-        ann = _unwrap(annotation)
+        ann = unwrap(annotation)
         if i < len(parts) - 1:
             if not _is_model(ann):
                 raise ConfigError(dotted, "is a key, not a section", source)
@@ -249,7 +249,7 @@ def _coerce_env(ann: Any, raw: str, key: str, source: str) -> Any:
     origin = typing.get_origin(ann)
     if origin is list:
         (item,) = typing.get_args(ann)
-        return [_coerce_env(_unwrap(item), s.strip(), key, source) for s in raw.split(",") if s.strip()]
+        return [_coerce_env(unwrap(item), s.strip(), key, source) for s in raw.split(",") if s.strip()]
     if ann is bool:
         lowered = raw.strip().lower()
         if lowered in ("1", "true", "yes", "on"):
@@ -270,12 +270,6 @@ def _coerce_env(ann: Any, raw: str, key: str, source: str) -> Any:
     if ann is str or origin is Literal:
         return raw
     raise ConfigError(key, "cannot be set from the environment; set it in the config file", source)
-
-
-def _unwrap(ann: Any) -> Any:
-    while typing.get_origin(ann) is Annotated:
-        ann = typing.get_args(ann)[0]
-    return ann
 
 
 def _is_model(ann: Any) -> bool:
@@ -311,9 +305,9 @@ def _walk(root: type[Section], loc: tuple[int | str, ...]) -> tuple[type[Section
         if model is None or (annotation := model.field_types().get(part)) is None:
             return None, None, False
         secret = part in model.secret_fields
-        ann = _unwrap(annotation)
+        ann = unwrap(annotation)
         if typing.get_origin(ann) is list:
-            ann = _unwrap(typing.get_args(ann)[0])
+            ann = unwrap(typing.get_args(ann)[0])
         model = typing.cast(type[Section], ann) if _is_model(ann) else None
     return model, ann, secret
 
