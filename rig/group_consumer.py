@@ -140,6 +140,13 @@ class _Gate:
             _emit({"paused": sorted([tp.topic, tp.partition] for tp in held)})
 
 
+def _assign(a: argparse.Namespace, assign: Callable[[list[Any]], Any], partition: Callable[[str, int], Any]) -> None:
+    """``--assign``: the client assigned partitions 0..N-1 of the topic (each made by its own ``partition`` type), from
+    their committed offsets (else its offset reset), as a subscribed consumer starts; reported as a rebalance is."""
+    assign([partition(a.topic, p) for p in range(a.assign)])
+    _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
+
+
 def _process(polled: Iterable[Iterable[Any]], work_ms: float) -> list[list[Any]]:
     """A poll's records (kafka-python's and aiokafka's ``ConsumerRecord``), each "processed" in turn."""
     done = []
@@ -180,8 +187,7 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
     if a.assign:
         from kafka import TopicPartition
 
-        consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
-        _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
+        _assign(a, consumer.assign, TopicPartition)
     else:
         consumer.subscribe([a.topic], listener=Listener())
         # The subscribed topic's metadata before the first join (a metadata request, bounded by the client's request
@@ -252,9 +258,7 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
     if a.assign:
         from confluent_kafka import TopicPartition
 
-        # committed offsets (else auto.offset.reset), as a subscribed consumer starts
-        consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
-        _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
+        _assign(a, consumer.assign, TopicPartition)
     else:
         consumer.subscribe([a.topic], on_assign=on_assign,
                            **({"on_revoke": on_revoke} if a.group_protocol != "classic" else {}))
@@ -320,9 +324,7 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
                                     max_poll_records=a.max_poll_records,
                                     partition_assignment_strategy=(assignors[a.strategy],))
         if a.assign:
-            # committed offsets (else auto_offset_reset), as a subscribed consumer starts
-            consumer.assign([TopicPartition(a.topic, p) for p in range(a.assign)])
-            _emit({"assigned": [[a.topic, p] for p in range(a.assign)]})
+            _assign(a, consumer.assign, TopicPartition)
         else:
             consumer.subscribe([a.topic], listener=Listener())
         await asyncio.wait_for(consumer.start(), CALL_TIMEOUT_S)
