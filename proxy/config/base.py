@@ -147,6 +147,14 @@ class _Checks:
 
 
 _CHECKS: dict[type, _Checks] = {}
+
+
+def _checks_of(cls: type[Section]) -> _Checks:
+    """``cls``'s checks, computed on its first use."""
+    checks = _CHECKS.get(cls)
+    if checks is None:
+        checks = _CHECKS[cls] = _Checks(cls)
+    return checks
 #: the message of the ValueError a check raises in __post_init__, the key relative to the section (msgspec then
 #: appends " - at `$.<path>`", the section's path)
 _KEYED = "{key}: {reason}"
@@ -195,7 +203,7 @@ class Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=T
     renamed_keys: ClassVar[Mapping[str, str]] = {}
 
     def __post_init__(self) -> None:
-        checks = _CHECKS.get(type(self)) or _CHECKS.setdefault(type(self), _Checks(type(self)))
+        checks = _checks_of(type(self))
         for name, ann, validators in checks.fields:
             value = old = getattr(self, name)
             try:
@@ -244,7 +252,7 @@ class Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=T
     @classmethod
     def field_types(cls) -> dict[str, Any]:
         """Each field's annotation (``Annotated`` kept: its Meta holds the constraints and the description)."""
-        return {name: ann for name, ann, _ in (_CHECKS.get(cls) or _CHECKS.setdefault(cls, _Checks(cls))).fields}
+        return {name: ann for name, ann, _ in _checks_of(cls).fields}
 
 
 class Invalid(ValueError):
