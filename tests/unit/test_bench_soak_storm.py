@@ -69,6 +69,13 @@ def test_summary_measures_growth_after_the_warm_up_interval() -> None:
     assert soak.summary(samples, Delivery())["correct"]
     assert out["rss_growth_mb"] == 1.5 and out["fd_growth"] == 1  # from the end of minute 1, not from the start
     assert out["cpu_s_per_gib"] == 20.0
+    # the probe's added p99 is the worst minute's after the first, and a minute without it meets no goal
+    assert out["probe_added_p99_ms_max_after_first"] is None
+    for s, added in zip(samples[1:], (3.0, 0.2, 0.4), strict=True):
+        s.probe = {"added_p99_ms": added}
+    probed = soak.summary(samples, Delivery())
+    assert probed["probe_added_p99_ms_max_after_first"] == 0.4
+    assert probed["goals"]["probe_added_p99_ms_max_after_first"] == "<= 0.5"
     # the last interval saw no new observations at all: no p99 rather than a made-up one
     assert out["p99_ms_last_minute"] is None
     line = soak.interval_line(1, samples[0], samples[1])
