@@ -158,6 +158,14 @@ class MessageResponse:
     def error_codes(self) -> list[int]:
         return error_codes(self._body) if self._body is not None else []
 
+    def replace_body(self, body: bytes) -> None:
+        """Make the response ``body`` (encoded, of this version), its header kept: for a policy that knows the
+        encoded answer already. The response reads as undecoded again; a later :attr:`body` decodes the new one."""
+        start = response_body_offset(self.api_key, self.version, self.frame)
+        self.frame = bytes(self.frame[:start]) + body
+        self._header = self._body = None
+        self.changed = False
+
     def encode(self) -> tuple[list[Buffer], int]:
         if not self.changed or self._body is None:
             return _framed(self.frame)

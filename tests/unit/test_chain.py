@@ -116,10 +116,22 @@ def test_api_versions_intersected_and_withheld() -> None:
         Message(api_key=78, min_version=1, max_version=2),  # ShareFetch: decoded (KIP-932)
         Message(api_key=3, min_version=90, max_version=99),  # Metadata: no version in common -> withheld
     ]
-    out = respond(p, req_frame(18, 3, Message(client_software_name="t", client_software_version="1")), body)
+    request = Message(client_software_name="t", client_software_version="1")
+    out = respond(p, req_frame(18, 3, request), body)
     ranges = {k.api_key: (k.min_version, k.max_version) for k in out.api_keys}
     assert ranges == {1: (4, 18), 32: (0, 99), 78: (1, 2)}
     assert p.metrics.total("sluice_api_withheld_total", api="Metadata") == 1
+    # the same broker answer again (another connection, another correlation id): the remembered answer, under
+    # this request's correlation id, counted again
+    ex = p.request(req_frame(18, 3, request, corr=8))
+    sent = p.respond(ex, encode_response(18, 3, Message(correlation_id=8), body))
+    header, again = decode_response(18, 3, sent[4:])
+    assert header.correlation_id == 8 and again == out and len(sent) == ex.client_bytes
+    assert p.metrics.total("sluice_api_withheld_total", api="Metadata") == 2
+    # another answer of the broker's is capped afresh
+    body.api_keys = body.api_keys[:1]
+    assert [(k.api_key, k.min_version, k.max_version) for k in respond(p, req_frame(18, 3, request), body).api_keys] \
+        == [(1, 4, 18)]
 
 
 def test_share_fetch_node_endpoints_rewritten() -> None:
