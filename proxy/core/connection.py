@@ -537,7 +537,7 @@ class Connection:
 
     # =========================================================================================== responses
 
-    def upstream_data(self, data: Buffer) -> None:
+    def upstream_data(self, data: bytes) -> None:
         if self.state is _CLOSED:
             return
         end = len(data)
@@ -632,7 +632,7 @@ class Connection:
         if self._left == 0:
             self._end_response()
 
-    def _relayed(self, data: Buffer, pos: int, end: int, r: Relayed) -> bool:
+    def _relayed(self, data: bytes, pos: int, end: int, r: Relayed) -> bool:
         """The response to a relayed request that is not walked as it streams, size prefix at ``pos``: when it is
         whole in this read, answers its request and its check (if any) holds, it is written as it came (True,
         ``_size`` its size). Otherwise (False) :meth:`_start_response` reads it as any other response (making

@@ -26,7 +26,6 @@ from ..core.connection import Timer
 from ..core.exchange import Buffer, ConnectionInfo
 from ..wire.errors import CodecError
 from .host import ConnectionHost
-from .read_buffer import ReadBuffer
 
 __all__ = ["ClientProtocol", "UpstreamProtocol", "tls_error"]
 
@@ -115,7 +114,7 @@ class ClientProtocol(asyncio.Protocol):
                                            timeout)
                 else:
                     await asyncio.wait_for(loop.create_connection(
-                        lambda: TlsUpstreamProtocol(self), host, port, ssl=tls, server_hostname=host,
+                        lambda: UpstreamProtocol(self), host, port, ssl=tls, server_hostname=host,
                         ssl_handshake_timeout=timeout), timeout)
             except (TimeoutError, OSError) as e:
                 proxy.metrics.upstream_connect_errors.inc()
@@ -228,27 +227,6 @@ class UpstreamProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.proxy.metrics.upstream_connections_open.dec()
         self.conn.upstream_lost(str(exc) if exc else None)
-
-
-class TlsUpstreamProtocol(UpstreamProtocol, asyncio.BufferedProtocol):
-    """An upstream connection over TLS: the SSL transport decrypts straight into one reused buffer
-    (:mod:`proxy.io.read_buffer`), where a plain Protocol would get each read as TLS records joined into new
-    ``bytes``; the core reads it as it reads any other read."""
-
-    def __init__(self, client: ClientProtocol) -> None:
-        super().__init__(client)
-        self._reads = ReadBuffer(TLS_READ_BYTES)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._reads.get(sizehint)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.conn.upstream_data(self._reads.got(nbytes))
-
-
-#: what one read of a TLS upstream holds at most, nearly always: the SSL transport reads up to 256 KiB of records
-#: from the socket at a time and asks for their size plus 256 bytes (they decrypt to less)
-TLS_READ_BYTES = 256 * 1024 + 256
 
 
 class ReadInto(asyncio.BufferedProtocol):

@@ -18,7 +18,6 @@ from collections import defaultdict, deque
 from pathlib import Path
 
 from proxy.core.connection import Connection
-from proxy.core.exchange import Buffer
 from proxy.wire.messages import api_name, peek_request_header, response_correlation_id
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
@@ -60,7 +59,7 @@ class Tap:
             if len(self.awaiting) > before:
                 tap.expect[id(self)].append((h.api_key, h.api_version, h.correlation_id))
 
-        def upstream_data(self: Connection, data: Buffer) -> None:
+        def upstream_data(self: Connection, data: bytes) -> None:
             buf = tap.buffers[id(self)]
             buf += data
             while len(buf) >= 4:
