@@ -72,7 +72,9 @@ TLS adds to Sluice shows next to what relaying costs it. The last line is ``{"su
 "consume_ratio": ..., "cpu_s_per_gib": ..., "plain_cpu_s_per_gib": ..., "goals", "met", ...}`` (goal,
 :data:`GOALS_TLS`: consume_ratio >= 0.9; Sluice terminates and originates TLS in Python's ssl module, OpenSSL
 underneath, through uvloop's transports); its check: a confluent-kafka read through the TLS Sluice gets every
-record once, in order.
+record once, in order. ``--tls --compare REV``: REV's TLS Sluice (its ``proxy`` package, bench/support/revision.py)
+in the same rounds, next to this checkout's; the last line adds ``compare``, ``baseline_ratio`` (its consume ratio to
+direct) and ``baseline_cpu_s_per_gib``.
 """
 
 from __future__ import annotations
@@ -504,10 +506,13 @@ def stop_checked(sluice: SluiceProcess) -> None:
         raise SystemExit(f"sluice exited with {code}:\n{sluice.stderr_text()[-3000:]}")
 
 
-def main_tls(mib: int, batch_size: int = BATCH_SIZE, smoke: bool = False, check_goals: bool = False) -> int:
-    """TLS client -> Sluice -> TLS broker vs TLS straight to the broker (module docstring)."""
+def main_tls(mib: int, batch_size: int = BATCH_SIZE, smoke: bool = False, check_goals: bool = False,
+             compare: str | None = None) -> int:
+    """TLS client -> Sluice -> TLS broker vs TLS straight to the broker (module docstring); ``compare``: a revision
+    whose TLS Sluice runs in the same rounds too."""
     from pathlib import Path
 
+    from bench.support.revision import extract_revision
     from rig.kafka import THROUGHPUT_BROKER_JVM_OPTS
     from rig.pki import CA
     from rig.secure_broker import SecureBroker
@@ -545,13 +550,22 @@ def main_tls(mib: int, batch_size: int = BATCH_SIZE, smoke: bool = False, check_
         def consume(bootstrap: str, props: Mapping[str, object]) -> dict[str, Any]:
             return java_consume(tools, bootstrap, topic, records, props)
 
-        with SluiceProcess(secure.ssl, extra_env=env) as sluice, SluiceProcess(secure.plaintext) as plain:
+        baseline_code = work / "baseline"
+        revision = extract_revision(compare, baseline_code) if compare else None
+        with contextlib.ExitStack() as stack:
+            sluice = stack.enter_context(SluiceProcess(secure.ssl, extra_env=env))
+            plain = stack.enter_context(SluiceProcess(secure.plaintext))
             meter, plain_meter = CpuMeter(sluice), CpuMeter(plain)
-            java = abba({
+            paths = {
                 "direct": lambda: consume(secure.ssl, direct_props),
                 "sluice": lambda: meter.measure(lambda: consume(sluice.bootstrap, sluice_props)),
-                "sluice_plaintext": lambda: plain_meter.measure(lambda: consume(plain.bootstrap, {})),
-            }, "java-consumer-perf-tls", budget, smoke)
+            }
+            if revision is not None:  # next to Sluice in each round's order
+                base = stack.enter_context(SluiceProcess(secure.ssl, extra_env=env, code=baseline_code))
+                base_meter = CpuMeter(base)
+                paths["baseline"] = lambda: base_meter.measure(lambda: consume(base.bootstrap, sluice_props))
+            paths["sluice_plaintext"] = lambda: plain_meter.measure(lambda: consume(plain.bootstrap, {}))
+            java = abba(paths, "java-consumer-perf-tls", budget, smoke)
             # the check: every record read once, in order, through the TLS Sluice (by offset)
             confluent_consume(sluice.bootstrap, topic, ends, max(30.0, budget.left()), checks,
                               {"security.protocol": "SSL", "ssl.ca.location": str(ca.cert)})
@@ -560,16 +574,20 @@ def main_tls(mib: int, batch_size: int = BATCH_SIZE, smoke: bool = False, check_
             emit({"bench": "passthrough_tls", "measure": "sluice_cpu", "cpu_s": round(meter.cpu_s, 3),
                   "gib_relayed": round(meter.bytes / GIB, 3), "cpu_s_per_gib": round(cpu_s_per_gib, 3),
                   "plain_cpu_s_per_gib": round(plain_cpu, 3)})
+            figures: dict[str, Any] = {
+                "batch_size": batch_size, "consume_ratio": round(java["sluice"] / java["direct"], 3),
+                "cpu_s_per_gib": round(cpu_s_per_gib, 3), "plain_cpu_s_per_gib": round(plain_cpu, 3)}
+            if revision is not None:
+                figures.update(compare=revision[:12], baseline_ratio=round(java["baseline"] / java["direct"], 3),
+                               baseline_cpu_s_per_gib=round(base_meter.cpu_s / (base_meter.bytes / GIB), 3))
+                stop_checked(base)
             stop_checked(sluice)
             stop_checked(plain)
     finally:
         secure.close()
         tools.close()
     emit({"bench": "passthrough_tls", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
-    line = summary("passthrough_tls", {
-        "batch_size": batch_size, "consume_ratio": round(java["sluice"] / java["direct"], 3),
-        "cpu_s_per_gib": round(cpu_s_per_gib, 3), "plain_cpu_s_per_gib": round(plain_cpu, 3)},
-        GOALS_TLS, check=sum(checks, Delivery()))
+    line = summary("passthrough_tls", figures, GOALS_TLS, check=sum(checks, Delivery()))
     emit(line)
     return exit_status(line, check_goals)
 
@@ -588,12 +606,16 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the producer's batch.size in bytes (default {BATCH_SIZE}; 16384 is the Java producer's own "
                          "default, whose consumers get ~64 batches per MiB fetched: the size limit and the throttle "
                          "walk each one)")
+    ap.add_argument("--compare", metavar="REV", default=None,
+                    help="with --tls: a TLS Sluice of this git revision in the same rounds too (baseline_ratio)")
     add_options(ap, "8 MiB, each path read once without warm-up, 200 sends per path")
     args = ap.parse_args(argv)
     if args.smoke:
         args.mib, args.latency_records = args.mib or 8, 200
     if args.tls:
-        return main_tls(args.mib or 200, args.batch_size, args.smoke, args.check)
+        return main_tls(args.mib or 200, args.batch_size, args.smoke, args.check, args.compare)
+    if args.compare:
+        ap.error("--compare is for --tls only")
     args.mib = args.mib or 400
     every = args.policies == "all"
     budget = Budget(BUDGET_S)
