@@ -653,56 +653,74 @@ def test_mixed_classic_and_kip848_members_of_one_group(kafka_broker: KafkaBroker
         consumed_once(kafka_broker, topic, members, "upgrade")
 
 
-def test_a_fenced_members_late_commit_is_refused_and_moves_no_position(sluice: ProxyThread, kafka_broker: KafkaBroker,
-                                                                       unique_topic: str) -> None:
-    """Two kafka-python members share one partition through one Sluice; a is stopped (SIGSTOP) until the coordinator
-    expels it (its session times out) and records produced meanwhile are b's once it holds the partition whole. a's
-    late commit of the partition's end, sent as a (its client id, member id and generation) once it was expelled, is
-    refused with UNKNOWN_MEMBER_ID, as ClassicGroup.validateOffsetCommit refuses it without Sluice, and moves no
-    committed position: b gets every record a had not committed, once."""
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_fenced_members_late_commit_and_heartbeat_are_refused_and_move_no_position(
+        sluice: ProxyThread, kafka_broker: KafkaBroker, unique_topic: str, protocol: str) -> None:
+    """Two members share one partition through one Sluice: kafka-python in a classic group, or librdkafka in a
+    KIP-848 one (group.protocol=consumer). a is stopped (SIGSTOP) until the coordinator fences it (its session
+    times out: session.timeout.ms, or the broker's group.consumer.session.timeout.ms) and its slice is handed on:
+    records produced meanwhile are b's, once b holds the partition whole. a's late commit and heartbeat, sent as a
+    (its client id, member id and generation or member epoch) once it was fenced, are answered UNKNOWN_MEMBER_ID, as
+    the coordinator answers them without Sluice (ClassicGroup / ConsumerGroup.validateOffsetCommit,
+    GroupMetadataManager's heartbeats), and move no committed position: b gets every record a had not committed,
+    once, in order."""
     topic = f"share-{unique_topic}"[:200]
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     group = f"g-{topic}"
-    assignments = sluice.total("sluice_sharing_assignments_total")
-    a = python_member("kafka-python", sluice.bootstrap, topic, group, "fence-a")
-    b = python_member("kafka-python", sluice.bootstrap, topic, group, "fence-b")
+    client = "kafka-python" if protocol == "classic" else "confluent"
+    a, b = (python_member(client, sluice.bootstrap, topic, group, f"fence-{protocol}-{x}", protocol=protocol)
+            for x in "ab")
     with members_of(a, b) as members:
-        settled(lambda: (sluice.total("sluice_sharing_partition_members", group=group),
-                         sluice.total("sluice_sharing_assignments_total") - assignments)
-                if stable_members(admin, group) == 2 else (0.0, 0.0))
-        assert sluice.total("sluice_sharing_partition_members", group=group) == 2
+        # both hold a slice of the partition, unchanged for a while (a KIP-848 layout moves over heartbeats)
+        settled(lambda: (2.0, float(hash(str([m.assignment for m in members]))))
+                if sluice.total("sluice_sharing_partition_members", group=group) == 2
+                and (protocol != "classic" or stable_members(admin, group) == 2) else (0.0, 0.0),
+                quiet_s=KIP848_SETTLE_S if protocol == "consumer" else CLASSIC_SETTLE_S)
         first = produce(kafka_broker.bootstrap, topic, 200, keys=40, tag="first")
-        wait_for_all(members, {v for _, v in first})
+        wait_for_all(members, {v for _, v in first}, late_s=0)  # (a duplicate, however late: check_exactly_once)
         wait_for_end_commits(kafka_broker.bootstrap, topic, group, 1)
         sharing = sluice.proxy.policy("sharing")
         assert isinstance(sharing, Sharing)
-        m = sharing.members.get(("127.0.0.1", "fence-a"))
+        m = sharing.members.get(("127.0.0.1", a.client_id))
         assert m is not None and m.partitions
-        member_id, generation, s = m.member_id, m.generation, m.partitions[(topic, 0)].slice
+        member_id, generation, s = m.member_id, m.held, m.partitions[(topic, 0)].slice
         before = committed_offsets(admin, slice_group(group, s), topic, 1)
         assert before[0] > 0
         a.proc.send_signal(signal.SIGSTOP)
         try:
             second = produce(kafka_broker.bootstrap, topic, 100, keys=40, tag="second")
 
-            def expelled() -> bool:
+            def fenced() -> bool:
                 ids = [x.member_id for x in admin.describe_consumer_groups([group])[group].result(30).members]
                 return member_id not in ids and len(ids) == 1
 
-            wait_until(expelled, 60, "the coordinator to expel the stopped member")
-            host, port = sluice.bootstrap.rsplit(":", 1)
-            with RawClient(host, int(port), client_id="fence-a") as raw:
-                found = raw.request(10, 4, request_codec(10, 4).default().replace(key_type=0, coordinator_keys=[group]))
-            coordinator = found.coordinators[0]
-            with RawClient(coordinator.host, coordinator.port, client_id="fence-a") as raw:
-                answer = raw.request(8, 8, request_codec(8, 8).default().replace(
-                    group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
-                    group_instance_id=None, topics=[Message(name=topic, partitions=[Message(
-                        partition_index=0, committed_offset=300, committed_leader_epoch=-1, committed_metadata="")])]))
-            assert answer.topics[0].partitions[0].error_code == 25  # UNKNOWN_MEMBER_ID, as the coordinator gives it
-            wait_for_all([b], {v for _, v in second})
+            wait_until(fenced, 60, "the coordinator to fence the stopped member")
+            wait_for_all([b], {v for _, v in second})  # a's slice handed on: b holds the partition whole
+            commit = as_client(sluice, a.client_id, group, 8, 9, request_codec(8, 9).default().replace(
+                group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
+                group_instance_id=None, topics=[Message(name=topic, partitions=[Message(
+                    partition_index=0, committed_offset=300, committed_leader_epoch=-1, committed_metadata="")])]))
+            assert commit.topics[0].partitions[0].error_code == 25  # UNKNOWN_MEMBER_ID
+            if protocol == "classic":
+                heartbeat = as_client(sluice, a.client_id, group, 12, 4, request_codec(12, 4).default().replace(
+                    group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None))
+            else:
+                heartbeat = as_client(sluice, a.client_id, group, 68, 0, request_codec(68, 0).default().replace(
+                    group_id=group, member_id=member_id, member_epoch=generation, rebalance_timeout_ms=-1))
+            assert heartbeat.error_code == 25  # UNKNOWN_MEMBER_ID: its client must join again
         finally:
             a.kill()  # stopped: it would not end on SIGTERM
         assert committed_offsets(admin, slice_group(group, s), topic, 1) == before  # a's slice: where a left it
         check_exactly_once(members, first + second)
+
+
+def as_client(sluice: ProxyThread, client_id: str, group: str, api: int, version: int, body: Message) -> Message:
+    """A request to ``group``'s coordinator through ``sluice`` as a consumer with ``client_id`` sends it (Sluice
+    takes it as that member's), and its answer."""
+    host, port = sluice.bootstrap.rsplit(":", 1)
+    with RawClient(host, int(port), client_id=client_id) as raw:
+        found = raw.request(10, 4, request_codec(10, 4).default().replace(key_type=0, coordinator_keys=[group]))
+    coordinator = found.coordinators[0]
+    with RawClient(coordinator.host, coordinator.port, client_id=client_id) as raw:
+        return raw.request(api, version, body)

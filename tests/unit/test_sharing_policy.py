@@ -165,15 +165,21 @@ def form_group(proxy: SansIOProxy, n: int, partitions: int = 3) -> tuple[list[Cl
     clients = [Client(proxy, f"app-{i + 1}", i + 1) for i in range(n)]
     for i, c in enumerate(clients):
         c.member_id = f"m{i + 1}"
+    return clients, join_all(clients, 1, partitions)
+
+
+def join_all(clients: list[Client], generation: int, partitions: int = 3) -> dict[str, bytes]:
+    """Every member joins ``generation`` (the first one the leader), and the leader's client assigns with a range
+    assignor (whole partitions): what each member's client got from its SyncGroup."""
     exchanges = [join(c) for c in clients]
     joined = [(c.member_id, bytes(sent(ex).protocols[0].metadata)) for c, ex in zip(clients, exchanges, strict=True)]
     for c, ex in zip(clients[1:], exchanges[1:], strict=True):
-        join_answer(c, ex, [], leader="m1")
-    seen = join_answer(clients[0], exchanges[0], joined)
+        join_answer(c, ex, [], generation=generation, leader=clients[0].member_id)
+    seen = join_answer(clients[0], exchanges[0], joined, generation=generation)
     for m in seen.members:  # the leader client sees every member's metadata without its marker
         assert bytes(m.metadata) == subscription([TOPIC])
     client_plan = {c.member_id: assignment({TOPIC: [i]} if i < partitions else {}) for i, c in enumerate(clients)}
-    return clients, sync_all(clients, 1, client_plan)
+    return sync_all(clients, generation, client_plan)
 
 
 #: what the broker stores for each member (the leader's SyncGroup as it went upstream), by member id
@@ -309,13 +315,19 @@ def committed_answer(c: Client, ex: Exchange) -> Message:
 
 def two_members_of_partition_0_at_100() -> tuple[FakeCoordinators, Client, Client]:
     """A group of 5 sharing 3 partitions: partition 0's two members, each having read the group's offset 100."""
+    fake, clients = group_of_5_at_100()
+    return fake, clients[0], clients[1]
+
+
+def group_of_5_at_100() -> tuple[FakeCoordinators, list[Client]]:
+    """A group of 5 sharing 3 partitions (generation 1): partition 0's two members (the first two clients), each
+    having read the group's offset 100."""
     proxy, fake = sharing_proxy()
     clients, _ = form_group(proxy, 5)
-    m1, m2 = clients[0], clients[1]
     fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
-    for c in (m1, m2):
+    for c in clients[:2]:
         offset_fetch_answer(c, offset_fetch(c, [0]), {0: 100})
-    return fake, m1, m2
+    return fake, clients
 
 
 def test_two_members_committing_at_once_leave_the_group_at_the_stable_offset() -> None:
@@ -960,6 +972,86 @@ def test_a_fenced_members_idle_slice_is_not_committed_on_by_sluice() -> None:
     assert m1.proxy.metrics.total("sluice_sharing_read_ahead_total", event="advanced") == 0
 
 
+#: the slice of partition 0 that group_of_5_at_100 gives m1
+M1_SLICE = Slice(0, 2)
+
+
+def heartbeat(c: Client, generation: int) -> Exchange:
+    body = request_codec(HEARTBEAT, V_HB).default().replace(group_id=GROUP, generation_id=generation,
+                                                            member_id=c.member_id, group_instance_id=None)
+    return c.send(HEARTBEAT, V_HB, body)
+
+
+def idle_slice_committed_on(fake: FakeCoordinators, c: Client, first: int, s: Slice = M1_SLICE) -> bool:
+    """``c`` (slice ``s`` of partition 0: m1's by default) fetches 10 records of other slices from ``first``, a
+    second after its last such fetch: whether Sluice then commits its slice's position on past them itself."""
+    c.proxy.clock.now += 10
+    answer_fetch(c, fetch_at(c, first), one_per_batch(first, keys_in(s, 10, other=True)), hw=first + 10,
+                 may_resend=False)
+    committed = fake.offsets.get(slice_group(GROUP, s), {}).get((TOPIC, 0))
+    return committed is not None and committed.offset == first + 10
+
+
+@pytest.mark.parametrize(("request_name", "error"), [
+    ("heartbeat", 22), ("heartbeat", 25), ("heartbeat", 27), ("heartbeat", 82),
+    ("join", 25), ("join", 82), ("sync", 25), ("sync", 27)])
+def test_a_member_fenced_by_its_group_requests_answer_has_no_idle_slice_committed_on_until_a_new_generation(
+        request_name: str, error: int) -> None:
+    """A member that keeps fetching and never commits: the coordinator fences it in its Heartbeat's, JoinGroup's or
+    SyncGroup's answer (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID) as it would
+    refuse its commit, and Sluice commits its idle slice on no more (a simple commit, which no coordinator checks:
+    the slice may be another member's by now) until it holds a slice of a new generation."""
+    fake, clients = group_of_5_at_100()
+    m1 = clients[0]
+    committed_answer(m1, commit(m1, {0: 100}))
+    if request_name == "heartbeat":
+        ex = heartbeat(m1, 1)
+        m1.answer(ex, response_codec(HEARTBEAT, V_HB).default().replace(error_code=error))
+    elif request_name == "join":
+        m1.answer(join(m1), response_codec(JOIN, V_JOIN).default().replace(
+            error_code=error, generation_id=-1, protocol_name=None, leader="", member_id="", members=[]))
+    else:  # its JoinGroup answered (generation 2), its SyncGroup refused
+        join_answer(m1, join(m1), [], generation=2, leader="m2")
+        m1.answer(sync(m1, 2, {}), response_codec(SYNC, V_SYNC).default().replace(
+            error_code=error, protocol_type="consumer", protocol_name="range", assignment=b""))
+    assert not idle_slice_committed_on(fake, m1, 100)
+    join_all(clients, 3)  # every member joins again: m1 holds slice 0/2 of partition 0 in generation 3
+    assert idle_slice_committed_on(fake, m1, 110)
+
+
+def test_a_member_between_its_joingroup_and_its_syncgroup_has_no_idle_slice_committed_on() -> None:
+    """Its JoinGroup answered, a member's commits are refused until its SyncGroup (REBALANCE_IN_PROGRESS:
+    ClassicGroup.validateOffsetCommit, COMPLETING_REBALANCE), and the new generation may hand the slices it still
+    holds to others: Sluice commits none of them on itself until its SyncGroup is answered."""
+    fake, clients = group_of_5_at_100()
+    m1 = clients[0]
+    committed_answer(m1, commit(m1, {0: 100}))
+    exchanges = [join(c) for c in clients]
+    joined = [(c.member_id, bytes(sent(ex).protocols[0].metadata)) for c, ex in zip(clients, exchanges, strict=True)]
+    for c, ex in zip(clients[1:], exchanges[1:], strict=True):
+        join_answer(c, ex, [], generation=2, leader="m1")
+    join_answer(m1, exchanges[0], joined, generation=2)
+    assert not idle_slice_committed_on(fake, m1, 100)
+    sync_all(clients, 2, {c.member_id: assignment({TOPIC: [i]} if i < 3 else {}) for i, c in enumerate(clients)})
+    assert idle_slice_committed_on(fake, m1, 110)
+
+
+def test_a_fencing_answer_about_a_generation_the_member_left_says_nothing_of_the_one_it_holds() -> None:
+    """Heartbeats of generation 1 answered ILLEGAL_GENERATION once the member holds generation 2 (sent before its
+    rebalance, answered after it) neither fence it in generation 2 nor undo its fencing there."""
+    fake, clients = group_of_5_at_100()
+    m1 = clients[0]
+    committed_answer(m1, commit(m1, {0: 100}))
+    late, later = heartbeat(m1, 1), heartbeat(m1, 1)
+    join_all(clients, 2)
+    illegal_generation = response_codec(HEARTBEAT, V_HB).default().replace(error_code=22)
+    m1.answer(late, illegal_generation)
+    assert idle_slice_committed_on(fake, m1, 100)
+    m1.answer(heartbeat(m1, 2), response_codec(HEARTBEAT, V_HB).default().replace(error_code=25))
+    m1.answer(later, illegal_generation)
+    assert not idle_slice_committed_on(fake, m1, 110)
+
+
 def test_a_fetch_sent_again_goes_through_sluices_own_fetch_session_in_terminate_mode() -> None:
     """[sessions] mode = "terminate": the request sent again is the client's request as sharing made it, which
     terminate sends in its own upstream session like any other (the policies after the asking one take it as a new
@@ -1114,6 +1206,26 @@ def test_kip848_a_commit_of_a_partition_the_member_let_go_is_its_old_slices_posi
     assert sent(ex).topics[0].partitions[0].committed_offset == 100  # m1's slice is at 100
     committed_answer(c2, ex)
     assert fake.offsets[slice_group(GROUP, Slice(1, 2))][(TOPIC, 0)].offset == 150
+
+
+def test_kip848_a_member_its_heartbeats_answer_fenced_has_no_idle_slice_committed_on_until_a_new_epoch() -> None:
+    """A KIP-848 member that keeps fetching and never commits: the broker answers its ConsumerGroupHeartbeat with
+    FENCED_INSTANCE_ID (another instance took its group.instance.id: GroupMetadataManager), as it would refuse its
+    commit, and Sluice commits its idle slice on no more until the broker answers it at another member epoch."""
+    proxy, fake = sharing_proxy()
+    c2 = Client(proxy, "app-2", 2)
+    c2.member_id = "m2"
+    fake.described_consumer[GROUP] = cg_described(2, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]),
+                                                      ("m2", "app-2#sluice-share=orders|", [])])
+    assert cg_answer(c2, cg_heartbeat(c2, 0, [], subscribe=True), 2, []) == [0]  # slice 1/2
+    fake.offsets[GROUP] = {(TOPIC, 0): Committed(100, -1, None)}
+    offset_fetch_answer(c2, offset_fetch(c2, [0]), {0: 100})
+    ex = cg_heartbeat(c2, 2, [0])
+    c2.answer(ex, response_codec(CG_HEARTBEAT, V_CGH).default().replace(error_code=82, member_id="m2",
+                                                                         member_epoch=-1))
+    assert not idle_slice_committed_on(fake, c2, 100, Slice(1, 2))
+    assert cg_answer(c2, cg_heartbeat(c2, 2, [0]), 3, None) is None
+    assert idle_slice_committed_on(fake, c2, 110, Slice(1, 2))
 
 
 def test_kip848_a_narrower_slice_is_revoked_first_so_records_the_client_has_already_are_not_handed_twice() -> None:

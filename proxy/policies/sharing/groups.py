@@ -12,6 +12,11 @@ members at once, for unmodified clients):
 - **Heartbeat**: a member whose slices this Sluice does not know (it restarted) is recovered from the group
   (:func:`~.offsets.recover`); a member Sluice must make rejoin is answered REBALANCE_IN_PROGRESS, as the
   coordinator answers when a rebalance starts (its client then sends JoinGroup);
+- **fencing**: a Heartbeat, JoinGroup or SyncGroup the coordinator answers with a fencing error
+  (:data:`~.members.FENCED`: its session expired, a rebalance went on without it, another instance took its
+  ``group.instance.id``) marks the member fenced in the generation it holds, as a refused OffsetCommit does
+  (:meth:`.Member.fence`), and so does a JoinGroup answered (the coordinator refuses its commits until its
+  SyncGroup: ClassicGroup.validateOffsetCommit, COMPLETING_REBALANCE); its SyncGroup answered clears it;
 - KIP-848 groups (``group.protocol=consumer``, ConsumerGroupHeartbeat) are :mod:`.heartbeats`'.
 
 A partition the client keeps across a rebalance: clients go on from their own position in it without reading its
@@ -109,8 +114,13 @@ def join_response(p: SharingState, ex: Exchange, response: ResponseView, info: C
         if body.error_code == 0:
             ticket.member.generation = body.generation_id
             ticket.member.protocol = body.protocol_name or ""
+            # until its SyncGroup the coordinator refuses the member's commits (REBALANCE_IN_PROGRESS), and the
+            # slices it still holds are of the generation before: the next one may hand them to others
+            ticket.member.fence(REBALANCE_IN_PROGRESS, body.generation_id)
     elif ticket.member is not None and body.member_id:
         p.members.learn_member_id(ticket.member.key, info.conn_id, group, body.member_id)
+    if ticket.member is not None and not ticket.collision and body.error_code:
+        ticket.member.fence(body.error_code, ticket.member.held)  # JoinGroup names no generation: the one it holds
     if body.error_code or not body.members:
         return
     # The leader's answer: every member's metadata. Markers are read for the leader's SyncGroup and removed.
@@ -211,7 +221,10 @@ def sync_response(p: SharingState, ex: Exchange, response: ResponseView, info: C
     assert isinstance(response, MessageResponse)
     body = response.body
     m = ticket.member
-    if m is None or body.error_code:
+    if m is None:
+        return
+    if body.error_code:
+        m.fence(body.error_code, ex.body.generation_id)
         return
     member_id = ex.body.member_id
     data = bytes(body.assignment or b"")
@@ -249,6 +262,7 @@ def sync_response(p: SharingState, ex: Exchange, response: ResponseView, info: C
         m.hold({tp: before.get(tp) or PartitionState(s) for tp, s in handed.items()})
         m.blocked = False
         m.generation = ex.body.generation_id
+        m.fenced_at = None  # it holds this generation's slices now
         if m.recovering is not None:  # the group said it anew: a recovery still running must not overwrite it
             m.recovering.settle()
             m.recovering = None
@@ -275,7 +289,7 @@ def heartbeat_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> An
     body = ex.body
     if not p.opted_in(ex):
         return None
-    m, _ = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
     if body.member_id in m.rejoin:
         m.rejoin.discard(body.member_id)
         h = ex.header
@@ -285,4 +299,15 @@ def heartbeat_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> An
         return None
     if not m.known and m.recovering is None and m.kip848 is None:
         offsets.recover(p, m)
-    return None
+    if collision:
+        return None
+    if m.generation < 0:  # a member this Sluice did not see join (it restarted): its heartbeats name its generation
+        m.generation = body.generation_id
+    ex.collect = True  # the answer says whether the coordinator fenced the member
+    return m
+
+
+def heartbeat_response(p: SharingState, ex: Exchange, response: ResponseView, info: ConnectionInfo,
+                       m: Member) -> None:
+    assert isinstance(response, MessageResponse)
+    m.fence(response.body.error_code, ex.body.generation_id)

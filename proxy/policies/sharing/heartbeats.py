@@ -250,6 +250,9 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
     body = response.body
     m, st = ticket.member, ticket.state
     if body.error_code:
+        # fenced (its session expired, its epoch is behind, another instance took its group.instance.id): Sluice
+        # commits none of its slices on itself while it holds this epoch (Member.fence)
+        m.fence(body.error_code, ex.body.member_epoch)
         if body.error_code in (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH):  # the client rejoins with epoch 0
             m.kip848 = None
             m.hold({})

@@ -34,6 +34,13 @@ def member_key(ex: Exchange) -> MemberKey:
     return ex.client_host, ex.client_id or ""
 #: a member with no coordinator connection for this long is forgotten (its slices are learnt again if it returns)
 FORGET_AFTER_S = 600.0
+#: the errors a coordinator answers a member's group request with when it no longer takes it as a member of the
+#: generation or epoch the request named: ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS,
+#: FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH (a classic group's Heartbeat, JoinGroup, SyncGroup,
+#: OffsetCommit: ClassicGroup.validateOffsetCommit and GroupMetadataManager's classic paths; a KIP-848 group's
+#: ConsumerGroupHeartbeat and OffsetCommit: GroupMetadataManager.consumerGroupHeartbeat,
+#: ConsumerGroup.validateOffsetCommit)
+FENCED = frozenset({22, 25, 27, 82, 110, 113})
 
 
 @dataclass(slots=True)
@@ -123,13 +130,32 @@ class Member:
     kip848: HeartbeatState | None = None
     #: the recovery of its slices from the group (after a Sluice restart), while it runs
     recovering: Signal | None = None
-    #: the generation (a KIP-848 member: epoch) its client's commit was refused at as fenced: Sluice commits none of
-    #: its slices on itself (:func:`.offsets.advance`) until it holds another
+    #: the generation (a KIP-848 member: epoch) at which the coordinator answered one of its group requests as
+    #: fenced (:meth:`fence`): Sluice commits none of its slices on itself (:func:`.offsets.advance`) while it holds
+    #: that one
     fenced_at: int | None = None
 
     @property
     def known(self) -> bool:
         return self.partitions is not None
+
+    @property
+    def held(self) -> int:
+        """The generation its slices are of (a KIP-848 member: its member epoch, as the broker last answered it)."""
+        return self.kip848.epoch if self.kip848 is not None else self.generation
+
+    @property
+    def fenced(self) -> bool:
+        """Whether the coordinator fenced it in the generation (epoch) it holds: a simple commit of its slices,
+        which no coordinator checks, may move a position that is another member's by now."""
+        return self.fenced_at is not None and self.fenced_at == self.held
+
+    def fence(self, error: int, at: int) -> None:
+        """The coordinator answered its group request made at generation (epoch) ``at`` with ``error``: one of
+        :data:`FENCED` marks it fenced there. An answer about another generation than the one it holds says
+        nothing of that one (a commit made before the member's rebalance, answered after it)."""
+        if error in FENCED and at == self.held:
+            self.fenced_at = at
 
     def hold(self, partitions: dict[TopicPartition, PartitionState]) -> None:
         """The member's client now holds ``partitions``: the slices it held before and no longer does are kept as

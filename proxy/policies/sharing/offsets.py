@@ -48,10 +48,6 @@ log = get_logger("sluice.sharing")
 
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
-#: the commit errors of a member the coordinator no longer takes as a member of its generation or epoch
-#: (ClassicGroup / ConsumerGroup.validateOffsetCommit): ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS,
-#: FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH
-FENCED = frozenset({22, 25, 27, 82, 110, 113})
 
 
 def _member(p: SharingState, ex: Exchange, info: ConnectionInfo, group: str, member_id: str) -> Member | None:
@@ -396,8 +392,8 @@ def offset_commit_response(p: SharingState, ex: Exchange, response: ResponseView
     m = ticket.member
     if refused:
         log.debug("sharing_commit_refused", group=ticket.group, client_id=ex.client_id, errors=refused)
-        if FENCED & set(refused.values()):
-            m.fenced_at = member[0]
+        for error in set(refused.values()):
+            m.fence(error, member[0])
     slices = {tp: s for tp, s in ticket.recheck.items() if tp in done}
 
     def recheck() -> None:
@@ -511,10 +507,9 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
     s = state.slice
     now = p.clock()
     if s.whole or not m.group or state.committed < 0 or now < state.advance_after \
-            or state.in_flight is not None or (m.partitions or {}).get(tp) is not state \
-            or m.fenced_at == (m.kip848.epoch if m.kip848 is not None else m.generation):
-        # (a state replaced since the fetch: its slice's commits go through the new one; a member fenced: a slice
-        # commit is a simple one, which no coordinator checks, and its slice may be another member's by now)
+            or state.in_flight is not None or (m.partitions or {}).get(tp) is not state or m.fenced:
+        # (a state replaced since the fetch: its slice's commits go through the new one; a member fenced:
+        # Member.fenced)
         return
     target = state.gaps.after(state.committed)[0]
     if target <= state.committed:
@@ -524,10 +519,7 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
     _writing(state, call)
     state.committed = target
     p.metrics.sharing_read_ahead.labels("advanced").inc()
-    if m.kip848 is not None:
-        member = (m.kip848.epoch, m.member_id, None)
-    else:
-        member = (m.generation, m.member_id, None) if not m.standalone else (-1, "", None)
+    member = (m.held, m.member_id, None) if not m.standalone else (-1, "", None)
 
     def committed() -> None:
         if not call.ok:

@@ -168,6 +168,8 @@ class Sharing(SharingState, Policy):
             groups.join_response(self, ex, response, info, state)
         elif key == ApiKey.SYNC_GROUP:
             groups.sync_response(self, ex, response, info, state)
+        elif key == ApiKey.HEARTBEAT:
+            groups.heartbeat_response(self, ex, response, info, state)
         elif key == ApiKey.OFFSET_FETCH:
             offsets.offset_fetch_response(self, ex, response, info, state)
         elif key == ApiKey.OFFSET_COMMIT:
