@@ -180,8 +180,9 @@ class FetchStreamer:
 
     @property
     def changed(self) -> bool:
-        """The response went out other than it came in."""
-        return self.rewritten or self.scrubbed or self._floor > self.throttle_time_ms
+        """The response went out other than it came in (its endpoints; a raised throttle time is a field set, as
+        proxy/wire/throttle_time.py sets it in a collected response, not a rewrite)."""
+        return self.rewritten or self.scrubbed
 
     def feed(self, data: Buffer) -> list[Buffer]:
         """The buffers to send the client for this chunk; the held-back tail comes with the last chunk.
