@@ -27,8 +27,9 @@ close, start a timer). Everything in between is here:
   relayed as bytes when it comes whole in one read and its one reader's check holds; otherwise it becomes an
   Exchange when its response starts. Every other request goes through the policies (:mod:`proxy.core.chain`)
   once its waits are over; a response is relayed as bytes (streamed chunk by chunk as it arrives, never
-  buffered whole), walked as it streams (``Exchange.streamer``), or collected whole for the policies
-  (``Exchange.collect``). A collected response is read into one buffer of the size its prefix declares; while
+  buffered whole), walked as it streams (``Exchange.streamer``; or for the policies that asked to collect a Fetch
+  response and offer to read it so, :meth:`~proxy.core.chain.Chain.stream_fetch`), or collected whole for the
+  policies (``Exchange.collect``). A collected response is read into one buffer of the size its prefix declares; while
   more than ``DIRECT_READ_MIN`` of it is still to come the port may read straight into that buffer
   (:meth:`Port.read_upstream_into`): no copy of each read, and no join of the reads at the end.
 - **Effects** the policies ask for: a local answer, the memory reservation, muting the client after a response

@@ -16,8 +16,10 @@ processShareFetchResponse, handleShareAcknowledgeRequest's sendMaybeThrottle):
   moment the request goes upstream.
 - **Fetch**: its response's bytes when it comes back (``fetch_rate_bytes``); the response carries the throttle
   time and the client is muted. The response's size is its frame's, or, when a policy changed it, its record
-  bytes. A follower's Fetch (FetchRequestView.from_follower) is never counted nor held: Kafka applies no client
-  quota to replication (followers have KIP-73's replication quotas: the throttle policy).
+  bytes. A Fetch response streams through the quota (unless another policy needs it whole): its size is its
+  prefix's and its throttle time is set in its first bytes (:meth:`Quota.stream_fetch`). A follower's Fetch
+  (FetchRequestView.from_follower) is never counted nor held: Kafka applies no client quota to replication
+  (followers have KIP-73's replication quotas: the throttle policy).
 - **ShareFetch** (KIP-932): its response's bytes against the same fetch quota (Kafka records them on its fetch
   quota manager too). The response is never cut: a record left out would stay acquired by this member until its
   lock lapses, and count toward the delivery limit (proxy/policies/throttle/share.py). The client is held on the

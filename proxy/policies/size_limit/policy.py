@@ -15,7 +15,9 @@ Rules (KIP-74 and shipped Kafka: KafkaApis, ReplicaManager, LogSegment):
   even one larger than the budget (KIP-74's progress guarantee, LogSegment.read's minOneMessage); a partition
   that does not fit stays in the response with error 0, its real high watermark / LSO / log start offset and
   empty records (ReplicaManager's "partitions that did not fit"); a cut is made only at a record-batch
-  boundary, and a truncated trailing batch the broker sent is dropped (clients discard it anyway).
+  boundary, and a truncated trailing batch the broker sent is dropped (clients discard it anyway). A response
+  within the budgets whole has nothing to cut: it streams through (:meth:`SizeLimit.stream_fetch`), its
+  truncated trailing batch with it.
 - Fairness: Kafka fills partitions in request order, so a client that never rotates its partition list starves
   the partitions at its end behind a hot one. For such clients Sluice rotates per connection: a partition that
   returned data moves to the back (what the Java consumer's SubscriptionState.movePartitionToEnd and the

@@ -32,7 +32,9 @@ What happens (ReplicationQuotaManager.scala, ReplicaManager.readFromLocalLog, Re
   are left out: the partition stays, error 0, real high watermark, empty records (shouldLeaderThrottle). Below
   the bound, the records that fit the quota's headroom pass, cut at batch boundaries (see :func:`enforce`: a
   consumer's response can hold many seconds of quota at once). Then the bytes of all throttled partitions sent
-  are recorded (ReplicaManager records after responding).
+  are recorded (ReplicaManager records after responding). A response the headroom covers whole loses nothing:
+  it streams through and its throttled partitions' whole batches are counted as they pass
+  (:meth:`Throttle.stream_fetch`, :func:`account`).
 - Follower side: if the follower quota is exceeded, throttled partitions are left out of a session-less fetch
   sent upstream (buildFetch's ``shouldFollowerThrottle``). A fetch session's partitions cannot be left out of
   its request (a full request defines the broker's session; an incremental one only lists changes, and the
