@@ -182,3 +182,16 @@ def test_the_throttle_accounts_a_streamed_response_as_enforce_does(offsets: dict
         assert (got.sent_bytes, got.mute_s, got.unnamed) == (want.sent_bytes, want.mute_s, want.unnamed)
         assert a.high_watermarks == b.high_watermarks and a.sum_lag(100.0) == b.sum_lag(100.0) > 0
         assert a.leader.rate(100.0) == b.leader.rate(100.0)
+
+
+def test_a_streamed_response_holds_its_memory_until_it_is_written() -> None:
+    """The proxy-wide bound (size_limit.global_max_bytes) counts a streamed response as a collected one: its real
+    size from its prefix until its last byte is written."""
+    rig = CoreRig({**EVERY_POLICY, **budget(SIZE), "size_limit.global_max_bytes": 1 << 20})
+    conn, port = rig.connect()
+    conn.client_data(sized(request_frame(12, 1, dict.fromkeys(KEYS, 0), LEGACY)))
+    wire = sized(frame(view(), 1))
+    conn.upstream_data(wire[:100])
+    assert port.client and rig.memory.held == SIZE  # streaming: the reservation became the response's size
+    conn.upstream_data(wire[100:])
+    assert port.take_client() and rig.memory.held == 0
