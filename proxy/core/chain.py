@@ -346,7 +346,7 @@ class Chain:
         (:meth:`~proxy.core.policy.Policy.stream_fetch`), their ``start`` terms run (before any byte goes out)
         and the walk to stream it through is returned (KIP-951 endpoints rewritten as ``ex.streamer`` does),
         watched for them; else None: it is collected (:meth:`on_response`)."""
-        if ex.header.api_key != _FETCH:
+        if ex.header.api_key != _FETCH or size <= 4:  # (no body: malformed, for the collected decode to say so)
             return None
         states = conn.states
         streamers = self._fetch_streamers
