@@ -322,7 +322,7 @@ class FetchStreamer:
                         n = _I32.unpack_from(mv, p)[0] + 1
                         topic = str(mv[pos + 2 : p], "utf-8", "replace") if seen is not None else ""
                         p += 4
-                    self._topic = topic
+                    self._topic = topic or bytes(16)  # as fetch_layout.topic_key keys a topic without a name
                     self._partitions = max(n - 1, 0)
                     pos, stage = p, _PARTITION
                 elif stage == _TOP:
@@ -337,7 +337,7 @@ class FetchStreamer:
                         self.throttle_time_ms = _I32.unpack_from(mv, pos)[0]
                         if self._top > 4:
                             self.error_code = _I16.unpack_from(mv, pos + 4)[0]
-                        if self._floor > self.throttle_time_ms:
+                        if 0 < self._floor and self._floor > self.throttle_time_ms:
                             self._patch = pos
                     pos, stage = p, _TOPIC
                 elif stage == _HEADER_TAGS:  # the response header's (v1) tag section
