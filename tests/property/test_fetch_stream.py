@@ -12,11 +12,9 @@ from hypothesis import strategies as st
 from proxy.core.routing import Router
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import decode as fast_decode
-from proxy.wire.fetch_layout import topic_key
-from proxy.wire.fetch_stream import FILLER_TAGS, FetchStreamer, SeenPartition, _fit
+from proxy.wire.fetch_stream import FILLER_TAGS, FetchStreamer, _fit
 from proxy.wire.messages import response_codec, response_spec
 from proxy.wire.model import Message
-from proxy.wire.records import complete_size
 from rig.specgen import message_strategy
 
 GOLDEN = sorted((Path(__file__).resolve().parents[1] / "data" / "golden").glob("Fetch-v1[6-8]-response-*.bin"))
@@ -101,40 +99,3 @@ def test_filler_reaches_every_length() -> None:
         assert len(_fit({}, length) or b"") == length
     for length in range(7, 600):
         assert len(_fit({}, length) or b"") == length
-
-
-@pytest.mark.parametrize("version", range(4, 19))
-def test_watched_walk_sees_the_decoded_partitions(version: int) -> None:
-    """Any response of any version Sluice reads, cut anywhere: the watched walk notes each partition as the
-    decoded view reads it (records of random bytes: corrupt, truncated or whole batches alike)."""
-    codec = response_codec(1, version)
-
-    @SETTINGS
-    @given(message_strategy(response_spec(1), version), st.lists(st.integers(0, 10**6), max_size=8))
-    def check(msg: Message, cuts: list[int]) -> None:
-        body = codec.encode(msg)
-        data = (b"\x00" if version >= 12 else b"") + body  # the response header's tag section (v12+) comes first
-        s = FetchStreamer(version, len(data))
-        s.watch()
-        out = bytearray()
-        prev = 0
-        for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
-            for buf in s.feed(data[prev:cut]):
-                out += buf
-            prev = max(prev, cut)
-        assert bytes(out) == data
-        view = fast_decode(body, version)
-        want = []
-        for t in view.topics:
-            for p in t.partitions:
-                records = bytes(p.records or b"")
-                try:
-                    complete = complete_size(records)
-                except CodecError:
-                    complete = len(records)
-                first = int.from_bytes(records[:8], "big", signed=True) if len(records) >= 8 else None
-                want.append(SeenPartition(topic_key(t), p.partition_index, p.error_code, p.high_watermark,
-                                          len(records), complete, first))
-        assert s.seen == want and s.throttle_time_ms == view.throttle_time_ms and s.error_code == view.error_code
-
-    check()

@@ -8,12 +8,18 @@ import random
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from proxy.wire.errors import CodecError
 from proxy.wire.fetch_fast import AbortedTransaction, FetchPartition, FetchResponseView, FetchTopic, decode_frame
+from proxy.wire.fetch_fast import decode as fast_decode
 from proxy.wire.fetch_layout import FIRST_TOPIC_ID, MAX_VERSION, MIN_VERSION, topic_key
 from proxy.wire.fetch_stream import FetchStreamer, SeenPartition
+from proxy.wire.messages import response_codec, response_spec
+from proxy.wire.model import Message
 from proxy.wire.records import Record, complete_size, encode_batch, new_batch
+from rig.specgen import message_strategy
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
 
@@ -131,3 +137,23 @@ def test_malformed_ends_are_codec_errors(version: int) -> None:
     padded = body + b"\x00\x00"
     with pytest.raises(CodecError):
         walk(version, padded, [10])  # bytes after the end of the response
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_any_response_cut_anywhere(version: int) -> None:
+    """Generated responses of every version (records of random bytes: corrupt, truncated or whole batches alike):
+    the walk sees what the decoded view reads, the broker's throttle time and error code too."""
+    codec = response_codec(1, version)
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                     HealthCheck.data_too_large])
+    @given(message_strategy(response_spec(1), version), st.lists(st.integers(0, 10**6), max_size=8))
+    def check(msg: Message, cuts: list[int]) -> None:
+        body = codec.encode(msg)
+        data = (b"\x00" if version >= 12 else b"") + body  # the response header's tag section (v12+) comes first
+        out, s = walk(version, data, sorted(c % (len(data) + 1) for c in cuts))
+        view = fast_decode(body, version)
+        assert out == data and s.seen == expected(view)
+        assert (s.throttle_time_ms, s.error_code) == (view.throttle_time_ms, view.error_code)
+
+    check()
