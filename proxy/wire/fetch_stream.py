@@ -230,7 +230,7 @@ class FetchStreamer:
         """Scan whole elements of ``mv[:end]`` from its start: the position before the first element not
         complete in it (or of the top-level tag section, stage _TAIL)."""
         pos, stage = 0, self._stage
-        flex, seen = self._flex, self.seen
+        flex, seen, fixed, rack = self._flex, self.seen, self._fixed, self._rack
         try:
             while True:
                 if stage == _PARTITION:
@@ -244,7 +244,7 @@ class FetchStreamer:
                             self._topics -= 1
                             stage = _TOPIC
                         continue
-                    p = pos + self._fixed
+                    p = pos + fixed
                     if flex:
                         n = mv[p]
                         if n < 0x80:
@@ -253,32 +253,46 @@ class FetchStreamer:
                             n, p = _uv(mv, p, end)
                         for _ in range(n - 1):
                             p = _skip_tags(mv, p + 16, end)
-                        p += self._rack
+                        p += rack
                         r = mv[p]
                         if r < 0x80:
                             p += 1
                         else:
                             r, p = _uv(mv, p, end)
-                        r -= 1  # compact: length + 1, 0 = null
+                        self._partitions -= 1
+                        if seen is None:  # the relay's own walk: the hot loop kept short
+                            if r > 1:  # compact: length + 1, 0 = null
+                                self._skip = self._gap = r - 1
+                                pos, stage = p, _RECORDS
+                            elif p < end and mv[p] == 0:  # no records, no tags: the idle partition
+                                pos = p + 1
+                            else:
+                                pos, stage = p, _PARTITION_TAGS
+                            continue
+                        r -= 1
                     else:
                         n = _I32.unpack_from(mv, p)[0]
-                        p += 4 + 16 * max(n, 0) + self._rack
+                        p += 4 + 16 * max(n, 0) + rack
                         r = _I32.unpack_from(mv, p)[0]  # -1 = null
                         p += 4
-                    self._partitions -= 1
-                    if seen is not None:
-                        self._head = (*_PART_HEAD.unpack_from(mv, pos), max(r, 0))
+                        self._partitions -= 1
+                        if seen is None:
+                            if r > 0:
+                                self._skip = self._gap = r
+                                pos, stage = p, _RECORDS
+                            else:
+                                pos = p
+                            continue
+                    self._head = (*_PART_HEAD.unpack_from(mv, pos), max(r, 0))
                     if r > 0:
-                        self._skip = self._gap = r
-                        if seen is not None:
-                            self._complete, self._first, self._walking, self._gap = 0, None, True, 0
+                        self._skip = r
+                        self._complete, self._first, self._walking, self._gap = 0, None, True, 0
                         pos, stage = p, _RECORDS
                         continue
-                    if seen is not None:
-                        seen.append(SeenPartition(self._topic, *self._head, 0, None))
+                    seen.append(SeenPartition(self._topic, *self._head, 0, None))
                     if not flex:
                         pos = p
-                    elif p < end and mv[p] == 0:  # no records, no tags: the idle partition
+                    elif p < end and mv[p] == 0:
                         pos = p + 1
                     else:
                         pos, stage = p, _PARTITION_TAGS
