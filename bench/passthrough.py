@@ -52,6 +52,12 @@ part in the produce round trips only). The last line carries ``"policies": "all"
 ``passthrough_added_p50_ms`` and ``passthrough_cpu_us_per_send``; goals (:data:`GOALS_ALL_POLICIES`):
 ``consume_vs_passthrough`` >= 0.95, ``cpu_per_send_vs_passthrough`` <= 1.5.
 
+``--policies streamed``: the same goals for every policy of ``all`` but terminate (:data:`STREAMED_POLICIES`: its
+client and upstream sessions list partitions differently, so it rebuilds, i.e. collects, every Fetch response),
+where the size limit, the throttle and the quota read each Fetch response as it streams; ``all`` runs in the same
+rounds (a third Sluice process) and the last line adds its figures as ``all_ratio``, ``all_vs_passthrough``,
+``all_cpu_us_per_send``, ``all_cpu_per_send_vs_passthrough``.
+
 ``--batch-size BYTES``: the producer's ``batch.size`` for the consumed data (default 256 KiB, so producing it takes
 seconds: a ~1 MiB fetch then holds ~4 batches per partition). ``--batch-size 16384`` is the Java producer's own
 default: ~64 batches per MiB, and the size limit and the throttle read each batch's header, so with ``--policies
@@ -118,12 +124,9 @@ GOALS_ALL_POLICIES = {"consume_vs_passthrough": at_least(0.95), "cpu_per_send_vs
 GOALS_TLS = {"consume_ratio": at_least(0.9)}
 
 
-#: ``--policies all``: each policy on, none binding (budgets, throttle and quotas far above what the bench moves:
-#: the bench's consumers read at most a few hundred MB/s on this machine), sharing on for clients of other names
-ALL_POLICIES = """
-[sessions]
-mode = "terminate"
-
+#: ``--policies streamed``: every policy of :data:`ALL_POLICIES` but terminate (which rebuilds every Fetch response:
+#: collected by design), so the size limit, the throttle and the quota read Fetch responses as they stream
+STREAMED_POLICIES = """
 [size_limit]
 global_max_bytes = 1073741824
 [[size_limit.budgets]]
@@ -151,6 +154,12 @@ clients = ["shared-*"]
 [[sharing.topics]]
 topic = "*"
 """
+#: ``--policies all``: each policy on, none binding (budgets, throttle and quotas far above what the bench moves:
+#: the bench's consumers read at most a few hundred MB/s on this machine), sharing on for clients of other names
+ALL_POLICIES = """
+[sessions]
+mode = "terminate"
+""" + STREAMED_POLICIES
 
 
 class Budget:
@@ -598,8 +607,9 @@ def main(argv: list[str] | None = None) -> int:
                                                          "200 with --tls)")
     ap.add_argument("--latency-records", type=int, default=2000, help="measured sends per path (default 2000)")
     ap.add_argument("--tls", action="store_true", help="TLS on both sides vs a TLS listener direct")
-    ap.add_argument("--policies", choices=("none", "all"), default="none",
-                    help="all: every policy on in Sluice, none binding, access log to a file (module docstring)")
+    ap.add_argument("--policies", choices=("none", "all", "streamed"), default="none",
+                    help="all: every policy on in Sluice, none binding, access log to a file; streamed: all but "
+                         "terminate, with all in the same rounds (module docstring)")
     ap.add_argument("--profile", metavar="DIR", type=Path, default=None,
                     help="sample Sluice with py-spy into DIR (sluice.raw collapsed stacks, sluice.json summary)")
     ap.add_argument("--batch-size", type=int, default=BATCH_SIZE,
@@ -617,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         ap.error("--compare is for --tls only")
     args.mib = args.mib or 400
-    every = args.policies == "all"
+    every = args.policies != "none"
+    streamed = args.policies == "streamed"
     budget = Budget(BUDGET_S)
     records = args.mib * (1 << 20) // RECORD_SIZE
     t_start = time.monotonic()
@@ -642,9 +653,10 @@ def main(argv: list[str] | None = None) -> int:
         env: dict[str, str] = {}
         access_log: Path | None = None
         if every:
-            (work / "sluice.toml").write_text(ALL_POLICIES)
+            (work / "sluice.toml").write_text(STREAMED_POLICIES if streamed else ALL_POLICIES)
             env["SLUICE_CONFIG"] = str(work / "sluice.toml")
             access_log = work / "access.log"
+            (work / "all.toml").write_text(ALL_POLICIES)
         with contextlib.ExitStack() as stack:
             bare = BareRelay(bare_ports[1], f"127.0.0.1:{bare_ports[0]}")
             stack.callback(bare.stop)
@@ -653,8 +665,13 @@ def main(argv: list[str] | None = None) -> int:
             sluice = stack.enter_context(SluiceProcess(broker.bootstrap, extra_env=env, access_log=access_log))
             # every policy on: Sluice without them in the same rounds, the baseline of its goals
             plain = stack.enter_context(SluiceProcess(broker.bootstrap)) if every else None
+            # streamed: Sluice with every policy (terminate too) in the same rounds, what streaming is compared with
+            every_sluice = stack.enter_context(SluiceProcess(
+                broker.bootstrap, extra_env={"SLUICE_CONFIG": str(work / "all.toml")},
+                access_log=work / "access-all.log")) if streamed else None
             meter = CpuMeter(sluice)
             plain_meter = CpuMeter(plain) if plain is not None else None
+            all_meter = CpuMeter(every_sluice) if every_sluice is not None else None
             profile = Profile(sluice.pid, args.profile, "sluice") if args.profile else None
             paths: dict[str, Callable[[], dict[str, Any]]] = {
                 "direct": lambda: java_consume(tools, broker.bootstrap, topic, records)}
@@ -665,12 +682,17 @@ def main(argv: list[str] | None = None) -> int:
                 paths["bare"] = lambda: bare.measure(lambda: java_consume(tools, bare.bootstrap, topic, records))
                 paths["haproxy"] = lambda: haproxy.measure(
                     lambda: java_consume(tools, haproxy.bootstrap, topic, records))
+            if every_sluice is not None and all_meter is not None:
+                paths["all"] = lambda: all_meter.measure(
+                    lambda: java_consume(tools, every_sluice.bootstrap, topic, records))
             paths["sluice"] = lambda: meter.measure(lambda: java_consume(tools, sluice.bootstrap, topic, records))
             java = abba(paths, "java-consumer-perf", budget, args.smoke)
             # CPU per GiB of records, as the consumer counted them, for Sluice and the relays
             per_gib_records = {"sluice": per_gib(meter.cpu_s, meter.mib)}
             if plain_meter is not None:
                 per_gib_records["passthrough"] = per_gib(plain_meter.cpu_s, plain_meter.mib)
+                if all_meter is not None:
+                    per_gib_records["all"] = per_gib(all_meter.cpu_s, all_meter.mib)
             else:  # the relays consumed only without policies
                 per_gib_records |= {"bare": per_gib(bare.cpu_s, bare.mib),
                                     "haproxy": per_gib(haproxy.cpu_s, haproxy.mib)}
@@ -698,6 +720,9 @@ def main(argv: list[str] | None = None) -> int:
             if plain is not None and plain_meter is not None:
                 procs["passthrough"] = plain_meter.proc
                 bootstraps["passthrough"] = plain.bootstrap
+            if every_sluice is not None and all_meter is not None:
+                procs["all"] = all_meter.proc
+                bootstraps["all"] = every_sluice.bootstrap
             cpu0 = {path: process_cpu_s(proc) for path, proc in procs.items()}
             latency = produce_latency(bootstraps, lat_topic, args.latency_records, warmup=200, budget=budget,
                                       acked=acked)
@@ -726,6 +751,8 @@ def main(argv: list[str] | None = None) -> int:
             stop_checked(sluice)
             if plain is not None:
                 stop_checked(plain)
+            if every_sluice is not None:
+                stop_checked(every_sluice)
         stored = check_stored(broker.bootstrap, lat_topic, acked)
     tools.close()
     emit({"bench": "passthrough", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
@@ -749,6 +776,12 @@ def main(argv: list[str] | None = None) -> int:
             "passthrough_added_p50_ms": added["passthrough"], "passthrough_cpu_us_per_send": cpu_us["passthrough"],
             "cpu_per_send_vs_passthrough": ratio(cpu_us["sluice"], cpu_us["passthrough"]),
             "passthrough_cpu_s_per_gib_records": round(per_gib_records["passthrough"], 3)}
+        if streamed:  # every policy, terminate included (collected), in the same rounds
+            figures |= {
+                "all_ratio": consume["all"], "all_vs_passthrough": ratio(consume["all"], consume["passthrough"]),
+                "all_added_p50_ms": added["all"], "all_cpu_us_per_send": cpu_us["all"],
+                "all_cpu_per_send_vs_passthrough": ratio(cpu_us["all"], cpu_us["passthrough"]),
+                "all_cpu_s_per_gib_records": round(per_gib_records["all"], 3)}
     else:
         figures |= {
             "bare_relay_ratio": consume["bare"], "haproxy_ratio": consume["haproxy"],

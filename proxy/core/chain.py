@@ -33,20 +33,21 @@ Which policies exist, in which order, is decided in one place: ``proxy/policies/
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from ..accesslog import AccessLog, get_logger
 from ..metrics import Metrics
 from ..wire.api_keys import ApiKey, api_names
 from ..wire.errors import CodecError, MalformedFrame
-from ..wire.fetch_layout import FIRST_TOPIC_ID
+from ..wire.fetch_layout import FIRST_TOPIC_ID, TopicKey, topic_key
 from ..wire.fetch_request_fast import FetchEdit
+from ..wire.fetch_stream import FetchStreamer
 from ..wire.messages import peek_request_header
 from ..wire.produce import produce_acks
 from ..wire.views import FetchResponse, response_view
 from .exchange import Buffer, ConnectionInfo, Exchange, PolicyFailed, Rejected, Relayed, Streamer
-from .policy import Policy, versions_read
+from .policy import Policy, Streamed, versions_read
 from .topic_names import TopicNames
 
 _log = get_logger("sluice.chain")
@@ -87,6 +88,9 @@ class Chain:
         #: per API a policy declares, the versions all of them read: ApiVersions offers clients no others
         self._versions = {api: range(v.low, v.high + 1) for api, v in versions_read(self.policies).items()}
         self._on_sent = frozenset(p for p in self.policies if type(p).on_sent is not Policy.on_sent)
+        #: the policies that may read a Fetch response as it streams (:meth:`stream_fetch`)
+        self._fetch_streamers = frozenset(p for p in self.policies if p not in self._on_sent
+                                          and type(p).stream_fetch is not Policy.stream_fetch)
         #: the policies with an ``applies`` of their own: the others apply to every request of their APIs, uncalled
         self._selective = frozenset(p for p in self.policies if type(p).applies is not Policy.applies)
         #: the policies that may need topic names (to read them, or to have the access log show them)
@@ -333,7 +337,66 @@ class Chain:
         if response.changed:
             self.metrics.rewritten(ex.api)
         if isinstance(response, FetchResponse) and self.access_log is not None and self.access_log.enabled:
-            ex.partitions = self._partitions(response)
+            ex.partitions = self._partitions((topic_key(t), p.partition_index, p.records_size)
+                                             for t in response.view.topics for p in t.partitions)
+
+    def stream_fetch(self, conn: ChainConnection, ex: Exchange, size: int) -> FetchStreamer | None:
+        """A response the policies asked to collect begins, ``size`` bytes (its size prefix): if it is a Fetch's
+        and every policy that asked to see it offers to read it as it streams
+        (:meth:`~proxy.core.policy.Policy.stream_fetch`), their ``start`` terms run (before any byte goes out)
+        and the walk to stream it through is returned (KIP-951 endpoints rewritten as ``ex.streamer`` does),
+        watched for them; else None: it is collected (:meth:`on_response`)."""
+        if ex.header.api_key != _FETCH or size <= 4:  # (no body: malformed, for the collected decode to say so)
+            return None
+        states = conn.states
+        streamers = self._fetch_streamers
+        offers: list[tuple[Policy, Streamed]] = []
+        policy: Policy | None = None
+        try:
+            for policy, state in zip(ex.policies, ex.states, strict=False):
+                if state is None:
+                    continue
+                if policy not in streamers:
+                    return None
+                terms = policy.stream_fetch(ex, size, states[policy], state)
+                if terms is None:
+                    return None
+                offers.append((policy, terms))
+            offers.reverse()  # responses go back towards the client: the policy nearest the broker first
+            floor = 0
+            for running, terms in offers:
+                policy = running  # a failure is its own
+                if terms.start is not None:
+                    floor = max(floor, terms.start())
+        except Exception as e:
+            _blame(policy, "stream_fetch", ex, e)
+            raise
+        walk = ex.streamer(size - 4) if ex.streamer is not None else FetchStreamer(ex.header.api_version, size - 4)
+        assert isinstance(walk, FetchStreamer)
+        walk.watch(floor)
+        ex.streamed = tuple(offers)
+        return walk
+
+    def on_streamed(self, conn: ChainConnection, ex: Exchange, walk: FetchStreamer) -> None:
+        """A Fetch response walked for the policies (:meth:`stream_fetch`) went out whole: their ``finish``
+        terms, the access log's fields."""
+        policy: Policy | None = None
+        try:
+            for running, terms in ex.streamed:
+                policy = running  # a failure is its own
+                if terms.finish is not None:
+                    terms.finish(walk)
+        except Exception as e:
+            _blame(policy, "stream_fetch.finish", ex, e)
+            raise
+        seen = walk.seen or ()
+        errors = [s.error_code for s in seen if s.error_code]
+        if walk.error_code:
+            errors.insert(0, walk.error_code)
+        ex.error_codes = errors
+        ex.decoded = True
+        if self.access_log is not None and self.access_log.enabled:
+            ex.partitions = self._partitions((s.topic, s.partition, s.records_size) for s in seen)
 
     def _send_again(self, conn: ChainConnection, ex: Exchange, asking: int) -> None:
         """The policy at ``asking`` (in ``ex.policies``) asked for ``ex.frame`` to go upstream instead of the
@@ -355,22 +418,26 @@ class Chain:
             ex.reply, ex.client_bytes = [ex.answer], len(ex.answer)
             ex.answer = None
 
-    def _partitions(self, response: FetchResponse) -> list[tuple[str, int, int]]:
-        """Record bytes sent per partition, for the access log. Partitions with none count too: the analytics'
-        empty fetches and partitions without bytes are how starvation shows (analytics/aggregates.py)."""
+    def _partitions(self, sent: Iterable[tuple[TopicKey, int, int]]) -> list[tuple[str, int, int]]:
+        """Record bytes sent per partition (topic key, partition, bytes), for the access log, by topic name.
+        Partitions with none count too: the analytics' empty fetches and partitions without bytes are how
+        starvation shows (analytics/aggregates.py)."""
         names = self.names
         out: list[tuple[str, int, int]] = []
         unknown: list[bytes] = []
-        for topic in response.view.topics:
-            if topic.topic:
-                label = topic.topic
-            else:
-                tid = bytes(topic.topic_id)
-                label = names.get(tid) or ""
-                if not label:
-                    unknown.append(tid)
-                    label = names.label(tid)
-            out.extend((label, p.partition_index, p.records_size) for p in topic.partitions)
+        last: TopicKey | None = None
+        label = ""
+        for topic, partition, size in sent:
+            if topic != last:  # partitions come grouped by topic: each topic named once
+                last = topic
+                if isinstance(topic, str):
+                    label = topic
+                else:
+                    label = names.get(topic) or ""
+                    if not label:
+                        unknown.append(topic)
+                        label = names.label(topic)
+            out.append((label, partition, size))
         if unknown:
             names.note(unknown)  # known by the next response
         return out

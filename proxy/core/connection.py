@@ -27,8 +27,9 @@ close, start a timer). Everything in between is here:
   relayed as bytes when it comes whole in one read and its one reader's check holds; otherwise it becomes an
   Exchange when its response starts. Every other request goes through the policies (:mod:`proxy.core.chain`)
   once its waits are over; a response is relayed as bytes (streamed chunk by chunk as it arrives, never
-  buffered whole), walked as it streams (``Exchange.streamer``), or collected whole for the policies
-  (``Exchange.collect``). A collected response is read into one buffer of the size its prefix declares; while
+  buffered whole), walked as it streams (``Exchange.streamer``; or for the policies that asked to collect a Fetch
+  response and offer to read it so, :meth:`~proxy.core.chain.Chain.stream_fetch`), or collected whole for the
+  policies (``Exchange.collect``). A collected response is read into one buffer of the size its prefix declares; while
   more than ``DIRECT_READ_MIN`` of it is still to come the port may read straight into that buffer
   (:meth:`Port.read_upstream_into`): no copy of each read, and no join of the reads at the end.
 - **Effects** the policies ask for: a local answer, the memory reservation, muting the client after a response
@@ -65,6 +66,7 @@ from typing import Protocol
 
 from ..metrics import RejectReason, Tally
 from ..wire.errors import CodecError
+from ..wire.fetch_stream import FetchStreamer
 from .chain import Chain, ChainConnection
 from .exchange import BareTokens, Buffer, ConnectionInfo, Exchange, PolicyFailed, Rejected, Relayed, Streamer
 from .memory import HeldBytes
@@ -732,14 +734,23 @@ class Connection:
             assert isinstance(ex, Exchange)  # a relayed request holds none
             self.memory.adjust(size - ex.held)  # the real size (KIP-74's first batch may exceed max_bytes)
             ex.held = size
+        stream: Streamer | None = None
         if ex.collect:
+            assert isinstance(ex, Exchange)  # a relayed request's response is never collected
+            try:
+                stream = self.chain.stream_fetch(self.policies, ex, size)
+            except PolicyFailed as failure:
+                self._policy_failed(failure)
+                return False
+        if stream is None and ex.collect:
             self._collect = bytearray(size)
             self._collect[:4] = hdr[4:]
         else:
             # Kafka answers in order and nothing is held back: this response's request is the client's oldest.
             assert self.inflight and self.inflight[0] is ex
-            if ex.streamer is not None:
-                self._stream = ex.streamer(size - 4)
+            if stream is None and ex.streamer is not None:
+                stream = ex.streamer(size - 4)
+            self._stream = stream
             if self._left == 0:
                 self.port.send_client((bytes(hdr),))
             else:
@@ -788,6 +799,15 @@ class Connection:
             stream, self._stream = self._stream, None
             if stream is not None and stream.changed:
                 self.observer.stream_rewritten(ex.api)
+            if ex.streamed:  # walked for the policies (Chain.stream_fetch): theirs to finish
+                assert isinstance(ex, Exchange) and isinstance(stream, FetchStreamer)
+                try:
+                    self.chain.on_streamed(self.policies, ex, stream)
+                except PolicyFailed as failure:
+                    self._policy_failed(failure)
+                    return
+                if ex.mute_s > 0:
+                    self._mute(ex.mute_s)
         if ex.held:
             assert isinstance(ex, Exchange)
             held, ex.held = ex.held, 0

@@ -8,6 +8,9 @@ the generic *effects* below, which the connection core (:mod:`proxy.core.connect
 - ``answer``: a response Sluice makes itself; the request never goes upstream;
 - ``collect``: the whole response is needed (decoded, edited by policies, re-encoded if changed); otherwise it
   is relayed as bytes, or walked with ``streamer`` as it streams through;
+  A Fetch response the policies asked to collect is walked as it streams instead when every one of them offers
+  to read it so (:meth:`~proxy.core.policy.Policy.stream_fetch`, for the size its prefix declares): the chain
+  keeps their terms in ``streamed``;
 - ``relay_if``: set with ``collect`` by a policy that reads a response only for what it rarely carries (e.g.
   KIP-951 addresses): a response that arrives whole in one read and for which ``relay_if(frame)`` is true is
   relayed as bytes, unread, as if ``collect`` were not set. The chain keeps it only when that policy is the one
@@ -176,6 +179,7 @@ class Relayed:
     error_codes: ClassVar[tuple[int, ...]] = ()
     log: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     partitions: ClassVar[None] = None
+    streamed: ClassVar[tuple[Any, ...]] = ()
 
     def __init__(self, header: RequestHeader, api: str, frame: bytes, started: float, expects_response: bool,
                  check: Callable[[Buffer], bool] | None, streamer: Callable[[int], Streamer] | None,
@@ -220,6 +224,9 @@ class Exchange:
     collect: bool = False
     relay_if: Callable[[Buffer], bool] | None = None
     streamer: Callable[[int], Streamer] | None = None
+    #: the chain's: the policies (each with its :class:`~proxy.core.policy.Streamed` terms) that read this Fetch
+    #: response as it streams, in the order they asked for it (empty: it is not walked for policies)
+    streamed: tuple[Any, ...] = ()
     reserve: int = 0
     mute_s: float = 0.0
     resend: bool = False

@@ -24,6 +24,8 @@ registration list, client side first). Modelled on Kroxylicious's filters (``sho
   (``services.clock``). A policy that needs Sluice's own requests to the cluster first sets ``ex.pending`` in
   :meth:`Policy.on_request`; once that work is settled the chain calls :meth:`Policy.on_resume` (which may ask
   for more), then runs the policies after it.
+- :meth:`Policy.stream_fetch` offers to read a Fetch response as it streams (per partition and batch header,
+  :mod:`proxy.wire.fetch_stream`) when its decision does not need the whole of it.
 - :meth:`Policy.reconfigure` takes the run-time changeable settings (admin API, SIGHUP): the next requests
   see the new snapshot, requests already in flight keep theirs.
 """
@@ -42,6 +44,7 @@ from .exchange import ConnectionInfo, Exchange, Relay
 
 if TYPE_CHECKING:
     from ..metrics import Metrics
+    from ..wire.fetch_stream import FetchStreamer
     from ..wire.views import ResponseView
     from .routing import Router
     from .topic_names import TopicNames
@@ -103,6 +106,18 @@ class Services:
 
 
 
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """A policy's terms for reading a Fetch response as it streams through instead of collected whole
+    (:meth:`Policy.stream_fetch`). ``start`` runs before the first byte of the body goes out and returns the
+    ``throttle_time_ms`` the response must carry at least (0: none; the broker's when larger, KIP-219);
+    ``finish`` runs once the last byte went out, with the walk (:class:`~proxy.wire.fetch_stream.FetchStreamer`:
+    the partitions it saw, the broker's error code and throttle time)."""
+
+    start: Callable[[], int] | None = None
+    finish: Callable[[FetchStreamer], None] | None = None
+
+
 def _unchanged() -> None:
     """What a policy without run-time settings applies on reconfiguration: nothing."""
 
@@ -160,6 +175,15 @@ class Policy:
 
     def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
         """Act on the response (decoded view, edited in place; set ``response.changed`` when editing)."""
+
+    def stream_fetch(self, ex: Exchange, size: int, conn: Any, state: Any) -> Streamed | None:
+        """The response to a Fetch this policy asked to see (``state``, from :meth:`on_request`) is ``size``
+        bytes (correlation id and body, as its size prefix says), none read yet: :class:`Streamed` terms if the
+        policy can do its part as it streams through unchanged (nothing cut from it), None (the default) if it
+        needs the whole response (:meth:`on_response`). Nothing to change here: the response is streamed only
+        if every policy that asked to see it offers terms (then :meth:`on_response` is not called), else it is
+        collected for all of them. Never asked of a policy that defines :meth:`on_sent`."""
+        return None
 
     def on_sent(self, ex: Exchange, conn: Any, state: Any) -> None:
         """The response is encoded as the client gets it (``ex.client_bytes``): for figures that need its final

@@ -16,7 +16,7 @@ import functools
 from typing import Any
 
 from ..core.exchange import Exchange, Relay
-from ..core.policy import Policy, Services, reads
+from ..core.policy import Policy, Services, Streamed, reads
 from ..wire.api_keys import ApiKey
 from ..wire.fetch_layout import FIRST_NODE_ENDPOINTS, MAX_VERSION
 from ..wire.fetch_stream import FetchStreamer
@@ -63,6 +63,11 @@ class Addresses(Policy):
             ex.relay_if = tags_empty(key, version)
         ex.collect = True
         return True
+
+    def stream_fetch(self, ex: Exchange, size: int, conn: Any, state: Any) -> Streamed:
+        """A Fetch v16+ response streams through with its NodeEndpoints rewritten (``ex.streamer``'s walk) when the
+        other policies reading it need it no more whole than this one."""
+        return Streamed()
 
     def on_response(self, ex: Exchange, response: ResponseView, conn: Any, state: Any) -> None:
         router = self.router

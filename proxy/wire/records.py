@@ -4,7 +4,7 @@ Two levels, because the proxy almost never needs the records themselves:
 
 - **walk** (:func:`iter_batches`, :func:`walk_batches`): read each batch's 61-byte header with one
   ``struct.unpack_from`` over the caller's buffer; :func:`prefix_within` and :func:`complete_size`, what size
-  budgets and throttles use to find batch boundaries, read only Length and Magic (:func:`_batch_end`, where the
+  budgets and throttles use to find batch boundaries, read only Length and Magic (:func:`batch_end`, where the
   framing rules below live). Nothing is copied or decompressed.
 - **full decode/encode** (:func:`decode_batch`, :func:`encode_batch`): the reference path, built on Sluice's
   own declarative specs ``proxy/codecs/RecordBatch.json`` and ``proxy/codecs/Record.json`` compiled by
@@ -155,7 +155,7 @@ class BatchWalk(NamedTuple):
     truncated: int  # bytes of a trailing partial batch (0 when the record set ends on a batch boundary)
 
 
-def _batch_end(buf: memoryview | bytes | bytearray, pos: int, n: int) -> int:
+def batch_end(buf: memoryview | bytes | bytearray, pos: int, n: int) -> int:
     """Where the complete batch at ``pos`` ends, or -1 when the bytes from ``pos`` are a truncated batch.
 
     Reads only Length and Magic: the walks that need no more (:func:`prefix_within`, :func:`complete_size`) run
@@ -192,7 +192,7 @@ def _batch_end(buf: memoryview | bytes | bytearray, pos: int, n: int) -> int:
 
 def _next_batch(buf: memoryview | bytes | bytearray, pos: int, n: int) -> BatchHeader | None:
     """The complete batch at ``pos``, or None when the bytes from ``pos`` are a truncated batch."""
-    end = _batch_end(buf, pos, n)
+    end = batch_end(buf, pos, n)
     if end < 0:
         return None
     magic = buf[pos + MAGIC_OFFSET]
@@ -212,7 +212,7 @@ def iter_batches(buf: memoryview | bytes | bytearray) -> Iterator[BatchHeader]:
     pos = 0
     # The common case inlined (a whole v2 batch: its header in one read, built as a tuple): cooperative consumption
     # walks every batch of every shared partition, and a low-rate topic's batches hold one record each, where the
-    # calls of _next_batch and _batch_end and the NamedTuple's constructor were a fifth of the filter's bytecodes.
+    # calls of _next_batch and batch_end and the NamedTuple's constructor were a fifth of the filter's bytecodes.
     # Anything else (another magic, a length below the v2 header, a truncated tail) is _next_batch's, by its rules.
     read = _HEADER.unpack_from
     new = tuple.__new__
@@ -254,11 +254,11 @@ def prefix_within(buf: memoryview | bytes | bytearray, allowed: int, at_least_on
     the Java consumer fails with "Failed to make progress" on a partition holding nothing else."""
     n = len(buf)
     kept = 0  # where the batch at hand starts, so its end is all it would keep: within ``allowed`` or the first
-    # _batch_end's common case inlined (a whole v2 batch: Length and Magic in one read), as this loop runs once
-    # per batch of every fetched partition under a size limit or a throttle (with a call of _batch_end per batch
+    # batch_end's common case inlined (a whole v2 batch: Length and Magic in one read), as this loop runs once
+    # per batch of every fetched partition under a size limit or a throttle (with a call of batch_end per batch
     # it was a third of the bytecodes of a ~1 MiB fetch with every policy on, bench.pipeline_cpu --opcodes --case
     # fetch_all); anything else - another magic, a length below the v2 header, a truncated tail - is left to
-    # _batch_end and its rules below.
+    # batch_end and its rules below.
     read = _LENGTH_MAGIC.unpack_from
     last = n - MAGIC_OFFSET  # a batch starting before this has its Magic in the buffer
     while kept < last:
@@ -269,7 +269,7 @@ def prefix_within(buf: memoryview | bytes | bytearray, allowed: int, at_least_on
         if end > allowed and (kept or not at_least_one):
             return kept
         kept = end
-    while kept < n and (end := _batch_end(buf, kept, n)) >= 0 and (end <= allowed or (at_least_one and not kept)):
+    while kept < n and (end := batch_end(buf, kept, n)) >= 0 and (end <= allowed or (at_least_one and not kept)):
         kept = end
     return kept
 

@@ -63,17 +63,17 @@ def test_raw_loop_that_never_rotates(kafka_broker: KafkaBroker, topic: str) -> N
 
 
 def test_librdkafka(kafka_broker: KafkaBroker, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Which partitions each budgeted Fetch response carried records for, in response order, as Sluice sent them
-    # (counting at the client instead would include librdkafka's prefetching).
+    # Which partitions each budgeted Fetch response carried records for, as Sluice sent them, collected or streamed
+    # (counting at the client instead would include librdkafka's prefetching): what the rotation learns of each.
     served: list[list[int]] = []
-    enforce = size_limit.enforce
+    learn = size_limit.Fairness.served
 
-    def spy(view: Any, budget: Any, fairness: Any) -> Any:
-        outcome = enforce(view, budget, fairness)
-        served.append([key[1] for key in outcome.served])
-        return outcome
+    def spy(fairness: size_limit.Fairness, keys: Any) -> None:
+        keys = list(keys)
+        served.append([key[1] for key in keys])
+        learn(fairness, keys)
 
-    monkeypatch.setattr(size_limit, "enforce", spy)
+    monkeypatch.setattr(size_limit.Fairness, "served", spy)
     with ProxyThread(kafka_broker.bootstrap, **{"size_limit.budgets": [
             {"client_id": "*", "fetch_max_bytes": BUDGET}]}) as sluice:
         consumer = Consumer({"bootstrap.servers": sluice.bootstrap, "group.id": f"starve-{time.time()}",

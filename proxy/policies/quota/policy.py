@@ -16,8 +16,10 @@ processShareFetchResponse, handleShareAcknowledgeRequest's sendMaybeThrottle):
   moment the request goes upstream.
 - **Fetch**: its response's bytes when it comes back (``fetch_rate_bytes``); the response carries the throttle
   time and the client is muted. The response's size is its frame's, or, when a policy changed it, its record
-  bytes. A follower's Fetch (FetchRequestView.from_follower) is never counted nor held: Kafka applies no client
-  quota to replication (followers have KIP-73's replication quotas: the throttle policy).
+  bytes. A Fetch response streams through the quota (unless another policy needs it whole): its size is its
+  prefix's and its throttle time is set in its first bytes (:meth:`Quota.stream_fetch`). A follower's Fetch
+  (FetchRequestView.from_follower) is never counted nor held: Kafka applies no client quota to replication
+  (followers have KIP-73's replication quotas: the throttle policy).
 - **ShareFetch** (KIP-932): its response's bytes against the same fetch quota (Kafka records them on its fetch
   quota manager too). The response is never cut: a record left out would stay acquired by this member until its
   lock lapses, and count toward the delivery limit (proxy/policies/throttle/share.py). The client is held on the
@@ -44,13 +46,14 @@ client gets (after throttles and size limits took their part out).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...accesslog import get_logger
-from ...core.policy import Policy, Services, reads
+from ...core.policy import Policy, Services, Streamed, reads
 from ...wire.api_keys import ApiKey
 from ...wire.fetch_request_fast import FetchEdit
 from ...wire.throttle_time import carries_throttle_time, set_throttle_time_ms, throttle_time_ms
@@ -224,27 +227,47 @@ class Quota(Policy):
 
     def on_response(self, ex: Exchange, response: ResponseView, conn: ShareLock, state: Any) -> None:
         ticket: Ticket = state
-        delay, by = ticket.delay_s, ticket.by
         h = ex.header
         lock_ms = conn.lock_ms if h.api_key in _SHARE_APIS else 0
-        if ticket.fetch is not None and ticket.key is not None:
+        size = 0
+        if ticket.fetch is not None:
             if isinstance(response, FetchResponse):
                 size = _fetch_bytes(response)
             else:
                 assert isinstance(response, MessageResponse)
                 size = _share_fetch_bytes(response)
                 lock_ms = conn.lock_ms = int(response.body.acquisition_lock_timeout_ms)
+        delay, by = self._settle(ticket, size, lock_ms)
+        ms = _ms(delay)
+        if ms and carries_throttle_time(h.api_key, h.api_version) \
+                and ms > throttle_time_ms(h.api_key, h.api_version, response):
+            set_throttle_time_ms(h.api_key, h.api_version, response, ms)
+        self._apply(ex, by, delay, ms)
+
+    def stream_fetch(self, ex: Exchange, size: int, conn: ShareLock, state: Any) -> Streamed:
+        """A Fetch response is never changed by the quota: it streams through (when no other policy needs it
+        whole) with its bytes known from its size prefix (``_fetch_bytes`` of an unchanged response) and the
+        throttle time set in its first bytes."""
+        return Streamed(start=functools.partial(self._stream_start, ex, state, size + 4))
+
+    def _stream_start(self, ex: Exchange, ticket: Ticket, size: int) -> int:
+        delay, by = self._settle(ticket, size if ticket.fetch is not None else 0, 0)
+        ms = _ms(delay)
+        self._apply(ex, by, delay, ms)
+        return ms
+
+    def _settle(self, ticket: Ticket, size: int, lock_ms: int) -> tuple[float, Entry | None]:
+        """The response's ``size`` bytes recorded on the client's fetch rate (if metered): the throttle time the
+        request earned (within a share lock of ``lock_ms``, if any) and the entry it is counted against."""
+        delay, by = ticket.delay_s, ticket.by
+        if ticket.fetch is not None and ticket.key is not None:
             self.metrics.count_bytes(ticket.fetch.name, "fetch", size)
             earned = self.book.record(ticket.fetch, "fetch", size, ticket.key, self.clock())
             if earned > delay:
                 delay, by = earned, ticket.fetch
         if lock_ms:
             delay = within_lock(delay, lock_ms)
-        ms = _ms(delay)
-        if ms and carries_throttle_time(h.api_key, h.api_version) \
-                and ms > throttle_time_ms(h.api_key, h.api_version, response):
-            set_throttle_time_ms(h.api_key, h.api_version, response, ms)
-        self._apply(ex, by, delay, ms)
+        return delay, by
 
     def _apply(self, ex: Exchange, entry: Entry | None, delay: float, ms: int) -> None:
         ex.log["quota_throttle_time_ms"] = ms or _ms(delay)

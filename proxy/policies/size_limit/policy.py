@@ -15,7 +15,9 @@ Rules (KIP-74 and shipped Kafka: KafkaApis, ReplicaManager, LogSegment):
   even one larger than the budget (KIP-74's progress guarantee, LogSegment.read's minOneMessage); a partition
   that does not fit stays in the response with error 0, its real high watermark / LSO / log start offset and
   empty records (ReplicaManager's "partitions that did not fit"); a cut is made only at a record-batch
-  boundary, and a truncated trailing batch the broker sent is dropped (clients discard it anyway).
+  boundary, and a truncated trailing batch the broker sent is dropped (clients discard it anyway). A response
+  within the budgets whole has nothing to cut: it streams through (:meth:`SizeLimit.stream_fetch`), its
+  truncated trailing batch with it.
 - Fairness: Kafka fills partitions in request order, so a client that never rotates its partition list starves
   the partitions at its end behind a hot one. For such clients Sluice rotates per connection: a partition that
   returned data moves to the back (what the Java consumer's SubscriptionState.movePartitionToEnd and the
@@ -36,18 +38,20 @@ Rules (KIP-74 and shipped Kafka: KafkaApis, ReplicaManager, LogSegment):
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ...core.exchange import Exchange
-from ...core.policy import Policy, Services, reads
+from ...core.policy import Policy, Services, Streamed, reads
 from ...core.selectors import ClientSelector
 from ...wire.api_keys import ApiKey
 from ...wire.fetch_fast import FetchPartition, FetchResponseView
 from ...wire.fetch_layout import PartitionKey, topic_key
 from ...wire.fetch_request_fast import FetchEdit, FetchParams
+from ...wire.fetch_stream import FetchStreamer
 from ...wire.records import prefix_within
 from ...wire.views import FetchResponse, MessageRequest, ResponseView
 from .metrics import SizeLimitMetrics
@@ -325,3 +329,21 @@ class SizeLimit(Policy):
         self.metrics.observe(outcome.trimmed_bytes, outcome.deferred_partitions)
         if outcome.limited:
             response.changed = True
+
+    def stream_fetch(self, ex: Exchange, size: int, conn: Fairness, state: Any) -> Streamed | None:
+        """A Fetch response within the budget whole (``size``, its prefix's: more than its record bytes) has
+        nothing to cut: it streams through, and only the rotation learns which partitions got data. A truncated
+        trailing batch then goes to the client as the broker sent it (every client discards it); only a collected
+        response has it dropped (:func:`enforce`)."""
+        budget, fairness = state
+        if 0 < budget.fetch_max_bytes < size or 0 < budget.partition_max_bytes < size:
+            return None
+        return Streamed(finish=functools.partial(self._stream_finish, fairness))
+
+    def _stream_finish(self, fairness: Fairness | None, walk: FetchStreamer) -> None:
+        if fairness is not None:
+            seen = walk.seen or ()
+            fed = {(s.topic, s.partition) for s in seen if s.complete_size}
+            fairness.served([k for k in fairness.rank(dict.fromkeys((s.topic, s.partition) for s in seen))
+                             if k in fed])
+        self.metrics.observe(0, 0)

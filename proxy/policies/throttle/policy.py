@@ -32,7 +32,9 @@ What happens (ReplicationQuotaManager.scala, ReplicaManager.readFromLocalLog, Re
   are left out: the partition stays, error 0, real high watermark, empty records (shouldLeaderThrottle). Below
   the bound, the records that fit the quota's headroom pass, cut at batch boundaries (see :func:`enforce`: a
   consumer's response can hold many seconds of quota at once). Then the bytes of all throttled partitions sent
-  are recorded (ReplicaManager records after responding).
+  are recorded (ReplicaManager records after responding). A response the headroom covers whole loses nothing:
+  it streams through and its throttled partitions' whole batches are counted as they pass
+  (:meth:`Throttle.stream_fetch`, :func:`account`).
 - Follower side: if the follower quota is exceeded, throttled partitions are left out of a session-less fetch
   sent upstream (buildFetch's ``shouldFollowerThrottle``). A fetch session's partitions cannot be left out of
   its request (a full request defines the broker's session; an incremental one only lists changes, and the
@@ -58,14 +60,15 @@ What happens (ReplicationQuotaManager.scala, ReplicaManager.readFromLocalLog, Re
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ...core.exchange import Exchange
-from ...core.policy import Policy, Services, reads
+from ...core.policy import Policy, Services, Streamed, reads
 from ...core.rate import WindowedRate
 from ...core.selectors import ClientSelector
 from ...wire.api_keys import ApiKey
@@ -73,6 +76,7 @@ from ...wire.errors import CodecError
 from ...wire.fetch_fast import FetchResponseView
 from ...wire.fetch_layout import FIRST_TOPIC_ID, PartitionKey
 from ...wire.fetch_request_fast import FetchEdit, FetchRequestView
+from ...wire.fetch_stream import FetchStreamer, SeenPartition
 from ...wire.records import complete_size, prefix_within
 from ...wire.views import FetchResponse, MessageRequest, MessageResponse, ResponseView
 from ..topic_rules import TopicRules
@@ -307,14 +311,7 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
     first throttled batch of a response passes whenever the bound is not yet reached, so a batch larger than the
     headroom still gets through (KIP-74's progress guarantee)."""
     out = Outcome()
-    allow = math.inf  # throttled bytes this response may still carry
-    leader = True  # the binding quota is the leader's (else the follower's)
-    if t.leader_rate:
-        allow = state.leader.headroom(now)
-    if ticket.session and t.follower_rate:
-        follower = state.follower.headroom(now)
-        if follower < allow:
-            allow, leader = follower, False
+    allow, leader = allowance(ticket, t, state, now)  # throttled bytes this response may still carry
     fetcher = ticket.fetcher
     any_records = False
     first_pass = True  # no throttled records kept yet in this response
@@ -348,11 +345,7 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
                     out.trimmed_bytes += size - complete
                     size = complete
             first = _BASE_OFFSET.unpack_from(records)[0] if records is not None and size else None
-            if p.error_code == 0:
-                state.high_watermarks[key] = p.high_watermark
-                offset = ticket.offsets.get(key, first)
-                if offset is not None:
-                    state.note_lag(key, fetcher, max(0, p.high_watermark - offset), now)
+            _note(state, ticket, key, p.error_code, p.high_watermark, first, now)
             if not size or records is None or first is None:
                 continue
             # In sync (KAFKA-4313: not throttled, but counted): the fetcher is at the high watermark. The first
@@ -378,15 +371,77 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
                 any_records = True
                 out.sent_bytes += kept
                 allow -= kept
+    _settle(out, any_records, ticket, state, now)
+    return out
+
+
+def allowance(ticket: Ticket, t: Throttles, state: ThrottleState, now: float) -> tuple[float, bool]:
+    """The throttled bytes a response may carry now (the binding quota's headroom), and whether that quota is
+    the leader's (else the follower's, for a fetch session's response)."""
+    allow = math.inf
+    leader = True
+    if t.leader_rate:
+        allow = state.leader.headroom(now)
+    if ticket.session and t.follower_rate:
+        follower = state.follower.headroom(now)
+        if follower < allow:
+            allow, leader = follower, False
+    return allow, leader
+
+
+def account(seen: Iterable[SeenPartition], ticket: Ticket, t: Throttles, state: ThrottleState, names: TopicName,
+            now: float) -> Outcome:
+    """The response side for a response that streamed through whole (the headroom covered it:
+    :meth:`Throttle.stream_fetch`), from its partitions as they passed: what :func:`enforce` records when it
+    leaves nothing out. A truncated trailing batch went to the client (it discards it) and is not counted."""
+    out = Outcome()
+    fetcher = ticket.fetcher
+    any_records = False
+    last: object = None
+    name: str | None = None
+    for s in seen:
+        if s.topic != last:  # partitions come grouped by topic: each named once
+            last = s.topic
+            name = s.topic if isinstance(s.topic, str) and s.topic else None
+            if name is None:
+                tid = s.topic if isinstance(s.topic, bytes) else bytes(16)
+                name = names(tid)
+                if name is None:
+                    out.unnamed.append(tid)
+        if name is None or not t.throttled(name, s.partition, fetcher):
+            any_records = any_records or s.records_size > 0
+            continue
+        size = s.complete_size
+        first = s.first_offset if size else None
+        _note(state, ticket, (name, s.partition), s.error_code, s.high_watermark, first, now)
+        if first is not None:
+            any_records = True
+            out.sent_bytes += size
+    _settle(out, any_records, ticket, state, now)
+    return out
+
+
+def _note(state: ThrottleState, ticket: Ticket, key: Key, error_code: int, high_watermark: int, first: int | None,
+          now: float) -> None:
+    """A throttled partition's high watermark (the follower side's in-sync test) and lag (the gauge), from the
+    fetch offset its request listed or else its first batch's base offset."""
+    if error_code == 0:
+        state.high_watermarks[key] = high_watermark
+        offset = ticket.offsets.get(key, first)
+        if offset is not None:
+            state.note_lag(key, ticket.fetcher, max(0, high_watermark - offset), now)
+
+
+def _settle(out: Outcome, any_records: bool, ticket: Ticket, state: ThrottleState, now: float) -> None:
+    """Both quotas record the throttled bytes handed to the fetcher; a response with nothing to hand back paces
+    it as Kafka's DelayedFetch would (see the module docstring)."""
     state.leader.record(out.sent_bytes, now)
     state.follower.record(out.sent_bytes, now)
     if not any_records:
-        # Nothing to hand back: pace the fetcher as Kafka's DelayedFetch would (see the module docstring).
         if out.left_out:
             out.mute_s = min(ticket.max_wait_s, state.leader.throttle_time(now))
         elif out.follower_left_out or ticket.emptied:
             out.mute_s = min(ticket.max_wait_s, state.follower.throttle_time(now))
-    return out
 
 
 class Throttle(Policy):
@@ -518,6 +573,23 @@ class Throttle(Policy):
         assert isinstance(response, FetchResponse)
         ticket, t = state
         out = enforce(response.view, ticket, t, self.state, self.names.get, self.clock())
+        self._report(ex, out, t)
+        if out.changed:
+            response.changed = True
+
+    def stream_fetch(self, ex: Exchange, size: int, conn: Any, state: Any) -> Streamed | None:
+        """A Fetch response streams through when the quota's headroom covers all of it (``size``, its prefix's:
+        more than its record bytes), so nothing would be left out; else it is collected for :func:`enforce`."""
+        ticket, t = state
+        if allowance(ticket, t, self.state, self.clock())[0] < size:
+            return None
+        return Streamed(finish=functools.partial(self._stream_finish, ex, ticket, t))
+
+    def _stream_finish(self, ex: Exchange, ticket: Ticket, t: Throttles, walk: FetchStreamer) -> None:
+        self._report(ex, account(walk.seen or (), ticket, t, self.state, self.names.get, self.clock()), t)
+
+    def _report(self, ex: Exchange, out: Outcome, t: Throttles) -> None:
+        """What a Fetch response's outcome tells the metrics, the access log and the connection (its mute)."""
         m = self.metrics
         if out.left_out:
             m.throttle_left_out_leader.inc(out.left_out)
@@ -531,7 +603,5 @@ class Throttle(Policy):
         if t.leader_rate:
             ex.log["throttle_target_bps"] = t.leader_rate
             ex.log["throttled_bytes"] = out.sent_bytes
-        if out.changed:
-            response.changed = True
         if out.mute_s > 0:
             ex.mute_s = max(ex.mute_s, out.mute_s)
