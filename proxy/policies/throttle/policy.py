@@ -579,7 +579,12 @@ class Throttle(Policy):
 
     def stream_fetch(self, ex: Exchange, size: int, conn: Any, state: Any) -> Streamed | None:
         """A Fetch response streams through when the quota's headroom covers all of it (``size``, its prefix's:
-        more than its record bytes), so nothing would be left out; else it is collected for :func:`enforce`."""
+        more than its record bytes), so nothing would be left out; else it is collected for :func:`enforce`.
+        Its bytes are recorded when it has passed, as Kafka records a fetch's after responding
+        (ReplicaManager): responses of other connections streaming at the same moment each saw the headroom
+        before the others were counted, so the quota can be passed by what is in flight at once, as Kafka's
+        fetcher threads can pass it; a reservation held from the start instead would outlive a connection closed
+        mid-response."""
         ticket, t = state
         if allowance(ticket, t, self.state, self.clock())[0] < size:
             return None
