@@ -46,6 +46,9 @@ log = get_logger("sluice.server")
 
 _CONNECT_LOG_INTERVAL_S = 10.0
 MAX_PORT = 65535
+#: a readiness check that asks the cluster for its brokers waits this long for them (the admin's probe answers
+#: within 5 s either way: proxy/admin.py)
+READY_REFRESH_TIMEOUT_S = 2.0
 
 
 def _parse_address(text: str) -> Address:
@@ -103,6 +106,8 @@ class Proxy:
         self.connections: set[Connection] = set()
         self._conn_ids = itertools.count(1)
         self._closing = False
+        #: start() has finished: the brokers' listeners are open if the cluster named them (/readyz waits for it)
+        self._started = False
         self._connect_log = LogLimiter(_CONNECT_LOG_INTERVAL_S, time.monotonic)
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -153,9 +158,10 @@ class Proxy:
         log.info("listening", role="bootstrap", host=listen.host, port=self.bootstrap_port,
                  upstream=[f"{h}:{p}" for h, p in self.bootstrap])
         # Learn the brokers now, so a client holding cached metadata (e.g. after a Sluice restart) finds
-        # every node's listener open. Best effort: the upstream may not be up yet.
+        # every node's listener open. Best effort: the upstream may not be up yet (ready() tries again).
         with contextlib.suppress(OSError, asyncio.TimeoutError, CodecError):
             await self.refresh_brokers()
+        self._started = True
 
     @property
     def bootstrap_port(self) -> int:
@@ -264,7 +270,14 @@ class Proxy:
                         error=error, not_logged=suppressed, interval_s=_CONNECT_LOG_INTERVAL_S)
 
     async def ready(self) -> bool:
-        """/readyz: the upstream cluster answers a TCP connect."""
+        """/readyz: start-up is over (the bootstrap listener opens before the brokers' are, and a client holding
+        cached metadata connects straight to a broker's) and the upstream cluster answers a TCP connect. While no
+        broker is known (the cluster did not answer at start), each check asks for them again."""
+        if not self._started:
+            return False
+        if not self.router.upstream:
+            with contextlib.suppress(OSError, asyncio.TimeoutError, CodecError):
+                await asyncio.wait_for(self.refresh_brokers(), READY_REFRESH_TIMEOUT_S)
         for host, port in self.bootstrap:
             try:
                 _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
