@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -13,27 +14,37 @@ from proxy.app import load_settings
 from proxy.server import Proxy
 
 
-def listening() -> socket.socket:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-    return sock
+@pytest.fixture
+async def proxy() -> AsyncIterator[Proxy]:
+    """A proxy whose one bootstrap server is a plain listening socket (its TCP answer), stopped at the end."""
+    with socket.socket() as upstream:
+        upstream.bind(("127.0.0.1", 0))
+        upstream.listen(8)
+        settings = load_settings(None, env={}).with_overrides({
+            "upstream.bootstrap_servers": [f"127.0.0.1:{upstream.getsockname()[1]}"], "listen.bootstrap_port": 0,
+            "listen.broker_port_base": 0})
+        proxy = Proxy(settings)
+        try:
+            yield proxy
+        finally:
+            await proxy.stop(drain_timeout=0)
 
 
-async def test_not_ready_until_the_brokers_listeners_are_open(monkeypatch: pytest.MonkeyPatch) -> None:
-    upstream = listening()
-    port = upstream.getsockname()[1]
-    settings = load_settings(None, env={}).with_overrides({
-        "upstream.bootstrap_servers": [f"127.0.0.1:{port}"], "listen.bootstrap_port": 0,
-        "listen.broker_port_base": 0})
-    proxy = Proxy(settings)
+def learn_node_1(proxy: Proxy) -> None:
+    """What the real lookup does with the cluster's answer: node 1 known, its listener opened."""
+    host, port = proxy.bootstrap[0]
+    proxy.router.learn(1, host, port)
+    proxy.router.port_for(1)
+
+
+async def test_not_ready_until_the_brokers_listeners_are_open(proxy: Proxy,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     asking, release = asyncio.Event(), asyncio.Event()
 
     async def refresh_brokers() -> None:
         asking.set()
         await release.wait()
-        proxy.router.learn(1, "127.0.0.1", port)
-        proxy.router.port_for(1)  # the node's listener, as the real lookup opens it
+        learn_node_1(proxy)
 
     monkeypatch.setattr(proxy, "refresh_brokers", refresh_brokers)
     starting = asyncio.create_task(proxy.start())
@@ -48,32 +59,20 @@ async def test_not_ready_until_the_brokers_listeners_are_open(monkeypatch: pytes
     finally:
         release.set()
         await starting
-        await proxy.stop(drain_timeout=0)
-        upstream.close()
 
 
-async def test_brokers_unknown_at_start_are_asked_for_again_by_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    upstream = listening()
-    port = upstream.getsockname()[1]
-    settings = load_settings(None, env={}).with_overrides({
-        "upstream.bootstrap_servers": [f"127.0.0.1:{port}"], "listen.bootstrap_port": 0,
-        "listen.broker_port_base": 0})
-    proxy = Proxy(settings)
+async def test_brokers_unknown_at_start_are_asked_for_again_by_the_check(proxy: Proxy,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     answers = iter([OSError("cluster not up yet"), None])
 
     async def refresh_brokers() -> None:
         error = next(answers)
         if error is not None:
             raise error
-        proxy.router.learn(1, "127.0.0.1", port)
-        proxy.router.port_for(1)
+        learn_node_1(proxy)
 
     monkeypatch.setattr(proxy, "refresh_brokers", refresh_brokers)
-    try:
-        await proxy.start()  # the lookup failed: start-up goes on, no broker listener yet
-        assert proxy.listener_ports().keys() == {None}
-        assert await proxy.ready()  # asked again, and answered
-        assert 1 in proxy.listener_ports()
-    finally:
-        await proxy.stop(drain_timeout=0)
-        upstream.close()
+    await proxy.start()  # the lookup failed: start-up goes on, no broker listener yet
+    assert proxy.listener_ports().keys() == {None}
+    assert await proxy.ready()  # asked again, and answered
+    assert 1 in proxy.listener_ports()
