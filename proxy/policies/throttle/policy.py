@@ -317,12 +317,7 @@ def enforce(view: FetchResponseView, ticket: Ticket, t: Throttles, state: Thrott
     first_pass = True  # no throttled records kept yet in this response
     whole = view.whole
     for topic in view.topics:
-        name: str | None = topic.topic
-        if not name:
-            tid = bytes(topic.topic_id)
-            name = names(tid)
-            if name is None:  # not throttled now; named by the next response
-                out.unnamed.append(tid)
+        name = _topic_name(topic.topic or bytes(topic.topic_id), names, out.unnamed)
         for p in topic.partitions:
             size = p.records_size
             if name is None or not t.throttled(name, p.partition_index, fetcher):
@@ -402,12 +397,7 @@ def account(seen: Iterable[SeenPartition], ticket: Ticket, t: Throttles, state: 
     for s in seen:
         if s.topic != last:  # partitions come grouped by topic: each named once
             last = s.topic
-            name = s.topic if isinstance(s.topic, str) and s.topic else None
-            if name is None:
-                tid = s.topic if isinstance(s.topic, bytes) else bytes(16)
-                name = names(tid)
-                if name is None:
-                    out.unnamed.append(tid)
+            name = _topic_name(s.topic, names, out.unnamed)
         if name is None or not t.throttled(name, s.partition, fetcher):
             any_records = any_records or s.records_size > 0
             continue
@@ -419,6 +409,18 @@ def account(seen: Iterable[SeenPartition], ticket: Ticket, t: Throttles, state: 
             out.sent_bytes += size
     _settle(out, any_records, ticket, state, now)
     return out
+
+
+def _topic_name(topic: str | bytes, names: TopicName, unnamed: list[bytes]) -> str | None:
+    """A response's topic by name: its own (Fetch before v13), else its id's, if Sluice knows it; an id it does
+    not know yet goes to ``unnamed`` (not throttled now; named by the next response)."""
+    if isinstance(topic, str) and topic:
+        return topic
+    tid = topic if isinstance(topic, bytes) else bytes(16)
+    name = names(tid)
+    if name is None:
+        unnamed.append(tid)
+    return name
 
 
 def _note(state: ThrottleState, ticket: Ticket, key: Key, error_code: int, high_watermark: int, first: int | None,
