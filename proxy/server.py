@@ -192,7 +192,12 @@ class Proxy:
         deadline = time.monotonic() + timeout
         while any(c.busy for c in self.connections) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)  # polling a real condition (requests in flight), bounded by the deadline
-        pending = sum(len(c.inflight) for c in self.connections)
+        # Read and never answered: sent upstream and not answered yet, or still waiting in Sluice (memory, names).
+        # Each is named, so an operator (and the pod test) can tell which client's request the drain gave up on.
+        now = self.clock()
+        abandoned = [{"conn": c.info.conn_id, "listener": c.info.listener, "client_id": ex.header.client_id,
+                      "api": ex.api, "version": ex.header.api_version, "age_ms": round((now - ex.started) * 1e3)}
+                     for c in self.connections if not c.closed for ex in (*c.inflight, *c.pending_requests)]
         for conn in list(self.connections):
             conn.close()
         for server in self._servers.values():
@@ -207,7 +212,7 @@ class Proxy:
             if self.access_log.sink is sink:
                 self.access_log.detach_sink()
             await sink.close()
-        log.info("stopped", abandoned_requests=pending)
+        log.info("stopped", abandoned_requests=len(abandoned), **({"abandoned": abandoned} if abandoned else {}))
 
     # ------------------------------------------------------------------ brokers and listeners
 

@@ -250,6 +250,11 @@ class Connection:
         return self.state is _CLOSED
 
     @property
+    def pending_requests(self) -> tuple[Exchange, ...]:
+        """Requests read and not yet sent or answered (what :attr:`queued` counts)."""
+        return tuple(self._pending)
+
+    @property
     def queued(self) -> int:
         """Requests read and not yet sent or answered: the head one waiting (Wait), the others behind it."""
         return len(self._pending)
