@@ -2,6 +2,7 @@
 
 ``python -m bench.instructions [--case produce|fetch_all|fetch_small|bare] [--rounds 200] [--compare REV]``
 ``[--sharing shared|unshared|off] [--terminate] [--client-session]`` (``fetch_small`` only)
+``[--policies none|all]`` (``produce`` only)
 
 A count, not a timing: the same on a loaded machine as on a quiet one, so a change of a few percent shows where a
 wall-clock figure cannot (two starts of the same Sluice on this project's shared 2-core machine differ by more).
@@ -13,6 +14,8 @@ port that keeps what it is handed (no copy) and checks it after the count:
 
 - ``produce``: a producer's round trip (Produce v10, acks=1, one 100-byte record; the broker's plain answer),
   default settings, access log off: relayed, no policy reads it (the per-request cost every client pays);
+  ``--policies all``: with ``bench.passthrough``'s ``ALL_POLICIES`` (the quota meters every Produce), access log
+  still off (what ``bench.passthrough --policies all`` pays per produce round trip for its policies);
 - ``fetch_all``: ``bench.pipeline_cpu --opcodes --case fetch_all``'s Fetch v12 of a session-less client with every
   policy on (``bench.passthrough``'s ``ALL_POLICIES``), 3 partitions x 20 batches of 16 KiB, collected whole;
 - ``fetch_small``: a consumer kept caught up on a low-rate topic: each Fetch v12 (one partition, max wait 500 ms)
@@ -120,7 +123,12 @@ def frames_of(case: str, count: int, small: SmallFetch | None = None,
     from bench import pipeline_cpu
 
     if case in ("produce", "bare"):
-        return [pipeline_cpu._produce_frames(i) for i in range(count)], None
+        overrides = None
+        if case == "produce" and small is not None and small.policies == "all":
+            from bench.passthrough import ALL_POLICIES
+
+            overrides = tomllib.loads(ALL_POLICIES)
+        return [pipeline_cpu._produce_frames(i) for i in range(count)], overrides
     if case == "fetch_small":
         assert small is not None
         return _small_fetch_frames(small, count, session_id), small.overrides()
@@ -130,11 +138,13 @@ def frames_of(case: str, count: int, small: SmallFetch | None = None,
 
 
 class SmallFetch(NamedTuple):
-    """``fetch_small``'s configuration: ``--sharing``, ``--terminate``, ``--client-session``."""
+    """``fetch_small``'s configuration: ``--sharing``, ``--terminate``, ``--client-session``; ``produce``'s:
+    ``--policies``."""
 
     sharing: str = "shared"
     terminate: bool = False
     client_session: bool = False
+    policies: str = "none"
 
     def overrides(self) -> dict[str, Any]:
         terminate = '[sessions]\nmode = "terminate"\n' if self.terminate else ""
@@ -142,7 +152,7 @@ class SmallFetch(NamedTuple):
 
     def argv(self) -> list[str]:
         return ["--sharing", self.sharing, *(["--terminate"] if self.terminate else []),
-                *(["--client-session"] if self.client_session else [])]
+                *(["--client-session"] if self.client_session else []), "--policies", self.policies]
 
 
 #: a key of slice 0/2 (its murmur2 hash below 2^30): ``--sharing shared`` keeps the record
@@ -345,16 +355,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--terminate", action="store_true", help='fetch_small: [sessions] mode = "terminate"')
     ap.add_argument("--client-session", action="store_true",
                     help="fetch_small: the client keeps a fetch session (Java, kafka-python)")
+    ap.add_argument("--policies", choices=("none", "all"), default="none",
+                    help="produce: every policy of bench.passthrough --policies all on (access log still off)")
     ap.add_argument("--child", metavar="FLAG", type=Path, help=argparse.SUPPRESS)
     add_options(ap, "20 rounds")
     args = ap.parse_args(argv)
-    small = SmallFetch(args.sharing, args.terminate, args.client_session)
+    small = SmallFetch(args.sharing, args.terminate, args.client_session, args.policies)
     if args.child is not None:
         return child(args.case, args.rounds, args.child, small)
     rounds = 20 if args.smoke else args.rounds
     errors: list[str] = []
     after = count(ROOT, args.case, rounds, small)
-    variant = small._asdict() if args.case == "fetch_small" else {}
+    variant = {k: v for k, v in small._asdict().items() if k != "policies"} if args.case == "fetch_small" else \
+        {"policies": small.policies} if args.case == "produce" else {}
     emit({"bench": "instructions", "case": args.case, **variant, "side": "after" if args.compare else "this",
           **after})
     figures: dict[str, Any] = {"case": args.case, **variant, "rounds": rounds, "instructions": after["instructions"],

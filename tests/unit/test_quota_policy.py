@@ -13,6 +13,8 @@ import pytest
 from bench.pipeline_cpu import request_frame, response_frame
 from proxy.app import load_settings
 from proxy.config import ConfigError
+from proxy.core.exchange import Relay
+from proxy.core.policy import Policy
 from proxy.core.rate import WindowedRate
 from proxy.policies.quota import Quota
 from proxy.policies.quota.book import QuotaBook, Quotas
@@ -445,7 +447,15 @@ def test_principal_and_address_select_through_the_core() -> None:
 def test_an_api_no_entry_counts_is_left_unread() -> None:
     """A produce-only configuration reads no Fetch: each kind's APIs are relayed untouched unless an entry sets a
     kind they are counted on (every data-path API counts on the request kind)."""
+    def unread(quota: Policy, key: int) -> bool | str:
+        # a Produce is counted on arrival: relayed unread (its response too) unless it earns a throttle time
+        terms = quota.unread(key, 12)
+        if isinstance(terms, Relay):
+            assert terms.arrival is not None and not terms.reads_response
+            return "on arrival"
+        return terms
+
     quota = SansIOProxy({"quota.entries": [{"client_id": "a", "produce_rate_bytes": 1}]}).policy("quota")
-    assert [quota.unread(k, 12) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == [False, True, True, True]
+    assert [unread(quota, k) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == ["on arrival", True, True, True]
     quota = SansIOProxy({"quota.entries": [{"client_id": "a", "request_rate": 1}]}).policy("quota")
-    assert [quota.unread(k, 12) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == [False] * 4
+    assert [unread(quota, k) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == ["on arrival"] + [False] * 3
