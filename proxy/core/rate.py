@@ -172,8 +172,11 @@ class WindowedRate:
         if not bound:
             return 0.0
         pace = self._paced - now - self.burst_s if self.burst_s else 0.0
-        self._purge(now)  # once (a quota checks on every request): ``exceeded``'s figures, read in place
-        total, elapsed = self._total, now - self._oldest(now)
+        # ``exceeded``'s figures read in place, purged once (a quota checks on every request: no call it can spare)
+        if now - self._first >= self.samples * self.window_s:
+            self._purge(now)
+        first = self._first_bytes
+        total, elapsed = self._total, (now - first if first != math.inf else 0.0)
         window = self.window_s
         if total / (elapsed if elapsed > window else window) > bound:  # exceeded: Kafka's time, or the pace's
             wait = total / bound - elapsed

@@ -185,13 +185,21 @@ class Quota(Policy):
         gov = self.book.quotas.governing(client_id, principal, host)
         if gov is NOTHING:
             return None
-        now, api = self.clock(), _PRODUCE_NAME
-        for entry in gov.entries:
-            self.metrics.count(entry.name, api)
-        delay, by = self._record(gov, "request", 1, client_id, principal, host, now, 0.0, None)
-        if gov.produce is not None:
-            self.metrics.count_bytes(gov.produce.name, "produce", size)
-            delay, by = self._record(gov, "produce", size, client_id, principal, host, now, delay, by)
+        now, metrics, book = self.clock(), self.metrics, self.book
+        for each in gov.entries:
+            metrics.count(each.name, _PRODUCE_NAME)
+        # on every Produce a quota governs: _record's steps, spelt out (no call this path can spare)
+        delay, by = 0.0, None
+        entry: Entry | None = gov.request
+        if entry is not None:
+            delay = book.record(entry, "request", 1, entry.key("request", client_id, principal, host), now)
+            by = entry
+        entry = gov.produce
+        if entry is not None:
+            metrics.count_bytes(entry.name, "produce", size)
+            earned = book.record(entry, "produce", size, entry.key("produce", client_id, principal, host), now)
+            if earned > delay:
+                delay, by = earned, entry
         if delay <= 0 or by is None:
             return _WITHIN
         return Arrival(state=Ticket(None, None, delay, by))
