@@ -5,7 +5,9 @@ Sans-IO: bytes and exchanges in, exchanges with their effects out.
   and, when every policy declaring its API leaves that version alone under the settings in force
   (:meth:`~proxy.core.policy.Policy.unread`, asked per API version when the chain is built and reconfigured),
   returns it as a :class:`~proxy.core.exchange.Relayed`: sent as it came, its response relayed as bytes, no
-  policy called. Otherwise it picks the policies that apply (by API, then
+  policy called but those whose terms count each request as it arrives
+  (:attr:`~proxy.core.exchange.Relay.arrival`: one call with its header and size, relayed or not; only one that
+  hands on a state makes it an Exchange). Otherwise it picks the policies that apply (by API, then
   :meth:`~proxy.core.policy.Policy.applies`): when none of those with an ``applies`` of their own applies and
   the others leave that version alone, the request is a :class:`~proxy.core.exchange.Relayed` too (e.g. a
   consumer's fetch cooperative consumption does not filter); else, if one of them reads topic names (or decodes

@@ -13,7 +13,9 @@ processShareFetchResponse, handleShareAcknowledgeRequest's sendMaybeThrottle):
 - **Produce**: its request bytes when it arrives (``produce_rate_bytes``); the throttle time earned goes into the
   response's ``throttle_time_ms`` (the larger of the broker's and Sluice's) and the client is not read for that
   long after the response. A Produce with acks=0 has no response: the client is not read for that long from the
-  moment the request goes upstream.
+  moment the request goes upstream. Counted from its header and size alone (:meth:`Quota._produce_arrived`, the
+  chain's arrival terms), a Produce within its quota is relayed unread; only one that earned a throttle time is
+  read (an Exchange), to carry or apply it.
 - **Fetch**: its response's bytes when it comes back (``fetch_rate_bytes``); the response carries the throttle
   time and the client is muted. The response's size is its frame's, or, when a policy changed it, its record
   bytes. A Fetch response streams through the quota (unless another policy needs it whole): its size is its
