@@ -2,6 +2,7 @@
 
 ``python -m bench.instructions [--case produce|fetch_all|fetch_small|bare] [--rounds 200] [--compare REV]``
 ``[--sharing shared|unshared|off] [--terminate] [--client-session]`` (``fetch_small`` only)
+``[--policies none|all] [--access-log file|off]`` (``produce`` only)
 
 A count, not a timing: the same on a loaded machine as on a quiet one, so a change of a few percent shows where a
 wall-clock figure cannot (two starts of the same Sluice on this project's shared 2-core machine differ by more).
@@ -13,6 +14,8 @@ port that keeps what it is handed (no copy) and checks it after the count:
 
 - ``produce``: a producer's round trip (Produce v10, acks=1, one 100-byte record; the broker's plain answer),
   default settings, access log off: relayed, no policy reads it (the per-request cost every client pays);
+  ``--policies all``: with ``bench.passthrough``'s ``ALL_POLICIES`` (the quota meters every Produce) and the access
+  log written to a file, as ``bench.passthrough --policies all`` runs it (``--access-log off``: not written);
 - ``fetch_all``: ``bench.pipeline_cpu --opcodes --case fetch_all``'s Fetch v12 of a session-less client with every
   policy on (``bench.passthrough``'s ``ALL_POLICIES``), 3 partitions x 20 batches of 16 KiB, collected whole;
 - ``fetch_small``: a consumer kept caught up on a low-rate topic: each Fetch v12 (one partition, max wait 500 ms)
@@ -120,7 +123,12 @@ def frames_of(case: str, count: int, small: SmallFetch | None = None,
     from bench import pipeline_cpu
 
     if case in ("produce", "bare"):
-        return [pipeline_cpu._produce_frames(i) for i in range(count)], None
+        overrides = None
+        if case == "produce" and small is not None and small.policies == "all":
+            from bench.passthrough import ALL_POLICIES
+
+            overrides = tomllib.loads(ALL_POLICIES)
+        return [pipeline_cpu._produce_frames(i) for i in range(count)], overrides
     if case == "fetch_small":
         assert small is not None
         return _small_fetch_frames(small, count, session_id), small.overrides()
@@ -130,11 +138,14 @@ def frames_of(case: str, count: int, small: SmallFetch | None = None,
 
 
 class SmallFetch(NamedTuple):
-    """``fetch_small``'s configuration: ``--sharing``, ``--terminate``, ``--client-session``."""
+    """``fetch_small``'s configuration: ``--sharing``, ``--terminate``, ``--client-session``; ``produce``'s:
+    ``--policies``."""
 
     sharing: str = "shared"
     terminate: bool = False
     client_session: bool = False
+    policies: str = "none"
+    access_log: str = "file"
 
     def overrides(self) -> dict[str, Any]:
         terminate = '[sessions]\nmode = "terminate"\n' if self.terminate else ""
@@ -142,7 +153,8 @@ class SmallFetch(NamedTuple):
 
     def argv(self) -> list[str]:
         return ["--sharing", self.sharing, *(["--terminate"] if self.terminate else []),
-                *(["--client-session"] if self.client_session else [])]
+                *(["--client-session"] if self.client_session else []), "--policies", self.policies,
+                "--access-log", self.access_log]
 
 
 #: a key of slice 0/2 (its murmur2 hash below 2^30): ``--sharing shared`` keeps the record
@@ -181,8 +193,9 @@ def wrong_reply(case: str, request: bytes, response: bytes, reply: bytes) -> boo
 RoundTrip = Callable[[bytes, list[bytes]], list[Any]]
 
 
-def _core(case: str, overrides: dict[str, Any] | None) -> RoundTrip:
-    """A connection of the core, as the server makes one (``sluice run``'s default access log: off)."""
+def _core(case: str, overrides: dict[str, Any] | None, access_log: str = "off") -> RoundTrip:
+    """A connection of the core, as the server makes one (``sluice run``'s default access log: off; else the file
+    ``access_log``)."""
     from proxy.accesslog import AccessLog
     from proxy.core.connection import Connection
     from proxy.core.exchange import ConnectionInfo
@@ -190,7 +203,7 @@ def _core(case: str, overrides: dict[str, Any] | None) -> RoundTrip:
     from rig.core_rig import CoreRig
 
     rig = CoreRig(overrides)
-    rig.access_log = AccessLog("off")
+    rig.access_log = AccessLog(access_log)
     events = ConnectionEvents(rig.metrics, rig.access_log, rig.proxy.chain)
     port = KeptPort(rig.timers.call_later)
     # made here, not by CoreRig.connect (a FakePort, which copies what it is handed): --compare runs this harness
@@ -250,7 +263,10 @@ def child(case: str, rounds: int, flag: Path, small: SmallFetch) -> int:
     counted round trips inside ``operator.call``, then check every reply; print one JSON line."""
     frames, overrides = frames_of(case, WARMUP + rounds, small)
     trips = _trips(frames)
-    round_trip = _bare() if case == "bare" else _core(case, overrides)
+    log = "off"
+    if case == "produce" and small.policies == "all" and small.access_log == "file":
+        log = str(Path(tempfile.mkdtemp(prefix="bench-instructions-log-")) / "access.log")
+    round_trip = _bare() if case == "bare" else _core(case, overrides, log)
     replies: list[list[Any]] = []
 
     def run(todo: list[tuple[bytes, list[bytes]]]) -> None:
@@ -345,16 +361,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--terminate", action="store_true", help='fetch_small: [sessions] mode = "terminate"')
     ap.add_argument("--client-session", action="store_true",
                     help="fetch_small: the client keeps a fetch session (Java, kafka-python)")
+    ap.add_argument("--policies", choices=("none", "all"), default="none",
+                    help="produce: every policy of bench.passthrough --policies all on (access log still off)")
+    ap.add_argument("--access-log", choices=("file", "off"), default="file",
+                    help="produce --policies all: the access log written to a file (default, as bench.passthrough) "
+                         "or off")
     ap.add_argument("--child", metavar="FLAG", type=Path, help=argparse.SUPPRESS)
     add_options(ap, "20 rounds")
     args = ap.parse_args(argv)
-    small = SmallFetch(args.sharing, args.terminate, args.client_session)
+    small = SmallFetch(args.sharing, args.terminate, args.client_session, args.policies, args.access_log)
     if args.child is not None:
         return child(args.case, args.rounds, args.child, small)
     rounds = 20 if args.smoke else args.rounds
     errors: list[str] = []
     after = count(ROOT, args.case, rounds, small)
-    variant = small._asdict() if args.case == "fetch_small" else {}
+    variant = {k: v for k, v in small._asdict().items() if k not in ("policies", "access_log")} \
+        if args.case == "fetch_small" else {"policies": small.policies, "access_log": small.access_log} \
+        if args.case == "produce" and small.policies == "all" else {}
     emit({"bench": "instructions", "case": args.case, **variant, "side": "after" if args.compare else "this",
           **after})
     figures: dict[str, Any] = {"case": args.case, **variant, "rounds": rounds, "instructions": after["instructions"],

@@ -134,6 +134,37 @@ class TallyFamily(Collector):
         return [family]
 
 
+class TallyCounter(Collector):
+    """A counter whose label sets come as they are counted (:meth:`labels`, as prometheus_client's Counter's), each
+    a :class:`Tally`: for counts a policy makes per request (bounded, as a Counter's, by what its configuration
+    names), exported at scrape time with the same name, labels and values a Counter would give."""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                 registry: CollectorRegistry) -> None:
+        # _labelnames: prometheus_client's attribute, which the metrics reference reads (proxy/reference.py)
+        self.name, self.documentation, self._labelnames = name, documentation, labelnames
+        self.children: dict[tuple[str, ...], Tally] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> Tally:
+        child = self.children.get(values)
+        if child is None:
+            child = self.children[values] = Tally()
+        return child
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.documentation, labels=list(self._labelnames))
+
+    def describe(self) -> list[Metric]:
+        return [self._family()]
+
+    def collect(self) -> list[Metric]:
+        family = self._family()
+        for values, tally in self.children.items():
+            family.add_metric(list(values), tally.value)
+        return [family]
+
+
 class RequestTallies(Collector):
     """``sluice_requests_total{api,version}`` and the ``{api}`` latency histogram, kept as plain numbers (one dict
     look-up, one bisect and three additions per request: no lock, as :class:`Tally`) and exported at scrape time

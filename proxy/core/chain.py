@@ -5,7 +5,9 @@ Sans-IO: bytes and exchanges in, exchanges with their effects out.
   and, when every policy declaring its API leaves that version alone under the settings in force
   (:meth:`~proxy.core.policy.Policy.unread`, asked per API version when the chain is built and reconfigured),
   returns it as a :class:`~proxy.core.exchange.Relayed`: sent as it came, its response relayed as bytes, no
-  policy called. Otherwise it picks the policies that apply (by API, then
+  policy called but those whose terms count each request as it arrives
+  (:attr:`~proxy.core.exchange.Relay.arrival`: one call with its header and size, relayed or not; only one that
+  hands on a state makes it an Exchange). Otherwise it picks the policies that apply (by API, then
   :meth:`~proxy.core.policy.Policy.applies`): when none of those with an ``applies`` of their own applies and
   the others leave that version alone, the request is a :class:`~proxy.core.exchange.Relayed` too (e.g. a
   consumer's fetch cooperative consumption does not filter); else, if one of them reads topic names (or decodes
@@ -43,10 +45,20 @@ from ..wire.errors import CodecError, MalformedFrame
 from ..wire.fetch_layout import FIRST_TOPIC_ID, TopicKey, topic_key
 from ..wire.fetch_request_fast import FetchEdit
 from ..wire.fetch_stream import FetchStreamer
-from ..wire.messages import peek_request_header
+from ..wire.messages import RequestHeader, peek_request_header
 from ..wire.produce import produce_acks
 from ..wire.views import FetchResponse, response_view
-from .exchange import Buffer, ConnectionInfo, Exchange, PolicyFailed, Rejected, Relayed, Streamer
+from .exchange import (
+    NO_FIELDS,
+    ArrivalTerms,
+    Buffer,
+    ConnectionInfo,
+    Exchange,
+    PolicyFailed,
+    Rejected,
+    Relayed,
+    Streamer,
+)
 from .policy import Policy, Streamed, versions_read
 from .topic_names import TopicNames
 
@@ -103,6 +115,7 @@ class Chain:
         of requests every policy leaves alone, and of those that none of the selective policies applies to."""
         self._routes = self._relay_routes()
         self._declined = self._relay_routes(self._selective)
+        self._arrivals = self._arrival_terms()
 
     def _relay_routes(self, left: frozenset[Policy] = frozenset()) -> dict[int, Route]:
         """Per API version some policy declares (key ``api_key << 16 | version``), its route when every policy
@@ -116,13 +129,28 @@ class Chain:
                     if policy in left:
                         continue
                     unread = policy.unread(key, version)
-                    if unread is False or (unread is not True and route[2]):
+                    if unread is False or (unread is not True and unread.reads_response and route[2]):
                         break  # it reads every request, or two policies read the response: the chain's path
-                    if unread is not True:
+                    if unread is not True and unread.reads_response:
                         route = (unread.check, unread.streamer, (policy,))
                 else:
                     routes[key << 16 | version] = route
         return routes
+
+    def _arrival_terms(self) -> dict[int, tuple[tuple[Policy, ArrivalTerms], ...]]:
+        """Per API version some policy declares, the policies that count each of its requests as it arrives
+        (:attr:`~proxy.core.exchange.Relay.arrival`), relayed or not, under the settings in force."""
+        terms: dict[int, tuple[tuple[Policy, ArrivalTerms], ...]] = {}
+        for key, candidates in self._by_api.items():
+            for version in self._versions[key]:
+                found = []
+                for policy in candidates:
+                    unread = policy.unread(key, version)
+                    if unread is not True and unread is not False and unread.arrival is not None:
+                        found.append((policy, unread.arrival))
+                if found:
+                    terms[key << 16 | version] = tuple(found)
+        return terms
 
     # ------------------------------------------------------------------------------------ connections
 
@@ -197,12 +225,19 @@ class Chain:
                 expects_response = produce_acks(frame, header) != 0
             except CodecError as e:
                 raise Rejected("malformed", str(e)) from None
+        log: Mapping[str, Any] = NO_FIELDS
+        arrived: dict[Policy, Any] | None = None
+        if self._arrivals:
+            terms = self._arrivals.get(key << 16 | header.api_version)
+            if terms is not None:
+                log, arrived = _arrive(terms, header, name, len(frame) + 4, info, expects_response)
         candidates = self._by_api.get(key)
-        if relayable:
+        if relayable and arrived is None:
             route = _UNREAD if candidates is None else self._routes.get(key << 16 | header.api_version)
             if route is not None:
-                return Relayed(header, name, frame, now, expects_response, *route)
-        ex = Exchange(header, name, len(frame) + 4, frame, now, expects_response, info=info)
+                return Relayed(header, name, frame, now, expects_response, *route, log)
+        ex = Exchange(header, name, len(frame) + 4, frame, now, expects_response, info=info, log=dict(log),
+                      arrived=arrived)
         if candidates:
             if header.api_version not in self._versions[key]:
                 # Sluice's ApiVersions never offered this version: a policy would be handed a layout it does not
@@ -219,11 +254,11 @@ class Chain:
                 except Exception as e:
                     _blame(policy, "applies", ex, e)
                     raise
-            if relayable and selective.isdisjoint(applying):
+            if relayable and arrived is None and selective.isdisjoint(applying):
                 # none of the policies that choose their requests chose this one, and the others leave it alone
                 route = self._declined.get(key << 16 | header.api_version)
                 if route is not None:
-                    return Relayed(header, name, frame, now, expects_response, *route)
+                    return Relayed(header, name, frame, now, expects_response, *route, log)
             ex.policies = tuple(applying)
             if key == _FETCH and header.api_version >= FIRST_TOPIC_ID \
                     and not self._name_readers.isdisjoint(applying) and self._names_wanted(ex, applying):
@@ -243,7 +278,7 @@ class Chain:
         :meth:`on_request`."""
         ex = Exchange(relayed.header, relayed.api, relayed.size, relayed.frame, relayed.started,
                       relayed.expects_response, info=conn.info, policies=relayed.readers, attempts=1,
-                      upstream_sent=relayed.upstream_sent)
+                      upstream_sent=relayed.upstream_sent, log=dict(relayed.log))
         self.on_request(conn, ex)
         return ex
 
@@ -441,6 +476,30 @@ class Chain:
         if unknown:
             names.note(unknown)  # known by the next response
         return out
+
+
+def _arrive(terms: tuple[tuple[Policy, ArrivalTerms], ...], header: RequestHeader, api: str, size: int,
+            info: ConnectionInfo | None, expects_response: bool) -> tuple[Mapping[str, Any], dict[Policy, Any] | None]:
+    """Each policy's ``arrival`` terms on a request as it arrives: the access-log fields they add, and the states
+    of those that need it read as an Exchange (None: none does). A policy's that raises is PolicyFailed."""
+    log: Mapping[str, Any] = NO_FIELDS
+    arrived: dict[Policy, Any] | None = None
+    for policy, arrival in terms:
+        try:
+            noted = arrival(header, size, info, expects_response)
+        except Exception as e:
+            failed = PolicyFailed(policy.name, "arrival", None, e)
+            failed.api, failed.version = api, header.api_version
+            raise failed from e
+        if noted is None:
+            continue
+        if noted.log:
+            log = {**log, **noted.log} if log else noted.log
+        if noted.state is not None:
+            if arrived is None:
+                arrived = {}
+            arrived[policy] = noted.state
+    return log, arrived
 
 
 def _blame(policy: Policy | None, hook: str, ex: Exchange, error: Exception) -> None:

@@ -145,15 +145,42 @@ class Streamer(Protocol):
     def feed(self, data: Buffer) -> list[Buffer]: ...
 
 
+#: access-log fields of a request no policy added any to
+NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What a policy's ``arrival`` terms (:class:`Relay`) made of one request as it arrived: the access-log fields
+    it adds (each declared in its ``Registration.log_fields``), whatever becomes of the request, and ``state``:
+    None when the request may stay relayed unread, else the request becomes an :class:`Exchange` whose
+    ``arrived`` hands this to the policy's ``on_request`` (what it earned on arrival, to act on)."""
+
+    log: Mapping[str, Any] = field(default_factory=lambda: NO_FIELDS)
+    state: Any = None
+
+
+#: a policy's ``arrival`` terms: the request's header, its size (prefix included), its connection and whether a
+#: response follows (not for Produce with acks=0) -> the :class:`Arrival`, or None (not this policy's business)
+ArrivalTerms = Callable[[RequestHeader, int, ConnectionInfo | None, bool], Arrival | None]
+
+
 @dataclass(frozen=True, slots=True)
 class Relay:
     """A policy's terms for letting every request of an API version pass it unread
     (:meth:`~proxy.core.policy.Policy.unread`): it needs the response only when ``check`` is false for it (a
     response whole in one read; KIP-951 endpoints in a Produce response), or walks it with ``streamer`` as it
-    streams (KIP-951 endpoints in a Fetch response)."""
+    streams (KIP-951 endpoints in a Fetch response). With ``arrival``, it counts each request from its header
+    and size as it arrives (:meth:`~proxy.core.chain.Chain.classify`, relayed or not), and reads it as an
+    :class:`Exchange` only when that says so (a quota's Produce that earned a throttle time)."""
 
     check: Callable[[Buffer], bool] | None = None
     streamer: Callable[[int], Streamer] | None = None
+    arrival: ArrivalTerms | None = None
+
+    @property
+    def reads_response(self) -> bool:
+        return self.check is not None or self.streamer is not None
 
 
 class Relayed:
@@ -169,21 +196,20 @@ class Relayed:
     response is walked as it streams, as an Exchange's would be. The class attributes are what an
     :class:`Exchange` may carry and a relayed request never does: the core reads both kinds alike."""
 
-    __slots__ = ("api", "check", "client_bytes", "expects_response", "frame", "header", "readers", "started",
-                 "streamer", "upstream_bytes")
+    __slots__ = ("api", "check", "client_bytes", "expects_response", "frame", "header", "log", "readers",
+                 "started", "streamer", "upstream_bytes")
 
     answer: ClassVar[None] = None
     collect: ClassVar[bool] = False
     held: ClassVar[int] = 0
     decoded: ClassVar[bool] = False
     error_codes: ClassVar[tuple[int, ...]] = ()
-    log: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     partitions: ClassVar[None] = None
     streamed: ClassVar[tuple[Any, ...]] = ()
 
     def __init__(self, header: RequestHeader, api: str, frame: bytes, started: float, expects_response: bool,
                  check: Callable[[Buffer], bool] | None, streamer: Callable[[int], Streamer] | None,
-                 readers: tuple[Any, ...]) -> None:
+                 readers: tuple[Any, ...], log: Mapping[str, Any] = NO_FIELDS) -> None:
         self.header = header
         self.api = api
         self.frame = frame
@@ -194,6 +220,8 @@ class Relayed:
         self.streamer = streamer
         #: the policy that reads the response when ``check`` does not hold (it runs when it becomes an Exchange)
         self.readers = readers
+        #: access-log fields its policies' ``arrival`` terms added (:class:`Arrival`)
+        self.log = log
         #: the response's bytes as read, and as written
         self.upstream_bytes = self.client_bytes = 0
 
@@ -263,6 +291,8 @@ class Exchange:
     reply: list[Buffer] | None = None
     #: the connection it arrived on (its client address and principal, for client selectors)
     info: ConnectionInfo | None = None
+    #: per policy whose ``arrival`` terms asked for this Exchange (:class:`Arrival`), the state they handed on
+    arrived: dict[Any, Any] | None = None
 
     @property
     def principal(self) -> str | None:

@@ -147,9 +147,10 @@ class Policy:
         whoever sends it (asked per API version when the chain is built and after each reconfiguration, never per
         request). False (the default): it must see each request. True: it acts on neither the request nor its
         response. A :class:`~proxy.core.exchange.Relay`: its :meth:`on_request` only asks for the response, on
-        those terms (read only when a check is false for it, or walked as it streams). When every policy
-        declaring the API says one of the last two (at most one a Relay), the API version's requests are relayed
-        without an Exchange (:class:`~proxy.core.exchange.Relayed`)."""
+        those terms (read only when a check is false for it, or walked as it streams), or its ``arrival`` terms
+        count each request from its header and size and say when it must be read after all. When every policy
+        declaring the API says one of the last two (at most one a Relay that reads the response), the API
+        version's requests are relayed without an Exchange (:class:`~proxy.core.exchange.Relayed`)."""
         return False
 
     def needs_topic_names(self, ex: Exchange) -> bool:

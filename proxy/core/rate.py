@@ -120,7 +120,8 @@ class WindowedRate:
         if n and sample.start < self._first_bytes:
             self._first_bytes = sample.start
         if self.burst_s and self.bound:
-            self._paced = max(self._paced, now) + n / self.bound
+            paced = self._paced
+            self._paced = (paced if paced > now else now) + n / self.bound  # (no max(): a call per request)
 
     def _purge(self, now: float) -> None:
         expire = self.samples * self.window_s
@@ -167,9 +168,18 @@ class WindowedRate:
         """Seconds until ``rate`` falls to the bound if nothing more is recorded (an upper bound: samples that
         expire meanwhile only lower it). 0 when not exceeded. Paces a fetcher that got nothing back (KIP-73),
         and is the client quotas' throttle time (KIP-219); with ``burst_s``, at least the pace's lead over it."""
-        pace = self._paced - now - self.burst_s if self.burst_s and self.bound else 0.0
-        if not self.exceeded(now):
-            return max(0.0, pace)
-        total, elapsed = self.total(now), now - self._oldest(now)
-        return max(0.0, total / self.bound - elapsed, pace)
+        bound = self.bound
+        if not bound:
+            return 0.0
+        pace = self._paced - now - self.burst_s if self.burst_s else 0.0
+        # ``exceeded``'s figures read in place, purged once (a quota checks on every request: no call it can spare)
+        if now - self._first >= self.samples * self.window_s:
+            self._purge(now)
+        first = self._first_bytes
+        total, elapsed = self._total, (now - first if first != math.inf else 0.0)
+        window = self.window_s
+        if total / (elapsed if elapsed > window else window) > bound:  # exceeded: Kafka's time, or the pace's
+            wait = total / bound - elapsed
+            pace = wait if wait > pace else pace
+        return pace if pace > 0.0 else 0.0
 

@@ -11,14 +11,15 @@ import pytest
 from structlog.testing import capture_logs
 
 from proxy.core.chain import Chain
-from proxy.core.exchange import ConnectionInfo, Exchange, Signal
+from proxy.core.exchange import Arrival, ConnectionInfo, Exchange, Relay, Signal
 from proxy.core.policy import Policy, reads
 from proxy.wire.api_keys import ApiKey
 from proxy.wire.errors import CodecError
+from proxy.wire.messages import RequestHeader
 from proxy.wire.views import MessageRequest, ResponseView
 from rig.core_rig import CoreRig, FakePort, request, response, sized
 
-HOOKS = ("open", "applies", "on_request", "on_resume", "on_response", "on_sent", "close")
+HOOKS = ("open", "arrival", "applies", "on_request", "on_resume", "on_response", "on_sent", "close")
 BAD = 1  # the connection whose requests make the policy raise
 
 
@@ -38,6 +39,15 @@ class Raises(Policy):
     def open(self, info: ConnectionInfo) -> ConnectionInfo:
         self._maybe("open", info.conn_id)
         return info
+
+    def unread(self, api_key: int, version: int) -> Relay:
+        return Relay(arrival=self._arrived)  # each request counted as it arrives, then read all the same
+
+    def _arrived(self, header: RequestHeader, size: int, info: ConnectionInfo | None,
+                 expects_response: bool) -> Arrival:
+        assert info is not None
+        self._maybe("arrival", info.conn_id)
+        return Arrival(state="arrived")
 
     def close(self, info: ConnectionInfo) -> None:
         self._maybe("close", info.conn_id)

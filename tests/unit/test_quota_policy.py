@@ -9,13 +9,17 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bench.pipeline_cpu import request_frame, response_frame
 from proxy.app import load_settings
 from proxy.config import ConfigError
+from proxy.core.exchange import Relay
+from proxy.core.policy import Policy
 from proxy.core.rate import WindowedRate
 from proxy.policies.quota import Quota
-from proxy.policies.quota.book import QuotaBook, Quotas
+from proxy.policies.quota.book import Kind, QuotaBook, Quotas
 from proxy.policies.terminate.sessions import LEGACY
 from proxy.wire.fetch_layout import PartitionKey
 from proxy.wire.fetch_request_fast import decode_fetch_request
@@ -445,7 +449,77 @@ def test_principal_and_address_select_through_the_core() -> None:
 def test_an_api_no_entry_counts_is_left_unread() -> None:
     """A produce-only configuration reads no Fetch: each kind's APIs are relayed untouched unless an entry sets a
     kind they are counted on (every data-path API counts on the request kind)."""
+    def unread(quota: Policy, key: int) -> bool | str:
+        # a Produce is counted on arrival: relayed unread (its response too) unless it earns a throttle time
+        terms = quota.unread(key, 12)
+        if isinstance(terms, Relay):
+            assert terms.arrival is not None and not terms.reads_response
+            return "on arrival"
+        return terms
+
     quota = SansIOProxy({"quota.entries": [{"client_id": "a", "produce_rate_bytes": 1}]}).policy("quota")
-    assert [quota.unread(k, 12) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == [False, True, True, True]
+    assert [unread(quota, k) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == ["on arrival", True, True, True]
     quota = SansIOProxy({"quota.entries": [{"client_id": "a", "request_rate": 1}]}).policy("quota")
-    assert [quota.unread(k, 12) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == [False] * 4
+    assert [unread(quota, k) for k in (PRODUCE, FETCH, SHARE_FETCH, SHARE_ACK)] == ["on arrival"] + [False] * 3
+
+
+#: the metering property's quota: a byte rate two or three requests exceed and a request rate, for etl-* clients
+METERED: dict[str, Any] = {"quota.entries": [{"client_id": "etl-*", "produce_rate_bytes": 300, "request_rate": 4}]}
+#: one Produce: its client.id (its size with it), acks, the seconds before it, the broker's throttle_time_ms
+Step = tuple[str, int, float, int]
+
+
+def _metered(steps: list[Step], read_every: bool) -> tuple[list[Any], list[dict[str, Any]], list[float]]:
+    """``steps`` through the core: per request what went upstream, what the client got and whether it was held,
+    the access log's lines and the quota's metrics; with ``read_every``, each Produce walked through the policies
+    as an Exchange (no relay route: the path a request takes behind another that waits), else relayed unless it
+    earned a throttle time. Checked against Kafka's arithmetic (a QuotaBook fed the same requests) as it goes."""
+    rig = CoreRig(METERED)
+    if read_every:
+        rig.proxy.chain._routes.clear()
+        rig.proxy.chain._declined.clear()
+    oracle = SansIOProxy(METERED).policy("quota")
+    assert isinstance(oracle, Quota)
+    conn, port = rig.connect()
+    seen: list[Any] = []
+    for corr, (client_id, acks, wait, broker_ms) in enumerate(steps, 1):
+        rig.advance(wait)
+        while port.client_paused:  # a client held reads nothing: its next request comes once it is let go
+            rig.advance(0.25)
+        frame = produce(corr, acks=acks, client_id=client_id)
+        delay = 0.0
+        gov = oracle.book.quotas.governing(client_id, None, "")
+        counted: tuple[tuple[Kind, int], ...] = (("request", 1), ("produce", len(frame) + 4))
+        for kind, amount in counted:
+            entry = gov.entry(kind)
+            if entry is not None:
+                key = entry.key(kind, client_id, None, "")
+                delay = max(delay, oracle.book.record(entry, kind, amount, key, rig.clock()))
+        earned = math.ceil(delay * 1000)
+        conn.client_data(sized(frame))
+        assert port.take_upstream() == sized(frame)  # every request goes upstream as it came
+        reply = b""
+        if acks:
+            conn.upstream_data(sized(produce_response(corr, throttle_ms=broker_ms)))
+            reply = port.take_client()
+            # the broker's response unread when nothing was earned; else its time, never lowered (KIP-219)
+            assert reply == sized(produce_response(corr, throttle_ms=max(broker_ms, earned)))
+        assert port.client_paused == (delay > 0)  # held for what it earned, acks=0 too
+        line = rig.lines()[-1]
+        assert line.get("quota_throttle_time_ms") == (earned if gov.entries else None)
+        seen.append((reply, port.client_paused, port.named("call_later")[-1:]))
+    metrics = [rig.metrics.total(name) for name in ("sluice_quota_bytes_total", "sluice_quota_requests_total",
+                                                    "sluice_quota_throttle_seconds_total",
+                                                    "sluice_quota_throttled_total")]
+    return seen, rig.lines(), metrics
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["etl-1", "etl-22222222", "ops"]), st.sampled_from([0, 1]),
+                          st.sampled_from([0.0, 0.1, 1.0, 5.0]), st.sampled_from([0, 5, 20_000])),
+                min_size=1, max_size=10))
+def test_a_produce_is_metered_alike_relayed_or_read(steps: list[Step]) -> None:
+    """A Produce is counted as it arrives and read only when it earned a throttle time (else relayed unread): the
+    same responses, holds, access-log lines and metrics as when every Produce is read, each as Kafka's quota
+    arithmetic says."""
+    assert _metered(steps, read_every=False) == _metered(steps, read_every=True)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -159,18 +158,18 @@ class Governing:
     produce: Entry | None
     fetch: Entry | None
     request: Entry | None
+    #: the distinct entries governing some kind of this client (found once: a snapshot remembers its answers)
+    entries: tuple[Entry, ...] = field(init=False, compare=False, repr=False)
 
-    def entry(self, kind: Kind) -> Entry | None:
-        return self.produce if kind == "produce" else self.fetch if kind == "fetch" else self.request
-
-    @property
-    def entries(self) -> Iterable[Entry]:
-        """The distinct entries governing some kind of this client."""
+    def __post_init__(self) -> None:
         seen: list[Entry] = []
         for e in (self.produce, self.fetch, self.request):
             if e is not None and e not in seen:
                 seen.append(e)
-        return seen
+        object.__setattr__(self, "entries", tuple(seen))
+
+    def entry(self, kind: Kind) -> Entry | None:
+        return self.produce if kind == "produce" else self.fetch if kind == "fetch" else self.request
 
 
 NOTHING = Governing(None, None, None)
@@ -258,8 +257,11 @@ class QuotaBook:
             q = self.quotas
             bound = self.fleet.share(key, quota, now) if entry.fleet else quota
             rate = self.rates[key] = WindowedRate(_scaled(kind, bound), q.samples, q.window_s, BURST_S * q.window_s)
-        rate.record(amount * _scale(kind), now)
-        delay = min(rate.throttle_time(now), rate.samples * rate.window_s)
+        rate.record(amount * _REQUEST_SCALE if kind == "request" else amount, now)
+        delay = rate.throttle_time(now)
+        longest = rate.samples * rate.window_s
+        if delay > longest:
+            delay = longest
         if entry.fleet:
             if self.fleet.used(key, amount, delay > 0, now) and self._follow_share(rate, key, quota, now):
                 delay = min(rate.throttle_time(now), rate.samples * rate.window_s)  # under its grown share

@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ...metrics import TallyCounter
+
 if TYPE_CHECKING:
     from .book import QuotaBook
 
@@ -21,14 +23,15 @@ APIS = ("Produce", "Fetch", "ShareFetch", "ShareAcknowledge")
 class QuotaMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.bytes = Counter(
+        # counted on every request a quota governs: tallies (no lock), as the core's own per-request counts
+        self.bytes = TallyCounter(
             "sluice_quota_bytes_total",
             "Bytes counted against a [[quota.entries]] entry's quota of a kind: produce = Produce request bytes, "
-            "fetch = Fetch and ShareFetch response bytes.", ["entry", "kind"], registry=r)
-        self.requests = Counter(
+            "fetch = Fetch and ShareFetch response bytes.", ("entry", "kind"), r)
+        self.requests = TallyCounter(
             "sluice_quota_requests_total",
             "Requests of the clients an entry governs (for any kind): Produce, consumers' Fetch, ShareFetch, "
-            "ShareAcknowledge.", ["entry", "api"], registry=r)
+            "ShareAcknowledge.", ("entry", "api"), r)
         self.throttle_seconds = Counter(
             "sluice_quota_throttle_seconds_total",
             "Throttle time Sluice applied to the clients an entry governs (throttle_time_ms sent, the connection "
@@ -48,9 +51,9 @@ class QuotaMetrics:
 
         #: the per-request children, by (counter, entry, label): ``labels()`` takes a lock and builds a key on every
         #: call (metrics.py); bounded by the entries configured and the APIs and kinds
-        self._children: dict[tuple[Counter, str, str], Any] = {}
+        self._children: dict[tuple[Counter | TallyCounter, str, str], Any] = {}
 
-    def _inc(self, counter: Counter, entry: str, label: str, n: float) -> None:
+    def _inc(self, counter: Counter | TallyCounter, entry: str, label: str, n: float) -> None:
         child = self._children.get((counter, entry, label))
         if child is None:
             child = self._children[(counter, entry, label)] = counter.labels(entry, label)

@@ -13,7 +13,9 @@ processShareFetchResponse, handleShareAcknowledgeRequest's sendMaybeThrottle):
 - **Produce**: its request bytes when it arrives (``produce_rate_bytes``); the throttle time earned goes into the
   response's ``throttle_time_ms`` (the larger of the broker's and Sluice's) and the client is not read for that
   long after the response. A Produce with acks=0 has no response: the client is not read for that long from the
-  moment the request goes upstream.
+  moment the request goes upstream. Counted from its header and size alone (:meth:`Quota._produce_arrived`, the
+  chain's arrival terms), a Produce within its quota is relayed unread; only one that earned a throttle time is
+  read (an Exchange), to carry or apply it.
 - **Fetch**: its response's bytes when it comes back (``fetch_rate_bytes``); the response carries the throttle
   time and the client is muted. The response's size is its frame's, or, when a policy changed it, its record
   bytes. A Fetch response streams through the quota (unless another policy needs it whole): its size is its
@@ -50,11 +52,13 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ...accesslog import get_logger
+from ...core.exchange import Arrival, ConnectionInfo, Relay
 from ...core.policy import Policy, Services, Streamed, reads
-from ...wire.api_keys import ApiKey
+from ...wire.api_keys import ApiKey, api_names
 from ...wire.fetch_request_fast import FetchEdit
 from ...wire.throttle_time import carries_throttle_time, set_throttle_time_ms, throttle_time_ms
 from ...wire.views import FetchResponse, MessageRequest, MessageResponse
@@ -65,6 +69,7 @@ from .settings import QuotaSettings
 
 if TYPE_CHECKING:
     from ...core.exchange import Exchange
+    from ...wire.messages import RequestHeader
     from ...wire.views import ResponseView
 
 log = get_logger("sluice.quota")
@@ -74,6 +79,9 @@ RESPONSE_SHARE_S = 0.1
 _SHARE_APIS = (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
 #: the byte kind each API is counted on (every one of them on the request kind too)
 _BYTES_KIND: dict[int, Kind] = {ApiKey.PRODUCE: "produce", ApiKey.FETCH: "fetch", ApiKey.SHARE_FETCH: "fetch"}
+_PRODUCE_NAME = api_names()[ApiKey.PRODUCE]
+#: a metered Produce within its client's quotas: the access log's field, the request relayed unread
+_WITHIN = Arrival(log=MappingProxyType({"quota_throttle_time_ms": 0}))
 
 
 @dataclass(slots=True)
@@ -159,11 +167,44 @@ class Quota(Policy):
 
     # ------------------------------------------------------------------------------------------ the chain
 
-    def unread(self, api_key: int, version: int) -> bool:
-        # no entry sets a kind this API is counted on: none of its requests is the quota's business
+    def unread(self, api_key: int, version: int) -> bool | Relay:
         q = self.book.quotas
         kind = _BYTES_KIND.get(api_key)
-        return not (q.sets("request") or (kind is not None and q.sets(kind)))
+        if not (q.sets("request") or (kind is not None and q.sets(kind))):
+            return True  # no entry sets a kind this API is counted on: none of its requests is the quota's business
+        # A Produce is metered by its size on arrival (KafkaApis.handleProduceRequest): counted from its header and
+        # size as it arrives, read as an Exchange only when it earned a throttle time to tell or apply
+        return Relay(arrival=self._produce_arrived) if api_key == ApiKey.PRODUCE else False
+
+    def _produce_arrived(self, header: RequestHeader, size: int, info: ConnectionInfo | None,
+                         expects_response: bool) -> Arrival | None:
+        """A Produce's request and its ``size`` bytes recorded on its client's rates (those an entry governs): None
+        if no entry governs the client; within its quota, the access log's 0, the request relayed unread
+        (nothing to tell the client: the broker's throttle time stands); else the throttle time earned, for
+        :meth:`on_request` to set in the response, or to mute the client from now (acks=0: no response, KIP-219)."""
+        client_id = header.client_id
+        principal, host = (info.principal, info.client_host) if info is not None else (None, "")
+        gov = self.book.quotas.governing(client_id, principal, host)
+        if gov is NOTHING:
+            return None
+        now, metrics, book = self.clock(), self.metrics, self.book
+        for each in gov.entries:
+            metrics.count(each.name, _PRODUCE_NAME)
+        # on every Produce a quota governs: _record's steps, spelt out (no call this path can spare)
+        delay, by = 0.0, None
+        entry: Entry | None = gov.request
+        if entry is not None:
+            delay = book.record(entry, "request", 1, entry.key("request", client_id, principal, host), now)
+            by = entry
+        entry = gov.produce
+        if entry is not None:
+            metrics.count_bytes(entry.name, "produce", size)
+            earned = book.record(entry, "produce", size, entry.key("produce", client_id, principal, host), now)
+            if earned > delay:
+                delay, by = earned, entry
+        if delay <= 0 or by is None:
+            return _WITHIN
+        return Arrival(state=Ticket(None, None, delay, by))
 
     def applies(self, ex: Exchange) -> bool:
         return bool(self.book.quotas.entries)
@@ -172,10 +213,21 @@ class Quota(Policy):
         return ShareLock()
 
     def on_request(self, ex: Exchange, conn: ShareLock) -> Ticket | None:
+        api_key = ex.header.api_key
+        if api_key == ApiKey.PRODUCE:
+            # metered on arrival (:meth:`_produce_arrived`); here only when it earned a throttle time
+            arrived = ex.arrived.get(self) if ex.arrived is not None else None
+            if arrived is None:
+                return None
+            if not ex.expects_response:
+                # acks=0: no response to carry the time; the client is held all the same (KIP-219)
+                self._apply(ex, arrived.by, arrived.delay_s, 0)
+                return None
+            ex.collect = True
+            return arrived
         gov = self.book.quotas.governing(ex.client_id, ex.principal, ex.client_host)
         if gov is NOTHING:
             return None
-        api_key = ex.header.api_key
         if api_key == ApiKey.FETCH:
             edit = ex.request
             if isinstance(edit, FetchEdit) and edit.view.from_follower:
@@ -183,19 +235,7 @@ class Quota(Policy):
         now, api = self.clock(), ex.api
         for entry in gov.entries:
             self.metrics.count(entry.name, api)
-        delay, by = self._record(gov, "request", 1, ex, now, 0.0, None)
-        if api_key == ApiKey.PRODUCE:
-            if gov.produce is not None:
-                self.metrics.count_bytes(gov.produce.name, "produce", ex.size)
-                delay, by = self._record(gov, "produce", ex.size, ex, now, delay, by)
-            if not ex.expects_response or delay <= 0:
-                # acks=0: no response to carry the time; the client is held all the same (KIP-219). Not
-                # throttled: nothing to tell the client, so the response is not read for the quota (it is
-                # relayed unread unless another policy reads it)
-                self._apply(ex, by, delay, 0)
-                return None
-            ex.collect = True
-            return Ticket(None, None, delay, by)
+        delay, by = self._record(gov, "request", 1, ex.client_id, ex.principal, ex.client_host, now, 0.0, None)
         fetch = gov.fetch if api_key != ApiKey.SHARE_ACKNOWLEDGE else None
         if fetch is None:
             if delay <= 0:
@@ -214,14 +254,14 @@ class Quota(Policy):
         ex.collect = True
         return Ticket(fetch, key, delay, by)
 
-    def _record(self, gov: Governing, kind: Kind, amount: int, ex: Exchange, now: float, delay: float,
-                by: Entry | None) -> tuple[float, Entry | None]:
+    def _record(self, gov: Governing, kind: Kind, amount: int, client_id: str | None, principal: str | None,
+                host: str, now: float, delay: float, by: Entry | None) -> tuple[float, Entry | None]:
         """Record ``amount`` on the client's rate of ``kind`` (if an entry governs it); the larger throttle time so
         far and the entry it is counted against."""
         entry = gov.entry(kind)
         if entry is None:
             return delay, by
-        key = entry.key(kind, ex.client_id, ex.principal, ex.client_host)
+        key = entry.key(kind, client_id, principal, host)
         earned = self.book.record(entry, kind, amount, key, now)
         return (earned, entry) if earned > delay else (delay, by)
 
