@@ -19,7 +19,9 @@ latency over that interval (from the per-interval deltas of the buckets of Sluic
 ``sluice_request_latency_seconds`` histogram, interpolated within a bucket as Prometheus' histogram_quantile
 does), separately for Produce and for everything but Fetch (a Fetch's latency is mostly the broker's long-poll
 wait, so it is reported apart), CPU seconds (user + system) per GiB Sluice wrote (``sluice_bytes_total``
-proxy_to_client + proxy_to_upstream), and the records produced and consumed.
+proxy_to_client + proxy_to_upstream), the records produced and consumed, and per second the milliseconds Sluice's
+loop thread ran and waited for a core (``loop_run_ms_per_s``, ``loop_runq_wait_ms_per_s``: Linux's schedstat),
+the machine's share of a wait at Sluice.
 
 Each line also carries p999 (all but Fetch, and Produce) and ``tail_by_api``: per API, its requests in the interval,
 its p99 and how many took longer than the goal (5 ms): which requests make the tail. Sluice's histogram times a
@@ -173,6 +175,18 @@ class Sample:
     probe: dict[str, Any] = field(default_factory=dict)
     produced: int = 0
     consumed: dict[str, int] = field(default_factory=dict)
+    #: Sluice's loop thread (its main thread): nanoseconds on a core and waiting for one (:func:`loop_schedstat`)
+    loop_sched: tuple[int, int] | None = None
+
+
+def loop_schedstat(pid: int) -> tuple[int, int] | None:
+    """(ns run, ns waiting on a run queue) of process ``pid``'s main thread, from Linux's /proc/PID/schedstat
+    (Documentation/scheduler/sched-stats.rst); None where there is none."""
+    try:
+        run_ns, wait_ns, _slices = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return None
+    return int(run_ns), int(wait_ns)
 
 
 def sample_of(t: float, rss: int, fds: int, cpu_s: float, metrics_text: str) -> Sample:
@@ -221,6 +235,17 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
+def loop_share(prev: Sample, cur: Sample) -> dict[str, float | None]:
+    """Per second of the interval, the milliseconds Sluice's loop thread ran and waited for a core while it could
+    run: time a request through Sluice waits that is the machine's (other processes on the cores), not the loop's
+    work."""
+    if prev.loop_sched is None or cur.loop_sched is None or cur.t <= prev.t:
+        return {"loop_run_ms_per_s": None, "loop_runq_wait_ms_per_s": None}
+    seconds = cur.t - prev.t
+    return {"loop_run_ms_per_s": round((cur.loop_sched[0] - prev.loop_sched[0]) / 1e6 / seconds, 1),
+            "loop_runq_wait_ms_per_s": round((cur.loop_sched[1] - prev.loop_sched[1]) / 1e6 / seconds, 1)}
+
+
 def interval_line(n: int, prev: Sample, cur: Sample) -> dict[str, Any]:
     """One interval's figures (the per-minute line)."""
     cpu = cur.cpu_s - prev.cpu_s
@@ -233,6 +258,7 @@ def interval_line(n: int, prev: Sample, cur: Sample) -> dict[str, Any]:
         "produce_p99_ms": _ms(quantile(0.99, delta(cur.produce, prev.produce))),
         "produce_p999_ms": _ms(quantile(0.999, delta(cur.produce, prev.produce))),
         "fetch_p99_ms": _ms(quantile(0.99, delta(cur.fetch, prev.fetch))),
+        **loop_share(prev, cur),
         "tail_by_api": tail_by_api(prev, cur),
         "probe": cur.probe,
         "requests": int(cur.requests - prev.requests),
@@ -580,6 +606,7 @@ def take_sample(sluice: SluiceProcess, t0: float, load: Load) -> Sample:
     s = sample_of(time.monotonic() - t0, sluice.rss_bytes(), sluice.num_fds(), sluice.cpu_seconds(),
                   sluice.metrics_text())
     s.produced, s.consumed = load.produced, load.consumed()
+    s.loop_sched = loop_schedstat(sluice.pid)
     return s
 
 
