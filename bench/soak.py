@@ -19,13 +19,16 @@ latency over that interval (from the per-interval deltas of the buckets of Sluic
 ``sluice_request_latency_seconds`` histogram, interpolated within a bucket as Prometheus' histogram_quantile
 does), separately for Produce and for everything but Fetch (a Fetch's latency is mostly the broker's long-poll
 wait, so it is reported apart), CPU seconds (user + system) per GiB Sluice wrote (``sluice_bytes_total``
-proxy_to_client + proxy_to_upstream), and the records produced and consumed.
+proxy_to_client + proxy_to_upstream), the records produced and consumed, and per second the milliseconds Sluice's
+loop thread ran and waited for a core (``loop_run_ms_per_s``, ``loop_runq_wait_ms_per_s``: Linux's schedstat),
+the machine's share of a wait at Sluice.
 
 Each line also carries p999 (all but Fetch, and Produce) and ``tail_by_api``: per API, its requests in the interval,
 its p99 and how many took longer than the goal (5 ms): which requests make the tail. Sluice's histogram times a
 request from its last byte read to its response handed over, the broker's time included, so ``probe`` separates the
 two: 20 times a second one Metadata request through Sluice and the same straight to the broker, alternating, timed
-by the client; per path p50/p99/p999 and ``added_*_ms``, what the Sluice path adds (:class:`Probe`).
+by the client, a process of its own; per path p50/p99/p999 and ``added_*_ms``, what the Sluice path adds
+(:class:`Probe`).
 ``--profile DIR``: py-spy samples Sluice for the whole run (bench/support/profiling.py: ``DIR/soak.raw``,
 ``DIR/soak.json``, one ``profile`` line).
 
@@ -49,6 +52,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import multiprocessing
 import socket
 import struct
 import tempfile
@@ -57,6 +61,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +175,18 @@ class Sample:
     probe: dict[str, Any] = field(default_factory=dict)
     produced: int = 0
     consumed: dict[str, int] = field(default_factory=dict)
+    #: Sluice's loop thread (its main thread): nanoseconds on a core and waiting for one (:func:`loop_schedstat`)
+    loop_sched: tuple[int, int] | None = None
+
+
+def loop_schedstat(pid: int) -> tuple[int, int] | None:
+    """(ns run, ns waiting on a run queue) of process ``pid``'s main thread, from Linux's /proc/PID/schedstat
+    (Documentation/scheduler/sched-stats.rst); None where there is none."""
+    try:
+        run_ns, wait_ns, _slices = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return None
+    return int(run_ns), int(wait_ns)
 
 
 def sample_of(t: float, rss: int, fds: int, cpu_s: float, metrics_text: str) -> Sample:
@@ -218,6 +235,17 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
+def loop_share(prev: Sample, cur: Sample) -> dict[str, float | None]:
+    """Per second of the interval, the milliseconds Sluice's loop thread ran and waited for a core while it could
+    run: time a request through Sluice waits that is the machine's (other processes on the cores), not the loop's
+    work."""
+    if prev.loop_sched is None or cur.loop_sched is None or cur.t <= prev.t:
+        return {"loop_run_ms_per_s": None, "loop_runq_wait_ms_per_s": None}
+    seconds = cur.t - prev.t
+    return {"loop_run_ms_per_s": round((cur.loop_sched[0] - prev.loop_sched[0]) / 1e6 / seconds, 1),
+            "loop_runq_wait_ms_per_s": round((cur.loop_sched[1] - prev.loop_sched[1]) / 1e6 / seconds, 1)}
+
+
 def interval_line(n: int, prev: Sample, cur: Sample) -> dict[str, Any]:
     """One interval's figures (the per-minute line)."""
     cpu = cur.cpu_s - prev.cpu_s
@@ -230,6 +258,7 @@ def interval_line(n: int, prev: Sample, cur: Sample) -> dict[str, Any]:
         "produce_p99_ms": _ms(quantile(0.99, delta(cur.produce, prev.produce))),
         "produce_p999_ms": _ms(quantile(0.999, delta(cur.produce, prev.produce))),
         "fetch_p99_ms": _ms(quantile(0.99, delta(cur.fetch, prev.fetch))),
+        **loop_share(prev, cur),
         "tail_by_api": tail_by_api(prev, cur),
         "probe": cur.probe,
         "requests": int(cur.requests - prev.requests),
@@ -473,73 +502,101 @@ def _churn_frames(topic: str) -> list[bytes]:
     return out
 
 
+def _probe_process(conn: Connection, addresses: dict[str, str], frame: bytes) -> None:
+    """The probe's own process: every ``PROBE_EVERY_S`` the same request on each path's connection, in alternating
+    order, each timed (send to whole answer), until told ``"stop"``; each ``"take"`` answered with the samples
+    (seconds, per path) since the last one and the error that ended the rounds, if one did."""
+    samples: dict[str, list[float]] = {p: [] for p in addresses}
+    error: str | None = None
+    stopped = False
+
+    def answer(block: bool) -> None:
+        nonlocal samples, stopped
+        while not stopped and (block or conn.poll()):
+            if conn.recv() != "take":
+                stopped = True
+                return
+            conn.send((samples, error))
+            samples = {p: [] for p in addresses}
+
+    socks: dict[str, socket.socket] = {}
+    try:
+        for path, address in addresses.items():
+            host, _, port = address.rpartition(":")
+            socks[path] = socket.create_connection((host, int(port)), timeout=30)
+            socks[path].setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        paths = tuple(addresses)
+        n = 0
+        start = time.monotonic()
+        while not stopped:
+            for path in paths if n % 2 == 0 else paths[::-1]:
+                s = socks[path]
+                t0 = time.perf_counter()
+                s.sendall(frame)
+                size = struct.unpack(">i", recv_exact(s, 4))[0]
+                recv_exact(s, size)
+                samples[path].append(time.perf_counter() - t0)
+            n += 1
+            time.sleep(max(0.0, start + n * PROBE_EVERY_S - time.monotonic()))  # pacing
+            answer(block=False)
+    except OSError as e:
+        error = f"{type(e).__name__}: {e}"
+    finally:
+        for s in socks.values():
+            s.close()
+    answer(block=True)  # the rounds ended on an error: each take still answered, until told to stop
+
+
 class Probe:
     """Sluice's own share of the tail, measured beside the broker's: every ``PROBE_EVERY_S`` one Metadata request
     (the churn's, decoded and rewritten by Sluice) on a connection through Sluice and the same on a connection
     straight to the broker, in alternating order, each timed by the client (send to whole answer). The two see
-    the same broker, machine and moment, so what the Sluice path adds is Sluice's (and its loop's)."""
+    the same broker, machine and moment, so what the Sluice path adds is Sluice's (and its loop's).
+
+    The client is a process of its own that does nothing else (:func:`_probe_process`). A thread of the bench's
+    process waited for the GIL behind the kafka-python clients' threads whenever an answer arrived (up to the 5 ms
+    switch interval, sys.getswitchinterval), more often the longer it had waited, so more on the Sluice path: side
+    by side over twelve minutes its added p50 was 0.36-3.06 ms against this process's 0.43-1.14, its added p99 the
+    higher in nine, the bench's time counted as Sluice's."""
 
     PATHS = ("sluice", "direct")
 
     def __init__(self, via: str, direct: str, topic: str) -> None:
-        self.frame = _churn_frames(topic)[1]  # correlation id 2, reused: one request at a time on each connection
-        self.addresses = {"sluice": via, "direct": direct}
-        self._lock = threading.Lock()
-        self._samples: dict[str, list[float]] = {p: [] for p in self.PATHS}
-        self._running = threading.Event()
-        self._running.set()
+        frame = _churn_frames(topic)[1]  # correlation id 2, reused: one request at a time on each connection
+        context = multiprocessing.get_context("spawn")  # not fork: the bench's process has threads
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_probe_process, args=(child, {"sluice": via, "direct": direct}, frame),
+                                        name="soak-probe", daemon=True)
+        self._process.start()
         self.error: str | None = None
-        self._thread = threading.Thread(target=self._run, name="soak-probe", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        socks: dict[str, socket.socket] = {}
-        try:
-            for path, address in self.addresses.items():
-                host, _, port = address.rpartition(":")
-                socks[path] = socket.create_connection((host, int(port)), timeout=30)
-                socks[path].setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            n = 0
-            start = time.monotonic()
-            while self._running.is_set():
-                order = self.PATHS if n % 2 == 0 else self.PATHS[::-1]
-                for path in order:
-                    s = socks[path]
-                    t0 = time.perf_counter()
-                    s.sendall(self.frame)
-                    size = struct.unpack(">i", recv_exact(s, 4))[0]
-                    recv_exact(s, size)
-                    dt = time.perf_counter() - t0
-                    with self._lock:
-                        self._samples[path].append(dt)
-                n += 1
-                time.sleep(max(0.0, start + n * PROBE_EVERY_S - time.monotonic()))  # pacing
-        except OSError as e:
-            self.error = f"{type(e).__name__}: {e}"
-        finally:
-            for s in socks.values():
-                s.close()
 
     def take(self) -> dict[str, Any]:
         """The interval's figures (ms): per path p50/p99/p999 and what the Sluice path adds at each."""
-        with self._lock:
-            samples, self._samples = self._samples, {p: [] for p in self.PATHS}
-        out: dict[str, Any] = {"probes": len(samples["sluice"])}
-        if self.error is not None:
-            out["error"] = self.error
-        if min(len(v) for v in samples.values()) < 10:
-            return out
-        for path, xs in samples.items():
-            xs.sort()
-            for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
-                out[f"{path}_{name}_ms"] = round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000.0, 3)
-        for name in ("p50", "p99", "p999"):
-            out[f"added_{name}_ms"] = round(out[f"sluice_{name}_ms"] - out[f"direct_{name}_ms"], 3)
-        return out
+        self._conn.send("take")
+        samples, error = self._conn.recv()
+        self.error = self.error or error
+        return probe_figures(samples, self.error)
 
     def stop(self) -> None:
-        self._running.clear()
-        self._thread.join(30)
+        self._conn.send("stop")
+        self._process.join(30)
+
+
+def probe_figures(samples: Mapping[str, list[float]], error: str | None = None) -> dict[str, Any]:
+    """Per path p50/p99/p999 (ms) of the samples (seconds) and what the Sluice path adds at each; only the count
+    (and the error) with fewer than 10 on a path."""
+    out: dict[str, Any] = {"probes": len(samples["sluice"])}
+    if error is not None:
+        out["error"] = error
+    if min(len(v) for v in samples.values()) < 10:
+        return out
+    for path, xs in samples.items():
+        xs = sorted(xs)
+        for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+            out[f"{path}_{name}_ms"] = round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000.0, 3)
+    for name in ("p50", "p99", "p999"):
+        out[f"added_{name}_ms"] = round(out[f"sluice_{name}_ms"] - out[f"direct_{name}_ms"], 3)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -549,6 +606,7 @@ def take_sample(sluice: SluiceProcess, t0: float, load: Load) -> Sample:
     s = sample_of(time.monotonic() - t0, sluice.rss_bytes(), sluice.num_fds(), sluice.cpu_seconds(),
                   sluice.metrics_text())
     s.produced, s.consumed = load.produced, load.consumed()
+    s.loop_sched = loop_schedstat(sluice.pid)
     return s
 
 

@@ -58,6 +58,26 @@ def sample(t: float, rss_mb: float, fds: int, cpu_s: float, written_gib: float, 
                        requests=0.0, all_but_fetch=b, produce=b, fetch={0.1: 0.0, INF: 0.0})
 
 
+def test_interval_line_gives_the_loop_threads_run_and_run_queue_wait_per_second() -> None:
+    prev, cur = sample(60, 50, 20, 0.0, 0.0, 0.0), sample(120, 50, 20, 1.0, 0.0, 0.0)
+    assert soak.interval_line(2, prev, cur)["loop_runq_wait_ms_per_s"] is None  # no schedstat: no figure
+    prev.loop_sched, cur.loop_sched = (10_000_000, 5_000_000), (6_010_000_000, 12_005_000_000)
+    line = soak.interval_line(2, prev, cur)
+    assert line["loop_run_ms_per_s"] == 100.0 and line["loop_runq_wait_ms_per_s"] == 200.0
+
+
+def test_loop_schedstat_reads_linux_fields_or_none() -> None:
+    import os
+    import sys
+
+    own = soak.loop_schedstat(os.getpid())
+    if sys.platform == "linux":  # schedstat is Linux's
+        assert own is not None and own[0] > 0 and own[1] >= 0
+    else:
+        assert own is None
+    assert soak.loop_schedstat(2**22 + 1) is None  # above Linux's pid_max: no such process
+
+
 def test_summary_measures_growth_after_the_warm_up_interval() -> None:
     samples = [sample(0, 50, 20, 0.0, 0.0, 0.0), sample(60, 60, 25, 10.0, 0.5, 100.0),
                sample(120, 61, 25, 20.0, 1.0, 200.0), sample(180, 61.5, 26, 30.0, 1.5, 200.0)]

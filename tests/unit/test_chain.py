@@ -134,6 +134,34 @@ def test_api_versions_intersected_and_withheld() -> None:
         == [(1, 4, 18)]
 
 
+@pytest.mark.parametrize("version", [0, 2, 3, 4])
+def test_api_versions_head_remembered_rest_relayed(version: int) -> None:
+    """A KRaft broker's ApiVersions answers differ after ApiKeys (ThrottleTimeMs; FinalizedFeaturesEpoch, its
+    metadata log's offset, KIP-584): the capped ApiKeys are remembered once, each answer's own rest reaches the
+    client."""
+    p = proxy()
+    request = Message(client_software_name="t", client_software_version="1") if version >= 3 else None
+    body = response_codec(18, version).default()
+    body.api_keys = [Message(api_key=1, min_version=0, max_version=99), Message(api_key=32, min_version=0,
+                                                                                max_version=99)]
+    outs = []
+    for epoch in (41, 42):
+        if version >= 1:
+            body.throttle_time_ms = epoch
+        if version >= 3:
+            body.finalized_features_epoch = epoch
+            body.supported_features = [Message(name="metadata.version", min_version=1, max_version=epoch)]
+        outs.append(respond(p, req_frame(18, version, request), body))
+    for epoch, out in zip((41, 42), outs, strict=True):
+        assert [(k.api_key, k.min_version, k.max_version) for k in out.api_keys] == [(1, 4, 18), (32, 0, 99)]
+        if version >= 1:
+            assert out.throttle_time_ms == epoch
+        if version >= 3:
+            assert out.finalized_features_epoch == epoch
+            assert [(f.name, f.max_version) for f in out.supported_features] == [("metadata.version", epoch)]
+    assert len(p.policy("api_versions")._memo) == 1  # the second answer's head was the first's: not decoded again
+
+
 def test_share_fetch_node_endpoints_rewritten() -> None:
     """KIP-932: a ShareFetch answered NOT_LEADER_OR_FOLLOWER names the new leader's address in NodeEndpoints."""
     p = proxy()
