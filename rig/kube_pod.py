@@ -8,8 +8,9 @@
 3. ``helm template`` of the chart as the plain two-container form, the application being rig/example_app.py in
    the Sluice image: it creates its topic, produces RECORDS records and consumes them through Sluice at localhost,
    committing after each batch.
-4. Once the application has committed part of them, the pod is stopped (``podman pod stop``, the chart's grace
-   period): Sluice drains, the application finishes the batch in hand and exits.
+4. Once the application has committed part of them, the pod is stopped as the kubelet stops one: both containers
+   signalled at once with the chart's grace period (``podman stop``), then the pod and its network (``podman pod
+   stop``): Sluice drains, the application finishes the batch in hand and exits.
 5. Checked from the host, straight at the broker: the group's committed offset is where the application says it
    stopped; every record below it was consumed once, in order; every record from it on is still there to read
    (nothing lost); both containers exited 0 and Sluice logged its drain with no request abandoned.
@@ -158,6 +159,9 @@ def _run(env: Mapping[str, str]) -> None:
                     for c in containers.values():
                         print(f"\n--- {c['Names'][0]}: last 40 log lines ---", flush=True)
                         run(["podman", "logs", "--tail", "40", c["Names"][0]], env=env, check=False, quiet=True)
+                    print("\n--- the broker: last 20 log lines ---", flush=True)
+                    run(["podman", "logs", "--timestamps", "--tail", "20", f"{BROKER_POD}-kafka"], env=env,
+                        check=False, quiet=True)
                     raise
 
 
@@ -169,8 +173,14 @@ def _stop_mid_way(env: Mapping[str, str], containers: Mapping[str, Mapping[str, 
          lambda: _committed_at_least(env, app, STOP_AFTER), timeout=180)
     t0 = time.monotonic()
     grace = _grace_period(rendered)
-    run(["podman", "pod", "stop", "-t", str(grace), pod], env=env, timeout=grace + 60)
-    print(f"pod stopped in {time.monotonic() - t0:.1f}s (grace period {grace}s)")
+    # As the kubelet stops a pod: every container is signalled at once and given the grace period, and the pod's
+    # network goes only once they have all exited. `podman pod stop` stops the infra container (the network
+    # namespace's holder) alongside them, so Sluice's upstream connection could vanish mid-drain, its last
+    # request forwarded and never answered (seen: an OffsetCommit, a LeaveGroup the broker's log never shows,
+    # each abandoned at the drain timeout). So the two containers are stopped first, then the pod.
+    run(["podman", "stop", "-t", str(grace), app, f"{pod}-sluice"], env=env, timeout=grace + 60)
+    print(f"the pod's containers stopped in {time.monotonic() - t0:.1f}s (grace period {grace}s)")
+    run(["podman", "pod", "stop", pod], env=env, timeout=60)
     _check_stopped(env, pod, app, bootstrap, topic, group)
 
 
