@@ -323,8 +323,10 @@ class AccessLog:
         head, tail, end = parts
         if partitions is not None:
             end = _partitions_json(partitions, self.strings) + end
-        if fields:  # the fields policies set on this line (Exchange.log), in the order set; inline: a call costs
-            for name, value in fields.items():  # more than formatting the common single int
+        # The fields policies set on this line (Exchange.log), in the order set; inline: a call per line measured
+        # ~0.6k instructions.
+        if fields:
+            for name, value in fields.items():
                 if type(value) is int:
                     end += f',"{name}":{value}'
                 elif type(value) is str:
