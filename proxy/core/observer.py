@@ -74,14 +74,12 @@ class ConnectionEvents:
         self._observe(ex.api, h.api_version, latency)
         access_log = self.access_log
         if access_log.enabled:
+            # positionally, in record()'s order: matching 19 keywords cost ~1.6k instructions per request
             access_log.record(
-                conn_id=info.conn_id, client_id=h.client_id, api=ex.api, api_key=h.api_key,
-                version=h.api_version, correlation_id=h.correlation_id, bytes_client_to_proxy=ex.size,
-                bytes_proxy_to_upstream=ex.upstream_sent,
-                bytes_upstream_to_proxy=ex.upstream_bytes, bytes_proxy_to_client=ex.client_bytes,
-                latency_ms=latency * 1000.0, error_codes=ex.error_codes, listener=info.listener,
-                upstream=upstream, decoded=ex.decoded, client_address=info.client_host or None,
-                principal=info.principal, partitions=ex.partitions, fields=ex.log,
+                info.conn_id, h.client_id, ex.api, h.api_key, h.api_version, h.correlation_id,
+                ex.size, ex.upstream_sent, ex.upstream_bytes, ex.client_bytes,
+                latency * 1000.0, ex.error_codes, info.listener, upstream, ex.decoded, ex.partitions,
+                info.client_host or None, info.principal, ex.log,
             )
 
     def frame_rejected(self, info: ConnectionInfo, client_id: str | None, reason: RejectReason, detail: str) -> None:

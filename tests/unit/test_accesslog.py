@@ -186,6 +186,16 @@ def test_client_id_cache_is_bounded() -> None:
     assert lines_of(out.getvalue())[-1]["client_id"] == "c9999"
 
 
+def test_per_connection_parts_cache_is_bounded() -> None:
+    out = io.StringIO()
+    log = AccessLog(out)
+    for i in range(5_000):  # a long-lived proxy: every connection a new conn_id
+        log.record(**fields(conn_id=i, client_address=f"10.0.{i // 256}.{i % 256}"))
+    assert len(log._parts) <= 4096
+    last = json.loads(out.getvalue().splitlines()[-1])
+    assert (last["conn_id"], last["client_address"]) == (4999, "10.0.19.135")
+
+
 # ------------------------------------------------------------------------------------- destinations
 
 
