@@ -265,7 +265,9 @@ def child(case: str, rounds: int, flag: Path, small: SmallFetch) -> int:
     trips = _trips(frames)
     log = "off"
     if case == "produce" and small.policies == "all" and small.access_log == "file":
-        log = str(Path(tempfile.mkdtemp(prefix="bench-instructions-log-")) / "access.log")
+        # removed by its finalizer when the child returns (mkdtemp's directories were left behind)
+        log_dir = tempfile.TemporaryDirectory(prefix="bench-instructions-log-")
+        log = str(Path(log_dir.name) / "access.log")
     round_trip = _bare() if case == "bare" else _core(case, overrides, log)
     replies: list[list[Any]] = []
 
@@ -362,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--client-session", action="store_true",
                     help="fetch_small: the client keeps a fetch session (Java, kafka-python)")
     ap.add_argument("--policies", choices=("none", "all"), default="none",
-                    help="produce: every policy of bench.passthrough --policies all on (access log still off)")
+                    help="produce: every policy of bench.passthrough --policies all on (the access log: --access-log)")
     ap.add_argument("--access-log", choices=("file", "off"), default="file",
                     help="produce --policies all: the access log written to a file (default, as bench.passthrough) "
                          "or off")
