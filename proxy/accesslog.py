@@ -105,6 +105,10 @@ _LINE_NULL = _LINE.replace("%.3f", "%s")
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
+#: the bound of the access log's caches (strings escaped, per-connection parts): cleared when full, since what they
+#: key on (client ids) is the clients' choice
+_CACHE_MAX = 4096
+
 
 class _JsonStrings:
     """JSON-escaped strings, cached: client ids, API names and addresses repeat on every request.
@@ -114,7 +118,6 @@ class _JsonStrings:
     """
 
     __slots__ = ("_cache",)
-    _MAX = 4096
 
     def __init__(self) -> None:
         self._cache: dict[str, str] = {}
@@ -127,7 +130,7 @@ class _JsonStrings:
             return "null"
         cached = self._cache.get(value)
         if cached is None:
-            if len(self._cache) >= self._MAX:
+            if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
             cached = self._cache[value] = json.dumps(value)
         return cached
@@ -349,7 +352,7 @@ class AccessLog:
                  f'"version":{version},"correlation_id":',
                  f',"listener":{js(listener)},"upstream":{js(upstream)},"bytes_client_to_proxy":',
                  _who_json(client_address, principal, js))
-        if len(self._parts) >= _JsonStrings._MAX:
+        if len(self._parts) >= _CACHE_MAX:
             self._parts.clear()
         self._parts[key] = parts
         return parts
