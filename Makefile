@@ -30,47 +30,55 @@ HELM_VERSION := v3.22.0
 KUBECHECK_SRC := rig/go/kubecheck/go.mod rig/go/kubecheck/go.sum rig/go/kubecheck/main.go
 LINT_DIRS := $(shell for d in proxy rig bench; do ls $$d/*.py >/dev/null 2>&1 && echo $$d; done)
 
-.PHONY: docs docs-only install test test-kafka-oldest test-kafka-oldest-behaviour test-repeat run bench bench-smoke lint lint-only \
+.PHONY: docs docs-only install install-python install-kafka install-debian install-go test test-kafka-oldest test-kafka-oldest-behaviour test-repeat run bench bench-smoke lint lint-only \
 	test-image
 
 install: $(STAMP)
 
-# 1. the venv (Python 3.11's bundled pip does editable pyproject installs; checked in a fresh venv)
-# 2. the package with its dev and analytics extras (pyspark + matplotlib: the report tests run the real job)
-# 3. the Kafka jars of every release the rig runs (KAFKA_HOME, else the cache, else Maven Central); prints where
-# 4. Prometheus + promtool (a test scrapes the proxy with a real Prometheus), from Debian, only if missing
-# 5. Chromium (the analytics report is checked in a real headless browser), from Debian, only if missing
-# 6. the Go consumer (franz-go, kafka-go, sarama: rig/go/consumer/) the sharing tests run, built into the venv
-# 7. Helm $(HELM_VERSION) (go install from the Go module proxy, only when the venv's is not that version) and
-#    sluice-kubecheck, into the venv's bin
-# 8. HAProxy (bench.passthrough's C relay) and Valgrind (bench.instructions counts with callgrind), from Debian, only
-#    if missing (haproxy is in /usr/sbin, which a user's PATH may not hold)
+# Four independent parts, run side by side (`make -j4`): on a machine that has none of it, the downloads (PyPI,
+# Maven Central, Debian) and the Go builds (Helm's alone is ~100 s of two cores) overlap instead of adding up.
+# - python: the venv (Python 3.11's bundled pip does editable pyproject installs; checked in a fresh venv); the
+#   package with its dev and analytics extras (pyspark + matplotlib: the report tests run the real job); then
+#   Spark's Kafka connector and Delta Lake resolved into Ivy's cache, once: `make test`'s two Spark sessions start
+#   side by side and must not both download them (rig/spark_packages.py)
+# - kafka: the Kafka jars of every release the rig runs (KAFKA_HOME, else the cache, else Maven Central); prints
+#   where. rig/kafka.py needs only the standard library, so the system's Python runs it while the venv is built.
+# - debian, each only if missing, in one apt-get run: Prometheus + promtool (a test scrapes the proxy with a real
+#   Prometheus), Chromium (the analytics report is checked in a real headless browser), HAProxy (bench.passthrough's
+#   C relay; /usr/sbin, which a user's PATH may not hold) and Valgrind (bench.instructions counts with callgrind)
+# - go, into the venv's bin: the Go consumer (franz-go, kafka-go, sarama: rig/go/consumer/) the sharing tests run;
+#   Helm $(HELM_VERSION) (go install from the Go module proxy, only when the venv's is not that version); and
+#   sluice-kubecheck
 $(STAMP): pyproject.toml rig/pom.xml $(GO_CONSUMER_SRC) $(KUBECHECK_SRC)
+	$(MAKE) --no-print-directory -j4 install-python install-kafka install-debian install-go
+	touch $@
+
+install-python:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[dev,analytics]'
-	$(PY) -m rig.kafka fetch --all
-	if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
+	$(PY) -m rig.spark_packages
+
+install-kafka:
+	$(PYTHON) -m rig.kafka fetch --all
+
+install-debian:
+	missing=""; \
+	{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	{ command -v haproxy || test -x /usr/sbin/haproxy; } >/dev/null 2>&1 || missing="$$missing haproxy"; \
+	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
+	if [ -n "$$missing" ]; then \
 	    $(SUDO) apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
 	fi
-	if [ ! -x /usr/bin/chromium ]; then \
-	    $(SUDO) apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; \
-	fi
-	if ! { command -v haproxy || test -x /usr/sbin/haproxy; } >/dev/null 2>&1; then \
-	    $(SUDO) apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends haproxy; \
-	fi
-	if ! command -v valgrind >/dev/null 2>&1; then \
-	    $(SUDO) apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends valgrind; \
-	fi
+
+install-go:
+	mkdir -p $(VENV)/bin
 	cd rig/go/consumer && go build -o $(CURDIR)/$(GO_CONSUMER) .
 	if ! go version -m $(VENV)/bin/helm 2>/dev/null | grep -q "^[[:space:]]*mod[[:space:]]*helm.sh/helm/v3[[:space:]]*$(HELM_VERSION)[[:space:]]"; then \
 	    GOBIN=$(CURDIR)/$(VENV)/bin go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); \
 	fi
 	cd rig/go/kubecheck && go build -o $(CURDIR)/$(VENV)/bin/sluice-kubecheck .
-	touch $@
 
 # Lint first: main stays ruff- and mypy-clean (cheap next to the suite).
 # Four pytest sessions at once. The broker-facing tests mostly wait on Kafka's clocks (heartbeats, sessions,
