@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from bench.support.gen_logs import generate
 from rig.proxy_thread import ProxyThread
 from tests.analytics.oracle import Oracle, classify, epoch_us
+from tests.support.kafka_python_group import wait_partitions_known
 
 REAL_KEY = "real-sluice"
 REAL_CONSUMER = "topic-consumer"
@@ -132,6 +133,7 @@ def real_sluice_to_topic(upstream: str, log_bootstrap: str, log_topic: str) -> N
         consumer = KafkaConsumer(data_topic, bootstrap_servers=sluice.bootstrap, client_id=REAL_CONSUMER,
                                  group_id=f"g-{data_topic}", auto_offset_reset="earliest", enable_auto_commit=False)
         try:
+            wait_partitions_known(consumer, data_topic, 1)  # auto-created by the producer: the broker's num.partitions
             got = 0
             deadline = time.monotonic() + 60
             while got < REAL_RECORDS and time.monotonic() < deadline:

@@ -25,6 +25,7 @@ from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.analytics.conftest import local_path, table
 from tests.analytics.oracle import BYTES, Oracle
+from tests.support.kafka_python_group import wait_partitions_known
 
 pytestmark = pytest.mark.broker
 
@@ -59,6 +60,7 @@ def traffic(bootstrap: str, topic: str) -> None:
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, client_id=CONSUMER, group_id=f"g-{topic}",
                              auto_offset_reset="earliest", enable_auto_commit=False)
     try:
+        wait_partitions_known(consumer, topic, 2)
         got = 0
         deadline = time.monotonic() + 60
         while got < RECORDS and time.monotonic() < deadline:

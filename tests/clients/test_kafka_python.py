@@ -11,6 +11,7 @@ from kafka.admin import NewTopic
 
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.records import Rec, assert_same_records, make_records
 from tests.support.topics import create_topic
 
@@ -54,6 +55,7 @@ def test_produce_consume_three_partitions(sluice: ProxyThread, unique_topic: str
     consumer = KafkaConsumer(unique_topic, bootstrap_servers=sluice.bootstrap, group_id=f"g-{unique_topic}",
                              auto_offset_reset="earliest", enable_auto_commit=False)
     try:
+        wait_partitions_known(consumer, unique_topic, 3)
         got = consume(consumer, len(records))
     finally:
         consumer.close()
@@ -72,9 +74,11 @@ def test_group_of_two_rebalances_and_commits_survive_restart(sluice: ProxyThread
                              heartbeat_interval_ms=500, session_timeout_ms=10_000)
 
     a = member()
+    wait_partitions_known(a, unique_topic, 4)
     got = consume(a, 100, commit=True)  # a alone owns all 4 partitions
     assert len(got) >= 100
     b = member()  # joining triggers a rebalance; a commits before every poll, so nothing is redelivered
+    wait_partitions_known(b, unique_topic, 4)
     deadline = time.monotonic() + 90
     while len(got) < len(records) and time.monotonic() < deadline:
         got += consume(a, 1, deadline_s=0.5, commit=True)

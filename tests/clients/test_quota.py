@@ -36,6 +36,7 @@ from rig.java_tools import JavaTools
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
 from rig.secure_broker import SASL_USERS, SecureBroker
+from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.records import Rec, assert_same_records, make_records, rec_of
 from tests.support.topics import create_topic
 
@@ -121,8 +122,9 @@ def test_kafka_python_is_throttled_and_loses_nothing(sluice: ProxyThread, unique
                              group_id=f"g-{unique_topic}", auto_offset_reset="earliest", enable_auto_commit=False,
                              max_partition_fetch_bytes=100_000)
     got: list[Rec] = []
-    deadline = time.monotonic() + 90
     try:
+        wait_partitions_known(consumer, unique_topic, 2)
+        deadline = time.monotonic() + 90
         while len(got) < N and time.monotonic() < deadline:
             for _tp, msgs in consumer.poll(timeout_ms=500).items():
                 got.extend(Rec(m.partition, m.key, m.value, tuple((k, v) for k, v in m.headers), m.timestamp)

@@ -39,6 +39,7 @@ from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.integration.test_sessions_terminate import TERMINATE, create_topic
 from tests.support.faults import wait_until
+from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.topics import committed_offsets
 
 pytestmark = pytest.mark.broker
@@ -359,6 +360,7 @@ def test_kafka_python_sessions_served(kafka_broker: KafkaBroker, sluice: ProxyTh
                                  group_id=f"g-{unique_topic}", auto_offset_reset="earliest",
                                  enable_auto_commit=False, fetch_max_wait_ms=100)
         try:
+            wait_partitions_known(consumer, unique_topic, PARTITIONS)
             deadline = time.monotonic() + rounds * interval + 60
             while len(got) < total and time.monotonic() < deadline:
                 for _tp, msgs in consumer.poll(timeout_ms=500).items():

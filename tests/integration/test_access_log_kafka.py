@@ -28,6 +28,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.analytics.oracle import classify
+from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.topics import create_topic
 
 pytestmark = pytest.mark.broker
@@ -93,6 +94,7 @@ def consume_all(bootstrap: str, topic: str, client_id: str, expected: int) -> li
                              auto_offset_reset="earliest", enable_auto_commit=False)
     got: list[bytes] = []
     try:
+        wait_partitions_known(consumer, topic, 1)  # create_topic's default
         deadline = time.monotonic() + 60
         while len(got) < expected and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=500).values():

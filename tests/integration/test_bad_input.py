@@ -12,6 +12,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.records import Rec, assert_same_records, make_records
 
 pytestmark = pytest.mark.broker
@@ -75,6 +76,7 @@ def test_bad_connections_do_not_disturb_a_consumer(sluice: ProxyThread, unique_t
 
     try:
         send(records[:100])
+        wait_partitions_known(consumer, unique_topic, 1)  # auto-created by the producer: the broker's num.partitions
         drain(100)
         before = {reason: rejected(sluice, reason) for _, reason in BAD_INPUTS.values()}
         for name, (data, reason) in BAD_INPUTS.items():
@@ -126,6 +128,7 @@ def test_incomplete_frame_is_closed_after_request_timeout_while_a_consumer_carri
         slow: list[socket.socket] = []
         try:
             send(records[:100])
+            wait_partitions_known(consumer, unique_topic, 1)  # auto-created: the broker's num.partitions
             drain(100)
             # Part of the size prefix; a size prefix and part of the frame; a whole request answered, then the
             # first bytes of the next one.

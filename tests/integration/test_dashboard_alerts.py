@@ -35,6 +35,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.support.grafana import load_dashboard, parse_label_values, queries, substitute, variable_queries
+from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.prometheus import REPO, Prometheus, prometheus_config, promtool, rule_files, scalar
 from tests.support.sharing import produce as produce_keyed
 from tests.support.sharing import python_member, wait_for_all
@@ -176,6 +177,7 @@ def consume_all(bootstrap: str, topic: str, client_id: str) -> None:
                              enable_auto_commit=False)
     got: dict[bytes, bytes] = {}
     try:
+        wait_partitions_known(consumer, topic, PARTITIONS)
         deadline = time.monotonic() + 120
         while len(got) < PARTITIONS * PER_PARTITION and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():

@@ -64,6 +64,7 @@ from tests.clients.test_sessions_clients import (
 from tests.integration.test_sessions_terminate import create_topic
 from tests.support.consume import ReadTo
 from tests.support.faults import ConfluentReader, KafkaPythonReader, Reader, wait_until
+from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.topics import produce_values
 
 pytestmark = pytest.mark.broker
@@ -404,7 +405,8 @@ class CommittingConsumer:
     ``delivered``) and then committed synchronously. Keeps, per partition, the offset of the last commit that
     succeeded and of the last one attempted, and at each redelivery (an offset not following the previous one)
     the pair as it stood then. It joins its group only once its metadata names every partition of the topic
-    (``_run``: a kafka-python 3.0.12 bug otherwise leaves it in the group with no assignment)."""
+    (:func:`~tests.support.kafka_python_group.wait_partitions_known`: a kafka-python 3.0.12 bug otherwise leaves it
+    in the group with no assignment)."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
@@ -443,21 +445,7 @@ class CommittingConsumer:
                                  fetch_max_wait_ms=100, max_poll_records=50, reconnect_backoff_max_ms=1000)
         self._consumer = consumer
         try:
-            # A workaround for a kafka-python 3.0.12 bug, not a wait for the topic (create_topic waited for it): the
-            # group is joined (in poll) only once this client's metadata names every partition. Joined sooner, the
-            # leader's assignment is empty (ConsumerCoordinator._perform_assignment assigns from the metadata it has:
-            # its bootstrap Metadata asks for no topic and the subscribed one is asked retry_backoff_ms later, while
-            # the join is quicker once the broker hosts __consumer_offsets; range.py: "No partition metadata"), and
-            # the metadata update that follows asks for a rejoin (need_rejoin: _metadata_snapshot differs from
-            # _assignment_snapshot). That rejoin can be lost: BaseCoordinator.join_group_async runs JoinGroup and
-            # SyncGroup as a task that only a poll() awaits; if it completes between two polls, the next poll finds
-            # need_rejoin() already False (the task's _perform_assignment set _assignment_snapshot) and never
-            # completes the join (_on_join_complete): the member stays REBALANCING, unassigned, its heartbeats
-            # disabled, until the coordinator expires it after session_timeout_ms (LeaveGroup at close answered
-            # UNKNOWN_MEMBER_ID). A loaded machine widens the gap between polls. With the metadata first, the
-            # first assignment is whole and no metadata change asks for that rejoin.
-            wait_until(lambda: len(consumer.partitions_for_topic(self.topic)) == PARTITIONS, 60,
-                       lambda: f"kafka-python's metadata naming the {PARTITIONS} partitions of {self.topic}")
+            wait_partitions_known(consumer, self.topic, PARTITIONS)
             while not self._stop.is_set():
                 batch = consumer.poll(timeout_ms=200)
                 self.polls += 1

@@ -40,6 +40,7 @@ from proxy.wire.model import Message
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from tests.support.kafka_python_group import wait_partitions_known
 
 pytestmark = pytest.mark.broker
 
@@ -142,8 +143,9 @@ def run_kafka_python(bootstrap: str, topic: str) -> None:
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"kp-{topic}",
                              auto_offset_reset="earliest", enable_auto_commit=False)
     got = 0
-    deadline = time.monotonic() + 60
     try:
+        wait_partitions_known(consumer, topic, 2)  # create_topic's
+        deadline = time.monotonic() + 60
         while got < RECORDS_PER_CLIENT and time.monotonic() < deadline:
             got += sum(len(m) for m in consumer.poll(timeout_ms=500).values())
         consumer.commit()

@@ -11,6 +11,7 @@ from kafka.admin import NewTopic
 
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker, RigError, metadata_brokers
+from tests.support.kafka_python_group import wait_partitions_known
 
 pytestmark = pytest.mark.broker
 
@@ -71,6 +72,7 @@ def test_kafka_python_round_trip_three_partitions(kafka_broker: KafkaBroker, uni
     )
     try:
         consumer.subscribe([unique_topic])
+        wait_partitions_known(consumer, unique_topic, 3)
         got = _consume_all(consumer, expected=100)
     finally:
         consumer.close()

@@ -19,6 +19,7 @@ from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
+from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.topics import create_topic, produce_values
 
 pytestmark = pytest.mark.broker
@@ -96,6 +97,7 @@ def test_clients_receive_every_record_once_in_order(kafka_broker: KafkaBroker, b
         kc = KafkaConsumer(backlog, bootstrap_servers=sluice.bootstrap, group_id=f"kp-{name}-{time.time()}",
                            auto_offset_reset="earliest", enable_auto_commit=False)
         got: list[tuple[str, bytes]] = []
+        wait_partitions_known(kc, backlog, PARTITIONS)
         deadline = time.monotonic() + 90
         while len(got) < total and time.monotonic() < deadline:
             for msgs in kc.poll(timeout_ms=500).values():

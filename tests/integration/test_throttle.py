@@ -33,6 +33,7 @@ from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
 from tests.support.consume import consume
+from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.topics import create_topic, produce_values
 
 pytestmark = pytest.mark.broker
@@ -172,6 +173,7 @@ def consume_kafka_python(bootstrap: str, topic: str, name: str) -> list[tuple[by
                              session_timeout_ms=30_000)
     got: list[tuple[bytes, bytes]] = []
     try:
+        wait_partitions_known(consumer, topic, PARTITIONS)
         deadline = time.monotonic() + 120
         while len(got) < TOTAL and time.monotonic() < deadline:
             for msgs in consumer.poll(timeout_ms=500).values():
