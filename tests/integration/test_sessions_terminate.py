@@ -645,6 +645,31 @@ def sluice_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
+def _read_across(broker: KafkaBroker, sluice: ProxyThread, topic: str, log: pytest.LogCaptureFixture,
+                 outage: Callable[[GroupMember], None], **conf: Any) -> GroupMember:
+    """The two restart tests' course: ``topic`` created, the first half of its records produced and read by a group
+    member (through ``sluice``; ``conf`` on top of GroupMember's), ``outage`` done to the broker, the second half
+    produced and every partition read to its end. Returns the closed member, what it read checked as it came
+    (GroupMember); a half not read to its end fails here, with the member's report and Sluice's log."""
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    records = keys()
+    half = len(records) // 2
+    produce(broker.bootstrap, topic, records[:half])
+    member = GroupMember(sluice.bootstrap, topic, **conf)
+    try:
+        member.mark("subscribed")
+        read = member.read_to(dict.fromkeys(range(PARTITIONS), PER_PARTITION // 2), 60)
+        assert read, member.report(log.text)
+        outage(member)
+        produce(broker.bootstrap, topic, records[half:])
+        member.mark("second half produced")
+        read = member.read_to(dict.fromkeys(range(PARTITIONS), PER_PARTITION), 120)
+    finally:
+        member.close()
+    assert read and not member.problems, member.report(log.text)
+    return member
+
+
 def test_broker_restart_mid_consumption(unique_topic: str, sluice_log: pytest.LogCaptureFixture) -> None:
     """Its own broker (the shared one must not restart under other tests). Half the records, a restart, the
     other half: the group member (through Sluice, terminate mode, librdkafka's default 45 s session) reads every
@@ -653,24 +678,12 @@ def test_broker_restart_mid_consumption(unique_topic: str, sluice_log: pytest.Lo
     ms") rebalances the group, and the records come again from the earliest offset (nothing is committed): Kafka's
     contract, checked as such (GroupMember), not a failure; the rebalance itself is the next test's scenario."""
     with KafkaBroker() as broker, ProxyThread(broker.bootstrap, **TERMINATE) as sluice:
-        create_topic(broker.bootstrap, unique_topic, PARTITIONS)
-        records = keys()
-        half = len(records) // 2
-        produce(broker.bootstrap, unique_topic, records[:half])
-        member = GroupMember(sluice.bootstrap, unique_topic)
-        try:
-            member.mark("subscribed")
-            read = member.read_to(dict.fromkeys(range(PARTITIONS), PER_PARTITION // 2), 60)
-            assert read, member.report(sluice_log.text)
+        def restart(member: GroupMember) -> None:
             member.mark("restart: stopping the broker")
             broker.restart()
             member.mark(f"restart: broker ready (its start {broker.last_start_seconds:.1f} s)")
-            produce(broker.bootstrap, unique_topic, records[half:])
-            member.mark("second half produced")
-            read = member.read_to(dict.fromkeys(range(PARTITIONS), PER_PARTITION), 120)
-        finally:
-            member.close()
-        assert read and not member.problems, member.report(sluice_log.text)
+
+        member = _read_across(broker, sluice, unique_topic, sluice_log, restart)
         if not member.lost():  # the assignment held across the restart: every record exactly once
             assert all(runs == [(0, PER_PARTITION - 1)] for runs in member.runs().values()), \
                 member.report(sluice_log.text)
@@ -687,17 +700,7 @@ def test_group_member_resumes_every_partition_after_losing_its_assignment(unique
     order; every partition resumes. Sluice's connections to the old broker are gone (its fetch sessions with
     them): the member's new connections get new upstream sessions."""
     with KafkaBroker() as broker, ProxyThread(broker.bootstrap, **TERMINATE) as sluice:
-        create_topic(broker.bootstrap, unique_topic, PARTITIONS)
-        records = keys()
-        half = len(records) // 2
-        produce(broker.bootstrap, unique_topic, records[:half])
-        # the broker's group.min.session.timeout.ms (6 s) is the shortest session it takes
-        member = GroupMember(sluice.bootstrap, unique_topic, **{"session.timeout.ms": 6000,
-                                                                "heartbeat.interval.ms": 1000})
-        try:
-            member.mark("subscribed")
-            read = member.read_to(dict.fromkeys(range(PARTITIONS), PER_PARTITION // 2), 60)
-            assert read, member.report(sluice_log.text)
+        def down_until_lost(member: GroupMember) -> None:
             member.mark("broker down")
             broker.kill() if hard else broker.stop()
             # librdkafka: no answer from the coordinator for session.timeout.ms -> the assignment is lost
@@ -705,12 +708,10 @@ def test_group_member_resumes_every_partition_after_losing_its_assignment(unique
             assert lost, member.report(sluice_log.text)
             broker.start()
             member.mark(f"broker ready (its start {broker.last_start_seconds:.1f} s)")
-            produce(broker.bootstrap, unique_topic, records[half:])
-            member.mark("second half produced")
-            read = member.read_to(dict.fromkeys(range(PARTITIONS), PER_PARTITION), 120)
-        finally:
-            member.close()
-        assert read and not member.problems, member.report(sluice_log.text)
+
+        # the broker's group.min.session.timeout.ms (6 s) is the shortest session it takes
+        member = _read_across(broker, sluice, unique_topic, sluice_log, down_until_lost,
+                              **{"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
         # each partition: its first half, then, after the loss, everything again from the earliest offset, to the end
         # (GroupMember checked that each assignment read from the earliest offset, once and in order)
         runs = member.runs()
