@@ -56,7 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from rig.kafka import cache_root, file_lock, find_libs
+from rig.kafka import RigError, cache_root, file_lock, find_libs
+from rig.kafka_python_group import wait_partitions_known
 
 REPO = Path(__file__).resolve().parent.parent
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -603,11 +604,11 @@ def _produce_consume(records: int) -> None:
         partition = TopicPartition(topic, 0)
         end = consumer.end_offsets([partition])[partition]
         # Its group joined (in poll) only once its metadata names the topic's partition: joined sooner, kafka-python
-        # 3.0.12 can lose its first assignment for good (explained in tests/support/kafka_python_group.py).
-        while not consumer.partitions_for_topic(topic):
-            if time.monotonic() >= deadline:
-                raise ImageTestError(f"kafka-python's metadata never named the partition of {topic}")
-            time.sleep(0.05)  # bounded poll of a real condition
+        # 3.0.12 can lose its first assignment for good (rig/kafka_python_group.py).
+        try:
+            wait_partitions_known(consumer, topic, 1, max(0.0, deadline - time.monotonic()))
+        except RigError as exc:
+            raise ImageTestError(str(exc)) from exc
         while len(got) < end and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=1000).values():
                 got.extend(r.value for r in batch)

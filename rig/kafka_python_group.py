@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 from kafka import KafkaConsumer
 
-from tests.support.faults import wait_until
+from rig.kafka import RigError
 
 
 def wait_partitions_known(consumer: KafkaConsumer, topic: str, partitions: int, timeout: float = 60) -> None:
-    """Return once ``consumer``'s metadata names the ``partitions`` partitions of ``topic`` (AssertionError after
+    """Return once ``consumer``'s metadata names the ``partitions`` partitions of ``topic`` (RigError after
     ``timeout``). Call it before the first poll (or iteration) of a kafka-python consumer subscribed to ``topic`` in a
     group; the topic must exist by then.
 
@@ -24,7 +26,11 @@ def wait_partitions_known(consumer: KafkaConsumer, topic: str, partitions: int, 
     unassigned, its heartbeats disabled, until the coordinator expires it after session_timeout_ms (LeaveGroup at
     close answered UNKNOWN_MEMBER_ID; seen in CI as 0 records in 120 s). A loaded machine widens the gap between
     polls. With the metadata first, the first assignment is whole and no metadata change asks for that rejoin.
-    (rig/ cannot import this module: rig/group_consumer.py and rig/image.py do the same wait on their own.)
+    (rig/group_consumer.py asks for the metadata once before its first poll, for the same reason.)
     """
-    wait_until(lambda: len(consumer.partitions_for_topic(topic)) == partitions, timeout,
-               lambda: f"kafka-python's metadata naming the {partitions} partitions of {topic}")
+    deadline = time.monotonic() + timeout
+    while len(consumer.partitions_for_topic(topic)) != partitions:
+        if time.monotonic() >= deadline:
+            raise RigError(f"not within {timeout:.0f} s: kafka-python's metadata naming the {partitions} partitions "
+                           f"of {topic}")
+        time.sleep(0.05)  # bounded poll of a real condition

@@ -16,9 +16,9 @@ from kafka import KafkaConsumer, KafkaProducer
 from pyspark.sql import SparkSession
 
 from bench.support.gen_logs import generate
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
 from tests.analytics.oracle import Oracle, classify, epoch_us
-from tests.support.kafka_python_group import wait_partitions_known
 
 REAL_KEY = "real-sluice"
 REAL_CONSUMER = "topic-consumer"

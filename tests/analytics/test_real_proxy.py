@@ -22,10 +22,10 @@ from pyspark.sql import functions as F
 from proxy.analytics.job import JobResult, run_job
 from proxy.analytics.source import read_access_logs
 from rig.kafka import KafkaBroker
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
 from tests.analytics.conftest import local_path, table
 from tests.analytics.oracle import BYTES, Oracle
-from tests.support.kafka_python_group import wait_partitions_known
 
 pytestmark = pytest.mark.broker
 

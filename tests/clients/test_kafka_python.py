@@ -10,8 +10,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from rig.kafka import KafkaBroker
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
-from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.records import Rec, assert_same_records, make_records
 from tests.support.topics import create_topic
 

@@ -33,10 +33,10 @@ from proxy.wire.messages import request_codec
 from proxy.wire.model import Message
 from proxy.wire.records import Record, encode_batch, new_batch
 from rig.java_tools import JavaTools
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
 from rig.secure_broker import SASL_USERS, SecureBroker
-from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.records import Rec, assert_same_records, make_records, rec_of
 from tests.support.topics import create_topic
 

@@ -36,10 +36,10 @@ from kafka import KafkaConsumer
 
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from rig.kafka import KafkaBroker
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
 from tests.integration.test_sessions_terminate import TERMINATE, create_topic
 from tests.support.faults import wait_until
-from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.topics import committed_offsets
 
 pytestmark = pytest.mark.broker

@@ -26,9 +26,9 @@ from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 
 from rig.kafka import KafkaBroker
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
 from tests.analytics.oracle import classify
-from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.topics import create_topic
 
 pytestmark = pytest.mark.broker

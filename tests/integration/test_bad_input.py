@@ -11,8 +11,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from rig.kafka import KafkaBroker
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
-from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.records import Rec, assert_same_records, make_records
 
 pytestmark = pytest.mark.broker

@@ -33,9 +33,9 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from rig.kafka import KafkaBroker
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
 from tests.support.grafana import load_dashboard, parse_label_values, queries, substitute, variable_queries
-from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.prometheus import REPO, Prometheus, prometheus_config, promtool, rule_files, scalar
 from tests.support.sharing import produce as produce_keyed
 from tests.support.sharing import python_member, wait_for_all

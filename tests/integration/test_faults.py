@@ -49,6 +49,7 @@ from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from proxy.wire.records import walk_batches
 from rig.kafka import KafkaBroker, end_offsets
+from rig.kafka_python_group import wait_partitions_known
 from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 from tests.clients.test_sessions_clients import (
@@ -64,7 +65,6 @@ from tests.clients.test_sessions_clients import (
 from tests.integration.test_sessions_terminate import create_topic
 from tests.support.consume import ReadTo
 from tests.support.faults import ConfluentReader, KafkaPythonReader, Reader, wait_until
-from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.topics import produce_values
 
 pytestmark = pytest.mark.broker
@@ -405,7 +405,7 @@ class CommittingConsumer:
     ``delivered``) and then committed synchronously. Keeps, per partition, the offset of the last commit that
     succeeded and of the last one attempted, and at each redelivery (an offset not following the previous one)
     the pair as it stood then. It joins its group only once its metadata names every partition of the topic
-    (:func:`~tests.support.kafka_python_group.wait_partitions_known`: a kafka-python 3.0.12 bug otherwise leaves it
+    (:func:`~rig.kafka_python_group.wait_partitions_known`: a kafka-python 3.0.12 bug otherwise leaves it
     in the group with no assignment)."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:

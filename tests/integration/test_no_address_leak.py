@@ -39,8 +39,8 @@ from proxy.wire.messages import decode_response, peek_request_header
 from proxy.wire.model import Message
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from rig.kafka import KafkaBroker
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
-from tests.support.kafka_python_group import wait_partitions_known
 
 pytestmark = pytest.mark.broker
 

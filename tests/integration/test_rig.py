@@ -11,7 +11,7 @@ from kafka.admin import NewTopic
 
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker, RigError, metadata_brokers
-from tests.support.kafka_python_group import wait_partitions_known
+from rig.kafka_python_group import wait_partitions_known
 
 pytestmark = pytest.mark.broker
 

@@ -17,9 +17,9 @@ from kafka import KafkaConsumer
 from proxy.wire.records import walk_batches
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
+from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
-from tests.support.kafka_python_group import wait_partitions_known
 from tests.support.topics import create_topic, produce_values
 
 pytestmark = pytest.mark.broker
