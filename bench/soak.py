@@ -76,6 +76,7 @@ from bench.support.verdict import Delivery, at_most, delivery, emit
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker
+from rig.kafka_python_group import wait_partitions_known
 from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
 
@@ -425,6 +426,7 @@ class Load:
                                  group_id=f"soak-kp-{self.topic}", auto_offset_reset="earliest",
                                  enable_auto_commit=True, fetch_max_wait_ms=200)
         try:
+            wait_partitions_known(consumer, self.topic, PARTITIONS)  # kafka-python's join bug: see the helper
             while self._consuming.is_set():
                 for msgs in consumer.poll(timeout_ms=500).values():
                     for m in msgs:

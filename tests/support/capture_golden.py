@@ -85,6 +85,8 @@ def drive_clients(bootstrap: str, java: JavaTools) -> None:
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
     from kafka.admin import NewTopic as KNewTopic
 
+    from rig.kafka_python_group import wait_partitions_known
+
     recs = make_records(30, 3, value_size=64, tag="golden")
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([KNewTopic("golden-kp", num_partitions=3, replication_factor=1)])
@@ -97,6 +99,7 @@ def drive_clients(bootstrap: str, java: JavaTools) -> None:
     prod.close()
     cons = KafkaConsumer("golden-kp", bootstrap_servers=bootstrap, group_id="golden-kp-g",
                          auto_offset_reset="earliest", enable_auto_commit=True, consumer_timeout_ms=4000)
+    wait_partitions_known(cons, "golden-kp", 3)  # kafka-python's join bug: see the helper
     list(cons)
     cons.commit()
     cons.close()
