@@ -89,6 +89,7 @@ import argparse
 import contextlib
 import math
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -595,6 +596,7 @@ def main_tls(mib: int, batch_size: int = BATCH_SIZE, smoke: bool = False, check_
     finally:
         secure.close()
         tools.close()
+        shutil.rmtree(work, ignore_errors=True)
     emit({"bench": "passthrough_tls", "event": "done", "elapsed_s": round(time.monotonic() - t_start, 1)})
     line = summary("passthrough_tls", figures, GOALS_TLS, check=sum(checks, Delivery()))
     emit(line)
@@ -658,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
             access_log = work / "access.log"
             (work / "all.toml").write_text(ALL_POLICIES)
         with contextlib.ExitStack() as stack:
+            stack.callback(shutil.rmtree, work, ignore_errors=True)  # last: after every process using it stopped
             bare = BareRelay(bare_ports[1], f"127.0.0.1:{bare_ports[0]}")
             stack.callback(bare.stop)
             haproxy = HAProxyRelay(haproxy_ports[1], f"127.0.0.1:{haproxy_ports[0]}", work)
