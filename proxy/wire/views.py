@@ -40,7 +40,7 @@ from .messages import (
     response_spec,
 )
 from .model import Message
-from .skim import top_level_tags_empty
+from .skim import shape_memo, top_level_tags_empty
 from .versions import UNSUPPORTED_VERSION
 
 _I16 = struct.Struct(">h")
@@ -241,12 +241,12 @@ def response_view(api_key: int, version: int, frame: Buffer) -> ResponseView:
 @cache
 def tags_empty(api_key: int, version: int) -> Callable[[Buffer], bool]:
     """For a flexible response version: a function (frame without size prefix) -> whether the body's top-level
-    tag section is empty, found by skimming the fields without decoding them (proxy/wire/skim.py). CodecError if
-    the frame is malformed."""
+    tag section is empty, found by skimming the fields without decoding them, and answered from the shapes seen
+    before when it can (proxy/wire/skim.py). CodecError if the frame is malformed."""
     if response_header_version(api_key, version) == 0:
-        return top_level_tags_empty(response_spec(api_key), version, None)
-    return top_level_tags_empty(response_spec(api_key), version,
-                                partial(header_v1_body_offset, api_key, version))
+        return shape_memo(top_level_tags_empty(response_spec(api_key), version, None))
+    return shape_memo(top_level_tags_empty(response_spec(api_key), version,
+                                           partial(header_v1_body_offset, api_key, version)))
 
 
 def error_codes(msg: Message) -> list[int]:

@@ -5,6 +5,8 @@ never a position taken from bytes that are not there."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -13,9 +15,10 @@ from hypothesis import strategies as st
 
 from proxy.wire.compiler import compiled_for, skip_tags
 from proxy.wire.errors import CodecError
+from proxy.wire.messages import header_v1_body_offset
 from proxy.wire.model import Message
 from proxy.wire.schema import MessageSpec
-from proxy.wire.skim import top_level_tags_locator
+from proxy.wire.skim import shape_memo, top_level_tags_empty, top_level_tags_locator
 from rig.specgen import all_cases, message_strategy
 
 CASES = [(name, spec, v) for name, spec, v in all_cases() if name.endswith("Response") and v in spec.flexible]
@@ -75,3 +78,61 @@ def test_a_produce_response_with_and_without_node_endpoints() -> None:
     assert body(leader)[locate(body(leader), 0)] == 0
     moved = body(leader, node_endpoints=[Message(node_id=2, host="b2", port=9092, rack=None)])
     assert moved[locate(moved, 0)] != 0
+
+
+def _outcome(skim: Callable[[bytes], bool], frame: bytes) -> bool | str:
+    try:
+        return skim(frame)
+    except CodecError:
+        return "malformed"
+
+
+@pytest.mark.parametrize(("name", "spec", "version"), CASES, ids=[f"{n}-v{v}" for n, _, v in CASES])
+def test_the_shape_memo_answers_as_the_skim(name: str, spec: MessageSpec, version: int) -> None:
+    """shape_memo (what every producer's round trip runs) against the skim itself, over frames of one length:
+    the same frame again (answered from its kept shape), then the frame with a byte changed (a count, a length or
+    a tag marker: another shape or a malformed frame; an offset or a time: the same shape), then cut short. Every
+    answer, and every CodecError, is the skim's."""
+    codec = compiled_for(spec, version)
+    skim = top_level_tags_empty(spec, version, partial(header_v1_body_offset, 0, version))
+    quiet = message_strategy(spec, version, unknown=False)
+
+    @SETTINGS
+    @given(st.one_of(message_strategy(spec, version), quiet), st.data())
+    def run(msg: Message, data: st.DataObject) -> None:
+        frame = b"\x00\x00\x00\x07\x00" + codec.encode(msg)  # correlation id 7, response header v1's empty tags
+        memo = shape_memo(skim)
+        frames = [frame, frame, frame]
+        for _ in range(6):
+            changed = bytearray(frame)
+            at = data.draw(st.integers(0, len(frame) - 1))
+            changed[at] = data.draw(st.integers(0, 255))
+            frames += [bytes(changed), bytes(changed), frame]
+        frames.append(frame[: data.draw(st.integers(0, len(frame) - 1))])
+        for f in frames:
+            assert _outcome(memo, f) == _outcome(skim, f)
+
+    run()
+
+
+def test_the_shape_memo_keeps_a_shape_it_has_seen_twice() -> None:
+    """The memo's point: a Produce response of a shape seen before is answered without skimming it again."""
+    spec, version = next((s, v) for n, s, v in CASES if n == "ProduceResponse" and v == 11)
+    codec = compiled_for(spec, version)
+    skimmed: list[int] = []
+    skim = top_level_tags_empty(spec, version, partial(header_v1_body_offset, 0, version))
+
+    def counted(frame: bytes | bytearray | memoryview) -> bool:
+        skimmed.append(len(frame))
+        return skim(frame)
+
+    def frame(offset: int) -> bytes:
+        p = Message(index=0, error_code=0, base_offset=offset, log_append_time_ms=-1, log_start_offset=0,
+                    record_errors=[], error_message=None)
+        return b"\x00\x00\x00\x07\x00" + codec.encode(
+            Message(responses=[Message(name="t", partition_responses=[p])], throttle_time_ms=0))
+
+    memo = shape_memo(counted)
+    assert [memo(frame(o)) for o in range(10)] == [True] * 10
+    # the first frame skimmed; the second skimmed again and its shape noted; the other eight answered from it
+    assert len(skimmed) == 3
