@@ -90,7 +90,18 @@ _LOCAL_CONF = {
     # A batch job wants throughput, not short pauses: the parallel collector spends less CPU than G1 (Java 17's
     # default) on the many short-lived objects of JSON parsing, and on a local master the driver JVM is the
     # executor (same caveat as the memory above).
-    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    # And C2 (HotSpot's optimising compiler) only for code that stays hot: a method is compiled by C2 after ten times
+    # the invocations and loop iterations of HotSpot's defaults (the Tier4* thresholds of its tiered compilation
+    # policy, compilationPolicy.cpp; C1 still compiles everything warm). Each `sluice report` is a fresh JVM, and
+    # most of what it runs - Spark's planning, Delta's log replay, a few dozen small queries over rollups and
+    # tables - never runs long enough to repay a C2 compilation, which on two cores takes the CPU from the job
+    # itself; a scan of millions of JSON lines still gets C2 within its first seconds. Measured cold, the whole
+    # `sluice report` at 10M lines (30 Nov, docs/PERFORMANCE.md, Analytics): over the landed rollups 30.8 -> 27.4 s
+    # of wall (means of 6 and 5 runs), over the JSON lines 65.2 -> 63.5 s, over 100k JSON lines 27.1 -> 24.3 s;
+    # C1 alone (TieredStopAtLevel=1) was as quick on the rollups but took 143 s over the JSON lines.
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -XX:Tier4InvocationThreshold=50000 "
+                                     "-XX:Tier4MinInvocationThreshold=6000 -XX:Tier4CompileThreshold=150000 "
+                                     "-XX:Tier4BackEdgeThreshold=400000",
 }
 
 
