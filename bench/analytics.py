@@ -33,6 +33,13 @@ landed table (``--check`` exits 1 when one is missed). ``--smoke``: 2,000 lines 
 over the lines and one over the table (``--in-process``: in this process, as tests/analytics runs it in its Spark
 session: CI's smoke run of this bench, without a second JVM's start).
 
+``--cold``: what a user waits for instead - ``sluice report`` run as a command, a fresh JVM each and no warm-up, over
+the landed table and over the JSON lines, each in the order table, JSON, JSON, table; with ``--compare REV``, REV's
+``sluice report`` (its ``proxy`` package) before and after each of this tree's runs of a source, ABBA. The figure is
+the seconds from the command's start to its exit; the check is the same (every report's ``summary.json`` counts
+every line; every run's tables equal, digested in one Spark session at the end). A line per run, then
+``{"summary": "analytics_cold", "landed_s", "json_s", ...}`` with no goal: start-up is not what the goals measure.
+
 Measured figures are in docs/PERFORMANCE.md (Analytics).
 """
 
@@ -43,6 +50,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -284,6 +292,87 @@ def run_worker(code: Path, logs: Path, warmup: Path, scratch: Path, master: str,
     return result
 
 
+# ------------------------------------------------------------------------------------------------- cold
+
+
+def cold_run(code: Path, source: list[str], out: Path, master: str) -> dict[str, Any]:
+    """``sluice report`` as a user runs it (``python -m proxy report``, ``code``'s package), over ``source``
+    (``--table URI`` or ``--logs PATH``) into ``out``: its seconds, start to exit, and its summary.json."""
+    args = [sys.executable, "-m", "proxy", "report", *source, "--out", str(out), "--master", master]
+    started = time.monotonic()
+    proc = subprocess.run(args, cwd=code, capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"sluice report of {code} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    report: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return {"seconds": round(seconds, 2), "lines": report["lines"], "valid": report["valid"],
+            "malformed": report["malformed"], "tables": report["tables"]}
+
+
+def digest_worker(tables: Path) -> dict[str, dict[str, str]]:
+    """``--digest``: the digests of every run's tables (``tables``: a JSON file, run -> its tables), in one session."""
+    from proxy.analytics.session import build_session
+
+    runs: dict[str, dict[str, str]] = json.loads(tables.read_text())
+    spark = build_session("local[2]", app_name="sluice-bench-analytics-digest")
+    try:
+        return {run: table_digests(spark, t) for run, t in runs.items()}
+    finally:
+        spark.stop()
+
+
+def measure_cold(a: argparse.Namespace, cache: Path, logs: Path) -> tuple[dict[str, list[dict[str, Any]]], bool]:
+    """``--cold``'s runs, each source's ABBA (REV around this tree's with ``--compare``), each run's line emitted;
+    the runs by side and source, and whether every run's tables are equal."""
+    table = landed_table(cache, logs, a.master)
+    scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-analytics-cold-"))
+    try:
+        sides = [("current", REPO, "working tree")]
+        if a.compare:
+            code = scratch / "baseline"
+            sides = [("baseline", code, extract_revision(a.compare, code)), *sides]
+        order = [*sides, *reversed(sides)] * (1 if a.compare else 2)  # REV, this, this, REV; or this four times
+        runs: dict[str, list[dict[str, Any]]] = {}
+        outputs: dict[str, dict[str, str]] = {}
+        for source, args in (("landed", ["--table", str(table)]), ("json", ["--logs", str(logs)])):
+            for side, code, rev in order:
+                name = f"{side}_{source}"
+                out = scratch / f"{name}-{len(runs.get(name, []))}"
+                r = cold_run(code, args, out, a.master)
+                outputs[out.name] = r.pop("tables")
+                runs.setdefault(name, []).append(r)
+                emit({"bench": "analytics", "cold": name, "revision": rev, "rows": a.rows,
+                      "load_avg_1m": round(os.getloadavg()[0], 2), **r})
+        listing = scratch / "tables.json"
+        listing.write_text(json.dumps(outputs))
+        proc = subprocess.run([sys.executable, "-m", "bench.analytics", "--digest", str(listing)], cwd=REPO,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"digesting the tables failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        digests = list(json.loads(proc.stdout.strip().splitlines()[-1]).values())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return runs, all(d == digests[0] for d in digests)
+
+
+def cold_summary(a: argparse.Namespace, runs: dict[str, list[dict[str, Any]]], equal: bool, malformed: int
+                 ) -> dict[str, Any]:
+    def mean(name: str) -> float:
+        return round(statistics.mean(r["seconds"] for r in runs[name]), 2)
+
+    figures: dict[str, Any] = {"rows": a.rows, "landed_s": mean("current_landed"), "json_s": mean("current_json")}
+    if a.compare:
+        figures |= {"compare": a.compare, "baseline_landed_s": mean("baseline_landed"),
+                    "baseline_json_s": mean("baseline_json")}
+        figures |= {"speedup_landed": round(figures["baseline_landed_s"] / figures["landed_s"], 3),
+                    "speedup_json": round(figures["baseline_json_s"] / figures["json_s"], 3)}
+    figures["order"] = "ABBA"
+    return summary("analytics_cold", figures, {}, checks={
+        "tables_equal": equal,
+        "every_line_read": all(r["valid"] == a.rows and r["malformed"] == malformed for rs in runs.values()
+                               for r in rs)})
+
+
 # ------------------------------------------------------------------------------------------------- main
 
 
@@ -362,6 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--landed", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--land", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--smoke-worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--digest", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--cold", action="store_true",
+                    help="time `sluice report` as a user runs it (a fresh JVM, no warm-up) instead (module docstring)")
     ap.add_argument("--in-process", action="store_true",
                     help="--smoke's jobs in this process (tests/analytics: in its Spark session, whose JVM is up)")
     add_options(ap, "2,000 lines over 2 files landed, one job over the lines and one over the table, in one Spark "
@@ -378,6 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.smoke_worker is not None:
         print(json.dumps(smoke_worker(a.smoke_worker, a.out, a.master)), flush=True)
         return 0
+    if a.digest is not None:
+        print(json.dumps(digest_worker(a.digest)), flush=True)
+        return 0
+    if a.cold and a.smoke:
+        ap.error("--cold has no smoke run (a JVM's start per run is what it measures)")
 
     cache = Path(a.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
@@ -385,6 +482,11 @@ def main(argv: list[str] | None = None) -> int:
     emit({"bench": "analytics", "stage": "start", "master": a.master, "cpus": os.cpu_count(),
           "load_avg_1m": round(os.getloadavg()[0], 2)})
     logs = cached_logs(cache, a.rows, files=a.files, clients=a.clients, topics=a.topics, malformed=malformed)
+    if a.cold:
+        cold_runs, equal = measure_cold(a, cache, logs)
+        cold_line = cold_summary(a, cold_runs, equal, malformed)
+        emit(cold_line)
+        return exit_status(cold_line, a.check)
     runs = smoke(logs, a.master, in_process=a.in_process) if a.smoke else measure(a, cache, logs)
     results = {name: mean_of(rs) for name, rs in runs.items()}
     cur = results["current"]

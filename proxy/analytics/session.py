@@ -95,10 +95,11 @@ _LOCAL_CONF = {
     # policy, compilationPolicy.cpp; C1 still compiles everything warm). Each `sluice report` is a fresh JVM, and
     # most of what it runs - Spark's planning, Delta's log replay, a few dozen small queries over rollups and
     # tables - never runs long enough to repay a C2 compilation, which on two cores takes the CPU from the job
-    # itself; a scan of millions of JSON lines still gets C2 within its first seconds. Measured cold, the whole
-    # `sluice report` at 10M lines (30 Nov, docs/PERFORMANCE.md, Analytics): over the landed rollups 30.8 -> 27.4 s
-    # of wall (means of 6 and 5 runs), over the JSON lines 65.2 -> 63.5 s, over 100k JSON lines 27.1 -> 24.3 s;
-    # C1 alone (TieredStopAtLevel=1) was as quick on the rollups but took 143 s over the JSON lines.
+    # itself; a scan of millions of JSON lines still gets C2 within its first seconds. `sluice report` at 10M lines,
+    # cold (`python -m bench.analytics --cold --compare REV`): 31.6 -> 30.0 s over the landed table, 66.1 -> 65.3 s
+    # over the JSON lines; warm (the bench's job after its warm-up), 24.8 -> 19.35 JVM CPU-s over the landed table
+    # (docs/PERFORMANCE.md, Analytics). C1 alone (TieredStopAtLevel=1) was as quick over the landed rollups but took
+    # 143 s over the JSON lines against 63-65.
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -XX:Tier4InvocationThreshold=50000 "
                                      "-XX:Tier4MinInvocationThreshold=6000 -XX:Tier4CompileThreshold=150000 "
                                      "-XX:Tier4BackEdgeThreshold=400000",
