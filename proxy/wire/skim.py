@@ -208,7 +208,7 @@ def _generate(spec: MessageSpec, version: int, signature: str, prologue: list[st
     return namespace[signature.split("(")[0]]
 
 
-#: shapes :func:`shape_memo` keeps per skim (all frame lengths together); when full it starts again
+#: frame lengths :func:`shape_memo` keeps shapes of, per skim; when full it starts again
 SHAPES_KEPT = 64
 #: shapes kept per frame length: frames of one length rarely come in more than one or two shapes
 SHAPES_PER_LENGTH = 4
@@ -245,10 +245,15 @@ def shape_memo(skim: TagsEmpty) -> TagsEmpty:
     Why it is exact: the skim is straight-line code whose every branch and every position it reads next follows
     from the frame's length and the bytes it has read so far; a frame of the same length with the same bytes at
     the positions it read is skimmed along the same path, position by position, to the same outcome. A frame
-    found malformed is never kept (the skim raised before any shape was noted). A length seen once is only noted;
-    the shape is kept when the length comes again, so frames whose lengths never repeat cost one skim each, as
-    without the memo, plus a dictionary look-up."""
+    found malformed is never kept (the skim raised before any shape was noted).
+
+    What it costs when shapes do not repeat: a length seen once is only noted, and its shape noted (a second skim,
+    through :class:`_Noted`) when the length comes again; a length whose shapes cannot be kept (more than
+    ``MAX_POSITIONS`` read, more than ``SHAPES_PER_LENGTH`` shapes, a read the note cannot follow) is skimmed as
+    without the memo from then on, until the memo starts again (``SHAPES_KEPT`` lengths). So frames whose shapes
+    never repeat cost one skim each, plus a dictionary look-up, and at most two noted skims per length."""
     shapes: dict[int, list[tuple[Callable[[Any], Any], Any, bool]]] = {}
+    unkept: list[tuple[Callable[[Any], Any], Any, bool]] = []  # the mark of a length skimmed as without the memo
 
     def empty(buf: bytes | bytearray | memoryview) -> bool:
         n = len(buf)
@@ -261,19 +266,21 @@ def shape_memo(skim: TagsEmpty) -> TagsEmpty:
         if kept is None:
             if len(shapes) >= SHAPES_KEPT:
                 shapes.clear()
-            shapes[n] = []  # seen once: kept when the length comes again
+            shapes[n] = []  # seen once: its shape is noted when the length comes again
+            return result
+        if kept is unkept:
             return result
         noted = _Noted(buf)
         try:
             again = skim(noted)  # type: ignore[arg-type]
-        except TypeError:
-            return result  # a read the note cannot follow (a non-empty response header tag section): not kept
+        except TypeError:  # a read the note cannot follow (a non-empty response header tag section)
+            shapes[n] = unkept
+            return result
         assert again is result
-        if len(noted.read) > MAX_POSITIONS:
+        if len(noted.read) > MAX_POSITIONS or len(kept) >= SHAPES_PER_LENGTH:
+            shapes[n] = unkept
             return result
         get = itemgetter(*sorted(noted.read))
-        if len(kept) >= SHAPES_PER_LENGTH:
-            kept.clear()
         kept.append((get, get(buf), result))
         return result
 

@@ -18,7 +18,7 @@ from proxy.wire.errors import CodecError
 from proxy.wire.messages import header_v1_body_offset
 from proxy.wire.model import Message
 from proxy.wire.schema import MessageSpec
-from proxy.wire.skim import shape_memo, top_level_tags_empty, top_level_tags_locator
+from proxy.wire.skim import MAX_POSITIONS, shape_memo, top_level_tags_empty, top_level_tags_locator
 from rig.specgen import all_cases, message_strategy
 
 CASES = [(name, spec, v) for name, spec, v in all_cases() if name.endswith("Response") and v in spec.flexible]
@@ -136,3 +136,25 @@ def test_the_shape_memo_keeps_a_shape_it_has_seen_twice() -> None:
     assert [memo(frame(o)) for o in range(10)] == [True] * 10
     # the first frame skimmed; the second skimmed again and its shape noted; the other eight answered from it
     assert len(skimmed) == 3
+
+
+def test_a_shape_too_large_to_keep_is_noted_once() -> None:
+    """A response of more partitions than a shape keeps (MAX_POSITIONS) is skimmed as without the memo: its shape
+    is noted once, not at every response of its length."""
+    spec, version = next((s, v) for n, s, v in CASES if n == "ProduceResponse" and v == 11)
+    codec = compiled_for(spec, version)
+    skimmed: list[int] = []
+    skim = top_level_tags_empty(spec, version, partial(header_v1_body_offset, 0, version))
+
+    def counted(frame: bytes | bytearray | memoryview) -> bool:
+        skimmed.append(len(frame))
+        return skim(frame)
+
+    parts = [Message(index=i, error_code=0, base_offset=0, log_append_time_ms=-1, log_start_offset=0,
+                     record_errors=[], error_message=None) for i in range(MAX_POSITIONS)]
+    frame = b"\x00\x00\x00\x07\x00" + codec.encode(
+        Message(responses=[Message(name="t", partition_responses=parts)], throttle_time_ms=0))
+    memo = shape_memo(counted)
+    assert [memo(frame) for _ in range(5)] == [True] * 5
+    # skimmed once, then again with its reads noted (too many: not kept), then once a frame
+    assert len(skimmed) == 6
