@@ -98,6 +98,20 @@ def cached_logs(cache: Path, rows: int, *, files: int, clients: int, topics: int
     return logs
 
 
+def checked(args: list[str], cwd: Path, what: str) -> str:
+    """Run ``args`` in ``cwd`` to its end: its standard output; RuntimeError naming ``what`` (with the end of its
+    standard error) if it failed."""
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def child(args: list[str], what: str) -> Any:
+    """``python -m bench.analytics ARGS`` (a worker mode) in a process of its own: the JSON of its last line."""
+    return json.loads(checked([sys.executable, "-m", "bench.analytics", *args], REPO, what).strip().splitlines()[-1])
+
+
 def landed_table(cache: Path, logs: Path, master: str) -> Path:
     """The Delta table ``logs`` land as (``proxy.analytics.landed.land_logs``, in a worker process), landed on first
     use and kept beside them, keyed by the logs and the landing code; complete once its marker exists."""
@@ -109,11 +123,7 @@ def landed_table(cache: Path, logs: Path, master: str) -> Path:
               **json.loads(marker.read_text())})
         return table
     shutil.rmtree(table, ignore_errors=True)
-    args = [sys.executable, "-m", "bench.analytics", "--land", str(logs), "--out", str(table), "--master", master]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"landing {logs} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    info: dict[str, Any] = child(["--land", str(logs), "--out", str(table), "--master", master], f"landing {logs}")
     marker.write_text(json.dumps(info))
     emit({"bench": "analytics", "stage": "landed", "cached": False, "table": str(table), **info})
     return table
@@ -282,13 +292,12 @@ def run_worker(code: Path, logs: Path, warmup: Path, scratch: Path, master: str,
                ) -> dict[str, Any]:
     """``worker`` in a child process (one JVM per job: neither job inherits the other's heap, JIT or caches)."""
     out = Path(tempfile.mkdtemp(prefix="job-", dir=scratch))
-    args = [sys.executable, "-m", "bench.analytics", "--worker", str(code), "--logs", str(logs), "--warmup",
-            str(warmup), "--out", str(out), "--master", master, *(["--landed"] if landed else [])]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
-    shutil.rmtree(out, ignore_errors=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"job for {code} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    args = ["--worker", str(code), "--logs", str(logs), "--warmup", str(warmup), "--out", str(out), "--master",
+            master, *(["--landed"] if landed else [])]
+    try:
+        result: dict[str, Any] = child(args, f"job for {code}")
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
     return result
 
 
@@ -300,10 +309,8 @@ def cold_run(code: Path, source: list[str], out: Path, master: str) -> dict[str,
     (``--table URI`` or ``--logs PATH``) into ``out``: its seconds, start to exit, and its summary.json."""
     args = [sys.executable, "-m", "proxy", "report", *source, "--out", str(out), "--master", master]
     started = time.monotonic()
-    proc = subprocess.run(args, cwd=code, capture_output=True, text=True)
+    checked(args, code, f"sluice report of {code}")
     seconds = time.monotonic() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"sluice report of {code} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     report: dict[str, Any] = json.loads((out / "summary.json").read_text())
     return {"seconds": round(seconds, 2), "lines": report["lines"], "valid": report["valid"],
             "malformed": report["malformed"], "tables": report["tables"]}
@@ -345,11 +352,7 @@ def measure_cold(a: argparse.Namespace, cache: Path, logs: Path) -> tuple[dict[s
                       "load_avg_1m": round(os.getloadavg()[0], 2), **r})
         listing = scratch / "tables.json"
         listing.write_text(json.dumps(outputs))
-        proc = subprocess.run([sys.executable, "-m", "bench.analytics", "--digest", str(listing)], cwd=REPO,
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"digesting the tables failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-        digests = list(json.loads(proc.stdout.strip().splitlines()[-1]).values())
+        digests = list(child(["--digest", str(listing)], "digesting the tables").values())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return runs, all(d == digests[0] for d in digests)
@@ -421,11 +424,8 @@ def smoke(logs: Path, master: str, *, in_process: bool = False) -> dict[str, lis
         if in_process:
             jobs: dict[str, dict[str, Any]] = smoke_worker(logs, scratch, master)
         else:
-            proc = subprocess.run([sys.executable, "-m", "bench.analytics", "--smoke-worker", str(logs), "--out",
-                                   str(scratch), "--master", master], cwd=REPO, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"the smoke run's jobs failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-            jobs = json.loads(proc.stdout.strip().splitlines()[-1])
+            jobs = child(["--smoke-worker", str(logs), "--out", str(scratch), "--master", master],
+                         "the smoke run's jobs")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for name, r in jobs.items():
