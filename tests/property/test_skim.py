@@ -22,6 +22,8 @@ from proxy.wire.skim import MAX_POSITIONS, shape_memo, top_level_tags_empty, top
 from rig.specgen import all_cases, message_strategy
 
 CASES = [(name, spec, v) for name, spec, v in all_cases() if name.endswith("Response") and v in spec.flexible]
+#: a response frame's first bytes before its body: correlation id 7, response header v1's empty tag section
+HEADER = b"\x00\x00\x00\x07\x00"
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -100,7 +102,7 @@ def test_the_shape_memo_answers_as_the_skim(name: str, spec: MessageSpec, versio
     @SETTINGS
     @given(st.one_of(message_strategy(spec, version), quiet), st.data())
     def run(msg: Message, data: st.DataObject) -> None:
-        frame = b"\x00\x00\x00\x07\x00" + codec.encode(msg)  # correlation id 7, response header v1's empty tags
+        frame = HEADER + codec.encode(msg)
         memo = shape_memo(skim)
         frames = [frame, frame, frame]
         for _ in range(6):
@@ -115,25 +117,35 @@ def test_the_shape_memo_answers_as_the_skim(name: str, spec: MessageSpec, versio
     run()
 
 
-def test_the_shape_memo_keeps_a_shape_it_has_seen_twice() -> None:
-    """The memo's point: a Produce response of a shape seen before is answered without skimming it again."""
-    spec, version = next((s, v) for n, s, v in CASES if n == "ProduceResponse" and v == 11)
-    codec = compiled_for(spec, version)
-    skimmed: list[int] = []
+PRODUCE_V11 = next((s, v) for n, s, v in CASES if n == "ProduceResponse" and v == 11)
+
+
+def _produce_response(partitions: int, offset: int = 0) -> bytes:
+    """A ProduceResponse v11 frame (no size prefix) of ``partitions`` partitions of one topic, none in error."""
+    spec, version = PRODUCE_V11
+    parts = [Message(index=i, error_code=0, base_offset=offset, log_append_time_ms=-1, log_start_offset=0,
+                     record_errors=[], error_message=None) for i in range(partitions)]
+    return HEADER + compiled_for(spec, version).encode(
+        Message(responses=[Message(name="t", partition_responses=parts)], throttle_time_ms=0))
+
+
+def _counted_memo() -> tuple[Callable[[bytes], bool], list[int]]:
+    """ProduceResponse v11's skim behind shape_memo, and the lengths of the frames the skim itself was run on."""
+    spec, version = PRODUCE_V11
     skim = top_level_tags_empty(spec, version, partial(header_v1_body_offset, 0, version))
+    skimmed: list[int] = []
 
     def counted(frame: bytes | bytearray | memoryview) -> bool:
         skimmed.append(len(frame))
         return skim(frame)
 
-    def frame(offset: int) -> bytes:
-        p = Message(index=0, error_code=0, base_offset=offset, log_append_time_ms=-1, log_start_offset=0,
-                    record_errors=[], error_message=None)
-        return b"\x00\x00\x00\x07\x00" + codec.encode(
-            Message(responses=[Message(name="t", partition_responses=[p])], throttle_time_ms=0))
+    return shape_memo(counted), skimmed
 
-    memo = shape_memo(counted)
-    assert [memo(frame(o)) for o in range(10)] == [True] * 10
+
+def test_the_shape_memo_keeps_a_shape_it_has_seen_twice() -> None:
+    """The memo's point: a Produce response of a shape seen before is answered without skimming it again."""
+    memo, skimmed = _counted_memo()
+    assert [memo(_produce_response(1, offset=o)) for o in range(10)] == [True] * 10
     # the first frame skimmed; the second skimmed again and its shape noted; the other eight answered from it
     assert len(skimmed) == 3
 
@@ -141,20 +153,8 @@ def test_the_shape_memo_keeps_a_shape_it_has_seen_twice() -> None:
 def test_a_shape_too_large_to_keep_is_noted_once() -> None:
     """A response of more partitions than a shape keeps (MAX_POSITIONS) is skimmed as without the memo: its shape
     is noted once, not at every response of its length."""
-    spec, version = next((s, v) for n, s, v in CASES if n == "ProduceResponse" and v == 11)
-    codec = compiled_for(spec, version)
-    skimmed: list[int] = []
-    skim = top_level_tags_empty(spec, version, partial(header_v1_body_offset, 0, version))
-
-    def counted(frame: bytes | bytearray | memoryview) -> bool:
-        skimmed.append(len(frame))
-        return skim(frame)
-
-    parts = [Message(index=i, error_code=0, base_offset=0, log_append_time_ms=-1, log_start_offset=0,
-                     record_errors=[], error_message=None) for i in range(MAX_POSITIONS)]
-    frame = b"\x00\x00\x00\x07\x00" + codec.encode(
-        Message(responses=[Message(name="t", partition_responses=parts)], throttle_time_ms=0))
-    memo = shape_memo(counted)
+    memo, skimmed = _counted_memo()
+    frame = _produce_response(MAX_POSITIONS)
     assert [memo(frame) for _ in range(5)] == [True] * 5
     # skimmed once, then again with its reads noted (too many: not kept), then once a frame
     assert len(skimmed) == 6
