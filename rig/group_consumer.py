@@ -12,6 +12,8 @@ processed before it died):
 - ``{"paused": [[topic, partition], ...]}`` with ``--paused-until PATH``: the partitions it holds now paused (it
   stays in the group and fetches none of them until the file PATH exists, then resumes them and says
   ``{"resumed": [...]}``);
+- ``{"join_left_unread": n}`` with ``--unread-joins PATH`` (kafka-python): a finished join left unread while the file
+  PATH held n > 0 (see :func:`_leave_joins_unread`);
 - ``{"rs": [[partition, offset, key, value], ...]}`` per poll, its records in delivery order (key and value as
   text), once they are all processed;
 - ``{"committing": {"<partition>": offset}}`` just before a synchronous commit, and ``{"commit": {...}}`` after
@@ -140,6 +142,29 @@ class _Gate:
             _emit({"paused": sorted([tp.topic, tp.partition] for tp in held)})
 
 
+def _leave_joins_unread(coordinator: Any, path: str) -> None:
+    """``--unread-joins``: while the file ``path`` holds a count above 0, each finished JoinGroup and SyncGroup of
+    kafka-python's ``coordinator`` is left unread (the count lowered by one) and the client joins again at once. This
+    is what kafka-python 3.0.12 itself does, now and then, with a join that finished after poll()'s timeout ran out:
+    BaseCoordinator.join_group_async schedules a new join when the one it left in flight is done, and the finished
+    one's assignment is never taken up. Its coordinator, and Sluice, see the same requests either way."""
+    from kafka.errors import RebalanceInProgressError
+
+    join = coordinator._do_join_and_sync_async
+
+    async def join_maybe_unread() -> Any:
+        assignment = await join()
+        counter = Path(path)
+        left = int(counter.read_text() or 0) if counter.exists() else 0
+        if left <= 0:
+            return assignment
+        counter.write_text(str(left - 1))
+        _emit({"join_left_unread": left})
+        raise RebalanceInProgressError("rig.group_consumer --unread-joins: the finished join left unread")
+
+    coordinator._do_join_and_sync_async = join_maybe_unread
+
+
 def _assign(a: argparse.Namespace, assign: Callable[[list[Any]], Any], partition: Callable[[str, int], Any]) -> None:
     """``--assign``: the client assigned partitions 0..N-1 of the topic (each made by its own ``partition`` type), from
     their committed offsets (else its offset reset), as a subscribed consumer starts; reported as a rebalance is."""
@@ -200,6 +225,8 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
         # disabled, the member expelled after its session timeout and never back. Seen with a member straight to the
         # broker as well (its SyncGroup answer read, then only "need_rejoin: False"): the client's, not Sluice's.
         consumer.partitions_for_topic(a.topic)
+    if a.unread_joins:
+        _leave_joins_unread(consumer._coordinator, a.unread_joins)
     from kafka import TopicPartition as KafkaTopicPartition
     from kafka.errors import KafkaError
     from kafka.structs import OffsetAndMetadata
@@ -530,7 +557,12 @@ def main(argv: list[str] | None = None) -> int:
                         "(kafka-python, confluent, aiokafka)")
     p.add_argument("--paused-until", metavar="PATH",
                    help="hold the partitions assigned paused until the file PATH exists (a bench's backlog)")
+    p.add_argument("--unread-joins", metavar="PATH",
+                   help="kafka-python: while the file PATH holds a count above 0, leave that many finished joins "
+                        "unread and join again, as kafka-python 3.0.12 does now and then")
     a = p.parse_args(argv)
+    if a.unread_joins and a.client != "kafka-python":
+        p.error("--unread-joins: kafka-python only")
     # the client's own account (joins, assignments, heartbeats, retries) on stderr, kept in a file by
     # ConsumerProcess and shown when a test fails: where a consumer stopped is then in its own words
     # (SLUICE_CONSUMER_LOG_LEVEL=DEBUG: every request and response the client sends and reads, for a hunt)

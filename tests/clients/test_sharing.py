@@ -654,9 +654,11 @@ def test_mixed_classic_and_kip848_members_of_one_group(kafka_broker: KafkaBroker
         consumed_once(kafka_broker, topic, members, "upgrade")
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize(("protocol", "unread"), [("classic", False), ("classic", True), ("consumer", False)],
+                         ids=["classic", "classic-joins-left-unread", "consumer"])
 def test_a_fenced_members_late_commit_and_heartbeat_are_refused_and_move_no_position(
-        sluice: ProxyThread, kafka_broker: KafkaBroker, unique_topic: str, protocol: str) -> None:
+        sluice: ProxyThread, kafka_broker: KafkaBroker, unique_topic: str, protocol: str, unread: bool,
+        tmp_path: Path) -> None:
     """Two members share one partition through one Sluice: kafka-python in a classic group, or librdkafka in a
     KIP-848 one (group.protocol=consumer). a is stopped (SIGSTOP) until the coordinator fences it (its session
     times out: session.timeout.ms, or the broker's group.consumer.session.timeout.ms) and its slice is handed on:
@@ -664,13 +666,19 @@ def test_a_fenced_members_late_commit_and_heartbeat_are_refused_and_move_no_posi
     (its client id, member id and generation or member epoch) once it was fenced, are answered UNKNOWN_MEMBER_ID, as
     the coordinator answers them without Sluice (ClassicGroup / ConsumerGroup.validateOffsetCommit,
     GroupMetadataManager's heartbeats), and move no committed position: b gets every record a had not committed,
-    once, in order."""
+    once, in order.
+
+    joins-left-unread: b's client leaves its first two joins after a's fencing unread and joins again, as
+    kafka-python 3.0.12 does now and then (rig.group_consumer --unread-joins). Its position in the partition is still
+    its slice's: the partition stays left out of its assignment until its client takes one up without it."""
     topic = f"share-{unique_topic}"[:200]
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     group = f"g-{topic}"
     client = "kafka-python" if protocol == "classic" else "confluent"
-    a, b = (python_member(client, sluice.bootstrap, topic, group, f"fence-{protocol}-{x}", protocol=protocol)
+    unread_joins = tmp_path / "unread-joins"
+    a, b = (python_member(client, sluice.bootstrap, topic, group, f"fence-{protocol}-{x}", protocol=protocol,
+                          unread_joins=unread_joins if unread and x == "b" else None)
             for x in "ab")
     with members_of(a, b) as members:
         # both hold a slice of the partition, unchanged for a while (a KIP-848 layout moves over heartbeats)
@@ -689,6 +697,8 @@ def test_a_fenced_members_late_commit_and_heartbeat_are_refused_and_move_no_posi
         before = committed_offsets(admin, slice_group(group, s), topic, 1)
         assert before[0] > 0
         a.proc.send_signal(signal.SIGSTOP)
+        if unread:
+            unread_joins.write_text("2")  # b's next two joins: the rebalance once a's session times out
         try:
             second = produce(kafka_broker.bootstrap, topic, 100, keys=40, tag="second")
 
@@ -698,6 +708,8 @@ def test_a_fenced_members_late_commit_and_heartbeat_are_refused_and_move_no_posi
 
             wait_until(fenced, 60, "the coordinator to fence the stopped member")
             wait_for_all([b], {v for _, v in second})  # a's slice handed on: b holds the partition whole
+            left_unread = [e["join_left_unread"] for e in b.reported() if "join_left_unread" in e]
+            assert left_unread == ([2, 1] if unread else [])
             commit = as_client(sluice, a.client_id, group, 8, 9, request_codec(8, 9).default().replace(
                 group_id=group, generation_id_or_member_epoch=generation, member_id=member_id,
                 group_instance_id=None, topics=[Message(name=topic, partitions=[Message(

@@ -105,8 +105,11 @@ def describe_members(members: Iterable[Member]) -> str:
 
 
 def python_member(client: str, bootstrap: str, topic: str, group: str, client_id: str, *, work_ms: float = 0,
-                  strategy: str = "range", assign: int = 0, protocol: str = "classic") -> Member:
+                  strategy: str = "range", assign: int = 0, protocol: str = "classic",
+                  unread_joins: Path | None = None) -> Member:
     extra = ["--work-ms", str(work_ms), "--strategy", strategy, "--max-poll-records", "20"]
+    if unread_joins is not None:  # kafka-python: joins left unread while the file counts (rig.group_consumer)
+        extra += ["--unread-joins", str(unread_joins)]
     if protocol != "classic":  # the Go consumer (rig/go) takes no such flag: it speaks the classic protocol
         extra += ["--group-protocol", protocol]
     if assign:

@@ -15,7 +15,7 @@ from proxy.core.exchange import Exchange
 from proxy.policies.sharing import marker
 from proxy.policies.sharing.frontier import decode_metadata, encode_metadata, slice_group
 from proxy.policies.sharing.group_calls import Committed, GroupCall
-from proxy.policies.sharing.keys import Slice, key_hash
+from proxy.policies.sharing.keys import WHOLE, Slice, key_hash
 from proxy.policies.sharing.policy import Sharing
 from proxy.wire.fetch_fast import FetchPartition, FetchResponseView, FetchTopic, decode_frame
 from proxy.wire.fetch_request_fast import FetchRequestView, decode_fetch_request
@@ -475,6 +475,36 @@ def test_a_partition_kept_with_a_grown_slice_is_left_out_and_its_member_rejoins(
     got = sync_all([m1, m3, m4], 3, {"m1": assignment({TOPIC: [0]}), "m3": assignment({TOPIC: [1]}),
                                       "m4": assignment({TOPIC: [2]})})
     assert got["m1"] == assignment({TOPIC: [0]})
+
+
+def test_a_partition_left_out_stays_left_out_until_its_client_is_seen_to_take_up_an_assignment_without_it() -> None:
+    """As above, but m1's client throws generation 2's finished join away unread and joins again (kafka-python
+    3.0.12 does when poll()'s timeout ran out while the join was in flight): its position in partition 0 is still
+    its slice 0/2's, past records of the other half of the keys. Generation 3 leaves partition 0 out again; once a
+    Heartbeat names generation 3 (its client took that assignment up, without partition 0), generation 4 hands
+    the partition whole, new to its client."""
+    proxy, _ = sharing_proxy()
+    clients, _ = form_group(proxy, 5)  # m1 holds slice 0/2 of partition 0
+    m1, m3, m4 = clients[0], clients[2], clients[3]
+    plan = {"m1": assignment({TOPIC: [0]}), "m3": assignment({TOPIC: [1]}), "m4": assignment({TOPIC: [2]})}
+
+    def generation(n: int) -> dict[str, bytes]:
+        ex = join(m1)
+        members = [(m1.member_id, bytes(sent(ex).protocols[0].metadata))]
+        members += [(c.member_id, bytes(sent(join(c)).protocols[0].metadata)) for c in (m3, m4)]
+        join_answer(m1, ex, members, generation=n)
+        return sync_all([m1, m3, m4], n, plan)
+
+    assert generation(2)["m1"] == assignment({})  # partition 0 left out, m1 to rejoin
+    assert generation(3)["m1"] == assignment({})  # no heartbeat of generation 2: its client may keep slice 0/2's
+    hb = m1.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
+        group_id=GROUP, generation_id=3, member_id="m1", group_instance_id=None))
+    assert hb.answer is not None
+    assert decode_response(HEARTBEAT, V_HB, hb.answer[4:])[1].error_code == 27  # REBALANCE_IN_PROGRESS
+    assert generation(4)["m1"] == assignment({TOPIC: [0]})
+    policy: Sharing = proxy.policy("sharing")
+    m = policy.members.get(("10.0.0.1", "app-1"))
+    assert m is not None and {tp: st.slice for tp, st in (m.partitions or {}).items()} == {(TOPIC, 0): WHOLE}
 
 
 def test_a_partition_kept_with_a_narrower_slice_is_left_out_and_its_member_rejoins() -> None:

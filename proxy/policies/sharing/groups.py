@@ -28,6 +28,10 @@ which their next holder starts from the old slice's last commit: twice. So a par
 out of the member's assignment this generation and the member is made to rejoin: in the next generation the
 partition is new to it, and it starts from its slice's committed position (what Kafka's cooperative protocol does
 for a partition that moves: revoke first, assign in the next round; KIP-848 groups likewise, :mod:`.heartbeats`).
+The slices compared are every one the client may still keep a position under (:attr:`.Member.may_keep`): those it
+last took up (its Heartbeat named their generation) and those handed since. A client can throw a finished join away
+unread and join again (kafka-python 3.0.12), so the partition left out is left out again until its client is seen
+to take up an assignment without it.
 """
 
 from __future__ import annotations
@@ -255,11 +259,16 @@ def sync_response(p: SharingState, ex: Exchange, response: ResponseView, info: C
                   for t, ps in parts.items() if t in m.marked and p.shareable(t) for part in ps}
         before = m.partitions or {}
         # A partition the client keeps with another slice: the client would go on from its old position, past
-        # records of keys it did not hold, or deliver the records it fetched of keys it lost (the module docstring)
-        drop = {tp for tp, s in handed.items() if tp in before and before[tp].slice != s}
+        # records of keys it did not hold, or deliver the records it fetched of keys it lost (the module docstring).
+        # What the client keeps is what it last took up, which need not be what Sluice last handed (Member.may_keep)
+        drop = {tp for tp, s in handed.items()
+                if (tp in before and before[tp].slice != s) or any(k != s for k in m.may_keep.get(tp, ()))}
         for tp in drop:
             del handed[tp]
         m.hold({tp: before.get(tp) or PartitionState(s) for tp, s in handed.items()})
+        for tp, s in handed.items():
+            m.may_keep.setdefault(tp, set()).add(s)
+        m.handed_at = ex.body.generation_id
         m.blocked = False
         m.generation = ex.body.generation_id
         m.fenced_at = None  # it holds this generation's slices now
@@ -290,6 +299,10 @@ def heartbeat_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> An
     if not p.opted_in(ex):
         return None
     m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    if body.generation_id == m.handed_at:
+        # Its client took up the assignment last handed (a client heartbeats a generation once its join is done):
+        # it keeps positions under those slices only
+        m.may_keep = {tp: {st.slice} for tp, st in (m.partitions or {}).items()}
     if body.member_id in m.rejoin:
         m.rejoin.discard(body.member_id)
         h = ex.header

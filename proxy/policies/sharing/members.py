@@ -116,6 +116,14 @@ class Member:
     #: messages read in an earlier generation under the current one; a KIP-848 member's commit is checked for its
     #: epoch, not its partitions), never the group's stable offset
     released: dict[TopicPartition, PartitionState] = field(default_factory=dict)
+    #: a classic member: per partition, every slice its client may still hold a position under (a client goes on
+    #: from its position in a partition handed to it again, :mod:`.groups`): the slices of the last assignment its
+    #: client was seen to take up (a Heartbeat naming that generation, :attr:`handed_at`) and of every assignment
+    #: handed since, which its client may have taken up or thrown away unseen (kafka-python 3.0.12 can leave a
+    #: finished JoinGroup and SyncGroup unread and join again, BaseCoordinator.join_group_async)
+    may_keep: dict[TopicPartition, set[Slice]] = field(default_factory=dict)
+    #: the generation of the assignment last handed to it (its SyncGroup answer)
+    handed_at: int = -1
     #: coordinator connections that carried its group requests and are open
     conns: set[int] = field(default_factory=set)
     detached_since: float | None = None
