@@ -11,7 +11,8 @@ number of files, gzip allowed) in, Parquet aggregates and a self-contained HTML 
   ``minutes``: their report sections and the live report;
 - ``buckets``: the time-bucket size; ``aggregates``: one DataFrame per Parquet table;
 - ``fairness``: Jain's index; ``kip73``: throttle sizing from observed inbound rates; ``units``: sizes and rates;
-- ``charts`` (matplotlib, PNG), ``html`` (the page), ``sections`` (what the report says); ``job``: all of it in order.
+- ``charts`` (matplotlib, PNG; ``drawing``: drawn by a worker process beside the job), ``html`` (the page),
+  ``sections`` (what the report says); ``job``: all of it in order.
 
 Importing this package does not import pyspark: ``proxy.cli`` can describe ``report`` without the extra.
 """

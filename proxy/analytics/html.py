@@ -12,6 +12,8 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from proxy.analytics.drawing import Drawing
+
 __all__ = ["Chart", "Section", "Table", "render"]
 
 _CSS = """
@@ -36,7 +38,8 @@ nav a { margin-right: 12px; }
 @dataclass(frozen=True)
 class Chart:
     alt: str
-    png: bytes
+    #: the PNG, or the chart still being drawn by :mod:`.drawing`'s worker
+    png: bytes | Drawing
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ def _table(t: Table) -> str:
 
 
 def _chart(c: Chart) -> str:
-    data = base64.b64encode(c.png).decode("ascii")
+    data = base64.b64encode(c.png if isinstance(c.png, bytes) else c.png.png()).decode("ascii")
     return f'<img alt="{html.escape(c.alt, quote=True)}" src="data:image/png;base64,{data}">'
 
 

@@ -38,7 +38,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from proxy.analytics import aggregates as agg
-from proxy.analytics import landed, live
+from proxy.analytics import drawing, landed, live
 from proxy.analytics.buckets import choose_bucket_seconds
 from proxy.analytics.html import render
 from proxy.analytics.kip73 import InboundRate, Recommendation, ThrottleInputs, recommend
@@ -255,6 +255,7 @@ def _run_job(spark: SparkSession, logs: Logs, out: str | Path, options: JobOptio
              progress: Callable[[str], None] | None) -> JobResult:
     opts = options or JobOptions()
     started = time.monotonic()
+    drawing.start()  # the charts' worker, ready by the report
     say = progress or (lambda _msg: None)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from proxy.analytics import charts
+from proxy.analytics.drawing import draw
 from proxy.analytics.html import Chart, Section, Table, render
 from proxy.analytics.live import MINUTE_S, MINUTE_TABLES, current_tables
 from proxy.analytics.source import CLASSES
@@ -73,7 +74,7 @@ def clients_section(tables: dict[str, DataFrame], top_n: int, table_rows: int) -
             .agg(F.sum(F.col("bytes_client_to_proxy") + F.col("bytes_proxy_to_client")).alias("v")).collect())
     order = [NO_CLIENT_ID if c is None else c for c in top] + ([OTHER] if len(totals) > len(top) else [])
     times, data = _per_minute(rows, lambda r: r["c"], order)
-    s.charts.append(Chart("Client bytes per second per minute", charts.time_series(
+    s.charts.append(Chart("Client bytes per second per minute", draw(charts.time_series,
         "Client bytes per second by client_id, per minute", times, data, ylabel="bytes/s", stacked=True)))
     s.tables.append(Table(
         f"Top {min(table_rows, len(totals))} clients (of {len(totals):,})", ["client_id", "requests", "bytes",
@@ -100,7 +101,7 @@ def topics_section(tables: dict[str, DataFrame], top_n: int, table_rows: int) ->
     rows = (df.groupBy(F.unix_seconds("minute").alias("t"), label.alias("c"))
             .agg(F.sum("fetch_bytes").alias("v")).collect())
     times, data = _per_minute(rows, lambda r: r["c"], top + ([OTHER] if len(topics) > len(top) else []))
-    s.charts.append(Chart("Fetched bytes per second per topic", charts.time_series(
+    s.charts.append(Chart("Fetched bytes per second per topic", draw(charts.time_series,
         "Fetched bytes per second by topic, per minute", times, data, ylabel="bytes/s", stacked=True)))
     busy = df.groupBy("minute", "topic").agg(F.sum("fetch_bytes").alias("topic_bytes"))
     starved = (
@@ -137,7 +138,7 @@ def throttle_section(tables: dict[str, DataFrame]) -> Section:
     s.paragraphs.append("Throttled record bytes per second (achieved) against the throttle in force (target), per "
                         "minute, summed over the Sluice processes.")
     times = [_utc(int(r["t"])) for r in rows]
-    s.charts.append(Chart("Throttle per minute", charts.time_series(
+    s.charts.append(Chart("Throttle per minute", draw(charts.time_series,
         "Throttle target vs achieved rate, per minute", times,
         {"target": [float(r["target"]) for r in rows], "achieved": [float(r["v"]) / MINUTE_S for r in rows]},
         ylabel="bytes/s")))

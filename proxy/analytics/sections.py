@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from proxy.analytics import charts
 from proxy.analytics.aggregates import BYTE_COLUMNS
+from proxy.analytics.drawing import draw
 from proxy.analytics.fairness import jain_index_from_sums
 from proxy.analytics.html import Chart, Section, Table
 from proxy.analytics.kip73 import InboundRate, Recommendation
@@ -208,7 +209,7 @@ def traffic_section(ctx: ReportContext) -> Section:
         ("client_bytes", "Client bytes per second by client_id", _order(top_clients, many_clients), "bytes/s", True),
     ):
         times, data = series[key].chart_data(order)
-        s.charts.append(Chart(title, charts.time_series(title, times, data, ylabel=ylabel, stacked=stacked)))
+        s.charts.append(Chart(title, draw(charts.time_series, title, times, data, ylabel=ylabel, stacked=stacked)))
 
     s.tables.append(
         Table(
@@ -249,8 +250,8 @@ def latency_section(ctx: ReportContext) -> Section:
     labels = [r["api"] for r in rows]
     groups = {p: [float(r[f"{p}_ms"]) for r in rows] for p in ("p50", "p95", "p99")}
     s.charts.append(
-        Chart("Latency percentiles per API", charts.grouped_bars("Latency percentiles per API (log scale)", labels,
-                                                                 groups, ylabel="milliseconds", log=True))
+        Chart("Latency percentiles per API", draw(charts.grouped_bars, "Latency percentiles per API (log scale)",
+                                                  labels, groups, ylabel="milliseconds", log=True))
     )
     s.tables.append(
         Table(
@@ -282,7 +283,7 @@ def errors_section(ctx: ReportContext) -> Section:
     shown = rows[: ctx.table_rows]
     labels = [f"{r['error_code']} {error_name(r['error_code'])} ({r['api']})" for r in shown]
     s.charts.append(
-        Chart("Responses per error code", charts.bars("Responses per error code and API", labels,
+        Chart("Responses per error code", draw(charts.bars, "Responses per error code and API", labels,
                                                       [r["responses"] for r in shown], xlabel="responses"))
     )
     s.tables.append(
@@ -323,14 +324,14 @@ def connections_section(ctx: ReportContext) -> Section:
     top = conns.orderBy(_client_bytes().desc(), "source", "conn_id").limit(ctx.table_rows).collect()
     labels = [f"{_client(r['client_id'])} #{r['conn_id']} {_file(r['source'])}" for r in top]
     s.charts.append(
-        Chart("Client bytes per connection", charts.bars(
+        Chart("Client bytes per connection", draw(charts.bars,
             f"Top {len(top)} connections by client bytes (of {total:,})", labels,
             [float(r["bytes_client_to_proxy"] + r["bytes_proxy_to_client"]) for r in top], xlabel="bytes"))
     )
     for name, column in (("by_listener", "listener"), ("by_upstream", "upstream")):
         table, rows = _endpoint_table(ctx.tables[name], column, f"Per {column}", ctx.table_rows)
         s.charts.append(
-            Chart(f"Bytes per {column}", charts.bars(
+            Chart(f"Bytes per {column}", draw(charts.bars,
                 f"Client bytes per {column}", [r[column] or "(unknown)" for r in rows],
                 [float(r["bytes_client_to_proxy"] + r["bytes_proxy_to_client"]) for r in rows], xlabel="bytes"))
         )
@@ -380,7 +381,7 @@ def partitions_section(ctx: ReportContext) -> Section:
     )
     top = fetched.orderBy(F.col("fetch_bytes").desc(), "topic", "partition").limit(ctx.table_rows).collect()
     s.charts.append(
-        Chart("Fetched bytes per partition", charts.bars(
+        Chart("Fetched bytes per partition", draw(charts.bars,
             f"Top {len(top)} partitions by fetched bytes", [f"{r['topic']}-{r['partition']}" for r in top],
             [float(r["fetch_bytes"]) for r in top], xlabel="bytes"))
     )
@@ -388,7 +389,7 @@ def partitions_section(ctx: ReportContext) -> Section:
     rows = [r for r in over_time.collect() if r["jain_index"] is not None]
     if rows:
         s.charts.append(
-            Chart("Fairness over time", charts.time_series(
+            Chart("Fairness over time", draw(charts.time_series,
                 "Jain's index of fetched bytes across partitions, per bucket", [_utc(r["t"]) for r in rows],
                 {"J": [float(r["jain_index"]) for r in rows]}, ylabel="J (1 = fair)", hlines={"fair": 1.0}))
         )
@@ -442,7 +443,7 @@ def throttle_section(ctx: ReportContext) -> Section:
     times = [_utc(t) for t in buckets]
     data = {"target": [target[t] for t in buckets], "achieved": [achieved[t] for t in buckets]}
     s.charts.append(
-        Chart("Throttle target vs achieved", charts.time_series(
+        Chart("Throttle target vs achieved", draw(charts.time_series,
             "Throttle target vs achieved rate (all processes)", times, data, ylabel="bytes/s"))
     )
     worst = sorted(pairs, key=lambda r: r["achieved_bps"] / r["target_bps"] if r["target_bps"] else 0.0,
@@ -478,7 +479,7 @@ def sessions_section(ctx: ReportContext) -> Section:
         f"them: {fmt_bytes(saved)} saved on the upstream link ({share})."
     )
     s.charts.append(
-        Chart("Session savings", charts.time_series(
+        Chart("Session savings", draw(charts.time_series,
             "Client-facing vs upstream session bytes per second", [_utc(r["t"]) for r in rows],
             {"to clients": [r["client_bytes"] / ctx.bucket_s for r in rows],
              "from upstream sessions": [r["upstream_bytes"] / ctx.bucket_s for r in rows]},
@@ -543,7 +544,7 @@ def recommendation_section(ctx: ReportContext) -> Section:
         if rec.throttle_bps is not None:
             refs["recommended T"] = rec.throttle_bps
         s.charts.append(
-            Chart("Inbound rate per upstream", charts.time_series(
+            Chart("Inbound rate per upstream", draw(charts.time_series,
                 f"Inbound rate per upstream broker (bytes_upstream_to_proxy, {step} s steps)", times, data,
                 ylabel="bytes/s", hlines=refs))
         )
