@@ -3,9 +3,9 @@ and drawn in the driver when the worker is gone."""
 
 from __future__ import annotations
 
-import os
-import signal
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from proxy.analytics import charts, drawing
 from proxy.analytics.html import Chart, Section, render
@@ -25,15 +25,23 @@ def test_a_chart_drawn_by_the_worker_is_the_one_drawn_here() -> None:
 def test_charts_of_a_worker_that_died_are_drawn_here_and_the_next_ones_by_a_new_worker() -> None:
     first = drawing.draw(charts.bars, "Top", ["a", "b"], [1.0, 2.0], xlabel="bytes")
     assert first.png() == charts.bars("Top", ["a", "b"], [1.0, 2.0], xlabel="bytes")
-    pool = drawing._worker()
-    assert pool is not None
-    pids = list(pool._processes)  # the worker started for the chart above
-    assert pids
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+    worker = drawing._running()
+    assert worker is not None
+    worker.kill()
     lost = drawing.draw(charts.bars, "Top", ["a", "b", "c"], [1.0, 2.0, 3.0], xlabel="bytes")
     assert lost.png() == charts.bars("Top", ["a", "b", "c"], [1.0, 2.0, 3.0], xlabel="bytes")
     after = drawing.draw(charts.bars, "Top", ["c"], [3.0], xlabel="bytes")
     assert after.png() == charts.bars("Top", ["c"], [3.0], xlabel="bytes")
-    again = drawing._worker()
-    assert again is not None and not set(again._processes) & set(pids)
+    assert drawing._running() is not worker  # a new worker drew it
+
+
+def test_a_chart_that_fails_in_the_worker_fails_here_with_its_own_error() -> None:
+    drawn = drawing.draw(charts.time_series, "Bytes", TIMES, {"a": [1.0]}, ylabel="bytes/s")  # 1 value, 5 times
+    try:
+        charts.time_series("Bytes", TIMES, {"a": [1.0]}, ylabel="bytes/s")
+    except Exception as e:  # what matplotlib raises, whatever its type
+        expected: type[Exception] = type(e)
+    else:
+        raise AssertionError("the chart was meant to fail")
+    with pytest.raises(expected):
+        drawn.png()
