@@ -49,7 +49,10 @@ class _Worker:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._proc = subprocess.Popen([sys.executable, "-m", "proxy.analytics.drawing"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, env=env)
+        #: guards the calls in flight; the reading thread takes it too, so no write to the worker is made under it
         self._lock = threading.Lock()
+        #: one call's frame written at a time
+        self._writing = threading.Lock()
         self._pending: dict[int, Future[bytes]] = {}
         self._next = 0
         self.gone = False
@@ -62,14 +65,18 @@ class _Worker:
                 raise WorkerGone("the chart worker ended")
             number, self._next = self._next, self._next + 1
             self._pending[number] = done
-            stdin = self._proc.stdin
-            assert stdin is not None
+        # Written outside ``_lock``: a write blocks while the worker's stdin pipe is full, and the worker reads it
+        # only once it has written its answer, which the reading thread takes ``_lock`` to hand over
+        stdin = self._proc.stdin
+        assert stdin is not None
+        with self._writing:
             try:
                 stdin.write(_CALL.pack(number, len(call)) + call)
                 stdin.flush()
-            except OSError as e:
-                del self._pending[number]
-                self.gone = True
+            except (OSError, ValueError) as e:  # ValueError: its stdin closed (close(), at exit)
+                with self._lock:
+                    self._pending.pop(number, None)
+                    self.gone = True
                 raise WorkerGone(str(e)) from e
         return done
 

@@ -3,6 +3,7 @@ and drawn in the driver when the worker is gone."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -45,3 +46,22 @@ def test_a_chart_that_fails_in_the_worker_fails_here_with_its_own_error() -> Non
         raise AssertionError("the chart was meant to fail")
     with pytest.raises(expected):
         drawn.png()
+
+
+def test_charts_with_large_data_sent_faster_than_drawn_are_all_drawn() -> None:
+    """Calls of ~100 KB each, sent while the worker's answers (PNGs) come back: both pipes fill (64 KiB each), and
+    every chart must still come back (a write to the worker made while holding what the reading thread needs would
+    wait for ever)."""
+    times = [datetime(2026, 11, 30, tzinfo=UTC) + timedelta(seconds=i) for i in range(2000)]
+    series = {f"s{k}": [float((i * (k + 1)) % 97) for i in range(2000)] for k in range(3)}
+    done: list[bytes] = []
+
+    def draw_all() -> None:
+        drawn = [drawing.draw(charts.time_series, f"chart {n}", times, series, ylabel="bytes/s") for n in range(12)]
+        done.extend(d.png() for d in drawn)
+
+    runner = threading.Thread(target=draw_all, daemon=True)
+    runner.start()
+    runner.join(120)  # a bound on a hang, not a timing: the 12 charts take about a second
+    assert not runner.is_alive(), f"{len(done)} of 12 charts came back"
+    assert done[0] == charts.time_series("chart 0", times, series, ylabel="bytes/s")
