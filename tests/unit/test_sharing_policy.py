@@ -199,6 +199,24 @@ def sync_all(clients: list[Client], generation: int, plan: dict[str, bytes]) -> 
     return got
 
 
+def regroup(leader: Client, others: list[Client], generation: int, plan: dict[str, bytes]) -> dict[str, bytes]:
+    """``leader`` and ``others`` join ``generation`` (the leader's join answered with every member's metadata) and
+    the leader's client assigns ``plan``: what each member's client got from its SyncGroup."""
+    ex = join(leader)
+    members = [(leader.member_id, bytes(sent(ex).protocols[0].metadata))]
+    members += [(c.member_id, bytes(sent(join(c)).protocols[0].metadata)) for c in others]
+    join_answer(leader, ex, members, generation=generation)
+    return sync_all([leader, *others], generation, plan)
+
+
+def heartbeat_answered_here(c: Client, generation: int) -> int:
+    """``c``'s member heartbeats ``generation``: the error code of the answer Sluice gave itself (there must be one)."""
+    hb = c.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
+        group_id=GROUP, generation_id=generation, member_id=c.member_id, group_instance_id=None))
+    assert hb.answer is not None
+    return int(decode_response(HEARTBEAT, V_HB, hb.answer[4:])[1].error_code)
+
+
 def records(n: int) -> bytes:
     return encode_batch(new_batch([Record(offset_delta=i, key=b"k%d" % i, value=b"v%d" % i) for i in range(n)],
                                   base_offset=100))
@@ -453,28 +471,15 @@ def test_a_partition_kept_with_a_grown_slice_is_left_out_and_its_member_rejoins(
     # position in the partition, past records of the other half of the keys: the partition is left out this
     # generation, and m1 is made to rejoin, so that it starts it from the committed offset next time.
     m1, m3, m4 = clients[0], clients[2], clients[3]
-    ex = join(m1)
-    members = [(m1.member_id, bytes(sent(ex).protocols[0].metadata))]
-    members += [(c.member_id, bytes(sent(join(c)).protocols[0].metadata)) for c in (m3, m4)]
-    join_answer(m1, ex, members, generation=2)
-    got = sync_all([m1, m3, m4], 2, {"m1": assignment({TOPIC: [0]}), "m3": assignment({TOPIC: [1]}),
-                                      "m4": assignment({TOPIC: [2]})})
+    plan = {"m1": assignment({TOPIC: [0]}), "m3": assignment({TOPIC: [1]}), "m4": assignment({TOPIC: [2]})}
+    got = regroup(m1, [m3, m4], 2, plan)
     assert got["m1"] == assignment({})  # partition 0 left out this generation
     assert got["m3"] == assignment({})  # so is partition 1 for m3 (slice 0/2 before)
     assert got["m4"] == assignment({TOPIC: [2]})  # 1/2 of partition 1 -> partition 2 whole: a new partition
-    hb = m1.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
-        group_id=GROUP, generation_id=2, member_id="m1", group_instance_id=None))
-    assert hb.answer is not None
-    assert decode_response(HEARTBEAT, V_HB, hb.answer[4:])[1].error_code == 27  # REBALANCE_IN_PROGRESS
+    assert heartbeat_answered_here(m1, 2) == 27  # REBALANCE_IN_PROGRESS
     assert proxy.metrics.total("sluice_sharing_rejoins_total") == 2
     # in the generation after, the same assignment: partition 0 is new to m1's client, nothing left out
-    ex = join(m1)
-    members = [(m1.member_id, bytes(sent(ex).protocols[0].metadata))]
-    members += [(c.member_id, bytes(sent(join(c)).protocols[0].metadata)) for c in (m3, m4)]
-    join_answer(m1, ex, members, generation=3)
-    got = sync_all([m1, m3, m4], 3, {"m1": assignment({TOPIC: [0]}), "m3": assignment({TOPIC: [1]}),
-                                      "m4": assignment({TOPIC: [2]})})
-    assert got["m1"] == assignment({TOPIC: [0]})
+    assert regroup(m1, [m3, m4], 3, plan)["m1"] == assignment({TOPIC: [0]})
 
 
 def test_a_partition_left_out_stays_left_out_until_its_client_is_seen_to_take_up_an_assignment_without_it() -> None:
@@ -487,21 +492,11 @@ def test_a_partition_left_out_stays_left_out_until_its_client_is_seen_to_take_up
     clients, _ = form_group(proxy, 5)  # m1 holds slice 0/2 of partition 0
     m1, m3, m4 = clients[0], clients[2], clients[3]
     plan = {"m1": assignment({TOPIC: [0]}), "m3": assignment({TOPIC: [1]}), "m4": assignment({TOPIC: [2]})}
-
-    def generation(n: int) -> dict[str, bytes]:
-        ex = join(m1)
-        members = [(m1.member_id, bytes(sent(ex).protocols[0].metadata))]
-        members += [(c.member_id, bytes(sent(join(c)).protocols[0].metadata)) for c in (m3, m4)]
-        join_answer(m1, ex, members, generation=n)
-        return sync_all([m1, m3, m4], n, plan)
-
-    assert generation(2)["m1"] == assignment({})  # partition 0 left out, m1 to rejoin
-    assert generation(3)["m1"] == assignment({})  # no heartbeat of generation 2: its client may keep slice 0/2's
-    hb = m1.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
-        group_id=GROUP, generation_id=3, member_id="m1", group_instance_id=None))
-    assert hb.answer is not None
-    assert decode_response(HEARTBEAT, V_HB, hb.answer[4:])[1].error_code == 27  # REBALANCE_IN_PROGRESS
-    assert generation(4)["m1"] == assignment({TOPIC: [0]})
+    assert regroup(m1, [m3, m4], 2, plan)["m1"] == assignment({})  # partition 0 left out, m1 to rejoin
+    # no heartbeat of generation 2: its client may keep slice 0/2's
+    assert regroup(m1, [m3, m4], 3, plan)["m1"] == assignment({})
+    assert heartbeat_answered_here(m1, 3) == 27  # REBALANCE_IN_PROGRESS
+    assert regroup(m1, [m3, m4], 4, plan)["m1"] == assignment({TOPIC: [0]})
     policy: Sharing = proxy.policy("sharing")
     m = policy.members.get(("10.0.0.1", "app-1"))
     assert m is not None and {tp: st.slice for tp, st in (m.partitions or {}).items()} == {(TOPIC, 0): WHOLE}
@@ -533,10 +528,7 @@ def test_a_partition_kept_with_a_narrower_slice_is_left_out_and_its_member_rejoi
     got = generation(2)
     assert got["m1"] == assignment({})  # slice 0/2 of the partition it held whole: left out this generation
     assert got["m1b"] == assignment({TOPIC: [0]})  # slice 1/2: a partition new to its client
-    hb = clients[0].send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
-        group_id=GROUP, generation_id=2, member_id="m1", group_instance_id=None))
-    assert hb.answer is not None
-    assert decode_response(HEARTBEAT, V_HB, hb.answer[4:])[1].error_code == 27  # REBALANCE_IN_PROGRESS
+    assert heartbeat_answered_here(clients[0], 2) == 27  # REBALANCE_IN_PROGRESS
     got = generation(3)
     assert got["m1"] == assignment({TOPIC: [0]}) and got["m1b"] == assignment({TOPIC: [0]})
     policy: Sharing = proxy.policy("sharing")
