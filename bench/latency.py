@@ -52,8 +52,8 @@ def rep(broker_bootstrap: str, bare: BareRelay, topic: str, codes: dict[str, Pat
     order = [first, *(side for side in codes if side != first)]
     started: dict[str, SluiceProcess] = {}
     try:
-        for i, side in enumerate(order):
-            started[side] = SluiceProcess(broker_bootstrap, code=codes[side], node_id=i + 1)
+        for side in order:
+            started[side] = SluiceProcess(broker_bootstrap, code=codes[side])
         paths = {"direct": broker_bootstrap, **{side: started[side].bootstrap for side in codes},
                  "bare": bare.bootstrap}
         procs = {side: psutil.Process(started[side].pid) for side in codes} | {"bare": bare.ps}

@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.compare:
             code = Path(tmp) / "before"
             revision = extract_revision(args.compare, code, ("proxy", "pyproject.toml"))
-            other = stack.enter_context(SluiceProcess(bootstrap, env, code=code, node_id=2))
+            other = stack.enter_context(SluiceProcess(bootstrap, env, code=code))
             for pair in range(args.pairs):
                 # alternated, so neither side always runs on the broker's older state
                 for side in ("before", "after") if pair % 2 == 0 else ("after", "before"):

@@ -99,7 +99,7 @@ class KafkaCluster:
             if replication_via_sluice:
                 from rig.sluice_process import pick_ports
 
-                ports = pick_ports(node)
+                ports = pick_ports(brokers)
                 self._sidecar_ports[node] = ports
                 sidecar = ports[1] + node
                 props.update({

@@ -32,13 +32,13 @@ def fleet_env(name: str, control_bootstrap: str | None = None, **settings: str) 
 
 def start_fleet(upstreams: Sequence[str], env: Mapping[str, str], start_timeout: float = START_TIMEOUT_S,
                 together: bool = False) -> list[SluiceProcess]:
-    """One Sluice per upstream (each its own ports; node_id i+1); all or none (RigError). One after the other, or
+    """One Sluice per upstream (each its own ports); all or none (RigError). One after the other, or
     ``together`` (all spawned, then each waited for: a few at once on this machine's two cores), from this thread:
     a child's PR_SET_PDEATHSIG fires when the *thread* that spawned it ends (prctl(2))."""
     started: list[SluiceProcess] = []
     try:
-        for i, upstream in enumerate(upstreams):
-            started.append(SluiceProcess(upstream, extra_env=env, node_id=i + 1, start_timeout=start_timeout,
+        for upstream in upstreams:
+            started.append(SluiceProcess(upstream, extra_env=env, start_timeout=start_timeout,
                                          wait=not together))
         for process in started:
             process.wait_ready()

@@ -475,29 +475,52 @@ def listen_port_range() -> range:
 _HANDED_OUT: collections.deque[int] = collections.deque(maxlen=512)
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+#: the highest broker node id a rig cluster has (rig/cluster.py numbers its brokers 1..N; the rig's clusters have 3):
+#: a Sluice in front of one serves node N on broker_port_base + N, so the rig picks base + 1 .. base + this all free
+RIG_NODE_IDS = 3
+
+
+def free_ports(count: int, host: str = "127.0.0.1", *, consecutive: bool = False) -> list[int]:
     """`count` distinct TCP ports free to listen on, below the ephemeral range when the machine leaves room (else
-    picked by the kernel), none handed out by this process lately; all sockets held open until all are picked."""
+    picked by the kernel), none handed out by this process lately; all sockets held open until all are picked.
+    ``consecutive``: a run of ports (start, start + 1, ...), for a Sluice that serves broker node N on
+    broker_port_base + N: each node's port must be free, not only the first node's."""
     socks: list[socket.socket] = []
     candidates = listen_port_range()
+    if consecutive:
+        # the kernel picks single ports only: a run's start is picked here, from a range that leaves room for it
+        candidates = (candidates or range(1024, 65536))[: -(count - 1) or None]
     try:
         while len(socks) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if consecutive and socks:
+                port = socks[-1].getsockname()[1] + 1
+            else:
+                port = secrets.choice(candidates) if candidates else 0
             try:
-                s.bind((host, secrets.choice(candidates) if candidates else 0))
+                s.bind((host, port))
             except OSError:
                 s.close()  # taken (a listener, a socket in TIME_WAIT): another pick
+                if consecutive:
+                    _close_all(socks)  # the run is broken: a new one from another start
                 continue
             if candidates and s.getsockname()[1] in _HANDED_OUT:
                 s.close()  # free now, but given to a listener that binds later: another pick
+                if consecutive:
+                    _close_all(socks)
                 continue
             socks.append(s)
         ports = [s.getsockname()[1] for s in socks]
         _HANDED_OUT.extend(ports)
         return ports
     finally:
-        for s in socks:
-            s.close()
+        _close_all(socks)
+
+
+def _close_all(socks: list[socket.socket]) -> None:
+    for s in socks:
+        s.close()
+    socks.clear()
 
 
 def random_cluster_id() -> str:

@@ -26,7 +26,7 @@ from proxy.fleet import routes as fleet_routes
 from proxy.fleet.control import FleetControl
 from proxy.fleet.usage import FleetUsage
 from proxy.server import Proxy
-from rig.kafka import free_ports
+from rig.kafka import RIG_NODE_IDS, free_ports
 
 T = TypeVar("T")
 
@@ -37,12 +37,12 @@ async def _serving(fleet: FleetControl) -> None:
 
 class ProxyThread:
     def __init__(self, upstream: str, **overrides: Any) -> None:
-        # Broker listener ports are base + node id; the rig's single broker is node 1.
-        (node_port,) = free_ports(1)
+        # Broker node N is served on base + N: every node's port of the rig's largest cluster is picked free.
+        base_port, *_ = free_ports(RIG_NODE_IDS + 1, consecutive=True)
         base = {
             "upstream.bootstrap_servers": [upstream],
             "listen.bootstrap_port": 0,
-            "listen.broker_port_base": node_port - 1,
+            "listen.broker_port_base": base_port,
             "admin.enabled": False,
             "logging.access_log": "off",
         }

@@ -33,21 +33,21 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from rig.kafka import RigError, free_ports, set_pdeathsig
+from rig.kafka import RIG_NODE_IDS, RigError, free_ports, set_pdeathsig
 
 __all__ = ["SluiceProcess", "pick_ports"]
 
 
-def pick_ports(node_id: int) -> tuple[int, int, int]:
-    """(bootstrap port, broker port base, admin port): all free, and base above bootstrap as the config
-    requires (broker node N listens on base + N, so base + node_id is the free port picked for it). The admin port
-    is never the base either: the config refuses that (node 0's port, proxy/config/loader.py)."""
-    for _ in range(20):
-        a, b, admin = free_ports(3)
-        bootstrap, node_port = min(a, b), max(a, b)
-        if node_port - node_id > bootstrap and admin != node_port - node_id:
-            return bootstrap, node_port - node_id, admin
-    raise RigError("could not pick free ports with broker_port_base above bootstrap_port")
+def pick_ports(node_ids: int = RIG_NODE_IDS) -> tuple[int, int, int]:
+    """(bootstrap port, broker port base, admin port), all free. Sluice serves every broker node N its metadata
+    names on base + N (proxy/server.py open_listener), so base + 1 .. base + ``node_ids`` are all picked free and
+    handed out, not only one node's: a sidecar opens base + 2 once its consumer's metadata names node 2, and a port
+    picked for another listener meanwhile could not be bound (the likely cause of a bench smoke run whose sidecar
+    found its admin port taken). Base is above bootstrap and is never the admin port, as the config requires
+    (proxy/config/loader.py)."""
+    bootstrap, *_ = free_ports(node_ids + 2, consecutive=True)  # bootstrap, base (node 0), nodes 1..node_ids
+    (admin,) = free_ports(1)
+    return bootstrap, bootstrap + 1, admin
 
 
 #: how long a start may take before the rig calls it hung (a guard: a start is never timed by it). On an idle machine
@@ -82,7 +82,7 @@ class SluiceProcess:
         self.node_id = node_id
         # ``ports``: picked beforehand (``pick_ports``), e.g. because a broker's config must name the sidecar's port
         # before either starts (rig/cluster.py)
-        self.bootstrap_port, self.broker_port_base, self.admin_port = ports or pick_ports(node_id)
+        self.bootstrap_port, self.broker_port_base, self.admin_port = ports or pick_ports(max(node_id, RIG_NODE_IDS))
         self._tmp = Path(tempfile.mkdtemp(prefix="sluice-proc-"))
         self._stderr_path = self._tmp / "stderr.log"
         self._stdout_path = self._tmp / "stdout.log"

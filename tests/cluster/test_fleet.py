@@ -296,7 +296,7 @@ def test_control_cluster_down_serving_goes_on_and_changes_arrive_when_it_is_back
             assert "fleet_control_unreachable" in events
             # An instance that must not serve without the fleet's settings (on_unreachable = "wait"), started now:
             # alive, not ready, no listener, until the control topic was read.
-            waiting = SluiceProcess(upstreams[0], node_id=3, wait=False, extra_env={
+            waiting = SluiceProcess(upstreams[0], wait=False, extra_env={
                 **env, "SLUICE_FLEET__ON_UNREACHABLE": "wait", "SLUICE_FLEET__STARTUP_TIMEOUT_S": "1"})
             instances.append(waiting)
             wait_until(lambda: any(e.get("event") == "fleet_waiting_for_control" for e in waiting.log_events()), 60,
