@@ -63,6 +63,7 @@ import bench.support.gen_logs as gen_logs
 from bench.support.gen_logs import Deployment, generate
 from bench.support.revision import REPO, extract_revision
 from bench.support.verdict import add_options, at_least, emit, exit_status, summary
+from rig.cpu import cpu_seconds
 
 WARMUP_ROWS = 100_000
 SPAN_S = 3600.0
@@ -204,17 +205,13 @@ class _Phases:
 
 
 def _jvm_cpu() -> Callable[[], float]:
-    """CPU seconds (user + system) of this process's Spark JVM so far."""
+    """CPU seconds (user + system) of this process's Spark JVM so far (rig/cpu.py)."""
     import psutil
 
     java = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]
     assert len(java) == 1, f"expected one Spark JVM, found {len(java)}"
-
-    def cpu() -> float:
-        t = java[0].cpu_times()
-        return float(t.user + t.system)
-
-    return cpu
+    pid = java[0].pid
+    return lambda: cpu_seconds(pid)
 
 
 def measured_job(spark: Any, cpu: Callable[[], float], logs: Any, out: Path) -> dict[str, Any]:

@@ -103,6 +103,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from bench.support.profiling import Profile
 from bench.support.verdict import Delivery, add_options, at_least, at_most, delivery, emit, exit_status, summary
+from rig.cpu import cpu_seconds
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker, end_offsets, free_ports, read_topic
 from rig.sluice_process import SluiceProcess
@@ -176,9 +177,8 @@ class Budget:
 
 
 def process_cpu_s(proc: psutil.Process) -> float:
-    """The process's CPU seconds so far (user + system)."""
-    t = proc.cpu_times()
-    return float(t.user + t.system)
+    """The process's CPU seconds so far (user + system), to the nanosecond (rig/cpu.py)."""
+    return cpu_seconds(proc.pid)
 
 
 def minor_faults(pid: int) -> int:

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from rig.cpu import cpu_seconds
 from rig.kafka import RIG_NODE_IDS, RigError, free_ports, set_pdeathsig
 
 __all__ = ["SluiceProcess", "pick_ports"]
@@ -246,9 +247,8 @@ class SluiceProcess:
         return int(self._ps().num_fds())
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the running process so far."""
-        t = self._ps().cpu_times()
-        return float(t.user + t.system)
+        """User + system CPU time of the running process so far, to the nanosecond (rig/cpu.py)."""
+        return cpu_seconds(self._ps().pid)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
 
