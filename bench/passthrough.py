@@ -13,9 +13,10 @@ off) in front of it. Measured against the same broker and the same data:
   (acks=1, linger 0, each awaited with flush()); the paths take turns record by record, in an order shuffled each
   send (seeded), so each path follows each other one equally often (a proxy leaves work after each response that
   overlaps the next send on two cores: in a fixed cyclic order the path after Sluice would pay for it); p50/p99;
-- Sluice's CPU seconds per GiB relayed (psutil user+system time of the Sluice process across the proxied consume
-  runs, divided by the bytes it wrote to clients, from its own sluice_bytes_total), and its minor page faults per
-  GiB the same way (``minor_faults_per_gib``: pages its heap returned to the kernel and faulted in again);
+- Sluice's CPU seconds per GiB relayed (user + system time of the Sluice process, rig/cpu.py, across the proxied
+  consume runs, divided by the bytes it wrote to clients, from its own sluice_bytes_total), and its minor page
+  faults per GiB the same way (``minor_faults_per_gib``: pages its heap returned to the kernel and faulted in
+  again);
 - the same for two Kafka-blind relays, each in front of a listener of the broker's own advertised at the relay's
   port (:func:`relayed_broker`: clients that bootstrap through a relay stay on it): the bare relay
   (rig/bare_relay.py: bytes in, bytes out, on the same event loop, Protocols and backpressure marks as Sluice, no
@@ -404,8 +405,8 @@ def per_gib(cpu_s: float, mib: float) -> float:
 
 
 def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
-    """a / b rounded; None when either is missing or NaN, or b is 0 (psutil counts CPU in 10 ms ticks: a short
-    run, --smoke's, may see none; a goal whose figure is None is not met)."""
+    """a / b rounded; None when either is missing or NaN, or b is 0 (a
+    figure a run could not take; a goal whose figure is None is not met)."""
     if a is None or b is None or math.isnan(a) or math.isnan(b) or b == 0:
         return None
     return round(a / b, digits)

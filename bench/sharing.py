@@ -37,7 +37,7 @@ position: two round trips to the coordinator in turn before the client's answer)
 Measured: the longest of the consumers' spans, each from the first record handed to it to its last (the time the
 group takes over the backlog once each consumer is going: a paused client fetches again at a time of its own after
 ``resume()``, librdkafka up to a second later; each one's delay to its first record is ``first_record_s``), the
-records/s over it, and Sluice's CPU time (psutil) from the backlog's production to its end against the record
+records/s over it, and Sluice's CPU time (rig/cpu.py) from the backlog's production to its end against the record
 bytes it filtered (``sluice_sharing_filtered_bytes_total``: the shared partitions' record sets as fetched, before
 filtering). The check, from what the consumers reported, record by record: every record produced arrives
 (``lost``), once (``duplicated``), and each consumer gets each key's records in offset order (``out_of_order``).

@@ -17,7 +17,7 @@ of all rounds:
 - what the upstream connection set-up can account for in a cold storm through Sluice (``upstream_setup``): the
   wait for it is bounded by the latency Sluice's access log gives each connection's first request (request read
   -> response written: the wait for the upstream connect, the broker's answer, Sluice's work), next to the
-  client's time to that answer; and Sluice's CPU per client (psutil), cold against warm split into setting
+  client's time to that answer; and Sluice's CPU per client (rig/cpu.py), cold against warm split into setting
   the connections up and serving the requests;
 - the kernel's counters (/proc/net/netstat, whole machine) across each storm: ``ListenOverflows`` /
   ``ListenDrops`` (a listen backlog full: the SYN or the handshake's last ACK dropped, and the client's or
