@@ -20,8 +20,9 @@ Modes:
   exactly what the same client exchanges with the broker directly;
 - ``terminate``: Sluice in terminate mode; the upstream bytes are what the Sluice<->broker link carries.
 
-Bytes are counted over the measured window only: after the warm-up (at least ``--warmup`` seconds and 5 Fetch
-requests, so it includes the first, full fetch).
+Bytes and records are counted over the measured window only: after the warm-up (at least ``--warmup`` seconds, 5
+Fetch requests, so it includes the first, full fetch, every assigned partition's position known and a record of
+every busy partition got: the client fetches steadily).
 The proxy's CPU is its event-loop thread's CPU time (``time.thread_time()`` read on that thread: the clients
 run in this process too, so process CPU would count them) per client Fetch request.
 
@@ -56,7 +57,7 @@ import argparse
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
@@ -159,6 +160,9 @@ class Client(Protocol):
     def poll(self) -> int:
         """Poll for up to ~0.1 s; the number of records received."""
 
+    def positioned(self) -> bool:
+        """Every assigned partition has a position: no offset lookup is left, the client fetches them all."""
+
     def close(self) -> None: ...
 
 
@@ -172,6 +176,11 @@ class ConfluentClient:
                                    "fetch.min.bytes": min_bytes})
         self._consumer.assign([TopicPartition(t, p, -1) for t, n in topics for p in range(n)])  # -1: from the end
         self.received: list[tuple[str, int, int]] = []
+
+    def positioned(self) -> bool:
+        # librdkafka's position() is the application's (the offset after the last record consumed), unset for a
+        # partition it has handed nothing of, so it cannot say; the busy partitions' records can (run_mode)
+        return True
 
     def poll(self) -> int:
         m = self._consumer.poll(0.1)
@@ -194,6 +203,9 @@ class KafkaPythonClient:
         self._consumer.assign([KafkaTopicPartition(t, p) for t, n in topics for p in range(n)])
         self._consumer.seek_to_end()  # lazy: the offsets are looked up on the first polls (the warm-up)
         self.received: list[tuple[str, int, int]] = []
+
+    def positioned(self) -> bool:
+        return bool(self._consumer._subscription.has_all_fetch_positions())  # no public call says it
 
     def poll(self) -> int:
         n = 0
@@ -228,23 +240,31 @@ SHARING_ELSEWHERE = {"sharing.enabled": True, "sharing.topics": [{"topic": "benc
 
 
 def run_mode(client_name: str, mode: str, broker: KafkaBroker, topics: list[tuple[str, int]], partitions: int,
-             warmup: float, seconds: float, min_bytes: int,
+             warmup: float, seconds: float, min_bytes: int, busy: tuple[str, Sequence[int]],
              overrides: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
     """The mode's line, and the records the client got (checked once the producer has stopped: every record it
-    got has been acknowledged by then)."""
+    got has been acknowledged by then). ``busy``: the topic and partitions the producer writes."""
     with ProxyThread(broker.bootstrap, **{"sessions.mode": "terminate" if mode == "terminate" else "passthrough"},
                      **(overrides or {})) as sluice:
         client: Client = CLIENTS[client_name](sluice.bootstrap, topics, mode, min_bytes)
         try:
-            records = 0
-            # warm-up: at least ``warmup`` seconds and until the client fetches steadily (with 10,000 partitions
-            # the clients first spend a while on metadata and offset lookups), bounded
+            # warm-up: at least ``warmup`` seconds and until the client fetches steadily, bounded. With 10,000
+            # partitions a client first spends a while on metadata and offset lookups, adding partitions to its
+            # fetches as their positions come (some ListOffsets answered NOT_LEADER_OR_FOLLOWER while new
+            # partitions get leaders), so "steadily" is once every partition has a position and it has had a record
+            # of every busy partition (seen: kafka-python with --min-bytes above the traffic, each fetch 500 ms,
+            # still resetting offsets in the measured window, fetch requests of ~26-59 KB against ~20 bytes once
+            # steady, and nothing of one busy partition)
             start, fetches0 = time.monotonic(), sluice.total("sluice_requests_total", api="Fetch")
+            topic, wanted = busy
             while time.monotonic() - start < MAX_WARMUP_S and (
                     time.monotonic() - start < warmup
-                    or sluice.total("sluice_requests_total", api="Fetch") - fetches0 < WARM_FETCHES):
-                records += client.poll()
+                    or sluice.total("sluice_requests_total", api="Fetch") - fetches0 < WARM_FETCHES
+                    or not set(wanted) <= {p for t, p, _ in client.received if t == topic}
+                    or not client.positioned()):
+                client.poll()
             before, cpu0, t0 = snapshot(sluice), proxy_cpu(sluice), time.monotonic()
+            records = 0  # the window's only: its bytes are divided by them
             end = t0 + seconds
             while time.monotonic() < end:
                 records += client.poll()
@@ -304,9 +324,11 @@ def main(argv: list[str] | None = None) -> int:
             for name in clients:
                 overrides = SHARING_ELSEWHERE if args.sharing else None
                 direct, received[f"{name}/direct"] = run_mode(name, "direct", broker, topics, args.partitions,
-                                                              args.warmup, args.seconds, args.min_bytes, overrides)
+                                                              args.warmup, args.seconds, args.min_bytes, (first, busy),
+                                                              overrides)
                 term, received[f"{name}/terminate"] = run_mode(name, "terminate", broker, topics, args.partitions,
-                                                               args.warmup, args.seconds, args.min_bytes, overrides)
+                                                               args.warmup, args.seconds, args.min_bytes, (first, busy),
+                                                               overrides)
                 # Per client fetch and per record delivered: a client's fetch rate (and so its bytes/s) depends
                 # on how fast it processes responses, which differs between the runs (kafka-python at 10,000
                 # partitions is CPU-bound in itself); bytes per fetch and per record compare the same work.
