@@ -7,7 +7,7 @@ record at a time (acks=1, each send awaited: ``bench.passthrough.produce_latency
 the bare relay (rig/bare_relay.py, the least a Python proxy can do), through Sluice at ``REV`` (its ``proxy``
 package extracted beside this checkout, bench/support/revision.py) and through Sluice as this checkout has it, the paths
 taken in turn send by send. Each side's figure is its p50 over direct's p50 in the same rep, and the CPU its
-process spent per send (user + system, psutil).
+process spent per send (user + system, rig/cpu.py).
 
 Why reps, with the processes started afresh and their start order swapped each time: on the 2-core machine two
 Sluice processes running the same code measured up to ~8 us apart per round trip, and by a different amount each
@@ -34,11 +34,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from bench.passthrough import BareRelay, Budget, Sent, check_stored, process_cpu_s, produce_latency, relayed_broker
+from bench.passthrough import BareRelay, Budget, Sent, check_stored, produce_latency, relayed_broker
 from bench.support.revision import extract_revision, short_revision
 from bench.support.verdict import add_options, at_most, emit, exit_status, summary
+from rig.cpu import cpu_seconds
 from rig.java_tools import JavaTools
 from rig.sluice_process import SluiceProcess
 
@@ -56,17 +55,17 @@ def rep(broker_bootstrap: str, bare: BareRelay, topic: str, codes: dict[str, Pat
             started[side] = SluiceProcess(broker_bootstrap, code=codes[side])
         paths = {"direct": broker_bootstrap, **{side: started[side].bootstrap for side in codes},
                  "bare": bare.bootstrap}
-        procs = {side: psutil.Process(started[side].pid) for side in codes} | {"bare": bare.ps}
+        pids = {side: started[side].pid for side in codes} | {"bare": bare.ps.pid}
         produce_latency(paths, topic, warmup, 0, budget, acked)
-        cpu0 = {name: process_cpu_s(p) for name, p in procs.items()}
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         lat = produce_latency(paths, topic, sends, 0, budget, acked)
-        cpu = {name: (process_cpu_s(p) - cpu0[name]) / sends * 1e6 for name, p in procs.items()}
+        cpu = {name: (cpu_seconds(pid) - cpu0[name]) / sends * 1e6 for name, pid in pids.items()}
     finally:
         for sluice in started.values():
             sluice.stop()
     direct = lat["direct"]["p50_ms"]
     return {name: {"added_p50_us": round((lat[name]["p50_ms"] - direct) * 1000, 1),
-                   "cpu_us_per_send": round(cpu[name], 1)} for name in procs} | {"direct_p50_ms": direct}
+                   "cpu_us_per_send": round(cpu[name], 1)} for name in pids} | {"direct_p50_ms": direct}
 
 
 def main(argv: list[str] | None = None) -> int:

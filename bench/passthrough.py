@@ -177,11 +177,6 @@ class Budget:
             raise SystemExit(f"bench.passthrough: over its {BUDGET_S:.0f} s budget before {what}")
 
 
-def process_cpu_s(proc: psutil.Process) -> float:
-    """The process's CPU seconds so far (user + system), to the nanosecond (rig/cpu.py)."""
-    return cpu_seconds(proc.pid)
-
-
 def minor_faults(pid: int) -> int:
     """The process's minor page faults so far (/proc/PID/stat field 10, minflt; psutil does not read it): a page
     the heap handed back to the kernel and took again is one per 4 KiB (proxy/heap.py)."""
@@ -206,9 +201,9 @@ class CpuMeter:
     def measure(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         # the /metrics scrapes outside the CPU interval: the bench's own reads are not Sluice relaying
         b0 = self._bytes()
-        cpu0, faults0 = process_cpu_s(self.proc), minor_faults(self.proc.pid)
+        cpu0, faults0 = cpu_seconds(self.proc.pid), minor_faults(self.proc.pid)
         result = fn()
-        cpu1, faults1 = process_cpu_s(self.proc), minor_faults(self.proc.pid)
+        cpu1, faults1 = cpu_seconds(self.proc.pid), minor_faults(self.proc.pid)
         b1 = self._bytes()
         self.cpu_s += cpu1 - cpu0
         self.faults += faults1 - faults0
@@ -314,9 +309,9 @@ class Relay:
         return f"127.0.0.1:{self.port}"
 
     def measure(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        t0 = process_cpu_s(self.ps)
+        t0 = cpu_seconds(self.ps.pid)
         result = fn()
-        cpu = process_cpu_s(self.ps) - t0
+        cpu = cpu_seconds(self.ps.pid) - t0
         self.cpu_s += cpu
         self.mib += float(result.get("mb") or 0.0)
         result["relay_cpu_s"] = round(cpu, 3)
@@ -405,8 +400,8 @@ def per_gib(cpu_s: float, mib: float) -> float:
 
 
 def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
-    """a / b rounded; None when either is missing or NaN, or b is 0 (a
-    figure a run could not take; a goal whose figure is None is not met)."""
+    """a / b rounded; None when either is missing or NaN, or b is 0 (a figure a run could not take; a goal whose
+    figure is None is not met)."""
     if a is None or b is None or math.isnan(a) or math.isnan(b) or b == 0:
         return None
     return round(a / b, digits)
@@ -716,22 +711,21 @@ def main(argv: list[str] | None = None) -> int:
 
             lat_topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
             tools.create_topic(broker.bootstrap, lat_topic, partitions=1)
-            # CPU per round trip of each relay over the same sends (user + system; psutil, 10 ms ticks: ~3 us at
-            # 2,200 sends)
-            procs = {"sluice": meter.proc, "bare": bare.ps, "haproxy": haproxy.ps}
+            # CPU per round trip of each relay over the same sends (user + system, rig/cpu.py)
+            pids = {"sluice": meter.proc.pid, "bare": bare.ps.pid, "haproxy": haproxy.ps.pid}
             bootstraps = {"direct": broker.bootstrap, "sluice": sluice.bootstrap, "bare": bare.bootstrap,
                           "haproxy": haproxy.bootstrap}
             if plain is not None and plain_meter is not None:
-                procs["passthrough"] = plain_meter.proc
+                pids["passthrough"] = plain_meter.proc.pid
                 bootstraps["passthrough"] = plain.bootstrap
             if every_sluice is not None and all_meter is not None:
-                procs["all"] = all_meter.proc
+                pids["all"] = all_meter.proc.pid
                 bootstraps["all"] = every_sluice.bootstrap
-            cpu0 = {path: process_cpu_s(proc) for path, proc in procs.items()}
+            cpu0 = {path: cpu_seconds(pid) for path, pid in pids.items()}
             latency = produce_latency(bootstraps, lat_topic, args.latency_records, warmup=200, budget=budget,
                                       acked=acked)
             sends = args.latency_records + 200
-            cpu_us = {path: round((process_cpu_s(proc) - cpu0[path]) / sends * 1e6, 1) for path, proc in procs.items()}
+            cpu_us = {path: round((cpu_seconds(pid) - cpu0[path]) / sends * 1e6, 1) for path, pid in pids.items()}
             for path, percentiles in latency.items():
                 emit({"bench": "passthrough", "measure": "produce_latency", "client": "confluent-kafka",
                       "path": path, **percentiles})

@@ -489,7 +489,8 @@ def free_ports(count: int, host: str = "127.0.0.1", *, consecutive: bool = False
     candidates = listen_port_range()
     if consecutive:
         # the kernel picks single ports only: a run's start is picked here, from a range that leaves room for it
-        candidates = (candidates or range(1024, 65536))[: -(count - 1) or None]
+        pool = candidates or range(1024, 65536)
+        candidates = pool[: len(pool) - count + 1]
     try:
         while len(socks) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -248,7 +248,7 @@ class SluiceProcess:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the running process so far, to the nanosecond (rig/cpu.py)."""
-        return cpu_seconds(self._ps().pid)
+        return cpu_seconds(self.pid)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
 
