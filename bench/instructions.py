@@ -2,7 +2,7 @@
 
 ``python -m bench.instructions [--case produce|fetch_all|fetch_small|bare] [--rounds 200] [--compare REV]``
 ``[--sharing shared|unshared|off] [--terminate] [--client-session]`` (``fetch_small`` only)
-``[--policies none|all] [--access-log file|off]`` (``produce`` only)
+``[--policies none|all] [--access-log file|off]`` (``produce`` only) ``[--cold]``
 
 A count, not a timing: the same on a loaded machine as on a quiet one, so a change of a few percent shows where a
 wall-clock figure cannot (two starts of the same Sluice on this project's shared 2-core machine differ by more).
@@ -36,9 +36,17 @@ the measured loop is counted (``--toggle-collect`` on the C function of ``operat
 start-up, warm-up and exit count nothing. ``--compare REV`` counts REV's tree too (a temporary worktree, this
 file's harness run against its code).
 
+``--cold``: each counted round trip starts from evicted caches (a 64 MiB buffer written before it, uncounted), and
+callgrind models a core's caches (a Zen core's L1s and its 2 MiB L2, the same on every machine): ``cold_misses``
+per round trip are the cache lines, code and data, it brings in from beyond that L2. That is what a round trip
+costs where it runs: on a machine whose cores the clients and the broker share, each request finds the caches
+holding their work, not Sluice's, and a count warm in a loop misses almost none of it (docs/PERFORMANCE.md relates
+the misses to ``bench.passthrough``'s CPU per send).
+
 One JSON line per count, then ``{"summary": "instructions", "case", "rounds", "instructions" (per round trip, this
 tree), "memory_instructions" (of them, the C library's block copies and fills: the bytes moved), ["before",
-"ratio" with --compare], "goals": {}, "met": true, "wrong", "errors", "correct"}``: the check is every round trip's
+"ratio" with --compare; with --cold "cold_misses", "l1_misses", "cold_misses_before", "cold_misses_ratio"],
+"goals": {}, "met": true, "wrong", "errors", "correct"}``: the check is every round trip's
 reply as the client must get it (the broker's bytes for a relayed one, every batch for ``fetch_all``); the exit
 status is 1 when one was wrong or a count failed. ``--smoke``: 20 rounds. Needs ``valgrind`` (Debian's package;
 ``make install`` installs it) and a libpython with its symbols (``operator.call``'s C function is found by name).
@@ -146,6 +154,8 @@ class SmallFetch(NamedTuple):
     client_session: bool = False
     policies: str = "none"
     access_log: str = "file"
+    #: --cold: caches evicted before each round trip, cache misses counted (any case)
+    cold: bool = False
 
     def overrides(self) -> dict[str, Any]:
         terminate = '[sessions]\nmode = "terminate"\n' if self.terminate else ""
@@ -154,7 +164,7 @@ class SmallFetch(NamedTuple):
     def argv(self) -> list[str]:
         return ["--sharing", self.sharing, *(["--terminate"] if self.terminate else []),
                 *(["--client-session"] if self.client_session else []), "--policies", self.policies,
-                "--access-log", self.access_log]
+                "--access-log", self.access_log, *(["--cold"] if self.cold else [])]
 
 
 #: a key of slice 0/2 (its murmur2 hash below 2^30): ``--sharing shared`` keeps the record
@@ -291,7 +301,17 @@ def child(case: str, rounds: int, flag: Path, small: SmallFetch) -> int:
     while not flag.exists():
         time.sleep(0.01)
     replies.clear()
-    operator.call(run, trips[WARMUP:])
+    if small.cold:
+        # each round trip from cold caches, as on a machine whose cores its clients and the broker share: every
+        # cache line of a buffer larger than the modelled caches written first (uncounted: only operator.call's
+        # inside is collected), so each round trip brings in again all the code and data it touches
+        junk = bytearray(EVICT_BYTES)
+        ones = b"\x01" * (EVICT_BYTES // 64)
+        for request, reads in trips[WARMUP:]:
+            junk[::64] = ones
+            replies.append(operator.call(round_trip, request, reads))
+    else:
+        operator.call(run, trips[WARMUP:])
     wrong = sum(wrong_reply(case, request, response, b"".join(bytes(b) for b in reply))
                 for (request, response), reply in zip(frames[WARMUP:], replies, strict=True))
     print(json.dumps({"rounds": len(replies), "wrong": wrong}), flush=True)
@@ -303,6 +323,7 @@ def count(tree: Path, case: str, rounds: int, small: SmallFetch) -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
         flag, out = Path(tmp) / "go", Path(tmp) / "callgrind.out"
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
+               *(CACHE_MODEL if small.cold else []),
                "--toggle-collect=_operator_call", f"--callgrind-out-file={out}", sys.executable, "-m",
                "bench.instructions", "--child", str(flag), "--case", case, "--rounds", str(rounds), *small.argv()]
         # this file's harness, the tree's code (the harness reads no more of the tree than its modules' interfaces)
@@ -325,10 +346,35 @@ def count(tree: Path, case: str, rounds: int, small: SmallFetch) -> dict[str, An
         if collected is None or int(collected.group(1)) == 0:
             raise RuntimeError(f"callgrind counted nothing: is libpython's symbol _operator_call there?\n{err[-2000:]}")
         memory = memory_instructions(out)
+        misses = cache_misses(out) if small.cold else None
     result = json.loads(rest.strip().splitlines()[-1])
     total, counted = int(collected.group(1)), result["rounds"]
-    return {"instructions": round(total / counted), "memory_instructions": round(memory / counted),
-            "wrong": result["wrong"]}
+    figures = {"instructions": round(total / counted), "memory_instructions": round(memory / counted)}
+    if misses is not None:
+        figures |= {"cold_misses": round(misses[0] / counted, 1), "l1_misses": round(misses[1] / counted, 1)}
+    return {**figures, "wrong": result["wrong"]}
+
+
+#: --cold: the caches callgrind models, the same on every machine (a count must not depend on the host's): an AMD
+#: Zen core's (this project's machines'), 32 KiB L1i, 48 KiB L1d, and its 2 MiB L2 as the last level; what misses
+#: there comes from the shared L3 or memory (tens of nanoseconds a line)
+CACHE_MODEL = ["--cache-sim=yes", "--I1=32768,8,64", "--D1=49152,12,64", "--LL=2097152,16,64"]
+#: --cold: bytes written (a byte per 64-byte line) before each round trip: 32 times the modelled last level
+EVICT_BYTES = 64 << 20
+
+
+def cache_misses(out: Path) -> tuple[int, int]:
+    """(last-level misses: instruction fetches, data reads and writes; first-level misses) in the count, from the
+    totals line of callgrind's output (its ``events:`` line names the columns)."""
+    events: list[str] = []
+    totals: list[int] = []
+    for line in out.read_text().splitlines():
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        elif line.startswith(("summary:", "totals:")):
+            totals = [int(v) for v in line.split()[1:]]
+    got = dict(zip(events, totals, strict=False))
+    return (got["ILmr"] + got["DLmr"] + got["DLmw"], got["I1mr"] + got["D1mr"] + got["D1mw"])
 
 
 #: the C library's block copies and fills: what a response's bytes cost to move, counted apart
@@ -368,22 +414,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--access-log", choices=("file", "off"), default="file",
                     help="produce --policies all: the access log written to a file (default, as bench.passthrough) "
                          "or off")
+    ap.add_argument("--cold", action="store_true",
+                    help="each round trip from evicted caches; count the cache misses (of callgrind's model of a "
+                         "core's caches) too")
     ap.add_argument("--child", metavar="FLAG", type=Path, help=argparse.SUPPRESS)
     add_options(ap, "20 rounds")
     args = ap.parse_args(argv)
-    small = SmallFetch(args.sharing, args.terminate, args.client_session, args.policies, args.access_log)
+    small = SmallFetch(args.sharing, args.terminate, args.client_session, args.policies, args.access_log, args.cold)
     if args.child is not None:
         return child(args.case, args.rounds, args.child, small)
     rounds = 20 if args.smoke else args.rounds
     errors: list[str] = []
     after = count(ROOT, args.case, rounds, small)
-    variant = {k: v for k, v in small._asdict().items() if k not in ("policies", "access_log")} \
+    variant: dict[str, Any] = {k: v for k, v in small._asdict().items()
+                               if k not in ("policies", "access_log", "cold")} \
         if args.case == "fetch_small" else {"policies": small.policies, "access_log": small.access_log} \
         if args.case == "produce" and small.policies == "all" else {}
+    if small.cold:
+        variant["cold"] = True
     emit({"bench": "instructions", "case": args.case, **variant, "side": "after" if args.compare else "this",
           **after})
     figures: dict[str, Any] = {"case": args.case, **variant, "rounds": rounds, "instructions": after["instructions"],
                                "memory_instructions": after["memory_instructions"]}
+    if small.cold:
+        figures |= {"cold_misses": after["cold_misses"], "l1_misses": after["l1_misses"]}
     wrong = after["wrong"]
     if args.compare:
         with tempfile.TemporaryDirectory(prefix="bench-instructions-rev-") as tmp:
@@ -396,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
         wrong += before["wrong"]
         figures |= {"rev": args.compare, "before": before["instructions"],
                     "ratio": round(after["instructions"] / before["instructions"], 3)}
+        if small.cold:
+            figures |= {"cold_misses_before": before["cold_misses"],
+                        "cold_misses_ratio": round(after["cold_misses"] / before["cold_misses"], 3)}
     if wrong:
         errors.append(f"{wrong} replies differ from what the client must get")
     line = summary("instructions", {**figures, "wrong": wrong}, {}, checks={"replies_as_sent": not wrong},

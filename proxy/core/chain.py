@@ -34,6 +34,7 @@ Which policies exist, in which order, is decided in one place: ``proxy/policies/
 
 from __future__ import annotations
 
+import struct
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, overload
@@ -45,7 +46,7 @@ from ..wire.errors import CodecError, MalformedFrame
 from ..wire.fetch_layout import FIRST_TOPIC_ID, TopicKey, topic_key
 from ..wire.fetch_request_fast import FetchEdit
 from ..wire.fetch_stream import FetchStreamer
-from ..wire.messages import RequestHeader, peek_request_header
+from ..wire.messages import RequestHeader, peek_request_header, request_header_version
 from ..wire.produce import produce_acks
 from ..wire.views import FetchResponse, response_view
 from .exchange import (
@@ -70,6 +71,14 @@ _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH  # module constants: compared on
 Route = tuple[Callable[[Buffer], bool] | None, Callable[[int], Streamer] | None, tuple[Policy, ...]]
 #: the route of an API no policy declares
 _UNREAD: Route = (None, None, ())
+#: an API version relayed unread (:meth:`Chain.relay`): its key and version, name, route, whether its request header
+#: is v2 (a tag section after the client id, KIP-482), whether it is a Produce (its Acks read)
+Unread = tuple[int, int, str, Route, bool, bool]
+#: a whole request's size prefix skipped: api key and version (as api_key << 16 | version: both are >= 0),
+#: correlation id, client id length
+_KEY_CORR_LENGTH = struct.Struct(">iih")
+#: a RequestHeader from its fields' tuple in one C call (as wire/messages.py makes them)
+_header = tuple.__new__
 
 
 class ChainConnection:
@@ -116,6 +125,10 @@ class Chain:
         self._routes = self._relay_routes()
         self._declined = self._relay_routes(self._selective)
         self._arrivals = self._arrival_terms()
+        #: the API versions whose every request is relayed unread (no policy reads it, none counts it on arrival)
+        #: and read by :meth:`relay`: learnt from each one's first request (:meth:`classify`), so only versions
+        #: clients send and Sluice knows the header of (a bounded table)
+        self._unread: dict[int, Unread] = {}
 
     def _relay_routes(self, left: frozenset[Policy] = frozenset()) -> dict[int, Route]:
         """Per API version some policy declares (key ``api_key << 16 | version``), its route when every policy
@@ -235,7 +248,9 @@ class Chain:
         if relayable and arrived is None:
             route = _UNREAD if candidates is None else self._routes.get(key << 16 | header.api_version)
             if route is not None:
-                return Relayed(header, name, frame, now, expects_response, *route, log)
+                if header.body_offset is not None and not self._arrivals.get(key << 16 | header.api_version):
+                    self._learn_unread(header, name, route)
+                return Relayed(header, name, frame, now, expects_response, route[0], route[1], route[2], log)
         ex = Exchange(header, name, len(frame) + 4, frame, now, expects_response, info=info, log=dict(log),
                       arrived=arrived)
         if candidates:
@@ -258,7 +273,7 @@ class Chain:
                 # none of the policies that choose their requests chose this one, and the others leave it alone
                 route = self._declined.get(key << 16 | header.api_version)
                 if route is not None:
-                    return Relayed(header, name, frame, now, expects_response, *route, log)
+                    return Relayed(header, name, frame, now, expects_response, route[0], route[1], route[2], log)
             ex.policies = tuple(applying)
             if key == _FETCH and header.api_version >= FIRST_TOPIC_ID \
                     and not self._name_readers.isdisjoint(applying) and self._names_wanted(ex, applying):
@@ -270,6 +285,52 @@ class Chain:
                 assert isinstance(request, FetchEdit)
                 ex.missing_names = self.names.missing(request.view.topic_keys)  # type: ignore[arg-type]
         return ex
+
+    def _learn_unread(self, header: RequestHeader, name: str, route: Route) -> None:
+        """Note that every request of ``header``'s API version is relayed unread by ``route`` (for :meth:`relay`)
+        when :meth:`relay` can read what its requests need: a Produce's Acks in its flexible versions (v9+) only."""
+        key, version = header.api_key, header.api_version
+        header_v2 = request_header_version(key, version) == 2  # the request is flexible (KIP-482)
+        if key == _PRODUCE and not header_v2:
+            return
+        self._unread[key << 16 | version] = (key, version, name, route, header_v2, key == _PRODUCE)
+
+    def relay(self, wire: bytes, now: float) -> Relayed | None:
+        """A whole request as read (``wire``: size prefix included) as a :class:`Relayed` when its API version is
+        relayed unread (:meth:`classify` learnt so from an earlier request) and its header has the usual shape;
+        else None, and :meth:`classify` decides (and refuses what is malformed).
+
+        The same reading as :func:`~proxy.wire.messages.peek_request_header` and
+        :func:`~proxy.wire.produce.produce_acks` (a unit test holds them equal), spelt out in one function: this runs
+        on every request a producer sends, on a processor whose caches its clients and the broker have just used,
+        so each function, C call and line more is a cache miss more (docs/PERFORMANCE.md counts them)."""
+        # api key and version read as one int32: the table's key (api_key << 16 | version), no arithmetic
+        key_version, corr, n = _KEY_CORR_LENGTH.unpack_from(wire, 4)
+        unread = self._unread.get(key_version)
+        pos = 14 + n
+        if unread is None or n < 0 or pos >= len(wire):
+            return None  # null client id (-1) or a length beyond the frame: classify reads or refuses it
+        key, version, name, route, header_v2, produce = unread
+        try:
+            client_id = wire[14:pos].decode()
+        except UnicodeDecodeError:
+            return None
+        if header_v2:
+            if wire[pos]:
+                return None  # tagged fields in the header (KIP-482): classify skips them
+            pos += 1
+        expects = True
+        if produce:
+            # ProduceRequest v9+: TransactionalId (compact nullable string: length + 1 as an unsigned varint, 0 =
+            # null), then Acks (int16); acks=0 is owed no response
+            size = wire[pos] if pos < len(wire) else 0x80
+            end = pos + (size or 1)
+            if size >= 0x80 or end + 2 > len(wire):
+                return None  # a transactional id of 127 bytes or more, or a truncated frame: classify's
+            expects = wire[end] != 0 or wire[end + 1] != 0
+        check, streamer, readers = route
+        return Relayed(_header(RequestHeader, (key, version, corr, client_id, pos - 4)), name, wire[4:], now,
+                       expects, check, streamer, readers, NO_FIELDS)
 
     def exchange(self, conn: ChainConnection, relayed: Relayed) -> Exchange:
         """A relayed request whose response its readers must see after all (its check was false, or the response

@@ -272,14 +272,20 @@ class Connection:
         n = len(data)
         self._bytes_in.value += n
         # the read's time is each of its requests' start (the last byte read): one clock call per read
-        now = self._last_active = self.clock()
+        clock = self.clock  # an attribute, not a method: called as ``self.clock()`` its look-up is not specialised
+        now = self._last_active = clock()
         if self._buf or self._framing or type(data) is not bytes:
             self._buf += data
             self._frame(None, now)
         elif n >= 4 and not self._client_pauses and self._bare is None and \
                 0 <= _SIZE.unpack_from(data)[0] == n - 4 <= self.limits.max_frame_bytes:
-            # the read is one whole request (nearly always): nothing to frame, and sent as read if relayed
-            self._on_request(data[4:], now, data)
+            # the read is one whole request (nearly always): nothing to frame, and sent as read if relayed; one of
+            # an API version relayed unread is read by the chain's shortest path (Chain.relay)
+            relayed = None if self._pending else self.chain.relay(data, now)
+            if relayed is None:
+                self._on_request(data[4:], now, data)
+            else:
+                self._relay(relayed, data)
         else:
             self._frame(data, now)  # nothing buffered: framed from the read itself, one copy less
 
@@ -366,22 +372,34 @@ class Connection:
         except (Rejected, PolicyFailed) as e:
             self._refuse(e)
             return
-        self.client_id = ex.header.client_id
         if isinstance(ex, Relayed):
-            # no policy reads it (Chain.classify): sent now, as it came (as read: one buffer, no prefix made)
-            self._write_upstream(frame, wire)
-            if ex.expects_response:
-                self.inflight.append(ex)
-                self.awaiting.append(ex)
-            else:
-                self._complete(ex)
-        else:
-            self._pending.append(ex)
+            self._relay(ex, wire)
+            return
+        self.client_id = ex.header.client_id
+        self._pending.append(ex)
         limit = self.limits.max_inflight_requests
         if limit and len(self.inflight) + len(self._pending) >= limit:
             self._inflight_full()
-        if first and self._pending:  # it is the one pending: nothing ahead of it to wait for
+        if first:  # it is the one pending: nothing ahead of it to wait for
             self._pump()
+
+    def _relay(self, r: Relayed, wire: bytes | None) -> None:
+        """A request no policy reads (Chain.relay, Chain.classify: only with nothing pending ahead of it), sent now
+        as it came (``wire``: as read, one buffer, no prefix made)."""
+        self.client_id = r.header.client_id
+        if wire is not None and self.state is _OPEN:
+            self._bytes_up.value += len(wire)  # _write_upstream's, spelt out: on every request a producer sends
+            self.port.send_upstream((wire,))
+        else:
+            self._write_upstream(r.frame, wire)
+        if r.expects_response:
+            self.inflight.append(r)
+            self.awaiting.append(r)
+        else:
+            self._complete(r)
+        limit = self.limits.max_inflight_requests
+        if limit and len(self.inflight) >= limit:
+            self._inflight_full()
 
     def _inflight_full(self) -> None:
         """Kafka's channel muting: a connection with ``max_inflight_requests`` owed a response is not read until
@@ -645,11 +663,18 @@ class Connection:
         ``_size`` its size). Otherwise (False) :meth:`_start_response` reads it as any other response (making
         the request an Exchange if its check is false), and fails the connection if it breaks the protocol."""
         size, corr = _SIZE_CORR.unpack_from(data, pos)
-        if corr != r.header.correlation_id or not self._unread(data, pos, size, end, r.check):
+        if corr != r.header.correlation_id or not 4 <= size <= end - pos - 4 or size > self.limits.max_frame_bytes:
             return False
+        check = r.check
+        if check is not None:
+            # _unread's test, spelt out: this runs on every relayed response (Chain.relay says why)
+            try:
+                if not check(data[pos + 4 : pos + 4 + size]):
+                    return False
+            except CodecError:
+                return False
         self.awaiting.popleft()
-        head = self.inflight.popleft()
-        assert head is r
+        self.inflight.popleft()  # r: a relayed request is owed its response in order, as it was sent
         # the read is this one response (nearly always): written as read, no view made of it
         self.port.send_client((data,) if pos == 0 and size + 4 == end and type(data) is bytes
                               else (memoryview(data)[pos : pos + 4 + size],))
@@ -833,7 +858,8 @@ class Connection:
 
     def _complete(self, ex: Exchange | Relayed) -> None:
         """The exchange is over (its response handed to the client, or none is owed): counted and observed."""
-        now = self.clock()
+        clock = self.clock  # client_data says why
+        now = clock()
         self._last_active = now
         self._bytes_out.value += ex.client_bytes
         self.observer.completed(self.info, ex, now - ex.started, self.upstream_name)

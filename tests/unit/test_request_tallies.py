@@ -47,3 +47,26 @@ def test_a_new_api_met_while_a_scrape_runs_on_another_thread_leaves_the_scrape_w
     monkeypatch.setattr(metrics, "accumulate", accumulate_while_the_loop_runs)
     _, histogram = t.collect()
     assert {s.labels["api"] for s in histogram.samples} == {"Fetch", "Metadata"}
+
+
+def test_versions_outside_the_per_api_list_are_counted_too() -> None:
+    t = _tallies()
+    for version in (0, metrics.MAX_VERSION_INDEXED, metrics.MAX_VERSION_INDEXED + 1, -1, 32767):
+        t.observe("Produce", version, 0.001)
+    t.observe("Produce", 0, 0.001)
+    counter, _ = t.collect()
+    assert {s.labels["version"]: s.value for s in counter.samples if s.name == "t_requests_total"} == {
+        "0": 2, str(metrics.MAX_VERSION_INDEXED): 1, str(metrics.MAX_VERSION_INDEXED + 1): 1, "-1": 1, "32767": 1}
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.00004, 0.00005, 0.00005000001, 0.0003, 0.001, 0.0049, 9.99, 10.0, 10.5,
+                                     1e6])
+def test_each_latency_lands_in_the_first_bucket_whose_bound_is_not_below_it(seconds: float) -> None:
+    """Prometheus' ``le``: an observation equal to a bound is in that bound's bucket; above the last, only in +Inf."""
+    t = _tallies()
+    t.observe("Fetch", 16, seconds)
+    _, histogram = t.collect()
+    buckets = {s.labels["le"]: s.value for s in histogram.samples if s.name == "t_latency_seconds_bucket"}
+    first = next((b for b in LATENCY_BUCKETS if seconds <= b), None)
+    assert buckets == {le: (1.0 if first is not None and float(le) >= first or le == "+Inf" else 0.0)
+                       for le in buckets}
