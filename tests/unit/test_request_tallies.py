@@ -68,5 +68,5 @@ def test_each_latency_lands_in_the_first_bucket_whose_bound_is_not_below_it(seco
     _, histogram = t.collect()
     buckets = {s.labels["le"]: s.value for s in histogram.samples if s.name == "t_latency_seconds_bucket"}
     first = next((b for b in LATENCY_BUCKETS if seconds <= b), None)
-    assert buckets == {le: (1.0 if first is not None and float(le) >= first or le == "+Inf" else 0.0)
+    assert buckets == {le: (1.0 if (first is not None and float(le) >= first) or le == "+Inf" else 0.0)
                        for le in buckets}
