@@ -358,10 +358,10 @@ def frame_reader_client(data: st.DataObject) -> None:
 
 
 def _record_classified(rig: CoreRig, current: Callable[[], list[Exchange | Relayed]]) -> None:
-    """Record every request the chain classifies (exchanges and relayed requests), in order, in the list
-    ``current()`` gives at that moment."""
+    """Record every request the chain classifies (exchanges and relayed requests) or relays by its shortest path
+    (Chain.relay), in order, in the list ``current()`` gives at that moment."""
     chain = rig.proxy.chain
-    classify = chain.classify
+    classify, relay = chain.classify, chain.relay
 
     def recording(frame: bytes, now: float, info: ConnectionInfo | None = None,
                   relayable: bool = False) -> Exchange | Relayed:
@@ -369,7 +369,14 @@ def _record_classified(rig: CoreRig, current: Callable[[], list[Exchange | Relay
         current().append(ex)
         return ex
 
+    def relaying(wire: bytes, now: float) -> Relayed | None:
+        r = relay(wire, now)
+        if r is not None:
+            current().append(r)
+        return r
+
     chain.classify = recording  # type: ignore[method-assign, assignment]
+    chain.relay = relaying  # type: ignore[method-assign]
 
 
 def _upstream_answer(data: st.DataObject, ex: Exchange | Relayed, pair: Golden | None) -> bytes:

@@ -304,6 +304,8 @@ class Chain:
         :func:`~proxy.wire.produce.produce_acks` (a unit test holds them equal), spelt out in one function: this runs
         on every request a producer sends, on a processor whose caches its clients and the broker have just used,
         so each function, C call and line more is a cache miss more (docs/PERFORMANCE.md counts them)."""
+        if len(wire) < 14:
+            return None  # shorter than a request header: classify refuses it
         # api key and version read as one int32: the table's key (api_key << 16 | version), no arithmetic
         key_version, corr, n = _KEY_CORR_LENGTH.unpack_from(wire, 4)
         unread = self._unread.get(key_version)

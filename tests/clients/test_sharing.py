@@ -694,12 +694,25 @@ def test_a_fenced_members_late_commit_and_heartbeat_are_refused_and_move_no_posi
         m = sharing.members.get(("127.0.0.1", a.client_id))
         assert m is not None and m.partitions
         member_id, generation, s = m.member_id, m.held, m.partitions[(topic, 0)].slice
-        before = committed_offsets(admin, slice_group(group, s), topic, 1)
-        assert before[0] > 0
         a.proc.send_signal(signal.SIGSTOP)
         if unread:
             unread_joins.write_text("2")  # b's next two joins: the rebalance once a's session times out
         try:
+            # where a left its slice: read once a is stopped and the commits of it Sluice had read have landed (a
+            # commit a sent as it was stopped moves it, legitimately: a had read those records; read before that,
+            # the broker's figure was the one before it, and a's next record was taken for one a never had). Sluice
+            # commits a slice's position one at a time (PartitionState.writing): none in flight, the broker's
+            # figure Sluice's own, unchanged for a while
+            def slice_position() -> tuple[float, float]:
+                state = m.partitions.get((topic, 0)) if m.partitions is not None else None
+                if state is None or state.in_flight is not None:
+                    return 0.0, 0.0
+                at = committed_offsets(admin, slice_group(group, s), topic, 1)[0]
+                return (1.0, float(at)) if at == state.committed else (0.0, 0.0)
+
+            settled(slice_position, timeout=30)
+            before = committed_offsets(admin, slice_group(group, s), topic, 1)
+            assert before[0] > 0
             second = produce(kafka_broker.bootstrap, topic, 100, keys=40, tag="second")
 
             def fenced() -> bool:

@@ -34,6 +34,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
 from proxy.core.chain import Chain
+from proxy.core.connection import Connection
+from proxy.core.exchange import Relayed
 from proxy.io import transports
 from proxy.wire.messages import decode_response, peek_request_header
 from proxy.wire.model import Message
@@ -73,6 +75,16 @@ class Tap:
                         tap.requests[info.conn_id][h.correlation_id] = (h.api_key, h.api_version)
             return original_classify(chain, frame, now, info, relayable)
 
+        original_relay = Connection._relay
+
+        def relay(conn: Connection, r: Relayed, wire: bytes | None) -> None:
+            # a request of an API version relayed unread before is read by Chain.relay, not classify: every relayed
+            # request is sent by Connection._relay
+            h = r.header
+            with tap.lock:
+                tap.requests[conn.info.conn_id][h.correlation_id] = (h.api_key, h.api_version)
+            original_relay(conn, r, wire)
+
         def send_client(client: transports.ClientProtocol, buffers: Any) -> None:
             buffers = list(buffers)
             if client.transport is not None and not client.torn_down:
@@ -82,6 +94,7 @@ class Tap:
             original_send(client, buffers)
 
         monkeypatch.setattr(Chain, "classify", classify)
+        monkeypatch.setattr(Connection, "_relay", relay)
         monkeypatch.setattr(transports.ClientProtocol, "send_client", send_client)
 
     def frames(self) -> Iterator[tuple[int, int, bytes]]:

@@ -72,7 +72,8 @@ transactional_ids = st.one_of(st.none(), st.binary(max_size=3), st.binary(min_si
 @settings(max_examples=400, deadline=None)
 # the shapes each reading step decides on, always tried: a null, a short and a 150-byte transactional id (its
 # length a two-byte varint; zeros, so Acks read from inside it would differ), a header tag section, a null client id, a
-# non-flexible Produce (v8: its transactional id's length an int16), a client id that overruns its frame
+# non-flexible Produce (v8: its transactional id's length an int16), a client id that overruns its frame, a frame
+# shorter than a request header (3 bytes)
 @example(key_version=(0, 11), client_id=b"c", tags=b"\x00", transactional_id=None, acks=1, cut=250)
 @example(key_version=(0, 11), client_id=b"c", tags=b"\x00", transactional_id=b"t", acks=0, cut=250)
 @example(key_version=(0, 11), client_id=b"c", tags=b"\x00", transactional_id=b"\x00" * 150, acks=1, cut=250)
@@ -80,6 +81,7 @@ transactional_ids = st.one_of(st.none(), st.binary(max_size=3), st.binary(min_si
 @example(key_version=(0, 11), client_id=None, tags=b"\x00", transactional_id=None, acks=1, cut=250)
 @example(key_version=(0, 8), client_id=b"c", tags=b"", transactional_id=b"", acks=1, cut=250)
 @example(key_version=(12, 4), client_id=b"abcdef", tags=b"\x00", transactional_id=None, acks=1, cut=199)
+@example(key_version=(12, 4), client_id=b"c", tags=b"\x00", transactional_id=None, acks=1, cut=21)
 @given(key_version=st.one_of(st.tuples(st.just(int(ApiKey.PRODUCE)), st.integers(0, 13)),
                              st.tuples(st.just(HEARTBEAT), st.integers(0, 4))),
        client_id=client_ids, tags=tag_sections, transactional_id=transactional_ids,
@@ -93,8 +95,8 @@ def test_relay_reads_what_classify_reads(key_version: tuple[int, int], client_id
     assert isinstance(classified(chain, request(key, version, b"c", b"\x00", produce_body(version, None, 1)
                                                 if key == ApiKey.PRODUCE else body)), Relayed)
     whole = request(key, version, client_id, tags, body)
-    # truncated as a frame, its size prefix still right (a frame that ends early)
-    frame = whole[4:][: max(10, len(whole) - 4 - cut)] if cut < 200 else whole[4:]
+    # truncated as a frame, its size prefix still right (a frame that ends early, down to none at all)
+    frame = whole[4:][: max(0, len(whole) - 4 - cut)] if cut < 200 else whole[4:]
     wire = len(frame).to_bytes(4, "big") + frame
     relayed = chain.relay(wire, 1.0)
     expected = classified(chain, wire)
