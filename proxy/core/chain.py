@@ -125,10 +125,10 @@ class Chain:
         self._routes = self._relay_routes()
         self._declined = self._relay_routes(self._selective)
         self._arrivals = self._arrival_terms()
-        #: the API versions whose every request is relayed unread (no policy reads it, none counts it on arrival)
-        #: and read by :meth:`relay`: learnt from each one's first request (:meth:`classify`), so only versions
-        #: clients send and Sluice knows the header of (a bounded table)
-        self._unread: dict[int, Unread] = {}
+        #: the API versions whose every request is relayed unread (no policy reads it, none counts it on arrival),
+        #: learnt from each one's first request (:meth:`classify`), so only versions clients send and Sluice knows
+        #: the header of (a bounded table): read by :meth:`relay`, or None where it cannot read them (classify's)
+        self._unread: dict[int, Unread | None] = {}
 
     def _relay_routes(self, left: frozenset[Policy] = frozenset()) -> dict[int, Route]:
         """Per API version some policy declares (key ``api_key << 16 | version``), its route when every policy
@@ -248,7 +248,9 @@ class Chain:
         if relayable and arrived is None:
             route = _UNREAD if candidates is None else self._routes.get(key << 16 | header.api_version)
             if route is not None:
-                if header.body_offset is not None and not self._arrivals.get(key << 16 | header.api_version):
+                version_key = key << 16 | header.api_version
+                if header.body_offset is not None and version_key not in self._unread \
+                        and not self._arrivals.get(version_key):
                     self._learn_unread(header, name, route)
                 return Relayed(header, name, frame, now, expects_response, route[0], route[1], route[2], log)
         ex = Exchange(header, name, len(frame) + 4, frame, now, expects_response, info=info, log=dict(log),
@@ -287,13 +289,13 @@ class Chain:
         return ex
 
     def _learn_unread(self, header: RequestHeader, name: str, route: Route) -> None:
-        """Note that every request of ``header``'s API version is relayed unread by ``route`` (for :meth:`relay`)
-        when :meth:`relay` can read what its requests need: a Produce's Acks in its flexible versions (v9+) only."""
+        """Note, once per version, that every request of ``header``'s API version is relayed unread by ``route``:
+        for :meth:`relay` when it can read what its requests need (a Produce's Acks in its flexible versions, v9+,
+        only), else None (classify goes on reading them)."""
         key, version = header.api_key, header.api_version
         header_v2 = request_header_version(key, version) == 2  # the request is flexible (KIP-482)
-        if key == _PRODUCE and not header_v2:
-            return
-        self._unread[key << 16 | version] = (key, version, name, route, header_v2, key == _PRODUCE)
+        self._unread[key << 16 | version] = None if key == _PRODUCE and not header_v2 else \
+            (key, version, name, route, header_v2, key == _PRODUCE)
 
     def relay(self, wire: bytes, now: float) -> Relayed | None:
         """A whole request as read (``wire``: size prefix included) as a :class:`Relayed` when its API version is

@@ -387,11 +387,7 @@ class Connection:
         """A request no policy reads (Chain.relay, Chain.classify: only with nothing pending ahead of it), sent now
         as it came (``wire``: as read, one buffer, no prefix made)."""
         self.client_id = r.header.client_id
-        if wire is not None and self.state is _OPEN:
-            self._bytes_up.value += len(wire)  # _write_upstream's, spelt out: on every request a producer sends
-            self.port.send_upstream((wire,))
-        else:
-            self._write_upstream(r.frame, wire)
+        self._write_upstream(r.frame, wire)
         if r.expects_response:
             self.inflight.append(r)
             self.awaiting.append(r)
@@ -663,16 +659,8 @@ class Connection:
         ``_size`` its size). Otherwise (False) :meth:`_start_response` reads it as any other response (making
         the request an Exchange if its check is false), and fails the connection if it breaks the protocol."""
         size, corr = _SIZE_CORR.unpack_from(data, pos)
-        if corr != r.header.correlation_id or not 4 <= size <= end - pos - 4 or size > self.limits.max_frame_bytes:
+        if corr != r.header.correlation_id or not self._unread(data, pos, size, end, r.check):
             return False
-        check = r.check
-        if check is not None:
-            # _unread's test, spelt out: this runs on every relayed response (Chain.relay says why)
-            try:
-                if not check(data[pos + 4 : pos + 4 + size]):
-                    return False
-            except CodecError:
-                return False
         self.awaiting.popleft()
         self.inflight.popleft()  # r: a relayed request is owed its response in order, as it was sent
         # the read is this one response (nearly always): written as read, no view made of it
