@@ -26,9 +26,10 @@ the machine's share of a wait at Sluice.
 Each line also carries p999 (all but Fetch, and Produce) and ``tail_by_api``: per API, its requests in the interval,
 its p99 and how many took longer than the goal (5 ms): which requests make the tail. Sluice's histogram times a
 request from its last byte read to its response handed over, the broker's time included, so ``probe`` separates the
-two: 20 times a second one Metadata request through Sluice and the same straight to the broker, alternating, timed
-by the client, a process of its own; per path p50/p99/p999 and ``added_*_ms``, what the Sluice path adds
-(:class:`Probe`).
+two: 20 times a second one Metadata request through Sluice, the same through the bare relay (rig/bare_relay.py, the
+least a Python relay does: bytes in, bytes out, on the same event loop) and straight to the broker, in turn, timed
+by the client, a process of its own; per path p50/p99/p999, ``added_*_ms``, what the Sluice path adds, and
+``bare_added_*_ms``, what any relay's two extra hops add on this machine at that moment (:class:`Probe`).
 ``--profile DIR``: py-spy samples Sluice for the whole run (bench/support/profiling.py: ``DIR/soak.raw``,
 ``DIR/soak.json``, one ``profile`` line).
 
@@ -37,19 +38,22 @@ After the run the producers stop, the consumers drain, and one line reports per 
 (``lost``), those it got twice (``duplicated``), those that arrived after a later one of their partition
 (``out_of_order``) and any never acknowledged (``unexpected``). The last line is
 ``{"summary": "soak", "rss_growth_mb": ..., "fd_growth": ..., "p99_ms_last_minute": ..., "p99_ms_max_after_first":
-..., "p999_ms_max_after_first": ..., "cpu_s_per_gib": ..., "goals", "met", "lost", "duplicated", "out_of_order",
-"unexpected", "errors", "correct"}`` (bench/support/verdict.py): growth from the end of the first interval (warm-up)
-to the end of the last, the last interval's p99 (all but Fetch), the highest p99 and p999 of the intervals after
-the first, CPU per GiB over every interval after the first; the check over both consumers, and ``errors``: a
-producer's failures, the churn's or the probe's. The exit status is 1 when the check fails or anything failed.
-Goals (``met``; ``--check`` exits 1 when one is missed): p99 <= 5 ms every minute after the first, the probe's
-added p99 <= 0.5 ms every minute after the first, RSS and fds flat after the warm-up (RSS within 1 MB).
+..., "p999_ms_max_after_first": ..., "probe_added_p99_ms_max_after_first": ...,
+"probe_bare_added_p99_ms_max_after_first": ..., "cpu_s_per_gib": ..., "goals", "met", "lost", "duplicated",
+"out_of_order", "unexpected", "errors", "correct"}`` (bench/support/verdict.py): growth from the end of the first
+interval (warm-up) to the end of the last, the last interval's p99 (all but Fetch), the highest p99 and p999 of the
+intervals after the first, the highest p99 the probe's Sluice path added after the first and, beside it (no goal),
+the bare relay's path's, CPU per GiB over every interval after the first; the check over both consumers, and
+``errors``: a producer's failures, the churn's or the probe's. The exit status is 1 when the check fails or
+anything failed. Goals (``met``; ``--check`` exits 1 when one is missed): p99 <= 5 ms every minute after the first,
+the probe's added p99 <= 0.5 ms every minute after the first, RSS and fds flat after the warm-up (RSS within 1 MB).
 ``--smoke``: 12 s in three intervals, 50 records/s per producer.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import math
 import multiprocessing
@@ -70,12 +74,13 @@ from confluent_kafka import Message as CkMessage
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.passthrough import BareRelay
 from bench.support import verdict
 from bench.support.profiling import Profile
 from bench.support.verdict import Delivery, at_most, delivery, emit
 from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
-from rig.kafka import KafkaBroker
+from rig.kafka import KafkaBroker, free_ports
 from rig.kafka_python_group import wait_partitions_known
 from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
@@ -305,6 +310,10 @@ def summary(samples: list[Sample], check: Delivery, errors: Sequence[str] = ()) 
         # likewise a minute without the probe's figures cannot meet its goal
         "probe_added_p99_ms_max_after_first": None if any("added_p99_ms" not in b.probe for _, b in after_first)
         else max(b.probe["added_p99_ms"] for _, b in after_first),
+        # beside it, no goal: what the bare relay's path added in the same minutes (the machine's part of a relay's)
+        "probe_bare_added_p99_ms_max_after_first": None
+        if any("bare_added_p99_ms" not in b.probe for _, b in after_first)
+        else max(b.probe["bare_added_p99_ms"] for _, b in after_first),
         "cpu_s_per_gib": round((last.cpu_s - warm.cpu_s) / gib, 2) if gib > 0 else None,
     }, GOALS, check=check, errors=errors)
 
@@ -505,9 +514,9 @@ def _churn_frames(topic: str) -> list[bytes]:
 
 
 def _probe_process(conn: Connection, addresses: dict[str, str], frame: bytes) -> None:
-    """The probe's own process: every ``PROBE_EVERY_S`` the same request on each path's connection, in alternating
-    order, each timed (send to whole answer), until told ``"stop"``; each ``"take"`` answered with the samples
-    (seconds, per path) since the last one and the error that ended the rounds, if one did."""
+    """The probe's own process: every ``PROBE_EVERY_S`` the same request on each path's connection, the order
+    turning each round, each timed (send to whole answer), until told ``"stop"``; each ``"take"`` answered with the
+    samples (seconds, per path) since the last one and the error that ended the rounds, if one did."""
     samples: dict[str, list[float]] = {p: [] for p in addresses}
     error: str | None = None
     stopped = False
@@ -531,7 +540,8 @@ def _probe_process(conn: Connection, addresses: dict[str, str], frame: bytes) ->
         n = 0
         start = time.monotonic()
         while not stopped:
-            for path in paths if n % 2 == 0 else paths[::-1]:
+            turn = n % len(paths)
+            for path in paths[turn:] + paths[:turn]:  # each path first, middle and last in turn
                 s = socks[path]
                 t0 = time.perf_counter()
                 s.sendall(frame)
@@ -551,9 +561,11 @@ def _probe_process(conn: Connection, addresses: dict[str, str], frame: bytes) ->
 
 class Probe:
     """Sluice's own share of the tail, measured beside the broker's: every ``PROBE_EVERY_S`` one Metadata request
-    (the churn's, decoded and rewritten by Sluice) on a connection through Sluice and the same on a connection
-    straight to the broker, in alternating order, each timed by the client (send to whole answer). The two see
-    the same broker, machine and moment, so what the Sluice path adds is Sluice's (and its loop's).
+    (the churn's, decoded and rewritten by Sluice) on a connection through Sluice, the same on one through the bare
+    relay and on one straight to the broker, the order turning each round, each timed by the client (send to whole
+    answer). The three see the same broker, machine and moment, so what the Sluice path adds is Sluice's (and its
+    loop's), and what the bare relay's adds is what any relay's two more hops cost here then: a process woken
+    twice more per request, on cores the broker and the clients share.
 
     The client is a process of its own that does nothing else (:func:`_probe_process`). A thread of the bench's
     process waited for the GIL behind the kafka-python clients' threads whenever an answer arrived (up to the 5 ms
@@ -561,14 +573,15 @@ class Probe:
     by side over twelve minutes its added p50 was 0.36-3.06 ms against this process's 0.43-1.14, its added p99 the
     higher in nine, the bench's time counted as Sluice's."""
 
-    PATHS = ("sluice", "direct")
+    PATHS = ("sluice", "bare", "direct")
 
-    def __init__(self, via: str, direct: str, topic: str) -> None:
+    def __init__(self, via: str, bare: str, direct: str, topic: str) -> None:
         frame = _churn_frames(topic)[1]  # correlation id 2, reused: one request at a time on each connection
         context = multiprocessing.get_context("spawn")  # not fork: the bench's process has threads
         self._conn, child = context.Pipe()
-        self._process = context.Process(target=_probe_process, args=(child, {"sluice": via, "direct": direct}, frame),
-                                        name="soak-probe", daemon=True)
+        paths = {"sluice": via, "bare": bare, "direct": direct}
+        self._process = context.Process(target=_probe_process, args=(child, paths, frame), name="soak-probe",
+                                        daemon=True)
         self._process.start()
         self.error: str | None = None
 
@@ -585,8 +598,9 @@ class Probe:
 
 
 def probe_figures(samples: Mapping[str, list[float]], error: str | None = None) -> dict[str, Any]:
-    """Per path p50/p99/p999 (ms) of the samples (seconds) and what the Sluice path adds at each; only the count
-    (and the error) with fewer than 10 on a path."""
+    """Per path p50/p99/p999 (ms) of the samples (seconds), and at each what the Sluice path adds to the direct
+    one (``added_*``) and what the bare relay's adds (``bare_added_*``, when it was probed); only the count (and
+    the error) with fewer than 10 on a path."""
     out: dict[str, Any] = {"probes": len(samples["sluice"])}
     if error is not None:
         out["error"] = error
@@ -598,6 +612,8 @@ def probe_figures(samples: Mapping[str, list[float]], error: str | None = None) 
             out[f"{path}_{name}_ms"] = round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000.0, 3)
     for name in ("p50", "p99", "p999"):
         out[f"added_{name}_ms"] = round(out[f"sluice_{name}_ms"] - out[f"direct_{name}_ms"], 3)
+        if "bare" in samples:
+            out[f"bare_added_{name}_ms"] = round(out[f"bare_{name}_ms"] - out[f"direct_{name}_ms"], 3)
     return out
 
 
@@ -624,11 +640,14 @@ def soak(upstream: str, minutes: float, interval_s: float, rate: int, env: Mappi
         admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
     finally:
         admin.close()
-    with SluiceProcess(upstream, env) as sluice:
+    with contextlib.ExitStack() as stack:
+        bare = BareRelay(free_ports(1)[0], upstream)  # the probe's third path
+        stack.callback(bare.stop)
+        sluice = stack.enter_context(SluiceProcess(upstream, env))
         profile = Profile(sluice.pid, profile_dir, "soak") if profile_dir is not None else None
         t0 = time.monotonic()
         load = Load(sluice.bootstrap, topic, rate)
-        probe = Probe(sluice.bootstrap, upstream, topic)
+        probe = Probe(sluice.bootstrap, bare.bootstrap, upstream, topic)
         samples = [take_sample(sluice, t0, load)]
         try:
             for n in range(1, intervals + 1):

@@ -95,6 +95,10 @@ def test_summary_measures_growth_after_the_warm_up_interval() -> None:
         s.probe = {"added_p99_ms": added}
     probed = soak.summary(samples, Delivery())
     assert probed["probe_added_p99_ms_max_after_first"] == 0.4
+    assert probed["probe_bare_added_p99_ms_max_after_first"] is None  # a probe without the bare relay's path
+    for s, added in zip(samples[1:], (2.0, 0.3, 0.1), strict=True):
+        s.probe["bare_added_p99_ms"] = added
+    assert soak.summary(samples, Delivery())["probe_bare_added_p99_ms_max_after_first"] == 0.3
     assert probed["goals"]["probe_added_p99_ms_max_after_first"] == "<= 0.5"
     # the last interval saw no new observations at all: no p99 rather than a made-up one
     assert out["p99_ms_last_minute"] is None
@@ -103,6 +107,21 @@ def test_summary_measures_growth_after_the_warm_up_interval() -> None:
     assert line["p99_ms"] == pytest.approx(1.0 + 99.0 * 99 / 100)  # 100 new ones, all in (1 ms, 100 ms]
     with pytest.raises(ValueError):
         soak.summary(samples[:1], Delivery())
+
+
+def test_probe_figures_give_what_sluice_and_the_bare_relay_each_add_to_the_direct_path() -> None:
+    # 100 samples a path, in seconds: the nearest-rank p50 is the 51st, the p99 and p999 the 100th
+    direct = [0.001 + i * 1e-6 for i in range(100)]
+    samples = {"sluice": [x + 0.0004 for x in direct], "bare": [x + 0.0001 for x in direct], "direct": direct}
+    out = soak.probe_figures(samples)
+    assert out["probes"] == 100
+    assert (out["direct_p50_ms"], out["direct_p99_ms"]) == (1.05, 1.099)
+    assert (out["added_p50_ms"], out["added_p99_ms"], out["added_p999_ms"]) == (0.4, 0.4, 0.4)
+    assert (out["bare_added_p50_ms"], out["bare_added_p99_ms"], out["bare_added_p999_ms"]) == (0.1, 0.1, 0.1)
+    # a probe of two paths (no bare relay) has no bare figures; fewer than 10 samples on a path, only the count
+    assert not any(k.startswith("bare") for k in soak.probe_figures({"sluice": samples["sluice"], "direct": direct}))
+    assert soak.probe_figures({"sluice": direct, "bare": direct[:9], "direct": direct}, "OSError: x") == \
+        {"probes": 100, "error": "OSError: x"}
 
 
 def test_storm_percentiles_are_nearest_rank() -> None:
