@@ -66,11 +66,12 @@ from .topic_names import TopicNames
 _log = get_logger("sluice.chain")
 _PRODUCE, _FETCH = ApiKey.PRODUCE, ApiKey.FETCH  # module constants: compared on every request
 
-#: a route (:meth:`Chain.classify`): the one policy's terms (Relay: the response's check, its streamer) and that
-#: policy, which reads the response when the check is false
-Route = tuple[Callable[[Buffer], bool] | None, Callable[[int], Streamer] | None, tuple[Policy, ...]]
+#: a route (:meth:`Chain.classify`): the one policy's terms (Relay: the response's check, its streamer, its
+#: rewrite) and that policy, which reads the response when the check is false (or the rewrite gives None)
+Route = tuple[Callable[[Buffer], bool] | None, Callable[[int], Streamer] | None,
+              Callable[[Buffer], bytes | None] | None, tuple[Policy, ...]]
 #: the route of an API no policy declares
-_UNREAD: Route = (None, None, ())
+_UNREAD: Route = (None, None, None, ())
 #: an API version relayed unread (:meth:`Chain.relay`): its key and version, name, route, whether its request header
 #: is v2 (a tag section after the client id, KIP-482), whether it is a Produce (its Acks read)
 Unread = tuple[int, int, str, Route, bool, bool]
@@ -142,10 +143,10 @@ class Chain:
                     if policy in left:
                         continue
                     unread = policy.unread(key, version)
-                    if unread is False or (unread is not True and unread.reads_response and route[2]):
+                    if unread is False or (unread is not True and unread.reads_response and route[3]):
                         break  # it reads every request, or two policies read the response: the chain's path
                     if unread is not True and unread.reads_response:
-                        route = (unread.check, unread.streamer, (policy,))
+                        route = (unread.check, unread.streamer, unread.rewrite, (policy,))
                 else:
                     routes[key << 16 | version] = route
         return routes
@@ -252,7 +253,8 @@ class Chain:
                 if header.body_offset is not None and version_key not in self._unread \
                         and not self._arrivals.get(version_key):
                     self._learn_unread(header, name, route)
-                return Relayed(header, name, frame, now, expects_response, route[0], route[1], route[2], log)
+                return Relayed(header, name, frame, now, expects_response, route[0], route[1], route[2], route[3],
+                               log)
         ex = Exchange(header, name, len(frame) + 4, frame, now, expects_response, info=info, log=dict(log),
                       arrived=arrived)
         if candidates:
@@ -275,7 +277,8 @@ class Chain:
                 # none of the policies that choose their requests chose this one, and the others leave it alone
                 route = self._declined.get(key << 16 | header.api_version)
                 if route is not None:
-                    return Relayed(header, name, frame, now, expects_response, route[0], route[1], route[2], log)
+                    return Relayed(header, name, frame, now, expects_response, route[0], route[1], route[2],
+                                   route[3], log)
             ex.policies = tuple(applying)
             if key == _FETCH and header.api_version >= FIRST_TOPIC_ID \
                     and not self._name_readers.isdisjoint(applying) and self._names_wanted(ex, applying):
@@ -332,15 +335,15 @@ class Chain:
             if size >= 0x80 or end + 2 > len(wire):
                 return None  # a transactional id of 127 bytes or more, or a truncated frame: classify's
             expects = wire[end] != 0 or wire[end + 1] != 0
-        check, streamer, readers = route
+        check, streamer, rewrite, readers = route
         return Relayed(_header(RequestHeader, (key, version, corr, client_id, pos - 4)), name, wire[4:], now,
-                       expects, check, streamer, readers, NO_FIELDS)
+                       expects, check, streamer, rewrite, readers, NO_FIELDS)
 
     def exchange(self, conn: ChainConnection, relayed: Relayed) -> Exchange:
-        """A relayed request whose response its readers must see after all (its check was false, or the response
-        came split across reads) as an Exchange, with those readers' :meth:`Policy.on_request` run: by
-        :meth:`Policy.unread`'s contract all they do is ask for the response. Rejected or PolicyFailed as for
-        :meth:`on_request`."""
+        """A relayed request whose response its readers must see after all (its check was false, its rewrite gave
+        None, or the response came split across reads) as an Exchange, with those readers'
+        :meth:`Policy.on_request` run: by :meth:`Policy.unread`'s contract all they do is ask for the response.
+        Rejected or PolicyFailed as for :meth:`on_request`."""
         ex = Exchange(relayed.header, relayed.api, relayed.size, relayed.frame, relayed.started,
                       relayed.expects_response, info=conn.info, policies=relayed.readers, attempts=1,
                       upstream_sent=relayed.upstream_sent, log=dict(relayed.log))

@@ -655,19 +655,35 @@ class Connection:
 
     def _relayed(self, data: bytes, pos: int, end: int, r: Relayed) -> bool:
         """The response to a relayed request that is not walked as it streams, size prefix at ``pos``: when it is
-        whole in this read, answers its request and its check (if any) holds, it is written as it came (True,
-        ``_size`` its size). Otherwise (False) :meth:`_start_response` reads it as any other response (making
-        the request an Exchange if its check is false), and fails the connection if it breaks the protocol."""
+        whole in this read, answers its request and its check (if any) holds, it is written as it came, or as its
+        rewrite (if any) makes it (True, ``_size`` its size as read). Otherwise (False) :meth:`_start_response`
+        reads it as any other response (making the request an Exchange if its check is false or its rewrite gives
+        None), and fails the connection if it breaks the protocol."""
         size, corr = _SIZE_CORR.unpack_from(data, pos)
         if corr != r.header.correlation_id or not self._unread(data, pos, size, end, r.check):
             return False
+        rewrite = r.rewrite
+        if rewrite is None:
+            # the read is this one response (nearly always): written as read, no view made of it
+            out: tuple[Buffer, ...] = ((data,) if pos == 0 and size + 4 == end and type(data) is bytes
+                                       else (memoryview(data)[pos : pos + 4 + size],))
+            r.upstream_bytes = r.client_bytes = size + 4
+        else:
+            given = data[pos + 4 : pos + 4 + size]
+            try:
+                frame = rewrite(given)
+            except CodecError:
+                return False  # malformed: the chain's decode fails the connection there, as for any response
+            if frame is None:
+                return False
+            if frame is not given:
+                self.observer.stream_rewritten(r.api)
+            out = (len(frame).to_bytes(4, "big"), frame)
+            r.upstream_bytes, r.client_bytes = size + 4, len(frame) + 4
         self.awaiting.popleft()
         self.inflight.popleft()  # r: a relayed request is owed its response in order, as it was sent
-        # the read is this one response (nearly always): written as read, no view made of it
-        self.port.send_client((data,) if pos == 0 and size + 4 == end and type(data) is bytes
-                              else (memoryview(data)[pos : pos + 4 + size],))
+        self.port.send_client(out)
         self._size = size
-        r.upstream_bytes = r.client_bytes = size + 4
         self._complete(r)
         if self.inflight and self.inflight[0].answer is not None:
             self._flush_answers()
@@ -731,8 +747,9 @@ class Connection:
             self._fail(f"unsolicited response (correlation id {corr})")
             return False
         ex = self.awaiting.popleft()
-        if isinstance(ex, Relayed) and ex.check is not None:
-            # its response is to be read after all (Relayed): from here on an Exchange like any other
+        if isinstance(ex, Relayed) and (ex.check is not None or ex.rewrite is not None):
+            # its response is to be read after all (Relayed: not whole in one read, or its check false, or its
+            # rewrite gave None): from here on an Exchange like any other, its policy reading it
             assert self.inflight[0] is ex
             try:
                 ex = self.inflight[0] = self.chain.exchange(self.policies, ex)

@@ -170,17 +170,21 @@ class Relay:
     """A policy's terms for letting every request of an API version pass it unread
     (:meth:`~proxy.core.policy.Policy.unread`): it needs the response only when ``check`` is false for it (a
     response whole in one read; KIP-951 endpoints in a Produce response), or walks it with ``streamer`` as it
-    streams (KIP-951 endpoints in a Fetch response). With ``arrival``, it counts each request from its header
-    and size as it arrives (:meth:`~proxy.core.chain.Chain.classify`, relayed or not), and reads it as an
-    :class:`Exchange` only when that says so (a quota's Produce that earned a throttle time)."""
+    streams (KIP-951 endpoints in a Fetch response), or answers a response whole in one read with what
+    ``rewrite`` makes of it (the frame after its size prefix in, the one to send out; None: read it as an
+    :class:`Exchange` after all), bytes in, bytes out (broker addresses in a Metadata response). With
+    ``arrival``, it counts each request from its header and size as it arrives
+    (:meth:`~proxy.core.chain.Chain.classify`, relayed or not), and reads it as an :class:`Exchange` only when
+    that says so (a quota's Produce that earned a throttle time)."""
 
     check: Callable[[Buffer], bool] | None = None
     streamer: Callable[[int], Streamer] | None = None
+    rewrite: Callable[[Buffer], bytes | None] | None = None
     arrival: ArrivalTerms | None = None
 
     @property
     def reads_response(self) -> bool:
-        return self.check is not None or self.streamer is not None
+        return self.check is not None or self.streamer is not None or self.rewrite is not None
 
 
 class Relayed:
@@ -193,23 +197,25 @@ class Relayed:
     holds is relayed unread, and any other response (one it does not hold for, one split across reads, one that
     breaks the protocol) makes the request an :class:`Exchange` at that point
     (:meth:`~proxy.core.chain.Chain.exchange`), the core carrying on as for any other; with ``streamer``, the
-    response is walked as it streams, as an Exchange's would be. The class attributes are what an
+    response is walked as it streams, as an Exchange's would be; with ``rewrite``, a response whole in one read is
+    answered with what it makes of it, and any other (or one it gives None for) makes the request an Exchange as
+    for ``check``. The class attributes are what an
     :class:`Exchange` may carry and a relayed request never does: the core reads both kinds alike."""
 
     __slots__ = ("api", "check", "client_bytes", "expects_response", "frame", "header", "log", "readers",
-                 "started", "streamer", "upstream_bytes")
+                 "rewrite", "started", "streamer", "upstream_bytes")
 
     answer: ClassVar[None] = None
     collect: ClassVar[bool] = False
     held: ClassVar[int] = 0
-    decoded: ClassVar[bool] = False
     error_codes: ClassVar[tuple[int, ...]] = ()
     partitions: ClassVar[None] = None
     streamed: ClassVar[tuple[Any, ...]] = ()
 
     def __init__(self, header: RequestHeader, api: str, frame: bytes, started: float, expects_response: bool,
                  check: Callable[[Buffer], bool] | None, streamer: Callable[[int], Streamer] | None,
-                 readers: tuple[Any, ...], log: Mapping[str, Any] = NO_FIELDS) -> None:
+                 rewrite: Callable[[Buffer], bytes | None] | None, readers: tuple[Any, ...],
+                 log: Mapping[str, Any] = NO_FIELDS) -> None:
         self.header = header
         self.api = api
         self.frame = frame
@@ -218,12 +224,19 @@ class Relayed:
         #: None: nothing reads the response; else the response is relayed unread only when check(frame) holds
         self.check = check
         self.streamer = streamer
+        #: None, or the response whole in one read is answered with rewrite(frame) (unless it is None)
+        self.rewrite = rewrite
         #: the policy that reads the response when ``check`` does not hold (it runs when it becomes an Exchange)
         self.readers = readers
         #: access-log fields its policies' ``arrival`` terms added (:class:`Arrival`)
         self.log = log
         #: the response's bytes as read, and as written
         self.upstream_bytes = self.client_bytes = 0
+
+    @property
+    def decoded(self) -> bool:
+        """Whether its response was read (the access log's): only by its rewrite, relayed as bytes otherwise."""
+        return self.rewrite is not None
 
     @property
     def size(self) -> int:

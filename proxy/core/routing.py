@@ -17,6 +17,8 @@ from typing import Any
 from ..wire.model import Message
 
 Address = tuple[str, int]
+#: a broker node's id and real address, as a response named it
+Node = tuple[int, str, int]
 
 
 @dataclass
@@ -43,18 +45,25 @@ class Router:
         """Record a broker's real address (brokers may move: the latest response wins)."""
         self.upstream[node_id] = (host, port)
 
-    def _rewrite_node(self, node: Any, *, id_field: str = "node_id") -> None:
+    def _rewrite_node(self, node: Any, *, id_field: str = "node_id") -> Node | None:
+        """``node`` rewritten in place; its id and real address (None: a placeholder, left as it is)."""
         node_id = getattr(node, id_field)
         if node_id < 0 or node.port < 0:
-            return  # "no node" placeholders (e.g. FindCoordinator errors: -1, "", -1) stay as they are
-        self.learn(node_id, node.host, node.port)
+            return None  # "no node" placeholders (e.g. FindCoordinator errors: -1, "", -1) stay as they are
+        learned = (node_id, node.host, node.port)
+        self.learn(*learned)
         node.host = self.advertised_host
         node.port = self.port_for(node_id)
+        return learned
 
-    def rewrite_metadata(self, body: Message) -> None:
-        """MetadataResponse.Brokers -> advertised addresses."""
+    def rewrite_metadata(self, body: Message) -> list[Node]:
+        """MetadataResponse.Brokers -> advertised addresses; the brokers' real addresses learned (:meth:`learn`)."""
+        learned = []
         for broker in body.brokers:
-            self._rewrite_node(broker)
+            node = self._rewrite_node(broker)
+            if node is not None:
+                learned.append(node)
+        return learned
 
     def rewrite_find_coordinator(self, body: Message) -> None:
         """FindCoordinator v0-3 carries one coordinator at the top level; v4+ a list (KIP-699 batching)."""

@@ -594,6 +594,43 @@ def test_relayed_and_read_requests_pipelined_keep_their_order() -> None:
     assert [ln["decoded"] for ln in rig.lines()] == [False, True, True, False] and not conn.busy
 
 
+def test_a_metadata_response_is_answered_alike_on_the_shortest_path_and_when_split_across_reads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Metadata response whole in one read is rewritten bytes in, bytes out (Relay.rewrite: no Exchange, no
+    policy hook), and the same response again is answered from the memo; one split across reads is read as an
+    Exchange after all. Each client gets the same bytes, its own correlation id, the brokers' addresses Sluice's."""
+    rig = make_rig()
+    read_by_the_chain: list[int] = []
+    on_response = Chain.on_response
+
+    def spied(chain: Chain, conn: Any, ex: Exchange, frame: Any) -> None:
+        read_by_the_chain.append(ex.header.correlation_id)
+        on_response(chain, conn, ex, frame)
+
+    monkeypatch.setattr(Chain, "on_response", spied)
+    conn, port = rig.connect()
+    answers = []
+    for corr, split in ((2, False), (3, False), (4, True)):  # whole, whole again (the memo's), split in two reads
+        conn.client_data(sized(request(METADATA, 12, corr)))
+        port.take_upstream()
+        wire = sized(metadata_response(corr))
+        for part in (wire[:7], wire[7:]) if split else (wire,):
+            conn.upstream_data(part)
+        (answer,) = frames(port.take_client())
+        assert int.from_bytes(answer[:4], "big") == corr
+        answers.append(answer[4:])
+    assert read_by_the_chain == [4]  # only the split one
+    assert answers[0] == answers[1] == answers[2]
+    brokers = decode_response(METADATA, 12, metadata_response(2))[1].brokers
+    rewritten = decode_response(METADATA, 12, b"\0\0\0\2" + answers[0])[1].brokers
+    assert [(b.host, b.port) for b in brokers] == [("10.0.0.1", 9092)]
+    assert [(b.node_id, b.host, b.port) for b in rewritten] == [(1, "proxy.example", rig.proxy.router.port_for(1))]
+    assert rig.proxy.router.upstream[1] == ("10.0.0.1", 9092)
+    # the access log and the metrics tell the same story on both paths: read (not relayed as bytes), rewritten
+    assert [ln["decoded"] for ln in rig.lines()] == [True, True, True] and not conn.busy
+    assert rig.metrics.total("sluice_responses_rewritten_total", api="Metadata") == 3
+
+
 def test_a_policy_switched_on_at_run_time_reads_the_next_requests() -> None:
     """No quota: a Produce passes no policy; once an entry selects its client, the next one is the quota's."""
     rig = make_rig()
