@@ -45,6 +45,7 @@ __all__ = [
     "by_upstream",
     "error_codes",
     "fairness_over_time",
+    "in_order",
     "inbound_rate",
     "latency_by_api",
     "latency_histogram",
@@ -55,6 +56,8 @@ __all__ = [
     "partition_rollup_window_s",
     "rebucket",
     "rollup",
+    "rollup_view",
+    "rollup_views",
     "rollup_window_s",
     "session_savings",
     "throttle_over_time",
@@ -93,6 +96,16 @@ TABLES: dict[str, str] = {
     "throttle_over_time": "throttle target vs achieved rate per time bucket and log file",
     "session_savings": "client-facing vs upstream fetch-session bytes per time bucket",
 }
+
+
+def in_order(df: DataFrame, *order: str | Column) -> DataFrame:
+    """A small table's rows sorted by ``order``, as ``df.orderBy(*order)`` sorts them, for the report to collect.
+    A global sort plans a range exchange whose bounds Spark samples in a Spark job of its own before the query's
+    (RangePartitioner), so each ``orderBy(...).collect()`` was two jobs, ~0.1 s of planning and scheduling each; in
+    one partition, sorted there, it is one. The same order: the same sort over the same rows, and rows equal in
+    ``order`` keep the order they are read in, as through the exchange from a one-file table (the written tables
+    are). Only for tables the driver collects whole anyway: one task sorts them."""
+    return df.coalesce(1).sortWithinPartitions(*order)
 
 
 def _sum_all(*columns: str) -> list[Column]:
@@ -143,6 +156,48 @@ def rollup(events: DataFrame, window_s: int) -> DataFrame:
             F.sum("session_upstream_bytes").alias("session_upstream_bytes"),
         )
     )
+
+
+#: what the tables derived from the rollup need of it, each a coarser rollup (the same columns, keyed by fewer of
+#: the rollup's keys): ``rollup_views`` computes them all in one aggregation, and each table re-aggregates its view
+#: instead of the rollup, by the same sums, minima and maxima.
+ROLLUP_VIEWS: dict[str, tuple[str, ...]] = {
+    "traffic": ("window", "client_id", "api"),  # traffic_over_time, client_minute
+    "inbound": ("window", "upstream"),  # inbound_rate
+    "connections": ("source", "conn_id", "listener", "upstream", "client_id"),  # by_connection
+    "errors": ("api", "error_codes"),  # error_codes
+    "throttle": ("window", "source"),  # throttle_over_time, throttle_minute
+    "session": ("window",),  # session_savings
+}
+_VIEW_KEYS = tuple(dict.fromkeys(key for keys in ROLLUP_VIEWS.values() for key in keys))
+
+
+def rollup_views(rolled: DataFrame) -> DataFrame:
+    """Every view of ``ROLLUP_VIEWS`` of the rollup (or of any re-aggregation of it: the landed rollups unmerged),
+    in one aggregation over grouping sets; ``rollup_view`` takes one out. Why: the rollup grows with the windows
+    times the connections (760k rows at 10M lines: docs/PERFORMANCE.md, Analytics), and each of the eight tables
+    that read it scanned all of it in a Spark job of its own, after a job that cached it; the views together are a
+    sixth of it (the connections without windows, the windows without connections), made by one job that reads the
+    rollup once, and the tables' jobs then read only their view."""
+    return rolled.groupingSets([list(keys) for keys in ROLLUP_VIEWS.values()], *_VIEW_KEYS).agg(
+        *_sum_all("requests", *BYTE_COLUMNS, "requests_with_errors"),
+        F.min("first_ts").alias("first_ts"),
+        F.max("last_ts").alias("last_ts"),
+        F.sum("throttle_requests").alias("throttle_requests"),
+        F.max("target_bps").alias("target_bps"),
+        F.min("min_target_bps").alias("min_target_bps"),
+        *_sum_all("throttled_bytes", "session_requests", "session_client_bytes", "session_upstream_bytes"),
+        F.grouping_id().alias("_view"),
+    )
+
+
+def rollup_view(views: DataFrame, name: str) -> DataFrame:
+    """The view ``name`` (``ROLLUP_VIEWS``) of ``rollup_views``: its rows, its keys and the rollup's sums. A row of
+    a view is told by ``grouping_id()``, which sets bit n-1-i when the i-th of the n grouping columns is not among
+    the set's keys (its value is then null, which a key's own null would be too)."""
+    keys = ROLLUP_VIEWS[name]
+    view = sum(1 << (len(_VIEW_KEYS) - 1 - i) for i, key in enumerate(_VIEW_KEYS) if key not in keys)
+    return views.filter(F.col("_view") == view).drop("_view", *(key for key in _VIEW_KEYS if key not in keys))
 
 
 def traffic_over_time(rolled: DataFrame, bucket_s: int) -> DataFrame:
@@ -235,7 +290,18 @@ def by_connection(rolled: DataFrame) -> DataFrame:
     writes its own file. (A log rotated mid-connection splits it into one row per file.) Sluice pairs each client
     connection with one listener and one upstream, so grouping by them does not split connections; client_id is
     per request, so the smallest one seen is shown and ``several_client_ids`` says whether there were others."""
-    return rolled.groupBy("source", "conn_id", "listener", "upstream").agg(
+    connection = ("source", "conn_id", "listener", "upstream")
+    # Summed per client_id first, then per connection. A string's min and max cannot be kept in a hash aggregation's
+    # buffer (Spark's HashAggregateExec takes fixed-width buffer fields only), so grouping the rollup by the
+    # connection alone sorted every rollup row (SortAggregate: ~1 s of wall at 10M lines, 760k rows); grouped by
+    # client_id too, the sums hash-aggregate, and only the result (about a row per connection) is sorted for the
+    # min and max. Sums of sums, minima of minima: the same table.
+    per_client = rolled.groupBy(*connection, "client_id").agg(
+        *_resum(),
+        F.min("first_ts").alias("first_ts"),
+        F.max("last_ts").alias("last_ts"),
+    )
+    return per_client.groupBy(*connection).agg(
         F.min("client_id").alias("client_id"),
         (F.min("client_id") != F.max("client_id")).alias("several_client_ids"),
         *_resum(),
@@ -371,15 +437,15 @@ def fairness_over_time(parts: DataFrame, bucket_s: int) -> DataFrame:
     )
 
 
-def minute_tables_from_rollup(rolled: DataFrame, window_s: int) -> dict[str, DataFrame] | None:
-    """``client_minute`` and ``throttle_minute`` re-aggregated from the batch job's rollup (no scan of the events),
-    when its window divides a minute (else None: compute them from the events)."""
+def minute_tables_from_rollup(views: DataFrame, window_s: int) -> dict[str, DataFrame] | None:
+    """``client_minute`` and ``throttle_minute`` re-aggregated from the batch job's rollup (its ``rollup_views``: no
+    scan of the events), when its window divides a minute (else None: compute them from the events)."""
     if MINUTE_S % window_s:
         return None
     minute = rebucket("window", MINUTE_S).alias("minute")
-    client = rolled.groupBy(minute, "client_id", "api").agg(
+    client = rollup_view(views, "traffic").groupBy(minute, "client_id", "api").agg(
         *_sum_all("requests", *BYTE_COLUMNS, "requests_with_errors"))
-    throttle = rolled.filter(F.col("throttle_requests") > 0).groupBy(minute, "source").agg(
+    throttle = rollup_view(views, "throttle").filter(F.col("throttle_requests") > 0).groupBy(minute, "source").agg(
         F.sum("throttled_bytes").alias("throttled_bytes"),
         F.sum("throttle_requests").alias("requests"),
         F.max("target_bps").alias("target_bps"),

@@ -293,23 +293,28 @@ def _write_tables(spark: SparkSession, src: _FromEvents | LandedRollups, write: 
                   bucket_s: int, opts: JobOptions) -> DataFrame:
     """Every table of the report, written with ``write``; the inbound rates' table (the throttle recommendation
     reads it)."""
-    # The rollup is read by six tables: kept in memory while they are written (it is small, see aggregates).
+    # The rollup is read by eight tables, each through its view of it (aggregates.rollup_views: one scan of the
+    # rollup for all of them), kept in memory while they are written (the views are small, see aggregates).
     window_s = agg.rollup_window_s(bucket_s, opts.rate_window_s)
-    rolled = src.rollup(window_s).persist(StorageLevel.MEMORY_AND_DISK)
+    views = agg.rollup_views(src.rollup(window_s)).persist(StorageLevel.MEMORY_AND_DISK)
+
+    def view(name: str) -> DataFrame:
+        return agg.rollup_view(views, name)
+
     try:
-        traffic = write("traffic_over_time", agg.traffic_over_time(rolled, bucket_s))
-        connections = write("by_connection", agg.by_connection(rolled))
-        inbound = write("inbound_rate", agg.inbound_rate(rolled, opts.rate_window_s))
-        write("error_codes", agg.error_codes(rolled))
+        traffic = write("traffic_over_time", agg.traffic_over_time(view("traffic"), bucket_s))
+        connections = write("by_connection", agg.by_connection(view("connections")))
+        inbound = write("inbound_rate", agg.inbound_rate(view("inbound"), opts.rate_window_s))
+        write("error_codes", agg.error_codes(view("errors")))
         if counts.has("throttle_target_bps"):
-            write("throttle_over_time", agg.throttle_over_time(rolled, bucket_s))
+            write("throttle_over_time", agg.throttle_over_time(view("throttle"), bucket_s))
         if counts.has("session_upstream_bytes"):
-            write("session_savings", agg.session_savings(rolled, bucket_s))
-        minute = agg.minute_tables_from_rollup(rolled, window_s) or src.minute_tables()
+            write("session_savings", agg.session_savings(view("session"), bucket_s))
+        minute = agg.minute_tables_from_rollup(views, window_s) or src.minute_tables()
         write("client_minute", minute["client_minute"])
         write("throttle_minute", minute["throttle_minute"])
     finally:
-        rolled.unpersist()
+        views.unpersist()
     write("lines", live.lines_from_counts(spark, counts))
     write("by_client", agg.by_client(traffic))
     write("by_api", agg.by_api(traffic))

@@ -241,7 +241,7 @@ class LandedRollups:
 
     def minute_tables(self) -> dict[str, DataFrame]:
         """``client_minute`` and ``throttle_minute`` from the landed windows (they divide a minute)."""
-        minute = agg.minute_tables_from_rollup(self.rollup(LANDED_WINDOW_S), LANDED_WINDOW_S)
+        minute = agg.minute_tables_from_rollup(agg.rollup_views(self.rollup(LANDED_WINDOW_S)), LANDED_WINDOW_S)
         assert minute is not None, "LANDED_WINDOW_S divides a minute"
         return minute
 

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from proxy.analytics import charts
+from proxy.analytics.aggregates import in_order
 from proxy.analytics.drawing import draw
 from proxy.analytics.html import Chart, Section, Table, render
 from proxy.analytics.live import MINUTE_S, MINUTE_TABLES, current_tables
@@ -56,10 +57,11 @@ def clients_section(tables: dict[str, DataFrame], top_n: int, table_rows: int) -
         "Client bytes (client to Sluice + Sluice to client) per second, per minute, for the "
         f"{top_n} largest clients; the rest are summed as {OTHER}.")
     df = tables.get("client_minute")
-    totals = (df.groupBy("client_id").agg(F.sum("requests").alias("requests"),
-                                          F.sum(F.col("bytes_client_to_proxy") + F.col("bytes_proxy_to_client"))
-                                          .alias("bytes"), F.count_distinct("minute").alias("minutes"))
-              .orderBy(F.col("bytes").desc(), F.col("client_id").asc_nulls_first()).collect()
+    client_bytes = F.col("bytes_client_to_proxy") + F.col("bytes_proxy_to_client")
+    totals = (in_order(df.groupBy("client_id").agg(F.sum("requests").alias("requests"),
+                                                   F.sum(client_bytes).alias("bytes"),
+                                                   F.count_distinct("minute").alias("minutes")),
+                       F.col("bytes").desc(), F.col("client_id").asc_nulls_first()).collect()
               if df is not None else [])
     if not totals:
         s.no_data = "No requests yet."
@@ -94,8 +96,8 @@ def topics_section(tables: dict[str, DataFrame], top_n: int, table_rows: int) ->
     s.paragraphs.append(
         "Fetched record bytes per second, per minute and topic. A partition starves in a minute when it was fetched "
         "and returned no bytes while other partitions of its topic returned some.")
-    topics = (df.groupBy("topic").agg(F.sum("fetch_bytes").alias("bytes")).orderBy(F.col("bytes").desc(), "topic")
-              .collect())
+    topics = in_order(df.groupBy("topic").agg(F.sum("fetch_bytes").alias("bytes")), F.col("bytes").desc(),
+                      "topic").collect()
     top = [r["topic"] for r in topics[:top_n]]
     label = F.when(F.col("topic").isin(top), F.col("topic")).otherwise(F.lit(OTHER))
     rows = (df.groupBy(F.unix_seconds("minute").alias("t"), label.alias("c"))
@@ -129,8 +131,8 @@ def topics_section(tables: dict[str, DataFrame], top_n: int, table_rows: int) ->
 def throttle_section(tables: dict[str, DataFrame]) -> Section:
     s = Section("minute-throttle", "Per minute: throttle target vs achieved")
     df = tables.get("throttle_minute")
-    rows = (df.groupBy(F.unix_seconds("minute").alias("t"))
-            .agg(F.sum("target_bps").alias("target"), F.sum("throttled_bytes").alias("v")).orderBy("t").collect()
+    rows = (in_order(df.groupBy(F.unix_seconds("minute").alias("t"))
+                     .agg(F.sum("target_bps").alias("target"), F.sum("throttled_bytes").alias("v")), "t").collect()
             if df is not None else [])
     if not rows:
         s.no_data = "No throttled fetches (the access log's `throttle_target_bps`)."

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import reduce
+from functools import cached_property, reduce
 from typing import Any
 
 from kafka.errors import for_code
@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from proxy.analytics import charts
-from proxy.analytics.aggregates import BYTE_COLUMNS
+from proxy.analytics.aggregates import BYTE_COLUMNS, in_order
 from proxy.analytics.drawing import draw
 from proxy.analytics.fairness import jain_index_from_sums
 from proxy.analytics.html import Chart, Section, Table
@@ -49,6 +49,14 @@ class ReportContext:
     malformed_samples: list[str]
     recommendation: Recommendation
     inbound: list[InboundRate]
+
+    @cached_property
+    def rows(self) -> dict[str, int]:
+        """Every table's row count, from one query (a count per table would be a Spark job each, ~0.1 s of
+        planning and scheduling): the tables section lists them, and the sections that show a table's size read
+        it here instead of counting it again."""
+        counted = [df.groupBy().count().withColumn("name", F.lit(name)) for name, df in self.tables.items()]
+        return {r["name"]: r["count"] for r in reduce(DataFrame.unionByName, counted).collect()} if counted else {}
 
 
 def _client(value: str | None) -> str:
@@ -171,7 +179,7 @@ def traffic_section(ctx: ReportContext) -> Section:
     by_client = ctx.tables["by_client"]
     clients = by_client.orderBy(_client_bytes().desc(), F.col("client_id").asc_nulls_first()).limit(
         max(n, ctx.table_rows)).collect()
-    client_count = by_client.count()
+    client_count = ctx.rows["by_client"]
 
     def client_bytes(r: Row) -> int:
         return int(r["bytes_client_to_proxy"] + r["bytes_proxy_to_client"])
@@ -243,7 +251,7 @@ def latency_section(ctx: ReportContext) -> Section:
         "waiting for data). Percentiles are nearest-rank over the latencies in whole microseconds kept to 3 "
         "significant digits (exact below 1 ms, within 0.5 % above); max exact, mean of the whole microseconds."
     )
-    rows = ctx.tables["latency_by_api"].filter(F.col("measured") > 0).orderBy(F.col("measured").desc()).collect()
+    rows = in_order(ctx.tables["latency_by_api"].filter(F.col("measured") > 0), F.col("measured").desc()).collect()
     if not rows:
         s.no_data = "No latencies in these logs."
         return s
@@ -276,7 +284,7 @@ def errors_section(ctx: ReportContext) -> Section:
         "Non-zero Kafka error codes in responses Sluice decoded (responses relayed as bytes are not inspected, so "
         "this undercounts APIs Sluice does not decode)."
     )
-    rows = ctx.tables["error_codes"].orderBy(F.col("responses").desc(), "api", "error_code").collect()
+    rows = in_order(ctx.tables["error_codes"], F.col("responses").desc(), "api", "error_code").collect()
     if not rows:
         s.no_data = "No error codes in these logs."
         return s
@@ -320,7 +328,7 @@ def connections_section(ctx: ReportContext) -> Section:
     if ctx.counts.valid == 0:
         s.no_data = "No valid requests in these logs."
         return s
-    total = conns.count()
+    total = ctx.rows["by_connection"]
     top = conns.orderBy(_client_bytes().desc(), "source", "conn_id").limit(ctx.table_rows).collect()
     labels = [f"{_client(r['client_id'])} #{r['conn_id']} {_file(r['source'])}" for r in top]
     s.charts.append(
@@ -385,7 +393,7 @@ def partitions_section(ctx: ReportContext) -> Section:
             f"Top {len(top)} partitions by fetched bytes", [f"{r['topic']}-{r['partition']}" for r in top],
             [float(r["fetch_bytes"]) for r in top], xlabel="bytes"))
     )
-    over_time = ctx.tables["fairness_over_time"].orderBy("bucket").select(_epoch("bucket").alias("t"), "jain_index")
+    over_time = in_order(ctx.tables["fairness_over_time"], "bucket").select(_epoch("bucket").alias("t"), "jain_index")
     rows = [r for r in over_time.collect() if r["jain_index"] is not None]
     if rows:
         s.charts.append(
@@ -426,7 +434,8 @@ def throttle_section(ctx: ReportContext) -> Section:
         return s
     table = ctx.tables["throttle_over_time"]
     rows = table.select(_epoch("bucket").alias("t"), "source", "target_bps", "achieved_bps", "throttled_bytes")
-    pairs = rows.collect() if table.count() <= MAX_FILLED_BUCKETS * 4 else rows.limit(MAX_FILLED_BUCKETS).collect()
+    pairs = (rows.collect() if ctx.rows["throttle_over_time"] <= MAX_FILLED_BUCKETS * 4
+             else rows.limit(MAX_FILLED_BUCKETS).collect())
     held = sum(1 for r in pairs if r["achieved_bps"] <= r["target_bps"] * THROTTLE_TOLERANCE)
     s.paragraphs.append(
         f"Each Sluice process (log file) enforces its own throttle. Per process and bucket: achieved = throttled "
@@ -468,7 +477,7 @@ def sessions_section(ctx: ReportContext) -> Section:
     if "session_savings" not in ctx.tables:
         s.no_data = _no_field("session_upstream_bytes", "session savings")
         return s
-    rows = ctx.tables["session_savings"].orderBy("bucket").select(
+    rows = in_order(ctx.tables["session_savings"], "bucket").select(
         _epoch("bucket").alias("t"), "client_bytes", "upstream_bytes").collect()
     client = sum(int(r["client_bytes"]) for r in rows)
     upstream = sum(int(r["upstream_bytes"]) for r in rows)
@@ -566,9 +575,7 @@ def recommendation_section(ctx: ReportContext) -> Section:
 def tables_section(ctx: ReportContext, descriptions: dict[str, str]) -> Section:
     s = Section("tables", "Parquet tables")
     s.paragraphs.append("Every aggregate behind this report, in full, for further analysis (Spark, pandas, DuckDB).")
-    # One query for all the row counts (a count per table would be one Spark job each).
-    counted = [df.groupBy().count().withColumn("name", F.lit(name)) for name, df in ctx.tables.items()]
-    counts = {r["name"]: r["count"] for r in reduce(DataFrame.unionByName, counted).collect()} if counted else {}
+    counts = ctx.rows
     s.tables.append(
         Table(
             "Tables written",
