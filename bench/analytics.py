@@ -19,13 +19,15 @@ rows (the JVM compiles the hot paths during its first job; that is start-up cost
 job: read, classify, every Parquet table, the HTML report - ``run_job`` end to end. ``--compare REV`` also runs the
 job of git revision REV (its ``proxy/`` package, extracted from git) the same way, twice each, in the order REV,
 this tree, this tree, REV (ABBA: whatever the machine's state drifts by, e.g. a page cache warmed by the first job,
-lands on both sides alike); each side's figures are the mean of its two jobs.
+lands on both sides alike), over the JSON lines and, when REV has the landed table, over it too (``baseline_landed``,
+around this tree's jobs over the table); each side's figures are the mean of its two jobs.
 
 Prints JSON lines: the data set (generated or cached), the landed table (landed or cached), one line per job - seconds
 and rows/s, the phases (read: parse + classify + counts; tables; report), and the Spark JVM's CPU seconds in each phase,
 which say more than wall seconds on a shared machine - and a last line ``{"summary": "analytics", "rows": ...,
-"rows_per_s": ..., "landed_rows_per_s": ..., "baseline_rows_per_s": ..., "speedup": ..., "goals", "met", "tables_equal",
-"every_line_read", "correct"}`` (bench/support/verdict.py). The checks: every Parquet table of every job - over the JSON
+"rows_per_s": ..., "landed_rows_per_s": ..., "baseline_rows_per_s": ..., "speedup": ...,
+"baseline_landed_rows_per_s": ..., "landed_speedup": ..., "goals", "met", "tables_equal", "every_line_read",
+"correct"}`` (bench/support/verdict.py). The checks: every Parquet table of every job - over the JSON
 lines and over the landed table - holds the same rows (floats to 9 significant digits), so a faster job that changed a
 result shows here (``tables_equal``); every job read every line generated, valid as valid and malformed as malformed
 (``every_line_read``); the exit status is 1 when either fails. Goals: 250k rows/s over the JSON lines, 1M over the
@@ -397,11 +399,15 @@ def measure(a: argparse.Namespace, cache: Path, logs: Path) -> dict[str, list[di
         jobs: list[tuple[str, Path, str]] = [current, landed, landed, current]  # ABBA
         if a.compare:
             code = scratch / "baseline"
-            baseline = ("baseline", code, extract_revision(a.compare, code))
-            jobs = [baseline, *jobs, baseline]
+            rev = extract_revision(a.compare, code)
+            baseline = ("baseline", code, rev)
+            # REV's job over the landed table too, around this tree's (a revision before the table has none)
+            around = [baseline, ("baseline_landed", code, rev)] if (code / "proxy/analytics/landed.py").exists() \
+                else [baseline]
+            jobs = [*around, *jobs, *reversed(around)]
         runs: dict[str, list[dict[str, Any]]] = {}
         for name, code, rev in jobs:
-            if name == "landed":
+            if name in ("landed", "baseline_landed"):
                 r = run_worker(code, table, warmup_table, scratch, a.master, landed=True)
             else:
                 r = run_worker(code, logs, warmup, scratch, a.master)
@@ -500,6 +506,13 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_rows_per_s": base["rows_per_s"],
             "speedup": round(cur["rows_per_s"] / base["rows_per_s"], 2),
             "cpu_ratio": round(base["job_cpu_s"] / cur["job_cpu_s"], 2) if cur["job_cpu_s"] else None,
+        })
+    base_landed = results.get("baseline_landed")
+    if base_landed is not None:
+        figures.update({
+            "baseline_landed_rows_per_s": base_landed["rows_per_s"],
+            "baseline_landed_job_cpu_s": base_landed["job_cpu_s"],
+            "landed_speedup": round(results["landed"]["rows_per_s"] / base_landed["rows_per_s"], 2),
         })
     line = summary("analytics", figures, GOALS, checks={
         "tables_equal": not differing,
