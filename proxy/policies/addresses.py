@@ -12,9 +12,10 @@ carries no endpoints (they appear only after a leadership change).
 A Metadata response is rewritten bytes in, bytes out on the core's shortest path (:class:`Relay` ``rewrite``): no
 Exchange, no policy hook, and the same response bytes, which a broker sends again while its cluster does not change
 (each new connection's first Metadata, each client's refresh every metadata.max.age.ms), answered from a memo
-(:class:`MetadataAnswers`). Measured on the soak's probe (bench.soak), a Metadata round trip through that path
-costs what a relayed one does, where the Exchange path cost ~0.2 ms more than the bare relay's on a busy machine
-(the code it runs, brought back in from cold caches on every request).
+(:class:`MetadataAnswers`). The soak's probe (bench.soak: the same Metadata request through Sluice, through the
+bare relay and straight to the broker) measured what Sluice adds over the bare relay's path at the median fall from
+~0.22 ms to ~0.07 ms: the Exchange path's code, brought back in from cold caches on every request on a busy machine,
+was most of it (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
