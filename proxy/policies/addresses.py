@@ -36,9 +36,10 @@ FIRST_PRODUCE_ENDPOINTS = 10
 #: Metadata answers remembered (:class:`MetadataAnswers`): one per distinct response (the topics a client asks of
 #: one broker); past this many the memo starts again
 METADATA_MEMO_ENTRIES = 64
-#: responses larger than this are rewritten every time, not remembered: a large cluster's (10,000 partitions are
-#: ~260 KB) has only its head decoded anyway, and a memo of them would hold megabytes
-METADATA_MEMO_MAX_BYTES = 64 * 1024
+#: responses larger than this are rewritten every time, not remembered (~600 partitions' worth): a large cluster's
+#: (10,000 partitions are ~260 KB) has only its head decoded anyway, and the memo holds at most ~2 MiB (each entry
+#: the response and its answer), beside a sidecar's ~40 MiB at rest (bench.footprint)
+METADATA_MEMO_MAX_BYTES = 16 * 1024
 
 
 class MetadataAnswers:

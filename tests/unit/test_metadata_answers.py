@@ -77,7 +77,11 @@ def test_large_responses_are_rewritten_every_time_and_the_memo_starts_again_when
     monkeypatch.setattr(addresses, "METADATA_MEMO_MAX_BYTES", len(small) - 4 - 1)
     assert answers.rewrite(12, small) == by_the_exchange_path(12, small, router())
     assert answers._memo == {}
-    monkeypatch.setattr(addresses, "METADATA_MEMO_MAX_BYTES", 64 * 1024)
+    monkeypatch.setattr(addresses, "METADATA_MEMO_MAX_BYTES", len(small) - 4)  # its bytes after the correlation id
+    answers.rewrite(12, small)
+    assert len(answers._memo) == 1
+    answers._memo.clear()
+    monkeypatch.setattr(addresses, "METADATA_MEMO_MAX_BYTES", 1 << 20)
     monkeypatch.setattr(addresses, "METADATA_MEMO_ENTRIES", 2)
     for topics in (1, 2):
         answers.rewrite(12, metadata(1, topics=topics))
