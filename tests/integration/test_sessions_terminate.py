@@ -10,21 +10,26 @@ behalf of session-less clients (raw fetches, confluent-kafka, aiokafka).
   down until the member's group session expired: it rejoins and every partition is read again, to the end.
 - a client with its own session moving from Fetch v12 (topic names) to v13 (topic ids): 106 on the old
   session, then a new v13 session that delivers every record once, in order.
+- kafka-python (its own session): every Fetch costs the upstream link exactly what it costs the client's link.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 
 from proxy import metrics
 from proxy.policies.terminate.sessions import FetchMetadata
@@ -478,6 +483,47 @@ async def test_aiokafka_consumes_every_record_once_in_order(kafka_broker: KafkaB
     await asyncio.to_thread(producer.join)
     check_once_in_order(got)
     assert sluice.total("sluice_upstream_fetch_requests_total", kind="incremental") > incr_before
+
+
+def test_kafka_python_session_costs_upstream_what_it_costs_its_client(kafka_broker: KafkaBroker, unique_topic: str,
+                                                                      tmp_path: Path) -> None:
+    """kafka-python runs its own fetch session; Sluice serves it and keeps its own upstream. Fetch for fetch, the
+    upstream link carries exactly the bytes of the client's link: Sluice's upstream request lists what the
+    client's listed (the partitions whose offset moved, KIP-227's incremental request), no more, and the broker's
+    answer names the partitions Sluice's answer to the client names (the same inclusion rules, FetchSession.scala,
+    on both sessions). So terminate mode costs the broker link what the client's own session would, at whatever
+    pace the client fetches (bench.sessions' upstream_over_client_bytes)."""
+    parts, busy = 30, (0, 11, 29)
+    create_topic(kafka_broker.bootstrap, unique_topic, parts)
+    records = [(p, f"p{p}-{i:05d}") for i in range(100) for p in busy]
+    path = tmp_path / "access.jsonl"
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE, **{"logging.access_log": str(path)}) as sluice:
+        consumer = KafkaConsumer(bootstrap_servers=sluice.bootstrap, client_id="kp-session-bytes", group_id=None,
+                                 enable_auto_commit=False, fetch_max_wait_ms=100)
+        consumer.assign([KafkaTopicPartition(unique_topic, p) for p in range(parts)])
+        consumer.seek_to_beginning()
+        producer = Background(kafka_broker.bootstrap, unique_topic, records, chunk=15)
+        got: dict[int, list[str]] = {p: [] for p in range(parts)}
+        try:
+            deadline = time.monotonic() + 90
+            while sum(map(len, got.values())) < len(records) and time.monotonic() < deadline:
+                for tp, msgs in consumer.poll(timeout_ms=500).items():
+                    got[tp.partition] += [m.key.decode() for m in msgs]
+        finally:
+            consumer.close()
+            producer.join()
+        incremental = sluice.total("sluice_downstream_fetch_requests_total", kind="incremental")
+        upstream_full = sluice.total("sluice_upstream_fetch_requests_total", kind="full")
+    assert got == {p: [k for q, k in records if q == p] for p in range(parts)}
+    fetches = [line for line in map(json.loads, path.read_text().splitlines()) if line["api"] == "Fetch"]
+    assert incremental >= 10 and len(fetches) > incremental, (incremental, len(fetches))
+    assert upstream_full == 1  # one session upstream all along
+    differing = [(line["bytes_client_to_proxy"], line["bytes_proxy_to_upstream"], line["bytes_upstream_to_proxy"],
+                  line["bytes_proxy_to_client"]) for line in fetches
+                 if (line["bytes_proxy_to_upstream"], line["bytes_upstream_to_proxy"])
+                 != (line["bytes_client_to_proxy"], line["bytes_proxy_to_client"])]
+    assert not differing, f"{len(differing)} of {len(fetches)} fetches (client request, upstream request, " \
+        f"upstream response, client response): {differing[:10]}"
 
 
 # ------------------------------------------------------------------------------------- broker restart
