@@ -311,11 +311,12 @@ def fetch_split(d: Mapping[str, float], records: int) -> dict[str, float]:
 
     A session client's fetch costs what it carries: its request lists the partitions whose offset moved, its
     response the partitions with news, with their records. A client that fetches less often gets more records,
-    on more partitions, per fetch, and its fetch rate is its own (kafka-python's, in this process, with the
-    in-process Sluice's CPU taken from it): at 1,000 partitions, four runs' bytes per fetch, terminate over
-    direct, 1.0012-1.0525, each within 3 % of the records per fetch ratio (1.0017-1.0738). The link ratio in
-    terminate mode compares the same fetches: Sluice's own session upstream against the session it serves the
-    client (1.0 when the upstream carries what the client's session would cost it at that pace)."""
+    on more partitions, per fetch, and its fetch rate is its own: at 1,000 partitions kafka-python's fetches
+    varied by up to 18 % between 10-second windows of one mode in one run, with Sluice in this process or in
+    its own (18 windows, the modes interleaved), and one line, ~111 bytes + ~140 per record delivered, gave both
+    modes' bytes per fetch (mean residuals +0.2 direct, -0.4 terminate, of ~400). The link ratio in terminate
+    mode compares the same fetches: Sluice's own session upstream against the session it serves the client (1.0
+    when the upstream carries what the client's session would cost it at that pace)."""
     fetches = max(d["fetches"], 1.0)
     client = d["client_to_proxy"] + d["proxy_to_client"]
     return {"upstream_request_bytes_per_fetch": round(d["proxy_to_upstream"] / fetches, 1),
