@@ -1,6 +1,6 @@
 """Machine instructions per round trip through Sluice's connection core, counted by Valgrind's callgrind.
 
-``python -m bench.instructions [--case produce|fetch_all|fetch_small|bare] [--rounds 200] [--compare REV]``
+``python -m bench.instructions [--case produce|fetch_all|fetch_small|metadata|bare] [--rounds 200] [--compare REV]``
 ``[--sharing shared|unshared|off] [--terminate] [--client-session]`` (``fetch_small`` only)
 ``[--policies none|all] [--access-log file|off]`` (``produce`` only) ``[--cold]``
 
@@ -26,6 +26,9 @@ port that keeps what it is handed (no copy) and checks it after the count:
   "terminate"`` (the upstream answers in Sluice's session, 77). ``--client-session``: the client keeps a fetch
   session (Java, kafka-python: a full request, then incremental ones in the session its first answer named);
   without: session-less (librdkafka, aiokafka);
+- ``metadata``: a client's Metadata refresh (v12, one topic of 6 partitions led by 3 brokers), default settings:
+  the addresses policy rewrites every answer's brokers to Sluice's listeners; the broker answers each in the same
+  bytes but its correlation id, as a cluster that does not change does;
 - ``bare``: ``produce``'s round trips through the bare relay's protocols (rig/bare_relay.py: bytes in, bytes out,
   the least a Python proxy can do; ``bench.passthrough``'s baseline) on transports that keep what they are
   written: what a relay costs in Python per round trip, system calls left out as in the other cases.
@@ -72,7 +75,7 @@ from typing import Any, NamedTuple
 from bench.support.verdict import add_options, emit, exit_status, summary
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("produce", "fetch_all", "fetch_small", "bare")
+CASES = ("produce", "fetch_all", "fetch_small", "metadata", "bare")
 #: ``fetch_small``'s settings per ``--sharing`` (its topic is "bench"; its client, bench.pipeline_cpu.CLIENT_ID)
 SMALL_SHARING = {
     "off": "",
@@ -130,6 +133,8 @@ def frames_of(case: str, count: int, small: SmallFetch | None = None,
     ``fetch_small``'s requests in a client's session name ``session_id`` (the one its first answer named)."""
     from bench import pipeline_cpu
 
+    if case == "metadata":
+        return [_metadata_frames(i) for i in range(count)], None
     if case in ("produce", "bare"):
         overrides = None
         if case == "produce" and small is not None and small.policies == "all":
@@ -191,7 +196,19 @@ def _small_fetch_frames(small: SmallFetch, count: int, session_id: int) -> list[
 
 def wrong_reply(case: str, request: bytes, response: bytes, reply: bytes) -> bool:
     """Whether the client's ``reply`` is not what it must get: the broker's bytes as they came for a relayed
-    response, every partition and batch for ``fetch_all`` (:func:`bench.pipeline_cpu.check`)."""
+    response, every partition and batch for ``fetch_all`` (:func:`bench.pipeline_cpu.check`), for ``metadata`` the
+    broker's answer with its brokers at Sluice's advertised host (one host, none of theirs; a --compare revision's
+    rig may name it otherwise)."""
+    if case == "metadata":
+        from proxy.wire.messages import decode_response
+
+        if int.from_bytes(reply[:4], "big") != len(reply) - 4:
+            return True
+        (got_header, got), (header, want) = decode_response(3, 12, reply[4:]), decode_response(3, 12, response)
+        hosts = {b.host for b in got.brokers}
+        return (got_header.correlation_id != header.correlation_id or got.topics != want.topics
+                or [b.node_id for b in got.brokers] != [b.node_id for b in want.brokers]
+                or len(hosts) != 1 or bool(hosts & {b.host for b in want.brokers}))
     if case in ("fetch_all", "fetch_small"):
         from bench.pipeline_cpu import check
 
@@ -256,6 +273,26 @@ def _bare() -> RoundTrip:
         return client.written
 
     return round_trip
+
+
+def _metadata_frames(corr: int) -> tuple[bytes, bytes]:
+    """A Metadata v12 request for one topic and the broker's answer (3 brokers, 6 partitions), no size prefixes."""
+    from bench.pipeline_cpu import CLIENT_ID
+    from proxy.wire.messages import request_codec, response_codec
+    from proxy.wire.model import Message
+    from rig.core_rig import request, response
+
+    body = request_codec(3, 12).default().replace(topics=[Message(topic_id=bytes(16), name="bench")],
+                                                 allow_auto_topic_creation=False,
+                                                 include_topic_authorized_operations=False)
+    partitions = [Message(error_code=0, partition_index=p, leader_id=1 + p % 3, leader_epoch=0,
+                          replica_nodes=[1 + p % 3], isr_nodes=[1 + p % 3], offline_replicas=[]) for p in range(6)]
+    answer = response_codec(3, 12).default().replace(
+        brokers=[Message(node_id=n, host=f"10.0.0.{n}", port=9092, rack=None) for n in (1, 2, 3)],
+        cluster_id="bench-cluster", controller_id=1,
+        topics=[Message(error_code=0, name="bench", topic_id=bytes(16), is_internal=False, partitions=partitions,
+                        topic_authorized_operations=-2147483648)])
+    return request(3, 12, corr, body, client_id=CLIENT_ID), response(3, 12, corr, answer)
 
 
 def _trips(frames: list[tuple[bytes, bytes]]) -> list[tuple[bytes, list[bytes]]]:
