@@ -47,6 +47,7 @@ from tests.support.sharing import (
     describe_members,
     describe_twice,
     java_member,
+    one_slice_run,
     produce,
     produce_one_per_batch,
     produce_tail,
@@ -112,12 +113,12 @@ def settled_on(sluice: ProxyThread, group: str, assignments_before: float) -> No
 
 
 def consumed_once(broker: KafkaBroker, topic: str, members: list[Member], tag: str, n: int = 600,
-                  one_per_batch: bool = False) -> list[tuple[str, str]]:
+                  one_per_batch: bool = False, before: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
     """Produce ``n`` records of 60 keys once the group settled (``one_per_batch``: each in a batch of its own, every
-    codec in turn): every one received exactly once, in order, each key's records by one consumer. The records
-    produced."""
-    produced = (produce_one_per_batch(broker.bootstrap, topic, n, keys=60, tag=tag) if one_per_batch
-                else produce(broker.bootstrap, topic, n, keys=60, tag=tag))
+    codec in turn): every one received exactly once, in order, each key's records by one consumer, those of
+    ``before`` (records produced just before) too. The records produced, ``before``'s first."""
+    produced = [*(before or []), *(produce_one_per_batch(broker.bootstrap, topic, n, keys=60, tag=tag)
+                                  if one_per_batch else produce(broker.bootstrap, topic, n, keys=60, tag=tag))]
     wait_for_all(members, {v for _, v in produced})
     check_exactly_once(members, produced)
     check_keys_at_one_consumer(members)
@@ -461,7 +462,10 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
     partition: many fetches, each filtered) and throttles these consumers: filtering comes first (right after
     terminate builds the client's response), the throttle and the budgets apply to what is left. Records one per
     batch: a fetch that gets nothing for its member goes upstream again from the read-ahead cursor, through
-    Sluice's own upstream session, and the Java client's partitions move on in its session."""
+    Sluice's own upstream session, and the Java client's partitions move on in its session. The records start
+    with a run of one slice's keys in each partition, longer than two of the budgets: whether the consumers keep up
+    with the producer or lag behind it (each answer then holds many records, some of every member's), the member
+    holding the other slice has fetches answered with nothing of its own."""
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     settings = {**SHARING, "sessions.mode": "terminate",
@@ -474,10 +478,16 @@ def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: K
             *(python_member("confluent", proxy.bootstrap, topic, group, f"mix-ck-{i}") for i in range(3))) as members:
         settled_on(proxy, group, 0)
         assert proxy.total("sluice_sharing_partition_members", group=group) == 2
-        consumed_once(kafka_broker, topic, members, "mix", one_per_batch=True)
+        # 200 one-record batches are at least 200 * 61 bytes (a v2 batch's header): more than twice 4 KiB
+        run = one_slice_run(kafka_broker.bootstrap, topic, PARTITIONS, 200, "mix-run")
+        consumed_once(kafka_broker, topic, members, "mix", one_per_batch=True, before=run)
         assert all(m.received for m in members), [len(m.received) for m in members]
         assert proxy.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # Sluice's sessions
-        assert proxy.total("sluice_sharing_read_ahead_total", event="moved") > 0
+        # The read-ahead cursor at work (cursor.py), in either of its ways: a fetch answered with nothing for its
+        # member goes upstream again from the cursor at once (fetched_again: the broker had held it a while), or
+        # is answered empty and the member's next fetch moves past what Sluice read (moved)
+        read_ahead = sum(proxy.total("sluice_sharing_read_ahead_total", event=e) for e in ("moved", "fetched_again"))
+        assert read_ahead > 0
         metered = proxy.total("sluice_throttle_bytes_total", side="leader")
         assert 0 < metered < proxy.total("sluice_sharing_filtered_bytes_total")  # metered after filtering
 

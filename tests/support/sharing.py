@@ -157,17 +157,35 @@ def produce(bootstrap: str, topic: str, n: int, keys: int, tag: str,
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
-def produce_one_per_batch(bootstrap: str, topic: str, n: int, keys: int, tag: str) -> list[tuple[str, str]]:
-    """``n`` records of ``keys`` keys, each in a batch of its own, compressed with each codec of :data:`CODECS` in
-    turn (one producer per codec, each waiting for its record's acknowledgement before the next is sent): a
-    low-rate topic's shape, every codec in one partition. [(key, value)], values unique."""
+def produce_one_per_batch(bootstrap: str, topic: str, n: int, keys: int | list[str], tag: str,
+                          partition: int | None = None) -> list[tuple[str, str]]:
+    """``n`` records of ``keys`` keys (a count: ``key-0``...; or the keys themselves, taken in turn), each in a
+    batch of its own, compressed with each codec of :data:`CODECS` in turn (one producer per codec, each waiting
+    for its record's acknowledgement before the next is sent): a low-rate topic's shape, every codec in one
+    partition (``partition``: all in that one, else where the producer's partitioner puts each key).
+    [(key, value)], values unique."""
     producers = [Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "batch.num.messages": 1,
                            "compression.type": codec}) for codec in CODECS]
-    out = [(f"key-{i % keys}", f"{tag}-{i:06d}") for i in range(n)]
+    names = [f"key-{i}" for i in range(keys)] if isinstance(keys, int) else keys
+    out = [(names[i % len(names)], f"{tag}-{i:06d}") for i in range(n)]
     for i, (k, v) in enumerate(out):
         producer = producers[i % len(producers)]
-        producer.produce(topic, key=k.encode(), value=v.encode())
+        if partition is None:
+            producer.produce(topic, key=k.encode(), value=v.encode())
+        else:
+            producer.produce(topic, key=k.encode(), value=v.encode(), partition=partition)
         assert producer.flush(30) == 0
+    return out
+
+
+def one_slice_run(bootstrap: str, topic: str, partitions: int, per_partition: int, tag: str) -> list[tuple[str, str]]:
+    """``per_partition`` records one per batch in each partition whose keys all fall in slice 0 of a partition
+    shared by two members (:func:`slice_of`), each key in one partition only (named for it): the member holding
+    slice 1 reads nothing of its own across the run. [(key, value)], values unique."""
+    out: list[tuple[str, str]] = []
+    for p in range(partitions):
+        keys = [k for k in (f"run-{p}-{j}" for j in range(40)) if slice_of(key_hash(k.encode()), 2) == 0][:5]
+        out += produce_one_per_batch(bootstrap, topic, per_partition, keys, f"{tag}-p{p}", partition=p)
     return out
 
 

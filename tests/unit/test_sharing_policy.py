@@ -35,6 +35,8 @@ from rig.chain_rig import SansIOProxy
 GROUP, TOPIC = "g", "orders"
 JOIN, SYNC, HEARTBEAT, OFFSET_FETCH, OFFSET_COMMIT, FETCH = 11, 14, 12, 9, 8, 1
 V_JOIN, V_SYNC, V_HB, V_OF, V_OC, V_FETCH = 9, 5, 4, 9, 9, 12  # versions Java 4.x uses (Fetch v12: names)
+#: Fetch by topic id (KIP-516: v13+), as the Java client 4.x sends it
+V_FETCH_IDS = 17
 
 
 class FakeCoordinators:
@@ -822,15 +824,18 @@ def one_per_batch(first: int, keys: list[bytes], epoch: int = 0) -> bytes:
                                            partition_leader_epoch=epoch)) for i, k in enumerate(keys))
 
 
-def fetch_at(c: Client, offset: int | None = 100, session: int = 0, epoch: int = -1) -> Exchange:
-    """The member's Fetch of partition 0 (``offset`` None: an incremental request that does not list it)."""
-    parts = [] if offset is None else [Message(topic=TOPIC, partitions=[Message(
+def fetch_at(c: Client, offset: int | None = 100, session: int = 0, epoch: int = -1,
+             version: int = V_FETCH) -> Exchange:
+    """The member's Fetch of partition 0 (``offset`` None: an incremental request that does not list it), the
+    topic named by id from v13 (:data:`V_FETCH_IDS`)."""
+    named = {"topic_id": TOPIC_ID} if version >= V_FETCH_IDS else {"topic": TOPIC}
+    parts = [] if offset is None else [Message(**named, partitions=[Message(
         partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=0, log_start_offset=-1,
         partition_max_bytes=1 << 20)])]
-    body = request_codec(FETCH, V_FETCH).default().replace(
+    body = request_codec(FETCH, version).default().replace(
         replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=session,
         session_epoch=epoch, rack_id="", forgotten_topics_data=[], topics=parts)
-    return c.send(FETCH, V_FETCH, body)
+    return c.send(FETCH, version, body)
 
 
 def upstream(ex: Exchange) -> FetchRequestView:
@@ -839,16 +844,19 @@ def upstream(ex: Exchange) -> FetchRequestView:
 
 def answer_fetch(c: Client, ex: Exchange, records: bytes = b"", hw: int = 110, error: int = 0,
                  session_id: int = 0, listed: bool = True, may_resend: bool = True) -> FetchResponseView | None:
-    """The broker's answer to what ``ex`` sent upstream; the client's reply, or None when Sluice sent the request
-    upstream again instead."""
+    """The broker's answer to what ``ex`` sent upstream (in its version); the client's reply, or None when Sluice
+    sent the request upstream again instead."""
+    version = ex.header.api_version
     parts = [FetchPartition(0, error, hw, hw, 0, records=records)] if listed else []
-    view = FetchResponseView(V_FETCH, session_id=session_id, topics=[FetchTopic(TOPIC, partitions=parts)])
+    topic = FetchTopic(topic_id=TOPIC_ID, partitions=parts) if version >= V_FETCH_IDS else FetchTopic(TOPIC,
+                                                                                                     partitions=parts)
+    view = FetchResponseView(version, session_id=session_id, topics=[topic])
     buffers, _ = view.encode_frame(ex.header.correlation_id)
     reply = c.proxy.respond(ex, b"".join(bytes(b) for b in buffers)[4:], c.conn, may_resend)
     if ex.resend:
         ex.resend = False  # as the connection core does, sending ex.frame
         return None
-    return decode_frame(reply[4:], V_FETCH)[2]
+    return decode_frame(reply[4:], version)[2]
 
 
 def partition_0(view: FetchResponseView | None) -> FetchPartition:
@@ -956,6 +964,32 @@ def test_a_session_clients_fetch_goes_again_within_its_session() -> None:
     assert not part.records and part.high_watermark == 100
     nxt = upstream(fetch_at(m1, None, session=9, epoch=1))
     assert nxt.session_epoch == 2 and not nxt.partitions()  # the next hop holds offset 110 already
+
+
+def test_a_session_fetch_withheld_before_its_member_was_known_still_reads_ahead_by_topic_id() -> None:
+    """Fetch v13+ names topics by id, and a client in its fetch session (the Java client) names them in its full
+    request only. A full request sent before Sluice knew the member (withheld: its SyncGroup not seen yet) still
+    tells the connection its topic ids: once the member shares partition 0, its next fetches, listing no topic,
+    move past the other slices' records Sluice read for it. They did not before: such a Java member fetched the
+    same run of the other slice's records again and again, each answered at once with nothing (a client test saw
+    218,707 fetches in 90 s, none of its own records)."""
+    proxy, _ = sharing_proxy()
+    proxy.policy("sharing").names.learn(TOPIC_ID, TOPIC)
+    clients = [Client(proxy, f"app-{i + 1}", i + 1) for i in range(5)]
+    for i, c in enumerate(clients):
+        c.member_id = f"m{i + 1}"
+    m1 = clients[0]
+    full = fetch_at(m1, 100, session=0, epoch=0, version=V_FETCH_IDS)
+    got = answer_fetch(m1, full, one_per_batch(100, keys_in(M1_SLICE, 2)), session_id=9)
+    assert not partition_0(got).records  # withheld: whose records they are is not known yet
+    join_all(clients, 1)  # m1 holds slice 0/2 of partition 0
+    ex = fetch_at(m1, None, session=9, epoch=1, version=V_FETCH_IDS)
+    proxy.clock.now += 0.6  # the client's wait is over: answered, with nothing for it
+    got = answer_fetch(m1, ex, one_per_batch(100, keys_in(M1_SLICE, 10, other=True)), session_id=9)
+    assert not partition_0(got).records
+    nxt = upstream(fetch_at(m1, None, session=9, epoch=2, version=V_FETCH_IDS))
+    assert nxt.partitions()[(TOPIC_ID, 0)].fetch_offset == 110
+    assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="moved") == 1
 
 
 def test_a_slice_idle_past_its_committed_position_is_committed_on_by_sluice() -> None:

@@ -191,6 +191,16 @@ class Sharing(SharingState, Policy):
         fetches = self.fetches.get(info.conn_id)
         if fetches is None:
             fetches = self.fetches[info.conn_id] = ClientFetches()
+        if edit.view.version >= FIRST_TOPIC_ID:
+            # The ids this connection's requests name, learnt from every one of them, its member known yet or not:
+            # a client in its fetch session (KIP-227) names a topic in its full request and then, while nothing
+            # changes, in none. Learnt only once the member was known, a full request withheld while it was not
+            # left the session's partitions unknown by name for good: its fetch offsets never moved past the
+            # other slices' records, and the client fetched the same run again and again, answered at once.
+            ids, names = fetches.ids, self.names
+            for tid in edit.view.topic_keys:
+                if isinstance(tid, bytes) and (known := names.get(tid)):
+                    ids[known] = tid
         m = ticket.member if ticket is not None and not ticket.withhold else None
         states = self._held(m, edit, fetches) if m is not None else {}
         held = {key: st.gaps for key, (_, st) in states.items()}
@@ -205,13 +215,8 @@ class Sharing(SharingState, Policy):
               fetches: ClientFetches) -> dict[PartitionKey, tuple[TopicPartition, PartitionState]]:
         """The member's filtered partitions, by the keys of the request's version (topic ids from v13: learnt from
         what the connection's requests named)."""
-        view = edit.view
-        by_id = view.version >= FIRST_TOPIC_ID
+        by_id = edit.view.version >= FIRST_TOPIC_ID
         ids = fetches.ids
-        if by_id:
-            for tid in view.topic_keys:
-                if isinstance(tid, bytes) and (known := self.names.get(tid)):
-                    ids[known] = tid
         held: dict[PartitionKey, tuple[TopicPartition, PartitionState]] = {}
         for tp, st in (m.partitions or {}).items():
             if st.slice.count == 1 and st.table is None:
