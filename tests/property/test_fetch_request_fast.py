@@ -133,12 +133,27 @@ def _check_decode(view: FetchRequestView, frame: bytes) -> None:
     assert (view.session_id, view.session_epoch) == (ref.get("session_id", 0), ref.get("session_epoch", -1))
     assert view.rack_id == ref.get("rack_id", "")
     assert view.cluster_id == ref.get("cluster_id")
-    assert _parsed(view.tags) == _parsed(_fields_to_tags(top, ref.fields()) if version >= 12 else None)
+    assert _top_parsed(view.tags) == _top_parsed(_fields_to_tags(top, ref.fields()) if version >= 12 else None)
     assert view.tags is None or len(view.tags) > 1
 
 
 def _parsed(raw: bytes | None) -> dict[int, bytes]:
     return {tag: bytes(value) for tag, value in parse_tags(raw).items()}
+
+
+#: the request's ReplicaState tag (v15+, KIP-903): ReplicaId int32, ReplicaEpoch int64, then its own tag section
+REPLICA_STATE_TAG, REPLICA_STATE_FIXED = 1, 12
+
+
+def _top_parsed(raw: bytes | None) -> dict[int, Any]:
+    """The request's tag section parsed, ReplicaState's value down to its own tag section: a mutated frame may
+    spell a tag nested there as an overlong varint too, kept as received, while the construct codec writes it
+    anew."""
+    out: dict[int, Any] = dict(_parsed(raw))
+    state = out.get(REPLICA_STATE_TAG)
+    if state is not None and len(state) > REPLICA_STATE_FIXED:
+        out[REPLICA_STATE_TAG] = (state[:REPLICA_STATE_FIXED], _parsed(state[REPLICA_STATE_FIXED:]))
+    return out
 
 
 def _canonical(body: Message, version: int) -> Message:
