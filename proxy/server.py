@@ -32,6 +32,7 @@ from .core.routing import Address, Router
 from .core.topic_names import TopicNames
 from .io.cluster import OwnRequests
 from .io.listeners import Listener, Refusals, listening_socket
+from .io.transports import CLOSE_LINGER_S
 from .metrics import Metrics
 from .policies import build as build_policies
 from .policies import dynamic_sections, memory_bound
@@ -104,6 +105,8 @@ class Proxy:
         self._servers: dict[int | None, Listener] = {}  # None: the bootstrap listener
         #: the client connections open now (their client transport up, not yet torn down)
         self.connections: set[Connection] = set()
+        #: client transports closed and not gone yet (io.host.ConnectionHost.closing)
+        self.closing: set[object] = set()
         self._conn_ids = itertools.count(1)
         self._closing = False
         #: start() has finished: the brokers' listeners are open if the cluster named them (/readyz waits for it)
@@ -200,6 +203,11 @@ class Proxy:
                      for c in self.connections if not c.closed for ex in (*c.inflight, *c.pending_requests)]
         for conn in list(self.connections):
             conn.close()
+        # Each client transport gone before the exit: its last answers out and its client's FIN read (a closed
+        # connection lingers at most CLOSE_LINGER_S, transports.ClientProtocol.close_client)
+        linger_end = time.monotonic() + CLOSE_LINGER_S + 0.5
+        while self.closing and time.monotonic() < linger_end:
+            await asyncio.sleep(0.02)  # polling a real condition (transports still open), bounded
         for server in self._servers.values():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 1.0)

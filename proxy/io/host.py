@@ -33,6 +33,9 @@ class ConnectionHost(Protocol):
     #: the connection limits counted at accept and released at teardown
     admission: Admission
     metrics: Metrics
+    #: client transports Sluice closed that are not gone yet (their last bytes still going out, the client's FIN
+    #: awaited: transports.ClientProtocol.close_client): shutdown waits for them, so the exit cuts none
+    closing: set[object]
 
     @property
     def limits(self) -> LimitsSettings:

@@ -27,7 +27,13 @@ from ..core.exchange import Buffer, ConnectionInfo
 from ..wire.errors import CodecError
 from .host import ConnectionHost
 
-__all__ = ["ClientProtocol", "UpstreamProtocol", "tls_error"]
+__all__ = ["CLOSE_LINGER_S", "ClientProtocol", "UpstreamProtocol", "tls_error"]
+
+#: how long a client connection Sluice closed may take to read what was written to it and close its side; then
+#: it is reset (a client that never reads or never closes holds no socket for longer). Kafka's clients close as
+#: soon as they read the FIN; a shutdown waits this much at most after its drain, inside the 5 s the Helm chart
+#: adds to the drain for the grace period
+CLOSE_LINGER_S = 3.0
 
 
 def tls_error(e: BaseException) -> str:
@@ -61,6 +67,10 @@ class ClientProtocol(asyncio.Protocol):
         self._upstream_protocol: UpstreamProtocol | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._torn_down = False
+        #: the client's transport is gone (connection_lost)
+        self._lost = False
+        #: resets a closed connection whose client has not closed its side within CLOSE_LINGER_S
+        self._linger: asyncio.TimerHandle | None = None
         #: admitted by proxy.io.listeners.accepted (the limits count it until teardown)
         self.host = host
         info = ConnectionInfo(proxy.next_connection_id(), "bootstrap" if node_id is None else f"broker-{node_id}",
@@ -91,6 +101,10 @@ class ClientProtocol(asyncio.Protocol):
         self.conn.client_write_resumed()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self.proxy.closing.discard(self)
+        if self._linger is not None:
+            self._linger.cancel()
         self.conn.client_lost()
         self._teardown(abort=False)
 
@@ -189,12 +203,38 @@ class ClientProtocol(asyncio.Protocol):
         self.proxy.closed(self.conn)
         self.proxy.admission.release(self.host)
         self.proxy.metrics.client_connections_open.dec()
-        if self.transport is not None:
-            (self.transport.abort if abort else self.transport.close)()
+        if self.transport is not None and not self._lost:
+            if abort:
+                self.transport.abort()
+            else:
+                self.close_client()
         if self.upstream is not None:
             self.upstream.close()
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
+
+
+    def close_client(self) -> None:
+        """Close the client's side so that everything written reaches the client. A socket closed with input
+        still unread sends an RST, not a FIN (RFC 1122 4.2.2.13), and the kernel then drops what it has not sent:
+        the answer to a request read before a shutdown, followed by one sent after it began (a consumer's
+        heartbeat, its next fetch), could be cut. So Sluice half-closes (a FIN after the last byte written),
+        reads and drops what the client still sends until it closes its side (eof_received's default: the
+        transport closes), then closes; CLOSE_LINGER_S bounds the wait. TLS has no half-close: its close sends close_notify after what is written and reads
+        until the client's (asyncio's SSL shutdown). Either way the host waits for the transport to go
+        (``closing``), so a shutdown's exit cuts nothing."""
+        transport = self.transport
+        if not transport.is_closing():  # else closing already (the client ended it): connection_lost follows
+            if not transport.can_write_eof():
+                transport.close()
+            else:
+                try:
+                    transport.write_eof()
+                except RuntimeError:
+                    return  # uvloop: its handle is closed already, nothing is left to write or wait for
+                transport.resume_reading()  # reads go to the closed core, which drops them
+        self.proxy.closing.add(self)
+        self._linger = asyncio.get_running_loop().call_later(CLOSE_LINGER_S, transport.abort)
 
 
 class UpstreamProtocol(asyncio.Protocol):
