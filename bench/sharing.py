@@ -73,6 +73,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +104,11 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def wait_until(condition: Any, timeout: float, what: str) -> None:
+def wait_until(condition: Any, timeout: float, what: str | Callable[[], str]) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"not within {timeout:.0f} s: {what}")
+            raise RuntimeError(f"not within {timeout:.0f} s: {what() if callable(what) else what}")
         time.sleep(0.1)  # polling a real condition, bounded by the deadline
 
 
@@ -192,7 +193,19 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
             shared = path == "sharing"
             return held >= (min(consumers, 2 * PARTITIONS) if shared else PARTITIONS) \
                 and time.monotonic() - last > SETTLE_S[args.protocol]
-        wait_until(settled, 120, "the group to settle")
+        def unsettled() -> str:
+            """Where each member stands, for a group that never settled: its last assignment and how long ago it
+            came (of how many), and what it holds paused."""
+            now = time.monotonic()
+            out = []
+            for m in members:
+                assigned = [(t, e["assigned"]) for t, e in m.timed_events() if "assigned" in e]
+                paused = [e["paused"] for e in m.reported() if "paused" in e]
+                last = f"{assigned[-1][1]} {now - assigned[-1][0]:.1f} s ago" if assigned else "nothing"
+                out.append(f"{m.name}: assigned {last} ({len(assigned)} in all), "
+                           f"paused {paused[-1] if paused else None}")
+            return "the group to settle: " + "; ".join(out)
+        wait_until(settled, 120, unsettled)
         cpu0, bytes0 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")
         produce(bootstrap, topic, args.records, args.keys, args.batch_records)
         if any(e for m in members for e in m.timed_records()):

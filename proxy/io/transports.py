@@ -220,9 +220,9 @@ class ClientProtocol(asyncio.Protocol):
         the answer to a request read before a shutdown, followed by one sent after it began (a consumer's
         heartbeat, its next fetch), could be cut. So Sluice half-closes (a FIN after the last byte written),
         reads and drops what the client still sends until it closes its side (eof_received's default: the
-        transport closes), then closes; CLOSE_LINGER_S bounds the wait. TLS has no half-close: its close sends close_notify after what is written and reads
-        until the client's (asyncio's SSL shutdown). Either way the host waits for the transport to go
-        (``closing``), so a shutdown's exit cuts nothing."""
+        transport closes), then closes; CLOSE_LINGER_S bounds the wait. TLS has no half-close: its close sends
+        close_notify after what is written and reads until the client's (asyncio's SSL shutdown). Either way the
+        host waits for the transport to go (``closing``), so a shutdown's exit cuts nothing."""
         transport = self.transport
         if not transport.is_closing():  # else closing already (the client ended it): connection_lost follows
             if not transport.can_write_eof():
