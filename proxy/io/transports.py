@@ -213,7 +213,6 @@ class ClientProtocol(asyncio.Protocol):
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
 
-
     def close_client(self) -> None:
         """Close the client's side so that everything written reaches the client. A socket closed with input
         still unread sends an RST, not a FIN (RFC 1122 4.2.2.13), and the kernel then drops what it has not sent:
