@@ -992,6 +992,26 @@ def test_a_session_fetch_withheld_before_its_member_was_known_still_reads_ahead_
     assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="moved") == 1
 
 
+def test_a_session_fetch_whose_topic_id_was_not_known_at_its_full_request_reads_ahead_once_it_is() -> None:
+    """Sluice's lookup of the topic id named by a session's full request failed (it is not waited for again for a
+    while), so that request taught its connection nothing; the lookup succeeded later. The session's later
+    requests name no topic, but their answers do: the connection learns the id from them, and the member's next
+    fetch moves past the other slices' records."""
+    proxy, _ = sharing_proxy()
+    names = proxy.policy("sharing").names
+    names.settle({}, not_found=[TOPIC_ID])  # the lookup failed
+    m1 = form_group(proxy, 5)[0][0]  # m1 holds slice 0/2 of partition 0
+    full = fetch_at(m1, 100, session=0, epoch=0, version=V_FETCH_IDS)
+    answer_fetch(m1, full, hw=100, session_id=9)
+    names.learn(TOPIC_ID, TOPIC)  # a later lookup found it
+    ex = fetch_at(m1, None, session=9, epoch=1, version=V_FETCH_IDS)
+    proxy.clock.now += 0.6  # the client's wait is over: answered, with nothing for it
+    got = answer_fetch(m1, ex, one_per_batch(100, keys_in(M1_SLICE, 10, other=True)), session_id=9)
+    assert not partition_0(got).records
+    nxt = upstream(fetch_at(m1, None, session=9, epoch=2, version=V_FETCH_IDS))
+    assert nxt.partitions()[(TOPIC_ID, 0)].fetch_offset == 110
+
+
 def test_a_slice_idle_past_its_committed_position_is_committed_on_by_sluice() -> None:
     """A member whose slice has no record in the partition's tail has nothing new to commit: Sluice commits its
     slice's position past what its fetches read with nothing for it, so the stable offset can reach the end."""

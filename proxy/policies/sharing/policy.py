@@ -163,7 +163,7 @@ class Sharing(SharingState, Policy):
     def on_response(self, ex: Exchange, response: ResponseView, info: ConnectionInfo, state: Any) -> None:
         key = ex.header.api_key
         if key == ApiKey.FETCH:
-            self._fetch_response(ex, response, state)
+            self._fetch_response(ex, response, state, info)
         elif key == ApiKey.JOIN_GROUP:
             groups.join_response(self, ex, response, info, state)
         elif key == ApiKey.SYNC_GROUP:
@@ -274,7 +274,8 @@ class Sharing(SharingState, Policy):
         ex.collect = True
         return FetchTicket(None, True)
 
-    def _fetch_response(self, ex: Exchange, response: ResponseView, ticket: FetchTicket) -> None:
+    def _fetch_response(self, ex: Exchange, response: ResponseView, ticket: FetchTicket,
+                        info: ConnectionInfo) -> None:
         assert isinstance(response, FetchResponse)
         m = ticket.member
         withheld = other_slice = committed = undecodable = forgotten = 0
@@ -282,11 +283,16 @@ class Sharing(SharingState, Policy):
         names = self.names
         view = response.view
         sent = ticket.sent
+        fetches = self.fetches.get(info.conn_id)
         for topic in view.topics:
             name = topic.topic or names.get(bytes(topic.topic_id))
             if not name or not self.shareable(name):
                 continue
             tkey = topic.topic or bytes(topic.topic_id)
+            if fetches is not None and not topic.topic and name not in fetches.ids:
+                # an id the requests named before its name was known (a lookup that failed, retried since): the
+                # answer names it too, and the session's later requests may never name it again
+                fetches.ids[name] = bytes(topic.topic_id)
             for part in topic.partitions:
                 if ticket.withhold:
                     if part.records:
