@@ -1012,6 +1012,26 @@ def test_a_session_fetch_whose_topic_id_was_not_known_at_its_full_request_reads_
     assert nxt.partitions()[(TOPIC_ID, 0)].fetch_offset == 110
 
 
+def test_records_of_a_topic_id_sluice_cannot_name_yet_are_withheld_from_a_sharing_member() -> None:
+    """Sluice's lookup of a topic id failed, so it cannot tell whether the topic is one its member shares: the
+    records are withheld (the answer paused, as for a member whose slices are not known yet), never handed whole
+    to a member that holds a slice of them. Once the name is known, the fetch of the same offset gets the member's
+    slice only."""
+    proxy, _ = sharing_proxy()
+    names = proxy.policy("sharing").names
+    names.settle({}, not_found=[TOPIC_ID])  # the lookup failed
+    m1 = form_group(proxy, 5)[0][0]  # m1 holds slice 0/2 of partition 0
+    mine, others = keys_in(M1_SLICE, 3), keys_in(M1_SLICE, 3, other=True)
+    data = one_per_batch(100, [k for pair in zip(mine, others, strict=True) for k in pair])
+    ex = fetch_at(m1, 100, version=V_FETCH_IDS)
+    assert not partition_0(answer_fetch(m1, ex, data, hw=106)).records
+    assert ex.mute_s > 0
+    assert proxy.metrics.total("sluice_sharing_withheld_partitions_total") == 1
+    names.learn(TOPIC_ID, TOPIC)  # a later lookup found it
+    got = partition_0(answer_fetch(m1, fetch_at(m1, 100, version=V_FETCH_IDS), data, hw=106))
+    assert [r.key for b in decode_batches(got.records or b"") for r in b.records] == mine
+
+
 def test_a_slice_idle_past_its_committed_position_is_committed_on_by_sluice() -> None:
     """A member whose slice has no record in the partition's tail has nothing new to commit: Sluice commits its
     slice's position past what its fetches read with nothing for it, so the stable offset can reach the end."""

@@ -61,7 +61,8 @@ class SharingMetrics:
         self.sharing_withheld = Counter(
             "sluice_sharing_withheld_partitions_total",
             "Shared partitions whose records were withheld from a member whose slices Sluice did not know yet "
-            "(after a Sluice restart, until the group tells it again).", registry=r)
+            "(after a Sluice restart, until the group tells it again), or whose topic id Sluice could not name "
+            "yet (a failed lookup, asked again).", registry=r)
         self.sharing_rejoins = Counter(
             "sluice_sharing_rejoins_total",
             "Members Sluice asked to rejoin their group (a heartbeat answered REBALANCE_IN_PROGRESS).", registry=r)

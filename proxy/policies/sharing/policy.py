@@ -286,7 +286,18 @@ class Sharing(SharingState, Policy):
         fetches = self.fetches.get(info.conn_id)
         for topic in view.topics:
             name = topic.topic or names.get(bytes(topic.topic_id))
-            if not name or not self.shareable(name):
+            if not name:
+                if ticket.withhold or (m is not None and _shares(m)):
+                    # A topic id whose name Sluice could not look up (the lookup failed; the answer naming it asks
+                    # again, TopicNames.note): it may be one the member shares, whose other slices' records must
+                    # not reach it. Withheld, like a member's records before its slices are known: the client
+                    # fetches them again, and once the name is known they are filtered.
+                    for part in topic.partitions:
+                        if part.records:
+                            part.records = b""
+                            withheld += 1
+                continue
+            if not self.shareable(name):
                 continue
             tkey = topic.topic or bytes(topic.topic_id)
             if fetches is not None and not topic.topic and name not in fetches.ids:
