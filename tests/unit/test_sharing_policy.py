@@ -161,12 +161,18 @@ def sync_answer(c: Client, ex: Exchange, data: bytes) -> bytes:
     return bytes(c.answer(ex, body).assignment)
 
 
-def form_group(proxy: SansIOProxy, n: int, partitions: int = 3) -> tuple[list[Client], dict[str, bytes]]:
-    """``n`` members join (member ids m1..mn, m1 the leader); the leader's client assigns with a range assignor
-    (whole partitions); returns the clients and what each member's client got from its SyncGroup."""
+def group_clients(proxy: SansIOProxy, n: int) -> list[Client]:
+    """``n`` consumers' clients (app-1..app-n, member ids m1..mn), none joined yet."""
     clients = [Client(proxy, f"app-{i + 1}", i + 1) for i in range(n)]
     for i, c in enumerate(clients):
         c.member_id = f"m{i + 1}"
+    return clients
+
+
+def form_group(proxy: SansIOProxy, n: int, partitions: int = 3) -> tuple[list[Client], dict[str, bytes]]:
+    """``n`` members join (member ids m1..mn, m1 the leader); the leader's client assigns with a range assignor
+    (whole partitions); returns the clients and what each member's client got from its SyncGroup."""
+    clients = group_clients(proxy, n)
     return clients, join_all(clients, 1, partitions)
 
 
@@ -966,6 +972,18 @@ def test_a_session_clients_fetch_goes_again_within_its_session() -> None:
     assert nxt.session_epoch == 2 and not nxt.partitions()  # the next hop holds offset 110 already
 
 
+def session_offset_after_other_slices(m1: Client) -> int:
+    """In m1's fetch session 9 by topic id (its full request answered): an incremental request listing no topic,
+    answered once the client's wait is over with other slices' records only (offsets 100-109), which m1 must get
+    none of; the offset of partition 0 its next request goes upstream with."""
+    ex = fetch_at(m1, None, session=9, epoch=1, version=V_FETCH_IDS)
+    m1.proxy.clock.now += 0.6  # the client's wait is over: answered, with nothing for it
+    got = answer_fetch(m1, ex, one_per_batch(100, keys_in(M1_SLICE, 10, other=True)), session_id=9)
+    assert not partition_0(got).records
+    nxt = upstream(fetch_at(m1, None, session=9, epoch=2, version=V_FETCH_IDS))
+    return nxt.partitions()[(TOPIC_ID, 0)].fetch_offset
+
+
 def test_a_session_fetch_withheld_before_its_member_was_known_still_reads_ahead_by_topic_id() -> None:
     """Fetch v13+ names topics by id, and a client in its fetch session (the Java client) names them in its full
     request only. A full request sent before Sluice knew the member (withheld: its SyncGroup not seen yet) still
@@ -975,20 +993,13 @@ def test_a_session_fetch_withheld_before_its_member_was_known_still_reads_ahead_
     218,707 fetches in 90 s, none of its own records)."""
     proxy, _ = sharing_proxy()
     proxy.policy("sharing").names.learn(TOPIC_ID, TOPIC)
-    clients = [Client(proxy, f"app-{i + 1}", i + 1) for i in range(5)]
-    for i, c in enumerate(clients):
-        c.member_id = f"m{i + 1}"
+    clients = group_clients(proxy, 5)
     m1 = clients[0]
     full = fetch_at(m1, 100, session=0, epoch=0, version=V_FETCH_IDS)
     got = answer_fetch(m1, full, one_per_batch(100, keys_in(M1_SLICE, 2)), session_id=9)
     assert not partition_0(got).records  # withheld: whose records they are is not known yet
     join_all(clients, 1)  # m1 holds slice 0/2 of partition 0
-    ex = fetch_at(m1, None, session=9, epoch=1, version=V_FETCH_IDS)
-    proxy.clock.now += 0.6  # the client's wait is over: answered, with nothing for it
-    got = answer_fetch(m1, ex, one_per_batch(100, keys_in(M1_SLICE, 10, other=True)), session_id=9)
-    assert not partition_0(got).records
-    nxt = upstream(fetch_at(m1, None, session=9, epoch=2, version=V_FETCH_IDS))
-    assert nxt.partitions()[(TOPIC_ID, 0)].fetch_offset == 110
+    assert session_offset_after_other_slices(m1) == 110
     assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="moved") == 1
 
 
@@ -1004,12 +1015,7 @@ def test_a_session_fetch_whose_topic_id_was_not_known_at_its_full_request_reads_
     full = fetch_at(m1, 100, session=0, epoch=0, version=V_FETCH_IDS)
     answer_fetch(m1, full, hw=100, session_id=9)
     names.learn(TOPIC_ID, TOPIC)  # a later lookup found it
-    ex = fetch_at(m1, None, session=9, epoch=1, version=V_FETCH_IDS)
-    proxy.clock.now += 0.6  # the client's wait is over: answered, with nothing for it
-    got = answer_fetch(m1, ex, one_per_batch(100, keys_in(M1_SLICE, 10, other=True)), session_id=9)
-    assert not partition_0(got).records
-    nxt = upstream(fetch_at(m1, None, session=9, epoch=2, version=V_FETCH_IDS))
-    assert nxt.partitions()[(TOPIC_ID, 0)].fetch_offset == 110
+    assert session_offset_after_other_slices(m1) == 110
 
 
 def test_records_of_a_topic_id_sluice_cannot_name_yet_are_withheld_from_a_sharing_member() -> None:

@@ -286,31 +286,28 @@ class Sharing(SharingState, Policy):
         fetches = self.fetches.get(info.conn_id)
         for topic in view.topics:
             name = topic.topic or names.get(bytes(topic.topic_id))
-            if not name:
-                if ticket.withhold or (m is not None and _shares(m)):
-                    # A topic id whose name Sluice could not look up (the lookup failed; the answer naming it asks
-                    # again, TopicNames.note): it may be one the member shares, whose other slices' records must
-                    # not reach it. Withheld, like a member's records before its slices are known: the client
-                    # fetches them again, and once the name is known they are filtered.
-                    for part in topic.partitions:
-                        if part.records:
-                            part.records = b""
-                            withheld += 1
+            if name:
+                if not self.shareable(name):
+                    continue
+                if fetches is not None and not topic.topic and name not in fetches.ids:
+                    # an id the requests named before its name was known (a lookup that failed, retried since):
+                    # the answer names it too, and the session's later requests may never name it again
+                    fetches.ids[name] = bytes(topic.topic_id)
+            elif not (ticket.withhold or (m is not None and _shares(m))):
                 continue
-            if not self.shareable(name):
-                continue
-            tkey = topic.topic or bytes(topic.topic_id)
-            if fetches is not None and not topic.topic and name not in fetches.ids:
-                # an id the requests named before its name was known (a lookup that failed, retried since): the
-                # answer names it too, and the session's later requests may never name it again
-                fetches.ids[name] = bytes(topic.topic_id)
-            for part in topic.partitions:
-                if ticket.withhold:
+            if ticket.withhold or not name:
+                # Withheld: a member whose slices are not known yet, or a topic id whose name Sluice could not
+                # look up (the lookup failed; the answer naming it asks again, TopicNames.note), which may be one
+                # the member shares, whose other slices' records must not reach it. The client fetches them
+                # again, and once its slices and the name are known they are filtered.
+                for part in topic.partitions:
                     if part.records:
                         part.records = b""
                         withheld += 1
-                    continue
-                assert m is not None
+                continue
+            assert m is not None
+            tkey = topic.topic or bytes(topic.topic_id)
+            for part in topic.partitions:
                 tp = (name, part.partition_index)
                 state = (m.partitions or {}).get(tp)
                 if state is None and m.standalone:
