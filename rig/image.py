@@ -487,9 +487,14 @@ def project_containers(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def project_exited(env: Mapping[str, str]) -> str | None:
-    """The compose project's containers that are not running, described (None: all run)."""
-    down = [f"{(c.get('Labels') or {}).get('com.docker.compose.service', '?')} {c.get('State')} "
-            f"(exit code {c.get('ExitCode')})" for c in _project_ps(env) if c.get("State") != "running"]
+    """The compose project's containers that are not running, described with their last log line (why, most often;
+    None: all run)."""
+    def described(c: dict[str, Any]) -> str:
+        last = run(["podman", "logs", "--tail", "1", c["Names"][0]], env=env, capture=True, quiet=True, check=False)
+        return (f"{(c.get('Labels') or {}).get('com.docker.compose.service', '?')} {c.get('State')} "
+                f"(exit code {c.get('ExitCode')}; last line {(last.stdout + last.stderr).strip()[-400:]!r})")
+
+    down = [described(c) for c in _project_ps(env) if c.get("State") != "running"]
     return "; ".join(down) or None
 
 
@@ -699,6 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     exe: Path | None = None
     env: dict[str, str] = {}
     ok = False
+    failure = ""  # repeated in the summary: CI shows a log's tail, and the containers' logs come between
     bases: dict[str, str] = {}
     try:
         ensure_root()
@@ -737,10 +743,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_pod_test(env)
             ok = True
     except ImageTestError as exc:
-        print(f"\nmake test-image: FAILED: {exc}", file=sys.stderr, flush=True)
+        failure = f": {exc}"
+        print(f"\nmake test-image: FAILED{failure}", file=sys.stderr, flush=True)
         if up and env:
             show_logs(env)
-    except Exception:  # a bug here, or a client library's surprise: the traceback, the logs, and the rig down
+    except Exception as exc:  # a bug here, or a client library's surprise: the traceback, the logs, the rig down
+        failure = f" (unexpected {type(exc).__name__}: {exc})"
         traceback.print_exc()
         print("\nmake test-image: FAILED (unexpected error above)", file=sys.stderr, flush=True)
         if up and env:
@@ -754,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         images = ("base images: " + ", ".join(f"{n} {how}" for n, how in sorted(bases.items())) + "; "
                   + (f"LOCAL STAND-INS for {', '.join(standins)} (no registry answered)" if standins
                      else "all real")) if bases else "base images: not reached"
-        print(f"\nmake test-image: {'ok' if ok else 'FAILED'}\n{images}\n{timings.summary()}", flush=True)
+        print(f"\nmake test-image: {'ok' if ok else 'FAILED' + failure}\n{images}\n{timings.summary()}", flush=True)
     return 0 if ok else 1
 
 
