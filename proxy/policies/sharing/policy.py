@@ -285,14 +285,15 @@ class Sharing(SharingState, Policy):
         sent = ticket.sent
         fetches = self.fetches.get(info.conn_id)
         for topic in view.topics:
-            name = topic.topic or names.get(bytes(topic.topic_id))
+            tid = b"" if topic.topic else bytes(topic.topic_id)  # a topic named by id (v13+), read once
+            name = topic.topic or names.get(tid)
             if name:
                 if not self.shareable(name):
                     continue
-                if fetches is not None and not topic.topic and name not in fetches.ids:
+                if fetches is not None and tid and name not in fetches.ids:
                     # an id the requests named before its name was known (a lookup that failed, retried since):
                     # the answer names it too, and the session's later requests may never name it again
-                    fetches.ids[name] = bytes(topic.topic_id)
+                    fetches.ids[name] = tid
             elif not (ticket.withhold or (m is not None and _shares(m))):
                 continue
             if ticket.withhold or not name:
@@ -306,7 +307,7 @@ class Sharing(SharingState, Policy):
                         withheld += 1
                 continue
             assert m is not None
-            tkey = topic.topic or bytes(topic.topic_id)
+            tkey = topic.topic or tid
             for part in topic.partitions:
                 tp = (name, part.partition_index)
                 state = (m.partitions or {}).get(tp)
