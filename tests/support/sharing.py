@@ -230,8 +230,11 @@ def wait_for_all(members: Iterable[Member], values: set[str], timeout: float = 9
         check_members_alive()
         return Counter(g.value for m in members for g in m.received)
 
-    wait_until(lambda: values <= received().keys(), timeout,
-               lambda: f"{len(values - received().keys())} records not received\n{describe_members(members)}")
+    def missing() -> str:
+        lost = sorted(values - received().keys())
+        return f"{len(lost)} records not received (the first: {lost[:12]})\n{describe_members(members)}"
+
+    wait_until(lambda: values <= received().keys(), timeout, missing)
     deadline = time.monotonic() + late_s
     while time.monotonic() < deadline and not any(n > 1 for v, n in received().items() if v in values):
         time.sleep(POLL_S)  # an observation window (bounded in time, ended by the first duplicate), not a wait
