@@ -263,10 +263,13 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
     def on_assign(c: Any, parts: Any) -> None:
         if a.group_protocol == "classic":
             _emit({"assigned": sorted([p.topic, p.partition] for p in parts)})
-            return
-        # KIP-848 rebalances are incremental: the callback names the partitions added; the whole assignment is
-        # reported (what the consumer holds already, and those)
-        _emit({"assigned": sorted({(p.topic, p.partition) for p in (*c.assignment(), *parts)})})
+        else:
+            # KIP-848 rebalances are incremental: the callback names the partitions added; the whole assignment is
+            # reported (what the consumer holds already, and those)
+            _emit({"assigned": sorted({(p.topic, p.partition) for p in (*c.assignment(), *parts)})})
+        # --assign-ms: the application's own work on an assignment (restoring state for its partitions, say), while
+        # librdkafka waits for the assign call (join-state WAIT_ASSIGN_CALL) and keeps heartbeating
+        _work(a.assign_ms)
 
     def on_revoke(c: Any, parts: Any) -> None:
         gone = {(p.topic, p.partition) for p in parts}
@@ -546,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategy", default="range",
                    help="range, roundrobin, cooperative-sticky (kafka-python, confluent)")
     p.add_argument("--work-ms", type=float, default=0.0, help="per-record work, a wait")
+    p.add_argument("--assign-ms", type=float, default=0.0,
+                   help="confluent: the time its on_assign callback takes (the application's work on an assignment)")
     p.add_argument("--max-poll-records", type=int, default=100)
     p.add_argument("--commit-interval-s", type=float, default=0.0,
                    help="commit at most this often (0: after every poll)")
@@ -563,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.unread_joins and a.client != "kafka-python":
         p.error("--unread-joins: kafka-python only")
+    if a.assign_ms and a.client != "confluent":
+        p.error("--assign-ms: confluent only")
     # the client's own account (joins, assignments, heartbeats, retries) on stderr, kept in a file by
     # ConsumerProcess and shown when a test fails: where a consumer stopped is then in its own words
     # (SLUICE_CONSUMER_LOG_LEVEL=DEBUG: every request and response the client sends and reads, for a hunt)

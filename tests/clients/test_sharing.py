@@ -2,7 +2,8 @@
 Java client (Kafka's console consumer), confluent-kafka, kafka-python and aiokafka, 6 consumers of a 3-partition
 topic, each with its own Sluice and all through one Sluice; a consumer killed with -9; every Sluice killed and
 restarted; a member without Sluice; KIP-848 groups (group.protocol=consumer); two consumers with one client.id;
-standalone consumers (assign()), on a compacted topic too; transactions.
+standalone consumers (assign()), on a compacted topic too; transactions; members whose application takes its time
+over an assignment.
 
 Everything is judged from the clients' side (tests/support/sharing.py): every consumer receives records; together
 they receive every record exactly once, unchanged; each consumer gets each partition's records in offset order;
@@ -453,6 +454,42 @@ def test_transactions_only_committed_records_once(sluice: ProxyThread, kafka_bro
                 kept += batch
         wait_for_all(members, {v for _, v in kept})
         check_exactly_once(members, kept)  # the aborted transactions' records never show up (read_committed)
+
+
+def test_a_member_slow_to_take_up_its_assignment_still_rejoins_when_its_slice_changed(
+        sluice: ProxyThread, kafka_broker: KafkaBroker, unique_topic: str) -> None:
+    """A member whose slice changed under a partition it keeps is left out of it one generation and made to rejoin:
+    Sluice answers its heartbeats REBALANCE_IN_PROGRESS, as the coordinator answers every heartbeat while a
+    rebalance runs. librdkafka ignores that answer while its application has not yet taken up its assignment
+    (join-state WAIT_ASSIGN_CALL: rdkafka_cgrp.c, rd_kafka_cgrp_handle_Heartbeat), and it heartbeats meanwhile: an
+    answer given only once is lost, and the member never rejoins. Three consumers each hold a partition whole, and
+    each assignment takes their application 1.5 s (its on_assign callback: restoring state, say, while heartbeats go
+    every 0.5 s); three more join and the partitions are split. The range assignor orders members by member id (the
+    client id first), and the names interleave, so the first three keep their partitions with narrower slices: each
+    is made to rejoin while its application still works on the assignment that left its partition out. Every record
+    is received once."""
+    topic = new_topic(kafka_broker, unique_topic)
+    group = f"g-{topic}"
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    before = sluice.total("sluice_sharing_assignments_total")
+    rejoins = sluice.total("sluice_sharing_rejoins_total")
+    with contextlib.ExitStack() as stack:
+        members = stack.enter_context(members_of(*(
+            python_member("confluent", sluice.bootstrap, topic, group, f"m-{2 * i}-slow", assign_ms=1500)
+            for i in range(PARTITIONS))))
+
+        def each_holds_one() -> bool:
+            check_members_alive()
+            return stable_members(admin, group) == PARTITIONS and all(m.assignment for m in members)
+
+        wait_until(each_holds_one, 90, lambda: f"a partition each: {[m.assignment for m in members]}")
+        members += stack.enter_context(members_of(*(
+            python_member("confluent", sluice.bootstrap, topic, group, f"m-{2 * i + 1}")
+            for i in range(CONSUMERS - PARTITIONS))))
+        settled_on(sluice, group, before)
+        assert sluice.total("sluice_sharing_rejoins_total") > rejoins  # a partition left out, its member to rejoin
+        consumed_once(kafka_broker, topic, members, "slow")
+        assert all(m.received for m in members), [len(m.received) for m in members]
 
 
 def test_mixed_clients_with_fetch_sessions_budgets_and_throttles(kafka_broker: KafkaBroker, java_tools: JavaTools,

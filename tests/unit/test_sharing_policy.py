@@ -217,12 +217,12 @@ def regroup(leader: Client, others: list[Client], generation: int, plan: dict[st
     return sync_all([leader, *others], generation, plan)
 
 
-def heartbeat_answered_here(c: Client, generation: int) -> int:
-    """``c``'s member heartbeats ``generation``: the error code of the answer Sluice gave itself (there must be one)."""
-    hb = c.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
-        group_id=GROUP, generation_id=generation, member_id=c.member_id, group_instance_id=None))
-    assert hb.answer is not None
-    return int(decode_response(HEARTBEAT, V_HB, hb.answer[4:])[1].error_code)
+def heartbeat_answer(c: Client, generation: int, error: int = 0) -> int:
+    """``c``'s member heartbeats ``generation`` and the coordinator answers ``error``: the error code its client
+    gets. Every heartbeat reaches the coordinator (it keeps the member's session alive)."""
+    ex = heartbeat(c, generation)
+    assert ex.answer is None
+    return int(c.answer(ex, response_codec(HEARTBEAT, V_HB).default().replace(error_code=error)).error_code)
 
 
 def records(n: int) -> bytes:
@@ -484,10 +484,16 @@ def test_a_partition_kept_with_a_grown_slice_is_left_out_and_its_member_rejoins(
     assert got["m1"] == assignment({})  # partition 0 left out this generation
     assert got["m3"] == assignment({})  # so is partition 1 for m3 (slice 0/2 before)
     assert got["m4"] == assignment({TOPIC: [2]})  # 1/2 of partition 1 -> partition 2 whole: a new partition
-    assert heartbeat_answered_here(m1, 2) == 27  # REBALANCE_IN_PROGRESS
+    assert heartbeat_answer(m1, 2) == 27  # REBALANCE_IN_PROGRESS
+    # and again, until its JoinGroup: librdkafka ignores the answer while its application has not taken up the
+    # assignment yet (join-state WAIT_ASSIGN_CALL), as it ignores the coordinator's while a rebalance runs
+    assert heartbeat_answer(m1, 2) == 27
+    assert heartbeat_answer(m1, 2, error=25) == 25  # the coordinator's own error stands (UNKNOWN_MEMBER_ID)
+    assert heartbeat_answer(m4, 2) == 0  # m4 was handed a partition new to it: nothing to rejoin for
     assert proxy.metrics.total("sluice_sharing_rejoins_total") == 2
     # in the generation after, the same assignment: partition 0 is new to m1's client, nothing left out
     assert regroup(m1, [m3, m4], 3, plan)["m1"] == assignment({TOPIC: [0]})
+    assert heartbeat_answer(m1, 3) == 0  # it rejoined: its heartbeats are the coordinator's to answer again
 
 
 def test_a_partition_left_out_stays_left_out_until_its_client_is_seen_to_take_up_an_assignment_without_it() -> None:
@@ -503,7 +509,7 @@ def test_a_partition_left_out_stays_left_out_until_its_client_is_seen_to_take_up
     assert regroup(m1, [m3, m4], 2, plan)["m1"] == assignment({})  # partition 0 left out, m1 to rejoin
     # no heartbeat of generation 2: its client may keep slice 0/2's
     assert regroup(m1, [m3, m4], 3, plan)["m1"] == assignment({})
-    assert heartbeat_answered_here(m1, 3) == 27  # REBALANCE_IN_PROGRESS
+    assert heartbeat_answer(m1, 3) == 27  # REBALANCE_IN_PROGRESS
     assert regroup(m1, [m3, m4], 4, plan)["m1"] == assignment({TOPIC: [0]})
     policy: Sharing = proxy.policy("sharing")
     m = policy.members.get(("10.0.0.1", "app-1"))
@@ -536,7 +542,7 @@ def test_a_partition_kept_with_a_narrower_slice_is_left_out_and_its_member_rejoi
     got = generation(2)
     assert got["m1"] == assignment({})  # slice 0/2 of the partition it held whole: left out this generation
     assert got["m1b"] == assignment({TOPIC: [0]})  # slice 1/2: a partition new to its client
-    assert heartbeat_answered_here(clients[0], 2) == 27  # REBALANCE_IN_PROGRESS
+    assert heartbeat_answer(clients[0], 2) == 27  # REBALANCE_IN_PROGRESS
     got = generation(3)
     assert got["m1"] == assignment({TOPIC: [0]}) and got["m1b"] == assignment({TOPIC: [0]})
     policy: Sharing = proxy.policy("sharing")

@@ -10,8 +10,8 @@ members at once, for unmodified clients):
 - a member's **SyncGroup** response: its slices are read and removed; the member's partitions of shared topics are
   what its fetches are filtered by;
 - **Heartbeat**: a member whose slices this Sluice does not know (it restarted) is recovered from the group
-  (:func:`~.offsets.recover`); a member Sluice must make rejoin is answered REBALANCE_IN_PROGRESS, as the
-  coordinator answers when a rebalance starts (its client then sends JoinGroup);
+  (:func:`~.offsets.recover`); a member Sluice must make rejoin is answered REBALANCE_IN_PROGRESS until its
+  JoinGroup, as the coordinator answers every heartbeat while a rebalance runs (its client then sends JoinGroup);
 - **fencing**: a Heartbeat, JoinGroup or SyncGroup the coordinator answers with a fencing error
   (:data:`~.members.FENCED`: its session expired, a rebalance went on without it, another instance took its
   ``group.instance.id``) marks the member fenced in the generation it holds, as a refused OffsetCommit does
@@ -41,11 +41,9 @@ from typing import Any
 
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange
-from ...wire.api_keys import ApiKey
 from ...wire.errors import CodecError
-from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
-from ...wire.views import MessageResponse, ResponseView, local_response
+from ...wire.views import MessageResponse, ResponseView
 from . import assignor, marker, offsets
 from .keys import WHOLE
 from .members import Member, PartitionState, member_key
@@ -82,6 +80,7 @@ def join_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> GroupTi
                      detail="a Kafka Streams member: its tasks own whole partitions, Sluice does not share them")
         return GroupTicket(None, False)
     m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
+    m.rejoin.discard(body.member_id)  # it rejoins: its heartbeats are the coordinator's to answer again
     if collision:
         p.not_shared("client_id_collision", ex.client_id, body.group_id)
         return GroupTicket(m, True)
@@ -304,12 +303,8 @@ def heartbeat_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> An
         # it keeps positions under those slices only
         m.may_keep = {tp: {st.slice} for tp, st in (m.partitions or {}).items()}
     if body.member_id in m.rejoin:
-        m.rejoin.discard(body.member_id)
-        h = ex.header
-        ex.answer = local_response(ApiKey.HEARTBEAT, h.api_version, h.correlation_id,
-                                   response_codec(ApiKey.HEARTBEAT, h.api_version).default().replace(
-                                       error_code=REBALANCE_IN_PROGRESS))
-        return None
+        ex.collect = True  # its answer says REBALANCE_IN_PROGRESS (heartbeat_response)
+        return m
     if not m.known and m.recovering is None and m.kip848 is None:
         offsets.recover(p, m)
     if collision:
@@ -323,4 +318,14 @@ def heartbeat_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> An
 def heartbeat_response(p: SharingState, ex: Exchange, response: ResponseView, info: ConnectionInfo,
                        m: Member) -> None:
     assert isinstance(response, MessageResponse)
-    m.fence(response.body.error_code, ex.body.generation_id)
+    body = response.body
+    m.fence(body.error_code, ex.body.generation_id)
+    if body.error_code == 0 and ex.body.member_id in m.rejoin:
+        # A member Sluice makes rejoin: every heartbeat until its JoinGroup is answered REBALANCE_IN_PROGRESS, as the
+        # coordinator answers every heartbeat while a rebalance runs (GroupMetadataManager's classic heartbeat).
+        # librdkafka ignores that answer while its application has not yet taken up the assignment just handed
+        # (join-state WAIT_ASSIGN_CALL: rdkafka_cgrp.c, rd_kafka_cgrp_handle_Heartbeat) and heartbeats meanwhile, so
+        # one answer is not enough. The heartbeat still reaches the coordinator: the member's session stays alive
+        # however long its application takes
+        body.error_code = REBALANCE_IN_PROGRESS
+        response.changed = True

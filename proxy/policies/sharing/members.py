@@ -127,8 +127,8 @@ class Member:
     #: coordinator connections that carried its group requests and are open
     conns: set[int] = field(default_factory=set)
     detached_since: float | None = None
-    #: member ids (under this key) whose next heartbeat is answered REBALANCE_IN_PROGRESS (slices changed under
-    #: a partition its client keeps, or slices it was given cannot be enforced)
+    #: member ids (under this key) whose heartbeats are answered REBALANCE_IN_PROGRESS until their JoinGroup (slices
+    #: changed under a partition its client keeps, or slices it was given cannot be enforced)
     rejoin: set[str] = field(default_factory=set)
     #: its fetches of shared topics get no records until it rejoins (slices it was given cannot be enforced)
     blocked: bool = False
