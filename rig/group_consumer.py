@@ -465,18 +465,20 @@ class ConsumerProcess:
             raise AssertionError(f"consumer {self.name} exited with {code}:\n{self.stderr_text()}")
 
     def describe(self) -> str:
-        """Where this consumer is: running or its exit code, what it reported last, its stderr's end (for a running
-        consumer of this module, ending with every thread's stack: where a stalled client waits)."""
+        """Where this consumer is: running or its exit code, what it reported last, its last assignments (and other
+        reports but records and commits), its stderr's end (for a running consumer of this module, ending with every
+        thread's stack: where a stalled client waits)."""
         code = self.proc.poll()
         if code is None and self.dumps_stacks:
             self._dump_stacks()
         state = "running" if code is None else f"exited {code}" + (" (asked to)" if self.ended else "")
         self._drained()
-        with self._lock:
-            count, last = len(self.events), (self.events[-1][1] if self.events else None)
-        last_text = json.dumps(last)[:300] if last is not None else "nothing"
-        return (f"consumer {self.name}: {state}; {count} events, the last {last_text}; stderr "
-                f"({self.stderr_path}):\n{self.stderr_text(60)}")
+        events = self.timed_events()
+        last = json.dumps(events[-1][1])[:300] if events else "nothing"
+        story = [f"{events[-1][0] - at:.1f}s before: {json.dumps(e)[:200]}" for at, e in self.group_events()[-8:]]
+        return (f"consumer {self.name}: {state}; {len(events)} events, the last {last}"
+                + "".join(f"\n  {line}" for line in story)
+                + f"\nstderr ({self.stderr_path}):\n{self.stderr_text(60)}")
 
     def _dump_stacks(self) -> None:
         """SIGUSR1, then until the dump has reached the stderr file (bounded: a diagnosis, not a synchronisation)."""
@@ -497,6 +499,10 @@ class ConsumerProcess:
         """(when it was reported, event) for every event, in order (see the class's docstring for "when")."""
         with self._lock:
             return list(self.events)
+
+    def group_events(self) -> list[tuple[float, dict[str, Any]]]:
+        """(when, event) for every event but records and commits: its assignments, pauses, failed commits..."""
+        return [(t, e) for t, e in self.timed_events() if not e.keys() & {"rs", "committing", "commit"}]
 
     def timed_records(self) -> list[tuple[float, list[Any]]]:
         """(when it was reported, [partition, offset, key, value]) for every record, in order."""

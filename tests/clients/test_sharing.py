@@ -30,7 +30,6 @@ from proxy.policies.sharing.keys import positive_hash
 from proxy.policies.sharing.policy import Sharing
 from proxy.wire.messages import request_codec
 from proxy.wire.model import Message
-from rig.group_consumer import stop_all
 from rig.java_tools import CONFIG_COMMAND, JavaTools
 from rig.kafka import KIP848_SETTLE_S, KafkaBroker
 from rig.proxy_thread import ProxyThread
@@ -45,9 +44,9 @@ from tests.support.sharing import (
     check_in_order,
     check_keys_at_one_consumer,
     check_members_alive,
-    describe_members,
     describe_twice,
     java_member,
+    members_of,
     one_slice_run,
     produce,
     produce_one_per_batch,
@@ -80,19 +79,6 @@ def new_topic(broker: KafkaBroker, name: str) -> str:
 def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
     with ProxyThread(kafka_broker.bootstrap, **SHARING) as p:
         yield p
-
-
-@contextlib.contextmanager
-def members_of(*members: Member) -> Iterator[list[Member]]:
-    failed = False
-    try:
-        yield list(members)
-    except BaseException as e:
-        failed = True
-        e.add_note(describe_members(members))  # which consumer stopped, and where
-        raise
-    finally:
-        stop_all(members, keep_stderr=failed)
 
 
 def spawn(client: str, bootstrap: str, topic: str, group: str, client_id: str, tools: JavaTools,

@@ -10,9 +10,7 @@ the access-log topic gets the requests, and no call of Sluice's was refused."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -28,10 +26,10 @@ from rig.raw import RawClient
 from rig.secure_broker import LOCKED_USERS, SecureBroker, allow
 from tests.support.faults import wait_until
 from tests.support.sharing import (
-    Member,
     check_exactly_once,
     check_keys_at_one_consumer,
     java_member,
+    members_of,
     produce,
     settled,
     wait_for_all,
@@ -42,15 +40,6 @@ pytestmark = pytest.mark.broker
 
 PARTITIONS, CONSUMERS = 2, 4
 SVC = "sluice"
-
-
-@contextlib.contextmanager
-def members_of(*members: Member) -> Iterator[list[Member]]:
-    try:
-        yield list(members)
-    finally:
-        for m in members:
-            m.stop()
 
 
 def test_sharing_on_a_locked_cluster_with_sluices_documented_acls(locked_broker: SecureBroker,

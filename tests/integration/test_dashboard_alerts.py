@@ -35,10 +35,11 @@ from kafka import KafkaConsumer, KafkaProducer
 from rig.kafka import KafkaBroker
 from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
+from tests.support.faults import wait_until
 from tests.support.grafana import load_dashboard, parse_label_values, queries, substitute, variable_queries
 from tests.support.prometheus import REPO, Prometheus, prometheus_config, promtool, rule_files, scalar
+from tests.support.sharing import members_of, python_member, wait_for_all
 from tests.support.sharing import produce as produce_keyed
-from tests.support.sharing import python_member, wait_for_all
 from tests.support.topics import create_topic
 
 RULES = REPO / "config" / "prometheus" / "sluice-alerts.yml"
@@ -193,23 +194,12 @@ def share(sluice: ProxyThread, prometheus: Prometheus, bootstrap: str, topic: st
     through Sluice until each has received records and Prometheus has scraped the group's gauges (which Sluice
     removes once the group's members have left); then they leave."""
     group = f"g-{topic}"
-    members = [python_member("confluent", sluice.bootstrap, topic, group, f"sharing-dashboard-{i}")
-               for i in range(4)]
-    try:
-        wait_until(lambda: sluice.total("sluice_sharing_partitions", group=group) > 0, "the group to share", 90)
+    with members_of(*(python_member("confluent", sluice.bootstrap, topic, group, f"sharing-dashboard-{i}")
+                      for i in range(4))) as members:
+        wait_until(lambda: sluice.total("sluice_sharing_partitions", group=group) > 0, 90, "the group to share")
         produced = produce_keyed(bootstrap, topic, 300, keys=60, tag="dashboard")
         wait_for_all(members, {v for _, v in produced})
         prometheus.wait_for(f'sluice_sharing_stable_offset_lag{{group="{group}"}}', bool)
-    finally:
-        for m in members:
-            m.stop()
-
-
-def wait_until(condition: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not reached in {timeout}s: {what}"
-        time.sleep(0.05)  # bounded poll of the proxy's own state
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +233,7 @@ def scraped(kafka_broker: KafkaBroker) -> Iterator[Scraped]:
             consume_all(sluice.bootstrap, budgeted, "reporting-dashboard")
             consume_all(sluice.bootstrap, throttled, "backfill-dashboard")
             share(sluice, prometheus, kafka_broker.bootstrap, shared)
-            wait_until(lambda: sluice.total("sluice_connections_open") == 0, "every connection closed")
+            wait_until(lambda: sluice.total("sluice_connections_open") == 0, 30, "every connection closed")
             yield Scraped(sluice, prometheus, since)
         finally:
             prometheus.close()
@@ -313,7 +303,7 @@ def test_every_rule_is_loaded_evaluated_and_armed(scraped: Scraped) -> None:
         rules = prometheus.rules()
         return rules if rules and all(r["lastEvaluation"] > "0001-01-01T00:00:00Z" for r in rules) else []
 
-    wait_until(evaluated, "every rule evaluated once")
+    wait_until(lambda: bool(evaluated()), 30, "every rule evaluated once")
     rules = evaluated()
     assert {r["name"] for r in rules} == ALERTS
     assert {Path(r["file"]).resolve() for r in rules} == {RULES.resolve()}

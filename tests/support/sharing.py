@@ -4,12 +4,13 @@ what it received, and the checks made of it from the clients' side."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import time
 import weakref
 from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from confluent_kafka import ConsumerGroupState, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from proxy.policies.sharing.keys import key_hash, slice_of
-from rig.group_consumer import ConsumerProcess
+from rig.group_consumer import ConsumerProcess, stop_all
 from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from tests.support.faults import POLL_S, wait_until
 from tests.support.topics import committed_offsets
@@ -97,6 +98,21 @@ def check_members_alive() -> None:
     """AssertionError naming the first member that ended without being told to (its exit code and stderr)."""
     for m in list(_members):
         m.check_alive()
+
+
+@contextlib.contextmanager
+def members_of(*members: Member) -> Iterator[list[Member]]:
+    """The consumers ``members``, stopped together at the end; a failure inside names where each one is (its
+    description is added to the error), and their stderr files are then kept."""
+    failed = False
+    try:
+        yield list(members)
+    except BaseException as e:
+        failed = True
+        e.add_note(describe_members(members))  # which consumer stopped, and where
+        raise
+    finally:
+        stop_all(members, keep_stderr=failed)
 
 
 def describe_members(members: Iterable[Member]) -> str:
@@ -234,7 +250,7 @@ def wait_for_all(members: Iterable[Member], values: set[str], timeout: float = 9
 
     def missing() -> str:
         lost = sorted(values - received().keys())
-        return f"{len(lost)} records not received (the first: {lost[:12]})\n{describe_members(members)}"
+        return f"{len(lost)} records not received (the first: {lost[:12]}); members_of describes the consumers"
 
     wait_until(lambda: values <= received().keys(), timeout, missing)
     deadline = time.monotonic() + late_s
@@ -274,8 +290,7 @@ def describe_twice(members: list[Member], values: list[str]) -> str:
                 if r[3] == v]
         lines.append(f"{v}: {', '.join(seen)}")
     for m in members:
-        events = [f"+{t - start:.2f}s {json.dumps(e)[:200]}" for t, e in m.timed_events()
-                  if not {"rs", "committing", "commit"} & e.keys()]
+        events = [f"+{t - start:.2f}s {json.dumps(e)[:200]}" for t, e in m.group_events()]
         lines.append(f"{m.client_id}: {'; '.join(events) or 'no group events'}")
     return "\n".join(lines)
 

@@ -38,3 +38,14 @@ def test_one_told_to_end_is_not_a_failure_and_stop_all_ends_them_together() -> N
     for c in group:
         c.check_alive()  # ended, as asked
         assert "(asked to)" in c.describe()
+
+
+def test_a_description_tells_the_consumers_assignments_not_only_its_last_report() -> None:
+    c = process('import json; [print(json.dumps(e), flush=True) for e in ({"assigned": [["t", 0]]}, '
+                '{"rs": [[0, 5, "k", "v"]]}, {"commit": {"0": 6}}, {"assigned": []}, {"rs": [[1, 7, "k", "v"]]})]')
+    c.proc.wait(30)
+    description = c.describe()
+    assert "5 events, the last {\"rs\"" in description
+    story = [line for line in description.splitlines() if "s before: " in line]
+    assert [line.split("s before: ")[1] for line in story] == ['{"assigned": [["t", 0]]}', '{"assigned": []}']
+    stop_all([c])
