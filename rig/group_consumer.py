@@ -208,6 +208,7 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
 
         def on_partitions_assigned(self, assigned: Any) -> None:
             _emit({"assigned": sorted([tp.topic, tp.partition] for tp in assigned)})
+            _work(a.assign_ms)  # --assign-ms: the application's work on an assignment, its heartbeat thread going on
 
     if a.assign:
         from kafka import TopicPartition
@@ -346,6 +347,8 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
 
         async def on_partitions_assigned(self, assigned: Any) -> None:
             _emit({"assigned": sorted([tp.topic, tp.partition] for tp in assigned)})
+            # --assign-ms: the application's work on an assignment (awaited, as its I/O would be: heartbeats go on)
+            await asyncio.sleep(a.assign_ms / 1000)
 
     async def main() -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=a.bootstrap, group_id=a.group, client_id=a.client_id,
@@ -556,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="range, roundrobin, cooperative-sticky (kafka-python, confluent)")
     p.add_argument("--work-ms", type=float, default=0.0, help="per-record work, a wait")
     p.add_argument("--assign-ms", type=float, default=0.0,
-                   help="confluent: the time its on_assign callback takes (the application's work on an assignment)")
+                   help="the time its callback on an assignment takes (the application's work on it)")
     p.add_argument("--max-poll-records", type=int, default=100)
     p.add_argument("--commit-interval-s", type=float, default=0.0,
                    help="commit at most this often (0: after every poll)")
@@ -574,8 +577,6 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.unread_joins and a.client != "kafka-python":
         p.error("--unread-joins: kafka-python only")
-    if a.assign_ms and a.client != "confluent":
-        p.error("--assign-ms: confluent only")
     # the client's own account (joins, assignments, heartbeats, retries) on stderr, kept in a file by
     # ConsumerProcess and shown when a test fails: where a consumer stopped is then in its own words
     # (SLUICE_CONSUMER_LOG_LEVEL=DEBUG: every request and response the client sends and reads, for a hunt)

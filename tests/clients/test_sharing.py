@@ -443,21 +443,23 @@ def test_transactions_only_committed_records_once(sluice: ProxyThread, kafka_bro
         check_exactly_once(members, kept)  # the aborted transactions' records never show up (read_committed)
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize(("client", "protocol"), [("confluent", "classic"), ("kafka-python", "classic"),
+                                                  ("aiokafka", "classic"), ("confluent", "consumer")],
+                         ids=["confluent", "kafka-python", "aiokafka", "confluent-kip848"])
 def test_a_member_slow_to_take_up_its_assignment_still_rejoins_when_its_slice_changed(
-        sluice: ProxyThread, kafka_broker: KafkaBroker, unique_topic: str, protocol: str) -> None:
+        sluice: ProxyThread, kafka_broker: KafkaBroker, unique_topic: str, client: str, protocol: str) -> None:
     """A member whose slice changed under a partition it keeps is left out of it one generation and made to rejoin:
     Sluice answers its heartbeats REBALANCE_IN_PROGRESS, as the coordinator answers every heartbeat while a
     rebalance runs. librdkafka ignores that answer while its application has not yet taken up its assignment
     (join-state WAIT_ASSIGN_CALL: rdkafka_cgrp.c, rd_kafka_cgrp_handle_Heartbeat), and it heartbeats meanwhile: an
     answer given only once is lost, and the member never rejoins. Three consumers each hold a partition whole, and
-    each assignment takes their application 1.5 s (its on_assign callback: restoring state, say, while heartbeats go
-    every 0.5 s); three more join and the partitions are split. The range assignor orders members by member id (the
-    client id first), and the names interleave, so the first three keep their partitions with narrower slices: each
-    is made to rejoin while its application still works on the assignment that left its partition out. Every record
-    is received once. In a KIP-848 group (``consumer``) no one rejoins: a partition whose slice changed is left out
-    of what its client is handed and handed again once the client let it go, each step a heartbeat, the client's
-    callbacks as slow."""
+    each assignment takes their application 1.5 s (its callback on an assignment: restoring state, say, while
+    heartbeats go every 0.5 s; kafka-python and aiokafka too, which act on the first answer); three more join and
+    the partitions are split. The range assignor orders members by member id (the client id first), and the names
+    interleave, so the first three keep their partitions with narrower slices: each is made to rejoin while its
+    application still works on the assignment that left its partition out. Every record is received once. In a
+    KIP-848 group (``confluent-kip848``) no one rejoins: a partition whose slice changed is left out of what its
+    client is handed and handed again once the client let it go, each step a heartbeat, the callbacks as slow."""
     topic = new_topic(kafka_broker, unique_topic)
     group = f"g-{topic}"
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
@@ -465,7 +467,7 @@ def test_a_member_slow_to_take_up_its_assignment_still_rejoins_when_its_slice_ch
     rejoins = sluice.total("sluice_sharing_rejoins_total")
     with contextlib.ExitStack() as stack:
         members = stack.enter_context(members_of(*(
-            python_member("confluent", sluice.bootstrap, topic, group, f"m-{2 * i}-slow", assign_ms=1500,
+            python_member(client, sluice.bootstrap, topic, group, f"m-{2 * i}-slow", assign_ms=1500,
                           protocol=protocol)
             for i in range(PARTITIONS))))
 
@@ -475,7 +477,7 @@ def test_a_member_slow_to_take_up_its_assignment_still_rejoins_when_its_slice_ch
 
         wait_until(each_holds_one, 90, lambda: f"a partition each: {[m.assignment for m in members]}")
         members += stack.enter_context(members_of(*(
-            python_member("confluent", sluice.bootstrap, topic, group, f"m-{2 * i + 1}", protocol=protocol)
+            python_member(client, sluice.bootstrap, topic, group, f"m-{2 * i + 1}", protocol=protocol)
             for i in range(CONSUMERS - PARTITIONS))))
         settled_on(sluice, group, before, protocol)
         if protocol == "classic":  # a partition left out, its member to rejoin (KIP-848: handed again once let go)

@@ -124,7 +124,7 @@ def python_member(client: str, bootstrap: str, topic: str, group: str, client_id
                   strategy: str = "range", assign: int = 0, protocol: str = "classic",
                   unread_joins: Path | None = None, assign_ms: float = 0) -> Member:
     extra = ["--work-ms", str(work_ms), "--strategy", strategy, "--max-poll-records", "20"]
-    if assign_ms:  # confluent: its on_assign callback takes this long (rig.group_consumer)
+    if assign_ms:  # its callback on an assignment takes this long (rig.group_consumer)
         extra += ["--assign-ms", str(assign_ms)]
     if unread_joins is not None:  # kafka-python: joins left unread while the file counts (rig.group_consumer)
         extra += ["--unread-joins", str(unread_joins)]
