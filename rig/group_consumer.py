@@ -478,7 +478,8 @@ class ConsumerProcess:
         self._drained()
         events = self.timed_events()
         last = json.dumps(events[-1][1])[:300] if events else "nothing"
-        story = [f"{events[-1][0] - at:.1f}s before: {json.dumps(e)[:200]}" for at, e in self.group_events()[-8:]]
+        now = time.monotonic()  # the clock the consumers' "at" is on (_emit)
+        story = [f"{now - at:.1f}s ago: {json.dumps(e)[:200]}" for at, e in self.group_events()[-8:]]
         return (f"consumer {self.name}: {state}; {len(events)} events, the last {last}"
                 + "".join(f"\n  {line}" for line in story)
                 + f"\nstderr ({self.stderr_path}):\n{self.stderr_text(60)}")

@@ -289,7 +289,12 @@ def restart_all_mid_way(broker: KafkaBroker, topic: str, members: list[Member], 
         s.restart(wait=False)
     for s in sluices:
         s.wait_ready()
-    wait_for_all(members, {v for _, v in produced}, timeout=timeout)
+    try:
+        wait_for_all(members, {v for _, v in produced}, timeout=timeout)
+    except AssertionError as e:
+        for s in sluices:  # the consumers are described by members_of; where each Sluice stood, here
+            e.add_note(f"Sluice {s.bootstrap}, the end of its log:\n{s.log_tail(30)}")
+        raise
     return produced
 
 

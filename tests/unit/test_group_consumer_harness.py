@@ -46,6 +46,6 @@ def test_a_description_tells_the_consumers_assignments_not_only_its_last_report(
     c.proc.wait(30)
     description = c.describe()
     assert "5 events, the last {\"rs\"" in description
-    story = [line for line in description.splitlines() if "s before: " in line]
-    assert [line.split("s before: ")[1] for line in story] == ['{"assigned": [["t", 0]]}', '{"assigned": []}']
+    story = [line for line in description.splitlines() if "s ago: " in line]
+    assert [line.split("s ago: ")[1] for line in story] == ['{"assigned": [["t", 0]]}', '{"assigned": []}']
     stop_all([c])
