@@ -153,7 +153,7 @@ def test_six_consumers_each_with_its_own_sluice(kafka_broker: KafkaBroker, java_
         assert sum(p.total("sluice_sharing_records_filtered_total", reason="other_slice") for p in proxies) > 0
         # the stable offset reaches the end, whether the client commits its position or its last record + 1 (the
         # console consumer auto-commits every 5 s)
-        wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
+        wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS, proxies=proxies)
 
 
 @pytest.mark.parametrize("client", PYTHON_CLIENTS)
@@ -234,7 +234,7 @@ def test_one_record_batches_of_every_codec_reach_every_client_once(sluice: Proxy
                     and ("kafka-go" not in m.client_id or "unexpected EOF" in e["fetch_error"])]
         assert sluice.total("sluice_sharing_records_filtered_total", reason="other_slice") - filtered >= 300
         assert sluice.total("sluice_sharing_assignments_total") == assignments  # the group stayed as it settled
-        wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
+        wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS, proxies=[sluice])
 
 
 def test_java_cooperative_sticky_through_one_sluice(sluice: ProxyThread, kafka_broker: KafkaBroker,
@@ -734,7 +734,7 @@ def test_a_fenced_members_late_commit_and_heartbeat_are_refused_and_move_no_posi
                 quiet_s=KIP848_SETTLE_S if protocol == "consumer" else CLASSIC_SETTLE_S)
         first = produce(kafka_broker.bootstrap, topic, 200, keys=40, tag="first")
         wait_for_all(members, {v for _, v in first}, late_s=0)  # (a duplicate, however late: check_exactly_once)
-        wait_for_end_commits(kafka_broker.bootstrap, topic, group, 1)
+        wait_for_end_commits(kafka_broker.bootstrap, topic, group, 1, proxies=[sluice])
         sharing = sluice.proxy.policy("sharing")
         assert isinstance(sharing, Sharing)
         m = sharing.members.get(("127.0.0.1", a.client_id))

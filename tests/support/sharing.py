@@ -383,13 +383,32 @@ def produce_tail(bootstrap: str, topic: str, partitions: int, slices: int, tag: 
     return out
 
 
-def wait_for_end_commits(bootstrap: str, topic: str, group: str, partitions: int, timeout: float = 60.0) -> None:
+def describe_slices(proxies: Iterable[Any]) -> str:
+    """For a failure: what each in-process Sluice (rig.proxy_thread.ProxyThread) knows of its members' slices -
+    the generation each holds, whether the coordinator fenced it there, and per partition the slice, its position as
+    Sluice last committed or read it, a commit of it in flight, and the read-ahead's gaps past it (Sluice commits a
+    slice on past them itself: offsets.advance). A read off the proxy's loop: a snapshot for a message only."""
+    lines = []
+    for proxy in proxies:
+        sharing = proxy.proxy.policy("sharing")
+        for key, m in list(sharing.members.by_key.items()):
+            parts = {f"{t}-{part}": (str(st.slice), st.committed, st.in_flight is not None,
+                                     st.gaps.after(st.committed)[0] if st.committed >= 0 else None)
+                     for (t, part), st in sorted((m.partitions or {}).items())}
+            lines.append(f"{proxy.bootstrap} {key[1]}: generation {m.held}, fenced at {m.fenced_at}; "
+                         f"(slice, committed, in flight, gaps to) {parts}")
+    return "\n".join(lines)
+
+
+def wait_for_end_commits(bootstrap: str, topic: str, group: str, partitions: int, timeout: float = 60.0,
+                         proxies: Iterable[Any] = ()) -> None:
     """Until the group's committed offsets (read from the broker) equal the partitions' end offsets: the stable
-    offset reached the end (lag tools show no gap)."""
+    offset reached the end (lag tools show no gap). A failure describes the slices of in-process ``proxies``."""
     last: list[Any] = [None]
 
     def at_end() -> bool:
         last[0] = committed_and_end_offsets(bootstrap, topic, group, partitions)
         return last[0][0] == last[0][1]
 
-    wait_until(at_end, timeout, lambda: f"committed offsets to reach the end (committed, end: {last[0]})")
+    wait_until(at_end, timeout, lambda: f"committed offsets to reach the end (committed, end: {last[0]})\n"
+                                        f"{describe_slices(proxies)}")
