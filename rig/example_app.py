@@ -30,6 +30,9 @@ TOPIC = os.environ["TOPIC"]
 GROUP = os.environ["GROUP"]
 RECORDS = int(os.environ["RECORDS"])
 WORK_S = float(os.environ.get("WORK_S", "0.05"))
+#: once this many records are committed, the work on the next batch lasts until the application is stopped (0:
+#: never): a test's stop then lands with a batch in hand, whenever it comes (rig/kube_pod.py)
+HOLD_AT = int(os.environ.get("HOLD_AT", "0"))
 BOOTSTRAP_TIMEOUT_S = float(os.environ.get("BOOTSTRAP_TIMEOUT_S", "180"))
 stop = threading.Event()
 
@@ -75,7 +78,8 @@ def consume() -> None:
         for record in batch:
             if record.offset != position + batch.index(record) or record.value != b"record-%06d" % record.offset:
                 in_order = False
-        stop.wait(WORK_S)  # the application's work on the batch; a SIGTERM meanwhile still finishes it
+        # the application's work on the batch; a SIGTERM meanwhile still finishes it
+        stop.wait(None if HOLD_AT and position >= HOLD_AT else WORK_S)
         following = batch[-1].offset + 1
         try:
             consumer.commit({tp: OffsetAndMetadata(following, "", -1)}, timeout_ms=5000)

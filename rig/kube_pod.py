@@ -37,7 +37,10 @@ BROKER_POD = "sluice-kafka"
 RELEASE = "podtest"
 RECORDS = 2000
 STOP_AFTER = 200  # committed records before the pod is stopped: mid-way through RECORDS
-WORK_S = 0.1  # the application's work per batch of 20: RECORDS take >= 10 s, so the stop lands mid-way
+WORK_S = 0.1  # the application's work per batch of 20
+# Once it has committed STOP_AFTER records, the application's work on its next batch lasts until it is stopped
+# (rig/example_app.py HOLD_AT): the stop lands mid-way, a batch in hand, however long the stop takes to come. A pace
+# alone (RECORDS at WORK_S a batch, >= 10 s) raced the stop: CI's loaded machine once saw all 2000 consumed first
 APP = Path(__file__).resolve().parent / "example_app.py"
 
 
@@ -75,7 +78,8 @@ def app_values(topic: str, group: str) -> dict[str, Any]:
         "app": {"containers": [{
             "name": "app", "image": f"localhost/{SLUICE_IMAGE}", "command": ["python", "-c", APP.read_text()],
             "env": [{"name": "TOPIC", "value": topic}, {"name": "GROUP", "value": group},
-                    {"name": "RECORDS", "value": str(RECORDS)}, {"name": "WORK_S", "value": str(WORK_S)}],
+                    {"name": "RECORDS", "value": str(RECORDS)}, {"name": "WORK_S", "value": str(WORK_S)},
+                    {"name": "HOLD_AT", "value": str(STOP_AFTER)}],
         }]},
     }  # fmt: skip
 
