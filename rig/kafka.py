@@ -864,7 +864,7 @@ class KafkaBroker:
             # broker.heartbeat.interval.ms and broker.session.timeout.ms stay Kafka's (2 s, 9 s), though a node
             # restarted after a crash (kill()) cannot register until the dead incarnation's session expired. 4 s
             # (heartbeat 1 s) made such restarts faster, and the controller then fenced its own live broker on this
-            # 2-core machine under load (three times in two minutes, 1 Dec 2026: "Fencing broker 1 ... because its
+            # 2-core machine under load (eight times in 3.5 minutes, 1 Dec 2026: "Fencing broker 1 ... because its
             # session has timed out"): Metadata named no broker, FindCoordinator said COORDINATOR_NOT_AVAILABLE,
             # and librdkafka dropped every broker it knew and waited minutes for its re-bootstrap.
             # The log cleaner looks for work every 15 s when it found none (log.cleaner.backoff.ms): a compacted
