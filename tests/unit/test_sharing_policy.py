@@ -1063,6 +1063,26 @@ def test_a_slice_idle_past_its_committed_position_is_committed_on_by_sluice() ->
     assert m2 is not None
 
 
+def test_a_slice_sluice_failed_to_commit_on_is_committed_on_at_its_next_idle_fetch() -> None:
+    """Sluice's own commit of an idle slice's position failed (its coordinator down, a timeout): the slice's
+    position is still where the group last took it, so a later fetch that finds nothing of the slice commits it on
+    again. Before, Sluice took the position as committed when it sent the commit, so after a failure the slice
+    stayed short of the partition's end for good (a member with nothing of its own to commit never moves it): a
+    CI run's kafka-go group stayed committed at 218 of 220 after every Sluice in the process stalled at once."""
+    fake, m1, _ = two_members_of_partition_0_at_100()
+    committed_answer(m1, commit(m1, {0: 100}))
+    m1.proxy.clock.now += 10
+    fake.down = True
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)),
+                 may_resend=False)
+    assert (TOPIC, 0) not in fake.offsets.get(slice_group(GROUP, Slice(0, 2)), {})  # the commit failed
+    assert m1.proxy.metrics.total("sluice_sharing_read_ahead_total", event="advanced") == 1
+    fake.down = False
+    m1.proxy.clock.now += 1
+    answer_fetch(m1, fetch_at(m1, 100), hw=110, may_resend=False)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 110
+
+
 def test_a_fenced_members_idle_slice_is_not_committed_on_by_sluice() -> None:
     """Once the coordinator refused a member's commit as fenced, Sluice no longer commits its idle slice on itself
     (a simple commit, which no coordinator checks: the slice may be another member's by now) until it holds a slice

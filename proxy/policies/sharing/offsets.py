@@ -517,14 +517,16 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
     state.advance_after = now + ADVANCE_INTERVAL_S
     call = p.submit(GroupCall(commits={slice_group(m.group, s): {tp: (target, None)}}))
     _writing(state, call)
-    state.committed = target
     p.metrics.sharing_read_ahead.labels("advanced").inc()
     member = (m.held, m.member_id, None) if not m.standalone else (-1, "", None)
 
     def committed() -> None:
         if not call.ok:
+            # the slice's position is still the group's last: a later idle fetch commits it on again (taken as
+            # committed when sent, a failure left the slice short of the partition's end for good)
             log.debug("sharing_advance_failed", group=m.group, error=call.error or str(call.committed))
             return
+        state.committed = max(state.committed, target)
         _raise_stable(p, m.group, member, {tp: s}, _layouts(m, [tp]), STABLE_RECHECKS, m.kip848 is not None)
 
     call.on_settled(committed)
