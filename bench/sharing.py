@@ -79,7 +79,7 @@ from typing import Any
 
 from bench.support.revision import extract_revision
 from bench.support.verdict import Delivery, add_options, at_least, delivery, emit, exit_status, summary
-from rig.group_consumer import ConsumerProcess, stop_all
+from rig.group_consumer import ConsumerProcess, latest, stop_all
 from rig.kafka import KIP848_SETTLE_S, KafkaBroker
 from rig.sluice_process import SluiceProcess
 
@@ -141,17 +141,6 @@ def produce(bootstrap: str, topic: str, records: int, keys: int, batch_records: 
         raise RuntimeError("records not acknowledged")
 
 
-def latest(events: list[dict[str, Any]], field: str) -> Any:
-    """The last value a consumer's ``events`` gave ``field`` (None: none did)."""
-    values = [e[field] for e in events if field in e]
-    return values[-1] if values else None
-
-
-def assignments(member: ConsumerProcess) -> list[tuple[float, list[Any]]]:
-    """Each assignment ``member`` reported, with when it came."""
-    return [(t, e["assigned"]) for t, e in member.timed_events() if "assigned" in e]
-
-
 def paused_as_assigned(events: list[dict[str, Any]]) -> bool:
     """Whether a consumer that reported ``events`` holds paused what it was last assigned (``--paused-until``): it
     consumes nothing of the backlog until the gate opens."""
@@ -191,7 +180,7 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
                for i in range(consumers)]
     try:
         def settled() -> bool:
-            assigned = [assignments(m) for m in members]
+            assigned = [m.assignments() for m in members]
             if not all(paused_as_assigned(m.reported()) for m in members):
                 return False
             # a KIP-848 member the broker gives nothing may never be told so (librdkafka calls no rebalance
@@ -209,10 +198,10 @@ def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: s
             now = time.monotonic()
             out = []
             for m in members:
-                assigned = assignments(m)
+                assigned = m.assignments()
                 last = f"{assigned[-1][1]} {now - assigned[-1][0]:.1f} s ago" if assigned else "nothing"
                 out.append(f"{m.name}: assigned {last} ({len(assigned)} in all), "
-                           f"paused {latest(m.reported(), 'paused')}")
+                           f"paused {m.latest('paused')}")
             return "the group to settle: " + "; ".join(out)
         wait_until(settled, 120, unsettled)
         cpu0, bytes0 = sluice.cpu_seconds(), sluice.metric("sluice_sharing_filtered_bytes_total")

@@ -388,6 +388,12 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
     asyncio.run(main())
 
 
+def latest(events: list[dict[str, Any]], field: str) -> Any:
+    """The last value ``events`` (a consumer's, as reported) gave ``field`` (None: none did)."""
+    values = [e[field] for e in events if field in e]
+    return values[-1] if values else None
+
+
 class ConsumerProcess:
     """A consumer subprocess (this module's, or any that prints one record per line: ``parse`` turns a line into an
     event like this module's, or None to skip it) and every event it reported, with when: the consumer's own
@@ -507,6 +513,19 @@ class ConsumerProcess:
     def group_events(self) -> list[tuple[float, dict[str, Any]]]:
         """(when, event) for every event but records and commits: its assignments, pauses, failed commits..."""
         return [(t, e) for t, e in self.timed_events() if not e.keys() & {"rs", "committing", "commit"}]
+
+    def latest(self, field: str) -> Any:
+        """The last value this consumer's events gave ``field`` (None: none did): :func:`latest`."""
+        return latest(self.reported(), field)
+
+    @property
+    def assignment(self) -> list[Any] | None:
+        """The last assignment it reported (None: none yet)."""
+        return self.latest("assigned")
+
+    def assignments(self) -> list[tuple[float, list[Any]]]:
+        """(when, assignment) for each assignment it reported, in order."""
+        return [(t, e["assigned"]) for t, e in self.timed_events() if "assigned" in e]
 
     def timed_records(self) -> list[tuple[float, list[Any]]]:
         """(when it was reported, [partition, offset, key, value]) for every record, in order."""

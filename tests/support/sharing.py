@@ -58,11 +58,6 @@ class Member(ConsumerProcess):
     def received(self) -> list[Got]:
         return [Got(*r) for _, r in self.timed_records()]
 
-    @property
-    def assignment(self) -> list[Any] | None:
-        found = [e["assigned"] for e in self.reported() if "assigned" in e]
-        return found[-1] if found else None
-
     def committed(self) -> tuple[set[str], set[str]]:
         """(values certainly committed, values reported after the last commit attempt: certainly not)."""
         done, after = self._commits()
