@@ -4,7 +4,7 @@ tests of sans-IO logic may use; the real broker is in tests/clients/test_sharing
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -49,6 +49,8 @@ class FakeCoordinators:
         self.described_consumer: dict[str, Message] = {}
         self.calls: list[GroupCall] = []
         self.down = False
+        #: which calls fail as if the coordinator were down (the rest are answered)
+        self.refuse: Callable[[GroupCall], bool] = lambda call: False
         #: calls held unanswered (a slow coordinator), until :meth:`release`
         self.held: list[Work] | None = None
 
@@ -66,7 +68,7 @@ class FakeCoordinators:
         for call in calls:
             assert isinstance(call, GroupCall)
             self.calls.append(call)
-            if self.down:
+            if self.down or self.refuse(call):
                 call.fail("coordinator down")
                 continue
             for group, commits in call.commits.items():
@@ -1081,6 +1083,28 @@ def test_a_slice_sluice_failed_to_commit_on_is_committed_on_at_its_next_idle_fet
     m1.proxy.clock.now += 1
     answer_fetch(m1, fetch_at(m1, 100), hw=110, may_resend=False)
     assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 110
+
+
+def test_a_stable_offset_sluice_failed_to_raise_after_committing_a_slice_on_is_raised_at_the_next_idle_fetch() -> None:
+    """Sluice committed an idle slice's position on, and its raise of the group's stable offset after it (the
+    group's read, then the commit as the member) failed: the slice's position is where it should be, but the
+    group's offset, what lag tools and a consumer without Sluice read, is short of it. A later fetch that finds
+    nothing new of the slice raises it again: nothing else would (the member has nothing of its own to commit)."""
+    fake, m1, m2 = two_members_of_partition_0_at_100()
+    committed_answer(m1, commit(m1, {0: 100}))
+    committed_answer(m2, commit(m2, {0: 110}))  # m2 read its slice's records 100-109
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 100  # m1's slice holds the stable offset back
+    m1.proxy.clock.now += 10
+    fake.refuse = lambda call: bool(call.reads or call.as_member)  # the raise fails, the slice's commit does not
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(100, keys_in(Slice(0, 2), 10, other=True)),
+                 may_resend=False)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 110
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 100
+    fake.refuse = lambda call: False
+    m1.proxy.clock.now += 1
+    answer_fetch(m1, fetch_at(m1, 100), hw=110, may_resend=False)
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 110
+    assert m2 is not None
 
 
 def test_a_fenced_members_idle_slice_is_not_committed_on_by_sluice() -> None:

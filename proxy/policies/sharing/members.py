@@ -62,6 +62,9 @@ class PartitionState:
     committed: int = -1
     writing: Signal | None = None
     advance_after: float = 0.0
+    #: a raise of the group's stable offset over this partition failed (:func:`.offsets._raise_stable`): its next
+    #: idle fetch raises it again (:func:`.offsets.advance`)
+    raise_owed: bool = False
 
     @property
     def in_flight(self) -> Signal | None:

@@ -398,7 +398,8 @@ def offset_commit_response(p: SharingState, ex: Exchange, response: ResponseView
 
     def recheck() -> None:
         if slices:
-            _raise_stable(p, ticket.group, member, slices, _layouts(m, slices), STABLE_RECHECKS, m.kip848 is not None)
+            _raise_stable(p, ticket.group, member, slices, _layouts(m, slices), STABLE_RECHECKS, m.kip848 is not None,
+                          _owing(m, slices))
 
     commits = {g: c for g, parts in ticket.slices.items() if (c := {tp: v for tp, v in parts.items() if tp in done})}
     if commits:
@@ -448,8 +449,21 @@ def _commit_slices(p: SharingState, m: Member, commits: dict[str, dict[TopicPart
 STABLE_RECHECKS = 3
 
 
+def _owing(m: Member, tps: Any) -> Callable[[bool], None]:
+    """For :func:`_raise_stable`'s ``settled``: the partitions ``tps`` of ``m`` are owed a raise when it failed
+    (:attr:`PartitionState.raise_owed`), and no longer once one is in."""
+    states = [state for tp in tps if (state := (m.partitions or {}).get(tp)) is not None]
+
+    def settled(ok: bool) -> None:
+        for state in states:
+            state.raise_owed = not ok
+
+    return settled
+
+
 def _raise_stable(p: SharingState, group: str, member: tuple[int, str, str | None], slices: dict[TopicPartition, Slice],
-                  layouts: dict[TopicPartition, set[int]], rounds: int, kip848: bool = False) -> None:
+                  layouts: dict[TopicPartition, set[int]], rounds: int, kip848: bool,
+                  settled: Callable[[bool], None]) -> None:
     """Two members of a partition committing at once each commit their slice, then read the other's: one of them
     may read the other's position from before its commit, and the group's commits of the two can land in either
     order, so the lower stable offset, from the stale read, may be the one left in the group: nothing corrects it
@@ -459,12 +473,15 @@ def _raise_stable(p: SharingState, group: str, member: tuple[int, str, str | Non
     member (its generation fences it like the member's own commit); then reads again, up to ``rounds`` times.
     Whichever group commit lands last, its member reads after it: the group is left at the stable offset of every
     slice commit made before that read, and a slice commit made after it is followed by its own member's commit and
-    read. Failures end it (a rebalance: the next generation commits anew)."""
+    read. A failure ends it, and ``settled`` is told whether it ended so (False) or with the group at the stable
+    offset (True): a member with nothing more to commit has its raise made again by :func:`advance`; after a
+    rebalance the next generation commits anew."""
     read = FrontierRead(p, group, slices, layouts)
 
     def reread() -> None:
         if read.error is not None:
             log.debug("sharing_stable_recheck_failed", group=group, error=read.error)
+            settled(False)
             return
         commits: dict[TopicPartition, tuple[int, str | None]] = {}
         for tp, s in slices.items():
@@ -473,6 +490,7 @@ def _raise_stable(p: SharingState, group: str, member: tuple[int, str, str | Non
             if stable > f.base:
                 commits[tp] = (stable, encode_metadata(f.worth_keeping(s.count), None, p.settings.metadata_max_bytes))
         if not commits:
+            settled(True)
             return
         call = p.submit(GroupCall(commits={group: commits}, as_member={group: member},
                                   consumer_protocol={group} if kip848 else set()))
@@ -483,9 +501,12 @@ def _raise_stable(p: SharingState, group: str, member: tuple[int, str, str | Non
 
         def committed() -> None:
             if call.ok and rounds > 1:
-                _raise_stable(p, group, member, slices, layouts, rounds - 1, kip848)
+                _raise_stable(p, group, member, slices, layouts, rounds - 1, kip848, settled)
             elif not call.ok:
                 log.debug("sharing_stable_recheck_failed", group=group, error=call.error or str(call.committed))
+                settled(False)
+            else:
+                settled(True)
 
         call.on_settled(committed)
 
@@ -503,7 +524,9 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
     partition's tail has nothing new to commit ("last record + 1" clients never commit again), and its slice's
     position would hold the stable offset, which lag tools and a consumer without Sluice read, short of the end for
     good. The gap holds nothing the member has yet to be handed: nothing is committed that it had to consume. At
-    most every :data:`ADVANCE_INTERVAL_S`, one at a time per partition."""
+    most every :data:`ADVANCE_INTERVAL_S`, one at a time per partition. A fetch that finds the slice's position in
+    but a raise of the stable offset over the partition owed (:attr:`PartitionState.raise_owed`: the last one
+    failed) raises it again: the member has nothing more to commit, so nothing else would."""
     s = state.slice
     now = p.clock()
     if s.whole or not m.group or state.committed < 0 or now < state.advance_after \
@@ -512,13 +535,22 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
         # Member.fenced)
         return
     target = state.gaps.after(state.committed)[0]
-    if target <= state.committed:
+    if target <= state.committed and not state.raise_owed:
         return
     state.advance_after = now + ADVANCE_INTERVAL_S
+    member = (m.held, m.member_id, None) if not m.standalone else (-1, "", None)
+
+    def raise_stable() -> None:
+        state.raise_owed = False  # one raise at a time: a failure owes it again
+        _raise_stable(p, m.group, member, {tp: s}, _layouts(m, [tp]), STABLE_RECHECKS, m.kip848 is not None,
+                      _owing(m, [tp]))
+
+    if target <= state.committed:
+        raise_stable()  # the slice's position is in, the group's stable offset not yet: a raise failed
+        return
     call = p.submit(GroupCall(commits={slice_group(m.group, s): {tp: (target, None)}}))
     _writing(state, call)
     p.metrics.sharing_read_ahead.labels("advanced").inc()
-    member = (m.held, m.member_id, None) if not m.standalone else (-1, "", None)
 
     def committed() -> None:
         if not call.ok:
@@ -527,7 +559,7 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
             log.debug("sharing_advance_failed", group=m.group, error=call.error or str(call.committed))
             return
         state.committed = max(state.committed, target)
-        _raise_stable(p, m.group, member, {tp: s}, _layouts(m, [tp]), STABLE_RECHECKS, m.kip848 is not None)
+        raise_stable()
 
     call.on_settled(committed)
 
