@@ -205,7 +205,10 @@ class SluiceProcess:
                     events.append(event)
         return events
 
-    def metrics_text(self, timeout: float = 5.0) -> str:
+    def metrics_text(self, timeout: float = 30.0) -> str:
+        """Sluice's /metrics. The timeout bounds a read of its state, not its speed (a test's wait has its own
+        deadline): 5 s failed a test on a CI-like run whose 2-core machine ran at a load of 15-19, a Sluice of five
+        started at once answering later than that."""
         with urllib.request.urlopen(f"{self.admin_url}/metrics", timeout=timeout) as resp:
             return str(resp.read().decode())
 
