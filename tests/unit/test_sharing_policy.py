@@ -1107,6 +1107,27 @@ def test_a_stable_offset_sluice_failed_to_raise_after_committing_a_slice_on_is_r
     assert m2 is not None
 
 
+def test_a_slice_position_sluice_failed_to_commit_after_the_members_commit_is_committed_at_its_next_idle_fetch(
+) -> None:
+    """The coordinator took a member's commit (the group's, at the stable offset), and Sluice's commit of the
+    member's slice's position after it failed (a timeout, the coordinator moving): the client was answered as
+    committed and commits nothing more once it has nothing new (it is at the partition's end), so a later fetch
+    that finds nothing new of the slice commits that position. Before, the slice's position stayed where it was for
+    good, and with it the group's stable offset: the other member's commit to the end left the group at 100."""
+    fake, m1, m2 = two_members_of_partition_0_at_100()
+    fake.refuse = lambda call: slice_group(GROUP, Slice(0, 2)) in call.commits  # m1's slice's commit fails
+    committed_answer(m1, commit(m1, {0: 110}))
+    assert (TOPIC, 0) not in fake.offsets.get(slice_group(GROUP, Slice(0, 2)), {})
+    fake.refuse = lambda call: False
+    committed_answer(m2, commit(m2, {0: 120}))  # m2 consumed its slice to the end
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 100  # m1's slice, as stored, holds the stable offset back
+    m1.proxy.clock.now += 10
+    answer_fetch(m1, fetch_at(m1, 110), one_per_batch(110, keys_in(Slice(0, 2), 10, other=True)), hw=120,
+                 may_resend=False)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 120
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 120
+
+
 def test_a_fenced_members_idle_slice_is_not_committed_on_by_sluice() -> None:
     """Once the coordinator refused a member's commit as fenced, Sluice no longer commits its idle slice on itself
     (a simple commit, which no coordinator checks: the slice may be another member's by now) until it holds a slice

@@ -65,6 +65,10 @@ class PartitionState:
     #: a raise of the group's stable offset over this partition failed (:func:`.offsets._raise_stable`): its next
     #: idle fetch raises it again (:func:`.offsets.advance`)
     raise_owed: bool = False
+    #: the highest position the coordinator took in the member's own commit (the group's, at the stable offset)
+    #: whose commit in the slice's group failed (:func:`.offsets._commit_slices`; -1: none): its next idle fetch
+    #: commits it (:func:`.offsets.advance`), as its client, answered as committed, may commit nothing more
+    position_owed: int = -1
 
     @property
     def in_flight(self) -> Signal | None:

@@ -413,7 +413,9 @@ def _commit_slices(p: SharingState, m: Member, commits: dict[str, dict[TopicPart
     """Commit slices' positions (simple commits in their slice groups), each after the commit of the same slice in
     flight from this Sluice (a lower position landing last would deliver committed records again); ``then`` once they
     are in. A failure leaves the slice's position behind the group's commit: its records since come again (at
-    least once), and the member's next commit carries it on."""
+    least once) to a next holder of the slice, and the member's next commit carries it on, or, a member with nothing
+    more to commit (its client was answered as committed), its next idle fetch (:attr:`PartitionState.position_owed`,
+    :func:`advance`): else the slice's position, and with it the stable offset, stayed short for good."""
     states = [(state, offset) for group, parts in commits.items() for tp, (offset, _) in parts.items()
               if (state := (m.partitions or {}).get(tp)) is not None and slice_group(m.group, state.slice) == group]
     waits = list({id(w): w for st, _ in states if (w := st.in_flight) is not None}.values())
@@ -433,6 +435,8 @@ def _commit_slices(p: SharingState, m: Member, commits: dict[str, dict[TopicPart
             else:
                 log.warning("sharing_commit_failed", group=m.group, client_id=m.key[1],
                             error=call.error or str(call.committed))
+                for state, offset in states:
+                    state.position_owed = max(state.position_owed, offset)
             done.settle()
             if call.ok:
                 then()
@@ -526,7 +530,10 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
     good. The gap holds nothing the member has yet to be handed: nothing is committed that it had to consume. At
     most every :data:`ADVANCE_INTERVAL_S`, one at a time per partition. A fetch that finds the slice's position in
     but a raise of the stable offset over the partition owed (:attr:`PartitionState.raise_owed`: the last one
-    failed) raises it again: the member has nothing more to commit, so nothing else would."""
+    failed) raises it again: the member has nothing more to commit, so nothing else would. Likewise a position of
+    the member's own commit whose commit in the slice's group failed (:attr:`PartitionState.position_owed`: the
+    coordinator took the member's commit, so its records below it were consumed) is committed, on past the gap
+    after it if there is one."""
     s = state.slice
     now = p.clock()
     if s.whole or not m.group or state.committed < 0 or now < state.advance_after \
@@ -534,7 +541,7 @@ def advance(p: SharingState, m: Member, tp: TopicPartition, state: PartitionStat
         # (a state replaced since the fetch: its slice's commits go through the new one; a member fenced:
         # Member.fenced)
         return
-    target = state.gaps.after(state.committed)[0]
+    target = state.gaps.after(max(state.committed, state.position_owed))[0]
     if target <= state.committed and not state.raise_owed:
         return
     state.advance_after = now + ADVANCE_INTERVAL_S
