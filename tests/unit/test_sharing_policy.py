@@ -740,6 +740,28 @@ def test_kip848_member_learnt_from_the_group_after_a_restart() -> None:
     assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
 
 
+def test_kip848_member_a_restarted_sluice_failed_to_describe_gets_no_records_until_it_is_learnt() -> None:
+    """A Sluice that never saw the member join fails to describe its group at the member's first heartbeat (the
+    coordinator moving, a timeout): nothing is known of the slice its client holds, so its fetches are withheld, as
+    a classic member's are until its recovery, and its next heartbeat describes the group again. Before, the failed
+    description left the member taken as sharing nothing: its fetches got every slice's records until then."""
+    proxy, fake = sharing_proxy()
+    c = Client(proxy, "app-2", 1)
+    c.member_id = "m2"
+    fake.described_consumer[GROUP] = cg_described(5, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]),
+                                                      ("m2", "app-2#sluice-share=orders|0:0:1/2", [])])
+    fake.down = True
+    ex = cg_heartbeat(c, 5, None)
+    assert cg_answer(c, ex, 5, None) is None  # the client keeps what it holds
+    assert fetch(c, records(40)) == []
+    fake.down = False
+    ex = cg_heartbeat(c, 5, None)
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/2"
+    assert cg_answer(c, ex, 5, None) is None
+    got = fetch(c, records(40))
+    assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
+
+
 def test_kip848_group_not_described_is_told_and_not_shared() -> None:
     """Without the group's description (here its coordinator down for Sluice's own requests) no layout is known:
     logged and counted, the client handed what the broker assigned it."""

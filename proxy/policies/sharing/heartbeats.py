@@ -263,7 +263,13 @@ def response(p: SharingState, ex: Exchange, response: ResponseView, info: Connec
         old = st.broker or set()
         st.revoking = ((st.revoking | (old - new)) & (st.owned or set())) - new
         st.broker = new
-    if not st.marked or st.broker is None:
+    if st.broker is None:
+        # A member this Sluice did not see join whose group it could not describe (resume: a timeout, the coordinator
+        # moving): the slices its client holds are not known, and it is not taken as holding none (its fetches would
+        # get every slice's records). It stays unknown, its fetches withheld as a classic member's are until its
+        # recovery (offsets.recover), and its next heartbeat describes the group again (request)
+        return
+    if not st.marked:
         if m.partitions is None:
             m.partitions = {}  # nothing to share: its fetches go through whole
         return
