@@ -633,6 +633,32 @@ def test_restarted_sluice_recovers_slices_from_the_group() -> None:
     assert [e for e in fake2.calls if e.describe == {GROUP}]
 
 
+def test_an_idle_slice_of_a_member_a_restarted_sluice_recovered_is_committed_on() -> None:
+    """A Sluice restarted before it committed an idle slice on (the partition's tail is the other slice's records):
+    once it has read the member's slices and their positions back from the group, the member's fetches that find
+    nothing of its slice commit it on and raise the group's stable offset, as before the restart. Before, a
+    recovered slice's position counted as not known, so Sluice never committed it on, and a member with nothing
+    more to commit left the group short of the partition's end for good."""
+    fake, clients = group_of_5_at_100()
+    m1, m2 = clients[0], clients[1]
+    committed_answer(m1, commit(m1, {0: 110}))
+    committed_answer(m2, commit(m2, {0: 120}))  # 110-119 are m2's slice's records: m1 has nothing more
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 110
+    m1_metadata = bytes(sent(join(m1)).protocols[0].metadata)
+    restarted, fake2 = sharing_proxy()
+    fake2.offsets = fake.offsets
+    fake2.described[GROUP] = Message(protocol_data="range", members=[Message(
+        member_id="m1", member_metadata=m1_metadata, member_assignment=STORED["m1"])])
+    c = Client(restarted, "app-1", 7)
+    c.member_id = "m1"
+    c.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
+        group_id=GROUP, generation_id=1, member_id="m1", group_instance_id=None))
+    answer_fetch(c, fetch_at(c, 110), one_per_batch(110, keys_in(Slice(0, 2), 10, other=True)), hw=120,
+                 may_resend=False)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 120
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 120
+
+
 TOPIC_ID = bytes(range(16))
 CG_HEARTBEAT, V_CGH = 68, 1
 
