@@ -788,6 +788,47 @@ def test_kip848_member_a_restarted_sluice_failed_to_describe_gets_no_records_unt
     assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
 
 
+def test_kip848_an_idle_slice_of_a_member_a_restarted_sluice_learnt_from_its_heartbeat_is_committed_on() -> None:
+    """The KIP-848 counterpart of a classic member's recovery: a Sluice restarted before it committed m1's idle
+    slice on (110-119 are m2's slice's records, so m1 has nothing more to commit) learns m1 from the group's
+    description at its first heartbeat, and reads its slice's position back from the group before the heartbeat
+    goes on. m1's next fetch that finds nothing of its slice commits it on and raises the group's stable offset.
+    Before, the slice's state was made without reading it (its position not known): Sluice never committed it on,
+    and the group stayed short of the partition's end for good."""
+    proxy, fake = sharing_proxy()
+    fake.offsets = {GROUP: {(TOPIC, 0): Committed(110, -1, None)},
+                    slice_group(GROUP, Slice(0, 2)): {(TOPIC, 0): Committed(110, -1, None)},
+                    slice_group(GROUP, Slice(1, 2)): {(TOPIC, 0): Committed(120, -1, None)}}
+    fake.described_consumer[GROUP] = cg_described(5, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]),
+                                                      ("m2", "app-2#sluice-share=orders|0:0:1/2", [])])
+    c = Client(proxy, "app-1", 1)
+    c.member_id = "m1"
+    assert cg_answer(c, cg_heartbeat(c, 5, None), 5, None) is None  # it holds its layout already
+    assert idle_slice_committed_on(fake, c, 110, Slice(0, 2))
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 120
+
+
+def test_kip848_member_whose_slices_a_restarted_sluice_failed_to_read_gets_no_records_until_it_is_learnt() -> None:
+    """The group described, the read of the member's slices' positions fails (the coordinator moving, a timeout):
+    its heartbeat goes on as learnt (its claims kept in its client id, its owned partitions the broker's), but the
+    member stays unknown, its fetches withheld, and its next heartbeat describes the group and reads again."""
+    proxy, fake = sharing_proxy()
+    fake.described_consumer[GROUP] = cg_described(5, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]),
+                                                      ("m2", "app-2#sluice-share=orders|0:0:1/2", [])])
+    c = Client(proxy, "app-2", 1)
+    c.member_id = "m2"
+    fake.refuse = lambda call: bool(call.reads)
+    ex = cg_heartbeat(c, 5, None)
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/2"
+    assert owned_sent(ex) == []
+    assert cg_answer(c, ex, 5, None) is None
+    assert fetch(c, records(40)) == []
+    fake.refuse = lambda call: False
+    assert cg_answer(c, cg_heartbeat(c, 5, None), 5, None) is None
+    got = fetch(c, records(40))
+    assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
+
+
 def test_kip848_group_not_described_is_told_and_not_shared() -> None:
     """Without the group's description (here its coordinator down for Sluice's own requests) no layout is known:
     logged and counted, the client handed what the broker assigned it."""

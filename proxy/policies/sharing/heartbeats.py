@@ -35,17 +35,18 @@ member commits the partitions of its slices like any.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...accesslog import get_logger
-from ...core.exchange import ConnectionInfo, Exchange
+from ...core.exchange import ConnectionInfo, Exchange, Signal
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageRequest, MessageResponse, ResponseView
 from . import layout as layouts
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
-from .members import HeartbeatState, IdPartition, Member, PartitionState, member_key
+from .members import HeartbeatState, IdPartition, Member, PartitionState, member_key, read_state
+from .reads import FrontierRead
 from .state import SharingState
 
 log = get_logger("sluice.sharing")
@@ -60,6 +61,10 @@ class HeartbeatTicket:
     member: Member
     state: HeartbeatState
     call: GroupCall | None = None
+    #: a member learnt from its group's description (resume): its slices, and the read of their frontiers (or the
+    #: recovery already reading them, offsets.recover) the heartbeat waits for
+    claims: dict[TopicPartition, Slice] = field(default_factory=dict)
+    read: Signal | None = None
 
 
 def _ids(topics: list[Message] | None) -> set[IdPartition] | None:
@@ -130,7 +135,9 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
     return ticket
 
 
-def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTicket) -> HeartbeatTicket:
+def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTicket) -> HeartbeatTicket | None:
+    if ticket.read is not None:
+        return _read_back(p, ex, ticket)
     call = ticket.call
     assert call is not None
     m, st = ticket.member, ticket.state
@@ -146,11 +153,45 @@ def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: Heartbea
         # this Sluice did not see the member join (it restarted): learnt from the group
         claims = recovered(p, m, entry)
         st = ticket.state = m.kip848  # type: ignore[assignment]
+        if m.partitions is None and claims:
+            # Its slices' frontiers are read before the heartbeat goes on, as a classic member's recovery reads them
+            # (offsets.recover): made without them, a slice had no committed-work filter (records an earlier layout
+            # committed delivered again) and no known position, which offsets.advance never commits on, so a member
+            # with nothing more to commit left the group's stable offset short of the partition's end for good.
+            # Its fetches are withheld meanwhile (m.recovering), as they are until the description is in
+            ticket.claims = claims
+            if m.recovering is None:  # else an offset request's recovery is reading them already: waited for
+                m.recovering = FrontierRead(p, m.group, claims)
+            ticket.read = ex.pending = m.recovering
+            return ticket
         if m.partitions is None:
-            m.partitions = {tp: PartitionState(s) for tp, s in claims.items()}
+            m.partitions = {}
     else:
         p.layouts[m.group] = layouts.from_description(entry, p.shareable)
     _forward(p, ex, ticket)
+    return ticket
+
+
+def _read_back(p: SharingState, ex: Exchange, ticket: HeartbeatTicket) -> HeartbeatTicket | None:
+    """The heartbeat of a member learnt from its group's description, once its slices' frontiers are read (resume):
+    its slices' states made from them (:func:`.members.read_state`, as after an OffsetFetch), and the heartbeat
+    sent on."""
+    m, read = ticket.member, ticket.read
+    ticket.read = None
+    if isinstance(read, FrontierRead) and m.recovering is read:
+        m.recovering = None
+        if read.error is None and m.partitions is None:
+            m.partitions = {tp: read_state(s, read.frontiers[tp]) for tp, s in ticket.claims.items()}
+            p.update_gauges(m.group)
+    if m.kip848 is not None:
+        ticket.state = m.kip848  # (learnt again by an offset request's recovery while this one waited)
+    _forward(p, ex, ticket)  # the claims it holds kept in its client id, its owned partitions the broker's
+    if m.partitions is None:
+        # The read failed (a timeout, the coordinator moving): as a failed description, the member stays unknown,
+        # its fetches withheld, and its next heartbeat describes the group and reads again. Its answer is not
+        # looked at (it would make the slices' states without their positions, response)
+        m.kip848 = None
+        return None
     return ticket
 
 
@@ -194,7 +235,10 @@ def _forward(p: SharingState, ex: Exchange, ticket: HeartbeatTicket) -> None:
         # new slices no other member claims: claimed now, handed in the answer (see the module docstring)
         st.cleared = set()
         st.waiting = False
-        claims = {tp: state.slice for tp, state in (m.partitions or {}).items()}
+        # the slices its client holds; of a member learnt whose slices' read failed (_read_back), those learnt: left
+        # out, the broker would keep its client id without them and the next description would learn none
+        claims = ({tp: state.slice for tp, state in m.partitions.items()} if m.partitions is not None
+                  else dict(ticket.claims))
         for k, s in _desired(p, m, st, names).items():
             name = _name(p, names, k[0])
             if k in given or name is None or name not in st.marked:

@@ -77,6 +77,16 @@ class PartitionState:
         return writing if writing is not None and not writing.settled else None
 
 
+def read_state(s: Slice, f: Frontier) -> PartitionState:
+    """What a member's Sluice knows of slice ``s`` from its partition's frontier as read: where it starts, its
+    committed-work filter, and its position (:attr:`PartitionState.committed`: its own commit, or its start above
+    it). One making for every path that reads a slice back (an OffsetFetch, a recovery after a restart, classic or
+    KIP-848): a state made otherwise has no filter and an unknown position, which :func:`.offsets.advance` never
+    commits on."""
+    start = f.start(s)
+    return PartitionState(s, f, f.done_table(s), start, committed=max(start, f.positions.get(s, -1)))
+
+
 @dataclass(slots=True)
 class HeartbeatState:
     """What a KIP-848 member's Sluice knows of it: the broker's assignment, what the client owns and was given (see

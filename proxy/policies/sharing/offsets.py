@@ -40,7 +40,7 @@ from . import heartbeats, marker
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
-from .members import Member, PartitionState, member_key
+from .members import Member, PartitionState, member_key, read_state
 from .reads import FrontierRead
 from .state import SharingState
 
@@ -224,7 +224,7 @@ def offset_fetch_response(p: SharingState, ex: Exchange, response: ResponseView,
             f = read.frontiers[tp]
             start = f.start(s)
             if m.partitions is not None:
-                m.partitions[tp] = _read_state(s, f)
+                m.partitions[tp] = read_state(s, f)
             plain = read.plain[tp]
             if s.whole:
                 meta = decode_metadata(plain.metadata)
@@ -237,14 +237,6 @@ def offset_fetch_response(p: SharingState, ex: Exchange, response: ResponseView,
                 part.committed_leader_epoch = plain.leader_epoch if start == plain.offset else -1
             part.metadata = client_md if client_md is not None else ""
     response.changed = True
-
-
-def _read_state(s: Slice, f: Frontier) -> PartitionState:
-    """What a member's Sluice knows of slice ``s`` from its partition's frontier as read: where it starts, its
-    committed-work filter, and its position (:attr:`PartitionState.committed`: its own commit, or its start above
-    it)."""
-    start = f.start(s)
-    return PartitionState(s, f, f.done_table(s), start, committed=max(start, f.positions.get(s, -1)))
 
 
 def plain_client(metadata: str | None) -> str | None:
@@ -633,10 +625,10 @@ def recover(p: SharingState, m: Member) -> Signal:
 
         def frontiers() -> None:
             if m.recovering is done and read.error is None:
-                # each slice's position known as read (_read_state), as after an OffsetFetch: left unknown, an idle
+                # each slice's position known as read (read_state), as after an OffsetFetch: left unknown, an idle
                 # slice was never committed on (advance) after a restart, and a member with nothing more to commit
                 # left the stable offset short of the partition's end for good
-                m.partitions = {tp: _read_state(s, read.frontiers[tp]) for tp, s in handed.items()}
+                m.partitions = {tp: read_state(s, read.frontiers[tp]) for tp, s in handed.items()}
                 # a KIP-848 member comes back this way too when the broker handed it partitions while its Sluice
                 # was down (fenced past its session, it joined again): its OffsetFetch, not its heartbeat, says so
                 log.info("sharing_member_recovered", group=m.group, member_id=m.member_id, client_id=m.key[1],
