@@ -769,8 +769,11 @@ def test_kip848_member_learnt_from_the_group_after_a_restart() -> None:
 def test_kip848_member_a_restarted_sluice_failed_to_describe_gets_no_records_until_it_is_learnt() -> None:
     """A Sluice that never saw the member join fails to describe its group at the member's first heartbeat (the
     coordinator moving, a timeout): nothing is known of the slice its client holds, so its fetches are withheld, as
-    a classic member's are until its recovery, and its next heartbeat describes the group again. Before, the failed
-    description left the member taken as sharing nothing: its fetches got every slice's records until then."""
+    a classic member's are until its recovery, and its heartbeat is answered COORDINATOR_NOT_AVAILABLE, not sent on:
+    the broker stores each heartbeat's client id (GroupMetadataManager.consumerGroupHeartbeat), and one without the
+    member's slices (this Sluice knows none) would leave the next description nothing to learn them from. The
+    client sends it again, and that one describes the group again. Before, the failed description left the member
+    taken as sharing nothing: its fetches got every slice's records."""
     proxy, fake = sharing_proxy()
     c = Client(proxy, "app-2", 1)
     c.member_id = "m2"
@@ -778,7 +781,8 @@ def test_kip848_member_a_restarted_sluice_failed_to_describe_gets_no_records_unt
                                                       ("m2", "app-2#sluice-share=orders|0:0:1/2", [])])
     fake.down = True
     ex = cg_heartbeat(c, 5, None)
-    assert cg_answer(c, ex, 5, None) is None  # the client keeps what it holds
+    assert ex.answer is not None  # answered by Sluice: nothing went to the broker
+    assert decode_response(CG_HEARTBEAT, V_CGH, ex.answer[4:])[1].error_code == 15  # COORDINATOR_NOT_AVAILABLE
     assert fetch(c, records(40)) == []
     fake.down = False
     ex = cg_heartbeat(c, 5, None)

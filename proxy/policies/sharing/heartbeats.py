@@ -40,8 +40,10 @@ from typing import Any
 
 from ...accesslog import get_logger
 from ...core.exchange import ConnectionInfo, Exchange, Signal
+from ...wire.api_keys import ApiKey
+from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
-from ...wire.views import MessageRequest, MessageResponse, ResponseView
+from ...wire.views import MessageRequest, MessageResponse, ResponseView, local_response
 from . import layout as layouts
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
@@ -51,6 +53,7 @@ from .state import SharingState
 
 log = get_logger("sluice.sharing")
 
+COORDINATOR_NOT_AVAILABLE = 15
 UNKNOWN_MEMBER_ID = 25
 GROUP_ID_NOT_FOUND = 69
 FENCED_MEMBER_EPOCH = 110
@@ -149,6 +152,15 @@ def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: Heartbea
             # slice is handed; the client keeps what it holds and is told, at worst, the broker's assignment
             p.not_shared("kip848_group", m.key[1], m.group,
                          detail=f"ConsumerGroupDescribe failed: {call.error or code or 'no answer'}")
+            if st.broker is None:
+                # A member this Sluice did not see join (it restarted): the slices its client holds are not known,
+                # so its heartbeat would go on with a client id without them, which the broker stores
+                # (GroupMetadataManager.consumerGroupHeartbeat: setClientId), and the next description would find
+                # none to learn. Answered as a coordinator that is away instead, the broker keeps the last one; the
+                # client finds the coordinator and sends it again, and that one describes the group again. Should
+                # the description keep failing, the member's session ends and it joins anew (epoch 0)
+                _unavailable(ex)
+                return ticket
     elif st.broker is None and any(x.member_id == m.member_id for x in entry.members):
         # this Sluice did not see the member join (it restarted): learnt from the group
         claims = recovered(p, m, entry)
@@ -170,6 +182,15 @@ def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: Heartbea
         p.layouts[m.group] = layouts.from_description(entry, p.shareable)
     _forward(p, ex, ticket)
     return ticket
+
+
+def _unavailable(ex: Exchange) -> None:
+    """Answer the heartbeat ``ex`` with COORDINATOR_NOT_AVAILABLE: the client looks for its coordinator and sends it
+    again (a KIP-848 consumer retries on it, as on any coordinator error)."""
+    h = ex.header
+    body = response_codec(ApiKey.CONSUMER_GROUP_HEARTBEAT, h.api_version).default().replace(
+        error_code=COORDINATOR_NOT_AVAILABLE, error_message="Sluice could not describe the group")
+    ex.answer = local_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, h.api_version, h.correlation_id, body)
 
 
 def _read_back(p: SharingState, ex: Exchange, ticket: HeartbeatTicket) -> HeartbeatTicket | None:
