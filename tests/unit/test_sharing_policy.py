@@ -616,21 +616,33 @@ def test_unknown_member_fetches_are_withheld_then_pass_after_member_wait() -> No
 def test_restarted_sluice_recovers_slices_from_the_group() -> None:
     proxy, fake = sharing_proxy()
     clients, _ = form_group(proxy, 5)
-    m1_metadata = bytes(sent(join(clients[0])).protocols[0].metadata)
     # A new Sluice (restarted): the member's client goes on fetching; its next heartbeat names the member, and
     # Sluice reads its assignment back from the group: the broker keeps it as the leader sent it, slices included
+    m1, fake2 = restarted_m1(fake, clients[0])
+    assert fetch(m1, records(10)) == []  # not known yet: withheld, not delivered unfiltered
+    heartbeat_m1(m1)
+    got = fetch(m1, records(40))
+    assert got and all(Slice(0, 2).holds(key_hash(k)) for _, k in got)
+    assert [e for e in fake2.calls if e.describe == {GROUP}]
+
+
+def restarted_m1(fake: FakeCoordinators, m1: Client) -> tuple[Client, FakeCoordinators]:
+    """m1's client through a new (restarted) Sluice, whose coordinators hold ``fake``'s offsets and the group's
+    description as the broker keeps it (m1's assignment as the leader sent it, slices included)."""
+    m1_metadata = bytes(sent(join(m1)).protocols[0].metadata)
     restarted, fake2 = sharing_proxy()
     fake2.offsets = fake.offsets
     fake2.described[GROUP] = Message(protocol_data="range", members=[Message(
         member_id="m1", member_metadata=m1_metadata, member_assignment=STORED["m1"])])
-    m1 = Client(restarted, "app-1", 7)
-    m1.member_id = "m1"
-    assert fetch(m1, records(10)) == []  # not known yet: withheld, not delivered unfiltered
-    m1.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
+    c = Client(restarted, "app-1", 7)
+    c.member_id = "m1"
+    return c, fake2
+
+
+def heartbeat_m1(c: Client) -> None:
+    """m1's heartbeat (generation 1): what names the member to a restarted Sluice."""
+    c.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
         group_id=GROUP, generation_id=1, member_id="m1", group_instance_id=None))
-    got = fetch(m1, records(40))
-    assert got and all(Slice(0, 2).holds(key_hash(k)) for _, k in got)
-    assert [e for e in fake2.calls if e.describe == {GROUP}]
 
 
 def test_an_idle_slice_of_a_member_a_restarted_sluice_recovered_is_committed_on() -> None:
@@ -644,15 +656,8 @@ def test_an_idle_slice_of_a_member_a_restarted_sluice_recovered_is_committed_on(
     committed_answer(m1, commit(m1, {0: 110}))
     committed_answer(m2, commit(m2, {0: 120}))  # 110-119 are m2's slice's records: m1 has nothing more
     assert fake.offsets[GROUP][(TOPIC, 0)].offset == 110
-    m1_metadata = bytes(sent(join(m1)).protocols[0].metadata)
-    restarted, fake2 = sharing_proxy()
-    fake2.offsets = fake.offsets
-    fake2.described[GROUP] = Message(protocol_data="range", members=[Message(
-        member_id="m1", member_metadata=m1_metadata, member_assignment=STORED["m1"])])
-    c = Client(restarted, "app-1", 7)
-    c.member_id = "m1"
-    c.send(HEARTBEAT, V_HB, request_codec(HEARTBEAT, V_HB).default().replace(
-        group_id=GROUP, generation_id=1, member_id="m1", group_instance_id=None))
+    c, _ = restarted_m1(fake, m1)
+    heartbeat_m1(c)
     answer_fetch(c, fetch_at(c, 110), one_per_batch(110, keys_in(Slice(0, 2), 10, other=True)), hw=120,
                  may_resend=False)
     assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 120

@@ -47,13 +47,20 @@ from ...wire.views import MessageRequest, MessageResponse, ResponseView, local_r
 from . import layout as layouts
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
-from .members import HeartbeatState, IdPartition, Member, PartitionState, member_key, read_state
+from .members import (
+    COORDINATOR_NOT_AVAILABLE,
+    HeartbeatState,
+    IdPartition,
+    Member,
+    PartitionState,
+    member_key,
+    read_state,
+)
 from .reads import FrontierRead
 from .state import SharingState
 
 log = get_logger("sluice.sharing")
 
-COORDINATOR_NOT_AVAILABLE = 15
 UNKNOWN_MEMBER_ID = 25
 GROUP_ID_NOT_FOUND = 69
 FENCED_MEMBER_EPOCH = 110

@@ -41,6 +41,9 @@ FORGET_AFTER_S = 600.0
 #: ConsumerGroupHeartbeat and OffsetCommit: GroupMetadataManager.consumerGroupHeartbeat,
 #: ConsumerGroup.validateOffsetCommit)
 FENCED = frozenset({22, 25, 27, 82, 110, 113})
+#: the error Sluice answers a group request with when its own group call failed (a client retries it, finding its
+#: coordinator again): a commit it could not merge (offsets), a KIP-848 heartbeat it could not place (heartbeats)
+COORDINATOR_NOT_AVAILABLE = 15
 
 
 @dataclass(slots=True)

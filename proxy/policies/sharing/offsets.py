@@ -40,14 +40,13 @@ from . import heartbeats, marker
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
-from .members import Member, PartitionState, member_key, read_state
+from .members import COORDINATOR_NOT_AVAILABLE, Member, PartitionState, member_key, read_state
 from .reads import FrontierRead
 from .state import SharingState
 
 log = get_logger("sluice.sharing")
 
 COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
 
 
 def _member(p: SharingState, ex: Exchange, info: ConnectionInfo, group: str, member_id: str) -> Member | None:
