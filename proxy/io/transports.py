@@ -110,8 +110,6 @@ class ClientProtocol(asyncio.Protocol):
 
     async def _connect(self) -> None:
         proxy, conn = self.proxy, self.conn
-        loop = asyncio.get_running_loop()
-        timeout = proxy.upstream.connect_timeout_s
         try:
             addresses = await proxy.upstream_address(self.node_id)
         except (TimeoutError, OSError, CodecError) as e:
@@ -120,17 +118,19 @@ class ClientProtocol(asyncio.Protocol):
             conn.upstream_failed(str(e))
             return
         last: BaseException | None = None
-        tls = proxy.tls.upstream
         for host, port in addresses:
+            protocol = UpstreamProtocol(self)
             try:
-                if tls is None:
-                    await asyncio.wait_for(loop.create_connection(lambda: UpstreamProtocol(self), host, port),
-                                           timeout)
-                else:
-                    await asyncio.wait_for(loop.create_connection(
-                        lambda: UpstreamProtocol(self), host, port, ssl=tls, server_hostname=host,
-                        ssl_handshake_timeout=timeout), timeout)
-            except (TimeoutError, OSError) as e:
+                await self._open_upstream(protocol, host, port)
+            except BaseException as e:
+                # A connect that failed, timed out or was cancelled (the client gone) may already have made its
+                # connection: uvloop calls connection_made, then, the connect's waiter cancelled before the
+                # connect returned, closes the transport's handle itself, and the connection_lost a close had
+                # scheduled is never called (uvloop loop.pyx create_connection, handles/basetransport.pyx
+                # _call_connection_lost; MagicStack/uvloop#552 is the same kind). That connection is gone.
+                self._abandon(protocol)
+                if not isinstance(e, (TimeoutError, OSError)):
+                    raise
                 proxy.metrics.upstream_connect_errors.inc()
                 last = e
                 continue
@@ -141,6 +141,17 @@ class ClientProtocol(asyncio.Protocol):
             return
         proxy.connect_failed(self.node_id, tls_error(last) if last is not None else "", addresses)
         conn.upstream_failed(str(last))
+
+    async def _open_upstream(self, protocol: UpstreamProtocol, host: str, port: int) -> None:
+        """Connect ``protocol`` to the broker at host:port (TLS if the upstream has it), within the connect timeout."""
+        loop = asyncio.get_running_loop()
+        timeout = self.proxy.upstream.connect_timeout_s
+        tls = self.proxy.tls.upstream
+        if tls is None:
+            await asyncio.wait_for(loop.create_connection(lambda: protocol, host, port), timeout)
+        else:
+            await asyncio.wait_for(loop.create_connection(
+                lambda: protocol, host, port, ssl=tls, server_hostname=host, ssl_handshake_timeout=timeout), timeout)
 
     # ------------------------------------------------------------------ Port: what the core asks
 
@@ -187,6 +198,14 @@ class ClientProtocol(asyncio.Protocol):
     def torn_down(self) -> bool:
         """Both transports are closed (or closing): nothing more is written."""
         return self._torn_down
+
+    def _abandon(self, protocol: UpstreamProtocol) -> None:
+        """The connect that made ``protocol`` did not return it (the loop has closed what it made): it is no
+        longer this connection's upstream."""
+        protocol.abandon()
+        if self._upstream_protocol is protocol:
+            self.upstream = None
+            self._upstream_protocol = None
 
     def upstream_made(self, transport: Any, protocol: UpstreamProtocol) -> None:
         """The upstream connection is up (its transport and protocol); one made after the teardown is closed."""
@@ -245,6 +264,10 @@ class UpstreamProtocol(asyncio.Protocol):
         self.data_received = self.conn.upstream_data  # type: ignore[method-assign]  # as ClientProtocol's
         #: the transport's protocol while a collected response is read in place
         self.read_into = ReadInto(self)
+        #: counted in sluice_connections_open{side="upstream"}: from connection_made until it is gone
+        self._open = False
+        #: the connect that made it did not return it (ClientProtocol._abandon): its end is not the client's
+        self._abandoned = False
 
     def connection_made(self, transport: Any) -> None:
         client = self.client
@@ -252,7 +275,20 @@ class UpstreamProtocol(asyncio.Protocol):
         m = client.proxy.metrics
         m.upstream_connections.inc()
         m.upstream_connections_open.inc()
+        self._open = True
         client.upstream_made(transport, self)
+
+    def abandon(self) -> None:
+        """The connect that made it failed or was cancelled: it is gone now, whether or not connection_lost comes,
+        and a connection_lost that comes later ends nothing of the client's."""
+        self._abandoned = True
+        self._gone()
+
+    def _gone(self) -> None:
+        """It leaves the open count, once."""
+        if self._open:
+            self._open = False
+            self.client.proxy.metrics.upstream_connections_open.dec()
 
     def data_received(self, data: bytes) -> None:
         self.conn.upstream_data(data)
@@ -264,8 +300,9 @@ class UpstreamProtocol(asyncio.Protocol):
         self.conn.upstream_write_resumed()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.client.proxy.metrics.upstream_connections_open.dec()
-        self.conn.upstream_lost(str(exc) if exc else None)
+        self._gone()
+        if not self._abandoned:
+            self.conn.upstream_lost(str(exc) if exc else None)
 
 
 class ReadInto(asyncio.BufferedProtocol):
