@@ -1,5 +1,5 @@
 """Shared fixtures. The broker comes from rig/ (a real Kafka 4.x, KRaft, single node); see ARCHITECTURE.md. The cluster
-tests share one 3-broker cluster (rig/cluster.py), started only when a test asks for it.
+tests share one 3-broker cluster (rig/cluster.py): tests/cluster/conftest.py.
 
 A missing Java or Kafka is an error, never a skip: these tests exist to run against the real thing.
 """
@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from rig.cluster import KafkaCluster
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
 from rig.secure_broker import LOCKED_USERS, SASL_USERS, SecureBroker, create_scram_user
@@ -44,16 +43,6 @@ def kafka_broker() -> Iterator[KafkaBroker]:
     """One broker for the whole session (a start costs ~1.5 s); tests isolate themselves by topic name."""
     with KafkaBroker() as broker:
         yield broker
-
-
-@pytest.fixture(scope="session")
-def kafka_cluster() -> Iterator[KafkaCluster]:
-    """One KRaft cluster of 3 brokers and a controller for the whole session, replicating through a Sluice sidecar
-    per broker (KIP-73's replication path). Started lazily: only a session that runs a cluster test
-    pays for it (~10-20 s). Tests isolate themselves by topic name and put back what they change (a killed broker
-    is restarted, throttles are cleared)."""
-    with KafkaCluster(3, replication_via_sluice=True) as cluster:
-        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,9 @@ from tests.analytics.kafka_data import create_log_topic, generated_records, prod
 
 pytestmark = pytest.mark.broker
 
-CLUSTER_CONF = {**TEST_CONF, "spark.executor.memory": "1g", "spark.cores.max": "2"}
+# The executor's JVM as the driver's (TEST_CONF): C1 only and one GC thread, for many tiny jobs on 2 cores
+CLUSTER_CONF = {**TEST_CONF, "spark.executor.memory": "1g", "spark.cores.max": "2",
+                "spark.executor.extraJavaOptions": TEST_CONF["spark.driver.extraJavaOptions"]}
 
 
 def _wait(condition: Any, what: str, procs: list[subprocess.Popen[bytes]], logs: list[Path],
@@ -68,7 +70,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     base = tmp_path_factory.mktemp("spark-cluster")
     home = Path(pyspark.__file__).parent
     port, master_ui, worker_ui = free_ports(3)
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": LOOPBACK, "SPARK_LOG_DIR": str(base)}
+    # the master's and the worker's JVMs too (spark-class reads SPARK_DAEMON_JAVA_OPTS): they mostly wait
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": LOOPBACK, "SPARK_LOG_DIR": str(base),
+           "SPARK_DAEMON_JAVA_OPTS": TEST_CONF["spark.driver.extraJavaOptions"]}
     spark_class = str(home / "bin" / "spark-class")
     procs: list[subprocess.Popen[bytes]] = []
     logs = [base / "master.log", base / "worker.log"]
