@@ -1188,6 +1188,15 @@ def test_a_stable_offset_sluice_failed_to_raise_after_committing_a_slice_on_is_r
     group's read, then the commit as the member) failed: the slice's position is where it should be, but the
     group's offset, what lag tools and a consumer without Sluice read, is short of it. A later fetch that finds
     nothing new of the slice raises it again: nothing else would (the member has nothing of its own to commit)."""
+    fake, m1 = a_raise_failed_after_an_idle_commit()
+    m1.proxy.clock.now += 1
+    answer_fetch(m1, fetch_at(m1, 100), hw=110, may_resend=False)
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 110
+
+
+def a_raise_failed_after_an_idle_commit() -> tuple[FakeCoordinators, Client]:
+    """Partition 0's two members at 100; m2 commits 110; m1's idle slice is committed on to 110 by Sluice, whose
+    raise of the group's stable offset after it fails (the group left at 100); the coordinator then answers again."""
     fake, m1, m2 = two_members_of_partition_0_at_100()
     committed_answer(m1, commit(m1, {0: 100}))
     committed_answer(m2, commit(m2, {0: 110}))  # m2 read its slice's records 100-109
@@ -1199,10 +1208,7 @@ def test_a_stable_offset_sluice_failed_to_raise_after_committing_a_slice_on_is_r
     assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 110
     assert fake.offsets[GROUP][(TOPIC, 0)].offset == 100
     fake.refuse = lambda call: False
-    m1.proxy.clock.now += 1
-    answer_fetch(m1, fetch_at(m1, 100), hw=110, may_resend=False)
-    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 110
-    assert m2 is not None
+    return fake, m1
 
 
 def test_a_slice_position_sluice_failed_to_commit_after_the_members_commit_is_committed_at_its_next_idle_fetch(
@@ -1219,6 +1225,38 @@ def test_a_slice_position_sluice_failed_to_commit_after_the_members_commit_is_co
     fake.refuse = lambda call: False
     committed_answer(m2, commit(m2, {0: 120}))  # m2 consumed its slice to the end
     assert fake.offsets[GROUP][(TOPIC, 0)].offset == 100  # m1's slice, as stored, holds the stable offset back
+    m1.proxy.clock.now += 10
+    answer_fetch(m1, fetch_at(m1, 110), one_per_batch(110, keys_in(Slice(0, 2), 10, other=True)), hw=120,
+                 may_resend=False)
+    assert fake.offsets[slice_group(GROUP, Slice(0, 2))][(TOPIC, 0)].offset == 120
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 120
+
+
+def test_a_raise_owed_is_made_after_the_member_reads_its_offsets_again() -> None:
+    """As above, the raise of the group's stable offset failed, then the member's client read its offsets again
+    (an OffsetFetch: after a rebalance that kept its slice, a reset position). The state read back from Kafka knows
+    nothing of the raise owed: before, the OffsetFetch replaced the state and the raise was never made, the
+    group's offset short of the end for good."""
+    fake, m1 = a_raise_failed_after_an_idle_commit()
+    assert offset_fetch_answer(m1, offset_fetch(m1, [0]), {0: 100}) == {0: (110, "")}
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 100
+    m1.proxy.clock.now += 1
+    answer_fetch(m1, fetch_at(m1, 110), hw=110, may_resend=False)
+    assert fake.offsets[GROUP][(TOPIC, 0)].offset == 110
+
+
+def test_a_slice_position_owed_is_where_the_member_resumes_and_is_committed_after_it_reads_its_offsets_again(
+) -> None:
+    """As above, the coordinator took the member's commit at 110 and the commit of its slice's position failed;
+    then its client read its offsets again. It was answered as committed at 110, so that is where it resumes (Kafka
+    holds 100 for the slice: answered that, it would be handed records 100-109 of its slice again), and the
+    position is still committed at its next idle fetch."""
+    fake, m1, m2 = two_members_of_partition_0_at_100()
+    fake.refuse = lambda call: slice_group(GROUP, Slice(0, 2)) in call.commits  # m1's slice's commit fails
+    committed_answer(m1, commit(m1, {0: 110}))
+    fake.refuse = lambda call: False
+    assert offset_fetch_answer(m1, offset_fetch(m1, [0]), {0: 100}) == {0: (110, "")}
+    committed_answer(m2, commit(m2, {0: 120}))
     m1.proxy.clock.now += 10
     answer_fetch(m1, fetch_at(m1, 110), one_per_batch(110, keys_in(Slice(0, 2), 10, other=True)), hw=120,
                  may_resend=False)

@@ -90,6 +90,27 @@ def read_state(s: Slice, f: Frontier) -> PartitionState:
     return PartitionState(s, f, f.done_table(s), start, committed=max(start, f.positions.get(s, -1)))
 
 
+def read_back(s: Slice, f: Frontier, before: PartitionState | None) -> PartitionState:
+    """:func:`read_state` of slice ``s`` from an OffsetFetch's read of the partition, with what this Sluice still
+    owes over it from ``before``, its state until then: Kafka has none of that yet, and only the member's next idle
+    fetch makes it (:func:`.offsets.advance`). A raise of the group's stable offset over the partition, whatever the
+    slice; for the same slice, the commit of its position that the member's own commit left owed and the commit in
+    flight (the next waits for it, so a lower one never lands last). The client was answered as committed at that
+    owed position, so it resumes there (the answer's offset, :attr:`PartitionState.start`), as after any commit
+    Kafka took; the slice's known position stays Kafka's, so the owed one is still committed."""
+    state = read_state(s, f)
+    if before is None:
+        return state
+    if before.slice == s:
+        if before.position_owed > state.committed:
+            known = state.committed
+            state = read_state(s, f.with_position(s, before.position_owed))
+            state.committed, state.position_owed = known, before.position_owed
+        state.writing = before.writing
+    state.raise_owed = before.raise_owed
+    return state
+
+
 @dataclass(slots=True)
 class HeartbeatState:
     """What a KIP-848 member's Sluice knows of it: the broker's assignment, what the client owns and was given (see

@@ -40,7 +40,7 @@ from . import heartbeats, marker
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
-from .members import COORDINATOR_NOT_AVAILABLE, Member, PartitionState, member_key, read_state
+from .members import COORDINATOR_NOT_AVAILABLE, Member, PartitionState, member_key, read_back, read_state
 from .reads import FrontierRead
 from .state import SharingState
 
@@ -220,10 +220,10 @@ def offset_fetch_response(p: SharingState, ex: Exchange, response: ResponseView,
             s = ticket.wanted.get(tp)
             if s is None or part.error_code:
                 continue
-            f = read.frontiers[tp]
-            start = f.start(s)
+            state = read_back(s, read.frontiers[tp], (m.partitions or {}).get(tp))
+            start = state.start
             if m.partitions is not None:
-                m.partitions[tp] = read_state(s, f)
+                m.partitions[tp] = state
             plain = read.plain[tp]
             if s.whole:
                 meta = decode_metadata(plain.metadata)
