@@ -458,14 +458,21 @@ def test_a_new_layout_filters_what_an_earlier_one_committed() -> None:
     assert proxy.metrics.total("sluice_sharing_records_filtered_total", reason="committed") == 40 - len(expected)
 
 
+def refused_retriably(ex: Exchange) -> bool:
+    """The OffsetCommit ``ex`` was answered by Sluice (nothing went to the coordinator), COORDINATOR_NOT_AVAILABLE
+    for every partition: the client finds its coordinator and commits again."""
+    if ex.answer is None:
+        return False
+    answer = decode_response(OFFSET_COMMIT, V_OC, ex.answer[4:])[1]
+    return {p.error_code for t in answer.topics for p in t.partitions} == {15}
+
+
 def test_failed_own_requests_fail_commits_and_offset_fetches_retriably() -> None:
     proxy, fake = sharing_proxy()
     clients, _ = form_group(proxy, 5)
     fake.down = True
-    ex = commit(clients[0], {0: 130})
-    assert ex.answer is not None  # answered by Sluice: the group's commit is not sent without the slice's
-    answer = decode_response(OFFSET_COMMIT, V_OC, ex.answer[4:])[1]
-    assert answer.topics[0].partitions[0].error_code == 15  # COORDINATOR_NOT_AVAILABLE: the client retries
+    # answered by Sluice: the group's commit is not sent without the slice's
+    assert refused_retriably(commit(clients[0], {0: 130}))
     assert not fake.offsets
     ex = offset_fetch(clients[0], [0])
     body = response_codec(OFFSET_FETCH, V_OF).default().replace(groups=[Message(
@@ -624,6 +631,22 @@ def test_restarted_sluice_recovers_slices_from_the_group() -> None:
     got = fetch(m1, records(40))
     assert got and all(Slice(0, 2).holds(key_hash(k)) for _, k in got)
     assert [e for e in fake2.calls if e.describe == {GROUP}]
+
+
+def test_a_commit_of_a_member_a_restarted_sluice_failed_to_learn_is_refused_retriably() -> None:
+    """A restarted Sluice's recovery of the member's slices failed (the describe timed out, the coordinator moved):
+    its commit is refused retriably, as when Sluice's read for a commit fails. Before, it went on as the client sent
+    it: the group's commit at m1's own position, 110, with m2's slice at 100, so m2's records 100-109 counted as
+    done and were lost to the next holder of its keys after a rebalance. Once the group can be read, the commit goes
+    on with the stable offset."""
+    fake, clients = group_of_5_at_100()
+    c, fake2 = restarted_m1(fake, clients[0])
+    fake2.down = True
+    assert refused_retriably(commit(c, {0: 110}))
+    assert fake2.offsets[GROUP][(TOPIC, 0)].offset == 100
+    fake2.down = False
+    ex = commit(c, {0: 110})
+    assert ex.answer is None and sent(ex).topics[0].partitions[0].committed_offset == 100
 
 
 def restarted_m1(fake: FakeCoordinators, m1: Client) -> tuple[Client, FakeCoordinators]:
@@ -789,6 +812,9 @@ def test_kip848_member_a_restarted_sluice_failed_to_describe_gets_no_records_unt
     assert ex.answer is not None  # answered by Sluice: nothing went to the broker
     assert decode_response(CG_HEARTBEAT, V_CGH, ex.answer[4:])[1].error_code == 15  # COORDINATOR_NOT_AVAILABLE
     assert fetch(c, records(40)) == []
+    # and its commit too: sent on, it would be the group's at its own position, the other slice's records below
+    # it counted as done
+    assert refused_retriably(commit(c, {0: 130}))
     fake.down = False
     ex = cg_heartbeat(c, 5, None)
     assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/2"

@@ -152,6 +152,8 @@ def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: Heartbea
     assert call is not None
     m, st = ticket.member, ticket.state
     entry = call.described_consumer.get(m.group) if call.error is None else None
+    if entry is not None and not entry.error_code:
+        m.unreadable = None  # described: what the member holds is learnt below, or it holds nothing
     if entry is None or entry.error_code:
         code = entry.error_code if entry is not None else None
         if code != GROUP_ID_NOT_FOUND:  # not found: a group its first member is creating, described next time
@@ -165,7 +167,9 @@ def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: Heartbea
                 # (GroupMetadataManager.consumerGroupHeartbeat: setClientId), and the next description would find
                 # none to learn. Answered as a coordinator that is away instead, the broker keeps the last one; the
                 # client finds the coordinator and sends it again, and that one describes the group again. Should
-                # the description keep failing, the member's session ends and it joins anew (epoch 0)
+                # the description keep failing, the member's session ends and it joins anew (epoch 0). Its commits
+                # meanwhile are refused too (Member.unreadable)
+                m.unreadable = f"ConsumerGroupDescribe failed: {call.error or code or 'no answer'}"
                 _unavailable(ex)
                 return ticket
     elif st.broker is None and any(x.member_id == m.member_id for x in entry.members):
@@ -208,6 +212,7 @@ def _read_back(p: SharingState, ex: Exchange, ticket: HeartbeatTicket) -> Heartb
     ticket.read = None
     if isinstance(read, FrontierRead) and m.recovering is read:
         m.recovering = None
+        m.unreadable = read.error
         if read.error is None and m.partitions is None:
             m.partitions = {tp: read_state(s, read.frontiers[tp]) for tp, s in ticket.claims.items()}
             p.update_gauges(m.group)

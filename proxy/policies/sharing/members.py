@@ -179,6 +179,10 @@ class Member:
     kip848: HeartbeatState | None = None
     #: the recovery of its slices from the group (after a Sluice restart), while it runs
     recovering: Signal | None = None
+    #: why this Sluice's last try to learn its slices failed (a group call's error: a timeout, no DESCRIBE or READ
+    #: on the group for Sluice's principal), None if it did not: while it stays unknown, its commits are refused
+    #: retriably (:func:`.offsets.offset_commit_request`)
+    unreadable: str | None = None
     #: the generation (a KIP-848 member: epoch) at which the coordinator answered one of its group requests as
     #: fenced (:meth:`fence`): Sluice commits none of its slices on itself (:func:`.offsets.advance`) while it holds
     #: that one

@@ -20,7 +20,8 @@
 - **Recovery** after a Sluice restart (:func:`recover`): a member's client keeps consuming while its new Sluice
   knows nothing; its first group request names the group and member id, and Sluice reads the member's assignment
   back from the group (DescribeGroups: the broker stores the assignment the leader sent, slices included) and the
-  partitions' frontiers, without a rebalance. Its fetches of shared topics get no records until then.
+  partitions' frontiers, without a rebalance. Its fetches of shared topics get no records until then, and should
+  the recovery fail, its commits are refused retriably (:attr:`Member.unreadable`).
 """
 
 from __future__ import annotations
@@ -253,6 +254,7 @@ def offset_commit_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -
         return None
     if not m.known:
         if m.recovering is None:
+            _refuse_unreadable(ex, m)
             return None
         ex.pending = m.recovering
         return OffsetTicket(m, body.group_id, {})
@@ -316,10 +318,33 @@ def _writing(state: PartitionState, commit: Signal) -> None:
     commit.on_settled(done)
 
 
+def _refuse_commit(ex: Exchange) -> None:
+    """Answer the OffsetCommit ``ex`` with COORDINATOR_NOT_AVAILABLE for every partition (retriable: the client
+    finds its coordinator and commits again); nothing is written."""
+    h, body = ex.header, ex.body
+    answer = response_codec(ApiKey.OFFSET_COMMIT, h.api_version).default().replace(topics=[
+        Message(**{k: t.fields()[k] for k in ("name", "topic_id") if k in t.fields()},
+                partitions=[Message(partition_index=part.partition_index, error_code=COORDINATOR_NOT_AVAILABLE)
+                            for part in t.partitions]) for t in body.topics])
+    ex.answer = local_response(ApiKey.OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
+
+
+def _refuse_unreadable(ex: Exchange, m: Member) -> None:
+    """The commit of a member this Sluice could not learn (:attr:`Member.unreadable`) is refused retriably: relayed as
+    its client sent it, it would be the group's commit at the member's own position, and every other slice's records
+    below it would count as done (lost to the next holder of those keys after a rebalance). A member Sluice found
+    holding no slice (not in the group, the group rebalancing) has its commit relayed: the coordinator answers it."""
+    if m.unreadable is None:
+        return
+    log.info("sharing_commit_refused", group=m.group, client_id=m.key[1], error=m.unreadable)
+    _refuse_commit(ex)
+
+
 def offset_commit_resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: OffsetTicket) -> Any:
     body = ex.body
     if ticket.read is None:  # waited for the member's recovery or for topic names
         if not ticket.member.known:
+            _refuse_unreadable(ex, ticket.member)
             return None
         if _wait_for_names(p, ex, body.topics) is not None:
             return ticket
@@ -327,12 +352,7 @@ def offset_commit_resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ti
     read = ticket.read
     if read.error is not None:
         log.warning("sharing_commit_failed", group=ticket.group, client_id=ex.client_id, error=read.error)
-        h = ex.header
-        answer = response_codec(ApiKey.OFFSET_COMMIT, h.api_version).default().replace(topics=[
-            Message(**{k: t.fields()[k] for k in ("name", "topic_id") if k in t.fields()},
-                    partitions=[Message(partition_index=part.partition_index, error_code=COORDINATOR_NOT_AVAILABLE)
-                                for part in t.partitions]) for t in body.topics])
-        ex.answer = local_response(ApiKey.OFFSET_COMMIT, h.api_version, h.correlation_id, answer)
+        _refuse_commit(ex)
         return None
     lag = p.stable_lag.setdefault(ticket.group, {})
     topics = []
@@ -578,12 +598,14 @@ def recover(p: SharingState, m: Member) -> Signal:
     member (its group described by ConsumerGroupDescribe; a classic group is not found there) is learnt from its
     description instead (:func:`.heartbeats.recovered`)."""
     done = m.recovering = Signal()
+    m.unreadable = None
     call = p.submit(GroupCall(describe={m.group}, describe_consumer={m.group}))
 
     def described() -> None:
         if m.recovering is not done:
             done.settle()
             return
+        m.unreadable = call.error
         consumer = call.described_consumer.get(m.group) if call.error is None else None
         if consumer is not None and not consumer.error_code \
                 and any(x.member_id == m.member_id for x in consumer.members):
@@ -623,6 +645,8 @@ def recover(p: SharingState, m: Member) -> Signal:
         read = FrontierRead(p, m.group, handed)
 
         def frontiers() -> None:
+            if m.recovering is done:
+                m.unreadable = read.error
             if m.recovering is done and read.error is None:
                 # each slice's position known as read (read_state), as after an OffsetFetch: left unknown, an idle
                 # slice was never committed on (advance) after a restart, and a member with nothing more to commit
