@@ -68,6 +68,10 @@ def rep(broker_bootstrap: str, bare: BareRelay, topic: str, codes: dict[str, Pat
                    "cpu_us_per_send": round(cpu[name], 1)} for name in pids} | {"direct_p50_ms": direct}
 
 
+#: the smoke run's time guard (seconds): under the bench runner's 1,200 s, so this bench says what it was doing
+SMOKE_BUDGET_S = 900.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__.split("\n\n")[0])
     ap.add_argument("--compare", metavar="REV", default="HEAD",
@@ -80,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     warmup = WARMUP
     if args.smoke:
         args.sends, args.reps, warmup = 200, 2, 50
-    budget = Budget(120.0 + args.reps * (60.0 + args.sends * 0.004))
+    # A smoke run's guard is the bench runner's (bench/__main__.py SMOKE_TIMEOUT_S) more than this formula's: CI runs
+    # the smokes at the lowest CPU priority beside its test sessions (load 16-24 on 2 cores), where this one's two
+    # reps took 273 s on 1 Dec 2026, past the 242 s the formula gives them
+    budget = Budget(SMOKE_BUDGET_S if args.smoke else 120.0 + args.reps * (60.0 + args.sends * 0.004),
+                    "bench.latency")
     label = short_revision(args.compare)
     tools = JavaTools()
     broker, ((listener, relay_port),) = relayed_broker(1)
@@ -90,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         extract_revision(args.compare, Path(tmp), ("proxy", "pyproject.toml"))
         codes = {"before": Path(tmp), "after": Path(__file__).resolve().parent.parent}
         topic = f"latency-{uuid.uuid4().hex[:8]}"
-        tools.create_topic(broker.bootstrap, topic, partitions=1)
+        # within the bench's budget, not the tool's 60 s: at the lowest priority beside CI's sessions, the tool's
+        # JVM start alone went past 60 s (a CI-like run, 1 Dec 2026)
+        tools.create_topic(broker.bootstrap, topic, partitions=1, timeout=max(60.0, budget.left()))
         bare = BareRelay(relay_port, f"127.0.0.1:{listener}")
         try:
             for r in range(args.reps):

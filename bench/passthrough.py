@@ -166,7 +166,10 @@ mode = "terminate"
 
 
 class Budget:
-    def __init__(self, seconds: float) -> None:
+    """A bench's time guard: past it, the bench stops before its next step, saying whose budget it was."""
+
+    def __init__(self, seconds: float, bench: str = "bench.passthrough") -> None:
+        self.seconds, self.bench = seconds, bench
         self.deadline = time.monotonic() + seconds
 
     def left(self) -> float:
@@ -174,7 +177,7 @@ class Budget:
 
     def check(self, what: str) -> None:
         if self.left() <= 0:
-            raise SystemExit(f"bench.passthrough: over its {BUDGET_S:.0f} s budget before {what}")
+            raise SystemExit(f"{self.bench}: over its {self.seconds:.0f} s budget before {what}")
 
 
 def minor_faults(pid: int) -> int:
