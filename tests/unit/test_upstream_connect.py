@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import pytest
 import uvloop
@@ -45,10 +46,10 @@ class Upstream:
         writer.close()
 
 
-async def settled(condition: object, what: str) -> None:
+async def settled(condition: Callable[[], object], what: str) -> None:
     """Turn the loop until ``condition()`` holds, at most WAIT_S (each turn lets a callback run; no fixed wait)."""
     deadline = asyncio.get_running_loop().time() + WAIT_S
-    while not condition():  # type: ignore[operator]
+    while not condition():
         assert asyncio.get_running_loop().time() < deadline, what
         await asyncio.sleep(0.001)
 
@@ -79,9 +80,10 @@ async def torn_down_after(turns: int) -> tuple[float, float, int]:
         await settled(lambda: upstream.ended == upstream.accepted, "the upstream connection closed")
         writer.close()
         metrics = proxy.metrics
-        await settled(lambda: metrics.client_connections_open._value.get() == 0, "the client connection gone")
-        return (metrics.upstream_connections_open._value.get(), metrics.upstream_connections._value.get(),
-                upstream.accepted - before)
+        await settled(lambda: metrics.total("sluice_connections_open", side="client") == 0,
+                      "the client connection gone")
+        return (metrics.total("sluice_connections_open", side="upstream"),
+                metrics.total("sluice_connections_total", side="upstream"), upstream.accepted - before)
     finally:
         await proxy.stop(drain_timeout=0)
         server.close()

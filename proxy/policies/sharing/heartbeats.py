@@ -152,15 +152,13 @@ def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: Heartbea
     assert call is not None
     m, st = ticket.member, ticket.state
     entry = call.described_consumer.get(m.group) if call.error is None else None
-    if entry is not None and not entry.error_code:
-        m.unreadable = None  # described: what the member holds is learnt below, or it holds nothing
     if entry is None or entry.error_code:
         code = entry.error_code if entry is not None else None
         if code != GROUP_ID_NOT_FOUND:  # not found: a group its first member is creating, described next time
             # e.g. no DESCRIBE on the group for Sluice's own principal: the layout cannot be known, so no new
             # slice is handed; the client keeps what it holds and is told, at worst, the broker's assignment
-            p.not_shared("kip848_group", m.key[1], m.group,
-                         detail=f"ConsumerGroupDescribe failed: {call.error or code or 'no answer'}")
+            failure = f"ConsumerGroupDescribe failed: {call.error or code or 'no answer'}"
+            p.not_shared("kip848_group", m.key[1], m.group, detail=failure)
             if st.broker is None:
                 # A member this Sluice did not see join (it restarted): the slices its client holds are not known,
                 # so its heartbeat would go on with a client id without them, which the broker stores
@@ -169,28 +167,30 @@ def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: Heartbea
                 # client finds the coordinator and sends it again, and that one describes the group again. Should
                 # the description keep failing, the member's session ends and it joins anew (epoch 0). Its commits
                 # meanwhile are refused too (Member.unreadable)
-                m.unreadable = f"ConsumerGroupDescribe failed: {call.error or code or 'no answer'}"
+                m.unreadable = failure
                 _unavailable(ex)
                 return ticket
-    elif st.broker is None and any(x.member_id == m.member_id for x in entry.members):
-        # this Sluice did not see the member join (it restarted): learnt from the group
-        claims = recovered(p, m, entry)
-        st = ticket.state = m.kip848  # type: ignore[assignment]
-        if m.partitions is None and claims:
-            # Its slices' frontiers are read before the heartbeat goes on, as a classic member's recovery reads them
-            # (offsets.recover): made without them, a slice had no committed-work filter (records an earlier layout
-            # committed delivered again) and no known position, which offsets.advance never commits on, so a member
-            # with nothing more to commit left the group's stable offset short of the partition's end for good.
-            # Its fetches are withheld meanwhile (m.recovering), as they are until the description is in
-            ticket.claims = claims
-            if m.recovering is None:  # else an offset request's recovery is reading them already: waited for
-                m.recovering = FrontierRead(p, m.group, claims)
-            ticket.read = ex.pending = m.recovering
-            return ticket
-        if m.partitions is None:
-            m.partitions = {}
     else:
-        p.layouts[m.group] = layouts.from_description(entry, p.shareable)
+        m.unreadable = None  # described: what the member holds is learnt below, or it holds nothing
+        if st.broker is None and any(x.member_id == m.member_id for x in entry.members):
+            # this Sluice did not see the member join (it restarted): learnt from the group
+            claims = recovered(p, m, entry)
+            st = ticket.state = m.kip848  # type: ignore[assignment]
+            if m.partitions is None and claims:
+                # Its slices' frontiers are read before the heartbeat goes on, as a classic member's recovery reads them
+                # (offsets.recover): made without them, a slice had no committed-work filter (records an earlier layout
+                # committed delivered again) and no known position, which offsets.advance never commits on, so a member
+                # with nothing more to commit left the group's stable offset short of the partition's end for good.
+                # Its fetches are withheld meanwhile (m.recovering), as they are until the description is in
+                ticket.claims = claims
+                if m.recovering is None:  # else an offset request's recovery is reading them already: waited for
+                    m.recovering = FrontierRead(p, m.group, claims)
+                ticket.read = ex.pending = m.recovering
+                return ticket
+            if m.partitions is None:
+                m.partitions = {}
+        else:
+            p.layouts[m.group] = layouts.from_description(entry, p.shareable)
     _forward(p, ex, ticket)
     return ticket
 
