@@ -87,6 +87,12 @@ class _Stop:
         self.stopped = True
 
 
+def _isolation(a: argparse.Namespace, setting: str) -> dict[str, str]:
+    """``--isolation-level`` as the client's ``setting``; none given: the client's own default (librdkafka reads
+    read_committed, kafka-python, aiokafka and the Go clients read_uncommitted)."""
+    return {setting: a.isolation_level} if a.isolation_level else {}
+
+
 def _work(ms: float) -> None:
     if ms > 0:
         time.sleep(ms / 1000)
@@ -199,7 +205,7 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
     consumer = KafkaConsumer(bootstrap_servers=a.bootstrap, group_id=a.group, client_id=a.client_id,
                              enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
                              session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
-                             max_poll_records=a.max_poll_records,
+                             max_poll_records=a.max_poll_records, **_isolation(a, "isolation_level"),
                              partition_assignment_strategy=[assignors[a.strategy]])
 
     class Listener(ConsumerRebalanceListener):
@@ -285,7 +291,7 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
     debug = {"debug": os.environ["SLUICE_RDKAFKA_DEBUG"]} if os.environ.get("SLUICE_RDKAFKA_DEBUG") else {}
     consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
-                         **group, **debug})
+                         **group, **debug, **_isolation(a, "isolation.level")})
     if a.assign:
         from confluent_kafka import TopicPartition
 
@@ -354,7 +360,7 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=a.bootstrap, group_id=a.group, client_id=a.client_id,
                                     enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
                                     session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
-                                    max_poll_records=a.max_poll_records,
+                                    max_poll_records=a.max_poll_records, **_isolation(a, "isolation_level"),
                                     partition_assignment_strategy=(assignors[a.strategy],))
         if a.assign:
             _assign(a, consumer.assign, TopicPartition)
@@ -589,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--assign", type=int, default=0, metavar="PARTITIONS",
                    help="assign() partitions 0..PARTITIONS-1 instead of subscribing "
                         "(kafka-python, confluent, aiokafka)")
+    p.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                   help="KIP-98's isolation level (default: the client's own)")
     p.add_argument("--paused-until", metavar="PATH",
                    help="hold the partitions assigned paused until the file PATH exists (a bench's backlog)")
     p.add_argument("--unread-joins", metavar="PATH",

@@ -43,7 +43,11 @@ type args struct {
 	commitIntervalS                                     float64
 	sessionTimeoutMs                                    int
 	pausedUntil                                         string
+	// KIP-98's isolation level: "read_committed", or "" / "read_uncommitted" (each Go client's default)
+	isolationLevel string
 }
+
+func readCommitted(a args) bool { return a.isolationLevel == "read_committed" }
 
 var out = json.NewEncoder(os.Stdout)
 var outMu sync.Mutex
@@ -102,8 +106,12 @@ func runFranz(ctx context.Context, a args) error {
 	}
 	var heldMu sync.Mutex
 	var held map[string][]int32 // the last assignment (reported again as resumed)
+	isolation := kgo.ReadUncommitted()
+	if readCommitted(a) {
+		isolation = kgo.ReadCommitted()
+	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(a.bootstrap), kgo.ClientID(a.clientID), kgo.ConsumerGroup(a.group), kgo.ConsumeTopics(a.topic),
+		kgo.FetchIsolationLevel(isolation), kgo.SeedBrokers(a.bootstrap), kgo.ClientID(a.clientID), kgo.ConsumerGroup(a.group), kgo.ConsumeTopics(a.topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond), kgo.Balancers(b),
 		kgo.SessionTimeout(time.Duration(a.sessionTimeoutMs)*time.Millisecond),
@@ -176,8 +184,12 @@ func runKafkaGo(ctx context.Context, a args) error {
 	if !ok {
 		return fmt.Errorf("unknown strategy %q", a.strategy)
 	}
+	isolation := kafka.ReadUncommitted
+	if readCommitted(a) {
+		isolation = kafka.ReadCommitted
+	}
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: []string{a.bootstrap}, GroupID: a.group, Topic: a.topic,
+		Brokers: []string{a.bootstrap}, GroupID: a.group, Topic: a.topic, IsolationLevel: isolation,
 		Dialer:         &kafka.Dialer{ClientID: a.clientID, Timeout: 10 * time.Second, DualStack: true},
 		GroupBalancers: []kafka.GroupBalancer{b}, StartOffset: kafka.FirstOffset, MaxWait: 200 * time.Millisecond,
 		SessionTimeout: time.Duration(a.sessionTimeoutMs) * time.Millisecond, HeartbeatInterval: 500 * time.Millisecond,
@@ -317,6 +329,9 @@ func runSarama(ctx context.Context, a args) error {
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
 	cfg.Consumer.MaxWaitTime = 200 * time.Millisecond
 	cfg.Consumer.Return.Errors = true
+	if readCommitted(a) {
+		cfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	}
 	cfg.Consumer.Group.Session.Timeout = time.Duration(a.sessionTimeoutMs) * time.Millisecond
 	cfg.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
 	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{strategy}
@@ -372,7 +387,12 @@ func main() {
 	flag.Float64Var(&a.commitIntervalS, "commit-interval-s", 0, "commit at most this often (0: after every poll)")
 	flag.IntVar(&a.sessionTimeoutMs, "session-timeout-ms", 6000, "")
 	flag.StringVar(&a.pausedUntil, "paused-until", "", "keep the topic paused until this file exists (franz-go)")
+	flag.StringVar(&a.isolationLevel, "isolation-level", "", "read_uncommitted or read_committed (default: the client's)")
 	flag.Parse()
+	if a.isolationLevel != "" && a.isolationLevel != "read_committed" && a.isolationLevel != "read_uncommitted" {
+		fmt.Fprintf(os.Stderr, "-isolation-level: read_uncommitted or read_committed, not %q\n", a.isolationLevel)
+		os.Exit(2)
+	}
 	if a.pausedUntil != "" && a.client != "franz-go" {
 		fmt.Fprintln(os.Stderr, "-paused-until: franz-go only")
 		os.Exit(2)
