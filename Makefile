@@ -145,7 +145,9 @@ test-kafka-oldest: install
 # under every kind of client (how each client follows a leader move through Sluice's rewritten Metadata: Kafka's
 # errors on such a move stay, as each release sends them, in the failover file's other test) and the fleet's
 # throttle set applied by every sidecar (the move throttled through the leader's sidecar stays, in
-# test_replication_throttle): together ~135 CPU-s of a CPU-bound CI run. Sharing on 4.1.2 runs once per
+# test_replication_throttle), and the consumers reading from a follower in their rack (KIP-392: the selector and
+# PreferredReadReplica are unchanged across 4.x; what the test checks is Sluice's relaying of them): together
+# ~185 CPU-s of a CPU-bound CI run. Sharing on 4.1.2 runs once per
 # group protocol and per protocol generation of its clients, not once per client: six consumers with the Java
 # client (classic and KIP-848) and with franz-go (the newest versions first: OffsetCommit v9 on 4.1, v10 on 4.2+),
 # one member killed (confluent), the mixed classic/KIP-848 group; the other clients and the kill/restart tests
@@ -161,7 +163,8 @@ KAFKA_BEHAVIOUR_K := not test_quota_cluster and not test_one_record_batches_of_e
 	not test_kip848_member_without_sluice_keeps_whole_partitions and not test_kip848_every_sluice_killed_and_restarted \
 	and not test_every_sluice_killed_and_restarted_positions_come_back_from_kafka and \
 	not test_leader_kill9_and_restart_every_client_follows and \
-	not test_one_throttle_set_is_applied_by_every_sidecar_and_throttles_the_move
+	not test_one_throttle_set_is_applied_by_every_sidecar_and_throttles_the_move and \
+	not test_consumers_naming_their_rack_read_from_its_follower_through_sluice
 test-kafka-oldest-behaviour:
 	$(MAKE) test-kafka-oldest TESTS="$(KAFKA_BEHAVIOUR_TESTS)" K="$(KAFKA_BEHAVIOUR_K)"
 

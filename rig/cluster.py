@@ -50,6 +50,15 @@ class PartitionState:
     leader_epoch: int = -1
 
 
+#: Kafka's replica selector that serves a consumer from a replica in its rack (KIP-392)
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def rack_of(node_id: int) -> str:
+    """The rack (broker.rack) of broker ``node_id`` in a cluster made with ``racks=True``."""
+    return f"rack-{node_id}"
+
+
 class KafkaCluster:
     """A controller and ``brokers`` broker nodes (ids 1..N); optionally a Sluice sidecar per broker carrying the
     replication traffic (see the module docstring)."""
@@ -63,6 +72,7 @@ class KafkaCluster:
         libs_dir: Path | str | None = None,
         jvm_opts: Sequence[str] | None = None,
         overrides: Mapping[str, str | int | float | bool | None] | None = None,
+        racks: bool = False,
         startup_timeout: float = 90.0,
     ) -> None:
         if brokers < 1:
@@ -88,6 +98,10 @@ class KafkaCluster:
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": isr,
         }
+        if racks:
+            # KIP-392: each broker a rack of its own (:func:`rack_of`); a consumer that names its rack
+            # (client.rack) is told to fetch from the in-sync replica in it (FetchResponse PreferredReadReplica)
+            base["replica.selector.class"] = RACK_AWARE_SELECTOR
         base.update(overrides or {})
         #: node id -> (bootstrap port, broker port base, admin port) of its sidecar, when replication goes through
         #: Sluice
@@ -95,6 +109,8 @@ class KafkaCluster:
         self._brokers: dict[int, KafkaBroker] = {}
         for node in range(1, brokers + 1):
             props = dict(base)
+            if racks:
+                props["broker.rack"] = rack_of(node)
             client_port, replication_port = free_ports(2)
             if replication_via_sluice:
                 from rig.sluice_process import pick_ports

@@ -87,10 +87,12 @@ class _Stop:
         self.stopped = True
 
 
-def _isolation(a: argparse.Namespace, setting: str) -> dict[str, str]:
-    """``--isolation-level`` as the client's ``setting``; none given: the client's own default (librdkafka reads
-    read_committed, kafka-python, aiokafka and the Go clients read_uncommitted)."""
-    return {setting: a.isolation_level} if a.isolation_level else {}
+def _fetch_settings(a: argparse.Namespace, isolation: str, rack: str) -> dict[str, str]:
+    """``--isolation-level`` as the client's ``isolation`` setting (none given: the client's own default;
+    librdkafka reads read_committed, kafka-python, aiokafka and the Go clients read_uncommitted) and
+    ``--client-rack`` as its ``rack`` setting (KIP-392: fetch from a replica in that rack)."""
+    return {**({isolation: a.isolation_level} if a.isolation_level else {}),
+            **({rack: a.client_rack} if a.client_rack else {})}
 
 
 def _work(ms: float) -> None:
@@ -205,7 +207,8 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
     consumer = KafkaConsumer(bootstrap_servers=a.bootstrap, group_id=a.group, client_id=a.client_id,
                              enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
                              session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
-                             max_poll_records=a.max_poll_records, **_isolation(a, "isolation_level"),
+                             max_poll_records=a.max_poll_records,
+                             **_fetch_settings(a, "isolation_level", "client_rack"),
                              partition_assignment_strategy=[assignors[a.strategy]])
 
     class Listener(ConsumerRebalanceListener):
@@ -291,7 +294,7 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
     debug = {"debug": os.environ["SLUICE_RDKAFKA_DEBUG"]} if os.environ.get("SLUICE_RDKAFKA_DEBUG") else {}
     consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
-                         **group, **debug, **_isolation(a, "isolation.level")})
+                         **group, **debug, **_fetch_settings(a, "isolation.level", "client.rack")})
     if a.assign:
         from confluent_kafka import TopicPartition
 
@@ -360,7 +363,8 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=a.bootstrap, group_id=a.group, client_id=a.client_id,
                                     enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
                                     session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
-                                    max_poll_records=a.max_poll_records, **_isolation(a, "isolation_level"),
+                                    max_poll_records=a.max_poll_records,
+                                    **_fetch_settings(a, "isolation_level", "client_rack"),
                                     partition_assignment_strategy=(assignors[a.strategy],))
         if a.assign:
             _assign(a, consumer.assign, TopicPartition)
@@ -597,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(kafka-python, confluent, aiokafka)")
     p.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
                    help="KIP-98's isolation level (default: the client's own)")
+    p.add_argument("--client-rack", help="KIP-392: the client's rack, to fetch from a replica in it")
     p.add_argument("--paused-until", metavar="PATH",
                    help="hold the partitions assigned paused until the file PATH exists (a bench's backlog)")
     p.add_argument("--unread-joins", metavar="PATH",

@@ -40,7 +40,7 @@ class ProxyThread:
         # Broker node N is served on base + N: every node's port of the rig's largest cluster is picked free.
         base_port, *_ = free_ports(RIG_NODE_IDS + 1, consecutive=True)
         base = {
-            "upstream.bootstrap_servers": [upstream],
+            "upstream.bootstrap_servers": upstream.split(","),  # a client's bootstrap.servers: host:port,...
             "listen.bootstrap_port": 0,
             "listen.broker_port_base": base_port,
             "admin.enabled": False,

@@ -117,10 +117,13 @@ def describe_members(members: Iterable[Member]) -> str:
 
 def python_member(client: str, bootstrap: str, topic: str, group: str, client_id: str, *, work_ms: float = 0,
                   strategy: str = "range", assign: int = 0, protocol: str = "classic",
-                  unread_joins: Path | None = None, assign_ms: float = 0, isolation: str | None = None) -> Member:
+                  unread_joins: Path | None = None, assign_ms: float = 0, isolation: str | None = None,
+                  rack: str | None = None) -> Member:
     extra = ["--work-ms", str(work_ms), "--strategy", strategy, "--max-poll-records", "20"]
     if isolation:  # KIP-98's isolation level (none: the client's default, rig.group_consumer)
         extra += ["--isolation-level", isolation]
+    if rack:  # KIP-392: fetch from a replica in this rack
+        extra += ["--client-rack", rack]
     if assign_ms:  # its callback on an assignment takes this long (rig.group_consumer)
         extra += ["--assign-ms", str(assign_ms)]
     if unread_joins is not None:  # kafka-python: joins left unread while the file counts (rig.group_consumer)

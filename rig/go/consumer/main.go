@@ -45,6 +45,8 @@ type args struct {
 	pausedUntil                                         string
 	// KIP-98's isolation level: "read_committed", or "" / "read_uncommitted" (each Go client's default)
 	isolationLevel string
+	// KIP-392: the client's rack, to fetch from a replica in it ("": the leader)
+	clientRack string
 }
 
 func readCommitted(a args) bool { return a.isolationLevel == "read_committed" }
@@ -111,7 +113,7 @@ func runFranz(ctx context.Context, a args) error {
 		isolation = kgo.ReadCommitted()
 	}
 	cl, err := kgo.NewClient(
-		kgo.FetchIsolationLevel(isolation), kgo.SeedBrokers(a.bootstrap), kgo.ClientID(a.clientID), kgo.ConsumerGroup(a.group), kgo.ConsumeTopics(a.topic),
+		kgo.FetchIsolationLevel(isolation), kgo.Rack(a.clientRack), kgo.SeedBrokers(a.bootstrap), kgo.ClientID(a.clientID), kgo.ConsumerGroup(a.group), kgo.ConsumeTopics(a.topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond), kgo.Balancers(b),
 		kgo.SessionTimeout(time.Duration(a.sessionTimeoutMs)*time.Millisecond),
@@ -332,6 +334,7 @@ func runSarama(ctx context.Context, a args) error {
 	if readCommitted(a) {
 		cfg.Consumer.IsolationLevel = sarama.ReadCommitted
 	}
+	cfg.RackID = a.clientRack
 	cfg.Consumer.Group.Session.Timeout = time.Duration(a.sessionTimeoutMs) * time.Millisecond
 	cfg.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
 	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{strategy}
@@ -388,7 +391,12 @@ func main() {
 	flag.IntVar(&a.sessionTimeoutMs, "session-timeout-ms", 6000, "")
 	flag.StringVar(&a.pausedUntil, "paused-until", "", "keep the topic paused until this file exists (franz-go)")
 	flag.StringVar(&a.isolationLevel, "isolation-level", "", "read_uncommitted or read_committed (default: the client's)")
+	flag.StringVar(&a.clientRack, "client-rack", "", "KIP-392: the client's rack (franz-go, sarama)")
 	flag.Parse()
+	if a.clientRack != "" && a.client == "kafka-go" {
+		fmt.Fprintln(os.Stderr, "-client-rack: franz-go and sarama only (kafka-go's reader has no rack)")
+		os.Exit(2)
+	}
 	if a.isolationLevel != "" && a.isolationLevel != "read_committed" && a.isolationLevel != "read_uncommitted" {
 		fmt.Fprintf(os.Stderr, "-isolation-level: read_uncommitted or read_committed, not %q\n", a.isolationLevel)
 		os.Exit(2)
