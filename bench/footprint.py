@@ -50,13 +50,13 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.support import verdict
 from bench.support.revision import extract_revision, short_revision
 from bench.support.verdict import at_most
 from rig.kafka import KafkaBroker, cache_root, end_offsets
 from rig.sluice_process import SluiceProcess
+from rig.topics import create_topic
 
 from .passthrough import ALL_POLICIES
 
@@ -317,9 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             sides = {"rev": work / "rev", **sides}
         starts = startups(broker, env, args.runs, sides)
         topic = f"footprint-{uuid.uuid4().hex[:8]}"
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
-        del admin  # its handle would log the broker going away at the end
+        create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
         produce(broker.bootstrap, topic, records)
         ends = end_offsets(broker.bootstrap, topic)
         plain = under_load(broker, env, work, topic, records, ends, policies=False)

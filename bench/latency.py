@@ -38,8 +38,8 @@ from bench.passthrough import BareRelay, Budget, Sent, check_stored, produce_lat
 from bench.support.revision import extract_revision, short_revision
 from bench.support.verdict import add_options, at_most, emit, exit_status, summary
 from rig.cpu import cpu_seconds
-from rig.java_tools import JavaTools
 from rig.sluice_process import SluiceProcess
+from rig.topics import create_topic
 
 WARMUP = 300
 
@@ -90,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(SMOKE_BUDGET_S if args.smoke else 120.0 + args.reps * (60.0 + args.sends * 0.004),
                     "bench.latency")
     label = short_revision(args.compare)
-    tools = JavaTools()
     broker, ((listener, relay_port),) = relayed_broker(1)
     runs: list[dict[str, Any]] = []
     acked: list[Sent] = []
@@ -98,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         extract_revision(args.compare, Path(tmp), ("proxy", "pyproject.toml"))
         codes = {"before": Path(tmp), "after": Path(__file__).resolve().parent.parent}
         topic = f"latency-{uuid.uuid4().hex[:8]}"
-        # within the bench's budget, not the tool's 60 s: at the lowest priority beside CI's sessions, the tool's
+        # in-process (rig.topics), not kafka-topics.sh: at the lowest priority beside CI's sessions, that tool's
         # JVM start alone went past 60 s (a CI-like run, 1 Dec 2026)
-        tools.create_topic(broker.bootstrap, topic, partitions=1, timeout=max(60.0, budget.left()))
+        create_topic(broker.bootstrap, topic)
         bare = BareRelay(relay_port, f"127.0.0.1:{listener}")
         try:
             for r in range(args.reps):
@@ -111,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             bare.stop()
         check = check_stored(broker.bootstrap, topic, acked)
-    tools.close()
 
     def mean(name: str, key: str) -> float:
         return round(statistics.fmean(r[name][key] for r in runs), 1)

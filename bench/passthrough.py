@@ -108,6 +108,7 @@ from rig.cpu import cpu_seconds
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker, end_offsets, free_ports, read_topic
 from rig.sluice_process import SluiceProcess
+from rig.topics import create_topic
 
 RECORD_SIZE = 1024
 PARTITIONS = 3
@@ -538,7 +539,7 @@ def main_tls(mib: int, batch_size: int = BATCH_SIZE, smoke: bool = False, check_
     try:
         emit({"bench": "passthrough_tls", "event": "broker_started", "ssl": secure.ssl})
         topic = f"bench-tls-{uuid.uuid4().hex[:8]}"
-        tools.create_topic(secure.plaintext, topic, partitions=PARTITIONS)
+        create_topic(secure.plaintext, topic, partitions=PARTITIONS)
         produced = tools.producer_perf(secure.plaintext, topic, num_records=records, record_size=RECORD_SIZE,
                                        producer_props={"acks": 1, "linger.ms": 20, "batch.size": batch_size,
                                                        "compression.type": "none"}, timeout=150)
@@ -643,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         emit({"bench": "passthrough", "event": "broker_started", "bootstrap": broker.bootstrap,
               "start_s": round(broker.last_start_seconds or 0.0, 2)})
         topic = f"bench-{uuid.uuid4().hex[:8]}"
-        tools.create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+        create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
         produced = tools.producer_perf(broker.bootstrap, topic, num_records=records, record_size=RECORD_SIZE,
                                        producer_props={"acks": 1, "linger.ms": 20, "batch.size": args.batch_size,
                                                        "compression.type": "none"}, timeout=150)
@@ -716,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
                   "minor_faults_per_gib": round(faults_per_gib)})
 
             lat_topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
-            tools.create_topic(broker.bootstrap, lat_topic, partitions=1)
+            create_topic(broker.bootstrap, lat_topic)
             # CPU per round trip of each relay over the same sends (user + system, rig/cpu.py)
             pids = {"sluice": meter.proc.pid, "bare": bare.ps.pid, "haproxy": haproxy.ps.pid}
             bootstraps = {"direct": broker.bootstrap, "sluice": sluice.bootstrap, "bare": bare.bootstrap,

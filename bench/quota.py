@@ -82,7 +82,6 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 
 from bench.support import verdict
@@ -105,6 +104,7 @@ from bench.throttle import produce as produce_backlog
 from rig.fleet import fleet_env, start_fleet
 from rig.kafka import KafkaBroker, end_offsets
 from rig.sluice_process import SluiceProcess
+from rig.topics import create_topic
 
 PRODUCERS = ("confluent", "kafka-python")
 CLIENT_ID_PREFIX = "bench-quota-"
@@ -142,12 +142,6 @@ class Acks:
     @property
     def first(self) -> float | None:
         return self.samples[0][0] if self.samples else None
-
-
-def create_topic(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]).values():
-        fut.result(60)
 
 
 def produce_confluent(bootstrap: str, topic: str, client_id: str, acks: Acks, seconds: int,
@@ -241,7 +235,7 @@ def result(side: str, name: str, samples: list[tuple[float, int]], first: float 
 
 def run_producer(bootstrap: str, name: str, target: int, seconds: int, tmp: Path) -> dict[str, Any]:
     topic = f"bench-quota-{name}-{int(time.time() * 1000)}"
-    create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic, partitions=PARTITIONS)
     config = tmp / f"sluice-produce-{name}.toml"
     config.write_text(sluice_config(target))
     acks = Acks()
@@ -276,7 +270,7 @@ def run_unquoted(bootstrap: str, target: int, seconds: int, tmp: Path) -> dict[s
     order = ("alone", "quoted", "paced", "paced", "quoted", "alone")
     topics = [f"bench-quota-free-{stamp}-{i}" for i in range(2 * len(order))]
     for topic in topics:
-        create_topic(bootstrap, topic)
+        create_topic(bootstrap, topic, partitions=PARTITIONS)
     config = tmp / "sluice-unquoted.toml"
     config.write_text(sluice_config(target))
     free: dict[str, list[Acks]] = {side: [] for side in order}
@@ -369,7 +363,7 @@ def run_fleet(bootstrap: str, instances: int, target: int, seconds: int, tmp: Pa
     try:
         for n, (i, _, _) in enumerate(plan):
             topic = f"bench-quota-fleet-{stamp}-{n}"
-            create_topic(bootstrap, topic)
+            create_topic(bootstrap, topic, partitions=PARTITIONS)
             runs.append((i, topic, Acks(), threading.Event(), None))
         started = time.monotonic()
         for step in sorted({at for _, at, _ in plan} | {until for _, _, until in plan}):

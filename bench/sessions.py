@@ -66,7 +66,6 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
-from kafka.admin import KafkaAdminClient, NewTopic
 
 from bench.support.verdict import Delivery, add_options, at_most, delivery, emit, exit_status, summary
 from proxy import metrics
@@ -74,6 +73,7 @@ from proxy.accesslog import configure_logging
 from proxy.config import LoggingSettings
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from rig.topics import create_topic
 
 #: for 10,000 mostly idle partitions, in terminate mode: a session-less client (librdkafka) costs at most 3 ms of
 #: proxy CPU per fetch and its upstream link carries at most 0.1% of the bytes direct; a client with sessions of
@@ -349,10 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(LoggingSettings(level="warning", access_log="off"))
     with KafkaBroker() as broker:
         topics = layout(f"sessions-bench-{args.partitions}", args.partitions)
-        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=300_000)
         for topic, n in topics:
-            admin.create_topics([NewTopic(topic, num_partitions=n, replication_factor=1)], timeout_ms=300_000)
-        admin.close()
+            # up to PER_TOPIC partitions a topic, on one broker: creating them can take minutes on a loaded machine
+            create_topic(broker.bootstrap, topic, partitions=n, timeout=300.0)
         first, first_n = topics[0]
         busy = [p * (first_n // max(args.busy, 1)) for p in range(args.busy)]
         traffic = Traffic(broker.bootstrap, first, busy)

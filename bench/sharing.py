@@ -82,6 +82,7 @@ from bench.support.verdict import Delivery, add_options, at_least, delivery, emi
 from rig.group_consumer import ConsumerProcess, latest, stop_all
 from rig.kafka import KIP848_SETTLE_S, KafkaBroker
 from rig.sluice_process import SluiceProcess
+from rig.topics import create_topic
 
 PARTITIONS = 3
 CONSUMERS = 6
@@ -163,12 +164,9 @@ def check_keys(records: int, keys: int, received: list[list[tuple[float, list[An
 
 def run(args: argparse.Namespace, bootstrap: str, sluice: SluiceProcess, path: str,
         label: dict[str, Any] | None = None, consumers: int = CONSUMERS) -> dict[str, Any]:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     prefix, through_sluice = PATHS[path]
     topic = f"{prefix}-{consumers}-{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    create_topic(bootstrap, topic, partitions=PARTITIONS)
     group = f"g-{topic}"
     commit = ["--commit-interval-s", str(args.commit_interval_s)]
     if args.protocol != "classic":

@@ -38,7 +38,6 @@ from typing import Any
 
 import psutil
 from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
 
 from bench.support.verdict import Delivery, add_options, at_most, emit, exit_status, summary
 from proxy.wire.fetch_fast import decode_frame
@@ -47,6 +46,7 @@ from proxy.wire.model import Message
 from proxy.wire.records import walk_batches
 from rig.kafka import KafkaBroker, end_offsets
 from rig.sluice_process import SluiceProcess
+from rig.topics import create_topic
 
 PARTITIONS = 8
 RECORD = 10 * 1024
@@ -55,9 +55,7 @@ DRAIN_S = 300.0  # a consumer's bound on draining the backlog: what it has not r
 
 
 def produce(bootstrap: str, topic: str, mib: int) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
-    admin.close()
+    create_topic(bootstrap, topic, partitions=PARTITIONS)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 * 1024, acks=1)
     payload = b"r" * RECORD
     for i in range(mib * (1 << 20) // RECORD):

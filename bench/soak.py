@@ -84,6 +84,7 @@ from rig.kafka import KafkaBroker, free_ports
 from rig.kafka_python_group import wait_partitions_known
 from rig.raw import recv_exact
 from rig.sluice_process import SluiceProcess
+from rig.topics import create_topic
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -633,13 +634,7 @@ def soak(upstream: str, minutes: float, interval_s: float, rate: int, env: Mappi
     """The samples, what the consumers got of the records (each consumer's, added up) and what failed."""
     intervals = max(1, math.ceil(minutes * 60.0 / interval_s))
     topic = f"soak-{uuid.uuid4().hex[:8]}"
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=upstream, client_id="soak-admin")
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
-    finally:
-        admin.close()
+    create_topic(upstream, topic, partitions=PARTITIONS)
     with contextlib.ExitStack() as stack:
         bare = BareRelay(free_ports(1)[0], upstream)  # the probe's third path
         stack.callback(bare.stop)

@@ -55,6 +55,7 @@ from proxy.wire.messages import encode_request, request_codec
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker
 from rig.sluice_process import SluiceProcess
+from rig.topics import create_topic
 
 REQUESTS = ("api_versions", "metadata", "list_offsets")
 PERCENTILES = (50, 90, 99, 100)
@@ -326,17 +327,6 @@ async def run(direct_port: int, sluice: SluiceProcess, access_log: AccessLog, to
     return summary
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-storm")
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
-
-
 def raise_nofile(wanted: int) -> None:
     """Enough descriptors for the storm (clients here, their connections in Sluice), bounded by the hard limit."""
     import resource
@@ -365,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="bench-storm-"))
     try:
         topic = f"storm-{uuid.uuid4().hex[:8]}"
-        create_topic(upstream, topic, args.partitions)
+        create_topic(upstream, topic, partitions=args.partitions)
         access = log_dir / "access.log"
         with SluiceProcess(upstream, access_log=access) as sluice:
             figures = uvloop.run(run(int(upstream.rpartition(":")[2]), sluice, AccessLog(access), topic,

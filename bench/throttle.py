@@ -90,7 +90,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
@@ -105,6 +104,7 @@ from rig.java_tools import (
 )
 from rig.kafka import KafkaBroker, RigError
 from rig.sluice_process import SluiceProcess
+from rig.topics import create_topic
 
 PARTITIONS = 4
 RECORD = 16 * 1024  # value bytes per record (no key)
@@ -406,9 +406,7 @@ DEFAULT_CLIENTS = ("kafka-python", "java", "confluent")
 
 def produce(bootstrap: str, topic: str, mib: int) -> dict[int, int]:
     """Create the topic and fill it with ``mib`` MiB of 16 KiB records, round-robin; the end offset per partition."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]).values():
-        fut.result(60)
+    create_topic(bootstrap, topic, partitions=PARTITIONS)
     # Idempotent, so no retry duplicates a record: the end offsets are exactly the counts sent. batch.size just
     # above one record: one record per batch, so the throttle's unit (a batch) is 16 KiB, not a 1 MB batch.
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,

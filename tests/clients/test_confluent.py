@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from proxy.wire.messages import decoded_versions
 from proxy.wire.model import Message
@@ -22,6 +22,7 @@ from proxy.wire.records import (
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
+from rig.topics import create_topic
 from tests.support.consume import consume
 from tests.support.records import Rec, assert_same_records, make_records, rec_of
 
@@ -32,12 +33,6 @@ pytestmark = pytest.mark.broker
 def sluice(kafka_broker: KafkaBroker) -> Iterator[ProxyThread]:
     with ProxyThread(kafka_broker.bootstrap) as p:
         yield p
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)]).values():
-        fut.result(30)
 
 
 def produce(bootstrap: str, topic: str, records: list[Rec], **config: str) -> None:

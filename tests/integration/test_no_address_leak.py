@@ -32,7 +32,6 @@ from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
 from confluent_kafka.admin import AdminClient as CKAdmin
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
 
 from proxy.core.chain import Chain
 from proxy.core.connection import Connection
@@ -44,6 +43,7 @@ from rig.java_tools import CONSOLE_CONSUMER, JavaTools
 from rig.kafka import KafkaBroker
 from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
+from rig.topics import create_topic
 
 pytestmark = pytest.mark.broker
 
@@ -138,14 +138,6 @@ def carries_addresses(key: int, version: int) -> bool:
 # ------------------------------------------------------------------------------------------------ clients
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
-    finally:
-        admin.close()
-
-
 def run_kafka_python(bootstrap: str, topic: str) -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     try:
@@ -158,7 +150,7 @@ def run_kafka_python(bootstrap: str, topic: str) -> None:
                              auto_offset_reset="earliest", enable_auto_commit=False)
     got = 0
     try:
-        wait_partitions_known(consumer, topic, 2)  # create_topic's
+        wait_partitions_known(consumer, topic, 2)  # the test's topic
         deadline = time.monotonic() + 60
         while got < RECORDS_PER_CLIENT and time.monotonic() < deadline:
             got += sum(len(m) for m in consumer.poll(timeout_ms=500).values())
@@ -252,7 +244,7 @@ def test_broker_address_never_reaches_clients(tapped_sluice: tuple[ProxyThread, 
                                               java_tools: JavaTools, unique_topic: str) -> None:
     sluice, tap = tapped_sluice
     bootstrap = sluice.bootstrap
-    create_topic(kafka_broker.bootstrap, unique_topic)
+    create_topic(kafka_broker.bootstrap, unique_topic, partitions=2)
 
     run_kafka_python(bootstrap, unique_topic)
     run_confluent(bootstrap, unique_topic)

@@ -1,24 +1,17 @@
-"""Setting up test data on the real broker with kafka-python: one way to create a topic and fill it; and one way to
-read back what a group committed."""
+"""Setting up test data on the real broker: one way to create a topic (rig.topics, librdkafka's admin: no JVM) and
+fill it (kafka-python); and one way to read back what a group committed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import NewTopic
+from kafka import KafkaProducer
+
+from rig.topics import create_topic as create_topic
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="sluice-test-admin")
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
 
 
 def produce_values(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | None, bytes]],
