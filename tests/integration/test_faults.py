@@ -7,6 +7,8 @@ order per partition, unchanged (``check_once_in_order``: offsets 0..n-1, each va
 - **Broker kill -9 and restart**, mid-produce and mid-consume: an idempotent acks=all confluent-kafka producer
   (librdkafka retries) through Sluice, a kafka-python reader (fetch sessions) and a confluent-kafka reader
   (session-less) through Sluice; nothing lost, nothing twice.
+- **Sluice killed -9 and restarted** (same ports) under the same load: what the killed process had in flight is
+  sent again by the clients; nothing lost, nothing twice.
 - **Broker paused** (SIGSTOP for 5 s, then SIGCONT) under the same load: Sluice stays responsive (admin, new
   connections accepted), closes no connection on its own (``upstream_closed`` stays 0), and the outcome is exact.
 - **A client vanishing in the middle of a large response** (raw socket: a Fetch of an 8 MiB response, part of it
@@ -149,6 +151,25 @@ def test_broker_kill9_and_restart_mid_produce_and_consume(broker: KafkaBroker, s
     # The crash reached the clients: Sluice closed their connections with the broker's, and they connected again.
     assert sluice.metric("sluice_connections_total", {"side": "client"}) > opened[0]
     assert sluice.is_running
+
+
+def test_sluice_kill9_and_restart_mid_produce_and_consume(broker: KafkaBroker, sluice: SluiceProcess,
+                                                          unique_topic: str) -> None:
+    """The sidecar itself crashes and comes back on the same ports (its container restarted in the pod) while the
+    idempotent producer sends through it: the Produce requests in flight die with the process's connections, and
+    librdkafka sends them again with the same producer id and sequence numbers, which the broker deduplicates
+    (KIP-98; ProducerStateManager), so no record is written twice; the readers resume at their own positions."""
+    killed: list[int] = []
+
+    def kill_and_restart() -> None:
+        killed.append(sluice.pid)
+        sluice.kill()
+        sluice.restart()
+
+    under_load(broker, sluice, unique_topic, kill_and_restart)
+    # a new process served the rest, and every client came back to it
+    assert sluice.is_running and sluice.pid != killed[0]
+    assert sluice.metric("sluice_connections_total", {"side": "client"}) >= 3
 
 
 # ------------------------------------------------------------------------------------------- broker paused
