@@ -15,6 +15,9 @@ Sluice rebuilt or cut must keep both, and the LSO, for its partitions.
 What each consumer must see: every committed record once, unchanged, each partition's in offset order; no record
 of an aborted transaction; and while a transaction is open, nothing at or past its first offset (the LSO), not even
 records written after it outside any transaction, until it commits, then all of them.
+
+And the sidecar killed -9 in the middle of transactions sent through it (Sluice as a process of its own,
+restarted on its ports): each transaction commits or aborts whole; what committed is read once.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from rig.java_tools import JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
+from rig.sluice_process import SluiceProcess
 from tests.integration.test_sessions_terminate import create_topic
 from tests.support.sharing import Member, check_exactly_once, java_member, members_of, python_member, wait_for_all
+from tests.support.topics import wait_group_coordinator
 
 pytestmark = pytest.mark.broker
 
@@ -149,3 +154,64 @@ def test_read_committed_consumers_of_every_kind_get_committed_records_once(
                 check_exactly_once([m], writers.kept)
         # the throttle edited responses under way: throttled partitions left empty (error 0, their real offsets)
         assert sluice.total("sluice_throttle_left_out_partitions_total", side="leader") > 0
+
+
+def commit_or_abort(producer: Producer) -> bool:
+    """What confluent-kafka's transactional API asks of an application (KIP-98): a retriable error, call commit
+    again (the broker's outcome of a resent EndTxn is the first one's); an error that requires an abort, abort and
+    say so (the caller sends the transaction again); a fatal one is raised. True: committed."""
+    while True:
+        try:
+            producer.commit_transaction(30)
+            return True
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.retriable():
+                continue
+            if err.txn_requires_abort():
+                producer.abort_transaction(30)
+                return False
+            raise
+
+
+def test_transactions_in_flight_when_sluice_is_killed_commit_or_abort_whole(kafka_broker: KafkaBroker,
+                                                                            topic: str) -> None:
+    """The sidecar killed -9 and restarted on its ports (its container restarted in the pod) in the middle of
+    transactions a producer sends through it: some records acknowledged, more in flight, the commit still to come.
+    librdkafka resends what the dead connections carried (the same producer id, epoch and sequence numbers, which
+    the broker deduplicates) and the application follows the API's error classes (:func:`commit_or_abort`). A
+    read_committed consumer through Sluice, Sluice terminating its fetch sessions, gets the records of every
+    transaction that committed once, in order, and none of one that aborted."""
+    rounds, per_txn = 6, 16
+    with SluiceProcess(kafka_broker.bootstrap, {"SLUICE_SESSIONS__MODE": "terminate"}) as sluice:
+        producer = Producer({"bootstrap.servers": sluice.bootstrap, "transactional.id": f"txn-kill-{topic}",
+                             "linger.ms": 5, "log_level": 0})
+        producer.init_transactions(30)
+        kept: list[tuple[str, str]] = []
+        aborted: list[tuple[str, str]] = []
+        killed = 0
+        for r in range(rounds):
+            committed = False
+            attempt = 0
+            while not committed:
+                producer.begin_transaction()
+                sent = [(f"k{i % 5}", f"r{r}-a{attempt}-{i:03d}-".ljust(PAD, "v")) for i in range(per_txn)]
+                for i, (key, value) in enumerate(sent):
+                    producer.produce(topic, key=key.encode(), value=value.encode(), partition=i % PARTITIONS)
+                    if i == per_txn // 2:
+                        producer.flush(30)  # half acknowledged inside the transaction
+                if r % 2 == 1 and attempt == 0:
+                    sluice.kill()  # the other half in flight (or queued), the commit to come
+                    sluice.restart()
+                    killed += 1
+                committed = commit_or_abort(producer)
+                (kept if committed else aborted).extend(sent)
+                attempt += 1
+        assert killed == rounds // 2
+        wait_group_coordinator(kafka_broker.bootstrap, f"g-{topic}")
+        with members_of(python_member("confluent", sluice.bootstrap, topic, f"g-{topic}", "txn-kill-reader",
+                                      assign=PARTITIONS, isolation=READ_COMMITTED)) as members:
+            wait_for_all(members, values(kept))
+            check_exactly_once(members, kept)
+            got = {g.value for m in members for g in m.received}
+            assert not got & values(aborted), f"aborted transactions' records read: {sorted(got & values(aborted))[:3]}"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kafka import KafkaProducer
 
 from rig.topics import create_topic as create_topic
+from tests.support.faults import wait_until
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -34,3 +35,31 @@ def committed_offsets(admin: AdminClient, group: str, topic: str, partitions: in
     request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
     found = admin.list_consumer_group_offsets(request)[group].result(30)
     return {tp.partition: tp.offset for tp in found.topic_partitions}
+
+
+def wait_group_coordinator(bootstrap: str, group: str, timeout: float = 60.0) -> None:
+    """Return once the broker answers an OffsetFetch of ``group`` without error. A fresh cluster creates
+    __consumer_offsets at the first group lookup and answers NOT_COORDINATOR (16) or COORDINATOR_LOAD_IN_PROGRESS
+    (14) until its partitions are loaded, and librdkafka's consumer in assign mode stops at that answer: its
+    committed offsets never fetched, no Fetch ever sent (seen with Kafka 4.3 directly, without Sluice). A cluster
+    in service has had its offsets topic all along; a test whose consumer may be a fresh broker's first group
+    waits for this first. kafka-python's admin asks, not librdkafka's: librdkafka 2.x crashes (SIGSEGV in
+    rd_kafka_cgrp_op) on a ListConsumerGroupOffsets answered NOT_COORDINATOR."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="sluice-test-coordinator")
+    last: list[str] = ["no answer yet"]
+
+    def answered() -> bool:
+        try:
+            admin.list_group_offsets(group)
+            return True
+        except KafkaError as exc:
+            last[0] = repr(exc)
+            return False
+
+    try:
+        wait_until(answered, timeout, lambda: f"the group coordinator of {group} ({last[0]})")
+    finally:
+        admin.close()
