@@ -31,6 +31,9 @@ Resource = Literal["Topic", "Group", "TransactionalId", "Cluster"]
 Pattern = Literal["literal", "prefixed"]
 
 CONTROL, STATUS, HISTORY = "sluice-fleet-{fleet}", "sluice-fleet-{fleet}-status", "sluice-fleet-{fleet}-history"
+#: between a shared group's id and its slice's name in the group holding that slice's positions
+#: (proxy/policies/sharing/frontier.py slice_group): the group id first, so the prefixed grant on it covers them all
+SLICE_GROUP_INFIX = ".sluice-slice-"
 USAGE = USAGE_GROUP = "sluice-fleet-{fleet}-usage"
 FLEET_GROUP = TRANSACTIONAL_ID = "sluice-fleet-{fleet}"
 
@@ -133,12 +136,27 @@ def principal_name(sasl_username: str, tls_client_cert: str = "") -> str:
     return "User:ANONYMOUS"
 
 
-def acl_command(principal: str, resource: str, name: str, operation: str) -> str:
-    """The kafka-acls.sh line that grants it (Kafka's tool, ``--<resource>``)."""
+def acl_command(principal: str, resource: str, name: str, operations: Iterable[str],
+                pattern: Pattern = "literal") -> str:
+    """The kafka-acls.sh line that grants it (Kafka's tool, ``--<resource>``; ``--resource-pattern-type`` for a
+    prefixed grant)."""
     flag = {"Topic": "--topic", "Group": "--group", "TransactionalId": "--transactional-id",
             "Cluster": "--cluster"}.get(resource, f"--{resource.lower()}")
     target = flag if resource == "Cluster" else f"{flag} {name}"
-    return f"kafka-acls --add --allow-principal {principal} --operation {operation} {target}"
+    ops = " ".join(f"--operation {op}" for op in operations)
+    kind = " --resource-pattern-type prefixed" if pattern == "prefixed" else ""
+    return f"kafka-acls --add --allow-principal {principal} {ops}{kind} {target}"
+
+
+def covering_grant(resource: str, name: str, operation: str) -> tuple[str, Pattern, tuple[str, ...]]:
+    """The grant to name for a refused ``operation`` on ``resource`` ``name``: (name, pattern, operations). A slice
+    group's refusal names the table's prefixed grant on the shared group, both its operations: slice groups come
+    and go with the number of members (``-1-of-3``...), so a literal grant on the one refused would hold only
+    until the next layout, and its commits need Read too. Anything else: that permission, literally."""
+    if resource == "Group" and SLICE_GROUP_INFIX in name:
+        row = next(a for a in ACLS if a.role == "instance" and a.resource == "Group" and a.name == "{group}")
+        return name.split(SLICE_GROUP_INFIX, 1)[0], row.pattern, row.operations
+    return name, "literal", (operation,)
 
 
 class AclReporter:
@@ -153,11 +171,14 @@ class AclReporter:
     def missing(self, resource: str, name: str, operation: str, needed_by: str, error: str = "") -> str:
         """Report (once) and return the one-line description: ``User:x may not Write Topic:y``."""
         text = f"{self.principal} may not {operation} {resource}:{name}"
-        if (resource, name, operation) not in self._seen:
-            self._seen.add((resource, name, operation))
+        granted, pattern, operations = covering_grant(resource, name, operation)
+        # once per missing grant: every slice group of a shared group is missing the same one
+        key = (resource, granted, operation if pattern == "literal" else pattern)
+        if key not in self._seen:
+            self._seen.add(key)
             self._emit("kafka_not_authorized", principal=self.principal, resource=f"{resource}:{name}",
                        operation=operation, needed_by=needed_by, error=error,
-                       grant=acl_command(self.principal, resource, name, operation))
+                       grant=acl_command(self.principal, resource, granted, operations, pattern))
         return text
 
 

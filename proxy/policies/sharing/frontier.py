@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
+from ...kafka_acls import SLICE_GROUP_INFIX
 from ...wire.compiler import Codec, compiled_for
 from ...wire.errors import CodecError
 from ...wire.model import Message
@@ -52,7 +53,7 @@ _VERSION = 0
 def slice_group(group: str, s: Slice) -> str:
     """The group that holds slice ``s``'s positions for ``group``: the group id first, so ACLs on a prefix of the
     group id cover it."""
-    return f"{group}.sluice-slice-{s.index}-of-{s.count}"
+    return f"{group}{SLICE_GROUP_INFIX}{s.index}-of-{s.count}"
 
 
 @dataclass(slots=True)
