@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from proxy.core.broker_calls import BrokerCalls, Work
 from proxy.core.chain import ChainConnection
@@ -862,6 +863,25 @@ def test_kip848_member_whose_slices_a_restarted_sluice_failed_to_read_gets_no_re
     assert cg_answer(c, cg_heartbeat(c, 5, None), 5, None) is None
     got = fetch(c, records(40))
     assert got and all(Slice(1, 2).holds(key_hash(k)) for _, k in got)
+
+
+def test_a_member_a_restarted_sluice_cannot_learn_is_logged_once_not_at_each_try() -> None:
+    """Until a restarted Sluice learns the member's slices its fetches get no records and its commits are refused,
+    and the refusal behind it (Sluice's principal without Read or Describe on the slice groups) is logged once per
+    process, not per member: so the member itself is named, once (``sharing_member_unreadable``), however many of
+    its heartbeats try again, and again if it fails anew once learnt."""
+    proxy, fake = sharing_proxy()
+    fake.described_consumer[GROUP] = cg_described(5, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]),
+                                                      ("m2", "app-2#sluice-share=orders|0:0:1/2", [])])
+    c = Client(proxy, "app-2", 1)
+    c.member_id = "m2"
+    fake.refuse = lambda call: bool(call.reads)
+    with capture_logs() as events:
+        for _ in range(3):
+            assert cg_answer(c, cg_heartbeat(c, 5, None), 5, None) is None
+            assert fetch(c, records(40)) == []
+    said = [(e["group"], e["member_id"], e["client_id"]) for e in events if e["event"] == "sharing_member_unreadable"]
+    assert said == [(GROUP, "m2", "app-2")]
 
 
 def test_kip848_group_not_described_is_told_and_not_shared() -> None:

@@ -53,6 +53,7 @@ from .members import (
     IdPartition,
     Member,
     PartitionState,
+    learnt,
     member_key,
     read_state,
 )
@@ -167,7 +168,7 @@ def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: Heartbea
                 # client finds the coordinator and sends it again, and that one describes the group again. Should
                 # the description keep failing, the member's session ends and it joins anew (epoch 0). Its commits
                 # meanwhile are refused too (Member.unreadable)
-                m.unreadable = failure
+                learnt(m, failure)
                 _unavailable(ex)
                 return ticket
     else:
@@ -212,7 +213,7 @@ def _read_back(p: SharingState, ex: Exchange, ticket: HeartbeatTicket) -> Heartb
     ticket.read = None
     if isinstance(read, FrontierRead) and m.recovering is read:
         m.recovering = None
-        m.unreadable = read.error
+        learnt(m, read.error)
         if read.error is None and m.partitions is None:
             m.partitions = {tp: read_state(s, read.frontiers[tp]) for tp, s in ticket.claims.items()}
             p.update_gauges(m.group)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...accesslog import get_logger
 from ...core.exchange import Exchange, Signal
 from ...wire.model import TopicPartition
 from .cursor import Gaps
@@ -183,6 +184,8 @@ class Member:
     #: on the group for Sluice's principal), None if it did not: while it stays unknown, its commits are refused
     #: retriably (:func:`.offsets.offset_commit_request`)
     unreadable: str | None = None
+    #: the failure last logged for it (:func:`learnt`): a failure its heartbeats retry is logged once
+    unreadable_said: str | None = None
     #: the generation (a KIP-848 member: epoch) at which the coordinator answered one of its group requests as
     #: fenced (:meth:`fence`): Sluice commits none of its slices on itself (:func:`.offsets.advance`) while it holds
     #: that one
@@ -299,3 +302,19 @@ class Members:
 
     def of_group(self, group: str) -> list[Member]:
         return [m for m in self.by_key.values() if m.group == group and not m.standalone]
+
+
+log = get_logger("sluice.sharing")
+
+
+def learnt(m: Member, error: str | None) -> None:
+    """The outcome of a try to learn ``m``'s slices back from its group (after a Sluice restart): ``error``, why it
+    failed (:attr:`Member.unreadable`), or None. Until it is learnt its fetches of shared topics get no records and
+    its commits are refused retriably, and the ``kafka_not_authorized`` behind a refusal is said once per process,
+    not per member: so each member's failure is logged (``sharing_member_unreadable``), once per member and error,
+    not at each heartbeat's try."""
+    m.unreadable = error
+    if error is not None and error != m.unreadable_said:
+        log.warning("sharing_member_unreadable", group=m.group, member_id=m.member_id, client_id=m.key[1],
+                    error=error)
+    m.unreadable_said = error

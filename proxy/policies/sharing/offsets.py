@@ -41,7 +41,7 @@ from . import heartbeats, marker
 from .frontier import Frontier, decode_metadata, encode_metadata, slice_group
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
-from .members import COORDINATOR_NOT_AVAILABLE, Member, PartitionState, member_key, read_back, read_state
+from .members import COORDINATOR_NOT_AVAILABLE, Member, PartitionState, learnt, member_key, read_back, read_state
 from .reads import FrontierRead
 from .state import SharingState
 
@@ -605,7 +605,8 @@ def recover(p: SharingState, m: Member) -> Signal:
         if m.recovering is not done:
             done.settle()
             return
-        m.unreadable = call.error
+        if call.error is not None:
+            learnt(m, call.error)
         consumer = call.described_consumer.get(m.group) if call.error is None else None
         if consumer is not None and not consumer.error_code \
                 and any(x.member_id == m.member_id for x in consumer.members):
@@ -646,7 +647,7 @@ def recover(p: SharingState, m: Member) -> Signal:
 
         def frontiers() -> None:
             if m.recovering is done:
-                m.unreadable = read.error
+                learnt(m, read.error)
             if m.recovering is done and read.error is None:
                 # each slice's position known as read (read_state), as after an OffsetFetch: left unknown, an idle
                 # slice was never committed on (advance) after a restart, and a member with nothing more to commit
