@@ -65,13 +65,6 @@ GO_CONSUMER = Path(os.environ.get("SLUICE_GO_CONSUMER") or Path(sys.prefix) / "b
 CALL_TIMEOUT_S = 45.0
 
 
-#: The group coordinator's transient errors (KafkaError codes 14, 15, 16), which Kafka itself sends while a fresh
-#: cluster's __consumer_offsets is being created or loaded: librdkafka reports them to the application as consumer
-#: errors and handles them itself (the coordinator looked up again, the request sent again), so the consumer
-#: carries on. Every other error still ends it: Sluice must not add any.
-_COORDINATOR_TRANSIENTS = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
-
-
 def _emit(obj: dict[str, Any]) -> None:
     # "at": when the consumer reported it, on the machine's monotonic clock (CLOCK_MONOTONIC, one for every process):
     # comparable between consumers, where the time the test's reader thread got the line is not (a busy machine
@@ -321,12 +314,8 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
             done: dict[int, int] = {}
             records = []
             for m in msgs:
-                error = m.error()
-                if error is not None:
-                    if error.code() in _COORDINATOR_TRANSIENTS and not error.fatal():
-                        _emit({"transient": str(error)})
-                        continue
-                    raise KafkaException(error)
+                if m.error():
+                    raise KafkaException(m.error())
                 partition, offset = m.partition(), m.offset()
                 assert partition is not None and offset is not None
                 _work(a.work_ms)

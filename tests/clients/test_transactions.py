@@ -132,6 +132,7 @@ def test_read_committed_consumers_of_every_kind_get_committed_records_once(
     with ProxyThread(kafka_broker.bootstrap, **SLUICE) as sluice:
         writers = Writers(sluice.bootstrap, topic)
         writers.rounds(6)
+        wait_group_coordinator(kafka_broker.bootstrap, f"g-{topic}-confluent")  # librdkafka's, in assign mode
         with members_of(*consumers(java_tools, sluice.bootstrap, topic)) as members:
             for m in members:
                 wait_for_all([m], values(writers.kept), late_s=0)
