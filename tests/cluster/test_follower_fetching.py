@@ -17,11 +17,11 @@ import json
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from rig.cluster import KafkaCluster, rack_of
 from rig.java_tools import JavaTools
 from rig.proxy_thread import ProxyThread
+from rig.topics import create_topic
 from tests.support.sharing import (
     check_exactly_once,
     java_member,
@@ -30,6 +30,7 @@ from tests.support.sharing import (
     python_member,
     wait_for_all,
 )
+from tests.support.topics import wait_group_coordinator
 
 pytestmark = pytest.mark.broker
 
@@ -45,8 +46,7 @@ PYTHON_CLIENTS = ("confluent", "aiokafka", "kafka-python")
 def test_consumers_naming_their_rack_read_from_its_follower_through_sluice(
         kafka_cluster: KafkaCluster, java_tools: JavaTools, unique_topic: str, tmp_path: Path) -> None:
     topic = unique_topic
-    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
+    create_topic(kafka_cluster.bootstrap, topic, partitions=PARTITIONS, replication_factor=3)
     states = kafka_cluster.wait_partitions(topic, lambda s: len(s) == PARTITIONS and all(len(p.isr) == 3 for p in s),
                                            what="every ISR full")
     # a broker leading none of the topic's partitions (3 brokers, 2 leaders): a follower of both
@@ -57,6 +57,7 @@ def test_consumers_naming_their_rack_read_from_its_follower_through_sluice(
     access = tmp_path / "access.jsonl"
     with ProxyThread(kafka_cluster.bootstrap, **SLUICE, **{"logging.access_log": str(access)}) as sluice:
         group = f"g-{topic}"
+        wait_group_coordinator(kafka_cluster.bootstrap, f"{group}-confluent")  # librdkafka's, in assign mode
         with members_of(
                 *(python_member(client, sluice.bootstrap, topic, f"{group}-{client}", f"rack-{client}",
                                 assign=PARTITIONS, rack=rack) for client in PYTHON_CLIENTS),
