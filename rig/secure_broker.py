@@ -26,12 +26,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from proxy.kafka_acls import Grant
 from rig.kafka import KafkaBroker, free_ports
 from rig.pki import CA, Issued
 
-__all__ = ["LOCKED_USERS", "SASL_USERS", "SecureBroker", "allow", "create_scram_user"]
+__all__ = ["LOCKED_USERS", "SASL_USERS", "SecureBroker", "allow", "create_scram_user", "revoke", "scram_client"]
 
 #: PLAIN users (the broker's JAAS config) and SCRAM users (created by :func:`create_scram_user`): name -> password
 SASL_USERS = {"alice": "alice-pw-Zq81", "bob": "bob-pw-Xk27"}
@@ -40,6 +41,16 @@ SASL_USERS = {"alice": "alice-pw-Zq81", "bob": "bob-pw-Xk27"}
 LOCKED_USERS = {"sluice": "sluice-pw-Tq40", "sluice-writer": "writer-pw-Hh21", "sluice-reader": "reader-pw-Pz88",
                 "bob": SASL_USERS["bob"]}
 _PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+
+def scram_client(user: str, java: bool = False) -> dict[str, str]:
+    """A client's SASL/SCRAM-SHA-512 login as ``user`` (a :data:`LOCKED_USERS` one) over plaintext, to a Sluice that
+    passes it through: librdkafka's properties, or the Java client's (``java``)."""
+    if java:
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.jaas.config": f'{_SCRAM} required username="{user}" password="{LOCKED_USERS[user]}";'}
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+            "sasl.password": LOCKED_USERS[user]}
 _SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 _OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
@@ -73,6 +84,13 @@ class SecureBroker:
     @property
     def sasl_ssl(self) -> str:
         return f"localhost:{self.sasl_ssl_port}"
+
+    def sluice_login(self, user: str = "sluice") -> dict[str, object]:
+        """Sluice's settings (dotted keys) for its own login to the SASL_SSL listener as ``user``, SCRAM over TLS: the
+        upstream of a Sluice whose clients' own SASL logins pass through it."""
+        return {"upstream.tls.enabled": True, "upstream.tls.ca_file": str(self.ca.cert),
+                "upstream.sasl.mechanism": "SCRAM-SHA-512", "upstream.sasl.username": user,
+                "upstream.sasl.password": LOCKED_USERS[user]}
 
     @classmethod
     def start(cls, directory: Path, *, reauth_ms: int = 0, jvm_opts: tuple[str, ...] | None = None,
@@ -134,23 +152,40 @@ def create_scram_user(bootstrap: str, user: str, password: str, mechanisms: tupl
 def allow(bootstrap: str, principal: str, grants: Iterable[Grant]) -> None:
     """Create ACLs allowing ``principal`` (``User:name``) each grant, over the broker's PLAINTEXT listener (a
     super user's)."""
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        AdminClient,
-        ResourcePatternType,
-        ResourceType,
-    )
+    from confluent_kafka.admin import AdminClient
 
-    bindings = [AclBinding(ResourceType[_RESOURCES[g.resource]], g.name, ResourcePatternType[g.pattern.upper()],
-                           principal, "*", AclOperation[_snake(g.operation)], AclPermissionType.ALLOW)
-                for g in grants]
+    bindings = _bindings(principal, grants)
     if not bindings:
         return
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
     for future in admin.create_acls(bindings).values():
         future.result(timeout=30)
+
+
+def revoke(bootstrap: str, principal: str, grants: Iterable[Grant]) -> None:
+    """Delete the ACLs :func:`allow` created for these grants (an operator revoking access while clients run)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_acls(_bindings(principal, grants, filters=True)).values():
+        assert future.result(timeout=30), "no ACL matched"
+
+
+def _bindings(principal: str, grants: Iterable[Grant], filters: bool = False) -> list[Any]:
+    """confluent-kafka's bindings of the grants (``filters``: as delete_acls takes them)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    kind = AclBindingFilter if filters else AclBinding
+    return [kind(ResourceType[_RESOURCES[g.resource]], g.name, ResourcePatternType[g.pattern.upper()],
+                       principal, "*", AclOperation[_snake(g.operation)], AclPermissionType.ALLOW)
+            for g in grants]
 
 
 #: Kafka's resource types as confluent-kafka's enum names them

@@ -19,8 +19,13 @@ from typing import Protocol, TypeVar
 from ..wire.model import Message
 from .exchange import Signal
 
-__all__ = ["ANY_BROKER", "AnyBroker", "Broker", "BrokerCalls", "BrokerRequests", "Call", "Coordinator", "Sender",
-           "Target", "Work"]
+__all__ = ["ANY_BROKER", "AnyBroker", "Broker", "BrokerCalls", "BrokerRequests", "Call", "Coordinator",
+           "NotAuthorized", "Sender", "Target", "Work"]
+
+
+class NotAuthorized(OSError):
+    """The cluster refused a request of the work for want of an ACL (GROUP_AUTHORIZATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED): asking again changes nothing until someone grants it (:attr:`Work.refused`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +68,7 @@ class Sender(Protocol):
     async def locate(self, coordinators: Iterable[Coordinator]) -> dict[Coordinator, Broker]:
         """The brokers of these coordinators, found in one request where not known yet; those the cluster has none
         for now (e.g. __consumer_offsets still being created) are left out. OSError naming what is missing when the
-        cluster refuses one for want of an ACL: no coordinator will ever answer for it."""
+        cluster refuses one for want of an ACL (:class:`NotAuthorized`): no coordinator will ever answer for it."""
         ...
 
     def forget(self, coordinator: Coordinator) -> None:
@@ -93,6 +98,8 @@ class Work(Signal):
     purpose: str = field(default="a policy's own request", kw_only=True)
     #: why the work failed as a whole (None: it ran to its end)
     error: str | None = field(default=None, kw_only=True)
+    #: it failed because the cluster refused it for want of an ACL (:class:`NotAuthorized`), not for a while
+    refused: bool = field(default=False, kw_only=True)
 
     async def run(self, sender: Sender) -> None:
         raise NotImplementedError
@@ -101,10 +108,10 @@ class Work(Signal):
     def ok(self) -> bool:
         return self.settled and self.error is None
 
-    def fail(self, error: str) -> None:
-        """The work failed as a whole: settle with ``error``."""
+    def fail(self, error: str, refused: bool = False) -> None:
+        """The work failed as a whole: settle with ``error`` (``refused``: for want of an ACL)."""
         if not self.settled:
-            self.error = error
+            self.error, self.refused = error, refused
             self.settle()
 
 

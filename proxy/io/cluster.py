@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..accesslog import get_logger
-from ..core.broker_calls import AnyBroker, Broker, BrokerCalls, Coordinator, Target, Work
+from ..core.broker_calls import AnyBroker, Broker, BrokerCalls, Coordinator, NotAuthorized, Target, Work
 from ..core.routing import Address, Router
 from ..core.topic_names import TopicNames
 from ..kafka_acls import AclReporter, principal_name
@@ -203,7 +203,7 @@ class OwnRequests:
         except (TimeoutError, OSError, CodecError, EOFError) as e:
             error = str(e) or type(e).__name__
             log.warning("broker_call_failed", work=type(work).__name__, error=error)
-            work.fail(error)
+            work.fail(error, refused=isinstance(e, NotAuthorized))
         else:
             work.settle()
 
@@ -279,8 +279,8 @@ class _WorkSender:
         except _Denied as e:  # no coordinator will ever answer for these: the work fails now, saying why
             raise self._denied(e) from None
 
-    def _denied(self, e: _Denied) -> OSError:
-        return OSError("; ".join(self.own.refused(GROUP_AUTHORIZATION_FAILED, "Describe", self.purpose, group=g)
+    def _denied(self, e: _Denied) -> NotAuthorized:
+        return NotAuthorized("; ".join(self.own.refused(GROUP_AUTHORIZATION_FAILED, "Describe", self.purpose, group=g)
                                  or g for g in e.groups))
 
     def forget(self, coordinator: Coordinator) -> None:

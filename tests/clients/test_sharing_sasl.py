@@ -5,7 +5,9 @@ the slice groups' offsets and the group descriptions - and its access log to Kaf
 exactly the README's ``instance`` ACLs (proxy/kafka_acls.py). Four consumers share a 2-partition topic: every
 record consumed once, each partition's records in offset order (so each key's in the order produced), each key at
 one consumer, every consumer receives records, the group's committed offsets end at the partitions' end offsets,
-the access-log topic gets the requests, and no call of Sluice's was refused."""
+the access-log topic gets the requests, and no call of Sluice's was refused. And the grant a consumer group usually
+gets, the group by its literal name, given to Sluice instead: its slice groups refused, the group is consumed
+unshared (classic and KIP-848 groups), and the missing prefix grant is named."""
 
 from __future__ import annotations
 
@@ -17,13 +19,13 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from structlog.testing import capture_logs
 
-from proxy.kafka_acls import Grant, grants
+from proxy.kafka_acls import Grant, acl_command, grants
 from proxy.server import Proxy
 from rig.java_tools import JavaTools
 from rig.kafka import end_offsets
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
-from rig.secure_broker import LOCKED_USERS, SecureBroker, allow
+from rig.secure_broker import LOCKED_USERS, SecureBroker, allow, scram_client
 from tests.support.faults import wait_until
 from tests.support.sharing import (
     check_exactly_once,
@@ -32,6 +34,7 @@ from tests.support.sharing import (
     members_of,
     produce,
     settled,
+    stable_members,
     wait_for_all,
 )
 from tests.support.topics import committed_offsets
@@ -40,6 +43,14 @@ pytestmark = pytest.mark.broker
 
 PARTITIONS, CONSUMERS = 2, 4
 SVC = "sluice"
+#: the consumers' login through Sluice (the application's principal, not Sluice's)
+BOB = scram_client("bob", java=True)
+
+
+def locked_sluice(broker: SecureBroker, topics: str, **settings: object) -> ProxyThread:
+    """A sharing Sluice in front of ``broker``'s SASL_SSL listener, logged in as ``sluice``, sharing ``topics``."""
+    return ProxyThread(broker.sasl_ssl, **{"sharing.enabled": True, "sharing.topics": [{"topic": topics}],
+                                           **broker.sluice_login(SVC), **settings})
 
 
 def test_sharing_on_a_locked_cluster_with_sluices_documented_acls(locked_broker: SecureBroker,
@@ -56,17 +67,10 @@ def test_sharing_on_a_locked_cluster_with_sluices_documented_acls(locked_broker:
                                                 Grant("Group", group, "literal", "Read")])
     tls = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(locked_broker.ca.cert),
            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": SVC, "sasl.password": LOCKED_USERS[SVC]}
-    bob = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
-           "sasl.jaas.config": f'org.apache.kafka.common.security.scram.ScramLoginModule required '
-                               f'username="bob" password="{LOCKED_USERS["bob"]}";'}
-    with capture_logs() as events, ProxyThread(locked_broker.sasl_ssl, **{
-            "sharing.enabled": True, "sharing.topics": [{"topic": "share-sasl-*"}],
-            "upstream.tls.enabled": True, "upstream.tls.ca_file": str(locked_broker.ca.cert),
-            "upstream.sasl.mechanism": "SCRAM-SHA-512", "upstream.sasl.username": SVC,
-            "upstream.sasl.password": LOCKED_USERS[SVC],
+    with capture_logs() as events, locked_sluice(locked_broker, "share-sasl-*", **{
             "logging.access_log_kafka.enabled": True, "logging.access_log_kafka.topic": access_log,
             "logging.access_log_kafka.properties": tls}) as sluice, \
-            members_of(*(java_member(java_tools, sluice.bootstrap, topic, group, f"sasl-share-{i}", props=bob)
+            members_of(*(java_member(java_tools, sluice.bootstrap, topic, group, f"sasl-share-{i}", props=BOB)
                          for i in range(CONSUMERS))) as members:
         assert sluice.proxy.router.upstream  # the brokers were learnt at start, through Sluice's own login
         settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
@@ -99,6 +103,49 @@ def test_sharing_on_a_locked_cluster_with_sluices_documented_acls(locked_broker:
     refused = [e for e in events if e["event"] in ("kafka_not_authorized", "group_call_failed", "topic_lookup_failed",
                                                    "access_log_kafka_delivery_failed", "access_log_kafka_error")]
     assert not refused, refused
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_group_whose_slice_groups_sluice_may_not_use_is_consumed_unshared(locked_broker: SecureBroker,
+                                                                             java_tools: JavaTools,
+                                                                             protocol: str) -> None:
+    """Sluice's principal granted the group by its literal name, the grant a consumer group usually gets, instead of
+    the prefix the ACL table asks for: every slice group is refused. The group is consumed as without Sluice (two of
+    the four consumers get a partition each; every record once, in order; its commits the group's own, reaching
+    the partitions' ends), both protocols, and what is missing is said: the prefix grant. Before, the classic
+    consumers' OffsetFetch was told to retry for as long as the grant was missing, and they consumed nothing."""
+    topic = f"share-lit-{uuid.uuid4().hex[:8]}"
+    group = f"g-{topic}"
+    admin = AdminClient({"bootstrap.servers": locked_broker.plaintext, "log_level": 0})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    documented = grants(["instance"], {"topic": topic, "group": group, "shared_topic": topic,
+                                       "access_log_topic": topic})
+    literal = [Grant(g.resource, g.name, "literal", g.operation) for g in documented if g.name in (topic, group)]
+    assert any(g.resource == "Group" and g.name == group for g in literal)
+    allow(locked_broker.plaintext, f"User:{SVC}", literal)
+    allow(locked_broker.plaintext, "User:bob", [Grant("Topic", topic, "literal", "Read"),
+                                                Grant("Group", group, "literal", "Read")])
+    with capture_logs() as events, locked_sluice(locked_broker, "share-lit-*") as sluice, \
+            members_of(*(java_member(java_tools, sluice.bootstrap, topic, group, f"lit-{protocol}-{i}", props=BOB,
+                                     protocol=protocol) for i in range(CONSUMERS))) as members:
+        settled(lambda: (stable_members(admin, group) == CONSUMERS, 0))
+        produced = produce(locked_broker.plaintext, topic, 400, keys=40, tag="literal")
+        wait_for_all(members, {v for _, v in produced})
+        check_exactly_once(members, produced)
+        assert sum(1 for m in members if m.received) == PARTITIONS  # a partition each: not shared
+        assert sluice.total("sluice_sharing_assignments_total") == 0
+        assert sluice.total("sluice_sharing_not_shared_total", reason="slice_groups_refused") >= 1
+        ends = {p: admin_end(locked_broker, topic, p) for p in range(PARTITIONS)}
+
+        def committed() -> dict[int, int]:
+            return committed_offsets(admin, group, topic, PARTITIONS)
+
+        wait_until(lambda: committed() == ends, 60, lambda: f"committed {committed()} to reach {ends}")
+    said = [e for e in events if e["event"] == "sharing_slice_groups_refused"]
+    assert said and all(e["group"] == group for e in said)
+    missing = [e for e in events if e["event"] == "kafka_not_authorized"]
+    assert [e["grant"] for e in missing] == [acl_command(f"User:{SVC}", "Group", group, ("Read", "Describe"),
+                                                         "prefixed")]
 
 
 async def _name_of(proxy: Proxy, topic_id: bytes) -> str | None:

@@ -14,6 +14,7 @@ from proxy.core.broker_calls import BrokerCalls, Work
 from proxy.core.chain import ChainConnection
 from proxy.core.exchange import Exchange
 from proxy.policies.sharing import marker
+from proxy.policies.sharing.access import RECHECK_S
 from proxy.policies.sharing.frontier import decode_metadata, encode_metadata, slice_group
 from proxy.policies.sharing.group_calls import Committed, GroupCall
 from proxy.policies.sharing.keys import WHOLE, Slice, key_hash
@@ -54,6 +55,9 @@ class FakeCoordinators:
         self.refuse: Callable[[GroupCall], bool] = lambda call: False
         #: calls held unanswered (a slow coordinator), until :meth:`release`
         self.held: list[Work] | None = None
+        #: groups whose slice groups Sluice's login may not use (an authorizer with a literal grant on the group
+        #: alone): a call naming one fails refused, as the I/O layer fails one whose FindCoordinator was refused
+        self.denied: set[str] = set()
 
     def attach(self, calls: BrokerCalls) -> None:
         calls.on_work = lambda: self.run(calls.take())
@@ -71,6 +75,9 @@ class FakeCoordinators:
             self.calls.append(call)
             if self.down or self.refuse(call):
                 call.fail("coordinator down")
+                continue
+            if any(g.startswith(f"{d}.sluice-slice-") for g in call.groups for d in self.denied):
+                call.fail("not authorized to describe groups", refused=True)
                 continue
             for group, commits in call.commits.items():
                 for tp, (offset, md) in commits.items():
@@ -482,6 +489,71 @@ def test_failed_own_requests_fail_commits_and_offset_fetches_retriably() -> None
     assert clients[0].answer(ex, body).groups[0].error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS: retried
 
 
+def test_a_group_whose_slice_groups_sluices_login_may_not_use_is_consumed_unshared() -> None:
+    """A locked-down cluster granting Sluice's principal the group by its literal name only: its slice groups are
+    refused, so Sluice asks before sharing (one OffsetFetch of a slice group) and the group goes on as its clients
+    assign it, their offsets the group's own; said, and asked again at a rebalance RECHECK_S later."""
+    proxy, fake = sharing_proxy()
+    fake.denied = {GROUP}
+    plan = {"m1": assignment({TOPIC: [0]}), "m2": assignment({TOPIC: [1]}), "m3": assignment({TOPIC: [2]})}
+    with capture_logs() as events:
+        clients = group_clients(proxy, 5)
+        exchanges = [join(c) for c in clients]
+        for ex in exchanges:  # not marked: the leader's assignor sees the subscriptions as the clients sent them
+            assert bytes(sent(ex).protocols[0].metadata) == subscription([TOPIC])
+        joined = [(c.member_id, subscription([TOPIC])) for c in clients]
+        for c, ex in zip(clients[1:], exchanges[1:], strict=True):
+            join_answer(c, ex, [], leader="m1")
+        join_answer(clients[0], exchanges[0], joined)
+        got = sync_all(clients, 1, {c.member_id: plan.get(c.member_id, assignment({})) for c in clients})
+    assert got == {c.member_id: plan.get(c.member_id, assignment({})) for c in clients}
+    checks = [c for c in fake.calls if c.reads]
+    assert [sorted(c.reads) for c in checks] == [[slice_group(GROUP, Slice(0, 2))]]  # asked once, not per member
+    assert proxy.metrics.total("sluice_sharing_assignments_total") == 0
+    # learnt once, and each member's join left unmarked
+    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="slice_groups_refused") == 1 + 5
+    said = [e for e in events if e["event"] == "sharing_slice_groups_refused"]
+    assert said and "Read and Describe on the group id as a prefix" in said[0]["detail"]
+    ex = offset_fetch(clients[0], [0])
+    assert ex.pending is None and ex.answer is None  # the group's own offsets, relayed: nothing of Sluice's read
+    assert offset_fetch_answer(clients[0], ex, {0: 100}) == {0: (100, "")}
+    assert len(fetch(clients[0], records(40))) == 40  # partition 0 whole, nothing filtered
+    # a rebalance soon after is not asked again; one RECHECK_S later is, and a grant added meanwhile shares it
+    join_all(clients, 2)
+    assert len([c for c in fake.calls if c.reads]) == 1
+    fake.denied = set()
+    proxy.clock.now += RECHECK_S
+    got = join_all(clients, 3)
+    assert proxy.metrics.total("sluice_sharing_assignments_total") == 1
+    assert got["m4"] != assignment({}) and marker.strip_assignment(STORED["m4"])[1]  # m4 holds a slice now
+
+
+def test_a_refusal_learnt_from_a_shared_groups_calls_makes_its_members_rejoin_unshared() -> None:
+    """The grant revoked from a group already shared: the first call refused files the group, its members holding
+    slices are made to rejoin, unmarked; a partition kept with its slice widened to whole is left out one generation
+    (as any slice that widens), then handed whole, its offsets the group's own."""
+    proxy, fake = sharing_proxy()
+    clients, _ = form_group(proxy, 5)  # m1 holds slice 0/2 of partition 0
+    m1 = clients[0]
+    fake.denied = {GROUP}
+    assert refused_retriably(commit(m1, {0: 130}))  # one slice's position is never the group's commit
+    assert GROUP not in fake.offsets
+    assert proxy.metrics.total("sluice_sharing_not_shared_total", reason="slice_groups_refused") == 1
+    assert heartbeat_answer(m1, 1) == 27  # REBALANCE_IN_PROGRESS: it rejoins
+    plan = {"m1": assignment({TOPIC: [0]}), "m2": assignment({TOPIC: [1]}), "m3": assignment({TOPIC: [2]})}
+    got = join_all(clients, 2)
+    assert got["m1"] == assignment({})  # partition 0 left out: m1's client would go on from its slice's position
+    assert heartbeat_answer(m1, 2) == 27
+    got = join_all(clients, 3)
+    assert got == {c.member_id: plan.get(c.member_id, assignment({})) for c in clients}
+    ex = offset_fetch(m1, [0])
+    assert ex.pending is None and ex.answer is None  # relayed: the group's commit, the slices' stable offset
+    assert offset_fetch_answer(m1, ex, {0: 100}) == {0: (100, "")}
+    ex = commit(m1, {0: 140})
+    assert ex.answer is None and sent(ex).topics[0].partitions[0].committed_offset == 140
+    assert len(fetch(m1, records(40))) == 40
+
+
 def test_a_partition_kept_with_a_grown_slice_is_left_out_and_its_member_rejoins() -> None:
     proxy, _ = sharing_proxy()
     clients, _ = form_group(proxy, 5)  # m1 holds slice 0/2 of partition 0
@@ -776,6 +848,60 @@ def test_kip848_group_shared_by_heartbeats_the_broker_seeing_its_own_assignment(
     assert decode_request(ex.frame)[0].client_id == "app-1#sluice-share=orders|0:0:0/1"
     assert cg_answer(c1, ex, 3, None) == [0]
     assert len(fetch(c1, records(40))) == 40
+
+
+def test_kip848_group_whose_slice_groups_sluices_login_may_not_use_is_consumed_unshared() -> None:
+    """A KIP-848 group refused its slice groups: its members' heartbeats go unmarked (no opt-in in the client id,
+    nothing claimed) and each client is handed what the broker assigned it."""
+    proxy, fake = sharing_proxy()
+    fake.denied = {GROUP}
+    c1, c2 = Client(proxy, "app-1", 1), Client(proxy, "app-2", 2)
+    c1.member_id, c2.member_id = "m1", "m2"
+    fake.described_consumer[GROUP] = cg_described(2, [("m1", "app-1", [0]), ("m2", "app-2", [])])
+    ex = cg_heartbeat(c1, 0, [], subscribe=True)
+    assert decode_request(ex.frame)[0].client_id == "app-1"
+    assert cg_answer(c1, ex, 1, [0]) == [0]
+    ex = cg_heartbeat(c2, 0, [], subscribe=True)
+    assert decode_request(ex.frame)[0].client_id == "app-2"
+    assert cg_answer(c2, ex, 2, []) == []
+    assert len(fetch(c1, records(40))) == 40
+    assert [sorted(c.reads) for c in fake.calls if c.reads] == [[slice_group(GROUP, Slice(0, 2))]]
+
+
+def test_kip848_refusal_learnt_from_a_shared_groups_calls_unshares_it_through_its_heartbeats() -> None:
+    """A KIP-848 group shared, then its slice groups refused to Sluice's login: nothing is laid out any more, so each
+    client is handed the broker's assignment as slices change: m2's slice taken back, m1's widened to the whole
+    partition revoked first and handed again once m2's claim is gone (new to its client: from the group's committed
+    offset). A member whose client holds what the broker assigned it goes unmarked."""
+    proxy, fake = sharing_proxy()
+    c1, c2 = Client(proxy, "app-1", 1), Client(proxy, "app-2", 2)
+    c1.member_id, c2.member_id = "m1", "m2"
+    fake.described_consumer[GROUP] = cg_described(2, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]),
+                                                      ("m2", "app-2#sluice-share=orders|0:0:1/2", [])])
+    ex = cg_heartbeat(c1, 0, [], subscribe=True)
+    assert cg_answer(c1, ex, 2, [0]) == [0]
+    ex = cg_heartbeat(c2, 0, [], subscribe=True)
+    assert cg_answer(c2, ex, 2, []) == [0]
+    assert len(fetch(c1, records(40))) + len(fetch(c2, records(40))) == 40  # shared: each its slice's keys
+    fake.denied = {GROUP}
+    assert refused_retriably(commit(c2, {0: 130}))
+    ex = cg_heartbeat(c2, 2, [0])
+    assert cg_answer(c2, ex, 2, None) == []  # m2's slice taken back: the broker assigned it nothing
+    ex = cg_heartbeat(c2, 2, [])
+    assert decode_request(ex.frame)[0].client_id == "app-2"  # holds what the broker assigned it: unmarked
+    assert cg_answer(c2, ex, 2, None) is None
+    fake.described_consumer[GROUP] = cg_described(2, [("m1", "app-1#sluice-share=orders|0:0:0/2", [0]),
+                                                      ("m2", "app-2", [])])
+    ex = cg_heartbeat(c1, 2, [0])
+    assert cg_answer(c1, ex, 2, None) == []  # widened to whole: revoked from the client first
+    ex = cg_heartbeat(c1, 2, [])
+    assert cg_answer(c1, ex, 2, None) == [0]  # then handed whole, m2's claim gone
+    ex = cg_heartbeat(c1, 2, [0])
+    assert decode_request(ex.frame)[0].client_id == "app-1"
+    assert cg_answer(c1, ex, 2, None) is None
+    assert len(fetch(c1, records(40))) == 40
+    ex = offset_fetch(c1, [0])
+    assert ex.pending is None and ex.answer is None  # the group's own offsets, relayed
 
 
 def test_kip848_member_learnt_from_the_group_after_a_restart() -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.broker_calls import Broker, Coordinator, Sender, Work
+from ...core.broker_calls import Broker, Coordinator, NotAuthorized, Sender, Work
 from ...wire.api_keys import ApiKey
 from ...wire.messages import request_codec
 from ...wire.model import Message, TopicPartition
@@ -157,7 +157,9 @@ class GroupCall(Work):
                     continue
                 if entry.error_code:
                     refused = sender.authorization(entry.error_code, "Describe", group=entry.group_id)
-                    raise CoordinatorError(refused or f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
+                    if refused:
+                        raise NotAuthorized(refused)
+                    raise CoordinatorError(f"OffsetFetch of {entry.group_id}: error {entry.error_code}")
                 read: dict[TopicPartition, Committed] = {}
                 for t in entry.topics:
                     for p in t.partitions:

@@ -45,6 +45,7 @@ from ...wire.errors import CodecError
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageResponse, ResponseView
 from . import assignor, marker, offsets
+from .access import Checking
 from .keys import WHOLE
 from .members import Member, PartitionState, member_key
 from .state import LeaderRound, SharingState
@@ -68,7 +69,7 @@ class GroupTicket:
 # ------------------------------------------------------------------------------------------- JoinGroup
 
 
-def join_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> GroupTicket | None:
+def join_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> GroupTicket | Checking | None:
     body = ex.body
     if body.protocol_type != CONSUMER:
         return None
@@ -79,11 +80,21 @@ def join_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> GroupTi
         p.not_shared("streams_group", ex.client_id, body.group_id,
                      detail="a Kafka Streams member: its tasks own whole partitions, Sluice does not share them")
         return GroupTicket(None, False)
+    check = p.access.check(body.group_id)
+    if check is not None:  # may Sluice's login use the group's slice groups? (.access) Asked before a first share
+        ex.pending = check
+        return Checking(body.group_id)
     m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
     m.rejoin.discard(body.member_id)  # it rejoins: its heartbeats are the coordinator's to answer again
     if collision:
         p.not_shared("client_id_collision", ex.client_id, body.group_id)
         return GroupTicket(m, True)
+    if p.access.refused(body.group_id) is not None:
+        # Not marked: the leader's assignment goes on as the client's assignor made it. Its marks of the last
+        # generation stay, so a partition it held a slice of and now gets whole is first left out and it rejoins
+        # (sync_response): new to the client, it starts from the group's committed offset
+        p.not_shared("slice_groups_refused", ex.client_id, body.group_id, detail=p.refused_detail(body.group_id))
+        return GroupTicket(m, False)
     holds = m.partitions or {}
 
     def not_owned(tp: TopicPartition) -> bool:

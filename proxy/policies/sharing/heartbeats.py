@@ -45,6 +45,7 @@ from ...wire.messages import response_codec
 from ...wire.model import Message, TopicPartition
 from ...wire.views import MessageRequest, MessageResponse, ResponseView, local_response
 from . import layout as layouts
+from .access import Checking
 from .group_calls import GroupCall
 from .keys import WHOLE, Slice
 from .members import (
@@ -103,8 +104,11 @@ def _name(p: SharingState, names: dict[bytes, str], tid: bytes) -> str | None:
 # ------------------------------------------------------------------------------------------------ request
 
 
-def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket | None:
+def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket | Checking | None:
     body = ex.body
+    if body.member_epoch >= 0 and (check := p.access.check(body.group_id)) is not None:
+        ex.pending = check  # may Sluice's login use the group's slice groups? (.access) Asked before a first share
+        return Checking(body.group_id)
     m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
     if collision:
         p.not_shared("client_id_collision", ex.client_id, body.group_id)
@@ -134,6 +138,16 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
             ids = {name: tid for tid, name in _names(p, m).items()}
             m.hold({tp: state for tp, state in m.partitions.items() if ids.get(tp[0]) is None
                     or (ids[tp[0]], tp[1]) in owned | (st.given or set())})
+    if st.marked and p.access.refused(body.group_id) is not None:
+        # Sluice may not use the group's slice groups (.access): nothing is laid out for it (_desired), so the
+        # client is handed the broker's assignment, a slice that widens to its whole partition revoked first and
+        # handed again once the client let it go and no other member claims a slice of it (as any slice that
+        # changes, response). Once its client holds what the broker assigned it, whole, the member goes unmarked:
+        # relayed as without Sluice (the broker sends an assignment only when its own changes, so not before)
+        p.not_shared("slice_groups_refused", ex.client_id, body.group_id, detail=p.refused_detail(body.group_id))
+        if st.broker is not None and st.given == st.broker and not st.widening \
+                and all(state.slice.whole for state in (m.partitions or {}).values()):
+            st.marked = frozenset()
     ticket = HeartbeatTicket(m, st)
     ex.collect = True
     lay = p.layouts.get(m.group)
@@ -310,7 +324,8 @@ def _desired(p: SharingState, m: Member, st: HeartbeatState, names: dict[bytes, 
     """What the member's client should hold: its layout's slices of the shared topics it is marked for, the broker's
     assignment of the other topics (whole)."""
     lay = p.layouts.get(m.group)
-    laid_out = {t for t in (lay.shared if lay is not None else ()) if t in st.marked}
+    refused = p.access.refused(m.group) is not None  # nothing laid out: the broker's assignment, whole
+    laid_out = {t for t in (lay.shared if lay is not None and not refused else ()) if t in st.marked}
     out: dict[IdPartition, Slice] = {}
     for tid, part in st.broker or ():
         if _name(p, names, tid) not in laid_out:

@@ -56,7 +56,9 @@ class SharingMetrics:
             "to tasks), "
             "client_id_collision (two members with one client.id and host behind one Sluice), "
             "bad_marker / bad_assignment (undecodable group protocol data), member_unknown (an opted-in client's "
-            "fetches passed unfiltered: no group member seen for it), undecodable_batch (a batch passed unfiltered).",
+            "fetches passed unfiltered: no group member seen for it), undecodable_batch (a batch passed unfiltered), "
+            "slice_groups_refused (Sluice's login may not use a group's slice groups: learnt, and each member's "
+            "join while it may not).",
             ["reason"], registry=r)
         self.sharing_withheld = Counter(
             "sluice_sharing_withheld_partitions_total",

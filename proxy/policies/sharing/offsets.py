@@ -152,7 +152,7 @@ def _plan_fetch(p: SharingState, ex: Exchange, m: Member, group: str,
     else:
         wanted_tps = [(name, part) for t in topics if (name := _name(p, t)) for part in t.partition_indexes]
     wanted = {tp: s for tp in wanted_tps if (s := _slice_for(p, m, tp)) is not None}
-    if not wanted:
+    if not wanted or _unshared(p, group, wanted):
         return None
     if (writing := _writing_any(m, wanted)) is not None:
         ex.pending = writing  # the slice's position is read once the commit of it in flight is in
@@ -162,6 +162,15 @@ def _plan_fetch(p: SharingState, ex: Exchange, m: Member, group: str,
     ex.pending = ticket.read
     ex.collect = True  # the answer is edited: each partition's slice start
     return ticket
+
+
+def _unshared(p: SharingState, group: str, wanted: dict[TopicPartition, Slice]) -> bool:
+    """A group whose slice groups Sluice may not use (:mod:`.access`) and a member holding its partitions whole:
+    its offsets are the group's own, relayed as they are (the slices' positions cannot be read: a partition shared
+    before the refusal starts from the group's commit, the slices' stable offset, at least once). A member still
+    holding a slice is refused retriably until it has rejoined (the commit of one slice's position as the group's
+    could pass records of the other slices no one consumed)."""
+    return p.access.refused(group) is not None and all(s.whole for s in wanted.values())
 
 
 def _writing_any(m: Member, tps: Any) -> Signal | None:
@@ -299,7 +308,7 @@ def _plan_commit(p: SharingState, ex: Exchange, m: Member, body: Message) -> Off
             start = state.start if state is not None else -1
             if not s.whole and offset > start and offset >= 0:
                 own.setdefault(slice_group(group, s), {})[tp] = commits[tp]
-    if not wanted:
+    if not wanted or _unshared(p, group, wanted):
         return None
     ticket = OffsetTicket(m, group, wanted, commits=commits, slices=own)
     ticket.read = FrontierRead(p, group, wanted, _layouts(m, wanted))

@@ -46,6 +46,7 @@ from ...wire.messages import decoded_versions
 from ...wire.model import TopicPartition
 from ...wire.views import FetchResponse, ResponseView
 from . import groups, heartbeats, offsets
+from .access import Checking
 from .cursor import ClientFetches, Gaps, Sent, slice_end
 from .fetch import filter_records
 from .members import Member, PartitionState, member_key
@@ -151,6 +152,8 @@ class Sharing(SharingState, Policy):
         return None
 
     def on_resume(self, ex: Exchange, info: ConnectionInfo, state: Any) -> Any:
+        if isinstance(state, Checking):  # the group's slice groups checked (.access): decided now, read as any
+            return self.on_request(ex, info)
         key = ex.header.api_key
         if key == ApiKey.OFFSET_FETCH:
             return offsets.offset_fetch_resume(self, ex, info, state)

@@ -16,6 +16,7 @@ from ...core.selectors import ClientSelector
 from ...wire.model import TopicPartition
 from ..topic_rules import TopicRules
 from . import assignor
+from .access import SliceAccess
 from .cursor import ClientFetches
 from .fetch import BatchCache
 from .group_calls import GroupCall
@@ -66,6 +67,8 @@ class SharingState:
         self.names = services.names
         #: Sluice's own group requests (submitted through :meth:`submit`, which counts what came of each)
         self.calls: BrokerRequests = services.broker
+        #: whether Sluice's login may use each shared group's slice groups (Kafka ACLs), checked before sharing
+        self.access = SliceAccess(self.submit, self.clock)
         self.rules: TopicRules[bool] = TopicRules({t.topic: t.shared for t in settings.topics})
         self.clients = tuple(ClientSelector(c) if isinstance(c, str) else ClientSelector.of(c)
                              for c in settings.clients)
@@ -101,10 +104,30 @@ class SharingState:
 
     def submit(self, call: GroupCall) -> GroupCall:
         """Hand ``call`` to Sluice's own group requests; once it settles, counted as ``ok`` or ``failed`` (the
-        I/O failed as a whole) in ``sluice_sharing_group_calls_total``."""
-        call.on_settled(lambda: self.metrics.sharing_group_calls.labels("ok" if call.error is None else "failed")
-                        .inc())
+        I/O failed as a whole) in ``sluice_sharing_group_calls_total``, and a refusal for want of an ACL filed
+        (:meth:`_refused`) before anything waiting on the call runs."""
+
+        def settled() -> None:
+            self.metrics.sharing_group_calls.labels("ok" if call.error is None else "failed").inc()
+            for group in self.access.learn(call):
+                self._refused(group)
+
+        call.on_settled(settled)
         return self.calls.submit(call)
+
+    def _refused(self, group: str) -> None:
+        """``group``'s slice groups were refused to Sluice's login: said, and each classic member holding a slice
+        made to rejoin (its JoinGroup then goes unmarked, :mod:`.groups`); a KIP-848 member's next heartbeat goes
+        unmarked (:mod:`.heartbeats`)."""
+        self.not_shared("slice_groups_refused", None, group, detail=self.refused_detail(group))
+        for m in self.members.of_group(group):
+            if m.kip848 is None and m.member_id and any(not st.slice.whole for st in (m.partitions or {}).values()):
+                m.rejoin.add(m.member_id)
+                self.metrics.sharing_rejoins.inc()
+
+    def refused_detail(self, group: str) -> str:
+        return (f"Sluice's login may not use the group's slice groups ({self.access.refused(group)}): consumed "
+                f"unshared until it may (Read and Describe on the group id as a prefix, docs/security.md)")
 
     def shareable(self, topic: str) -> bool:
         return bool(self.rules.get(topic))

@@ -1,0 +1,98 @@
+"""Every fetch policy at once on a locked-down cluster (conftest ``locked_broker``: the authorizer on, nothing allowed
+without an ACL, SASL/SCRAM). The consumers log in through Sluice as bob (their SASL login passes through it: the
+broker authorizes bob), granted one topic and their groups; Sluice owns the fetch sessions on both sides (KIP-227
+terminate), holds each fetch to a small KIP-74 budget, throttles the topic (KIP-73) and meters bob under a client
+quota, and logs in as ``sluice`` for its own requests (the topic names of Fetch v13+), with the ACLs
+proxy/kafka_acls.py documents. A low-rate topic's shape: one record per batch, every codec. Both kinds of consumer,
+the Java client (fetch sessions) and librdkafka (none): every record once, in order, unchanged. Then bob's Read of
+the topic is revoked while both wait for more, caught up: each is told TOPIC_AUTHORIZATION_FAILED, the error Kafka
+defines (the Java client's TopicAuthorizationException), through Sluice's own sessions upstream and the one it
+serves the Java client, instead of being left fetching nothing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from proxy.kafka_acls import Grant, grants
+from rig.java_tools import JavaTools
+from rig.proxy_thread import ProxyThread
+from rig.secure_broker import SecureBroker, allow, revoke, scram_client
+from tests.support.faults import wait_until
+from tests.support.sharing import check_exactly_once, java_member, members_of, produce_one_per_batch, wait_for_all
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS, RECORDS = 3, 240
+#: bounds of the consumers' waits, far above what the policies' rates make them take (~30 kB at ~30 kB/s)
+READ_S, TOLD_S = 90.0, 60.0
+
+
+def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafka_refuses(
+        locked_broker: SecureBroker, java_tools: JavaTools) -> None:
+    topic = f"locked-all-{uuid.uuid4().hex[:8]}"
+    java_group, rd_group = f"java-{topic}", f"rd-{topic}"
+    admin = AdminClient({"bootstrap.servers": locked_broker.plaintext, "log_level": 0})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    allow(locked_broker.plaintext, "User:sluice", grants(["instance"], {
+        "topic": topic, "group": java_group, "shared_topic": topic, "access_log_topic": topic}))
+    reads = Grant("Topic", topic, "literal", "Read")
+    allow(locked_broker.plaintext, "User:bob", [reads, Grant("Group", java_group, "literal", "Read"),
+                                                Grant("Group", rd_group, "literal", "Read")])
+    produced = produce_one_per_batch(locked_broker.plaintext, topic, RECORDS, keys=24, tag="locked")
+    with ProxyThread(locked_broker.sasl_ssl, **{
+            **locked_broker.sluice_login(), "sessions.mode": "terminate",
+            "size_limit.budgets": [{"client_id": "*", "fetch_max_bytes": 4096}],
+            "throttle.leader_rate_bytes": 40_000, "throttle.topics": [{"topic": topic}],
+            "throttle.consumers": [{"client_id": "*"}],
+            "quota.entries": [{"name": "bob", "principal": "bob", "fetch_rate_bytes": 30_000}]}) as sluice, \
+            members_of(java_member(java_tools, sluice.bootstrap, topic, java_group, "locked-java",
+                                   props=scram_client("bob", java=True))) as (java,):
+        rd = Consumer({"bootstrap.servers": sluice.bootstrap, "group.id": rd_group, "client.id": "locked-rdkafka",
+                       "auto.offset.reset": "earliest", "log_level": 0, **scram_client("bob")})
+        try:
+            rd.subscribe([topic])
+            got: dict[int, list[tuple[int, str, str]]] = defaultdict(list)
+            deadline = time.monotonic() + READ_S
+            while sum(map(len, got.values())) < RECORDS and time.monotonic() < deadline:
+                m = rd.poll(0.5)
+                if m is None:
+                    continue
+                assert m.error() is None, m.error()
+                key, value, partition, offset = m.key(), m.value(), m.partition(), m.offset()
+                assert key is not None and value is not None and partition is not None and offset is not None
+                got[partition].append((offset, key.decode(), value.decode()))
+            received = [(k, v) for records in got.values() for _, k, v in records]
+            assert sorted(received) == sorted(produced), "librdkafka: records missing, repeated or changed"
+            for records in got.values():
+                assert [o for o, _, _ in records] == sorted({o for o, _, _ in records})  # in offset order
+            wait_for_all([java], {v for _, v in produced})
+            check_exactly_once([java], produced)
+            # the policies had their hand on these fetches (the budget is the requests' max_bytes, which the broker
+            # keeps to, so it changes no response and has no count of its own here)
+            assert sluice.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # terminate
+            assert sluice.total("sluice_throttle_bytes_total") > 0
+            assert sluice.total("sluice_quota_bytes_total") > 0
+
+            revoke(locked_broker.plaintext, "User:bob", [reads])
+            told: list[KafkaError] = []
+
+            def rd_told() -> bool:
+                m = rd.poll(0.5)
+                if m is not None:
+                    error = m.error()
+                    assert error is not None, f"a record after the revocation: {m.value()!r}"
+                    told.append(error)
+                return any(e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in told)
+
+            wait_until(rd_told, TOLD_S, lambda: f"librdkafka to be told TOPIC_AUTHORIZATION_FAILED (told {told})")
+            wait_until(lambda: java.proc.poll() is not None, TOLD_S,
+                       "the Java consumer to stop on TopicAuthorizationException")
+            assert "TopicAuthorizationException" in java.stderr_text(400), java.stderr_text()
+        finally:
+            rd.close()
