@@ -448,6 +448,14 @@ class JavaTools:
     def describe_topic(self, bootstrap: str, topic: str, *, timeout: float = 60.0) -> str:
         return self.topics(bootstrap, "--describe", "--topic", topic, timeout=timeout).stdout
 
+    def share_group_from_earliest(self, bootstrap: str, group: str) -> None:
+        """Share groups on (share.version=1: a new cluster's default from 4.2, GA; to be set on 4.1, a preview; a
+        no-op when set) and ``group`` starting at the log start: a share group starts at the log end by default
+        (share.auto.offset.reset), so records produced before it are its too."""
+        self.run(FEATURE_COMMAND, ["--bootstrap-server", bootstrap, "upgrade", "--feature", "share.version=1"])
+        self.run(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, "--alter", "--entity-type", "groups",
+                                  "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest"])
+
 
 def _text(data: str | bytes | None) -> str:
     if data is None:

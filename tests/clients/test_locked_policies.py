@@ -7,7 +7,8 @@ proxy/kafka_acls.py documents. A low-rate topic's shape: one record per batch, e
 the Java client (fetch sessions) and librdkafka (none): every record once, in order, unchanged. Then bob's Read of
 the topic is revoked while both wait for more, caught up: each is told TOPIC_AUTHORIZATION_FAILED, the error Kafka
 defines (the Java client's TopicAuthorizationException), through Sluice's own sessions upstream and the one it
-serves the Java client, instead of being left fetching nothing."""
+serves the Java client, instead of being left fetching nothing. And KIP-932 share consumers under the same policies,
+bob granted the topic and the share group only: every record once."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from proxy.kafka_acls import Grant, grants
 from rig.java_tools import JavaTools
 from rig.proxy_thread import ProxyThread
 from rig.secure_broker import SecureBroker, allow, revoke, scram_client
+from tests.clients.test_share_policies import consume_all
 from tests.support.faults import wait_until
 from tests.support.sharing import check_exactly_once, java_member, members_of, produce_one_per_batch, wait_for_all
 
@@ -33,24 +35,35 @@ PARTITIONS, RECORDS = 3, 240
 READ_S, TOLD_S = 90.0, 60.0
 
 
+def locked_sluice(broker: SecureBroker, topic: str) -> ProxyThread:
+    """Sluice in front of the broker's SASL_SSL listener, logged in as ``sluice``, with every fetch policy on:
+    terminated sessions, a 4 KiB budget, ``topic`` throttled, bob's fetches under a quota."""
+    return ProxyThread(broker.sasl_ssl, **{
+        **broker.sluice_login(), "sessions.mode": "terminate",
+        "size_limit.budgets": [{"client_id": "*", "fetch_max_bytes": 4096}],
+        "throttle.leader_rate_bytes": 40_000, "throttle.topics": [{"topic": topic}],
+        "throttle.consumers": [{"client_id": "*"}],
+        "quota.entries": [{"name": "bob", "principal": "bob", "fetch_rate_bytes": 30_000}]})
+
+
+def locked_topic(broker: SecureBroker, prefix: str, groups: list[str] | None = None) -> str:
+    """A new topic, Sluice's documented ACLs on it, and bob's: Read on it and on ``groups`` (named after it)."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.plaintext, "log_level": 0})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    allow(broker.plaintext, "User:sluice", grants(["instance"], {
+        "topic": topic, "group": topic, "shared_topic": topic, "access_log_topic": topic}))
+    allow(broker.plaintext, "User:bob", [Grant("Topic", topic, "literal", "Read"),
+                                         *(Grant("Group", f"{g}-{topic}", "literal", "Read") for g in groups or [])])
+    return topic
+
+
 def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafka_refuses(
         locked_broker: SecureBroker, java_tools: JavaTools) -> None:
-    topic = f"locked-all-{uuid.uuid4().hex[:8]}"
+    topic = locked_topic(locked_broker, "locked-all", ["java", "rd"])
     java_group, rd_group = f"java-{topic}", f"rd-{topic}"
-    admin = AdminClient({"bootstrap.servers": locked_broker.plaintext, "log_level": 0})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-    allow(locked_broker.plaintext, "User:sluice", grants(["instance"], {
-        "topic": topic, "group": java_group, "shared_topic": topic, "access_log_topic": topic}))
-    reads = Grant("Topic", topic, "literal", "Read")
-    allow(locked_broker.plaintext, "User:bob", [reads, Grant("Group", java_group, "literal", "Read"),
-                                                Grant("Group", rd_group, "literal", "Read")])
     produced = produce_one_per_batch(locked_broker.plaintext, topic, RECORDS, keys=24, tag="locked")
-    with ProxyThread(locked_broker.sasl_ssl, **{
-            **locked_broker.sluice_login(), "sessions.mode": "terminate",
-            "size_limit.budgets": [{"client_id": "*", "fetch_max_bytes": 4096}],
-            "throttle.leader_rate_bytes": 40_000, "throttle.topics": [{"topic": topic}],
-            "throttle.consumers": [{"client_id": "*"}],
-            "quota.entries": [{"name": "bob", "principal": "bob", "fetch_rate_bytes": 30_000}]}) as sluice, \
+    with locked_sluice(locked_broker, topic) as sluice, \
             members_of(java_member(java_tools, sluice.bootstrap, topic, java_group, "locked-java",
                                    props=scram_client("bob", java=True))) as (java,):
         rd = Consumer({"bootstrap.servers": sluice.bootstrap, "group.id": rd_group, "client.id": "locked-rdkafka",
@@ -79,7 +92,7 @@ def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafk
             assert sluice.total("sluice_throttle_bytes_total") > 0
             assert sluice.total("sluice_quota_bytes_total") > 0
 
-            revoke(locked_broker.plaintext, "User:bob", [reads])
+            revoke(locked_broker.plaintext, "User:bob", [Grant("Topic", topic, "literal", "Read")])
             told: list[KafkaError] = []
 
             def rd_told() -> bool:
@@ -96,3 +109,21 @@ def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafk
             assert "TopicAuthorizationException" in java.stderr_text(400), java.stderr_text()
         finally:
             rd.close()
+
+
+def test_share_consumers_on_a_locked_cluster_under_their_principals_quota_get_every_record_once(
+        locked_broker: SecureBroker, java_tools: JavaTools) -> None:
+    """KIP-932 share consumers (Kafka's console share consumer) logging in through Sluice as bob, granted the topic
+    and the share group only, their ShareFetch budgeted, throttled and held by the quota on their principal: every
+    record of a low-rate topic once (none acquired twice: no lock lapsed while Sluice held a response)."""
+    topic = locked_topic(locked_broker, "locked-share", ["share"])
+    group = f"share-{topic}"
+    java_tools.share_group_from_earliest(locked_broker.plaintext, group)
+    produced = produce_one_per_batch(locked_broker.plaintext, topic, RECORDS, keys=24, tag="shared")
+    with locked_sluice(locked_broker, topic) as sluice:
+        got = consume_all(java_tools, sluice.bootstrap, topic, group, {v for _, v in produced}, within=READ_S,
+                          props=scram_client("bob", java=True))
+        metered = sluice.total("sluice_quota_bytes_total", entry="bob", kind="fetch")
+        throttled = sluice.total("sluice_throttle_bytes_total")
+    assert sorted(got) == sorted(v for _, v in produced), f"{len(got)} delivered for {len(produced)} records"
+    assert metered > 0 and throttled > 0

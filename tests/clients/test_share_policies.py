@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from rig.java_tools import CONFIG_COMMAND, CONSOLE_SHARE_CONSUMER, FEATURE_COMMAND, JavaTools
+from rig.java_tools import CONSOLE_SHARE_CONSUMER, JavaTools
 from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from tests.clients.test_sessions_clients import LineReader
@@ -53,22 +53,15 @@ def _value(i: int) -> str:
     return head + "x" * (VALUE_SIZE - len(head))
 
 
-def _share_group(java_tools: JavaTools, bootstrap: str, group: str) -> None:
-    # share.version=1: a new cluster's default from 4.2 (GA), to be set on 4.1 (preview); a no-op when set.
-    java_tools.run(FEATURE_COMMAND, ["--bootstrap-server", bootstrap, "upgrade", "--feature", "share.version=1"])
-    # A share group starts at the log end by default; earliest, so the records produced before are its.
-    java_tools.run(CONFIG_COMMAND, ["--bootstrap-server", bootstrap, "--alter", "--entity-type", "groups",
-                                    "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest"])
-
-
-def _consume_all(java_tools: JavaTools, bootstrap: str, topic: str, group: str, want: set[str],
-                 within: float, consumers: int = 2) -> list[str]:
-    """``consumers`` share consumers of ``group`` until together they have printed every value of ``want``
-    (bounded by ``within`` s), then closed (a share consumer's close acknowledges what it was handed); every line
-    printed."""
+def consume_all(java_tools: JavaTools, bootstrap: str, topic: str, group: str, want: set[str],
+                within: float, consumers: int = 2, props: dict[str, str] | None = None) -> list[str]:
+    """``consumers`` share consumers of ``group`` (client ids share-policies-N; ``props``: more consumer
+    properties, e.g. a SASL login) until together they have printed every value of ``want`` (bounded by ``within``
+    s), then closed (a share consumer's close acknowledges what it was handed); every line printed."""
+    extra = [a for k, v in (props or {}).items() for a in ("--consumer-property", f"{k}={v}")]
     args_each = [[
         "--bootstrap-server", bootstrap, "--topic", topic, "--group", group, "--timeout-ms", "600000",
-        "--consumer-property", f"client.id=share-policies-{n}",
+        "--consumer-property", f"client.id=share-policies-{n}", *extra,
     ] for n in range(consumers)]  # fmt: skip
     with java_tools.spawned(CONSOLE_SHARE_CONSUMER, args_each) as processes:
         readers = [LineReader(c.stdout) for c in processes]
@@ -88,7 +81,7 @@ def _share_topic_with_records(broker: KafkaBroker, java_tools: JavaTools, topic:
     """The topic with its RECORDS values produced, and its share group (named after it), set up."""
     group = f"share-{topic}"
     java_tools.create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
-    _share_group(java_tools, broker.bootstrap, group)
+    java_tools.share_group_from_earliest(broker.bootstrap, group)
     values = [_value(i) for i in range(RECORDS)]
     java_tools.console_produce(broker.bootstrap, topic, values)
     return topic, group, values
@@ -116,7 +109,7 @@ def test_budget_bounds_share_fetches_and_every_record_is_delivered(
         "size_limit.budgets": [{"client_id": "share-policies-*", "fetch_max_bytes": BUDGET}],
         "logging.access_log": str(log)})
     try:
-        got = _consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120)
+        got = consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120)
         acquired = proxy.total("sluice_share_records_acquired_total")
         accepted = proxy.total("sluice_share_records_acknowledged_total", type="accept")
         clamped = proxy.total("sluice_size_limit_share_clamped_requests_total")
@@ -152,7 +145,7 @@ def test_throttled_share_consumers_get_every_record_and_the_quota_counts_them(
         "throttle.leader_rate_bytes": THROTTLE_BPS, "throttle.topics": [{"topic": topic, "replicas": "*"}],
         "throttle.consumers": [{"client_id": "share-policies-*"}], "logging.access_log": str(log)})
     try:
-        got = _consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120)
+        got = consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120)
         metered = proxy.total("sluice_throttle_bytes_total", side="leader")
     finally:
         proxy.stop()
@@ -180,7 +173,7 @@ def test_share_consumers_held_by_a_fetch_quota_get_every_record_once(
         "quota.entries": [{"client_id": "share-policies-*", "fetch_rate_bytes": QUOTA_BPS}],
         "logging.access_log": str(log)})
     try:
-        got = _consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120, consumers=1)
+        got = consume_all(java_tools, proxy.bootstrap, topic, group, set(values), within=120, consumers=1)
         metered = proxy.total("sluice_quota_bytes_total", entry="entries[0]", kind="fetch")
         held = proxy.total("sluice_quota_throttled_total", entry="entries[0]", api="ShareFetch")
     finally:
