@@ -492,7 +492,8 @@ def test_failed_own_requests_fail_commits_and_offset_fetches_retriably() -> None
 def test_a_group_whose_slice_groups_sluices_login_may_not_use_is_consumed_unshared() -> None:
     """A locked-down cluster granting Sluice's principal the group by its literal name only: its slice groups are
     refused, so Sluice asks before sharing (one OffsetFetch of a slice group) and the group goes on as its clients
-    assign it, their offsets the group's own; said, and asked again at a rebalance RECHECK_S later."""
+    assign it, their offsets the group's own; said, and asked again RECHECK_S later: granted by then, the group is
+    made to rejoin and shared."""
     proxy, fake = sharing_proxy()
     fake.denied = {GROUP}
     plan = {"m1": assignment({TOPIC: [0]}), "m2": assignment({TOPIC: [1]}), "m3": assignment({TOPIC: [2]})}
@@ -518,11 +519,16 @@ def test_a_group_whose_slice_groups_sluices_login_may_not_use_is_consumed_unshar
     assert ex.pending is None and ex.answer is None  # the group's own offsets, relayed: nothing of Sluice's read
     assert offset_fetch_answer(clients[0], ex, {0: 100}) == {0: (100, "")}
     assert len(fetch(clients[0], records(40))) == 40  # partition 0 whole, nothing filtered
-    # a rebalance soon after is not asked again; one RECHECK_S later is, and a grant added meanwhile shares it
+    # a rebalance soon after is not asked again; a heartbeat RECHECK_S later is, and once the grant exists, the
+    # members are made to rejoin: the group is shared from the next generation
     join_all(clients, 2)
+    assert heartbeat_answer(clients[0], 2) == 0
     assert len([c for c in fake.calls if c.reads]) == 1
     fake.denied = set()
+    assert heartbeat_answer(clients[0], 2) == 0
     proxy.clock.now += RECHECK_S
+    assert heartbeat_answer(clients[0], 2) == 27  # REBALANCE_IN_PROGRESS: granted now, it rejoins
+    assert heartbeat_answer(clients[4], 2) == 27
     got = join_all(clients, 3)
     assert proxy.metrics.total("sluice_sharing_assignments_total") == 1
     assert got["m4"] != assignment({}) and marker.strip_assignment(STORED["m4"])[1]  # m4 holds a slice now

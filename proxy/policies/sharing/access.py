@@ -13,10 +13,10 @@ grant, nothing is read twice that was committed. A refusal learnt later, from an
 (the grant revoked), is filed the same way: a classic group's members holding slices are made to rejoin unshared
 (:mod:`.groups`), a KIP-848 group's are handed the broker's assignment as it stands (:mod:`.heartbeats`); a slice
 that widens to its whole partition is taken from the client first, as whenever a slice changes. A refused group is
-asked again at a rebalance at least :data:`RECHECK_S` after: a grant added meanwhile shares the group from that
-rebalance on (a KIP-848 member's: from its next join, when its subscription is sent again). A check that fails for
-another reason (a timeout, the coordinator moving) decides nothing: the group is shared as if granted, its calls
-retried as any.
+asked again at a rebalance, or a classic member's heartbeat, at least :data:`RECHECK_S` after: once granted, its
+classic members are made to rejoin, so the group is shared within about that long of the grant (a KIP-848 group from
+its members' next join, when their subscriptions are sent again). A check that fails for another reason (a timeout,
+the coordinator moving) decides nothing: the group is shared as if granted, its calls retried as any.
 
 Sans-IO: the check is a :class:`~.group_calls.GroupCall` submitted through the state's ``submit`` and waited for as
 a request's ``pending``; the clock is injected.
@@ -51,8 +51,10 @@ class Checking:
 class SliceAccess:
     """What Sluice knows of its own access to each shared group's slice groups."""
 
-    def __init__(self, submit: Callable[[GroupCall], GroupCall], clock: Callable[[], float]) -> None:
-        self._submit, self._clock = submit, clock
+    def __init__(self, submit: Callable[[GroupCall], GroupCall], clock: Callable[[], float],
+                 granted: Callable[[str], None]) -> None:
+        #: ``granted(group)``: a group found refused before is granted now
+        self._submit, self._clock, self._on_granted = submit, clock, granted
         self._granted: set[str] = set()
         #: group -> when a refusal was learnt (and why)
         self._refused: dict[str, tuple[float, str]] = {}
@@ -85,8 +87,9 @@ class SliceAccess:
             return  # filed by learn(), which sees every call first
         if call.error is None:
             self._granted.add(group)
-            self._refused.pop(group, None)
             self._failed.pop(group, None)
+            if self._refused.pop(group, None) is not None:
+                self._on_granted(group)
         else:
             self._failed[group] = self._clock()
 

@@ -316,6 +316,8 @@ def heartbeat_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> An
     if body.member_id in m.rejoin:
         ex.collect = True  # its answer says REBALANCE_IN_PROGRESS (heartbeat_response)
         return m
+    if p.access.refused(body.group_id) is not None:
+        p.access.check(body.group_id)  # asked again now and then: once granted, the members rejoin, marked (.access)
     if not m.known and m.recovering is None and m.kip848 is None:
         offsets.recover(p, m)
     if collision:

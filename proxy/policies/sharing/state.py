@@ -68,7 +68,7 @@ class SharingState:
         #: Sluice's own group requests (submitted through :meth:`submit`, which counts what came of each)
         self.calls: BrokerRequests = services.broker
         #: whether Sluice's login may use each shared group's slice groups (Kafka ACLs), checked before sharing
-        self.access = SliceAccess(self.submit, self.clock)
+        self.access = SliceAccess(self.submit, self.clock, self._granted)
         self.rules: TopicRules[bool] = TopicRules({t.topic: t.shared for t in settings.topics})
         self.clients = tuple(ClientSelector(c) if isinstance(c, str) else ClientSelector.of(c)
                              for c in settings.clients)
@@ -122,6 +122,15 @@ class SharingState:
         self.not_shared("slice_groups_refused", None, group, detail=self.refused_detail(group))
         for m in self.members.of_group(group):
             if m.kip848 is None and m.member_id and any(not st.slice.whole for st in (m.partitions or {}).values()):
+                m.rejoin.add(m.member_id)
+                self.metrics.sharing_rejoins.inc()
+
+    def _granted(self, group: str) -> None:
+        """``group``'s slice groups, refused before, may be used now: its classic members are made to rejoin, marked
+        (:mod:`.groups`), so it is shared from the next generation; a KIP-848 member from its next join."""
+        log.info("sharing_slice_groups_granted", group=group)
+        for m in self.members.of_group(group):
+            if m.kip848 is None and m.member_id:
                 m.rejoin.add(m.member_id)
                 self.metrics.sharing_rejoins.inc()
 
