@@ -115,7 +115,7 @@ def test_a_group_whose_slice_groups_sluice_may_not_use_is_consumed_unshared(lock
     the four consumers get a partition each; every record once, in order; its commits the group's own, reaching
     the partitions' ends), both protocols, and what is missing is said: the prefix grant. Before, the classic
     consumers' OffsetFetch was told to retry for as long as the grant was missing, and they consumed nothing. Once
-    the grant is added, the classic group is shared within RECHECK_S, with nothing consumed before coming again."""
+    the grant is added, the group is shared within RECHECK_S, with nothing consumed before coming again."""
     topic = f"share-lit-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
     admin = AdminClient({"bootstrap.servers": locked_broker.plaintext, "log_level": 0})
@@ -143,17 +143,16 @@ def test_a_group_whose_slice_groups_sluice_may_not_use_is_consumed_unshared(lock
             return committed_offsets(admin, group, topic, PARTITIONS)
 
         wait_until(lambda: committed() == ends, 60, lambda: f"committed {committed()} to reach {ends}")
-        if protocol == "classic":
-            # The prefix grant added: a heartbeat RECHECK_S later, Sluice finds it and the members rejoin, shared
-            # (a KIP-848 group from its members' next join: not waited for here)
-            allow(locked_broker.plaintext, f"User:{SVC}", [g for g in documented if g.resource == "Group"])
-            settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
-                             sluice.total("sluice_sharing_assignments_total")), timeout=RECHECK_S + 90)
-            assert sluice.total("sluice_sharing_partition_members", group=group) == CONSUMERS // PARTITIONS
-            more = produce(locked_broker.plaintext, topic, 400, keys=40, tag="granted")
-            wait_for_all(members, {v for _, v in more})
-            check_exactly_once(members, produced + more)  # nothing consumed before the grant came again
-            assert all(m.received for m in members)
+        # The prefix grant added: at a heartbeat RECHECK_S later Sluice finds it, and the group is shared (classic:
+        # its members rejoin; KIP-848: marked again, the layout hands the slices)
+        allow(locked_broker.plaintext, f"User:{SVC}", [g for g in documented if g.resource == "Group"])
+        settled(lambda: (sluice.total("sluice_sharing_partitions", group=group),
+                         sluice.total("sluice_sharing_assignments_total")), timeout=RECHECK_S + 90)
+        assert sluice.total("sluice_sharing_partition_members", group=group) == CONSUMERS // PARTITIONS
+        more = produce(locked_broker.plaintext, topic, 400, keys=40, tag="granted")
+        wait_for_all(members, {v for _, v in more})
+        check_exactly_once(members, produced + more)  # nothing consumed before the grant came again
+        assert all(m.received for m in members)
     said = [e for e in events if e["event"] == "sharing_slice_groups_refused"]
     assert said and all(e["group"] == group for e in said)
     missing = [e for e in events if e["event"] == "kafka_not_authorized"]

@@ -908,6 +908,11 @@ def test_kip848_refusal_learnt_from_a_shared_groups_calls_unshares_it_through_it
     assert len(fetch(c1, records(40))) == 40
     ex = offset_fetch(c1, [0])
     assert ex.pending is None and ex.answer is None  # the group's own offsets, relayed
+    # the grant added: a heartbeat RECHECK_S later asks again, and the member is marked again, shared from here on
+    fake.denied = set()
+    proxy.clock.now += RECHECK_S
+    ex = cg_heartbeat(c2, 2, [])
+    assert decode_request(ex.frame)[0].client_id.startswith("app-2#sluice-share=orders|")
 
 
 def test_kip848_member_learnt_from_the_group_after_a_restart() -> None:

@@ -13,10 +13,10 @@ grant, nothing is read twice that was committed. A refusal learnt later, from an
 (the grant revoked), is filed the same way: a classic group's members holding slices are made to rejoin unshared
 (:mod:`.groups`), a KIP-848 group's are handed the broker's assignment as it stands (:mod:`.heartbeats`); a slice
 that widens to its whole partition is taken from the client first, as whenever a slice changes. A refused group is
-asked again at a rebalance, or a classic member's heartbeat, at least :data:`RECHECK_S` after: once granted, its
-classic members are made to rejoin, so the group is shared within about that long of the grant (a KIP-848 group from
-its members' next join, when their subscriptions are sent again). A check that fails for another reason (a timeout,
-the coordinator moving) decides nothing: the group is shared as if granted, its calls retried as any.
+asked again at a rebalance or a member's heartbeat at least :data:`RECHECK_S` after: once granted, its classic
+members are made to rejoin and its KIP-848 members are marked again, so the group is shared within about that long
+of the grant. A check that fails for another reason (a timeout, the coordinator moving) decides nothing: the group
+is shared as if granted, its calls retried as any.
 
 Sans-IO: the check is a :class:`~.group_calls.GroupCall` submitted through the state's ``submit`` and waited for as
 a request's ``pending``; the clock is injected.

@@ -116,7 +116,8 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
     st = m.kip848
     epoch = body.member_epoch
     if epoch == 0:  # a member joining (again): nothing it held is left (KIP-848: epoch 0)
-        st = m.kip848 = HeartbeatState(marked=st.marked if st is not None else frozenset(), broker=set(),
+        st = m.kip848 = HeartbeatState(marked=st.marked if st is not None else frozenset(),
+                                       shareable=st.shareable if st is not None else frozenset(), broker=set(),
                                        owned=set(), given=set())
         m.hold({})
     elif st is None:  # a member this Sluice has not seen join (it restarted): learnt from the group's description
@@ -124,11 +125,11 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
     if epoch < 0:
         return None  # leaving (-1; -2: a static member's temporary leave): relayed as it is
     if body.subscribed_topic_names is not None:
-        st.marked = frozenset(t for t in body.subscribed_topic_names if p.shareable(t))
+        st.marked = st.shareable = frozenset(t for t in body.subscribed_topic_names if p.shareable(t))
     if body.get("subscribed_topic_regex"):
         p.not_shared("kip848_group", ex.client_id, body.group_id,
                      detail="a regular-expression subscription (KIP-848): Sluice shares topics subscribed by name")
-        st.marked = frozenset()
+        st.marked = st.shareable = frozenset()
     owned = _ids(body.topic_partitions)
     if owned is not None:
         st.owned = owned
@@ -148,6 +149,8 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
         if st.broker is not None and st.given == st.broker and not st.widening \
                 and all(state.slice.whole for state in (m.partitions or {}).values()):
             st.marked = frozenset()
+    elif st.shareable and not st.marked and p.access.refused(body.group_id) is None:
+        st.marked = st.shareable  # the slice groups granted since (.access): marked again, shared from here on
     ticket = HeartbeatTicket(m, st)
     ex.collect = True
     lay = p.layouts.get(m.group)
@@ -259,7 +262,7 @@ def recovered(p: SharingState, m: Member, entry: Message) -> dict[TopicPartition
     mark = layouts.read_mark(mine.client_id)
     st = m.kip848 = HeartbeatState()
     st.broker = {(bytes(t.topic_id), part) for t in mine.assignment.topic_partitions for part in t.partitions}
-    st.marked = frozenset(t for t in (mark[0] if mark is not None else ()) if p.shareable(t))
+    st.marked = st.shareable = frozenset(t for t in (mark[0] if mark is not None else ()) if p.shareable(t))
     claims = {tp: s for tp, s in (mark[1] if mark is not None else {}).items() if tp[0] in st.marked}
     ids = {t.topic_name: bytes(t.topic_id) for t in mine.assignment.topic_partitions}
     ids.update(p.layouts[m.group].topic_ids)

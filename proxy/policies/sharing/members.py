@@ -119,6 +119,9 @@ class HeartbeatState:
 
     #: topics its Sluice lets it share (its subscription's shareable topics), marked in its heartbeats' client id
     marked: frozenset[str] = frozenset()
+    #: its subscription's shareable topics: what it is marked for while Sluice may use the group's slice groups
+    #: (:mod:`.access`), kept while it is not, since a client sends its subscription only when it changes
+    shareable: frozenset[str] = frozenset()
     #: the member epoch of the broker's last answer
     epoch: int = -1
     #: the broker's assignment of the member (the last one it sent)

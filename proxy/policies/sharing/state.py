@@ -127,7 +127,8 @@ class SharingState:
 
     def _granted(self, group: str) -> None:
         """``group``'s slice groups, refused before, may be used now: its classic members are made to rejoin, marked
-        (:mod:`.groups`), so it is shared from the next generation; a KIP-848 member from its next join."""
+        (:mod:`.groups`), so it is shared from the next generation (a KIP-848 member is marked again at its next
+        heartbeat, :mod:`.heartbeats`)."""
         log.info("sharing_slice_groups_granted", group=group)
         for m in self.members.of_group(group):
             if m.kip848 is None and m.member_id:
