@@ -651,12 +651,14 @@ def test_collision_two_consumers_with_one_client_id_are_not_marked() -> None:
 
 
 def test_clients_not_opted_in_and_topics_not_shared_are_not_marked() -> None:
-    proxy, _ = sharing_proxy(**{"sharing.topics": [{"topic": "orders*"}, {"topic": "orders", "shared": False}]})
+    proxy, fake = sharing_proxy(**{"sharing.topics": [{"topic": "orders*"}, {"topic": "orders", "shared": False}]})
     c = Client(proxy, "app-1", 1)
     assert marker.strip_subscription(bytes(sent(join(c)).protocols[0].metadata))[1] is None  # exempt topic
-    proxy, _ = sharing_proxy()
+    assert not fake.calls  # a group it would never share: its slice groups are not asked about (.access)
+    proxy, fake = sharing_proxy()
     c = Client(proxy, "other", 1)
     assert marker.strip_subscription(bytes(sent(join(c)).protocols[0].metadata))[1] is None  # not opted in
+    assert not fake.calls
 
 
 def test_a_kafka_streams_member_is_logged_and_not_shared() -> None:

@@ -80,7 +80,7 @@ def join_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> GroupTi
         p.not_shared("streams_group", ex.client_id, body.group_id,
                      detail="a Kafka Streams member: its tasks own whole partitions, Sluice does not share them")
         return GroupTicket(None, False)
-    check = p.access.check(body.group_id)
+    check = p.access.check(body.group_id) if _subscribes_shareable(p, body) else None
     if check is not None:  # may Sluice's login use the group's slice groups? (.access) Asked before a first share
         ex.pending = check
         return Checking(body.group_id)
@@ -115,6 +115,19 @@ def join_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> GroupTi
     if marked:
         ex.body = body.replace(protocols=protocols)
     return GroupTicket(m, False)
+
+
+def _subscribes_shareable(p: SharingState, body: Message) -> bool:
+    """Whether a JoinGroup subscribes a topic this Sluice shares (in any of its protocols): only a group it may
+    share has its slice groups checked, so a group it never would is neither asked about nor reported refused. An
+    unreadable subscription is not: it is reported when marked (bad_marker)."""
+    for proto in body.protocols:
+        try:
+            if any(p.shareable(t) for t in marker.subscribed_topics(bytes(proto.metadata))):
+                return True
+        except CodecError:
+            continue
+    return False
 
 
 def join_response(p: SharingState, ex: Exchange, response: ResponseView, info: ConnectionInfo,

@@ -106,8 +106,9 @@ def _name(p: SharingState, names: dict[bytes, str], tid: bytes) -> str | None:
 
 def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTicket | Checking | None:
     body = ex.body
-    if body.member_epoch >= 0 and (check := p.access.check(body.group_id)) is not None:
-        ex.pending = check  # may Sluice's login use the group's slice groups? (.access) Asked before a first share
+    check = p.access.check(body.group_id) if body.member_epoch >= 0 and _subscribes_shareable(p, ex) else None
+    if check is not None:  # may Sluice's login use the group's slice groups? (.access) Asked before a first share
+        ex.pending = check
         return Checking(body.group_id)
     m, collision = p.members.attach(member_key(ex), info.conn_id, body.group_id, body.member_id, p.clock())
     if collision:
@@ -161,6 +162,16 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
         return ticket
     _forward(p, ex, ticket)
     return ticket
+
+
+def _subscribes_shareable(p: SharingState, ex: Exchange) -> bool:
+    """Whether the member subscribes a topic this Sluice shares: as this heartbeat says, or as an earlier one said (a
+    client sends its subscription only when it changes). Only then are the group's slice groups checked."""
+    names = ex.body.subscribed_topic_names
+    if names is not None:
+        return any(p.shareable(t) for t in names)
+    m = p.members.get(member_key(ex))
+    return m is not None and m.kip848 is not None and bool(m.kip848.shareable)
 
 
 def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: HeartbeatTicket) -> HeartbeatTicket | None:
