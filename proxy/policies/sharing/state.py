@@ -117,8 +117,8 @@ class SharingState:
 
     def _refused(self, group: str) -> None:
         """``group``'s slice groups were refused to Sluice's login: said, and each classic member holding a slice
-        made to rejoin (its JoinGroup then goes unmarked, :mod:`.groups`); a KIP-848 member's next heartbeat goes
-        unmarked (:mod:`.heartbeats`)."""
+        made to rejoin (its JoinGroup then goes unmarked, :mod:`.groups`); a KIP-848 member is handed the broker's
+        assignment from its next heartbeat on (:mod:`.heartbeats`)."""
         self.not_shared("slice_groups_refused", None, group, detail=self.refused_detail(group))
         for m in self.members.of_group(group):
             if m.kip848 is None and m.member_id and any(not st.slice.whole for st in (m.partitions or {}).values()):
