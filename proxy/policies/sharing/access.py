@@ -35,8 +35,6 @@ __all__ = ["RECHECK_S", "Checking", "SliceAccess"]
 
 #: a group found refused is asked again at its first rebalance after this long (a grant added meanwhile then counts)
 RECHECK_S = 30.0
-#: Kafka's GROUP_AUTHORIZATION_FAILED (Errors.java), as a commit's partition carries it
-_GROUP_AUTHORIZATION_FAILED = 30
 #: the slice group the check reads: any slice group's name falls under the prefix grant the table asks for
 _CHECKED = Slice(0, 2)
 
@@ -100,12 +98,14 @@ class SliceAccess:
         return learnt[1] if learnt is not None else None
 
     def learn(self, call: GroupCall) -> list[str]:
-        """A settled call of Sluice's: the shared groups it found refused, newly (none if it was not refused)."""
-        refused_commit = any(code == _GROUP_AUTHORIZATION_FAILED
-                             for parts in call.committed.values() for code in parts.values())
-        if not (call.refused or refused_commit):
+        """A settled call of Sluice's: the shared groups it found refused, newly (none if it was not refused).
+        Refused as the check sees it (the group's Describe: FindCoordinator, OffsetFetch), so that a grant found by
+        a check holds: a commit refused for want of Read (on a slice group or the topic, which a check could only
+        see by writing a commit) is the commit's to report and retry (:mod:`.offsets`, ``kafka_not_authorized``),
+        not a reason to unshare a group that the next check would share again."""
+        if not call.refused:
             return []
-        why = call.error or "OffsetCommit refused: GROUP_AUTHORIZATION_FAILED"
+        why = call.error or "refused"
         new = []
         for group in sorted(shared_groups(call.groups)):
             if group not in self._refused:
