@@ -9,8 +9,8 @@ read or commit its slices: its members' OffsetFetch would be told to retry for a
 So before the first rebalance Sluice shares a group in, it reads one slice group's offsets (one OffsetFetch, no
 partition) with its own login, and a refused group is **consumed unshared**, as without Sluice, said once a minute
 (``sharing_slice_groups_refused``, beside the ``kafka_not_authorized`` event naming the grant): nothing waits on a
-grant, nothing is read twice that was committed. A refusal learnt later, from any call of a group already shared
-(the grant revoked), is filed the same way: a classic group's members holding slices are made to rejoin unshared
+grant, nothing is read twice that was committed. A refusal learnt later, from a read of a group already shared (the
+grant revoked), is filed the same way: a classic group's members holding slices are made to rejoin unshared
 (:mod:`.groups`), a KIP-848 group's are handed the broker's assignment as it stands (:mod:`.heartbeats`); a slice
 that widens to its whole partition is taken from the client first, as whenever a slice changes. A refused group is
 asked again at a rebalance or a member's heartbeat at least :data:`RECHECK_S` after: once granted, its classic
