@@ -12,6 +12,7 @@ What must hold, from the CLI's answers, the instances' admin API and logs, and t
 - the history shows every change with the principal the admin API authenticated; a rollback writes an earlier
   revision's settings again and every instance applies it;
 - ``sluice fleet status`` with the reader's credentials: every instance up, no drift (exit 0);
+- a fleet-scoped quota: each instance's usage reports written and the other's read (two live instances);
 - no instance ever logged the control cluster unreachable, and no permission was missing but the one refused.
 """
 
@@ -76,8 +77,11 @@ def fleet(locked_broker: SecureBroker, tmp_path_factory: pytest.TempPathFactory)
         tokens[who] = directory / f"{who}.token"
         tokens[who].write_text(f"{who}-{uuid.uuid4().hex}\n")
     config = directory / "sluice.toml"
+    # a fleet-scoped quota: every instance reports its usage and reads the others' (the usage topic)
     config.write_text("".join(f'[[admin.principals]]\nname = "{who}"\ntoken_file = "{path}"\n\n'
-                              for who, path in tokens.items()))
+                              for who, path in tokens.items())
+                      + '[quota]\nscope = "fleet"\n[[quota.entries]]\nname = "apps"\nclient_id = "app-*"\n'
+                        'fetch_rate_bytes = 1000000\n')
     reader = directory / "reader.toml"
     reader.write_text(f'[upstream]\nbootstrap_servers = ["{locked_broker.sasl_ssl}"]\n'
                       f'[upstream.tls]\nenabled = true\nca_file = "{locked_broker.ca.cert}"\n'
@@ -168,3 +172,24 @@ def test_a_fleet_on_a_locked_cluster_writes_applies_reports_and_keeps_its_histor
     assert not _events(fleet.writer, "kafka_not_authorized")
     assert [(e["principal"], e["resource"], e["operation"]) for e in _events(fleet.follower, "kafka_not_authorized")
             ] == [("User:sluice", f"TransactionalId:sluice-fleet-{fleet.name}", "Write")]
+
+
+def _usage(s: SluiceProcess) -> str:
+    return (f"{s}: two live instances, the usage topic reachable (live "
+            f"{s.metric('sluice_quota_fleet_live_instances')}); log:\n{s.log_tail()}")
+
+
+def test_a_fleet_scoped_quota_on_a_locked_cluster_shares_usage_between_the_instances(fleet: LockedFleet) -> None:
+    """Each instance, its principal granted only the ``instance`` rows, publishes its quota usage to the fleet's
+    usage topic and reads the others' (what a fleet-scoped quota splits by): both see two live instances, the usage
+    topic reachable, and no permission missing (but the fleet change the other test has refused)."""
+    def live(s: SluiceProcess) -> bool:
+        return s.metric("sluice_quota_fleet_live_instances") == 2 and s.metric(
+            "sluice_quota_fleet_usage_reachable") == 1
+
+    for s in (fleet.writer, fleet.follower):
+        wait_until(partial(live, s), 60, partial(_usage, s))
+        refused = [e for e in _events(s, "kafka_not_authorized")
+                   if e["resource"] != f"TransactionalId:sluice-fleet-{fleet.name}"]
+        assert not refused, refused
+    assert end_offsets(fleet.broker.plaintext, f"sluice-fleet-{fleet.name}-usage")[0] > 0
