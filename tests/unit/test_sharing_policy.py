@@ -910,11 +910,26 @@ def test_kip848_refusal_learnt_from_a_shared_groups_calls_unshares_it_through_it
     assert len(fetch(c1, records(40))) == 40
     ex = offset_fetch(c1, [0])
     assert ex.pending is None and ex.answer is None  # the group's own offsets, relayed
-    # the grant added: a heartbeat RECHECK_S later asks again, and the member is marked again, shared from here on
+    # the grant added: a heartbeat RECHECK_S later asks again, and the member is marked again, shared from here on.
+    # The group's epoch does not move, so the group is described at its heartbeats until the description shows its
+    # mark: a layout of unmarked client ids lays out nothing
     fake.denied = set()
     proxy.clock.now += RECHECK_S
+
+    def described() -> int:
+        return len([c for c in fake.calls if c.describe_consumer])
+
+    before = described()
     ex = cg_heartbeat(c2, 2, [])
-    assert decode_request(ex.frame)[0].client_id.startswith("app-2#sluice-share=orders|")
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|"
+    assert cg_answer(c2, ex, 2, None) is None
+    ex = cg_heartbeat(c2, 2, [])
+    assert cg_answer(c2, ex, 2, None) is None and described() == before + 2  # not seen marked yet: again
+    fake.described_consumer[GROUP] = cg_described(2, [("m1", "app-1#sluice-share=orders|", [0]),
+                                                      ("m2", "app-2#sluice-share=orders|", [])])
+    ex = cg_heartbeat(c2, 2, [])
+    assert decode_request(ex.frame)[0].client_id == "app-2#sluice-share=orders|0:0:1/2"  # laid out: claimed
+    assert cg_answer(c2, ex, 2, None) == [0]  # a slice of partition 0: shared again
 
 
 def test_kip848_member_learnt_from_the_group_after_a_restart() -> None:

@@ -152,11 +152,12 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
             st.marked = frozenset()
     elif st.shareable and not st.marked and p.access.refused(body.group_id) is None:
         st.marked = st.shareable  # the slice groups granted since (.access): marked again, shared from here on
+        st.unseen = True
     ticket = HeartbeatTicket(m, st)
     ex.collect = True
     lay = p.layouts.get(m.group)
     if (st.marked or st.broker is None) and (lay is None or not lay.stable or st.epoch > lay.group_epoch
-                                             or st.broker is None or st.waiting or _new(p, m, st)):
+                                             or st.broker is None or st.waiting or st.unseen or _new(p, m, st)):
         ticket.call = p.submit(GroupCall(describe_consumer={m.group}))
         ex.pending = ticket.call
         return ticket
@@ -219,7 +220,9 @@ def resume(p: SharingState, ex: Exchange, info: ConnectionInfo, ticket: Heartbea
             if m.partitions is None:
                 m.partitions = {}
         else:
-            p.layouts[m.group] = layouts.from_description(entry, p.shareable)
+            lay = p.layouts[m.group] = layouts.from_description(entry, p.shareable)
+            if st.unseen and lay.marked.get(m.member_id) == st.marked:
+                st.unseen = False
     _forward(p, ex, ticket)
     return ticket
 

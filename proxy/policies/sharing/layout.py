@@ -88,6 +88,8 @@ class Layout:
     topic_ids: dict[str, bytes] = field(default_factory=dict)
     #: per member, its claims as described
     claims: dict[str, Mapping[TopicPartition, Slice]] = field(default_factory=dict)
+    #: per member, the topics its client id is marked for as described (none: not marked)
+    marked: dict[str, frozenset[str]] = field(default_factory=dict)
     #: how many members the group has: no partition is split in more slices (:func:`.reads.read_counts`)
     members: int = 0
 
@@ -159,6 +161,7 @@ def from_description(group: Message, shareable: Callable[[str], bool]) -> Layout
                                        parts(m.target_assignment), mark[1] if mark is not None else {}))
     out = compute(members, shareable)
     out.claims = {m.member_id: m.claims for m in members if m.claims}
+    out.marked = {m.member_id: m.marked or frozenset() for m in members}
     out.group_epoch = group.group_epoch
     out.members = len(group.members)
     out.stable = group.group_state.lower() == "stable"

@@ -142,6 +142,10 @@ class HeartbeatState:
     cleared: set[IdPartition] = field(default_factory=set)
     #: a slice waits for another member to let an overlapping one go: the group is described at every heartbeat
     waiting: bool = False
+    #: marked again (its group's slice groups granted since, :mod:`.access`) and not yet seen so in a description:
+    #: the group is described at every heartbeat until it is, since nothing else makes it described (the group's
+    #: epoch does not move) and a layout made from unmarked client ids lays out nothing
+    unseen: bool = False
 
 
 @dataclass(eq=False)
