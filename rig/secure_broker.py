@@ -41,6 +41,8 @@ SASL_USERS = {"alice": "alice-pw-Zq81", "bob": "bob-pw-Xk27"}
 LOCKED_USERS = {"sluice": "sluice-pw-Tq40", "sluice-writer": "writer-pw-Hh21", "sluice-reader": "reader-pw-Pz88",
                 "bob": SASL_USERS["bob"]}
 _PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
 
 def scram_client(user: str, java: bool = False) -> dict[str, str]:
@@ -51,8 +53,6 @@ def scram_client(user: str, java: bool = False) -> dict[str, str]:
                 "sasl.jaas.config": f'{_SCRAM} required username="{user}" password="{LOCKED_USERS[user]}";'}
     return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
             "sasl.password": LOCKED_USERS[user]}
-_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
-_OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def _bindings(principal: str, grants: Iterable[Grant], filters: bool = False) ->
 
     kind = AclBindingFilter if filters else AclBinding
     return [kind(ResourceType[_RESOURCES[g.resource]], g.name, ResourcePatternType[g.pattern.upper()],
-                       principal, "*", AclOperation[_snake(g.operation)], AclPermissionType.ALLOW)
+                 principal, "*", AclOperation[_snake(g.operation)], AclPermissionType.ALLOW)
             for g in grants]
 
 

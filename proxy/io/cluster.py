@@ -280,8 +280,8 @@ class _WorkSender:
             raise self._denied(e) from None
 
     def _denied(self, e: _Denied) -> NotAuthorized:
-        return NotAuthorized("; ".join(self.own.refused(GROUP_AUTHORIZATION_FAILED, "Describe", self.purpose, group=g)
-                                 or g for g in e.groups))
+        return NotAuthorized("; ".join(self.own.refused(GROUP_AUTHORIZATION_FAILED, "Describe", self.purpose,
+                                                        group=g) or g for g in e.groups))
 
     def forget(self, coordinator: Coordinator) -> None:
         self.own.forget(coordinator)

@@ -93,7 +93,7 @@ def join_request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> GroupTi
         # Not marked: the leader's assignment goes on as the client's assignor made it. Its marks of the last
         # generation stay, so a partition it held a slice of and now gets whole is first left out and it rejoins
         # (sync_response): new to the client, it starts from the group's committed offset
-        p.not_shared("slice_groups_refused", ex.client_id, body.group_id, detail=p.refused_detail(body.group_id))
+        p.said_refused(ex.client_id, body.group_id)
         return GroupTicket(m, False)
     holds = m.partitions or {}
 
@@ -304,8 +304,7 @@ def sync_response(p: SharingState, ex: Exchange, response: ResponseView, info: C
             if part in parts.get(t, []):
                 parts[t].remove(part)
         new = marker.write_assignment(parsed[0], parsed[1], parts, None)
-        m.rejoin.add(member_id)
-        p.metrics.sharing_rejoins.inc()
+        p.rejoin(m, member_id)
     elif core != data:
         new = core
     if new is not None:

@@ -140,17 +140,18 @@ def request(p: SharingState, ex: Exchange, info: ConnectionInfo) -> HeartbeatTic
             ids = {name: tid for tid, name in _names(p, m).items()}
             m.hold({tp: state for tp, state in m.partitions.items() if ids.get(tp[0]) is None
                     or (ids[tp[0]], tp[1]) in owned | (st.given or set())})
-    if st.marked and p.access.refused(body.group_id) is not None:
+    refused = p.access.refused(body.group_id) is not None
+    if st.marked and refused:
         # Sluice may not use the group's slice groups (.access): nothing is laid out for it (_desired), so the
         # client is handed the broker's assignment, a slice that widens to its whole partition revoked first and
         # handed again once the client let it go and no other member claims a slice of it (as any slice that
         # changes, response). Once its client holds what the broker assigned it, whole, the member goes unmarked:
         # relayed as without Sluice (the broker sends an assignment only when its own changes, so not before)
-        p.not_shared("slice_groups_refused", ex.client_id, body.group_id, detail=p.refused_detail(body.group_id))
+        p.said_refused(ex.client_id, body.group_id)
         if st.broker is not None and st.given == st.broker and not st.widening \
                 and all(state.slice.whole for state in (m.partitions or {}).values()):
             st.marked = frozenset()
-    elif st.shareable and not st.marked and p.access.refused(body.group_id) is None:
+    elif st.shareable and not st.marked and not refused:
         st.marked = st.shareable  # the slice groups granted since (.access): marked again, shared from here on
         st.unseen = True
     ticket = HeartbeatTicket(m, st)

@@ -22,7 +22,7 @@ from .fetch import BatchCache
 from .group_calls import GroupCall
 from .keys import Slice
 from .layout import Layout
-from .members import Members
+from .members import Member, Members
 from .metrics import SharingMetrics
 from .settings import SharingSettings
 
@@ -119,11 +119,10 @@ class SharingState:
         """``group``'s slice groups were refused to Sluice's login: said, and each classic member holding a slice
         made to rejoin (its JoinGroup then goes unmarked, :mod:`.groups`); a KIP-848 member is handed the broker's
         assignment from its next heartbeat on (:mod:`.heartbeats`)."""
-        self.not_shared("slice_groups_refused", None, group, detail=self.refused_detail(group))
+        self.said_refused(None, group)
         for m in self.members.of_group(group):
             if m.kip848 is None and m.member_id and any(not st.slice.whole for st in (m.partitions or {}).values()):
-                m.rejoin.add(m.member_id)
-                self.metrics.sharing_rejoins.inc()
+                self.rejoin(m, m.member_id)
 
     def _granted(self, group: str) -> None:
         """``group``'s slice groups, refused before, may be used now: its classic members are made to rejoin, marked
@@ -132,12 +131,19 @@ class SharingState:
         log.info("sharing_slice_groups_granted", group=group)
         for m in self.members.of_group(group):
             if m.kip848 is None and m.member_id:
-                m.rejoin.add(m.member_id)
-                self.metrics.sharing_rejoins.inc()
+                self.rejoin(m, m.member_id)
 
-    def refused_detail(self, group: str) -> str:
-        return (f"Sluice's login may not use the group's slice groups ({self.access.refused(group)}): consumed "
-                f"unshared until it may (Read and Describe on the group id as a prefix, docs/security.md)")
+    def rejoin(self, m: Member, member_id: str) -> None:
+        """Make the classic member ``member_id`` rejoin: its heartbeats are answered REBALANCE_IN_PROGRESS until its
+        JoinGroup (:mod:`.groups`), counted in ``sluice_sharing_rejoins_total``."""
+        m.rejoin.add(member_id)
+        self.metrics.sharing_rejoins.inc()
+
+    def said_refused(self, client_id: str | None, group: str) -> None:
+        """``group`` is left unshared for want of its slice groups' ACL (:mod:`.access`): counted and said."""
+        self.not_shared("slice_groups_refused", client_id, group, detail=(
+            f"Sluice's login may not use the group's slice groups ({self.access.refused(group)}): consumed unshared "
+            f"until it may (Read and Describe on the group id as a prefix, docs/security.md)"))
 
     def shareable(self, topic: str) -> bool:
         return bool(self.rules.get(topic))
