@@ -29,7 +29,10 @@ request from its last byte read to its response handed over, the broker's time i
 two: 20 times a second one Metadata request through Sluice, the same through the bare relay (rig/bare_relay.py, the
 least a Python relay does: bytes in, bytes out, on the same event loop) and straight to the broker, in turn, timed
 by the client, a process of its own; per path p50/p99/p999, ``added_*_ms``, what the Sluice path adds, and
-``bare_added_*_ms``, what any relay's two extra hops add on this machine at that moment (:class:`Probe`).
+``bare_added_*_ms``, what any relay's two extra hops add on this machine at that moment (:class:`Probe`); and under
+``probe.produce`` the same figures for a Produce (acks=all, one 1 KiB record to the load's topic, which the consumers'
+check leaves out) sent the same way, so a minute whose p99 misses the goal shows whether the broker's Produce time
+alone (``direct_p99_ms``) does.
 ``--profile DIR``: py-spy samples Sluice for the whole run (bench/support/profiling.py: ``DIR/soak.raw``,
 ``DIR/soak.json``, one ``profile`` line).
 
@@ -39,11 +42,13 @@ After the run the producers stop, the consumers drain, and one line reports per 
 (``out_of_order``) and any never acknowledged (``unexpected``). The last line is
 ``{"summary": "soak", "rss_growth_mb": ..., "fd_growth": ..., "p99_ms_last_minute": ..., "p99_ms_max_after_first":
 ..., "p999_ms_max_after_first": ..., "probe_added_p99_ms_max_after_first": ...,
-"probe_bare_added_p99_ms_max_after_first": ..., "cpu_s_per_gib": ..., "goals", "met", "lost", "duplicated",
+"probe_bare_added_p99_ms_max_after_first": ..., "probe_produce_direct_p99_ms_max_after_first": ...,
+"probe_produce_added_p99_ms_max_after_first": ..., "cpu_s_per_gib": ..., "goals", "met", "lost", "duplicated",
 "out_of_order", "unexpected", "errors", "correct"}`` (bench/support/verdict.py): growth from the end of the first
 interval (warm-up) to the end of the last, the last interval's p99 (all but Fetch), the highest p99 and p999 of the
 intervals after the first, the highest p99 the probe's Sluice path added after the first and, beside it (no goal),
-the bare relay's path's, CPU per GiB over every interval after the first; the check over both consumers, and
+the bare relay's path's, the probe's Produce: the highest p99 straight to the broker and the highest Sluice added
+(no goals), CPU per GiB over every interval after the first; the check over both consumers, and
 ``errors``: a producer's failures, the churn's or the probe's. The exit status is 1 when the check fails or
 anything failed. Goals (``met``; ``--check`` exits 1 when one is missed): p99 <= 5 ms every minute after the first,
 the probe's added p99 <= 0.5 ms every minute after the first, RSS and fds flat after the warm-up (RSS within 1 MB).
@@ -78,7 +83,8 @@ from bench.passthrough import BareRelay
 from bench.support import verdict
 from bench.support.profiling import Profile
 from bench.support.verdict import Delivery, at_most, delivery, emit
-from proxy.wire.messages import encode_request, request_codec
+from proxy.wire import records as wire_records
+from proxy.wire.messages import decode_response, encode_request, request_codec
 from proxy.wire.model import Message
 from rig.kafka import KafkaBroker, free_ports
 from rig.kafka_python_group import wait_partitions_known
@@ -92,6 +98,11 @@ PARTITIONS = 6
 VALUE_BYTES = 1024
 CHURN_PER_S = 10
 PROBE_EVERY_S = 0.05  # 20 probes a second per path: ~1200 a minute, enough for a p99 (a p999 is a few samples)
+PROBE_PRODUCE_VERSION = 10
+#: the probe's Produce goes every 4th round (5 a second per path, ~300 a minute): the ones through Sluice count in the
+#: p99 the goal judges, and more would dilute the load's ~4,200 a minute
+PRODUCE_EVERY = 4
+PROBE_KEY = b"soak-probe"  # the key of the probe's records, which the consumers' check leaves out
 LATENCY = "sluice_request_latency_seconds"
 #: what Sluice wrote: to clients and to brokers
 WRITTEN = ("proxy_to_client", "proxy_to_upstream")
@@ -309,14 +320,21 @@ def summary(samples: list[Sample], check: Delivery, errors: Sequence[str] = ()) 
         "p99_ms_max_after_first": None if None in p99s else _ms(max(p for p in p99s if p is not None)),
         "p999_ms_max_after_first": _ms(max((p for p in p999s if p is not None), default=None)),
         # likewise a minute without the probe's figures cannot meet its goal
-        "probe_added_p99_ms_max_after_first": None if any("added_p99_ms" not in b.probe for _, b in after_first)
-        else max(b.probe["added_p99_ms"] for _, b in after_first),
+        "probe_added_p99_ms_max_after_first": _probe_max(after_first, "added_p99_ms"),
         # beside it, no goal: what the bare relay's path added in the same minutes (the machine's part of a relay's)
-        "probe_bare_added_p99_ms_max_after_first": None
-        if any("bare_added_p99_ms" not in b.probe for _, b in after_first)
-        else max(b.probe["bare_added_p99_ms"] for _, b in after_first),
+        "probe_bare_added_p99_ms_max_after_first": _probe_max(after_first, "bare_added_p99_ms"),
+        # and no goal: the broker's own Produce tail (straight to it) and what Sluice added to it, in those minutes
+        "probe_produce_direct_p99_ms_max_after_first": _probe_max(after_first, "direct_p99_ms", "produce"),
+        "probe_produce_added_p99_ms_max_after_first": _probe_max(after_first, "added_p99_ms", "produce"),
         "cpu_s_per_gib": round((last.cpu_s - warm.cpu_s) / gib, 2) if gib > 0 else None,
     }, GOALS, check=check, errors=errors)
+
+
+def _probe_max(minutes: Sequence[tuple[Sample, Sample]], figure: str, request: str | None = None) -> float | None:
+    """The highest of a probe's figure (of its Metadata requests, or of ``request``'s under that key) over the
+    minutes, each ``(before, after)``; None when a minute lacks it."""
+    figures = [(b.probe if request is None else b.probe.get(request, {})).get(figure) for _, b in minutes]
+    return None if None in figures else max(f for f in figures if f is not None)
 
 
 # ------------------------------------------------------------------------------------------ the load
@@ -415,6 +433,8 @@ class Load:
             producer.close(10)
 
     def _record(self, kind: str, key: bytes | None, partition: int, offset: int) -> None:
+        if key == PROBE_KEY:
+            return  # the probe's Produce: no producer of the load acknowledged it (Probe)
         self.received[kind].append((partition, offset, (key or b"").decode()))
 
     def _ck_consume(self) -> None:
@@ -514,11 +534,36 @@ def _churn_frames(topic: str) -> list[bytes]:
     return out
 
 
-def _probe_process(conn: Connection, addresses: dict[str, str], frame: bytes) -> None:
-    """The probe's own process: every ``PROBE_EVERY_S`` the same request on each path's connection, the order
-    turning each round, each timed (send to whole answer), until told ``"stop"``; each ``"take"`` answered with the
-    samples (seconds, per path) since the last one and the error that ended the rounds, if one did."""
-    samples: dict[str, list[float]] = {p: [] for p in addresses}
+def _probe_produce_frame(topic: str) -> bytes:
+    """The probe's Produce, size prefix and all: v10 (the KIP-951 skim's path through Sluice), acks=all as the
+    idempotent producer's, one record of the load's size (key ``PROBE_KEY``) to partition 0 of ``topic``; sent again
+    each time (no producer id: each is appended anew)."""
+    batch = wire_records.encode_batch(wire_records.new_batch([wire_records.Record(key=PROBE_KEY,
+                                                                                  value=b"p" * VALUE_BYTES)]))
+    body = request_codec(0, PROBE_PRODUCE_VERSION).default().replace(acks=-1, timeout_ms=30000, topic_data=[
+        Message(name=topic, partition_data=[Message(index=0, records=batch)])])
+    frame = encode_request(Message(request_api_key=0, request_api_version=PROBE_PRODUCE_VERSION,
+                                   correlation_id=3, client_id="soak-probe"), body)
+    return struct.pack(">i", len(frame)) + frame
+
+
+def _produce_refused(answer: bytes) -> str | None:
+    """What a probe's Produce answer refused, if it did (an error code other than NONE)."""
+    _header, body = decode_response(0, PROBE_PRODUCE_VERSION, answer)
+    codes = [p.error_code for t in body.responses for p in t.partition_responses]
+    return None if codes == [0] else f"Produce answered error codes {codes}"
+
+
+def _probe_process(conn: Connection, addresses: dict[str, str], requests: dict[str, tuple[bytes, int]]) -> None:
+    """The probe's own process: every ``PROBE_EVERY_S`` each request due (``requests``: by name, size prefix and all,
+    and every how many rounds it goes) on each path's connection, the order of the paths turning each round, each
+    timed (send to whole answer), until told ``"stop"``; each ``"take"`` answered with the samples (seconds, per
+    request and path) since the last one and the error that ended the rounds, if one did (a Produce refused ends
+    them too: its time is not the broker's append)."""
+    def fresh() -> dict[str, dict[str, list[float]]]:
+        return {r: {p: [] for p in addresses} for r in requests}
+
+    samples = fresh()
     error: str | None = None
     stopped = False
 
@@ -529,7 +574,7 @@ def _probe_process(conn: Connection, addresses: dict[str, str], frame: bytes) ->
                 stopped = True
                 return
             conn.send((samples, error))
-            samples = {p: [] for p in addresses}
+            samples = fresh()
 
     socks: dict[str, socket.socket] = {}
     try:
@@ -540,15 +585,20 @@ def _probe_process(conn: Connection, addresses: dict[str, str], frame: bytes) ->
         paths = tuple(addresses)
         n = 0
         start = time.monotonic()
-        while not stopped:
+        while not stopped and error is None:
             turn = n % len(paths)
-            for path in paths[turn:] + paths[:turn]:  # each path first, middle and last in turn
-                s = socks[path]
-                t0 = time.perf_counter()
-                s.sendall(frame)
-                size = struct.unpack(">i", recv_exact(s, 4))[0]
-                recv_exact(s, size)
-                samples[path].append(time.perf_counter() - t0)
+            for request, (frame, every) in requests.items():
+                if n % every:
+                    continue
+                for path in paths[turn:] + paths[:turn]:  # each path first, middle and last in turn
+                    s = socks[path]
+                    t0 = time.perf_counter()
+                    s.sendall(frame)
+                    size = struct.unpack(">i", recv_exact(s, 4))[0]
+                    reply = recv_exact(s, size)
+                    samples[request][path].append(time.perf_counter() - t0)
+                    if request == "produce":
+                        error = error or _produce_refused(reply)
             n += 1
             time.sleep(max(0.0, start + n * PROBE_EVERY_S - time.monotonic()))  # pacing
             answer(block=False)
@@ -566,7 +616,11 @@ class Probe:
     relay and on one straight to the broker, the order turning each round, each timed by the client (send to whole
     answer). The three see the same broker, machine and moment, so what the Sluice path adds is Sluice's (and its
     loop's), and what the bare relay's adds is what any relay's two more hops cost here then: a process woken
-    twice more per request, on cores the broker and the clients share.
+    twice more per request, on cores the broker and the clients share. A Produce (:func:`_probe_produce_frame`) goes
+    the three ways every ``PRODUCE_EVERY`` rounds, after the Metadata requests, to the load's topic: appending there
+    completes the consumers' fetches waiting in the broker's purgatory on the Produce's own request thread, as the
+    load's Produce requests do (the consumers leave its records out), so its time straight to the broker is the
+    broker's own Produce tail, which Sluice's histogram counts in the soak's p99.
 
     The client is a process of its own that does nothing else (:func:`_probe_process`). A thread of the bench's
     process waited for the GIL behind the kafka-python clients' threads whenever an answer arrived (up to the 5 ms
@@ -577,21 +631,23 @@ class Probe:
     PATHS = ("sluice", "bare", "direct")
 
     def __init__(self, via: str, bare: str, direct: str, topic: str) -> None:
-        frame = _churn_frames(topic)[1]  # correlation id 2, reused: one request at a time on each connection
+        # correlation ids 2 and 3, reused: one request at a time on each connection
+        requests = {"metadata": (_churn_frames(topic)[1], 1), "produce": (_probe_produce_frame(topic), PRODUCE_EVERY)}
         context = multiprocessing.get_context("spawn")  # not fork: the bench's process has threads
         self._conn, child = context.Pipe()
         paths = {"sluice": via, "bare": bare, "direct": direct}
-        self._process = context.Process(target=_probe_process, args=(child, paths, frame), name="soak-probe",
+        self._process = context.Process(target=_probe_process, args=(child, paths, requests), name="soak-probe",
                                         daemon=True)
         self._process.start()
         self.error: str | None = None
 
     def take(self) -> dict[str, Any]:
-        """The interval's figures (ms): per path p50/p99/p999 and what the Sluice path adds at each."""
+        """The interval's figures (ms): per path p50/p99/p999 and what the Sluice path adds at each, the Metadata
+        requests' at the top, the Produce's under ``"produce"``."""
         self._conn.send("take")
         samples, error = self._conn.recv()
         self.error = self.error or error
-        return probe_figures(samples, self.error)
+        return {**probe_figures(samples["metadata"], self.error), "produce": probe_figures(samples["produce"])}
 
     def stop(self) -> None:
         self._conn.send("stop")

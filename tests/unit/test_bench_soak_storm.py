@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+import struct
 import time
 
 import pytest
 
 from bench import soak, storm
 from bench.support.verdict import Delivery
+from proxy.wire.messages import decode_request, encode_response, response_codec
+from proxy.wire.model import Message
+from proxy.wire.records import decode_batch
 
 INF = math.inf
 
@@ -100,6 +104,14 @@ def test_summary_measures_growth_after_the_warm_up_interval() -> None:
         s.probe["bare_added_p99_ms"] = added
     assert soak.summary(samples, Delivery())["probe_bare_added_p99_ms_max_after_first"] == 0.3
     assert probed["goals"]["probe_added_p99_ms_max_after_first"] == "<= 0.5"
+    # the probe's Produce: the broker's own tail and what Sluice added to it, worst minute after the first, no goals
+    assert probed["probe_produce_direct_p99_ms_max_after_first"] is None  # no minute probed a Produce
+    for s, (direct, added) in zip(samples[1:], ((9.0, 1.0), (6.5, 0.2), (4.0, 0.7)), strict=True):
+        s.probe["produce"] = {"direct_p99_ms": direct, "added_p99_ms": added}
+    produced = soak.summary(samples, Delivery())
+    assert produced["probe_produce_direct_p99_ms_max_after_first"] == 6.5
+    assert produced["probe_produce_added_p99_ms_max_after_first"] == 0.7
+    assert "probe_produce_direct_p99_ms_max_after_first" not in produced["goals"]
     # the last interval saw no new observations at all: no p99 rather than a made-up one
     assert out["p99_ms_last_minute"] is None
     line = soak.interval_line(1, samples[0], samples[1])
@@ -166,3 +178,27 @@ async def test_a_storm_client_counts_as_answered_only_with_every_answer_in_order
         server.close()
         await server.wait_closed()
     assert client.answered == (answer == "in order")
+
+
+def test_the_probes_produce_is_acks_all_to_partition_0_and_its_answer_is_checked() -> None:
+    frame = soak._probe_produce_frame("t")
+    assert struct.unpack(">i", frame[:4])[0] == len(frame) - 4
+    header, body = decode_request(frame[4:])
+    assert (header.request_api_key, header.request_api_version) == (0, soak.PROBE_PRODUCE_VERSION)
+    assert body.acks == -1
+    assert [(t.name, [p.index for p in t.partition_data]) for t in body.topic_data] == [("t", [0])]
+    # its record is keyed for the consumers' check to leave out: no producer of the load acknowledged it
+    assert [r.key for r in decode_batch(body.topic_data[0].partition_data[0].records).records] == [soak.PROBE_KEY]
+    load = soak.Load.__new__(soak.Load)
+    load.received = {"ck": []}
+    load._record("ck", soak.PROBE_KEY, 0, 5)
+    load._record("ck", b"ck-1", 0, 6)
+    assert load.received == {"ck": [(0, 6, "ck-1")]}
+
+    def answer(code: int) -> bytes:
+        reply = response_codec(0, soak.PROBE_PRODUCE_VERSION).default().replace(responses=[
+            Message(name="t", partition_responses=[Message(index=0, error_code=code, base_offset=7)])])
+        return encode_response(0, soak.PROBE_PRODUCE_VERSION, Message(correlation_id=3), reply)
+
+    assert soak._produce_refused(answer(0)) is None
+    assert soak._produce_refused(answer(29)) == "Produce answered error codes [29]"  # TOPIC_AUTHORIZATION_FAILED
