@@ -4,10 +4,11 @@ broker authorizes bob), granted one topic and their groups; Sluice owns the fetc
 terminate), holds each fetch to a small KIP-74 budget, throttles the topic (KIP-73) and meters bob under a client
 quota, and logs in as ``sluice`` for its own requests (the topic names of Fetch v13+), with the ACLs
 proxy/kafka_acls.py documents. A low-rate topic's shape: one record per batch, every codec. Both kinds of consumer,
-the Java client (fetch sessions) and librdkafka (none): every record once, in order, unchanged. Then bob's Read of
-the topic is revoked while both wait for more, caught up: each is told TOPIC_AUTHORIZATION_FAILED, the error Kafka
-defines (the Java client's TopicAuthorizationException), through Sluice's own sessions upstream and the one it
-serves the Java client, instead of being left fetching nothing. And KIP-932 share consumers under the same policies,
+the Java client (fetch sessions) and librdkafka (none), and franz-go (a session too, the newest versions first):
+every record once, in order, unchanged. Then bob's Read of the topic is revoked while they wait for more, caught
+up: each is told TOPIC_AUTHORIZATION_FAILED, the error Kafka defines (the Java client's
+TopicAuthorizationException), through Sluice's own sessions upstream and the ones it serves the clients, instead of
+being left fetching nothing. And KIP-932 share consumers under the same policies,
 bob granted the topic and the share group only: every record once."""
 
 from __future__ import annotations
@@ -23,10 +24,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from proxy.kafka_acls import Grant, grants
 from rig.java_tools import JavaTools
 from rig.proxy_thread import ProxyThread
-from rig.secure_broker import SecureBroker, allow, revoke, scram_client
+from rig.secure_broker import LOCKED_USERS, SecureBroker, allow, revoke, scram_client
 from tests.clients.test_share_policies import consume_all
 from tests.support.faults import wait_until
-from tests.support.sharing import check_exactly_once, java_member, members_of, produce_one_per_batch, wait_for_all
+from tests.support.sharing import (
+    check_exactly_once,
+    java_member,
+    members_of,
+    produce_one_per_batch,
+    python_member,
+    wait_for_all,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -60,12 +68,14 @@ def locked_topic(broker: SecureBroker, prefix: str, groups: list[str] | None = N
 
 def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafka_refuses(
         locked_broker: SecureBroker, java_tools: JavaTools) -> None:
-    topic = locked_topic(locked_broker, "locked-all", ["java", "rd"])
+    topic = locked_topic(locked_broker, "locked-all", ["java", "rd", "franz"])
     java_group, rd_group = f"java-{topic}", f"rd-{topic}"
     produced = produce_one_per_batch(locked_broker.plaintext, topic, RECORDS, keys=24, tag="locked")
     with locked_sluice(locked_broker, topic) as sluice, \
             members_of(java_member(java_tools, sluice.bootstrap, topic, java_group, "locked-java",
-                                   props=scram_client("bob", java=True))) as (java,):
+                                   props=scram_client("bob", java=True)),
+                       python_member("franz-go", sluice.bootstrap, topic, f"franz-{topic}", "locked-franz-go",
+                                     sasl=("bob", LOCKED_USERS["bob"]))) as (java, franz):
         rd = Consumer({"bootstrap.servers": sluice.bootstrap, "group.id": rd_group, "client.id": "locked-rdkafka",
                        "auto.offset.reset": "earliest", "log_level": 0, **scram_client("bob")})
         try:
@@ -84,8 +94,9 @@ def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafk
             assert sorted(received) == sorted(produced), "librdkafka: records missing, repeated or changed"
             for records in got.values():
                 assert [o for o, _, _ in records] == sorted({o for o, _, _ in records})  # in offset order
-            wait_for_all([java], {v for _, v in produced})
-            check_exactly_once([java], produced)
+            for member in (java, franz):  # each its own group: each gets every record
+                wait_for_all([member], {v for _, v in produced})
+                check_exactly_once([member], produced)
             # the policies had their hand on these fetches (the budget is the requests' max_bytes, which the broker
             # keeps to, so it changes no response and has no count of its own here)
             assert sluice.total("sluice_upstream_fetch_requests_total", kind="incremental") > 0  # terminate
@@ -104,6 +115,8 @@ def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafk
                 return any(e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in told)
 
             wait_until(rd_told, TOLD_S, lambda: f"librdkafka to be told TOPIC_AUTHORIZATION_FAILED (told {told})")
+            wait_until(lambda: any("TOPIC_AUTHORIZATION_FAILED" in e.get("fetch_error", "") for e in franz.reported()),
+                       TOLD_S, lambda: f"franz-go to be told TOPIC_AUTHORIZATION_FAILED (said {franz.reported()[-3:]})")
             wait_until(lambda: java.proc.poll() is not None, TOLD_S,
                        "the Java consumer to stop on TopicAuthorizationException")
             assert "TopicAuthorizationException" in java.stderr_text(400), java.stderr_text()

@@ -34,6 +34,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 type args struct {
@@ -47,6 +48,8 @@ type args struct {
 	isolationLevel string
 	// KIP-392: the client's rack, to fetch from a replica in it ("": the leader)
 	clientRack string
+	// a SASL/SCRAM-SHA-512 login ("": none), over plaintext: a locked-down cluster's, passed through Sluice
+	saslUser, saslPassword string
 }
 
 func readCommitted(a args) bool { return a.isolationLevel == "read_committed" }
@@ -112,7 +115,11 @@ func runFranz(ctx context.Context, a args) error {
 	if readCommitted(a) {
 		isolation = kgo.ReadCommitted()
 	}
-	cl, err := kgo.NewClient(
+	var login []kgo.Opt
+	if a.saslUser != "" {
+		login = append(login, kgo.SASL(scram.Auth{User: a.saslUser, Pass: a.saslPassword}.AsSha512Mechanism()))
+	}
+	cl, err := kgo.NewClient(append(login,
 		kgo.FetchIsolationLevel(isolation), kgo.Rack(a.clientRack), kgo.SeedBrokers(a.bootstrap), kgo.ClientID(a.clientID), kgo.ConsumerGroup(a.group), kgo.ConsumeTopics(a.topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200*time.Millisecond), kgo.Balancers(b),
@@ -127,7 +134,7 @@ func runFranz(ctx context.Context, a args) error {
 				emit(map[string]any{"paused": sorted(assigned)}) // the whole topic is paused: these with it
 			}
 		}),
-	)
+	)...)
 	if err != nil {
 		return err
 	}
@@ -392,7 +399,13 @@ func main() {
 	flag.StringVar(&a.pausedUntil, "paused-until", "", "keep the topic paused until this file exists (franz-go)")
 	flag.StringVar(&a.isolationLevel, "isolation-level", "", "read_uncommitted or read_committed (default: the client's)")
 	flag.StringVar(&a.clientRack, "client-rack", "", "KIP-392: the client's rack (franz-go, sarama)")
+	flag.StringVar(&a.saslUser, "sasl-user", "", "a SASL/SCRAM-SHA-512 login over plaintext (franz-go)")
+	flag.StringVar(&a.saslPassword, "sasl-password", "", "the -sasl-user's password")
 	flag.Parse()
+	if a.saslUser != "" && a.client != "franz-go" {
+		fmt.Fprintln(os.Stderr, "-sasl-user: franz-go only")
+		os.Exit(2)
+	}
 	if a.clientRack != "" && a.client == "kafka-go" {
 		fmt.Fprintln(os.Stderr, "-client-rack: franz-go and sarama only (kafka-go's reader has no rack)")
 		os.Exit(2)
