@@ -7,7 +7,8 @@ record consumed once, each partition's records in offset order (so each key's in
 one consumer, every consumer receives records, the group's committed offsets end at the partitions' end offsets,
 the access-log topic gets the requests, and no call of Sluice's was refused. And the grant a consumer group usually
 gets, the group by its literal name, given to Sluice instead: its slice groups refused, the group is consumed
-unshared (classic and KIP-848 groups), and the missing prefix grant is named."""
+unshared (classic and KIP-848 groups; Java consumers, and franz-go's in a classic group), and the missing prefix
+grant is named."""
 
 from __future__ import annotations
 
@@ -29,11 +30,13 @@ from rig.raw import RawClient
 from rig.secure_broker import LOCKED_USERS, SecureBroker, allow, scram_client
 from tests.support.faults import wait_until
 from tests.support.sharing import (
+    Member,
     check_exactly_once,
     check_keys_at_one_consumer,
     java_member,
     members_of,
     produce,
+    python_member,
     settled,
     stable_members,
     wait_for_all,
@@ -106,14 +109,24 @@ def test_sharing_on_a_locked_cluster_with_sluices_documented_acls(locked_broker:
     assert not refused, refused
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def member(client: str, tools: JavaTools, bootstrap: str, topic: str, group: str, client_id: str,
+           protocol: str) -> Member:
+    """A consumer of ``group`` logged in as bob through Sluice: Kafka's Java client, or franz-go (classic only)."""
+    if client == "java":
+        return java_member(tools, bootstrap, topic, group, client_id, props=BOB, protocol=protocol)
+    assert protocol == "classic"  # rig/go/consumer speaks the classic protocol
+    return python_member(client, bootstrap, topic, group, client_id, sasl=("bob", LOCKED_USERS["bob"]))
+
+
+@pytest.mark.parametrize("client, protocol", [("java", "classic"), ("java", "consumer"), ("franz-go", "classic")])
 def test_a_group_whose_slice_groups_sluice_may_not_use_is_consumed_unshared(locked_broker: SecureBroker,
                                                                              java_tools: JavaTools,
-                                                                             protocol: str) -> None:
+                                                                             client: str, protocol: str) -> None:
     """Sluice's principal granted the group by its literal name, the grant a consumer group usually gets, instead of
     the prefix the ACL table asks for: every slice group is refused. The group is consumed as without Sluice (two of
     the four consumers get a partition each; every record once, in order; its commits the group's own, reaching
-    the partitions' ends), both protocols, and what is missing is said: the prefix grant. Before, the classic
+    the partitions' ends), both protocols (and franz-go, the newest versions first, in a classic group), and what
+    is missing is said: the prefix grant. Before, the classic
     consumers' OffsetFetch was told to retry for as long as the grant was missing, and they consumed nothing. Once
     the grant is added, the group is shared within RECHECK_S, with nothing consumed before coming again."""
     topic = f"share-lit-{uuid.uuid4().hex[:8]}"
@@ -128,8 +141,8 @@ def test_a_group_whose_slice_groups_sluice_may_not_use_is_consumed_unshared(lock
     allow(locked_broker.plaintext, "User:bob", [Grant("Topic", topic, "literal", "Read"),
                                                 Grant("Group", group, "literal", "Read")])
     with capture_logs() as events, locked_sluice(locked_broker, "share-lit-*") as sluice, \
-            members_of(*(java_member(java_tools, sluice.bootstrap, topic, group, f"lit-{protocol}-{i}", props=BOB,
-                                     protocol=protocol) for i in range(CONSUMERS))) as members:
+            members_of(*(member(client, java_tools, sluice.bootstrap, topic, group, f"lit-{client}-{protocol}-{i}",
+                                protocol) for i in range(CONSUMERS))) as members:
         settled(lambda: (stable_members(admin, group) == CONSUMERS, 0))
         produced = produce(locked_broker.plaintext, topic, 400, keys=40, tag="literal")
         wait_for_all(members, {v for _, v in produced})
