@@ -95,6 +95,18 @@ def _fetch_settings(a: argparse.Namespace, isolation: str, rack: str) -> dict[st
             **({rack: a.client_rack} if a.client_rack else {})}
 
 
+def _login(a: argparse.Namespace, librdkafka: bool = False) -> dict[str, str]:
+    """``--sasl-user``/``--sasl-password`` as the client's SASL/SCRAM-SHA-512 login over plaintext (a locked-down
+    cluster's, passed through Sluice): librdkafka's property names, or kafka-python's and aiokafka's (the same)."""
+    if not a.sasl_user:
+        return {}
+    if librdkafka:
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": a.sasl_user, "sasl.password": a.sasl_password}
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": a.sasl_user, "sasl_plain_password": a.sasl_password}
+
+
 def _work(ms: float) -> None:
     if ms > 0:
         time.sleep(ms / 1000)
@@ -208,7 +220,7 @@ def run_kafka_python(a: argparse.Namespace, stop: _Stop) -> None:
                              enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
                              session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
                              max_poll_records=a.max_poll_records,
-                             **_fetch_settings(a, "isolation_level", "client_rack"),
+                             **_fetch_settings(a, "isolation_level", "client_rack"), **_login(a),
                              partition_assignment_strategy=[assignors[a.strategy]])
 
     class Listener(ConsumerRebalanceListener):
@@ -294,7 +306,8 @@ def run_confluent(a: argparse.Namespace, stop: _Stop) -> None:
     debug = {"debug": os.environ["SLUICE_RDKAFKA_DEBUG"]} if os.environ.get("SLUICE_RDKAFKA_DEBUG") else {}
     consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": a.group, "client.id": a.client_id,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 200,
-                         **group, **debug, **_fetch_settings(a, "isolation.level", "client.rack")})
+                         **group, **debug, **_fetch_settings(a, "isolation.level", "client.rack"),
+                         **_login(a, librdkafka=True)})
     if a.assign:
         from confluent_kafka import TopicPartition
 
@@ -364,7 +377,7 @@ def run_aiokafka(a: argparse.Namespace, stop: _Stop) -> None:
                                     enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=200,
                                     session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=500,
                                     max_poll_records=a.max_poll_records,
-                                    **_fetch_settings(a, "isolation_level", "client_rack"),
+                                    **_fetch_settings(a, "isolation_level", "client_rack"), **_login(a),
                                     partition_assignment_strategy=(assignors[a.strategy],))
         if a.assign:
             _assign(a, consumer.assign, TopicPartition)
@@ -602,6 +615,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
                    help="KIP-98's isolation level (default: the client's own)")
     p.add_argument("--client-rack", help="KIP-392: the client's rack, to fetch from a replica in it")
+    p.add_argument("--sasl-user", help="a SASL/SCRAM-SHA-512 login over plaintext (as rig/go/consumer's)")
+    p.add_argument("--sasl-password", help="the --sasl-user's password")
     p.add_argument("--paused-until", metavar="PATH",
                    help="hold the partitions assigned paused until the file PATH exists (a bench's backlog)")
     p.add_argument("--unread-joins", metavar="PATH",

@@ -4,15 +4,16 @@ broker authorizes bob), granted one topic and their groups; Sluice owns the fetc
 terminate), holds each fetch to a small KIP-74 budget, throttles the topic (KIP-73) and meters bob under a client
 quota, and logs in as ``sluice`` for its own requests (the topic names of Fetch v13+), with the ACLs
 proxy/kafka_acls.py documents. A low-rate topic's shape: one record per batch, every codec. Both kinds of consumer,
-the Java client (fetch sessions) and librdkafka (none), and franz-go (a session too, the newest versions first):
-every record once, in order, unchanged. Then bob's Read of the topic is revoked while they wait for more, caught
-up: each is told TOPIC_AUTHORIZATION_FAILED, the error Kafka defines (the Java client's
+the Java client and kafka-python (fetch sessions), librdkafka and aiokafka (none), and franz-go (a session too, the
+newest versions first): every record once, in order, unchanged. Then bob's Read of the topic is revoked while they
+wait for more, caught up: each is told TOPIC_AUTHORIZATION_FAILED, the error Kafka defines (the Java client's
 TopicAuthorizationException), through Sluice's own sessions upstream and the ones it serves the clients, instead of
-being left fetching nothing. And KIP-932 share consumers under the same policies,
-bob granted the topic and the share group only: every record once."""
+being left fetching nothing. And KIP-932 share consumers under the same policies, bob granted the topic and the share
+group only: every record once."""
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections import defaultdict
@@ -28,6 +29,7 @@ from rig.secure_broker import LOCKED_USERS, SecureBroker, allow, revoke, scram_c
 from tests.clients.test_share_policies import consume_all
 from tests.support.faults import wait_until
 from tests.support.sharing import (
+    Member,
     check_exactly_once,
     java_member,
     members_of,
@@ -39,6 +41,9 @@ from tests.support.sharing import (
 pytestmark = pytest.mark.broker
 
 PARTITIONS, RECORDS = 3, 240
+#: the consumers run by rig.group_consumer (and rig/go/consumer), each in a group of its own: franz-go (its own fetch
+#: session, the newest versions first), kafka-python (a session) and aiokafka (none)
+PYTHON_RUN = ("franz-go", "kafka-python", "aiokafka")
 #: bounds of the consumers' waits, far above what the policies' rates make them take (~30 kB at ~30 kB/s)
 READ_S, TOLD_S = 90.0, 60.0
 
@@ -66,16 +71,21 @@ def locked_topic(broker: SecureBroker, prefix: str, groups: list[str] | None = N
     return topic
 
 
+def stopped(member: Member) -> bool:
+    return member.proc.poll() is not None
+
+
 def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafka_refuses(
         locked_broker: SecureBroker, java_tools: JavaTools) -> None:
-    topic = locked_topic(locked_broker, "locked-all", ["java", "rd", "franz"])
+    topic = locked_topic(locked_broker, "locked-all", ["java", "rd", *PYTHON_RUN])
     java_group, rd_group = f"java-{topic}", f"rd-{topic}"
     produced = produce_one_per_batch(locked_broker.plaintext, topic, RECORDS, keys=24, tag="locked")
     with locked_sluice(locked_broker, topic) as sluice, \
             members_of(java_member(java_tools, sluice.bootstrap, topic, java_group, "locked-java",
                                    props=scram_client("bob", java=True)),
-                       python_member("franz-go", sluice.bootstrap, topic, f"franz-{topic}", "locked-franz-go",
-                                     sasl=("bob", LOCKED_USERS["bob"]))) as (java, franz):
+                       *(python_member(client, sluice.bootstrap, topic, f"{client}-{topic}", f"locked-{client}",
+                                       sasl=("bob", LOCKED_USERS["bob"])) for client in PYTHON_RUN)) as members:
+        java, franz, *pythons = members
         rd = Consumer({"bootstrap.servers": sluice.bootstrap, "group.id": rd_group, "client.id": "locked-rdkafka",
                        "auto.offset.reset": "earliest", "log_level": 0, **scram_client("bob")})
         try:
@@ -94,7 +104,7 @@ def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafk
             assert sorted(received) == sorted(produced), "librdkafka: records missing, repeated or changed"
             for records in got.values():
                 assert [o for o, _, _ in records] == sorted({o for o, _, _ in records})  # in offset order
-            for member in (java, franz):  # each its own group: each gets every record
+            for member in members:  # each its own group: each gets every record
                 wait_for_all([member], {v for _, v in produced})
                 check_exactly_once([member], produced)
             # the policies had their hand on these fetches (the budget is the requests' max_bytes, which the broker
@@ -117,9 +127,11 @@ def test_every_policy_on_a_locked_cluster_delivers_everything_and_says_what_kafk
             wait_until(rd_told, TOLD_S, lambda: f"librdkafka to be told TOPIC_AUTHORIZATION_FAILED (told {told})")
             wait_until(lambda: any("TOPIC_AUTHORIZATION_FAILED" in e.get("fetch_error", "") for e in franz.reported()),
                        TOLD_S, lambda: f"franz-go to be told TOPIC_AUTHORIZATION_FAILED (said {franz.reported()[-3:]})")
-            wait_until(lambda: java.proc.poll() is not None, TOLD_S,
-                       "the Java consumer to stop on TopicAuthorizationException")
-            assert "TopicAuthorizationException" in java.stderr_text(400), java.stderr_text()
+            # the Java client, kafka-python and aiokafka raise it from poll: each consumer stops with it
+            for member, raised in ((java, "TopicAuthorizationException"),
+                                   *((m, "TopicAuthorizationFailedError") for m in pythons)):
+                wait_until(functools.partial(stopped, member), TOLD_S, f"{member.client_id} to stop on {raised}")
+                assert raised in member.stderr_text(400), member.stderr_text()
         finally:
             rd.close()
 

@@ -120,7 +120,7 @@ def python_member(client: str, bootstrap: str, topic: str, group: str, client_id
                   unread_joins: Path | None = None, assign_ms: float = 0, isolation: str | None = None,
                   rack: str | None = None, sasl: tuple[str, str] | None = None) -> Member:
     extra = ["--work-ms", str(work_ms), "--strategy", strategy, "--max-poll-records", "20"]
-    if sasl is not None:  # franz-go: a SASL/SCRAM-SHA-512 login (user, password) over plaintext (rig/go/consumer)
+    if sasl is not None:  # a SASL/SCRAM-SHA-512 login (user, password) over plaintext (rig.group_consumer)
         extra += ["--sasl-user", sasl[0], "--sasl-password", sasl[1]]
     if isolation:  # KIP-98's isolation level (none: the client's default, rig.group_consumer)
         extra += ["--isolation-level", isolation]
