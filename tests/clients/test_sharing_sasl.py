@@ -122,13 +122,13 @@ def member(client: str, tools: JavaTools, bootstrap: str, topic: str, group: str
 def test_a_group_whose_slice_groups_sluice_may_not_use_is_consumed_unshared(locked_broker: SecureBroker,
                                                                              java_tools: JavaTools,
                                                                              client: str, protocol: str) -> None:
-    """Sluice's principal granted the group by its literal name, the grant a consumer group usually gets, instead of
-    the prefix the ACL table asks for: every slice group is refused. The group is consumed as without Sluice (two of
+    """Sluice's principal granted the group by its literal name, the grant a consumer group usually gets, instead of the
+    prefix the ACL table asks for: every slice group is refused. The group is consumed as without Sluice (two of
     the four consumers get a partition each; every record once, in order; its commits the group's own, reaching
     the partitions' ends), both protocols (and franz-go, the newest versions first, in a classic group), and what
-    is missing is said: the prefix grant. Before, the classic
-    consumers' OffsetFetch was told to retry for as long as the grant was missing, and they consumed nothing. Once
-    the grant is added, the group is shared within RECHECK_S, with nothing consumed before coming again."""
+    is missing is said: the prefix grant. Before, the classic consumers' OffsetFetch was told to retry for as
+    long as the grant was missing, and they consumed nothing. Once the grant is added, the group is shared within
+    RECHECK_S, with nothing consumed before coming again."""
     topic = f"share-lit-{uuid.uuid4().hex[:8]}"
     group = f"g-{topic}"
     admin = AdminClient({"bootstrap.servers": locked_broker.plaintext, "log_level": 0})
