@@ -116,6 +116,9 @@ class KeptPort:
 
     def read_upstream_into(self, on: bool) -> None: ...  # the core takes upstream_data either way
 
+    def defer(self, callback: Callable[[], None]) -> None:
+        callback()  # the core takes a callback at once or later
+
 
 class KeptTransport:
     """A transport for the bare relay's protocols that keeps what it is written."""

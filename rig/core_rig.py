@@ -84,13 +84,17 @@ class FakePort:
     ``actions`` holds ``(name, argument)`` pairs: ``("send_client", bytes)``, ``("send_upstream", bytes)``,
     ``("pause_client", None)``, ``("resume_client", None)``, ``("pause_upstream", None)``,
     ``("resume_upstream", None)``, ``("close", abort)``, ``("call_later", delay)``, ``("read_upstream_into",
-    on)``. Bytes sent are copied at once (the core may hand out views of buffers it reuses). ``late`` lists sends
-    and timers asked for after the connection was closed (by the core, or by the test through :meth:`gone`).
-    :meth:`deliver` hands upstream bytes to the core as a transport does, reading into the core's buffer while it
-    asked for that (a test may also call ``Connection.upstream_data`` itself: the core takes either)."""
+    on)``, ``("defer", None)``. ``defer`` calls back at once unless ``put_off``: then its callbacks wait for
+    :meth:`turn`, as for an event loop's next turn. Bytes sent are copied at once (the core may hand out views of
+    buffers it reuses). ``late`` lists sends and timers asked for after the connection was closed (by the core, or
+    by the test through :meth:`gone`). :meth:`deliver` hands upstream bytes to the core as a transport does,
+    reading into the core's buffer while it asked for that (a test may also call ``Connection.upstream_data``
+    itself: the core takes either)."""
 
-    def __init__(self, timers: Timers) -> None:
+    def __init__(self, timers: Timers, *, put_off: bool = False) -> None:
         self.timers = timers
+        self.put_off = put_off
+        self.deferred: list[Callable[[], None]] = []
         self.actions: list[tuple[str, Any]] = []
         self.client = bytearray()
         self.upstream = bytearray()
@@ -141,6 +145,18 @@ class FakePort:
         self._record("call_later", delay)
         return self.timers.call_later(delay, callback)
 
+    def defer(self, callback: Callable[[], None]) -> None:
+        self._record("defer")
+        if self.put_off:
+            self.deferred.append(callback)
+        else:
+            callback()
+
+    def turn(self) -> None:
+        """The event loop's next turn: the callbacks put off until then, in order (and any they put off)."""
+        while self.deferred:
+            self.deferred.pop(0)()
+
     def read_upstream_into(self, on: bool) -> None:
         self._record("read_upstream_into", on)
         assert on != self.reading_into, f"read_upstream_into({on}) twice"
@@ -187,7 +203,7 @@ class CoreRig:
     metrics, an access log in memory, the fake clock and its timers), and connections made on it."""
 
     def __init__(self, overrides: dict[str, Any] | None = None, *, limits: Limits | None = None,
-                 now: float = 100.0) -> None:
+                 now: float = 100.0, put_off: bool = False) -> None:
         self.clock = Clock(now)
         self.timers = Timers(self.clock)
         self.log = io.StringIO()
@@ -198,6 +214,7 @@ class CoreRig:
         self.memory = HeldBytes(self.proxy.settings.size_limit.global_max_bytes,
                                 on_change=self.metrics.response_bytes_held.set)
         self.limits = limits if limits is not None else Limits()
+        self.put_off = put_off  # each port's FakePort.put_off: its deferred callbacks wait for turn()
         self.ports: list[FakePort] = []
         self._ids = 0
 
@@ -206,7 +223,7 @@ class CoreRig:
         """A new client connection (and its upstream connection, up unless ``ready`` is False), from ``host`` and
         authenticated as ``principal`` when given."""
         self._ids += 1
-        port = FakePort(self.timers)
+        port = FakePort(self.timers, put_off=self.put_off)
         events = ConnectionEvents(self.metrics, self.access_log, self.proxy.chain)
         info = ConnectionInfo(self._ids, "bootstrap", client_host=host, principal=principal)
         conn = Connection(info, self.proxy.chain, port, memory=self.memory,
@@ -217,7 +234,13 @@ class CoreRig:
         self.ports.append(port)
         return conn, port
 
+    def turn(self) -> None:
+        """The event loop's next turn: every port's put-off callbacks, in the order of the ports."""
+        for port in self.ports:
+            port.turn()
+
     def advance(self, seconds: float) -> None:
+        self.turn()  # an event loop runs what is ready before it waits for a timer
         self.timers.advance(seconds)
 
     def lines(self) -> list[dict[str, Any]]:

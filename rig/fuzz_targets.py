@@ -972,7 +972,7 @@ REQUESTS = ["fetch"] * 6 + ["fetch_again"] * 8 + ["list_offsets", "api_versions"
                                                    "produce0", "produce1", "produce10", "golden", "spec", "mutated"]
 #: the events, weighted; the ones that end a connection are drawn apart, rarely (a connection lives for a while)
 EVENTS = (["request"] * 4 + ["roundtrip"] * 6 + ["consume"] * 3 + ["respond"] * 5 + ["respond_all"] * 3
-          + ["deliver"] * 3 + ["names"] * 3 + ["advance"] * 2
+          + ["deliver"] * 3 + ["names"] * 3 + ["advance"] * 2 + ["turn"] * 2
           + ["client_paused", "client_resumed", "client_resumed", "upstream_paused", "upstream_resumed",
              "upstream_resumed", "ready", "garbage"])
 ENDINGS = ["client_lost", "upstream_lost", "close", "upstream_failed"]
@@ -985,7 +985,8 @@ def connection_events(data: st.DataObject) -> None:
     config = data.draw(st.sampled_from(["policies", "terminate", "policies", "terminate", "policies_passthrough",
                                         "default"]), label="config")
     rig = CoreRig(CONFIGS[config], limits=Limits(max_frame_bytes=1 << 20, request_timeout_s=30.0,
-                                                 write_high_water_bytes=300))
+                                                 write_high_water_bytes=300),
+                  put_off=data.draw(st.booleans(), label="decodes put off to the next turn"))
     if "sessions.mode" in CONFIGS[config]:  # the session ids Sluice hands out: the same in every run of an example
         rig.proxy.policy("terminate").server.cache.rng = random.Random(0)
     sides = []
@@ -1051,6 +1052,8 @@ def connection_events(data: st.DataObject) -> None:
             conn.upstream_write_paused()
         elif event == "upstream_resumed":
             conn.upstream_write_resumed()
+        elif event == "turn":
+            rig.turn()
         elif event == "advance":
             rig.advance(data.draw(st.sampled_from([0.001, 0.1, 0.5, 1.0, 31.0]), label="seconds"))
         elif event == "names":

@@ -100,6 +100,10 @@ class Port(Protocol):
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer: ...
 
+    def defer(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the reads already in hand (every connection's) are handled: the event loop's next
+        turn. A port may call it at once; the core takes either."""
+
     def read_upstream_into(self, on: bool) -> None:
         """``on``: the next upstream reads may go straight into :meth:`Connection.upstream_buffer` (each reported by
         :meth:`Connection.upstream_read_into`), until this is called with False. A port may ignore it and go on
@@ -217,6 +221,11 @@ class Connection:
         self._collect: bytearray | None = None
         self._direct = False
         self._stream: Streamer | None = None
+        #: a collected response read whole, its decoding put off (Port.defer) so that the responses the other
+        #: connections have already read are written first; this connection's bytes read after it wait in
+        #: ``_backlog`` until it is written
+        self._decoding: tuple[Exchange, memoryview] | None = None
+        self._backlog: bytes | None = None
         # flow control
         self._client_pauses: set[Pause] = set()
         self._upstream_paused = False
@@ -563,6 +572,13 @@ class Connection:
             return
         end = len(data)
         self._bytes_back.value += end
+        if self._decoding is not None:  # read behind the put-off response: it waits for it
+            self._backlog = data if self._backlog is None else self._backlog + data
+            return
+        self._responses(data, end)
+
+    def _responses(self, data: bytes, end: int) -> None:
+        """Relay, walk or collect the responses (and bare SASL tokens) in ``data``, one read of ``end`` bytes."""
         pos = 0
         if self._resp is None and not self._bare_owed and not self._hdr and self.awaiting and end >= 8:
             first = self.awaiting[0]
@@ -573,6 +589,9 @@ class Connection:
                     return
         view = memoryview(data)
         while pos < end:
+            if self._decoding is not None:  # a collected response's decoding was put off: the rest waits for it
+                self._backlog = data[pos:]
+                return
             if self._bare_owed and self._resp is None:
                 pos = self._server_token(view, pos, end)
                 if self.state is _CLOSED:
@@ -805,44 +824,71 @@ class Connection:
                 self._direct = False
                 self.port.read_upstream_into(False)
             # read-only, as bytes were: slices of it hash (topic ids as keys) and nothing can write through them
-            frame, self._collect = memoryview(self._collect).toreadonly(), None
-            ex.may_resend = not self.awaiting
+            self._decoding = (ex, memoryview(self._collect).toreadonly())
+            self._collect = None
+            # Decoding a large response takes a while: the responses other connections have already read (a
+            # producer's, woken by the same append as this consumer's fetch) are written first, and this one on
+            # the loop's next turn. What this connection reads meanwhile waits behind it (at most that turn's
+            # reads: no pause, which would cost two system calls a response), so its responses stay in order.
+            self.port.defer(self._decode)
+            return
+        ex.client_bytes = self._size + 4
+        stream, self._stream = self._stream, None
+        if stream is not None and stream.changed:
+            self.observer.stream_rewritten(ex.api)
+        if ex.streamed:  # walked for the policies (Chain.stream_fetch): theirs to finish
+            assert isinstance(ex, Exchange) and isinstance(stream, FetchStreamer)
             try:
-                self.chain.on_response(self.policies, ex, frame)
-            except CodecError as e:
-                # Relaying what Sluice cannot read could hand the client a real broker address: close instead.
-                self._fail(f"undecodable {ex.api} v{ex.header.api_version} response: {e}")
-                return
+                self.chain.on_streamed(self.policies, ex, stream)
             except PolicyFailed as failure:
                 self._policy_failed(failure)
                 return
-            if ex.resend:
-                # Nothing went to the client, and no other request is in flight behind this one: the same
-                # request goes up again and the client's response waits for its answer.
-                ex.resend = False
-                self._send_upstream(ex)
-                self.awaiting.append(ex)
-                return
+            if ex.mute_s > 0:
+                self._mute(ex.mute_s)
+        self._answered(ex)
+
+    def _decode(self) -> None:
+        """The put-off collected response: the chain reads it and its reply goes to the client; then the bytes
+        read after it."""
+        if self._decoding is None:
+            return
+        ex, frame = self._decoding
+        if self.state is _CLOSED:
+            self._decoding = self._backlog = None
+            return
+        ex.may_resend = not self.awaiting
+        try:
+            self.chain.on_response(self.policies, ex, frame)
+        except CodecError as e:
+            # Relaying what Sluice cannot read could hand the client a real broker address: close instead.
+            self._decoding = None
+            self._fail(f"undecodable {ex.api} v{ex.header.api_version} response: {e}")
+            return
+        except PolicyFailed as failure:
+            self._decoding = None
+            self._policy_failed(failure)
+            return
+        self._decoding = None
+        if ex.resend:
+            # Nothing went to the client, and no other request is in flight behind this one: the same
+            # request goes up again and the client's response waits for its answer.
+            ex.resend = False
+            self._send_upstream(ex)
+            self.awaiting.append(ex)
+        else:
             assert ex.reply is not None
             self.port.send_client(ex.reply)
             if ex.mute_s > 0:
                 self._mute(ex.mute_s)
             if ex.bare_tokens is not None:
                 self._bare = ex.bare_tokens  # before the client's first token can arrive: it waits for this reply
-        else:
-            ex.client_bytes = self._size + 4
-            stream, self._stream = self._stream, None
-            if stream is not None and stream.changed:
-                self.observer.stream_rewritten(ex.api)
-            if ex.streamed:  # walked for the policies (Chain.stream_fetch): theirs to finish
-                assert isinstance(ex, Exchange) and isinstance(stream, FetchStreamer)
-                try:
-                    self.chain.on_streamed(self.policies, ex, stream)
-                except PolicyFailed as failure:
-                    self._policy_failed(failure)
-                    return
-                if ex.mute_s > 0:
-                    self._mute(ex.mute_s)
+            self._answered(ex)
+        backlog, self._backlog = self._backlog, None
+        if backlog is not None and self.state is not _CLOSED:
+            self._responses(backlog, len(backlog))
+
+    def _answered(self, ex: Exchange | Relayed) -> None:
+        """``ex``'s response went to the client: its memory released, and the answers owed behind it written."""
         if ex.held:
             assert isinstance(ex, Exchange)
             held, ex.held = ex.held, 0
@@ -969,6 +1015,8 @@ class Connection:
         self._finish_close()
 
     def upstream_lost(self, error: str | None = None) -> None:
+        while self._decoding is not None and self.state is not _CLOSED:
+            self._decode()  # read whole before the upstream went: the client gets it (and any behind it) at once
         if (self._resp is not None or self.awaiting) and self.state is not _CLOSED:
             # a response cut off, or requests that will never be answered
             ex = self._resp or self.awaiting[0]

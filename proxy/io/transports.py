@@ -185,6 +185,9 @@ class ClientProtocol(asyncio.Protocol):
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         return asyncio.get_running_loop().call_later(delay, callback)
 
+    def defer(self, callback: Callable[[], None]) -> None:
+        asyncio.get_running_loop().call_soon(callback)
+
     def read_upstream_into(self, on: bool) -> None:
         # A transport takes a new protocol between two reads, even from inside a read's callback (uvloop's
         # set_protocol restarts reading with the callbacks of the new protocol's kind; asyncio's selector and SSL

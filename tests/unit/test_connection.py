@@ -816,6 +816,105 @@ def test_the_client_gone_while_a_response_is_read_into_its_buffer() -> None:
     assert port.client == b"" and rig.memory.held == 0 and rig.lines() == []
 
 
+# ------------------------------------------------------------------------------ a collected response's decoding
+
+
+def test_a_collected_response_is_decoded_on_the_next_turn_after_other_connections_reads() -> None:
+    """A collected response is decoded on the event loop's next turn (Port.defer): a response another connection
+    has already read (a producer's, woken by the same append) is written first. What the connection read after
+    the collected response waits for it: every response, in order, once."""
+    rig = make_rig(UNBOUND, put_off=True)
+    consumer, port_c = rig.connect()
+    producer, port_p = rig.connect()
+    consumer.client_data(sized(fetch(1), list_offsets(2)))
+    producer.client_data(sized(list_offsets(7)))
+    wire = sized(large_fetch_response(1), list_offsets_response(2))
+    consumer.upstream_data(wire)
+    assert port_c.client == b"" and consumer.busy
+    producer.upstream_data(sized(list_offsets_response(7)))
+    assert correlation_ids(port_p.take_client()) == [7]  # not behind the consumer's decoding
+    rig.turn()
+    assert port_c.take_client() == wire
+    assert port_c.named("defer", "pause_upstream") == [("defer", None)]  # the turn's reads wait, unpaused
+    assert [ln["correlation_id"] for ln in rig.lines()] == [7, 1, 2]
+    assert rig.metrics.total("sluice_bytes_total", direction="upstream_to_proxy") == len(wire) + len(
+        sized(list_offsets_response(7)))
+    assert rig.memory.held == 0 and not consumer.busy
+
+
+def test_collected_responses_back_to_back_are_decoded_one_turn_each_in_order() -> None:
+    """Two collected responses and a relayed one, read in two pieces before the first is decoded: each collected
+    one waits for a turn of its own, and they reach the client as they came."""
+    rig = make_rig(UNBOUND, put_off=True)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1), fetch(2), list_offsets(3)))
+    wire = sized(large_fetch_response(1), large_fetch_response(2), list_offsets_response(3))
+    cut = len(sized(large_fetch_response(1))) + 10
+    conn.upstream_data(wire[:cut])
+    conn.upstream_data(wire[cut:])  # read in the same turn: kept for after the decode
+    assert port.client == b"" and len(port.deferred) == 1
+    port.deferred.pop(0)()
+    assert correlation_ids(port.take_client()) == [1] and len(port.deferred) == 1
+    port.deferred.pop(0)()
+    assert port.take_client() == wire[len(sized(large_fetch_response(1))) :] and not port.deferred
+    assert [ln["correlation_id"] for ln in rig.lines()] == [1, 2, 3]
+
+
+def test_a_full_client_pauses_the_upstream_across_a_put_off_decode() -> None:
+    """A client that reads slower than the broker sends stops the upstream's reads, decoding put off or not; they
+    resume when it drains, and the put-off response still goes out on its turn."""
+    rig = make_rig(UNBOUND, put_off=True)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1), list_offsets(2)))
+    conn.upstream_data(sized(large_fetch_response(1)))
+    conn.client_write_paused()
+    assert port.upstream_paused
+    rig.turn()
+    assert correlation_ids(port.take_client()) == [1] and port.upstream_paused
+    conn.client_write_resumed()
+    assert not port.upstream_paused
+    conn.upstream_data(sized(list_offsets_response(2)))
+    assert correlation_ids(port.take_client()) == [2]
+
+
+def test_the_client_gone_before_a_put_off_decode() -> None:
+    """Nothing is written for a client that went away, and the response's memory goes back."""
+    rig = make_rig(UNBOUND, put_off=True)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1)))
+    conn.upstream_data(sized(large_fetch_response(1), list_offsets_response(9)))
+    port.gone()
+    conn.client_lost()
+    rig.turn()
+    assert port.client == b"" and rig.memory.held == 0 and rig.lines() == []
+
+
+def test_the_upstream_gone_after_a_collected_response_still_delivers_it(logs: Logs) -> None:
+    """The broker closed its connection after sending a whole response whose decoding was put off: the client
+    gets that response, then the connection closes; nothing is counted as cut off."""
+    rig = make_rig(UNBOUND, put_off=True)
+    conn, port = rig.connect()
+    conn.client_data(sized(fetch(1)))
+    conn.upstream_data(sized(large_fetch_response(1)))
+    conn.upstream_lost(None)
+    assert correlation_ids(port.take_client()) == [1] and conn.closed
+    assert [ln["correlation_id"] for ln in rig.lines()] == [1]
+    assert not [e for e in logs if e["event"] == "upstream_closed"]
+    rig.turn()
+    assert port.client == b"" and rig.memory.held == 0
+
+
+def test_an_undecodable_put_off_response_closes_the_connection_on_its_turn(logs: Logs) -> None:
+    rig = make_rig(put_off=True)
+    conn, port = rig.connect()
+    conn.client_data(sized(request(API_VERSIONS, 3, 1), list_offsets(2)))
+    conn.upstream_data(sized((1).to_bytes(4, "big") + b"\x00\x07", list_offsets_response(2)))
+    assert not conn.closed
+    rig.turn()
+    assert conn.closed and port.client == b"" and rig.rejected("malformed") == 1
+    assert [e["event"] for e in logs] == ["upstream_protocol_error"] and rig.lines() == []
+
+
 # ---------------------------------------------------------------------------------------- topic-name waits
 
 
