@@ -73,6 +73,10 @@ class ClientProtocol(asyncio.Protocol):
         self._linger: asyncio.TimerHandle | None = None
         #: admitted by proxy.io.listeners.accepted (the limits count it until teardown)
         self.host = host
+        # made in a coroutine of the loop (proxy.io.listeners.accepted), which serves it for good: kept, since on
+        # CPython 3.11 each asyncio.get_running_loop() makes a getpid() system call (_asynciomodule.c's check for a
+        # fork), and the core asks for the loop's next turn once per collected response (defer) and for its timers
+        self._loop = asyncio.get_running_loop()
         info = ConnectionInfo(proxy.next_connection_id(), "bootstrap" if node_id is None else f"broker-{node_id}",
                               node_id, host, port)
         self.conn = proxy.connection(info, self)
@@ -89,7 +93,7 @@ class ClientProtocol(asyncio.Protocol):
         m = self.proxy.metrics
         m.client_connections.inc()
         m.client_connections_open.inc()
-        self._connect_task = asyncio.get_running_loop().create_task(self._connect())
+        self._connect_task = self._loop.create_task(self._connect())
 
     def data_received(self, data: bytes) -> None:
         self.conn.client_data(data)
@@ -183,10 +187,10 @@ class ClientProtocol(asyncio.Protocol):
         self._teardown(abort)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
-        return asyncio.get_running_loop().call_later(delay, callback)
+        return self._loop.call_later(delay, callback)
 
     def defer(self, callback: Callable[[], None]) -> None:
-        asyncio.get_running_loop().call_soon(callback)
+        self._loop.call_soon(callback)
 
     def read_upstream_into(self, on: bool) -> None:
         # A transport takes a new protocol between two reads, even from inside a read's callback (uvloop's
@@ -255,7 +259,7 @@ class ClientProtocol(asyncio.Protocol):
                     return  # uvloop: its handle is closed already, nothing is left to write or wait for
                 transport.resume_reading()  # reads go to the closed core, which drops them
         self.proxy.closing.add(self)
-        self._linger = asyncio.get_running_loop().call_later(CLOSE_LINGER_S, transport.abort)
+        self._linger = self._loop.call_later(CLOSE_LINGER_S, transport.abort)
 
 
 class UpstreamProtocol(asyncio.Protocol):
