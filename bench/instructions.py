@@ -234,6 +234,7 @@ def _core(case: str, overrides: dict[str, Any] | None, access_log: str = "off") 
 
     rig = CoreRig(overrides)
     rig.access_log = AccessLog(access_log)
+    rig.proxy.chain.access_log = rig.access_log  # the chain's too: it lists a Fetch's partitions only for a log on
     events = ConnectionEvents(rig.metrics, rig.access_log, rig.proxy.chain)
     port = KeptPort(rig.timers.call_later)
     # made here, not by CoreRig.connect (a FakePort, which copies what it is handed): --compare runs this harness

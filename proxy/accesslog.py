@@ -136,6 +136,33 @@ class _JsonStrings:
         return cached
 
 
+#: the most ``partitions`` items kept formatted (~230 bytes each: ~4.5 MB at most); a consumer of 10,000 partitions
+#: finds all of its own
+_ITEMS_MAX = 20_000
+
+
+class _PartitionItems(dict[tuple[str, int, int], str]):
+    """The JSON text of a ``partitions`` item, looked up by its (topic, partition, bytes). A consumer's fetches
+    list the same partitions, most with no bytes, line after line: an item without bytes is formatted once and
+    kept (10,000 of them: ~5 ms of f-strings a line, ~1 ms of look-ups), one with bytes each time (+0.15 us
+    against the f-string alone). Bounded: when full it is cleared."""
+
+    __slots__ = ("_js",)
+
+    def __init__(self, js: Callable[[str | None], str]) -> None:
+        super().__init__()
+        self._js = js
+
+    def __missing__(self, row: tuple[str, int, int]) -> str:
+        topic, partition, size = row
+        item = f'{{"topic":{self._js(topic)},"partition":{partition},"bytes":{size}}}'
+        if not size:
+            if len(self) >= _ITEMS_MAX:
+                self.clear()
+            self[row] = item
+        return item
+
+
 class _LineWriter:
     """Writes access-log lines; flushes at most once an interval so a quiet proxy's lines still surface.
 
@@ -231,6 +258,7 @@ class AccessLog:
         self._prefix = ""
         #: the JSON-escaped strings of client ids, API names and addresses, cached (bounded)
         self.strings = _JsonStrings()
+        self._items = _PartitionItems(self.strings)
         #: per (conn_id, client_id, api, api_key, version, listener, upstream, client_address, principal): the
         #: line's text around correlation_id and the optional client_address/principal fields (bounded)
         self._parts: dict[tuple[Any, ...], tuple[str, str, str]] = {}
@@ -325,7 +353,7 @@ class AccessLog:
             parts = self._parts_of(key)
         head, tail, end = parts
         if partitions is not None:
-            end = _partitions_json(partitions, self.strings) + end
+            end = _partitions_json(partitions, self._items) + end
         # The fields policies set on this line (Exchange.log), in the order set; inline: a call per line measured
         # ~0.6k instructions.
         if fields:
@@ -391,10 +419,9 @@ def _who_json(client_address: str | None, principal: str | None, js: Callable[[s
     return out
 
 
-def _partitions_json(partitions: list[tuple[str, int, int]], js: Callable[[str | None], str]) -> str:
+def _partitions_json(partitions: list[tuple[str, int, int]], items: _PartitionItems) -> str:
     """The optional ``partitions`` field: record bytes sent to the client per partition of a decoded Fetch."""
-    items = ",".join(f'{{"topic":{js(t)},"partition":{p},"bytes":{n}}}' for t, p, n in partitions)
-    return f',"partitions":[{items}]'
+    return f',"partitions":[{",".join(map(items.__getitem__, partitions))}]'
 
 
 _access_log = AccessLog("off")

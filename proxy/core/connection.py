@@ -868,6 +868,13 @@ class Connection:
             self._decoding = None
             self._policy_failed(failure)
             return
+        except BaseException:
+            # A bug of Sluice's own. Raised in a read's callback it would take the transport with it (the loop's
+            # fatal error), and the client would reconnect; raised here, on a turn of its own, it would leave the
+            # client waiting for its request timeout. So this connection goes, and the loop logs the error.
+            self._decoding = self._backlog = None
+            self.close(abort=True)
+            raise
         self._decoding = None
         if ex.resend:
             # Nothing went to the client, and no other request is in flight behind this one: the same

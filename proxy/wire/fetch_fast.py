@@ -32,7 +32,9 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from .compiler import tag_section_at as _skip_tags
@@ -47,9 +49,13 @@ from .fetch_layout import (
     MAX_VERSION,
     MIN_VERSION,
     NODE_ENDPOINTS_TAG,
+    PartitionKey,
+    TopicKey,
+    topic_key,
 )
 
 _API = "FetchResponse"
+_KEY_TOPIC, _KEY_INDEX = itemgetter(0), itemgetter(1)  # of a PartitionKey
 
 Buffer = bytes | bytearray | memoryview
 
@@ -302,6 +308,10 @@ class EncodedTopics(NamedTuple):
     buffers: list[Buffer]
     #: non-zero partition error codes among them (for the access log, without decoding)
     errors: list[int]
+    #: every partition's key, in order, and the record bytes of those written with records (the rest have none):
+    #: what the access log lists and a quota counts, without decoding
+    partitions: Sequence[PartitionKey]
+    record_sizes: Mapping[PartitionKey, int]
 
 
 class FetchResponseView:
@@ -401,8 +411,22 @@ class FetchResponseView:
             for p in t.partitions:
                 yield t, p
 
+    def partition_sizes(self) -> Iterator[tuple[TopicKey, int, int]]:
+        """Each partition's topic key, index and record bytes, in order (the access log's listing); a view with
+        :attr:`encoded` topics answers from what it was built with, without decoding them (at C level: 10,000
+        partitions a response)."""
+        encoded = self.encoded
+        if self._topics is None and encoded is not None:
+            keys = encoded.partitions
+            return zip(map(_KEY_TOPIC, keys), map(_KEY_INDEX, keys), map(encoded.record_sizes.get, keys, repeat(0)),
+                       strict=True)
+        return ((topic_key(t), p.partition_index, p.records_size) for t in self.topics for p in t.partitions)
+
     @property
     def records_size(self) -> int:
+        encoded = self.encoded
+        if self._topics is None and encoded is not None:
+            return sum(encoded.record_sizes.values())
         return sum(p.records_size for t in self.topics for p in t.partitions)
 
     # ----------------------------------------------------------------------------------------- decode

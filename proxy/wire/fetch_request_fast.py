@@ -300,6 +300,45 @@ def sessionless(frame: Buffer, head: RequestHeader) -> bool:
     return len(frame) >= end and _I32.unpack_from(frame, end - 4)[0] == FINAL_EPOCH
 
 
+def topic_keys(frame: Buffer, head: RequestHeader) -> list[TopicKey] | None:
+    """The topics a flexible Fetch request ``frame`` (its header ``head``; v12+) names, in its topics and its
+    forgotten topics, in order (:attr:`FetchRequestView.topic_keys`: ids from v13), read without decoding its
+    partitions: each is 33 bytes when none has tagged fields (the layout :class:`Baseline` reads too), so this is
+    O(topics). None when a partition has tagged fields or the frame is not of that shape: decode it (which says
+    why when it is malformed). What follows the forgotten topics (RackId, tags) is not read."""
+    version, pos = head.api_version, head.body_offset
+    if pos is None or version < FIRST_FLEXIBLE:
+        return None
+    mv = frame if isinstance(frame, memoryview) else memoryview(frame)
+    n = len(mv)
+    by_id = version >= FIRST_TOPIC_ID
+    pos += (_FIXED_V15 if version >= FIRST_REPLICA_STATE else _FIXED_V7).size
+    keys: list[TopicKey] = []
+    topic: TopicKey
+    try:
+        entries, pos = uvarint_at(mv, pos)
+        for _ in range(entries - 1):
+            topic, pos = _topic_key(mv, pos, n, by_id)
+            count, pos = uvarint_at(mv, pos)
+            end = pos + (count - 1) * 33  # the topic's tag section
+            if count < 1 or end >= n or mv[end] or any(mv[pos + 32 : end : 33]):
+                return None
+            keys.append(topic)
+            pos = end + 1
+        entries, pos = uvarint_at(mv, pos)
+        for _ in range(entries - 1):  # ForgottenTopicsData: the topic, its partition indexes, a tag section
+            topic, pos = _topic_key(mv, pos, n, by_id)
+            count, pos = uvarint_at(mv, pos)
+            pos += (count - 1) * 4
+            if count < 1 or pos >= n or mv[pos]:
+                return None
+            keys.append(topic)
+            pos += 1
+    except (IndexError, struct.error, CodecError, UnicodeDecodeError):
+        return None
+    return keys
+
+
 class Baseline:
     """A session-less client's request, decoded once, that its later requests are read against: by comparing
     bytes (C-level comparisons of slices; only the partitions in slices that differ are read), not by decoding

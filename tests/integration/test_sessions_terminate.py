@@ -11,6 +11,8 @@ behalf of session-less clients (raw fetches, confluent-kafka, aiokafka).
 - a client with its own session moving from Fetch v12 (topic names) to v13 (topic ids): 106 on the old
   session, then a new v13 session that delivers every record once, in order.
 - kafka-python (its own session): every Fetch costs the upstream link exactly what it costs the client's link.
+- the access log of a session-less consumer's fetches (Fetch v13+): every partition of each full response, by
+  name, with the record bytes sent.
 """
 
 from __future__ import annotations
@@ -62,9 +64,13 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     raise AssertionError(f"{topic}: partitions not ready")
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[int, str]]) -> None:
-    """(partition, key) records, value = key, acknowledged before returning."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
+def new_producer(bootstrap: str) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[int, str]], producer: Producer | None = None) -> None:
+    """(partition, key) records, value = key, acknowledged before returning (by ``producer``, else a new one)."""
+    p = producer or new_producer(bootstrap)
     for partition, key in records:
         p.produce(topic, key=key.encode(), value=key.encode(), partition=partition)
     assert p.flush(60) == 0
@@ -402,17 +408,23 @@ def check_once_in_order(got: list[tuple[int, str]]) -> None:
 
 
 class Background:
-    """Produce ``records`` in chunks (each acknowledged) in a thread while the test consumes."""
+    """Produce ``records`` in chunks (each acknowledged) in a thread while the test consumes: each chunk by a new
+    producer (its start paces the chunks, ~0.5 s), or all by one (``one_producer``: a chunk as soon as the last
+    was acknowledged)."""
 
-    def __init__(self, bootstrap: str, topic: str, records: list[tuple[int, str]], chunk: int = 30) -> None:
+    def __init__(self, bootstrap: str, topic: str, records: list[tuple[int, str]], chunk: int = 30,
+                 one_producer: bool = False) -> None:
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(bootstrap, topic, records, chunk), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(bootstrap, topic, records, chunk, one_producer),
+                                        daemon=True)
         self._thread.start()
 
-    def _run(self, bootstrap: str, topic: str, records: list[tuple[int, str]], chunk: int) -> None:
+    def _run(self, bootstrap: str, topic: str, records: list[tuple[int, str]], chunk: int,
+             one_producer: bool) -> None:
         try:
+            producer = new_producer(bootstrap) if one_producer else None
             for i in range(0, len(records), chunk):
-                produce(bootstrap, topic, records[i : i + chunk])
+                produce(bootstrap, topic, records[i : i + chunk], producer)
         except BaseException as e:  # reported by join()
             self.error = e
 
@@ -524,6 +536,57 @@ def test_kafka_python_session_costs_upstream_what_it_costs_its_client(kafka_brok
                  != (line["bytes_client_to_proxy"], line["bytes_proxy_to_client"])]
     assert not differing, f"{len(differing)} of {len(fetches)} fetches (client request, upstream request, " \
         f"upstream response, client response): {differing[:10]}"
+
+
+def test_access_log_lists_every_partition_of_a_sessionless_consumers_fetches(kafka_broker: KafkaBroker,
+                                                                             unique_topic: str, tmp_path: Path,
+                                                                             caplog: pytest.LogCaptureFixture
+                                                                             ) -> None:
+    """confluent-kafka (session-less; Fetch v13+ names topics by id) in terminate mode with the access log on, on a
+    low-rate topic (a record per batch, on half of its partitions): every record once, in order. Each Fetch line
+    lists every partition the client asked for once, under the topic's name (the ids' names found without decoding
+    the request, which terminate reads against the previous one), with the record bytes Sluice sent: none ever
+    on the idle partitions, and on each busy one, over the lines, at least every batch the broker holds (each
+    reached the client in some logged response; Sluice builds most of them from kept encodings, and lists them
+    from those). Nothing went wrong on the way: no warning or error from Sluice or its event loop (a connection
+    closed over an error would be one, and the client's reconnect would hide it)."""
+    caplog.set_level(logging.WARNING)
+    parts, busy = 6, (0, 2, 3)
+    create_topic(kafka_broker.bootstrap, unique_topic, parts)
+    records = [(p, f"p{p}-{i:05d}") for i in range(40) for p in busy]
+    path = tmp_path / "access.jsonl"
+    with ProxyThread(kafka_broker.bootstrap, **TERMINATE, **{"logging.access_log": str(path)}) as sluice:
+        c = Consumer({"bootstrap.servers": sluice.bootstrap, "group.id": f"g-{unique_topic}",
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        c.assign([TopicPartition(unique_topic, p, 0) for p in range(parts)])
+        # each record acknowledged before the next is sent: a batch each
+        producer = Background(kafka_broker.bootstrap, unique_topic, records, chunk=1, one_producer=True)
+        got: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 90
+        try:
+            while len(got) < len(records) and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None and not m.error():
+                    got.append(partition_and_key(m))
+        finally:
+            c.close()
+            producer.join()
+        incremental = sluice.total("sluice_upstream_fetch_requests_total", kind="incremental")
+    assert not [r.getMessage() for r in caplog.records if r.name.split(".")[0] in ("sluice", "asyncio")]
+    assert sorted(got, key=lambda r: r[0]) == sorted(records, key=lambda r: r[0])  # in order within a partition
+    assert incremental > 0  # the upstream session carried the changes
+    host, _, port = kafka_broker.bootstrap.rpartition(":")
+    with RawClient(host, int(port)) as raw:
+        held = {p.partition_index: p.records_size
+                for _, p in raw.fetch(12, unique_topic, dict.fromkeys(busy, 0), max_wait_ms=10).partitions()}
+    fetches = [line for line in map(json.loads, path.read_text().splitlines()) if line["api"] == "Fetch"]
+    assert min(line["version"] for line in fetches) >= 13  # topics by id (KIP-516): their names looked up
+    listed = [sorted((i["topic"], i["partition"]) for i in line["partitions"]) for line in fetches]
+    assert listed and all(rows == [(unique_topic, p) for p in range(parts)] for rows in listed), listed[:3]
+    sent = {p: sum(i["bytes"] for line in fetches for i in line["partitions"] if i["partition"] == p)
+            for p in range(parts)}
+    assert all(sent[p] == 0 for p in range(parts) if p not in busy), sent
+    assert all(sent[p] >= held[p] > 0 for p in busy), (sent, held)
 
 
 # ------------------------------------------------------------------------------------- broker restart

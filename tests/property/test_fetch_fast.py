@@ -30,6 +30,7 @@ from proxy.wire.fetch_fast import (
     topic_head,
     topic_tail,
 )
+from proxy.wire.fetch_layout import PartitionKey, topic_key
 from proxy.wire.messages import decode_response, encode_response, response_codec, response_spec
 from proxy.wire.model import Message
 from rig.fetch_oracle import from_message, to_message
@@ -168,19 +169,28 @@ def test_partition_by_partition_encoding_equals_the_full_encoder(version: int) -
         view = decode(memoryview(codec.encode(msg)), version)
         pieces: list[bytes | bytearray | memoryview] = []
         errors: list[int] = []
+        keys: list[PartitionKey] = []
+        sizes: dict[PartitionKey, int] = {}
         for t in view.topics:
-            pieces.append(topic_head(version, t.topic_id if version >= 13 else t.topic, len(t.partitions)))
+            topic = t.topic_id if version >= 13 else t.topic
+            pieces.append(topic_head(version, topic, len(t.partitions)))
             for p in t.partitions:
                 pieces.extend(encode_partition(version, p))
                 if p.error_code:
                     errors.append(p.error_code)
+                keys.append((topic_key(t), p.partition_index))
+                if p.records_size:
+                    sizes[keys[-1]] = sizes.get(keys[-1], 0) + p.records_size
             pieces.append(topic_tail(version, t.tags))
         assembled = top_head(view, len(view.topics)) + b"".join(pieces) + top_tail(view)
         assert assembled == view.to_bytes()
         lazy = FetchResponseView.from_encoded(version, view.throttle_time_ms, view.error_code, view.session_id,
-                                              EncodedTopics(len(view.topics), pieces, errors))
+                                              EncodedTopics(len(view.topics), pieces, errors, keys, sizes))
         lazy.node_endpoints, lazy.unknown_tags = view.node_endpoints, view.unknown_tags
         assert lazy.error_codes() == view.error_codes()
+        assert lazy.records_size == view.records_size and lazy.encoded is not None  # answered undecoded
+        if len(set(keys)) == len(keys):  # (a built response lists each partition once)
+            assert list(lazy.partition_sizes()) == list(view.partition_sizes()) and lazy.encoded is not None
         assert lazy.to_bytes() == view.to_bytes()
         assert lazy.topics == view.topics and lazy.encoded is None  # read: decoded, an ordinary view now
 

@@ -38,6 +38,7 @@ from proxy.wire.fetch_request_fast import (
     decode_fetch_request,
     encode_fetch_request,
     sessionless,
+    topic_keys,
 )
 from proxy.wire.messages import (
     decode_request,
@@ -198,7 +199,14 @@ def test_decode_and_reencode_equal_construct(version: int) -> None:
         head = peek_request_header(frame)  # read already (the chain's): the same decode, the same session read
         assert decode_fetch_request(frame, head).partitions() == view.partitions()
         assert sessionless(frame, head) == (view.session_epoch == -1)
+        # the topics read from the topic entries alone (the chain's look-up of names): None (decode) when an entry
+        # has tagged fields, else what the decode reads; Sluice's own encoding has none but the partitions' own
+        keys = topic_keys(frame, head)
+        assert keys is None or (version >= 12 and keys == view.topic_keys)
         again = encode_fetch_request(view, view.session_id, view.session_epoch, view.partitions(), view.forgotten())
+        tagged = any(params.tags for params in view.partitions().values())
+        assert topic_keys(again, peek_request_header(again)) == \
+            (None if tagged or version < 12 else decode_fetch_request(again).topic_keys)
         ref_header, ref = decode_request(frame)
         canonical = _canonical(ref, version)
         assert again == encode_request(ref_header, canonical)
@@ -311,6 +319,12 @@ def test_mutations_fail_like_construct(version: int) -> None:
 
 def _same_outcome(frame: bytes) -> None:
     try:
+        head = peek_request_header(frame)
+    except CodecError:
+        keys = None
+    else:
+        keys = topic_keys(frame, head)  # never raises: None, or what a decode reads when one succeeds
+    try:
         header, _ = decode_request(frame)
     except CodecError:
         with pytest.raises(CodecError):
@@ -320,7 +334,9 @@ def _same_outcome(frame: bytes) -> None:
         with pytest.raises(CodecError):
             decode_fetch_request(frame)
         return
-    _check_decode(decode_fetch_request(frame), frame)
+    view = decode_fetch_request(frame)
+    _check_decode(view, frame)
+    assert keys is None or keys == view.topic_keys
 
 
 def test_golden_requests_exist() -> None:

@@ -236,7 +236,12 @@ class SessionlessModel(World):
             view = build_client_response(self.broker.fetch(again[0]), again[1])
             assert view is not None, "a fresh full upstream session request must succeed"
         assert (view.error_code, view.session_id) == (0, 0)
+        # the access log's listing and a quota's count, read before the response is decoded (a response built
+        # from kept encodings answers them from what it was built with), are the decoded response's
+        listing, records_size = list(view.partition_sizes()), view.records_size
         got = {(t.topic, p.partition_index): p for t, p in view.partitions()}
+        assert listing == [(t.topic, p.partition_index, p.records_size) for t, p in view.partitions()]
+        assert records_size == sum(p.records_size for _, p in view.partitions())
         # every partition asked for, once (in the order of the request Sluice reads later ones against: a client
         # that lists the same partitions in another order, as librdkafka's rotation does, gets that order)
         assert sorted(got) == sorted(self.wanted) and len(got) == len(list(view.partitions()))

@@ -155,6 +155,22 @@ def test_partitions_field_only_when_given() -> None:
                                      {"topic": "t2", "partition": 3, "bytes": 0}]
 
 
+def test_partitions_listed_line_after_line_stay_right_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer's fetches list the same mostly empty partitions in every line: their text is kept, within the
+    bound (a listing longer than it clears what was kept and still comes out whole), and a partition's bytes
+    are its own in each line."""
+    monkeypatch.setattr(accesslog, "_ITEMS_MAX", 5)
+    out = io.StringIO()
+    log = AccessLog(out)
+    listings = [[("t", p, 0) for p in range(4)], [("t", 0, 7), ("t", 1, 0), ("t", 2, 0), ("t", 3, 0)],
+                [("t", p, 0) for p in range(9)], [("t", p, 0) for p in range(4)], [("u", 0, 0), ("t", 0, 0)]]
+    for listing in listings:
+        log.record(**fields(partitions=listing))
+        assert len(log._items) <= 5
+    assert [[(i["topic"], i["partition"], i["bytes"]) for i in event["partitions"]]
+            for event in lines_of(out.getvalue())] == listings
+
+
 def test_policy_fields_only_when_given() -> None:
     out = io.StringIO()
     log = AccessLog(out)

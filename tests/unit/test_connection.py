@@ -915,6 +915,28 @@ def test_an_undecodable_put_off_response_closes_the_connection_on_its_turn(logs:
     assert [e["event"] for e in logs] == ["upstream_protocol_error"] and rig.lines() == []
 
 
+def test_a_bug_in_a_put_off_decode_closes_the_connection_and_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error of Sluice's own while the chain reads a put-off response (no policy's: the chain's) closes that
+    connection, as one raised in a read's callback closes its transport, and reaches the loop, which logs it: the
+    client reconnects rather than waiting for its request timeout. The other connections carry on."""
+    rig = make_rig(UNBOUND, put_off=True)
+    conn, port = rig.connect()
+    other, other_port = rig.connect()
+    conn.client_data(sized(fetch(1), list_offsets(2)))
+    conn.upstream_data(sized(large_fetch_response(1), list_offsets_response(2)))
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(rig.proxy.chain, "on_response", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        rig.turn()
+    assert conn.closed is True and port.client == b"" and rig.memory.held == 0
+    other.client_data(sized(list_offsets(5)))
+    other.upstream_data(sized(list_offsets_response(5)))
+    assert correlation_ids(other_port.take_client()) == [5]
+
+
 # ---------------------------------------------------------------------------------------- topic-name waits
 
 

@@ -334,7 +334,7 @@ def _fetch_bytes(response: FetchResponse) -> int:
     changed it, else its record bytes (the rest is a few bytes per partition)."""
     if not response.changed:
         return len(response.frame) + 4
-    return sum(p.records_size for t in response.view.topics for p in t.partitions)
+    return response.view.records_size
 
 
 def _share_fetch_bytes(response: MessageResponse) -> int:

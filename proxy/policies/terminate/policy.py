@@ -344,14 +344,14 @@ class FullResponse:
     it). The encodings kept are of the stored states (no records); a partition that came with records is
     written with them for this response only. Building one costs O(partitions) once."""
 
-    __slots__ = ("_errors", "_pieces", "_slot", "_topics", "version", "wanted")
+    __slots__ = ("_errors", "_keys", "_pieces", "_slot", "_topics", "version", "wanted")
 
     def __init__(self, version: int, wanted: Mapping[PartitionKey, FetchParams],
                  states: Mapping[PartitionKey, FetchPartition]) -> None:
         self.version = version
         #: the wanted map this response lists (its identity says the next request asks for the same partitions)
         self.wanted = wanted
-        keys = list(wanted)
+        keys = self._keys = list(wanted)  # the partitions' order in the response
         self._pieces: list[Buffer] = []
         self._slot: dict[PartitionKey, int] = {}
         self._errors: dict[PartitionKey, int] = {}
@@ -386,11 +386,14 @@ class FullResponse:
         updated ``states``) as the broker sent them."""
         pieces, version = self._pieces, self.version
         sent: dict[int, list[Buffer]] = {}
+        sizes: dict[PartitionKey, int] = {}  # of those written with their records
         for key, data in fresh.items():
             slot = self._slot[key]
             pieces[slot] = self._stored_piece(key, states[key])
             if data.partition_index == key[1]:
                 sent[slot] = encode_partition(version, data)
+                if data.records_size:
+                    sizes[key] = data.records_size
         buffers: list[Buffer] = []
         start = 0
         for slot in sorted(sent):
@@ -400,7 +403,7 @@ class FullResponse:
         buffers.append(b"".join(pieces[start:]))
         errors = [code for code in self._errors.values() if code]
         return FetchResponseView.from_encoded(version, throttle_time_ms, NONE, INVALID_SESSION_ID,
-                                              EncodedTopics(self._topics, buffers, errors))
+                                              EncodedTopics(self._topics, buffers, errors, self._keys, sizes))
 
 
 @dataclass(slots=True)
