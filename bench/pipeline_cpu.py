@@ -28,7 +28,9 @@ case more than 5% slower than REV's.
   lists every partition, starting one further on each time (librdkafka's rotation), and gets a full response,
   the upstream session carries three changed partitions;
 - ``terminate_logged``: the same with the access log on (the analytics' input), through the connection core (the
-  framing, and the access-log line, which lists every partition of each response the chain decodes, written);
+  framing, and the access-log line, which lists every partition of each response the chain decodes, written), the
+  busy partitions answered with a record batch each (their bytes in the line); each line is checked against its
+  reply (:func:`check_line`);
 - ``terminate_session``: the same for a client with its own session (Java, kafka-python): incremental requests
   and responses with the three changed partitions (O(changed) on both sides);
 - ``produce``: not a Fetch: a producer's round trip (Produce v10, acks=1, one 100-byte record; the broker's plain
@@ -189,15 +191,15 @@ def _fetch(pl: Any, conn: Any, frame: bytes, upstream: bytes) -> bytes:
     return b"".join(bytes(b) for b in ex.reply)
 
 
-def engine(case: str) -> Fetch:
+def engine(case: str, log: io.StringIO | None = None) -> Fetch:
     """One connection's per-request logic for ``case``: this tree's chain, or the pipeline of revisions before it
-    (``--compare`` runs this file against those too)."""
+    (``--compare`` runs this file against those too); a ``_logged`` case writes its access log to ``log``."""
     try:
         importlib.import_module("proxy.core.chain")
     except ImportError:
         return _pipeline_engine(case)
     if case.endswith("_logged"):
-        return _core_engine(overrides(case), log=io.StringIO())
+        return _core_engine(overrides(case), log=log if log is not None else io.StringIO())
     pl, conn, _ = chain(case)
     return lambda frame, upstream: _fetch(pl, conn, frame, upstream)
 
@@ -260,6 +262,15 @@ def check(case: str, version: int, request: bytes, upstream: bytes, reply: bytes
     return None
 
 
+def check_line(version: int, reply: bytes, line: str) -> str | None:
+    """What is wrong with the access-log ``line`` of a Fetch's ``reply`` (None when nothing is): it lists every
+    partition of the reply, in its order, by the topic's name, with the record bytes the reply carries."""
+    view = decode_frame(reply[4:], version)[2]
+    listed = [(item["topic"], item["partition"], item["bytes"]) for item in json.loads(line).get("partitions", ())]
+    sent = [("bench", p.partition_index, p.records_size) for t in view.topics for p in t.partitions]
+    return None if listed == sent else "the access log's line differs from the reply"
+
+
 def _records_of(view: FetchResponseView, version: int) -> dict[PartitionKey, bytes]:
     """Each partition a response lists, keyed as :func:`_high_watermarks` keys them, and its record bytes."""
     return {(t.topic_id if version >= 13 else t.topic, p.partition_index): bytes(p.records or b"")
@@ -272,13 +283,19 @@ def _high_watermarks(view: FetchResponseView, version: int) -> dict[PartitionKey
             for t in view.topics for p in t.partitions}
 
 
+def _batch() -> bytes:
+    """A record batch of one 100-byte record."""
+    from proxy.wire.records import Record, encode_batch, new_batch
+
+    return bytes(encode_batch(new_batch([Record(key=b"k", value=b"v" * 100)])))
+
+
 def _produce_frames(corr: int) -> tuple[bytes, bytes]:
     """A Produce v10 request (acks=1, one 100-byte record) and the broker's answer to it, no size prefixes."""
     from proxy.wire.messages import response_codec
-    from proxy.wire.records import Record, encode_batch, new_batch
     from rig.core_rig import request, response
 
-    records = encode_batch(new_batch([Record(key=b"k", value=b"v" * 100)]))
+    records = _batch()
     body = request_codec(0, 10).default().replace(acks=1, timeout_ms=30000, topic_data=[
         Message(name="bench", partition_data=[Message(index=0, records=records)])])
     answer = response_codec(0, 10).default().replace(responses=[Message(name="bench", partition_responses=[
@@ -346,7 +363,9 @@ def run_case(case: str, partitions: int, version: int, fetches: int) -> tuple[fl
     topic: str | bytes = TOPIC_ID if version >= 13 else "bench"
     keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
     busy = keys[:BUSY]
-    fetch = engine(case)
+    log = io.StringIO() if case.endswith("_logged") else None
+    records = _batch() if log is not None else b""  # bytes on the busy partitions, for the line to list
+    fetch = engine(case, log)
     session_client = case == "terminate_session"
     first = request_frame(version, 1, dict.fromkeys(keys, 0), FetchMetadata(0, 0) if session_client else LEGACY)
     reply = fetch(first, response_frame(version, 1, keys, 0, 77))
@@ -363,13 +382,16 @@ def run_case(case: str, partitions: int, version: int, fetches: int) -> tuple[fl
             offsets = dict.fromkeys(keys[turn:] + keys[:turn], 0) | dict.fromkeys(busy, hw - 1)
             terminate = case.startswith("terminate")
             frames.append((request_frame(version, i + 2, offsets, LEGACY),
-                           response_frame(version, i + 2, busy if terminate else keys, hw, 77 if terminate else 0)))
-    return _timed(case, version, fetch, frames)
+                           response_frame(version, i + 2, busy if terminate else keys, hw, 77 if terminate else 0,
+                                          records)))
+    return _timed(case, version, fetch, frames, log)
 
 
-def _timed(case: str, version: int, fetch: Fetch, frames: list[tuple[bytes, bytes]]) -> tuple[float, int]:
+def _timed(case: str, version: int, fetch: Fetch, frames: list[tuple[bytes, bytes]],
+           log: io.StringIO | None = None) -> tuple[float, int]:
     """Each (request, response) of ``frames`` through ``fetch``, timed alone: the median ms, and how many replies
-    :func:`check` finds wrong (checked after the timing)."""
+    :func:`check` finds wrong (checked after the timing), or whose access-log line (the last ones of ``log``,
+    when given) :func:`check_line` does."""
     times: list[float] = []
     replies: list[bytes] = []
     for frame, upstream in frames:
@@ -378,6 +400,10 @@ def _timed(case: str, version: int, fetch: Fetch, frames: list[tuple[bytes, byte
         times.append(time.perf_counter() - t0)
     wrong = [w for (frame, upstream), reply in zip(frames, replies, strict=True)
              if (w := check(case, version, frame, upstream, reply)) is not None]
+    if log is not None:
+        lines = log.getvalue().splitlines()[-len(frames):]
+        wrong += [w for reply, line in zip(replies, lines, strict=True)
+                  if (w := check_line(version, reply, line)) is not None]
     if wrong:
         print(json.dumps({"bench": "pipeline_cpu", "case": case, "error": wrong[0], "wrong": len(wrong)}),
               flush=True)

@@ -41,10 +41,11 @@ from itertools import groupby, repeat
 from operator import itemgetter
 from typing import Any, Literal, cast, overload
 
-from ..accesslog import AccessLog, get_logger
+from ..accesslog import AccessLog, KeptListing, Listing, get_logger
 from ..metrics import Metrics
 from ..wire.api_keys import ApiKey, api_names
 from ..wire.errors import CodecError, MalformedFrame
+from ..wire.fetch_fast import FetchResponseView
 from ..wire.fetch_layout import FIRST_TOPIC_ID, TopicKey
 from ..wire.fetch_request_fast import FetchEdit, topic_keys
 from ..wire.fetch_stream import FetchStreamer
@@ -449,7 +450,7 @@ class Chain:
         if response.changed:
             self.metrics.rewritten(ex.api)
         if isinstance(response, FetchResponse) and self.access_log is not None and self.access_log.enabled:
-            ex.partitions = self._partitions(response.view.partition_sizes())
+            ex.partitions = self._listing(response.view)
 
     def stream_fetch(self, conn: ChainConnection, ex: Exchange, size: int) -> FetchStreamer | None:
         """A response the policies asked to collect begins, ``size`` bytes (its size prefix): if it is a Fetch's
@@ -529,11 +530,30 @@ class Chain:
             ex.reply, ex.client_bytes = [ex.answer], len(ex.answer)
             ex.answer = None
 
+    def _listing(self, view: FetchResponseView) -> Listing:
+        """A collected Fetch response's listing for the access log: one assembled from kept encodings is listed
+        from the keys it was assembled from, naming its topics only (:class:`~proxy.accesslog.KeptListing`)."""
+        encoded = view.encoded
+        if encoded is None:
+            return self._partitions(view.partition_sizes())
+        unknown: list[bytes] = []
+        labels = {topic: topic if isinstance(topic, str) else self._label(topic, unknown) for topic in encoded.topics}
+        if unknown:
+            self.names.note(unknown)  # known by the next response
+        return KeptListing(encoded.partitions, labels, encoded.record_sizes)
+
+    def _label(self, topic_id: bytes, unknown: list[bytes]) -> str:
+        """A topic id's name in the access log, or its label while unknown (then added to ``unknown``)."""
+        name = self.names.get(topic_id)
+        if name:
+            return name
+        unknown.append(topic_id)
+        return self.names.label(topic_id)
+
     def _partitions(self, sent: Iterable[tuple[TopicKey, int, int]]) -> list[tuple[str, int, int]]:
         """Record bytes sent per partition (topic key, partition, bytes), for the access log, by topic name.
         Partitions with none count too: the analytics' empty fetches and partitions without bytes are how
         starvation shows (analytics/aggregates.py)."""
-        names = self.names
         out: list[tuple[str, int, int]] = []
         unknown: list[bytes] = []
         # Partitions come grouped by topic: each topic is named once, and its rows are copied at C level (10,000
@@ -542,14 +562,11 @@ class Chain:
             if isinstance(topic, str):
                 out.extend(cast(Iterator[tuple[str, int, int]], rows))  # by name already
                 continue
-            label = names.get(topic) or ""
-            if not label:
-                unknown.append(topic)
-                label = names.label(topic)
+            label = self._label(topic, unknown)
             group = list(rows)
             out.extend(zip(repeat(label), map(_PARTITION, group), map(_SIZE, group), strict=False))
         if unknown:
-            names.note(unknown)  # known by the next response
+            self.names.note(unknown)  # known by the next response
         return out
 
 

@@ -500,13 +500,13 @@ class Connection:
             return
         self._pending[0].missing_names = frozenset()
         self._waiting = None
-        self._pump()
+        self._resume_pump()
 
     def _pending_settled(self) -> None:
         if self.state is _CLOSED or self._waiting is not Wait.PENDING:
             return
         self._waiting = None
-        self._pump()
+        self._resume_pump()
 
     def _memory_granted(self) -> None:
         if self.state is _CLOSED or self._waiting is not Wait.MEMORY:  # granted as the connection went away
@@ -515,7 +515,18 @@ class Connection:
         ex = self._pending[0]
         ex.held = ex.reserve
         self._waiting = None
-        self._pump()
+        self._resume_pump()
+
+    def _resume_pump(self) -> None:
+        """:meth:`_pump` after a wait, called back by what every connection shares (the topic names, Sluice's own
+        work, the memory bound), which calls its other waiters after this one. A bug of Sluice's own in it closes
+        this connection and is raised on a turn of its own (the loop logs it), never into that caller: raised
+        there, it would leave this client waiting for its request timeout and the other waiters uncalled."""
+        try:
+            self._pump()
+        except Exception as e:
+            self.port.call_later(0, functools.partial(_raise, e))
+            self.close(abort=True)
 
     def _dispatch(self, ex: Exchange) -> None:
         if ex.answer is not None:
@@ -1061,3 +1072,8 @@ class Connection:
 
 
 __all__ = ["Connection", "Limits", "Pause", "Port", "State", "Tallies", "Timer", "Wait"]
+
+
+def _raise(error: Exception) -> None:
+    """Raise ``error`` (on a turn of its own: :meth:`Connection._resume_pump`)."""
+    raise error

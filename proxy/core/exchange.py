@@ -43,6 +43,7 @@ from ..wire.model import Message
 from ..wire.views import MessageRequest, request_view
 
 if TYPE_CHECKING:
+    from ..accesslog import Listing
     from ..metrics import RejectReason
     from ..wire.views import RequestView
 
@@ -296,7 +297,7 @@ class Exchange:
     #: the client
     error_codes: list[int] = field(default_factory=list)
     log: dict[str, Any] = field(default_factory=dict)
-    partitions: list[tuple[str, int, int]] | None = None
+    partitions: Listing | None = None
     decoded: bool = False
     upstream_bytes: int = 0
     client_bytes: int = 0

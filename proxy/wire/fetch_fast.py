@@ -312,6 +312,8 @@ class EncodedTopics(NamedTuple):
     #: what the access log lists and a quota counts, without decoding
     partitions: Sequence[PartitionKey]
     record_sizes: Mapping[PartitionKey, int]
+    #: each topic entry's key, in order (the access log names them without going through every partition)
+    topics: Sequence[TopicKey]
 
 
 class FetchResponseView:

@@ -185,7 +185,8 @@ def test_partition_by_partition_encoding_equals_the_full_encoder(version: int) -
         assembled = top_head(view, len(view.topics)) + b"".join(pieces) + top_tail(view)
         assert assembled == view.to_bytes()
         lazy = FetchResponseView.from_encoded(version, view.throttle_time_ms, view.error_code, view.session_id,
-                                              EncodedTopics(len(view.topics), pieces, errors, keys, sizes))
+                                              EncodedTopics(len(view.topics), pieces, errors, keys, sizes,
+                                                            [topic_key(t) for t in view.topics]))
         lazy.node_endpoints, lazy.unknown_tags = view.node_endpoints, view.unknown_tags
         assert lazy.error_codes() == view.error_codes()
         assert lazy.records_size == view.records_size and lazy.encoded is not None  # answered undecoded

@@ -18,7 +18,15 @@ import pytest
 
 import proxy
 from proxy import accesslog
-from proxy.accesslog import SCHEMA_VERSION, AccessLog, LogLimiter, configure_logging, get_access_log, get_logger
+from proxy.accesslog import (
+    SCHEMA_VERSION,
+    AccessLog,
+    KeptListing,
+    LogLimiter,
+    configure_logging,
+    get_access_log,
+    get_logger,
+)
 from proxy.app import load_settings
 from proxy.config import LoggingSettings
 from proxy.server import Proxy
@@ -169,6 +177,36 @@ def test_partitions_listed_line_after_line_stay_right_and_bounded(monkeypatch: p
         assert len(log._items) <= 5
     assert [[(i["topic"], i["partition"], i["bytes"]) for i in event["partitions"]]
             for event in lines_of(out.getvalue())] == listings
+
+
+def test_kept_listings_come_out_as_their_rows_line_after_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing of a response assembled from kept encodings (terminate mode's full response) is written as its
+    rows would be: a partition's bytes in its own line only, a topic id's name once learnt, across the bound
+    (the oldest key list dropped), and item by item for a list longer than the bound, one naming a partition
+    twice, or bytes for a partition it does not list."""
+    monkeypatch.setattr(accesslog, "_ITEMS_MAX", 6)
+    out = io.StringIO()
+    log = AccessLog(out)
+    a: list[tuple[Any, int]] = [(b"id-a", 0), (b"id-a", 1), ("t", 0), (b"id-a", 2)]
+    b: list[tuple[Any, int]] = [("t", p) for p in range(5)]
+    labels = {b"id-a": "aWQtYQ==", "t": "t"}
+    listings = [
+        KeptListing(a, labels, {}),
+        KeptListing(a, labels, {(b"id-a", 1): 7, ("t", 0): 9}),
+        KeptListing(a, labels, {}),
+        KeptListing(a, {**labels, b"id-a": 'named "a"'}, {(b"id-a", 2): 1}),  # the id's name learnt
+        KeptListing(b, labels, {("t", 4): 3}),  # b pushes a out
+        KeptListing(a, labels, {}),
+        KeptListing([("t", p) for p in range(7)], labels, {("t", 6): 2}),  # longer than the bound
+        KeptListing([("t", 0), ("t", 1), ("t", 0)], labels, {("t", 0): 5}),  # a partition twice
+        KeptListing(a, labels, {("t", 9): 4}),  # bytes for a partition not listed
+        KeptListing(a, labels, {(b"id-a", 0): 8}),
+    ]
+    for listing in listings:
+        log.record(**fields(partitions=listing))
+        assert log._kept._count <= 6
+    assert [[(i["topic"], i["partition"], i["bytes"]) for i in event["partitions"]]
+            for event in lines_of(out.getvalue())] == [listing.rows() for listing in listings]
 
 
 def test_policy_fields_only_when_given() -> None:

@@ -370,6 +370,35 @@ def test_access_log_partitions_include_those_without_bytes() -> None:
     assert ex.partitions == [("t", i, 0) for i in range(5)]
 
 
+@pytest.mark.parametrize("version", [12, 16])
+def test_access_log_lists_an_assembled_response_from_its_keys(version: int) -> None:
+    """A session-less client's full response that terminate mode assembles from kept encodings is listed from the
+    keys it was built from (no row per partition), as its decoded partitions read: each topic by its name, and
+    the partitions with records with their bytes."""
+    import io
+
+    from bench.pipeline_cpu import TOPIC_ID, _batch, decode_frame, request_frame, response_frame
+    from proxy.accesslog import KeptListing
+    from proxy.policies.terminate.sessions import LEGACY
+
+    topic: str | bytes = TOPIC_ID if version >= 13 else "t"
+    keys: list[PartitionKey] = [(topic, i) for i in range(6)]
+    p = SansIOProxy({"sessions.mode": "terminate"}, access_log=AccessLog(io.StringIO()))
+    p.names.learn(TOPIC_ID, "t")
+    listed = []
+    for corr in range(1, 5):
+        ex = p.request(request_frame(version, corr, dict.fromkeys(keys, corr - 1), LEGACY))
+        busy = keys if corr == 1 else keys[corr % 3:corr % 3 + 2]
+        reply = p.respond(ex, response_frame(version, corr, busy, corr, 77, _batch()))
+        view = decode_frame(reply[4:], version)[2]
+        assert ex.partitions is not None
+        rows = ex.partitions.rows() if isinstance(ex.partitions, KeptListing) else ex.partitions
+        assert rows == [("t", q.partition_index, q.records_size) for t in view.topics for q in t.partitions]
+        assert sum(size for *_, size in rows) == len(busy) * len(_batch())
+        listed.append(type(ex.partitions))
+    assert listed[-1] is KeptListing  # (the client asked for the same partitions again)
+
+
 def test_access_log_partitions_are_not_gathered_when_the_access_log_is_off() -> None:
     from bench.pipeline_cpu import request_frame, response_frame
     from proxy.policies.terminate.sessions import LEGACY

@@ -958,6 +958,34 @@ def test_a_fetch_waits_for_the_names_of_its_topic_ids() -> None:
     assert rig.names.get(TID) == "t"
 
 
+def test_a_bug_after_a_names_wait_closes_that_connection_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error of Sluice's own as a connection goes on after its wait for names (called back by the lookup every
+    connection shares) closes that connection and reaches the loop on a turn of its own: the lookup's other
+    waiters are still called, and the lookup itself does not fail."""
+    rig = make_rig(THROTTLED)
+    conn, port = rig.connect()
+    other, other_port = rig.connect()
+    request_ = fetch(1, version=13, keys=[(TID, 0)])
+    conn.client_data(sized(request_))
+    other.client_data(sized(request_))
+    assert rig.names.take() == {TID}
+    on_request = rig.proxy.chain.on_request
+
+    def broken(policies: Any, ex: Any) -> None:
+        if policies is conn.policies:
+            raise RuntimeError("a bug")
+        on_request(policies, ex)
+
+    monkeypatch.setattr(rig.proxy.chain, "on_request", broken)
+    rig.names.settle({TID: "t"})
+    assert conn.closed is True and port.upstream == b""
+    assert other_port.take_upstream() == sized(request_)
+    with pytest.raises(RuntimeError, match="a bug"):
+        rig.advance(0)
+    other.upstream_data(sized(fetch_response(1, version=13, keys=[(TID, 0)])))
+    assert correlation_ids(other_port.take_client()) == [1]
+
+
 def test_an_id_the_cluster_does_not_know_ends_the_wait_too() -> None:
     rig = make_rig(THROTTLED)
     conn, port = rig.connect()

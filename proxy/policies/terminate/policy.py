@@ -66,7 +66,7 @@ from ...wire.fetch_fast import (
     topic_head,
     topic_tail,
 )
-from ...wire.fetch_layout import FIRST_SESSION, FIRST_TOPIC_ID, PartitionKey, partition_keys, topic_key
+from ...wire.fetch_layout import FIRST_SESSION, FIRST_TOPIC_ID, PartitionKey, TopicKey, partition_keys, topic_key
 from ...wire.fetch_request_fast import (
     Baseline,
     FetchEdit,
@@ -344,7 +344,7 @@ class FullResponse:
     it). The encodings kept are of the stored states (no records); a partition that came with records is
     written with them for this response only. Building one costs O(partitions) once."""
 
-    __slots__ = ("_errors", "_keys", "_pieces", "_slot", "_topics", "version", "wanted")
+    __slots__ = ("_errors", "_keys", "_pieces", "_slot", "_topic_keys", "_topics", "version", "wanted")
 
     def __init__(self, version: int, wanted: Mapping[PartitionKey, FetchParams],
                  states: Mapping[PartitionKey, FetchPartition]) -> None:
@@ -356,6 +356,7 @@ class FullResponse:
         self._slot: dict[PartitionKey, int] = {}
         self._errors: dict[PartitionKey, int] = {}
         self._topics = 0
+        self._topic_keys: list[TopicKey] = []
         i = 0
         while i < len(keys):  # consecutive partitions of one topic share a topic entry (as _view groups them)
             topic = keys[i][0]
@@ -368,6 +369,7 @@ class FullResponse:
                 self._pieces.append(self._stored_piece(key, states[key]))
             self._pieces.append(topic_tail(version))
             self._topics += 1
+            self._topic_keys.append(topic)
             i = j
 
     def _stored_piece(self, key: PartitionKey, state: FetchPartition) -> bytes:
@@ -403,7 +405,8 @@ class FullResponse:
         buffers.append(b"".join(pieces[start:]))
         errors = [code for code in self._errors.values() if code]
         return FetchResponseView.from_encoded(version, throttle_time_ms, NONE, INVALID_SESSION_ID,
-                                              EncodedTopics(self._topics, buffers, errors, self._keys, sizes))
+                                              EncodedTopics(self._topics, buffers, errors, self._keys, sizes,
+                                                            self._topic_keys))
 
 
 @dataclass(slots=True)
