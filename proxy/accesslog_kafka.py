@@ -61,6 +61,11 @@ _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 log = get_logger("sluice.accesslog.kafka")
 
 
+#: librdkafka's default message.max.bytes, and the most it accepts (CONFIGURATION.md)
+_MESSAGE_MAX_BYTES_DEFAULT = 1_000_000
+_MESSAGE_MAX_BYTES_LIMIT = 1_000_000_000
+
+
 def default_key() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -75,6 +80,11 @@ def producer_config(settings: AccessLogKafkaSettings, upstream: Sequence[str]) -
         "queue.buffering.max.kbytes": max(1, settings.buffer_bytes // 1024),
         "linger.ms": settings.linger_ms,
         "compression.type": settings.compression,
+        # librdkafka refuses a message longer than message.max.bytes (1,000,000 by default) before compressing it:
+        # a session-less consumer of ~15,000 partitions has Fetch lines longer than that, each listing every
+        # partition. Any line that fits the buffer is taken; the broker judges the compressed batch against the
+        # topic's max.message.bytes (JSON lines compress ~10x: a 3 MB line goes under the default 1 MB).
+        "message.max.bytes": max(_MESSAGE_MAX_BYTES_DEFAULT, min(settings.buffer_bytes, _MESSAGE_MAX_BYTES_LIMIT)),
         "message.timeout.ms": max(1, round(settings.delivery_timeout_s * 1000)),
         # Retries never duplicate or reorder a process's events (acks=all comes with it).
         "enable.idempotence": True,

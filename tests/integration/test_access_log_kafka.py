@@ -14,6 +14,8 @@ No sleeps: every wait is a bounded poll of a real condition (a metric, a topic's
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import time
 import uuid
@@ -25,6 +27,10 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 
+from proxy.accesslog import AccessLog, KeptListing
+from proxy.accesslog_kafka import KafkaAccessLogSink
+from proxy.app import load_settings
+from proxy.metrics import Metrics
 from rig.kafka import KafkaBroker
 from rig.kafka_python_group import wait_partitions_known
 from rig.proxy_thread import ProxyThread
@@ -189,6 +195,39 @@ def test_access_log_events_reach_the_topic_survive_an_outage_of_its_broker_and_n
     assert len(lines) - len(topic_lines) == dropped_total
     assert sum(1 for e in events if e["client_id"] == "during-producer" and e["api"] == "Produce") < sent
     assert all(classify(line)[0] == "valid" for line in topic_lines)
+
+
+def test_a_large_consumers_fetch_lines_reach_the_topic_whole(kafka_broker: KafkaBroker) -> None:
+    """A session-less consumer's Fetch lines list every partition it fetches, ~75 bytes each with a topic name of
+    production length: at 40,000 partitions a line is ~3 MB, past librdkafka's default message.max.bytes
+    (1,000,000), which refused it before it was buffered (dropped as delivery_failed). Every line now reaches the
+    topic whole and in order among small ones, compressed under the topic's default max.message.bytes."""
+    topic = f"access-log-large-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_broker.bootstrap, topic)
+    metrics = Metrics()
+    settings = load_settings(None, env={}).with_overrides({
+        "logging.access_log_kafka.enabled": True, "logging.access_log_kafka.topic": topic,
+        "logging.access_log_kafka.key": KEY, "logging.access_log_kafka.linger_ms": 5}).logging.access_log_kafka
+    sink = KafkaAccessLogSink(settings, [kafka_broker.bootstrap], metrics)
+    lines = io.StringIO()
+    log = AccessLog(lines)
+    log.attach_sink(sink)
+    name = "com.example.payments.settlement-events.v2"
+    keys = [(name, i) for i in range(40_000)]
+    for corr in range(6):
+        listing = KeptListing(keys, {name: name}, {(name, corr * 7): 100 + corr}) if corr % 2 == 0 else None
+        log.record(1, "large-consumer", "Fetch", 1, 12, corr, 100, 100, 5_000, 5_000, 1.0, [], "bootstrap",
+                   "broker:9092", True, listing)
+    written = lines.getvalue().splitlines()
+    assert max(len(line) for line in written) > 3_000_000
+    asyncio.run(sink.close(30))
+    assert metrics.total("sluice_access_log_dropped_total") == 0
+    reader = TopicReader(kafka_broker.bootstrap, topic)
+    try:
+        wait_for(lambda: len(reader.read()) >= len(written), "every line in the topic")
+    finally:
+        reader.close()
+    assert [value for _, value in reader.messages] == written
 
 
 def is_subsequence(sub: list[str], seq: list[str]) -> bool:

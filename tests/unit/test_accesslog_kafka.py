@@ -47,6 +47,10 @@ def test_upstream_cluster_by_default_and_the_buffer_bounds_in_the_producer() -> 
     assert conf["bootstrap.servers"] == "u1:9092,u2:9092"
     assert (conf["queue.buffering.max.messages"], conf["queue.buffering.max.kbytes"]) == (100_000, 65536)
     assert conf["enable.idempotence"] is True and conf["delivery.report.only.error"] is True
+    # a line is taken up to the buffer's size (never below librdkafka's default; at most what it accepts)
+    assert conf["message.max.bytes"] == 67_108_864
+    assert producer_config(settings(buffer_bytes=4096), [])["message.max.bytes"] == 1_000_000
+    assert producer_config(settings(buffer_bytes=2**31 - 1), [])["message.max.bytes"] == 1_000_000_000
     assert producer_config(settings(), ["u1:9092"])["bootstrap.servers"] != "u1:9092"
 
 
