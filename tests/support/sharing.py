@@ -118,8 +118,11 @@ def describe_members(members: Iterable[Member]) -> str:
 def python_member(client: str, bootstrap: str, topic: str, group: str, client_id: str, *, work_ms: float = 0,
                   strategy: str = "range", assign: int = 0, protocol: str = "classic",
                   unread_joins: Path | None = None, assign_ms: float = 0, isolation: str | None = None,
-                  rack: str | None = None, sasl: tuple[str, str] | None = None) -> Member:
+                  rack: str | None = None, sasl: tuple[str, str] | None = None,
+                  session_timeout_ms: int | None = None) -> Member:
     extra = ["--work-ms", str(work_ms), "--strategy", strategy, "--max-poll-records", "20"]
+    if session_timeout_ms is not None:  # a classic member's session (rig.group_consumer's default: 6 s)
+        extra += ["--session-timeout-ms", str(session_timeout_ms)]
     if sasl is not None:  # a SASL/SCRAM-SHA-512 login (user, password) over plaintext (rig.group_consumer)
         extra += ["--sasl-user", sasl[0], "--sasl-password", sasl[1]]
     if isolation:  # KIP-98's isolation level (none: the client's default, rig.group_consumer)
