@@ -33,8 +33,6 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import repeat
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from .compiler import tag_section_at as _skip_tags
@@ -55,7 +53,6 @@ from .fetch_layout import (
 )
 
 _API = "FetchResponse"
-_KEY_TOPIC, _KEY_INDEX = itemgetter(0), itemgetter(1)  # of a PartitionKey
 
 Buffer = bytes | bytearray | memoryview
 
@@ -414,14 +411,9 @@ class FetchResponseView:
                 yield t, p
 
     def partition_sizes(self) -> Iterator[tuple[TopicKey, int, int]]:
-        """Each partition's topic key, index and record bytes, in order (the access log's listing); a view with
-        :attr:`encoded` topics answers from what it was built with, without decoding them (at C level: 10,000
-        partitions a response)."""
-        encoded = self.encoded
-        if self._topics is None and encoded is not None:
-            keys = encoded.partitions
-            return zip(map(_KEY_TOPIC, keys), map(_KEY_INDEX, keys), map(encoded.record_sizes.get, keys, repeat(0)),
-                       strict=True)
+        """Each partition's topic key, index and record bytes, in order: the access log's listing of a decoded
+        response (one with :attr:`encoded` topics is listed from what it was built with, without decoding it:
+        proxy/core/chain.py's ``_listing``)."""
         return ((topic_key(t), p.partition_index, p.records_size) for t in self.topics for p in t.partitions)
 
     @property

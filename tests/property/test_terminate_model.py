@@ -14,11 +14,13 @@ in a response is the offsets [fetch offset, high watermark) encoded as text, so 
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from proxy.accesslog import KeptListing
 from proxy.policies.terminate.policy import (
     UpstreamSessions,
     build_client_response,
@@ -237,8 +239,13 @@ class SessionlessModel(World):
             assert view is not None, "a fresh full upstream session request must succeed"
         assert (view.error_code, view.session_id) == (0, 0)
         # the access log's listing and a quota's count, read before the response is decoded (a response built
-        # from kept encodings answers them from what it was built with), are the decoded response's
-        listing, records_size = list(view.partition_sizes()), view.records_size
+        # from kept encodings answers them from what it was built with: proxy/core/chain.py's _listing, topics
+        # named by their keys here), are the decoded response's
+        encoded = view.encoded
+        named: dict[object, Any] = {t: t for t in encoded.topics} if encoded is not None else {}
+        listing = (KeptListing(encoded.partitions, named, encoded.record_sizes).rows()
+                   if encoded is not None else list(view.partition_sizes()))
+        records_size = view.records_size
         got = {(t.topic, p.partition_index): p for t, p in view.partitions()}
         assert listing == [(t.topic, p.partition_index, p.records_size) for t, p in view.partitions()]
         assert records_size == sum(p.records_size for _, p in view.partitions())
