@@ -193,6 +193,11 @@ class KeptListing(NamedTuple):
 Listing = list[tuple[str, int, int]] | KeptListing
 
 
+#: what _KeptTexts keeps of a key list: the list, the labels its texts were made with, each item's text without
+#: bytes, each key's place
+_Kept = tuple[Sequence[Any], dict[Any, str], list[str], dict[Any, int]]
+
+
 class _KeptTexts:
     """The ``partitions`` text of kept listings (:class:`KeptListing`), per key list (by identity, held while
     kept): each item's text without bytes, made once, and each key's place; a line copies the texts, rewrites the
@@ -204,8 +209,8 @@ class _KeptTexts:
 
     def __init__(self, js: Callable[[str | None], str]) -> None:
         self._js = js
-        #: id(keys) -> (keys, labels, texts without bytes, each key's place)
-        self._kept: dict[int, tuple[Sequence[Any], dict[Any, str], list[str], dict[Any, int]]] = {}
+        #: id(keys) -> what is kept of it
+        self._kept: dict[int, _Kept] = {}
         self._count = 0
 
     def text(self, listing: KeptListing, items: _PartitionItems) -> str:
@@ -225,7 +230,7 @@ class _KeptTexts:
                 texts[i] = _item(js(labels[key[0]]), key[1], size)
         return ",".join(texts)
 
-    def _keep(self, listing: KeptListing) -> tuple[Sequence[Any], dict[Any, str], list[str], dict[Any, int]] | None:
+    def _keep(self, listing: KeptListing) -> _Kept | None:
         keys = listing.keys
         old = self._kept.pop(id(keys), None)
         if old is not None:
