@@ -283,7 +283,7 @@ def _high_watermarks(view: FetchResponseView, version: int) -> dict[PartitionKey
             for t in view.topics for p in t.partitions}
 
 
-def _batch() -> bytes:
+def one_record_batch() -> bytes:
     """A record batch of one 100-byte record."""
     from proxy.wire.records import Record, encode_batch, new_batch
 
@@ -295,7 +295,7 @@ def _produce_frames(corr: int) -> tuple[bytes, bytes]:
     from proxy.wire.messages import response_codec
     from rig.core_rig import request, response
 
-    records = _batch()
+    records = one_record_batch()
     body = request_codec(0, 10).default().replace(acks=1, timeout_ms=30000, topic_data=[
         Message(name="bench", partition_data=[Message(index=0, records=records)])])
     answer = response_codec(0, 10).default().replace(responses=[Message(name="bench", partition_responses=[
@@ -364,7 +364,7 @@ def run_case(case: str, partitions: int, version: int, fetches: int) -> tuple[fl
     keys: list[PartitionKey] = [(topic, i) for i in range(partitions)]
     busy = keys[:BUSY]
     log = io.StringIO() if case.endswith("_logged") else None
-    records = _batch() if log is not None else b""  # bytes on the busy partitions, for the line to list
+    records = one_record_batch() if log is not None else b""  # bytes on the busy partitions, for the line to list
     fetch = engine(case, log)
     session_client = case == "terminate_session"
     first = request_frame(version, 1, dict.fromkeys(keys, 0), FetchMetadata(0, 0) if session_client else LEGACY)

@@ -377,7 +377,7 @@ def test_access_log_lists_an_assembled_response_from_its_keys(version: int) -> N
     the partitions with records with their bytes."""
     import io
 
-    from bench.pipeline_cpu import TOPIC_ID, _batch, decode_frame, request_frame, response_frame
+    from bench.pipeline_cpu import TOPIC_ID, decode_frame, one_record_batch, request_frame, response_frame
     from proxy.accesslog import KeptListing
     from proxy.policies.terminate.sessions import LEGACY
 
@@ -389,12 +389,12 @@ def test_access_log_lists_an_assembled_response_from_its_keys(version: int) -> N
     for corr in range(1, 5):
         ex = p.request(request_frame(version, corr, dict.fromkeys(keys, corr - 1), LEGACY))
         busy = keys if corr == 1 else keys[corr % 3:corr % 3 + 2]
-        reply = p.respond(ex, response_frame(version, corr, busy, corr, 77, _batch()))
+        reply = p.respond(ex, response_frame(version, corr, busy, corr, 77, one_record_batch()))
         view = decode_frame(reply[4:], version)[2]
         assert ex.partitions is not None
         rows = ex.partitions.rows() if isinstance(ex.partitions, KeptListing) else ex.partitions
         assert rows == [("t", q.partition_index, q.records_size) for t in view.topics for q in t.partitions]
-        assert sum(size for *_, size in rows) == len(busy) * len(_batch())
+        assert sum(size for *_, size in rows) == len(busy) * len(one_record_batch())
         listed.append(type(ex.partitions))
     assert listed[-1] is KeptListing  # (the client asked for the same partitions again)
 
