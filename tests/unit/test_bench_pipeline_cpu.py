@@ -22,6 +22,33 @@ def test_every_case_runs(version: int, capsys: pytest.CaptureFixture[str]) -> No
     assert lines[-1]["wrong"] == 0 and all(line["wrong"] == 0 for line in lines[:-1]) and lines[-1]["correct"]
 
 
+def test_compare_times_both_sides_fetch_by_fetch(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--compare REV --cases``: every round, each case on both sides (REV's code in a worktree, this tree's), one
+    line per side and round, and a summary of those cases only, each side's replies checked."""
+    with pytest.raises(SystemExit) as done:
+        pipeline_cpu.main(["--compare", "HEAD", "--partitions", "300", "--fetches", "4", "--rounds", "2",
+                           "--cases", "relay,terminate_sessionless"])
+    assert done.value.code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    runs = [(line["round"], line["case"], line["side"]) for line in lines[:-1]]
+    assert sorted(runs) == sorted((r, case, side) for r in (0, 1) for case in ("relay", "terminate_sessionless")
+                                  for side in ("before", "after"))
+    assert all(line["wrong"] == 0 and line["ms_per_fetch"] > 0 for line in lines[:-1])
+    out = lines[-1]
+    assert out["summary"] == "pipeline_cpu_compare" and out["rounds"] == 2 and out["wrong"] == 0 and out["correct"]
+    assert set(out["ratio"]) == set(out["before"]) == set(out["after"]) == {"relay", "terminate_sessionless"}
+    assert set(out["goals"]) == {"ratio.relay", "ratio.terminate_sessionless"}
+    low, high = out["ratio_range"]["relay"]
+    assert low <= out["ratio"]["relay"] <= high
+
+
+def test_cases_and_rounds_are_checked() -> None:
+    for argv in (["--cases", "relay,nonesuch"], ["--compare", "HEAD", "--rounds", "0"]):
+        with pytest.raises(SystemExit) as refused:
+            pipeline_cpu.main(argv)
+        assert refused.value.code == 2
+
+
 def test_the_check_finds_a_wrong_reply() -> None:
     """The summary's "wrong": 0 means something: a reply missing a partition's news, listing a partition never
     asked for, with another correlation id, or partial for a session-less client is each found."""
