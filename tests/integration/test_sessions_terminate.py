@@ -11,6 +11,8 @@ behalf of session-less clients (raw fetches, confluent-kafka, aiokafka).
 - a client with its own session moving from Fetch v12 (topic names) to v13 (topic ids): 106 on the old
   session, then a new v13 session that delivers every record once, in order.
 - kafka-python (its own session): every Fetch costs the upstream link exactly what it costs the client's link.
+- a topic deleted and created again (a new id, three partitions where it had one) under a group member of either
+  kind (confluent-kafka, kafka-python): every record of the new topic once, in order, none of the old one's again.
 - the access log of a session-less consumer's fetches (Fetch v13+): every partition of each full response, by
   name, with the record bytes sent.
 """
@@ -40,6 +42,7 @@ from rig.kafka import KafkaBroker
 from rig.proxy_thread import ProxyThread
 from rig.raw import RawClient
 from tests.support import topics
+from tests.support.faults import wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -536,6 +539,122 @@ def test_kafka_python_session_costs_upstream_what_it_costs_its_client(kafka_brok
                  != (line["bytes_client_to_proxy"], line["bytes_proxy_to_client"])]
     assert not differing, f"{len(differing)} of {len(fetches)} fetches (client request, upstream request, " \
         f"upstream response, client response): {differing[:10]}"
+
+
+class _Member:
+    """A group member of ``topic`` (confluent-kafka: no fetch session, topic ids; kafka-python: its own session):
+    :meth:`poll` returns the (partition, key) records it got; :meth:`assigned`, how many partitions it is assigned.
+    Neither creates a topic it looks up (the broker's auto-creation would race the test's own)."""
+    def __init__(self, client: str, bootstrap: str, topic: str) -> None:
+        group = f"g-{topic}"
+        self._confluent: Consumer | None = None
+        self._kafka_python: KafkaConsumer | None = None
+        if client == "confluent-kafka":
+            self._confluent = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                        "fetch.wait.max.ms": 100, "log_level": 0,
+                                        "topic.metadata.refresh.interval.ms": 1000})
+            self._confluent.subscribe([topic])
+        else:
+            self._kafka_python = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                               auto_offset_reset="earliest", enable_auto_commit=False,
+                                               fetch_max_wait_ms=100, metadata_max_age_ms=1000,
+                                               allow_auto_create_topics=False)
+
+    def poll(self) -> list[tuple[int, str]]:
+        if self._confluent is not None:
+            m = self._confluent.poll(0.2)
+            return [partition_and_key(m)] if m is not None and not m.error() else []
+        assert self._kafka_python is not None
+        return [(tp.partition, m.key.decode())
+                for tp, msgs in self._kafka_python.poll(timeout_ms=200).items() for m in msgs]
+
+    def assigned(self) -> int:
+        if self._confluent is not None:
+            return len(self._confluent.assignment())
+        assert self._kafka_python is not None
+        return len(self._kafka_python.assignment())
+
+    def close(self) -> None:
+        if self._confluent is not None:
+            self._confluent.close()
+        if self._kafka_python is not None:
+            self._kafka_python.close()
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_a_topic_deleted_and_created_again_is_read_from_its_start(kafka_broker: KafkaBroker, sluice: ProxyThread,
+                                                                  unique_topic: str, client: str) -> None:
+    """A topic deleted and created again under its name while a group member reads it through terminate mode: the
+    new topic has a new id (KIP-516) and three partitions where the old had one. Sluice holds state for the old
+    partitions on both sides (the client's fetch session or its last full response, the upstream session, the
+    topic's name by id); none of it may stand in the way: the member gets every record of the new topic once, in
+    order, and none of the old one's again. Both kinds of client: with a session of its own (kafka-python) and
+    without (librdkafka)."""
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    bootstrap = kafka_broker.bootstrap
+    create_topic(bootstrap, unique_topic, 1)
+    produce(bootstrap, unique_topic, [(0, "old-0")])
+    member = _Member(client, sluice.bootstrap, unique_topic)
+    got: list[tuple[int, str]] = []
+
+    def received(count: int) -> Callable[[], bool]:
+        def enough() -> bool:
+            got.extend(member.poll())
+            return len(got) >= count
+        return enough
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+    def topic_id() -> object:
+        """The topic's id, None while there is no such topic."""
+        try:
+            return admin.describe_topics(TopicCollection([unique_topic]))[unique_topic].result(30).topic_id
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            return None
+
+    old_id = None
+
+    def created_again() -> bool:
+        got.extend(member.poll())  # the member goes on fetching and heartbeating while the topic is gone
+        try:
+            topics.create_topic(bootstrap, unique_topic, 3)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            # the deletion not applied yet, or the member's own lookup created it again: kafka-python's Metadata
+            # requests ask for auto-creation (allow_auto_create_topics or not), as they do straight to the broker
+            return topic_id() not in (None, old_id)
+        return True
+
+    def assigned_three() -> bool:
+        got.extend(member.poll())
+        return member.assigned() == 3
+
+    new = [(p, f"new-p{p}-{i}") for i in range(3) for p in range(3)]
+    try:
+        wait_until(received(1), 60, lambda: f"the old topic's record: {got}")
+        old_id = topic_id()
+        admin.delete_topics([unique_topic])[unique_topic].result(30)
+        wait_until(created_again, 60, "the topic created again")
+        if len(admin.describe_topics(TopicCollection([unique_topic]))[unique_topic].result(30).partitions) < 3:
+            admin.create_partitions([NewPartitions(unique_topic, 3)])[unique_topic].result(30)
+        # the member commits nothing, so a rebalance after the records came would read them again, by design:
+        # they are produced once its assignment is the new topic's three partitions
+        wait_until(assigned_three, 60, "the member assigned the new topic's partitions")
+        produce(bootstrap, unique_topic, new)
+        wait_until(received(1 + len(new)), 90, lambda: f"the new topic's records: {got}")
+        got.extend(member.poll())  # anything more (a record twice) shows in the assertion
+    finally:
+        member.close()
+    assert got[0] == (0, "old-0")
+    assert sorted(got[1:]) == sorted(new), got
+    for p in range(3):
+        assert [key for q, key in got[1:] if q == p] == [key for q, key in new if q == p]
 
 
 def test_access_log_lists_every_partition_of_a_sessionless_consumers_fetches(kafka_broker: KafkaBroker,
