@@ -27,19 +27,18 @@ def test_compare_times_both_sides_fetch_by_fetch(capsys: pytest.CaptureFixture[s
     line per side and round, and a summary of those cases only, each side's replies checked."""
     with pytest.raises(SystemExit) as done:
         pipeline_cpu.main(["--compare", "HEAD", "--partitions", "300", "--fetches", "4", "--rounds", "2",
-                           "--cases", "relay,terminate_sessionless"])
+                           "--cases", "terminate_sessionless"])
     assert done.value.code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     runs = [(line["round"], line["case"], line["side"]) for line in lines[:-1]]
-    assert sorted(runs) == sorted((r, case, side) for r in (0, 1) for case in ("relay", "terminate_sessionless")
-                                  for side in ("before", "after"))
+    assert sorted(runs) == [(r, "terminate_sessionless", side) for r in (0, 1) for side in ("after", "before")]
     assert all(line["wrong"] == 0 and line["ms_per_fetch"] > 0 for line in lines[:-1])
     out = lines[-1]
     assert out["summary"] == "pipeline_cpu_compare" and out["rounds"] == 2 and out["wrong"] == 0 and out["correct"]
-    assert set(out["ratio"]) == set(out["before"]) == set(out["after"]) == {"relay", "terminate_sessionless"}
-    assert set(out["goals"]) == {"ratio.relay", "ratio.terminate_sessionless"}
-    low, high = out["ratio_range"]["relay"]
-    assert low <= out["ratio"]["relay"] <= high
+    assert set(out["ratio"]) == set(out["before"]) == set(out["after"]) == {"terminate_sessionless"}
+    assert set(out["goals"]) == {"ratio.terminate_sessionless"}
+    low, high = out["ratio_range"]["terminate_sessionless"]
+    assert low <= out["ratio"]["terminate_sessionless"] <= high
 
 
 def test_cases_and_rounds_are_checked() -> None:
