@@ -437,15 +437,19 @@ def run_case(case: str, partitions: int, version: int, fetches: int) -> tuple[fl
 def serve() -> None:
     """The side of a ``--compare`` this process's code is: JSON commands on stdin, one answer line each on stdout.
     ``{"case", "partitions", "version", "fetches"}`` prepares a run (``{"ready": true}``), ``{"step": n}`` makes its
-    next n fetches (``{"ms": [...]}``), ``{"wrong": true}`` checks them (``{"wrong": n, "errors": [...]}``)."""
+    next n fetches (``{"ms": [...]}``), ``{"wrong": true}`` checks them (``{"wrong": n, "errors": [...]}``);
+    ``{"opcodes": case, "version"}`` answers :func:`count_opcodes`. A command out of turn ends the process (its
+    caller sees it end)."""
     run: Run | None = None
     for line in sys.stdin:
         command = json.loads(line)
         if "case" in command:
             run = prepare(command["case"], command["partitions"], command["version"], command["fetches"])
             answer: dict[str, Any] = {"ready": True}
+        elif "opcodes" in command:
+            answer = count_opcodes(command["opcodes"], command["version"])
         elif run is None:
-            answer = {"error": "no case prepared"}
+            raise SystemExit(f"--serve: {command} before a case was prepared")
         elif "step" in command:
             answer = {"ms": run.step(command["step"])}
         else:
@@ -504,18 +508,6 @@ def count_opcodes(case: str = "produce", version: int = 12, top: int = 15) -> di
             "top": [[opcodes[k], calls.get(k, 0), k] for k in ranked], "wrong": 0 if wrong is None else 1}
 
 
-def measure(tree: Path, argv: list[str], side: str, keys: tuple[str, ...]) -> dict[str, float]:
-    """Run this file against ``tree``'s code in a process of its own with ``argv``; its summary."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-m", "bench.pipeline_cpu", *argv], cwd=tree, env=env,
-                         check=True, capture_output=True, text=True).stdout
-    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    for line in lines:
-        print(json.dumps({**line, "side": side}), flush=True)
-    summary = lines[-1]
-    return {key: summary[key] for key in (*keys, "wrong")}
-
-
 @contextlib.contextmanager
 def revision_tree(rev: str) -> Iterator[Path]:
     """REV's code in a temporary ``git worktree``, with this file and its verdict in it (the same harness for both
@@ -534,24 +526,33 @@ def revision_tree(rev: str) -> Iterator[Path]:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=True)
 
 
-def compare_opcodes(rev: str, argv: list[str]) -> dict[str, dict[str, float]]:
-    """``--opcodes`` on each side once ("before": ``rev``'s code, "after": this tree's): a count is the same in
-    every run."""
+def compare_opcodes(rev: str, case: str, version: int) -> dict[str, dict[str, float]]:
+    """``--opcodes`` on each side once ("before": ``rev``'s code, "after": this tree's), each in a ``--serve``
+    process (:class:`Side`): a count is the same in every run. Each side's line is printed."""
     root = Path(__file__).resolve().parent.parent
+    sides: dict[str, dict[str, float]] = {}
     with revision_tree(rev) as tree:
-        return {side: measure(tree if side == "before" else root, argv, side, OPCODE_KEYS)
-                for side in ("before", "after")}
+        for name in ("before", "after"):
+            side = Side(tree if name == "before" else root, 0)
+            try:
+                line = side.ask(opcodes=case, version=version)
+            finally:
+                side.close()
+            print(json.dumps({**line, "side": name}), flush=True)
+            sides[name] = {key: line[key] for key in (*OPCODE_KEYS, "wrong")}
+    return sides
 
 
 class Side:
-    """A ``--serve`` process of this file run against ``tree``'s code, on ``cpu`` only, with hash seed ``seed`` (so
-    two sides iterate their sets and dicts of strings alike)."""
+    """A ``--serve`` process of this file run against ``tree``'s code with hash seed ``seed`` (so two sides iterate
+    their sets and dicts of strings alike), on ``cpu`` only when one is given."""
 
-    def __init__(self, tree: Path, seed: int, cpu: int) -> None:
+    def __init__(self, tree: Path, seed: int, cpu: int | None = None) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": str(seed)}
         self._process = subprocess.Popen([sys.executable, "-m", "bench.pipeline_cpu", "--serve"], cwd=tree, env=env,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        os.sched_setaffinity(self._process.pid, {cpu})  # before its first command: nothing is timed yet
+        if cpu is not None:
+            os.sched_setaffinity(self._process.pid, {cpu})  # before its first command: nothing is timed yet
 
     def ask(self, **command: Any) -> dict[str, Any]:
         assert self._process.stdin is not None and self._process.stdout is not None
@@ -663,7 +664,7 @@ def main(argv: list[str] | None = None) -> None:
             out = summary("pipeline_opcodes", {k: line[k] for k in ("case", *OPCODE_KEYS, "wrong")}, {},
                           errors=_wrong(line["wrong"]))
         else:
-            sides = compare_opcodes(args.compare, ["--opcodes", "--case", args.case, "--version", str(args.version)])
+            sides = compare_opcodes(args.compare, args.case, args.version)
             before, after = sides["before"], sides["after"]
             wrong = int(before["wrong"] + after["wrong"])
             out = summary("pipeline_opcodes_compare", {
