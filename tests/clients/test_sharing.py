@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from proxy.fleet.topics import read_to_end
 from proxy.policies.sharing.frontier import slice_group
-from proxy.policies.sharing.keys import positive_hash
+from proxy.policies.sharing.keys import key_hash, positive_hash, slice_of
 from proxy.policies.sharing.policy import Sharing
 from proxy.wire.messages import request_codec
 from proxy.wire.model import Message
@@ -57,7 +57,7 @@ from tests.support.sharing import (
     wait_for_all,
     wait_for_end_commits,
 )
-from tests.support.topics import committed_offsets
+from tests.support.topics import committed_offsets, created_again, topic_id
 
 pytestmark = pytest.mark.broker
 
@@ -68,10 +68,10 @@ PYTHON_CLIENTS = ["confluent", "kafka-python", "aiokafka"]
 GO_CLIENTS = ["franz-go", "kafka-go"]
 
 
-def new_topic(broker: KafkaBroker, name: str) -> str:
+def new_topic(broker: KafkaBroker, name: str, partitions: int = PARTITIONS) -> str:
     topic = f"share-{name}"[:200]
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     return topic
 
 
@@ -419,6 +419,37 @@ def test_standalone_consumers_read_their_configured_slices(kafka_broker: KafkaBr
     # each moved past the other slice's records after its consumer's last one (librdkafka commits last record + 1):
     # the partition's end
     wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_a_topic_created_again_under_standalone_slices_is_read_from_its_start(kafka_broker: KafkaBroker,
+                                                                              unique_topic: str, client: str) -> None:
+    """A topic deleted and created again under running consumers: a new topic (a new id, KIP-516) whose offsets
+    count from 0 again. Two standalone slices of one partition; the old topic's records are all of slice 0, so
+    Sluice read the old log for slice 1's member and found nothing of its there. The new topic's records are all
+    of slice 1, and its member, which never received a record, is at offset 0: every one of them reaches it once,
+    in order, and no record of the old topic reaches either member again. Both kinds of client: one naming topics
+    by id without a fetch session (confluent-kafka, Fetch v13+), one naming them by name in a fetch session of
+    its own (kafka-python, Fetch v12)."""
+    topic = new_topic(kafka_broker, unique_topic, 1)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap, "log_level": 0})
+    old_id = topic_id(admin, topic)
+    standalone = [{"client_id": f"again-{i}", "topic": topic, "slice": f"{i}/2"} for i in range(2)]
+    with ProxyThread(kafka_broker.bootstrap, **SHARING, **{"sharing.standalone": standalone}) as proxy, \
+            members_of(*(python_member(client, proxy.bootstrap, topic, f"g-{topic}", f"again-{i}", assign=1)
+                         for i in range(2))) as members:
+        old = one_slice_run(kafka_broker.bootstrap, topic, 1, 60, "old")
+        wait_for_all(members, {v for _, v in old})
+        assert not members[1].received
+        admin.delete_topics([topic])[topic].result(30)
+        wait_until(lambda: created_again(admin, kafka_broker.bootstrap, topic, 1, old_id), 60,
+                   "the topic created again")
+        keys = [k for k in (f"again-{j}" for j in range(40)) if slice_of(key_hash(k.encode()), 2) == 1][:5]
+        new = produce_one_per_batch(kafka_broker.bootstrap, topic, 60, keys, "new", partition=0)
+        wait_for_all(members, {v for _, v in old + new})
+        check_exactly_once(members, old + new)
+        assert [g.value for g in members[1].received] == [v for _, v in new]
+        assert [g.offset for g in members[1].received] == list(range(len(new)))
 
 
 def test_transactions_only_committed_records_once(sluice: ProxyThread, kafka_broker: KafkaBroker,

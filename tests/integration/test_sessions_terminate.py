@@ -591,7 +591,7 @@ def test_a_topic_deleted_and_created_again_is_read_from_its_start(kafka_broker: 
     topic's name by id); none of it may stand in the way: the member gets every record of the new topic once, in
     order, and none of the old one's again. Both kinds of client: with a session of its own (kafka-python) and
     without (librdkafka)."""
-    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+    from confluent_kafka import TopicCollection
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     bootstrap = kafka_broker.bootstrap
@@ -607,29 +607,11 @@ def test_a_topic_deleted_and_created_again_is_read_from_its_start(kafka_broker: 
         return enough
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-
-    def topic_id() -> object:
-        """The topic's id, None while there is no such topic."""
-        try:
-            return admin.describe_topics(TopicCollection([unique_topic]))[unique_topic].result(30).topic_id
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise
-            return None
-
     old_id = None
 
     def created_again() -> bool:
         got.extend(member.poll())  # the member goes on fetching and heartbeating while the topic is gone
-        try:
-            topics.create_topic(bootstrap, unique_topic, 3)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-            # the deletion not applied yet, or the member's own lookup created it again: kafka-python's Metadata
-            # requests ask for auto-creation (allow_auto_create_topics or not), as they do straight to the broker
-            return topic_id() not in (None, old_id)
-        return True
+        return topics.created_again(admin, bootstrap, unique_topic, 3, old_id)
 
     def assigned_three() -> bool:
         got.extend(member.poll())
@@ -638,7 +620,7 @@ def test_a_topic_deleted_and_created_again_is_read_from_its_start(kafka_broker: 
     new = [(p, f"new-p{p}-{i}") for i in range(3) for p in range(3)]
     try:
         wait_until(received(1), 60, lambda: f"the old topic's record: {got}")
-        old_id = topic_id()
+        old_id = topics.topic_id(admin, unique_topic)
         admin.delete_topics([unique_topic])[unique_topic].result(30)
         wait_until(created_again, 60, "the topic created again")
         if len(admin.describe_topics(TopicCollection([unique_topic]))[unique_topic].result(30).partitions) < 3:

@@ -27,6 +27,34 @@ def produce_values(bootstrap: str, topic: str, records: Iterable[tuple[int, byte
         producer.close()
 
 
+def topic_id(admin: AdminClient, topic: str) -> object:
+    """``topic``'s id (KIP-516) as the broker describes it; None while there is no such topic."""
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+
+    try:
+        return admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise
+        return None
+
+
+def created_again(admin: AdminClient, bootstrap: str, topic: str, partitions: int, old_id: object) -> bool:
+    """One try at creating ``topic`` again after its deletion: whether it now exists as a new topic (an id other
+    than ``old_id``), created here or by a client's own lookup (kafka-python's Metadata requests ask for
+    auto-creation, allow_auto_create_topics or not, straight to the broker as through Sluice). False while the
+    deletion is not applied yet."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        create_topic(bootstrap, topic, partitions)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+        return topic_id(admin, topic) not in (None, old_id)
+    return True
+
+
 def committed_offsets(admin: AdminClient, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The group's committed offset per partition of ``topic``, read from the broker (-1001: none). ``admin`` is
     the caller's, configured for the listener it reads through (plain, SASL...)."""

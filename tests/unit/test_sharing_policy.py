@@ -1126,10 +1126,10 @@ def one_per_batch(first: int, keys: list[bytes], epoch: int = 0) -> bytes:
 
 
 def fetch_at(c: Client, offset: int | None = 100, session: int = 0, epoch: int = -1,
-             version: int = V_FETCH) -> Exchange:
+             version: int = V_FETCH, topic_id: bytes = TOPIC_ID) -> Exchange:
     """The member's Fetch of partition 0 (``offset`` None: an incremental request that does not list it), the
     topic named by id from v13 (:data:`V_FETCH_IDS`)."""
-    named = {"topic_id": TOPIC_ID} if version >= V_FETCH_IDS else {"topic": TOPIC}
+    named = {"topic_id": topic_id} if version >= V_FETCH_IDS else {"topic": TOPIC}
     parts = [] if offset is None else [Message(**named, partitions=[Message(
         partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=0, log_start_offset=-1,
         partition_max_bytes=1 << 20)])]
@@ -1144,12 +1144,13 @@ def upstream(ex: Exchange) -> FetchRequestView:
 
 
 def answer_fetch(c: Client, ex: Exchange, records: bytes = b"", hw: int = 110, error: int = 0,
-                 session_id: int = 0, listed: bool = True, may_resend: bool = True) -> FetchResponseView | None:
+                 session_id: int = 0, listed: bool = True, may_resend: bool = True,
+                 topic_id: bytes = TOPIC_ID) -> FetchResponseView | None:
     """The broker's answer to what ``ex`` sent upstream (in its version); the client's reply, or None when Sluice
     sent the request upstream again instead."""
     version = ex.header.api_version
     parts = [FetchPartition(0, error, hw, hw, 0, records=records)] if listed else []
-    topic = FetchTopic(topic_id=TOPIC_ID, partitions=parts) if version >= V_FETCH_IDS else FetchTopic(TOPIC,
+    topic = FetchTopic(topic_id=topic_id, partitions=parts) if version >= V_FETCH_IDS else FetchTopic(TOPIC,
                                                                                                      partitions=parts)
     view = FetchResponseView(version, session_id=session_id, topics=[topic])
     buffers, _ = view.encode_frame(ex.header.correlation_id)
@@ -1244,6 +1245,38 @@ def test_a_moved_offset_the_broker_answers_out_of_range_sends_the_member_back_to
     assert got.error_code == 0 and not got.records  # the broker answered Sluice's offset, not the member's
     assert upstream(fetch_at(m1, 100)).partitions()[(TOPIC, 0)].fetch_offset == 100
     assert proxy.metrics.total("sluice_sharing_read_ahead_total", event="forgotten") == 1
+
+
+def test_a_topic_created_again_under_its_name_is_fetched_from_the_members_own_offset() -> None:
+    """The topic is deleted and created again (KIP-516: a new topic id, offsets from 0 again) while its member
+    runs. What Sluice read of the old topic says nothing of the new one: the member's next fetch, naming the new id,
+    goes upstream from its own offset, and the new topic's records of its slice there reach it."""
+    proxy, _ = sharing_proxy()
+    proxy.policy("sharing").names.learn(TOPIC_ID, TOPIC)
+    m1 = form_group(proxy, 5)[0][0]  # slice 0/2 of partition 0
+    answer_fetch(m1, fetch_at(m1, 100, version=V_FETCH_IDS), one_per_batch(100, keys_in(M1_SLICE, 10, other=True)),
+                 may_resend=False)
+    assert upstream(fetch_at(m1, 100, version=V_FETCH_IDS)).partitions()[(TOPIC_ID, 0)].fetch_offset == 110
+    new_id = bytes(range(16, 32))
+    proxy.policy("sharing").names.learn(new_id, TOPIC)
+    ex = fetch_at(m1, 100, version=V_FETCH_IDS, topic_id=new_id)
+    assert upstream(ex).partitions()[(new_id, 0)].fetch_offset == 100
+    mine = one_per_batch(100, keys_in(M1_SLICE, 10))
+    got = partition_0(answer_fetch(m1, ex, mine, topic_id=new_id))
+    assert bytes(got.records or b"") == mine
+
+
+def test_a_topic_gone_forgets_the_read_ahead_of_a_member_fetching_by_name() -> None:
+    """Fetch v12 and older name topics by name: the answer says nothing of which topic the broker read. A topic
+    deleted shows as UNKNOWN_TOPIC_OR_PARTITION while it is gone: the member's read-ahead goes with it, and its
+    next fetch (of the topic created again) goes upstream from its own offset."""
+    proxy, _ = sharing_proxy()
+    m1 = form_group(proxy, 5)[0][0]
+    answer_fetch(m1, fetch_at(m1, 100), one_per_batch(100, keys_in(M1_SLICE, 10, other=True)), may_resend=False)
+    ex = fetch_at(m1, 100)
+    assert upstream(ex).partitions()[(TOPIC, 0)].fetch_offset == 110
+    assert partition_0(answer_fetch(m1, ex, hw=-1, error=3)).error_code == 3  # the client sees it as it is
+    assert upstream(fetch_at(m1, 100)).partitions()[(TOPIC, 0)].fetch_offset == 100
 
 
 def test_a_session_clients_fetch_goes_again_within_its_session() -> None:

@@ -73,6 +73,23 @@ class PartitionState:
     #: whose commit in the slice's group failed (:func:`.offsets._commit_slices`; -1: none): its next idle fetch
     #: commits it (:func:`.offsets.advance`), as its client, answered as committed, may commit nothing more
     position_owed: int = -1
+    #: the id of the topic its offsets belong to (KIP-516; b"": not known yet): what Sluice read of the partition's
+    #: content (its gaps, the committed-work filter, the positions) holds for that topic only (:meth:`belongs_to`)
+    topic_id: bytes = b""
+
+    def belongs_to(self, topic_id: bytes) -> None:
+        """The partition is one of topic ``topic_id`` (as a Fetch named it). A topic deleted and created again under
+        its name is a new topic with a new id (KIP-516), its offsets counted from 0 again, and Kafka deletes every
+        group's committed offsets of the old one (OffsetMetadataManager.onPartitionsDeleted). So under a new id
+        the slice stays and all Sluice read of the old topic goes: its gaps would move a fetch of the new topic
+        past the new topic's records, and its committed-work filter would drop them. The slice's position is then
+        not known, so Sluice commits none on itself (:func:`.offsets.advance`) until the member commits."""
+        if self.topic_id and topic_id != self.topic_id:
+            self.gaps.clear()
+            self.frontier = self.table = None
+            self.start = self.committed = self.position_owed = -1
+            self.raise_owed = False
+        self.topic_id = topic_id
 
     @property
     def in_flight(self) -> Signal | None:

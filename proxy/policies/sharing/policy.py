@@ -65,6 +65,8 @@ _AGAIN_MIN_WAIT_MS = 5
 _AGAIN_IF_HELD = 0.1
 #: OFFSET_OUT_OF_RANGE (Kafka's Errors): the broker's answer to a fetch offset it has no records at
 _OFFSET_OUT_OF_RANGE = 1
+#: a fetched partition's topic is not known to the broker: UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID (Errors.java)
+_TOPIC_GONE = frozenset({3, 100})
 
 
 @dataclass(slots=True)
@@ -225,8 +227,11 @@ class Sharing(SharingState, Policy):
             if st.slice.count == 1 and st.table is None:
                 continue  # whole, nothing filtered out of it
             topic: str | bytes | None = ids.get(tp[0]) if by_id else tp[0]
-            if topic is not None:
-                held[(topic, tp[1])] = (tp, st)
+            if topic is None:
+                continue
+            if isinstance(topic, bytes):
+                st.belongs_to(topic)  # a topic created again under its name: its offsets moved by nothing old
+            held[(topic, tp[1])] = (tp, st)
         return held
 
     def _passes(self, ex: Exchange) -> bool:
@@ -320,6 +325,12 @@ class Sharing(SharingState, Policy):
                         state = (m.partitions or {}).setdefault(tp, PartitionState(s))
                 if state is None:
                     continue  # a partition it holds no slice of: whole, as the broker sent it
+                if tid:
+                    state.belongs_to(tid)
+                elif part.error_code in _TOPIC_GONE:
+                    # named by name (Fetch v12 and older): a topic deleted shows as unknown while it is gone; its
+                    # offsets' gaps go with it (forgetting them costs a read of batches read before, at worst)
+                    state.gaps.clear()
                 key = (tkey, part.partition_index)
                 if part.records:
                     records = memoryview(part.records)
