@@ -1266,6 +1266,28 @@ def test_a_topic_created_again_under_its_name_is_fetched_from_the_members_own_of
     assert bytes(got.records or b"") == mine
 
 
+def test_a_connection_still_naming_the_old_topic_does_not_take_the_member_back_to_it() -> None:
+    """The topic created again has its partition led by another broker: the member fetches it by its new id on one
+    connection, while its connection to the old leader still names the old id once (answered UNKNOWN_TOPIC_ID).
+    What Sluice reads of the new topic for the member stays: its next fetch still moves past the other slices'
+    records it read there."""
+    proxy, _ = sharing_proxy()
+    names = proxy.policy("sharing").names
+    names.learn(TOPIC_ID, TOPIC)
+    m1 = form_group(proxy, 5)[0][0]  # slice 0/2 of partition 0
+    answer_fetch(m1, fetch_at(m1, 100, version=V_FETCH_IDS), one_per_batch(100, keys_in(M1_SLICE, 10, other=True)),
+                 may_resend=False)
+    new_id = bytes(range(16, 32))
+    names.learn(new_id, TOPIC)
+    other = Client(proxy, m1.client_id, 99)  # the member's connection to the new leader
+    answer_fetch(other, fetch_at(other, 100, version=V_FETCH_IDS, topic_id=new_id),
+                 one_per_batch(100, keys_in(M1_SLICE, 5, other=True)), hw=105, may_resend=False)
+    stale = fetch_at(m1, 100, version=V_FETCH_IDS)  # the old id, to the old leader
+    assert partition_0(answer_fetch(m1, stale, hw=-1, error=100)).error_code == 100
+    assert upstream(fetch_at(other, 100, version=V_FETCH_IDS, topic_id=new_id)).partitions()[
+        (new_id, 0)].fetch_offset == 105
+
+
 def test_a_topic_gone_forgets_the_read_ahead_of_a_member_fetching_by_name() -> None:
     """Fetch v12 and older name topics by name: the answer says nothing of which topic the broker read. A topic
     deleted shows as UNKNOWN_TOPIC_OR_PARTITION while it is gone: the member's read-ahead goes with it, and its

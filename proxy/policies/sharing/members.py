@@ -76,6 +76,9 @@ class PartitionState:
     #: the id of the topic its offsets belong to (KIP-516; b"": not known yet): what Sluice read of the partition's
     #: content (its gaps, the committed-work filter, the positions) holds for that topic only (:meth:`belongs_to`)
     topic_id: bytes = b""
+    #: ids it belonged to before: a fetch connection that still names one (a client's connection to the old
+    #: topic's leader, answered UNKNOWN_TOPIC_ID) does not take the state back to it
+    retired: list[bytes] = field(default_factory=list)
 
     def belongs_to(self, topic_id: bytes) -> None:
         """The partition is one of topic ``topic_id`` (as a Fetch named it). A topic deleted and created again under
@@ -84,11 +87,14 @@ class PartitionState:
         the slice stays and all Sluice read of the old topic goes: its gaps would move a fetch of the new topic
         past the new topic's records, and its committed-work filter would drop them. The slice's position is then
         not known, so Sluice commits none on itself (:func:`.offsets.advance`) until the member commits."""
-        if self.topic_id and topic_id != self.topic_id:
+        if topic_id == self.topic_id or topic_id in self.retired:
+            return
+        if self.topic_id:
             self.gaps.clear()
             self.frontier = self.table = None
             self.start = self.committed = self.position_owed = -1
             self.raise_owed = False
+            self.retired.append(self.topic_id)
         self.topic_id = topic_id
 
     @property

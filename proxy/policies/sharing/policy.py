@@ -229,9 +229,10 @@ class Sharing(SharingState, Policy):
             topic: str | bytes | None = ids.get(tp[0]) if by_id else tp[0]
             if topic is None:
                 continue
-            if isinstance(topic, bytes):
+            key = (topic, tp[1])
+            if isinstance(topic, bytes) and (key in edit.partitions or key in fetches.listed):
                 st.belongs_to(topic)  # a topic created again under its name: its offsets moved by nothing old
-            held[(topic, tp[1])] = (tp, st)
+            held[key] = (tp, st)
         return held
 
     def _passes(self, ex: Exchange) -> bool:
