@@ -1266,11 +1266,12 @@ def test_a_topic_created_again_under_its_name_is_fetched_from_the_members_own_of
     assert bytes(got.records or b"") == mine
 
 
-def test_a_connection_still_naming_the_old_topic_does_not_take_the_member_back_to_it() -> None:
+def test_the_old_topic_still_named_or_answered_does_not_take_the_member_back_to_it() -> None:
     """The topic created again has its partition led by another broker: the member fetches it by its new id on one
-    connection, while its connection to the old leader still names the old id once (answered UNKNOWN_TOPIC_ID).
-    What Sluice reads of the new topic for the member stays: its next fetch still moves past the other slices'
-    records it read there."""
+    connection, while its connection to the old leader still names the old id: answered UNKNOWN_TOPIC_ID, or, by a
+    broker that has not applied the deletion yet, with the old topic's records. What Sluice reads of the new topic
+    for the member stays, and nothing of the old one joins it: its next fetch moves past the other slices' records
+    of the new topic, and only those."""
     proxy, _ = sharing_proxy()
     names = proxy.policy("sharing").names
     names.learn(TOPIC_ID, TOPIC)
@@ -1281,9 +1282,12 @@ def test_a_connection_still_naming_the_old_topic_does_not_take_the_member_back_t
     names.learn(new_id, TOPIC)
     other = Client(proxy, m1.client_id, 99)  # the member's connection to the new leader
     answer_fetch(other, fetch_at(other, 100, version=V_FETCH_IDS, topic_id=new_id),
-                 one_per_batch(100, keys_in(M1_SLICE, 5, other=True)), hw=105, may_resend=False)
+                 one_per_batch(100, keys_in(M1_SLICE, 5, other=True)), hw=105, may_resend=False, topic_id=new_id)
     stale = fetch_at(m1, 100, version=V_FETCH_IDS)  # the old id, to the old leader
+    assert upstream(stale).partitions()[(TOPIC_ID, 0)].fetch_offset == 100  # not moved by the new topic's reads
     assert partition_0(answer_fetch(m1, stale, hw=-1, error=100)).error_code == 100
+    answer_fetch(m1, fetch_at(m1, 100, version=V_FETCH_IDS), one_per_batch(100, keys_in(M1_SLICE, 20, other=True)),
+                 hw=120, may_resend=False)  # the old topic's records, from a broker that still has it
     assert upstream(fetch_at(other, 100, version=V_FETCH_IDS, topic_id=new_id)).partitions()[
         (new_id, 0)].fetch_offset == 105
 

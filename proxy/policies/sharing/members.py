@@ -76,17 +76,19 @@ class PartitionState:
     #: the id of the topic its offsets belong to (KIP-516; b"": not known yet): what Sluice read of the partition's
     #: content (its gaps, the committed-work filter, the positions) holds for that topic only (:meth:`belongs_to`)
     topic_id: bytes = b""
-    #: ids it belonged to before: a fetch connection that still names one (a client's connection to the old
-    #: topic's leader, answered UNKNOWN_TOPIC_ID) does not take the state back to it
+    #: ids it belonged to before: a broker still answering for one (the deletion not applied there yet) does not
+    #: take the state back to it
     retired: list[bytes] = field(default_factory=list)
 
     def belongs_to(self, topic_id: bytes) -> None:
-        """The partition is one of topic ``topic_id`` (as a Fetch named it). A topic deleted and created again under
-        its name is a new topic with a new id (KIP-516), its offsets counted from 0 again, and Kafka deletes every
-        group's committed offsets of the old one (OffsetMetadataManager.onPartitionsDeleted). So under a new id
-        the slice stays and all Sluice read of the old topic goes: its gaps would move a fetch of the new topic
-        past the new topic's records, and its committed-work filter would drop them. The slice's position is then
-        not known, so Sluice commits none on itself (:func:`.offsets.advance`) until the member commits."""
+        """The partition is one of topic ``topic_id``: a broker answered a Fetch of it so. A topic deleted and
+        created again under its name is a new topic with a new id (KIP-516), its offsets counted from 0 again, and
+        Kafka deletes every group's committed offsets of the old one (OffsetMetadataManager.onPartitionsDeleted).
+        So under a new id the slice stays and all Sluice read of the old topic goes: its gaps would move a fetch of
+        the new topic past the new topic's records, and its committed-work filter would drop them. The slice's
+        position is then not known, so Sluice commits none on itself (:func:`.offsets.advance`) until the member
+        commits. A fetch naming an id other than the state's is not moved meanwhile (:meth:`.policy.Sharing._held`).
+        """
         if topic_id == self.topic_id or topic_id in self.retired:
             return
         if self.topic_id:

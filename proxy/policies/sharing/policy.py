@@ -229,10 +229,11 @@ class Sharing(SharingState, Policy):
             topic: str | bytes | None = ids.get(tp[0]) if by_id else tp[0]
             if topic is None:
                 continue
-            key = (topic, tp[1])
-            if isinstance(topic, bytes) and (key in edit.partitions or key in fetches.listed):
-                st.belongs_to(topic)  # a topic created again under its name: its offsets moved by nothing old
-            held[key] = (tp, st)
+            if isinstance(topic, bytes) and st.topic_id and topic != st.topic_id:
+                # another topic than the one Sluice read for the member (created again under its name, KIP-516):
+                # fetched from the member's own offset; the answer tells the state which topic it now reads
+                continue
+            held[(topic, tp[1])] = (tp, st)
         return held
 
     def _passes(self, ex: Exchange) -> bool:
@@ -326,9 +327,9 @@ class Sharing(SharingState, Policy):
                         state = (m.partitions or {}).setdefault(tp, PartitionState(s))
                 if state is None:
                     continue  # a partition it holds no slice of: whole, as the broker sent it
-                if tid:
-                    state.belongs_to(tid)
-                elif part.error_code in _TOPIC_GONE:
+                if tid and not part.error_code:
+                    state.belongs_to(tid)  # a broker read the partition of this topic: what is known holds for it
+                elif not tid and part.error_code in _TOPIC_GONE:
                     # named by name (Fetch v12 and older): a topic deleted shows as unknown while it is gone; its
                     # offsets' gaps go with it (forgetting them costs a read of batches read before, at worst)
                     state.gaps.clear()
@@ -338,7 +339,8 @@ class Sharing(SharingState, Policy):
                     self.metrics.sharing_filtered_bytes.inc(len(records))
                     out = filter_records(records, state.slice, state.table, self.cache, tkey, part.partition_index)
                     undecodable += out.undecodable
-                    state.gaps.note(out.gaps)
+                    if not tid or tid == state.topic_id:  # (a topic it left: its offsets are not the state's)
+                        state.gaps.note(out.gaps)
                     if out.changed:
                         part.records = out.records
                         other_slice += out.other_slice
