@@ -421,22 +421,24 @@ def test_standalone_consumers_read_their_configured_slices(kafka_broker: KafkaBr
     wait_for_end_commits(kafka_broker.bootstrap, topic, group, PARTITIONS)
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
-def test_a_topic_created_again_under_standalone_slices_is_read_from_its_start(kafka_broker: KafkaBroker,
-                                                                              unique_topic: str, client: str) -> None:
+@pytest.mark.parametrize("client", ["confluent", "java", "kafka-python"])
+def test_a_topic_created_again_under_standalone_slices_is_read_from_its_start(
+        kafka_broker: KafkaBroker, java_tools: JavaTools, unique_topic: str, client: str) -> None:
     """A topic deleted and created again under running consumers: a new topic (a new id, KIP-516) whose offsets
     count from 0 again. Two standalone slices of one partition; the old topic's records are all of slice 0, so
     Sluice read the old log for slice 1's member and found nothing of its there. The new topic's records are all
     of slice 1, and its member, which never received a record, is at offset 0: every one of them reaches it once,
-    in order, and no record of the old topic reaches either member again. Both kinds of client: one naming topics
-    by id without a fetch session (confluent-kafka, Fetch v13+), one naming them by name in a fetch session of
-    its own (kafka-python, Fetch v12)."""
+    in order, and no record of the old topic reaches either member again. Clients naming topics by id (Fetch
+    v13+) without a fetch session (confluent-kafka) and with one (the Java client), and one naming them by name in
+    a fetch session of its own (kafka-python, Fetch v12)."""
     topic = new_topic(kafka_broker, unique_topic, 1)
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap, "log_level": 0})
     old_id = topic_id(admin, topic)
     standalone = [{"client_id": f"again-{i}", "topic": topic, "slice": f"{i}/2"} for i in range(2)]
     with ProxyThread(kafka_broker.bootstrap, **SHARING, **{"sharing.standalone": standalone}) as proxy, \
-            members_of(*(python_member(client, proxy.bootstrap, topic, f"g-{topic}", f"again-{i}", assign=1)
+            members_of(*(java_member(java_tools, proxy.bootstrap, topic, f"g-{topic}", f"again-{i}", partition=0)
+                         if client == "java" else
+                         python_member(client, proxy.bootstrap, topic, f"g-{topic}", f"again-{i}", assign=1)
                          for i in range(2))) as members:
         old = one_slice_run(kafka_broker.bootstrap, topic, 1, 60, "old")
         wait_for_all(members, {v for _, v in old})

@@ -141,9 +141,11 @@ def python_member(client: str, bootstrap: str, topic: str, group: str, client_id
 
 
 def java_member(tools: JavaTools, bootstrap: str, topic: str, group: str, client_id: str, *,
-                props: dict[str, str] | None = None, protocol: str = "classic") -> Member:
-    """Kafka's console consumer (the Java client) in ``group``, printing "Partition:P|Offset:O|key|value"."""
-    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
+                props: dict[str, str] | None = None, protocol: str = "classic", partition: int | None = None) -> Member:
+    """Kafka's console consumer (the Java client) in ``group``, printing "Partition:P|Offset:O|key|value"
+    (``partition``: assigned that partition of the topic from its start instead, no group: a standalone consumer)."""
+    args = ["--bootstrap-server", bootstrap, "--topic", topic,
+            *(["--group", group] if partition is None else ["--partition", str(partition), "--offset", "earliest"]),
             "--property", "print.partition=true", "--property", "print.offset=true", "--property", "print.key=true",
             "--property", f"key.separator={SEP}",
             "--consumer-property", f"client.id={client_id}", "--consumer-property", "auto.offset.reset=earliest"]
