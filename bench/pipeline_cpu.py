@@ -9,7 +9,7 @@ One JSON line per case (``--cases``: those only), all in one run: ``{"bench": "p
 "partitions", "version", "ms_per_fetch"}`` (request + response side, the median of ``--fetches`` fetches, each
 timed alone, every frame built beforehand), then ``{"summary": "pipeline_cpu", ...}`` with every case's figure.
 
-``--compare REV`` runs this very file against REV's code (a temporary ``git worktree`` of REV; revisions from
+``--compare REV`` runs this very file against REV's code (extracted into a temporary directory; revisions from
 before the policy chain are driven through their ``proxy.pipeline.Pipeline``, see :func:`engine`) and against this
 tree's: for each case, ``--rounds`` times, a fresh process of each (the round's hash seed), both on one CPU, making
 their fetches in turns (ABBA, fetch by fetch; see :func:`compare`). It ends with ``{"summary":
@@ -510,30 +510,30 @@ def count_opcodes(case: str = "produce", version: int = 12, top: int = 15) -> di
 
 @contextlib.contextmanager
 def revision_tree(rev: str) -> Iterator[Path]:
-    """REV's code in a temporary ``git worktree``, with this file and its verdict in it (the same harness for both
-    sides, with the summaries this one carries)."""
-    root = Path(__file__).resolve().parent.parent
+    """REV's code (its ``proxy``, ``rig`` and ``bench`` packages, bench/support/revision.py) in a temporary
+    directory, with this file and its verdict in it (the same harness for both sides, with the summaries this one
+    carries)."""
+    from bench.support.revision import extract_revision  # the coordinator's only: a --serve side may lack it
+
+    here = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory(prefix="pipeline-cpu-") as tmp:
-        tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
-        try:
-            shutil.copy(Path(__file__), tree / "bench" / "pipeline_cpu.py")
-            (tree / "bench" / "support").mkdir(exist_ok=True)
-            (tree / "bench" / "support" / "__init__.py").touch()
-            shutil.copy(Path(__file__).parent / "support" / "verdict.py", tree / "bench" / "support" / "verdict.py")
-            yield tree
-        finally:
-            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=True)
+        tree = Path(tmp)
+        extract_revision(rev, tree, ("proxy", "rig", "bench"))
+        shutil.copy(here / "pipeline_cpu.py", tree / "bench" / "pipeline_cpu.py")
+        (tree / "bench" / "support").mkdir(exist_ok=True)
+        (tree / "bench" / "support" / "__init__.py").touch()
+        shutil.copy(here / "support" / "verdict.py", tree / "bench" / "support" / "verdict.py")
+        yield tree
 
 
 def compare_opcodes(rev: str, case: str, version: int) -> dict[str, dict[str, float]]:
     """``--opcodes`` on each side once ("before": ``rev``'s code, "after": this tree's), each in a ``--serve``
     process (:class:`Side`): a count is the same in every run. Each side's line is printed."""
-    root = Path(__file__).resolve().parent.parent
+    from bench.support.revision import REPO
     sides: dict[str, dict[str, float]] = {}
     with revision_tree(rev) as tree:
         for name in ("before", "after"):
-            side = Side(tree if name == "before" else root, 0)
+            side = Side(tree if name == "before" else REPO, 0)
             try:
                 line = side.ask(opcodes=case, version=version)
             finally:
@@ -603,7 +603,7 @@ def compare(rev: str, cases: tuple[str, ...], partitions: int, version: int, fet
     within one run here (docs/PERFORMANCE.md: identical code read 0.69-1.22 when each side ran whole processes in
     turn), but a fetch and the other side's are milliseconds apart, on the same core. Per case: each side's median
     ms (of its rounds' medians), the ratio (after / before, the median of the rounds'), and the rounds' range."""
-    root = Path(__file__).resolve().parent.parent
+    from bench.support.revision import REPO
     cpus = sorted(os.sched_getaffinity(0))
     medians: dict[str, dict[str, list[float]]] = {side: {case: [] for case in cases} for side in ("before", "after")}
     wrong = 0
@@ -612,7 +612,7 @@ def compare(rev: str, cases: tuple[str, ...], partitions: int, version: int, fet
         with revision_tree(rev) as tree:
             for round_ in range(rounds):
                 for case in cases:  # fresh processes: what a case leaves behind (a heap) is not the next's
-                    sides = {"before": Side(tree, round_, cpus[-1]), "after": Side(root, round_, cpus[-1])}
+                    sides = {"before": Side(tree, round_, cpus[-1]), "after": Side(REPO, round_, cpus[-1])}
                     try:
                         wrong += _pair(case, sides, round_, medians, partitions, version, fetches)
                     finally:

@@ -23,7 +23,7 @@ def test_every_case_runs(version: int, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_compare_times_both_sides_fetch_by_fetch(capsys: pytest.CaptureFixture[str]) -> None:
-    """``--compare REV --cases``: every round, each case on both sides (REV's code in a worktree, this tree's), one
+    """``--compare REV --cases``: every round, each case on both sides (REV's code extracted, this tree's), one
     line per side and round, and a summary of those cases only, each side's replies checked."""
     with pytest.raises(SystemExit) as done:
         pipeline_cpu.main(["--compare", "HEAD", "--partitions", "300", "--fetches", "4", "--rounds", "2",
