@@ -544,7 +544,9 @@ def test_kafka_python_session_costs_upstream_what_it_costs_its_client(kafka_brok
 class _Member:
     """A group member of ``topic`` (confluent-kafka: no fetch session, topic ids; kafka-python: its own session):
     :meth:`poll` returns the (partition, key) records it got; :meth:`assigned`, how many partitions it is assigned.
-    Neither creates a topic it looks up (the broker's auto-creation would race the test's own)."""
+    Each is told not to create a topic it looks up (the broker's auto-creation would race the test's own);
+    kafka-python's Metadata requests ask for it all the same, which :func:`tests.support.topics.created_again`
+    allows for."""
     def __init__(self, client: str, bootstrap: str, topic: str) -> None:
         group = f"g-{topic}"
         self._confluent: Consumer | None = None
